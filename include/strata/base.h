@@ -1,0 +1,120 @@
+/* Strata base layer: status codes, per-thread error messages, logging to stderr,
+ * counter-based RNG (Philox4x32-10), aligned allocation and a small thread pool.
+ * Everything here may be called from any thread unless a comment says otherwise. */
+#ifndef STRATA_BASE_H
+#define STRATA_BASE_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- status ------------------------------------------------------------ */
+typedef enum st_status {
+  ST_OK = 0,
+  ST_ERR_INVALID,    /* bad argument, option or usage */
+  ST_ERR_FORMAT,     /* malformed input data (file, config, frame) */
+  ST_ERR_IO,         /* the OS refused a read/write/open */
+  ST_ERR_NOMEM,      /* allocation failed */
+  ST_ERR_NOT_BUILT,  /* optional component not compiled in */
+  ST_ERR_NONFINITE,  /* NaN or Inf where a finite value was required */
+  ST_ERR_TIMEOUT,    /* a peer or collective did not answer in time */
+  ST_ERR_PEER,       /* a peer was lost */
+  ST_ERR_INTERNAL,   /* a bug in Strata */
+  ST_STATUS_COUNT
+} st_status;
+
+/* Short fixed name of a status ("invalid argument", ...). */
+const char *st_status_string(st_status s);
+
+/* Record a formatted message as this thread's last error and return s unchanged,
+ * so callers write `return st_error(ST_ERR_FORMAT, "%s: offset %zu: ...", ...)`.
+ * Messages name the file, offset, field or value at fault. */
+st_status st_error(st_status s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Prefix the current last-error message with more context ("loading x: " + old). */
+st_status st_error_prefix(st_status s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* This thread's last error message ("" when none). Valid until the next st_error. */
+const char *st_last_error(void);
+void st_clear_error(void);
+
+/* Programmer errors only (never bad input): prints file:line and aborts. */
+#define ST_ASSERT(cond)                                                   \
+  do {                                                                    \
+    if (!(cond)) st__assert_fail(#cond, __FILE__, __LINE__);              \
+  } while (0)
+void st__assert_fail(const char *expr, const char *file, int line)
+    __attribute__((noreturn));
+
+/* ---- logging (stderr only) ---------------------------------------------- */
+typedef enum st_log_level {
+  ST_LOG_DEBUG = 0,
+  ST_LOG_INFO,
+  ST_LOG_WARN,
+  ST_LOG_ERROR,
+  ST_LOG_OFF
+} st_log_level;
+void st_log_set_level(st_log_level level); /* default ST_LOG_WARN; env STRATA_LOG */
+st_log_level st_log_get_level(void);
+void st_log(st_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* ---- counter-based RNG --------------------------------------------------- */
+/* Philox4x32-10 keyed by (seed, stream); counter selects the block. Pure
+ * function: the same (seed, stream, counter) always gives the same 4 words, so
+ * results never depend on thread timing. */
+void st_philox4x32(uint64_t seed, uint64_t stream, uint64_t counter,
+                   uint32_t out[4]);
+
+/* Sequential generator over the Philox blocks of one (seed, stream). Not shared
+ * between threads: each thread or replica owns its own. */
+typedef struct st_rng {
+  uint64_t seed, stream, counter;
+  uint32_t buf[4];
+  int pos; /* next unread word of buf; 4 = empty */
+} st_rng;
+st_rng st_rng_make(uint64_t seed, uint64_t stream);
+uint32_t st_rng_u32(st_rng *r);
+uint64_t st_rng_u64(st_rng *r);
+float st_rng_uniform(st_rng *r);               /* [0, 1) */
+float st_rng_normal(st_rng *r);                /* mean 0, stddev 1 */
+uint64_t st_rng_below(st_rng *r, uint64_t n);  /* uniform in [0, n), unbiased */
+/* Map a 32-bit word to a float in [0,1) (24 bits). */
+static inline float st_u32_to_unit(uint32_t w) {
+  return (float)(w >> 8) * (1.0f / 16777216.0f);
+}
+
+/* ---- allocation ---------------------------------------------------------- */
+/* 64-byte aligned. On failure return NULL and set ST_ERR_NOMEM with the size. */
+void *st_alloc(size_t bytes);
+void *st_calloc(size_t count, size_t size); /* zeroed; checks count*size overflow */
+void st_free(void *p);                      /* accepts NULL */
+
+/* ---- thread pool --------------------------------------------------------- */
+typedef struct st_threadpool st_threadpool;
+/* n worker threads (n >= 1; the caller's thread also takes tasks). */
+st_status st_threadpool_create(int n, st_threadpool **out);
+void st_threadpool_destroy(st_threadpool *p); /* accepts NULL; joins workers */
+int st_threadpool_size(const st_threadpool *p);
+/* Run fn(arg, i) for i in [0, ntasks) across the pool and the calling thread;
+ * returns when all are done. Only one thread may call it on a pool at a time. */
+void st_threadpool_run(st_threadpool *p, int ntasks,
+                       void (*fn)(void *arg, int task), void *arg);
+
+/* ---- small utilities ----------------------------------------------------- */
+double st_now_seconds(void);       /* monotonic clock */
+size_t st_peak_rss_bytes(void);    /* ru_maxrss of this process */
+/* a*b into *out; false on size_t overflow. */
+static inline bool st_mul_size(size_t a, size_t b, size_t *out) {
+  return !__builtin_mul_overflow(a, b, out);
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

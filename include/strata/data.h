@@ -1,0 +1,125 @@
+/* Strata data layer: datasets as pipelines of sources and transforms, in the
+ * tf.data spirit, and the file readers (IDX, CSV) that feed them.
+ *
+ * A dataset yields elements: features x (float32, per-example shape x_shape)
+ * and labels y (float32, y_size floats; a class index is stored as a float).
+ * Sources may keep raw bytes (uint8 IDX images stay bytes in memory) and convert
+ * to float when an element is produced, so a dataset costs its file size, not 4x.
+ * After st_dataset_batch the dataset yields batches instead of elements.
+ *
+ * Ownership: each transform takes ownership of its input dataset
+ * (st_dataset_shuffle(ds, ...) returns a new handle that owns ds; on failure ds
+ * is destroyed too), so a pipeline is destroyed with one call on the last
+ * handle. A dataset may be iterated many times (one pass = one epoch); an
+ * iterator is used by one thread at a time. */
+#ifndef STRATA_DATA_H
+#define STRATA_DATA_H
+
+#include "strata/nn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum st_dtype { ST_F32 = 0, ST_U8, ST_I32, ST_DTYPE_COUNT } st_dtype;
+size_t st_dtype_size(st_dtype t);
+const char *st_dtype_name(st_dtype t);
+
+/* A host tensor: dims[0] is the example count for dataset sources. */
+typedef struct st_tensor {
+  st_dtype dtype;
+  int rank;
+  int64_t dims[ST_MAX_RANK + 1];
+  void *data;   /* owned by whoever the function comment says */
+} st_tensor;
+size_t st_tensor_count(const st_tensor *t); /* product of dims */
+void st_tensor_free(st_tensor *t);          /* frees data, zeroes t */
+
+/* ---- IDX files (MNIST format), plain or gzip (detected by magic) ---- */
+/* Read a whole IDX file into *out (out->data owned by caller, st_tensor_free).
+ * Validates magic, dtype code, rank, dims (no overflow, product matches the
+ * payload exactly) before allocating; errors name the file and byte offset. */
+st_status st_idx_read(const char *path, st_tensor *out);
+/* Write t as IDX (gzip when path ends in ".gz"); temp file + rename. */
+st_status st_idx_write(const char *path, const st_tensor *t);
+
+/* The four MNIST-style files of a directory: train/t10k images/labels, each
+ * `<name>` or `<name>.gz`. Checks image/label counts agree. */
+typedef struct st_mnist {
+  st_tensor train_x, train_y, test_x, test_y; /* u8 [n,28,28] and u8 [n] */
+} st_mnist;
+st_status st_mnist_load(const char *dir, st_mnist *out);
+void st_mnist_free(st_mnist *m);
+
+/* ---- CSV: numeric columns, one label column ---- */
+typedef struct st_csv_options {
+  char delimiter;        /* ',' */
+  bool header;           /* first row is column names (default true) */
+  int label_column;      /* index; -1 = last column (default) */
+  const char *label_name;/* if set (and header), overrides label_column */
+} st_csv_options;
+st_csv_options st_csv_default_options(void);
+/* Reads into x f32 [rows, cols-1] and y f32 [rows]; errors name file, row and
+ * column. Rejects ragged rows, non-numeric or non-finite cells, empty files. */
+st_status st_csv_read(const char *path, const st_csv_options *o, st_tensor *x,
+                      st_tensor *y);
+
+/* ---- datasets ---- */
+typedef struct st_dataset st_dataset;
+
+/* Elements are rows of x and y (dims[0] equal). x u8 or f32, y u8, i32 or f32;
+ * converted to float per element. If copy is false the tensors' data is
+ * borrowed and must outlive the dataset; if true it is copied. x_scale
+ * multiplies every feature when producing it (1/255 for pixels; 1 = none).
+ * Per-example shape: x dims[1..] (a rank-1 x gives shape [1]). */
+st_status st_dataset_from_tensor_slices(const st_tensor *x, const st_tensor *y,
+                                        float x_scale, bool copy,
+                                        st_dataset **out);
+
+/* Per-element callback, in place, on float features and labels. */
+typedef st_status (*st_map_fn)(void *user, float *x, size_t x_size, float *y,
+                               size_t y_size);
+st_dataset *st_dataset_map(st_dataset *ds, st_map_fn fn, void *user);
+/* Shuffle with a buffer of buffer_size elements (>= dataset size = full
+ * shuffle), seeded; reshuffle_each_iteration gives a new order per epoch
+ * (deterministic given seed and epoch number). */
+st_dataset *st_dataset_shuffle(st_dataset *ds, int64_t buffer_size,
+                               uint64_t seed, bool reshuffle_each_iteration);
+st_dataset *st_dataset_batch(st_dataset *ds, int batch_size,
+                             bool drop_remainder);
+st_dataset *st_dataset_repeat(st_dataset *ds, int64_t count); /* -1 = forever */
+st_dataset *st_dataset_take(st_dataset *ds, int64_t count);
+st_dataset *st_dataset_skip(st_dataset *ds, int64_t count);
+/* Keep elements i with i % num_shards == index. */
+st_dataset *st_dataset_shard(st_dataset *ds, int num_shards, int index);
+/* Produce up to buffer_size items ahead on a background thread. */
+st_dataset *st_dataset_prefetch(st_dataset *ds, int buffer_size);
+/* Transforms return NULL on bad arguments or allocation failure (error set,
+ * input destroyed). */
+void st_dataset_destroy(st_dataset *ds); /* accepts NULL */
+
+st_shape st_dataset_x_shape(const st_dataset *ds); /* per example */
+size_t st_dataset_y_size(const st_dataset *ds);    /* floats per example */
+/* Number of items (elements, or batches after batch) one pass yields; -1 if
+ * infinite, -2 if unknown. */
+int64_t st_dataset_cardinality(const st_dataset *ds);
+int st_dataset_batch_size(const st_dataset *ds);   /* 0 if not batched */
+
+/* One item: a batch of `size` examples (size 1 for an unbatched element). The
+ * buffers belong to the iterator and stay valid until the next call. */
+typedef struct st_batch {
+  int size;
+  const float *x; /* [size, x_shape] */
+  const float *y; /* [size, y_size] */
+} st_batch;
+typedef struct st_iterator st_iterator;
+/* Start one pass (epoch) over ds. */
+st_status st_dataset_iterate(st_dataset *ds, st_iterator **out);
+/* *end = true when the pass is over (out untouched). */
+st_status st_iterator_next(st_iterator *it, st_batch *out, bool *end);
+void st_iterator_destroy(st_iterator *it); /* accepts NULL; joins threads */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,44 @@
+/* Strata distribute layer: distribution strategies. A strategy decides where
+ * variables live, how a global batch is split into per-replica slices and how
+ * gradients become updates. Switching strategy is one line: pass another
+ * strategy in st_model_options (NULL means the default one-device strategy). */
+#ifndef STRATA_DISTRIBUTE_H
+#define STRATA_DISTRIBUTE_H
+
+#include "strata/nn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum st_strategy_kind {
+  ST_STRATEGY_ONE_DEVICE = 0,
+  ST_STRATEGY_MIRRORED,
+  ST_STRATEGY_CENTRAL_STORAGE,
+  ST_STRATEGY_MULTI_WORKER_MIRRORED,
+  ST_STRATEGY_PARAMETER_SERVER,
+  ST_STRATEGY_COUNT
+} st_strategy_kind;
+const char *st_strategy_kind_name(st_strategy_kind k); /* "one_device", ... */
+st_status st_strategy_kind_parse(const char *name, st_strategy_kind *out);
+
+typedef struct st_strategy_options {
+  st_strategy_kind kind;
+  const char *device;   /* one_device: "cpu:0" (default) */
+  const char *devices;  /* mirrored: "cpu:0,cpu:1"; NULL = see replicas */
+  int replicas;         /* 0 = default for the kind */
+  int threads;          /* compute threads per replica; 0 = automatic */
+} st_strategy_options;
+st_strategy_options st_strategy_default_options(st_strategy_kind kind);
+
+typedef struct st_strategy st_strategy;
+/* ST_ERR_NOT_BUILT names the strategy when it is not available in this build. */
+st_status st_strategy_create(const st_strategy_options *o, st_strategy **out);
+void st_strategy_destroy(st_strategy *s); /* accepts NULL */
+st_strategy_kind st_strategy_kind_of(const st_strategy *s);
+int st_strategy_num_replicas_in_sync(const st_strategy *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,167 @@
+/* Strata nn layer: shapes, layers, initializers, optimizers, learning-rate
+ * schedules and metrics — the pieces a Sequential model is made of. The model
+ * itself (compile / fit / evaluate / predict) is in strata/train.h. */
+#ifndef STRATA_NN_H
+#define STRATA_NN_H
+
+#include "strata/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Per-example shape (no batch dimension): [d] for vectors, [h,w,c] images. */
+#define ST_MAX_RANK 4
+typedef struct st_shape {
+  int rank;
+  int dims[ST_MAX_RANK];
+} st_shape;
+st_shape st_shape1(int d0);
+st_shape st_shape3(int h, int w, int c);
+size_t st_shape_size(st_shape s);                 /* product of dims */
+bool st_shape_equal(st_shape a, st_shape b);
+/* "(None, 13, 13, 32)" into buf (Keras style with the batch dimension). */
+const char *st_shape_format(st_shape s, char *buf, size_t n);
+
+/* ---- initializers (Keras names) ---- */
+typedef enum st_init {
+  ST_INIT_GLOROT_UNIFORM = 0, /* Keras default for kernels */
+  ST_INIT_HE_NORMAL,          /* truncated normal, stddev sqrt(2/fan_in) */
+  ST_INIT_ZEROS,
+  ST_INIT_ONES,
+  ST_INIT_COUNT
+} st_init;
+const char *st_init_name(st_init i);
+st_status st_init_parse(const char *name, st_init *out);
+
+/* ---- layers ------------------------------------------------------------- */
+/* Layers are created unbuilt; st_model_add takes ownership and builds them when
+ * the input shape is known. st_layer_destroy frees an unowned layer. */
+typedef struct st_layer st_layer;
+void st_layer_destroy(st_layer *l);
+const char *st_layer_name(const st_layer *l);       /* "dense_1" */
+const char *st_layer_class(const st_layer *l);      /* "Dense" */
+st_shape st_layer_output_shape(const st_layer *l);
+size_t st_layer_param_count(const st_layer *l);     /* trainable + not */
+
+typedef enum st_padding { ST_PAD_VALID = 0, ST_PAD_SAME } st_padding;
+
+typedef struct st_dense_options {
+  int units;
+  st_activation activation;
+  bool use_bias;
+  st_init kernel_init, bias_init;
+  const char *name; /* NULL: automatic "dense", "dense_1", ... */
+} st_dense_options;
+st_dense_options st_dense_default_options(int units);
+st_layer *st_dense_ex(st_dense_options o);
+st_layer *st_dense(int units, st_activation act);
+
+typedef struct st_conv2d_options {
+  int filters;
+  int kh, kw;
+  int sh, sw;
+  st_padding padding;
+  st_activation activation;
+  bool use_bias;
+  st_init kernel_init, bias_init;
+  const char *name;
+} st_conv2d_options;
+st_conv2d_options st_conv2d_default_options(int filters, int kh, int kw);
+st_layer *st_conv2d_ex(st_conv2d_options o);
+st_layer *st_conv2d(int filters, int k, st_activation act);
+
+typedef struct st_pool2d_options {
+  int ph, pw;
+  int sh, sw; /* 0 = pool size (Keras default strides=None) */
+  st_padding padding;
+  const char *name;
+} st_pool2d_options;
+st_pool2d_options st_pool2d_default_options(int pool);
+st_layer *st_maxpool2d_ex(st_pool2d_options o);
+st_layer *st_avgpool2d_ex(st_pool2d_options o);
+st_layer *st_maxpool2d(int pool);
+st_layer *st_avgpool2d(int pool);
+
+st_layer *st_flatten(void);
+st_layer *st_dropout(float rate);
+st_layer *st_activation_layer(st_activation act);
+/* Reshape to a target per-example shape with the same size. */
+st_layer *st_reshape(st_shape target);
+
+typedef struct st_batchnorm_options {
+  float momentum; /* 0.99 (Keras) */
+  float epsilon;  /* 1e-3 (Keras) */
+  bool center, scale;
+  bool synchronized; /* all-reduce batch statistics across replicas */
+  const char *name;
+} st_batchnorm_options;
+st_batchnorm_options st_batchnorm_default_options(void);
+st_layer *st_batchnorm_ex(st_batchnorm_options o);
+st_layer *st_batchnorm(void);
+
+/* ---- learning-rate schedules ---- */
+typedef enum st_schedule_kind {
+  ST_SCHEDULE_CONSTANT = 0,
+  ST_SCHEDULE_EXPONENTIAL, /* lr * rate^(step/decay_steps) (staircase option) */
+  ST_SCHEDULE_COSINE,      /* Keras CosineDecay(initial, decay_steps, alpha) */
+  ST_SCHEDULE_COUNT
+} st_schedule_kind;
+typedef struct st_schedule {
+  st_schedule_kind kind;
+  float initial;
+  int64_t decay_steps;
+  float decay_rate; /* exponential */
+  bool staircase;   /* exponential */
+  float alpha;      /* cosine: final fraction of initial */
+} st_schedule;
+st_schedule st_schedule_constant(float lr);
+/* Learning rate at optimizer step `step` (0-based count of applied updates). */
+float st_schedule_lr(const st_schedule *s, int64_t step);
+
+/* ---- optimizers ---- */
+typedef enum st_optimizer_kind {
+  ST_OPT_SGD = 0,
+  ST_OPT_ADAM,
+  ST_OPT_ADAMW,
+  ST_OPT_RMSPROP,
+  ST_OPT_COUNT
+} st_optimizer_kind;
+typedef struct st_optimizer_options {
+  st_optimizer_kind kind;
+  st_schedule lr;
+  float momentum;     /* SGD, RMSprop (default 0) */
+  bool nesterov;      /* SGD */
+  float beta1, beta2; /* Adam: 0.9, 0.999 */
+  float epsilon;      /* Adam 1e-7, RMSprop 1e-7 (Keras) */
+  float rho;          /* RMSprop 0.9 */
+  float weight_decay; /* AdamW 0.004 (Keras default) */
+} st_optimizer_options;
+/* Keras defaults for that optimizer (lr 0.001 for Adam/AdamW/RMSprop, 0.01 SGD). */
+st_optimizer_options st_optimizer_default_options(st_optimizer_kind kind);
+const char *st_optimizer_name(st_optimizer_kind k);
+st_status st_optimizer_parse(const char *name, st_optimizer_kind *out);
+/* Number of slot buffers (each the size of the parameters) the optimizer keeps. */
+int st_optimizer_slot_count(const st_optimizer_options *o);
+/* Apply one update to n parameters. slots[i] are the slot buffers; step is the
+ * 0-based number of updates applied before this one. */
+void st_optimizer_apply(const st_optimizer_options *o, const st_backend *be,
+                        int64_t step, size_t n, float *params,
+                        const float *grads, float **slots);
+
+/* ---- metrics ---- */
+typedef enum st_metric_kind {
+  ST_METRIC_ACCURACY = 0,           /* resolved by the loss, as Keras does */
+  ST_METRIC_SPARSE_CATEGORICAL_ACCURACY,
+  ST_METRIC_CATEGORICAL_ACCURACY,
+  ST_METRIC_BINARY_ACCURACY,
+  ST_METRIC_COUNT
+} st_metric_kind;
+/* Count of correct predictions among rows of pred [rows, cols] against y. */
+int64_t st_metric_correct(st_metric_kind m, st_loss_kind loss, int rows,
+                          int cols, const float *pred, const float *y);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

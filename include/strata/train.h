@@ -1,0 +1,121 @@
+/* Strata train layer: the Sequential model and its Keras-style verbs — compile,
+ * fit, evaluate, predict, summary, save/load weights — and callbacks. A model is
+ * bound to a strategy when it is created (the C analogue of strategy.scope()). */
+#ifndef STRATA_TRAIN_H
+#define STRATA_TRAIN_H
+
+#include <stdio.h>
+
+#include "strata/data.h"
+#include "strata/distribute.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct st_model st_model;
+
+typedef struct st_model_options {
+  st_shape input_shape;   /* per example, e.g. st_shape3(28,28,1) */
+  const char *name;       /* "sequential" */
+  uint64_t seed;          /* weights init, dropout, ... (default 0) */
+  st_strategy *strategy;  /* borrowed; NULL = one-device default */
+} st_model_options;
+st_model_options st_model_default_options(st_shape input_shape);
+
+st_status st_sequential_create(const st_model_options *o, st_model **out);
+void st_model_destroy(st_model *m); /* accepts NULL; destroys its layers */
+/* Takes ownership of layer (destroyed on failure too); builds it against the
+ * previous output shape; errors name the layer and shapes. */
+st_status st_model_add(st_model *m, st_layer *layer);
+int st_model_layer_count(const st_model *m);
+const st_layer *st_model_layer(const st_model *m, int i);
+size_t st_model_param_count(const st_model *m, bool trainable_only);
+st_shape st_model_output_shape(const st_model *m);
+
+typedef struct st_compile_options {
+  st_optimizer_options optimizer;
+  st_loss_kind loss;
+  int nmetrics;
+  st_metric_kind metrics[4];
+} st_compile_options;
+/* Adam defaults, sparse CE from logits, metric accuracy. */
+st_compile_options st_compile_default_options(void);
+/* Allocates variables, initialises them (seeded) and binds the strategy. */
+st_status st_model_compile(st_model *m, const st_compile_options *o);
+
+/* Keras-like summary table as a malloc'd string (caller frees). */
+char *st_model_summary(const st_model *m);
+
+/* ---- logs and callbacks ---- */
+typedef struct st_epoch_logs {
+  int epoch;          /* 0-based */
+  double loss, accuracy;
+  bool has_validation;
+  double val_loss, val_accuracy;
+  double lr;
+  double seconds;
+  int64_t steps;
+} st_epoch_logs;
+typedef struct st_batch_logs {
+  int epoch;
+  int64_t step;        /* step within the epoch, 0-based */
+  int64_t steps;       /* steps per epoch; -1 unknown */
+  double loss, accuracy; /* running means over the epoch so far */
+} st_batch_logs;
+
+typedef struct st_callback {
+  void *user;
+  /* Each hook may be NULL. Returning non-OK stops fit with that status. */
+  st_status (*on_epoch_begin)(void *user, st_model *m, int epoch);
+  st_status (*on_batch_end)(void *user, st_model *m, const st_batch_logs *l);
+  st_status (*on_epoch_end)(void *user, st_model *m, const st_epoch_logs *l);
+} st_callback;
+
+typedef struct st_history {
+  int epochs;
+  st_epoch_logs *logs; /* [epochs], malloc'd; st_history_free */
+  double samples_per_sec; /* training only, first `warmup_steps` excluded */
+  int64_t train_samples;
+  double train_seconds;
+} st_history;
+void st_history_free(st_history *h);
+
+typedef struct st_fit_options {
+  int epochs;                  /* 1 */
+  st_dataset *validation;      /* borrowed; NULL = none */
+  const st_callback *callbacks;/* borrowed array */
+  int ncallbacks;
+  int warmup_steps;            /* excluded from samples_per_sec (20) */
+  bool stop_training;          /* set by a callback to stop after this epoch */
+} st_fit_options;
+st_fit_options st_fit_default_options(void);
+/* Train on batches of `train` (must be batched). */
+st_status st_model_fit(st_model *m, st_dataset *train, st_fit_options *o,
+                       st_history *out);
+
+typedef struct st_eval_result {
+  double loss, accuracy;
+  int64_t examples;
+} st_eval_result;
+st_status st_model_evaluate(st_model *m, st_dataset *ds, st_eval_result *out);
+/* Outputs for every example of ds: out is f32 [n, output size] (caller frees
+ * with st_tensor_free). */
+st_status st_model_predict(st_model *m, st_dataset *ds, st_tensor *out);
+
+/* Keras-style progress (bar with ETA when tty, else one line per epoch) written
+ * to `stream` (the CLI passes stderr). */
+st_callback st_progress_callback(FILE *stream, bool tty, void **state);
+void st_progress_free(void *state);
+
+/* safetensors: one tensor per variable named "<layer>/<param>", e.g.
+ * "dense/kernel" [in, out], "conv2d/kernel" [kh, kw, in, out] (Keras layout).
+ * Written to a temp file, fsynced and renamed. */
+st_status st_model_save_weights(const st_model *m, const char *path);
+/* Checks every name, dtype and shape before changing anything. */
+st_status st_model_load_weights(st_model *m, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,40 @@
+/* Internal: the safetensors file format (https://huggingface.co/docs/safetensors):
+ * 8-byte little-endian header length N, N bytes of JSON header
+ * {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,
+ *  "__metadata__": {"k": "v"}}, then the byte buffer. Only F32 tensors here.
+ * Writing goes to "<path>.tmp.<pid>", fsync, rename, fsync of the directory:
+ * never a half-written file at `path`.
+ * Reading validates everything before trusting it: header length within the
+ * file and under 100 MB, valid JSON without duplicate keys, known dtype, shape
+ * product without overflow equal to the byte range, ranges inside the buffer,
+ * not overlapping and covering it exactly. Errors name the file, the tensor and
+ * the field or byte offset at fault. */
+#ifndef STRATA_TRAIN_SAFETENSORS_H
+#define STRATA_TRAIN_SAFETENSORS_H
+
+#include "strata/data.h"
+
+typedef struct st_named_tensor {
+  char name[128];
+  int rank;
+  int64_t dims[ST_MAX_RANK];
+  float *data; /* write: borrowed; read: owned by the st_safetensors */
+} st_named_tensor;
+
+/* Write n tensors (and optional metadata pairs, may be NULL/0) to path. */
+st_status st__safetensors_write(const char *path, const st_named_tensor *t,
+                                int n, const char *const *meta_keys,
+                                const char *const *meta_values, int nmeta);
+
+typedef struct st_safetensors {
+  int n;
+  st_named_tensor *tensors; /* [n], in file order */
+  void *blob;               /* owns the tensors' data */
+} st_safetensors;
+st_status st__safetensors_read(const char *path, st_safetensors *out);
+/* Tensor by name or NULL. */
+const st_named_tensor *st__safetensors_find(const st_safetensors *s,
+                                            const char *name);
+void st__safetensors_free(st_safetensors *s);
+
+#endif
