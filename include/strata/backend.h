@@ -159,8 +159,8 @@ typedef struct st_backend {
   void (*adam_update)(size_t n, float lr, float beta1, float beta2, float eps,
                       float weight_decay, int64_t t, float *p, const float *g,
                       float *m, float *v);
-  /* RMSprop (Keras form): ms = rho*ms + (1-rho) g^2;
-   * mom = momentum*mom + lr*g/(sqrt(ms)+eps); p -= mom (mom unused if 0). */
+  /* RMSprop (Keras/TF form): ms = rho*ms + (1-rho) g^2;
+   * mom = momentum*mom + lr*g/sqrt(ms+eps); p -= mom (mom unused if 0). */
   void (*rmsprop_update)(size_t n, float lr, float rho, float momentum,
                          float eps, float *p, const float *g, float *ms,
                          float *mom);

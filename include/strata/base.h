@@ -100,7 +100,7 @@ typedef struct st_threadpool st_threadpool;
 /* n worker threads (n >= 1; the caller's thread also takes tasks). */
 st_status st_threadpool_create(int n, st_threadpool **out);
 void st_threadpool_destroy(st_threadpool *p); /* accepts NULL; joins workers */
-int st_threadpool_size(const st_threadpool *p);
+int st_threadpool_size(const st_threadpool *p); /* workers, not counting the caller */
 /* Run fn(arg, i) for i in [0, ntasks) across the pool and the calling thread;
  * returns when all are done. Only one thread may call it on a pool at a time. */
 void st_threadpool_run(st_threadpool *p, int ntasks,

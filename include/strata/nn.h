@@ -157,7 +157,9 @@ typedef enum st_metric_kind {
   ST_METRIC_BINARY_ACCURACY,
   ST_METRIC_COUNT
 } st_metric_kind;
-/* Count of correct predictions among rows of pred [rows, cols] against y. */
+/* Count of correct predictions among rows of pred [rows, cols] against y.
+ * Binary accuracy counts elements (denominator rows*cols); the others count
+ * rows. */
 int64_t st_metric_correct(st_metric_kind m, st_loss_kind loss, int rows,
                           int cols, const float *pred, const float *y);
 

@@ -103,9 +103,10 @@ st_status st_model_evaluate(st_model *m, st_dataset *ds, st_eval_result *out);
  * with st_tensor_free). */
 st_status st_model_predict(st_model *m, st_dataset *ds, st_tensor *out);
 
-/* Keras-style progress (bar with ETA when tty, else one line per epoch) written
- * to `stream` (the CLI passes stderr). */
-st_callback st_progress_callback(FILE *stream, bool tty, void **state);
+/* Keras-style progress ("Epoch 1/3", a bar with ETA when tty, else one line per
+ * epoch) written to `stream` (the CLI passes stderr). *state receives the
+ * callback's memory, freed with st_progress_free. */
+st_callback st_progress_callback(FILE *stream, bool tty, int epochs, void **state);
 void st_progress_free(void *state);
 
 /* safetensors: one tensor per variable named "<layer>/<param>", e.g.
@@ -114,6 +115,17 @@ void st_progress_free(void *state);
 st_status st_model_save_weights(const st_model *m, const char *path);
 /* Checks every name, dtype and shape before changing anything. */
 st_status st_model_load_weights(st_model *m, const char *path);
+
+/* ---- built-in models ---- */
+/* Names of the built-in models, NULL-terminated: "mlp", "cnn". */
+const char *const *st_builtin_model_names(void);
+/* Create the named built-in model (uncompiled) with the given options; the
+ * input shape in o is replaced by the model's own (28x28x1 for both):
+ *   mlp: Flatten -> Dense 256 relu -> Dense 128 relu -> Dense 10
+ *   cnn: Conv2D 32 3x3 relu -> MaxPool 2 -> Conv2D 64 3x3 relu -> MaxPool 2
+ *        -> Flatten -> Dense 128 relu -> Dense 10          (logits) */
+st_status st_builtin_model_create(const char *name, const st_model_options *o,
+                                  st_model **out);
 
 #ifdef __cplusplus
 }

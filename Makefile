@@ -1,0 +1,37 @@
+# Thin front end over CMake. `make` builds build/strata; `make demo` trains the
+# demo model; `make test` runs the whole CTest suite. Each first installs any
+# missing Debian packages (scripts/deps.sh), or prints the command and stops.
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+# Debian's python3 (gets python3-torch); `python3` on PATH may be a pyenv shim.
+PYTHON ?= /usr/bin/python3
+BENCH_ARGS ?=
+
+.PHONY: all build deps demo test bench asan-test clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+build: deps
+	cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
+	cmake --build build -j$(JOBS)
+
+demo: build
+	./build/strata train --model cnn --epochs 3 --batch-size 128
+
+test: build
+	cd build && ctest --output-on-failure -j2
+
+bench:
+	@scripts/deps.sh --bench
+	@$(MAKE) --no-print-directory build
+	$(PYTHON) bench/bench.py $(BENCH_ARGS)
+
+asan-test: deps
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSTRATA_SANITIZE=ON
+	cmake --build build-asan -j$(JOBS)
+	cd build-asan && ctest --output-on-failure -j2
+
+clean:
+	rm -rf build build-asan

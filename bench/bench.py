@@ -1,0 +1,284 @@
+#!/usr/bin/python3
+"""Side-by-side benchmark: Strata vs the PyTorch peer on Fashion-MNIST.
+
+For each model (mlp, cnn) it runs, alternating, R repetitions of
+  (a) build/strata train --model M --epochs 1 --batch-size 128 --seed S --report F
+  (b) /usr/bin/python3 ../shared/peers/torch_train.py --model M --epochs 1
+      --batch 128 --seed S at the peer's best configuration on 2 cores
+      (mlp: --threads 2 with OMP_WAIT_POLICY=passive; cnn: --threads 2
+      --blas-threads 1; see ../shared/peers/RESULTS.md, note 1)
+and prints median [min-max] of training samples/s (first 20 steps excluded by
+both programs) and peak RSS, with the Strata/PyTorch ratios.
+
+Usage: /usr/bin/python3 bench/bench.py [--reps 3] [--quick] [--models mlp,cnn]
+           [--markdown docs/BENCHMARKS-table.md] [--json raw.jsonl]
+           [--only strata|peer]
+Exit: 0 all runs ok; 1 a run failed; 2 a prerequisite is missing.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PEER_PY = "/usr/bin/python3"
+# Best peer settings measured on the 2-core machine (peers/RESULTS.md note 1).
+PEER_CONFIG = {
+    "mlp": (["--threads", "2"], {"OMP_WAIT_POLICY": "passive"}),
+    "cnn": (["--threads", "2", "--blas-threads", "1"], {}),
+}
+PEER_LABEL = {
+    "mlp": "PyTorch 2 threads, OMP_WAIT_POLICY=passive",
+    "cnn": "PyTorch 2 threads, 1 OpenBLAS thread",
+}
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reps", type=int, default=3, help="repetitions per side (default 3)")
+    ap.add_argument("--quick", action="store_true", help="1 repetition")
+    ap.add_argument("--models", default="mlp,cnn", help="comma list (default mlp,cnn)")
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--seed-base", type=int, default=1, help="rep r uses seed base+r-1")
+    ap.add_argument("--strata", default=os.path.join(REPO, "build", "strata"))
+    ap.add_argument("--peers", default=os.environ.get(
+        "STRATA_PEERS_DIR", os.path.join(os.path.dirname(REPO), "shared", "peers")))
+    ap.add_argument("--only", choices=["strata", "peer"], help="run one side only")
+    ap.add_argument("--markdown", metavar="FILE", help="also write the table as markdown")
+    ap.add_argument("--json", metavar="FILE", help="append one JSON line per run")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds per run")
+    a = ap.parse_args()
+    if a.quick:
+        a.reps = 1
+    a.models = [m.strip() for m in a.models.split(",") if m.strip()]
+    for m in a.models:
+        if m not in PEER_CONFIG:
+            ap.error(f"unknown model '{m}' (expected mlp or cnn)")
+    if a.reps < 1:
+        ap.error("--reps must be >= 1")
+    return a
+
+
+def check_prereqs(a):
+    if a.only != "peer" and not os.access(a.strata, os.X_OK):
+        print(f"bench: {a.strata} not found; build it first with `make`", file=sys.stderr)
+        sys.exit(2)
+    if a.only == "strata":
+        return
+    script = os.path.join(a.peers, "torch_train.py")
+    if not os.path.isfile(script):
+        print(f"bench: PyTorch peer not found at {script} (the shared folder sits beside "
+              f"the checkout; set --peers or STRATA_PEERS_DIR)", file=sys.stderr)
+        sys.exit(2)
+    r = subprocess.run([PEER_PY, "-c", "import torch, numpy"], capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"bench: {PEER_PY} cannot import torch/numpy:\n  "
+              f"{(r.stderr.strip().splitlines() or ['?'])[-1]}\n"
+              "Install them with `make bench` (runs scripts/deps.sh --bench) or:\n"
+              "  sudo apt-get install -y --no-install-recommends python3-torch python3-numpy",
+              file=sys.stderr)
+        sys.exit(2)
+
+
+def run_cmd(cmd, env_extra, cwd, timeout):
+    env = dict(os.environ, **env_extra)
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
+                           timeout=timeout, start_new_session=True)
+        rc, out, err = p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, out, err = "timeout", e.stdout or "", e.stderr or ""
+        out = out.decode() if isinstance(out, bytes) else out
+        err = err.decode() if isinstance(err, bytes) else err
+    return rc, out, err, time.perf_counter() - t0
+
+
+def run_strata(a, model, seed):
+    fd, report = tempfile.mkstemp(prefix="strata_bench_", suffix=".json")
+    os.close(fd)
+    cmd = [a.strata, "train", "--model", model, "--epochs", str(a.epochs),
+           "--batch-size", str(a.batch_size), "--seed", str(seed), "--report", report]
+    try:
+        rc, out, err, wall = run_cmd(cmd, {}, REPO, a.timeout)
+        rec = dict(side="strata", model=model, seed=seed, cmd=" ".join(cmd), rc=rc,
+                   process_wall_s=round(wall, 3))
+        if rc == 0:
+            try:
+                with open(report) as f:
+                    rep = json.load(f)
+                rec.update(samples_per_s=float(rep["samples_per_sec"]),
+                           peak_rss_mib=float(rep["peak_rss_bytes"]) / 2**20,
+                           test_acc=float(rep["test_accuracy"]),
+                           wall_s=float(rep["wall_seconds"]), report=rep)
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                rec.update(rc="bad report", error=f"{report}: {e}")
+        if "samples_per_s" not in rec:
+            rec["stderr_tail"] = (err or out)[-2000:]
+        return rec
+    finally:
+        os.unlink(report)
+
+
+def run_peer(a, model, seed):
+    flags, env = PEER_CONFIG[model]
+    cmd = [PEER_PY, os.path.join(a.peers, "torch_train.py"), "--model", model,
+           "--epochs", str(a.epochs), "--batch", str(a.batch_size), "--seed", str(seed)] + flags
+    rc, out, err, wall = run_cmd(cmd, env, a.peers, a.timeout)
+    shown = " ".join(f"{k}={v}" for k, v in env.items()) + (" " if env else "")
+    rec = dict(side="peer", model=model, seed=seed, cmd=shown + " ".join(cmd), rc=rc,
+               process_wall_s=round(wall, 3))
+    res = None
+    for line in out.splitlines():
+        if line.startswith("RESULT "):
+            try:
+                res = json.loads(line[len("RESULT "):])
+            except ValueError:
+                pass
+    if rc == 0 and res and res.get("samples_per_s"):
+        rec.update(samples_per_s=float(res["samples_per_s"]),
+                   peak_rss_mib=float(res["peak_rss_mib"]),
+                   test_acc=float(res["test_acc"]),
+                   wall_s=float(sum(res["epoch_s"]) + sum(res.get("eval_s", []))),
+                   report=res)
+    else:
+        if rc == 0:
+            rec["rc"] = "no RESULT line"
+        rec["stderr_tail"] = (err or out)[-2000:]
+    return rec
+
+
+def stat(recs, key, fmt):
+    vals = [r[key] for r in recs if key in r]
+    if not vals:
+        return "n/a"
+    med = statistics.median(vals)
+    if len(vals) == 1:
+        return fmt.format(med)
+    return f"{fmt.format(med)} [{fmt.format(min(vals))}–{fmt.format(max(vals))}]"
+
+
+def median(recs, key):
+    vals = [r[key] for r in recs if key in r]
+    return statistics.median(vals) if vals else None
+
+
+def build_rows(a, records):
+    """Rows of (model, implementation, samples/s, peak RSS MiB, test acc, wall s, ok)."""
+    rows = []
+    for m in a.models:
+        sides = [("strata", "Strata")] if a.only != "peer" else []
+        if a.only != "strata":
+            sides.append(("peer", PEER_LABEL[m]))
+        for side, label in sides:
+            recs = [r for r in records if r["model"] == m and r["side"] == side]
+            good = [r for r in recs if "samples_per_s" in r]
+            rows.append([m, label, stat(good, "samples_per_s", "{:.0f}"),
+                         stat(good, "peak_rss_mib", "{:.0f}"), stat(good, "test_acc", "{:.4f}"),
+                         stat(good, "process_wall_s", "{:.1f}"), f"{len(good)}/{len(recs)}"])
+        if a.only is None:
+            s = [r for r in records if r["model"] == m and r["side"] == "strata"]
+            p = [r for r in records if r["model"] == m and r["side"] == "peer"]
+            ss, ps = median(s, "samples_per_s"), median(p, "samples_per_s")
+            sr, pr = median(s, "peak_rss_mib"), median(p, "peak_rss_mib")
+            ratio = lambda x, y: f"{x / y:.2f}x" if x is not None and y else "n/a"  # noqa: E731
+            rows.append([m, "Strata / PyTorch",
+                         ratio(ss, ps), ratio(sr, pr), "", "", ""])
+    return rows
+
+
+HEAD = ["model", "implementation", "samples/s", "peak RSS MiB", "test acc", "process wall s",
+        "runs ok"]
+
+
+def text_table(rows):
+    w = [max(len(str(r[i])) for r in rows + [HEAD]) for i in range(len(HEAD))]
+    line = lambda r: "  ".join(str(c).ljust(w[i]) for i, c in enumerate(r)).rstrip()  # noqa: E731
+    return "\n".join([line(HEAD), line(["-" * x for x in w])] + [line(r) for r in rows])
+
+
+def machine_info():
+    cpu = platform.processor() or "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip() or "?"
+    return dict(cpu=cpu, cores=os.cpu_count(), kernel=platform.release(), commit=commit,
+                date=datetime.datetime.now().strftime("%Y-%m-%d %H:%M"))
+
+
+def markdown(a, rows, info, records):
+    out = [f"Measured {info['date']} on {info['cpu']} ({info['cores']} CPUs, Linux "
+           f"{info['kernel']}), Strata commit {info['commit']}; {a.epochs} epoch(s), batch "
+           f"{a.batch_size}, {a.reps} run(s) per side alternating, seeds "
+           f"{a.seed_base}..{a.seed_base + a.reps - 1}.",
+           "Cells are median [min–max]. samples/s counts training only, excluding the first "
+           "20 steps; peak RSS is the process's ru_maxrss; process wall s is the whole command "
+           "(start-up, data loading, training, evaluation) timed by the script. Ratios are of medians "
+           "(samples/s: higher is better for Strata; RSS: lower is better).", "",
+           "| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
+    for r in rows:
+        bold = r[1] == "Strata / PyTorch"
+        out.append("| " + " | ".join((f"**{c}**" if bold and c else str(c)) for c in r) + " |")
+    cmds = []
+    for m in a.models:
+        for side in ("strata", "peer"):
+            rec = next((x for x in records if x["model"] == m and x["side"] == side), None)
+            if rec:
+                cmd = re.sub(r"--report \S+", "--report REPORT.json", rec["cmd"])
+                cmds.append(cmd.replace(REPO + "/", "").replace(os.path.dirname(REPO) + "/", "../"))
+    out += ["", "Commands (first repetition):", "", "```"] + cmds + ["```", ""]
+    return "\n".join(out)
+
+
+def main():
+    a = parse_args()
+    check_prereqs(a)
+    info = machine_info()
+    print(f"# {info['date']}  {info['cpu']}  {info['cores']} CPUs  commit {info['commit']}",
+          flush=True)
+    records = []
+    for rep in range(a.reps):
+        seed = a.seed_base + rep
+        for m in a.models:
+            order = [run_strata, run_peer] if rep % 2 == 0 else [run_peer, run_strata]
+            for fn in order:
+                if (a.only == "strata" and fn is run_peer) or (a.only == "peer" and fn is run_strata):
+                    continue
+                rec = fn(a, m, seed)
+                records.append(rec)
+                sps = rec.get("samples_per_s")
+                print(f"[rep {rep + 1}/{a.reps}] {m:3} {rec['side']:6} seed {seed}: " +
+                      (f"{sps:.0f} samples/s, peak RSS {rec['peak_rss_mib']:.0f} MiB, "
+                       f"test acc {rec['test_acc']:.4f}" if sps else
+                       f"FAILED ({rec['rc']})\n{rec.get('stderr_tail', '')}"),
+                      flush=True)
+                if a.json:
+                    with open(a.json, "a") as f:
+                        f.write(json.dumps(dict(rec, **info)) + "\n")
+    rows = build_rows(a, records)
+    print()
+    print(text_table(rows))
+    if a.markdown:
+        with open(a.markdown, "w") as f:
+            f.write(markdown(a, rows, info, records))
+        print(f"\nmarkdown table written to {a.markdown}")
+    return 0 if all("samples_per_s" in r for r in records) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

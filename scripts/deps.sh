@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Install the Debian packages Strata needs to build and test, if any are missing.
+#   scripts/deps.sh          build + test: compiler, CMake, OpenBLAS, zlib, jansson, Fashion-MNIST
+#   scripts/deps.sh --bench  also the PyTorch peer (python3-torch, python3-numpy)
+#   scripts/deps.sh --mpi    also OpenMPI (openmpi-bin, libopenmpi-dev)
+# Quiet when nothing is missing. Installs as root, or through `sudo -n` when that
+# works without a password; otherwise prints the exact command and exits 1.
+set -euo pipefail
+
+pkgs=(cmake make gcc pkg-config libopenblas-dev zlib1g-dev libjansson-dev dataset-fashion-mnist)
+for arg in "$@"; do
+  case "$arg" in
+    --bench) pkgs+=(python3-torch python3-numpy) ;;
+    --mpi) pkgs+=(openmpi-bin libopenmpi-dev) ;;
+    -h|--help) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "deps.sh: unknown argument '$arg' (expected --bench or --mpi)" >&2; exit 2 ;;
+  esac
+done
+
+missing=()
+for p in "${pkgs[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+  [ "$status" = "installed" ] || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+export DEBIAN_FRONTEND=noninteractive
+if [ "$(id -u)" -eq 0 ]; then
+  sudo=()
+elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+  sudo=(sudo -n env DEBIAN_FRONTEND=noninteractive)
+else
+  echo "deps.sh: missing packages: ${missing[*]}" >&2
+  echo "Install them with:" >&2
+  echo "  sudo apt-get update && sudo apt-get install -y --no-install-recommends ${missing[*]}" >&2
+  exit 1
+fi
+
+echo "deps.sh: installing ${missing[*]}" >&2
+${sudo[@]+"${sudo[@]}"} apt-get update -qq >&2
+${sudo[@]+"${sudo[@]}"} apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2

@@ -1,0 +1,43 @@
+/* Backend registry: st_backend_get maps a name to a backend table. To add a
+ * backend: write its table in its own file(s), add a row here, and a case in
+ * tests/test_kernels.c. A backend that was not built answers ST_ERR_NOT_BUILT. */
+#include <string.h>
+
+#include "strata/backend.h"
+
+/* "cuda" is listed so the user gets "not built" rather than "unknown". */
+static st_status get_cuda(const st_backend **out) {
+  (void)out;
+  return st_error(ST_ERR_NOT_BUILT,
+                  "backend 'cuda' is not built into this Strata (no CUDA "
+                  "support compiled in); use 'cpu' or 'reference'");
+}
+
+static st_status get_cpu(const st_backend **out) {
+  *out = st_backend_cpu();
+  return ST_OK;
+}
+
+static st_status get_reference(const st_backend **out) {
+  *out = st_backend_reference();
+  return ST_OK;
+}
+
+static const struct {
+  const char *name;
+  st_status (*get)(const st_backend **out);
+} backends[] = {
+    {"cpu", get_cpu},
+    {"reference", get_reference},
+    {"cuda", get_cuda},
+};
+
+/* Any thread. *out is set only on success. */
+st_status st_backend_get(const char *name, const st_backend **out) {
+  if (!name || !out)
+    return st_error(ST_ERR_INVALID, "st_backend_get: NULL name or out");
+  for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++)
+    if (strcmp(name, backends[i].name) == 0) return backends[i].get(out);
+  return st_error(ST_ERR_INVALID,
+                  "unknown backend '%s' (valid: cpu, reference, cuda)", name);
+}

@@ -1,0 +1,240 @@
+/* The fast CPU backend: gemm through OpenBLAS (loaded at run time by blas.c),
+ * the other kernels as simple restrict-pointer loops that GCC vectorises. This
+ * file holds memory, BLAS-like, bias and activation kernels and the table;
+ * cpu_conv.c and cpu_train.c hold the rest. Results match the reference backend
+ * up to float rounding (the reference accumulates in double). Stateless: any
+ * thread may call any kernel at once on disjoint buffers. */
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "backend/blas.h"
+#include "backend/cpu.h"
+
+/* ---- memory --------------------------------------------------------------- */
+
+static void *cpu_alloc(size_t bytes) { return st_alloc(bytes); }
+static void cpu_free(void *p) { st_free(p); }
+static void cpu_copy(void *dst, const void *src, size_t bytes) {
+  if (bytes && dst != src) memcpy(dst, src, bytes);
+}
+static void cpu_sync(void) {}
+
+/* ---- BLAS-like ------------------------------------------------------------ */
+
+/* st__sgemm loads OpenBLAS on first use (st_blas_init's pthread_once). */
+static void cpu_gemm(bool trans_a, bool trans_b, int m, int n, int k,
+                     float alpha, const float *a, int lda, const float *b,
+                     int ldb, float beta, float *c, int ldc) {
+  st__sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+static void cpu_axpy(size_t n, float alpha, const float *restrict x,
+                     float *restrict y) {
+  for (size_t i = 0; i < n; i++) y[i] += alpha * x[i];
+}
+
+static void cpu_scale(size_t n, float alpha, float *restrict x) {
+  for (size_t i = 0; i < n; i++) x[i] *= alpha;
+}
+
+static void cpu_fill(size_t n, float value, float *restrict x) {
+  for (size_t i = 0; i < n; i++) x[i] = value;
+}
+
+/* ---- bias ----------------------------------------------------------------- */
+
+static void cpu_bias_add(int rows, int cols, const float *restrict bias,
+                         float *restrict y) {
+  for (int r = 0; r < rows; r++) {
+    float *restrict yr = y + (size_t)r * cols;
+    for (int j = 0; j < cols; j++) yr[j] += bias[j];
+  }
+}
+
+/* db[cols] = column sums of dy[rows, cols], accumulated in double per chunk of
+ * columns so the sum is as exact as the reference's. */
+static void cpu_bias_grad(int rows, int cols, const float *restrict dy,
+                          float *restrict db) {
+  double acc[ST__CPU_CHUNK];
+  for (int j0 = 0; j0 < cols; j0 += ST__CPU_CHUNK) {
+    int nj = cols - j0 < ST__CPU_CHUNK ? cols - j0 : ST__CPU_CHUNK;
+    for (int j = 0; j < nj; j++) acc[j] = 0.0;
+    for (int r = 0; r < rows; r++) {
+      const float *restrict d = dy + (size_t)r * cols + j0;
+      for (int j = 0; j < nj; j++) acc[j] += d[j];
+    }
+    for (int j = 0; j < nj; j++) db[j0 + j] = (float)acc[j];
+  }
+}
+
+/* ---- activations ---------------------------------------------------------- */
+
+#define INV_SQRT2 0.70710678118654752440f
+#define INV_SQRT_2PI 0.39894228040143267794f
+
+/* Softmax of each row of x[rows, cols] into y (x == y allowed). */
+static void softmax_rows(int rows, int cols, const float *x, float *y) {
+  for (int r = 0; r < rows; r++) {
+    const float *xr = x + (size_t)r * cols;
+    float *yr = y + (size_t)r * cols;
+    float mx = -INFINITY, sum = 0.0f;
+    for (int j = 0; j < cols; j++) mx = xr[j] > mx ? xr[j] : mx;
+    for (int j = 0; j < cols; j++) {
+      yr[j] = expf(xr[j] - mx);
+      sum += yr[j];
+    }
+    float inv = 1.0f / sum;
+    for (int j = 0; j < cols; j++) yr[j] *= inv;
+  }
+}
+
+static float sigmoidf(float x) {
+  if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
+  float e = expf(x);
+  return e / (1.0f + e);
+}
+
+/* y = act(x) elementwise over n floats (not softmax); x == y allowed. */
+static void act_elementwise(st_activation act, size_t n, const float *x,
+                            float *y) {
+  switch (act) {
+    case ST_ACT_RELU:
+      for (size_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+      break;
+    case ST_ACT_SIGMOID:
+      for (size_t i = 0; i < n; i++) y[i] = sigmoidf(x[i]);
+      break;
+    case ST_ACT_TANH:
+      for (size_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
+      break;
+    case ST_ACT_ELU:
+      for (size_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : expm1f(x[i]);
+      break;
+    case ST_ACT_GELU:
+      for (size_t i = 0; i < n; i++)
+        y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * INV_SQRT2));
+      break;
+    default: /* linear */
+      if (x != y) memcpy(y, x, n * sizeof(float));
+      break;
+  }
+}
+
+static void cpu_act_forward(st_activation act, int rows, int cols,
+                            const float *x, float *y) {
+  if (act == ST_ACT_SOFTMAX)
+    softmax_rows(rows, cols, x, y);
+  else
+    act_elementwise(act, (size_t)rows * cols, x, y);
+}
+
+/* dx = y * (dy - sum(dy*y)) per row (dx == dy allowed). */
+static void softmax_backward(int rows, int cols, const float *y,
+                             const float *dy, float *dx) {
+  for (int r = 0; r < rows; r++) {
+    const float *yr = y + (size_t)r * cols, *dyr = dy + (size_t)r * cols;
+    float *dxr = dx + (size_t)r * cols;
+    float dot = 0.0f;
+    for (int j = 0; j < cols; j++) dot += dyr[j] * yr[j];
+    for (int j = 0; j < cols; j++) dxr[j] = yr[j] * (dyr[j] - dot);
+  }
+}
+
+/* gelu'(x) = Phi(x) + x phi(x). */
+static void gelu_backward(size_t n, const float *x, const float *dy,
+                          float *dx) {
+  for (size_t i = 0; i < n; i++) {
+    float xi = x[i];
+    float d = 0.5f * (1.0f + erff(xi * INV_SQRT2)) +
+              xi * expf(-0.5f * xi * xi) * INV_SQRT_2PI;
+    dx[i] = dy[i] * d;
+  }
+}
+
+/* dx = dy * act'(.) from y (GELU from x); dx == dy allowed. */
+static void cpu_act_backward(st_activation act, int rows, int cols,
+                             const float *x, const float *y, const float *dy,
+                             float *dx) {
+  size_t n = (size_t)rows * cols;
+  switch (act) {
+    case ST_ACT_SOFTMAX: softmax_backward(rows, cols, y, dy, dx); break;
+    case ST_ACT_GELU: gelu_backward(n, x, dy, dx); break;
+    case ST_ACT_RELU:
+      for (size_t i = 0; i < n; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+      break;
+    case ST_ACT_SIGMOID:
+      for (size_t i = 0; i < n; i++) dx[i] = dy[i] * (y[i] * (1.0f - y[i]));
+      break;
+    case ST_ACT_TANH:
+      for (size_t i = 0; i < n; i++) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
+      break;
+    case ST_ACT_ELU:
+      for (size_t i = 0; i < n; i++)
+        dx[i] = y[i] > 0.0f ? dy[i] : dy[i] * (y[i] + 1.0f);
+      break;
+    default:
+      if (dx != dy) memcpy(dx, dy, n * sizeof(float));
+      break;
+  }
+}
+
+/* ---- the table ------------------------------------------------------------ */
+
+static const st_backend cpu_backend = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .to_device = cpu_copy,
+    .to_host = cpu_copy,
+    .synchronize = cpu_sync,
+    .gemm = cpu_gemm,
+    .axpy = cpu_axpy,
+    .scale = cpu_scale,
+    .fill = cpu_fill,
+    .bias_add = cpu_bias_add,
+    .bias_grad = cpu_bias_grad,
+    .act_forward = cpu_act_forward,
+    .act_backward = cpu_act_backward,
+    .im2col = st__cpu_im2col,
+    .col2im = st__cpu_col2im,
+    .maxpool_forward = st__cpu_maxpool_forward,
+    .maxpool_backward = st__cpu_maxpool_backward,
+    .avgpool_forward = st__cpu_avgpool_forward,
+    .avgpool_backward = st__cpu_avgpool_backward,
+    .batchnorm_forward_train = st__cpu_bn_train,
+    .batchnorm_forward_infer = st__cpu_bn_infer,
+    .batchnorm_backward = st__cpu_bn_backward,
+    .dropout_forward = st__cpu_dropout_forward,
+    .dropout_backward = st__cpu_dropout_backward,
+    .loss = st__cpu_loss,
+    .sgd_update = st__cpu_sgd,
+    .adam_update = st__cpu_adam,
+    .rmsprop_update = st__cpu_rmsprop,
+};
+
+/* Completeness check, as in reference.c: after `name` the table holds only
+ * function pointers; the static_assert fails when a slot is added (fill it and
+ * bump CPU_SLOTS) and table_complete() checks that no slot is NULL. */
+#define CPU_SLOTS 28
+typedef void (*any_fn)(void);
+_Static_assert(sizeof(st_backend) ==
+                   offsetof(st_backend, alloc) + CPU_SLOTS * sizeof(any_fn),
+               "st_backend changed: fill the new slot and update CPU_SLOTS");
+
+static bool table_complete(const st_backend *be) {
+  const unsigned char *base = (const unsigned char *)be;
+  for (size_t off = offsetof(st_backend, alloc); off < sizeof *be;
+       off += sizeof(any_fn)) {
+    any_fn f;
+    memcpy(&f, base + off, sizeof f);
+    if (!f) return false;
+  }
+  return true;
+}
+
+/* Any thread. The table is immutable; OpenBLAS loads on the first gemm. */
+const st_backend *st_backend_cpu(void) {
+  ST_ASSERT(table_complete(&cpu_backend));
+  return &cpu_backend;
+}

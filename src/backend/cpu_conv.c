@@ -1,0 +1,249 @@
+/* Fast CPU convolution helpers and pooling, NHWC. im2col/col2im move whole
+ * runs: for one output cell and kernel row, the kw taps read kw*c contiguous
+ * floats of x (the in-image part), so each run is one copy or one vector add.
+ * Pooling vectorises over channels; 2x2 stride-2 'valid' max pooling has its
+ * own path. Any thread, disjoint buffers. */
+#include <string.h>
+
+#include "backend/cpu.h"
+
+/* ---- im2col / col2im ------------------------------------------------------ */
+
+/* In-image tap range [*k0, *k1) of a kernel row or column starting at input
+ * coordinate `start` (may be negative) with `k` taps over an axis of size n. */
+static void tap_range(int start, int k, int n, int *k0, int *k1) {
+  *k0 = start < 0 ? -start : 0;
+  *k1 = start + k > n ? n - start : k;
+  if (*k1 < *k0) *k1 = *k0;
+}
+
+static void zero_floats(float *restrict p, size_t n) {
+  for (size_t i = 0; i < n; i++) p[i] = 0.0f;
+}
+
+static void copy_floats(float *restrict dst, const float *restrict src,
+                        size_t n) {
+  if (n >= 16) {
+    memcpy(dst, src, n * sizeof(float));
+    return;
+  }
+  for (size_t i = 0; i < n; i++) dst[i] = src[i];
+}
+
+/* col[oh*ow, kh*kw*c] from x[h,w,c]; row (oy*ow+ox), column (ky*kw+kx)*c+ci. */
+void st__cpu_im2col(const st_conv_geom *g, const float *x, float *col) {
+  const size_t c = (size_t)g->c, run = (size_t)g->kw * c;
+  for (int oy = 0; oy < g->oh; oy++) {
+    int y0 = oy * g->sh - g->pad_top;
+    for (int ox = 0; ox < g->ow; ox++) {
+      int x0 = ox * g->sw - g->pad_left, kx0, kx1;
+      tap_range(x0, g->kw, g->w, &kx0, &kx1);
+      for (int ky = 0; ky < g->kh; ky++, col += run) {
+        int iy = y0 + ky;
+        if (iy < 0 || iy >= g->h || kx0 == kx1) {
+          zero_floats(col, run);
+          continue;
+        }
+        const float *src = x + ((size_t)iy * g->w + (x0 + kx0)) * c;
+        zero_floats(col, kx0 * c);
+        copy_floats(col + kx0 * c, src, (size_t)(kx1 - kx0) * c);
+        zero_floats(col + kx1 * c, (size_t)(g->kw - kx1) * c);
+      }
+    }
+  }
+}
+
+/* dx[h,w,c] += the adjoint scatter of col (same order as im2col). */
+void st__cpu_col2im(const st_conv_geom *g, const float *col, float *dx) {
+  const size_t c = (size_t)g->c, run = (size_t)g->kw * c;
+  for (int oy = 0; oy < g->oh; oy++) {
+    int y0 = oy * g->sh - g->pad_top;
+    for (int ox = 0; ox < g->ow; ox++) {
+      int x0 = ox * g->sw - g->pad_left, kx0, kx1;
+      tap_range(x0, g->kw, g->w, &kx0, &kx1);
+      for (int ky = 0; ky < g->kh; ky++, col += run) {
+        int iy = y0 + ky;
+        if (iy < 0 || iy >= g->h || kx0 == kx1) continue;
+        float *restrict dst = dx + ((size_t)iy * g->w + (x0 + kx0)) * c;
+        const float *restrict src = col + kx0 * c;
+        size_t len = (size_t)(kx1 - kx0) * c;
+        for (size_t i = 0; i < len; i++) dst[i] += src[i];
+      }
+    }
+  }
+}
+
+/* ---- pooling -------------------------------------------------------------- */
+
+/* In-image window [*y0,*y1) x [*x0,*x1) of output cell (oy, ox). */
+static void pool_window(const st_pool_geom *g, int oy, int ox, int *y0,
+                        int *y1, int *x0, int *x1) {
+  int sy = oy * g->sh - g->pad_top, sx = ox * g->sw - g->pad_left;
+  *y0 = sy < 0 ? 0 : sy;
+  *x0 = sx < 0 ? 0 : sx;
+  *y1 = sy + g->ph > g->h ? g->h : sy + g->ph;
+  *x1 = sx + g->pw > g->w ? g->w : sx + g->pw;
+}
+
+static size_t image_floats(const st_pool_geom *g) {
+  return (size_t)g->h * g->w * g->c;
+}
+
+static bool is_2x2_s2_valid(const st_pool_geom *g) {
+  return g->ph == 2 && g->pw == 2 && g->sh == 2 && g->sw == 2 &&
+         g->pad_top == 0 && g->pad_left == 0 && 2 * g->oh <= g->h &&
+         2 * g->ow <= g->w;
+}
+
+/* 2x2/2 max pooling of one image: y = first max of (a, b; c, d). */
+static void maxpool_2x2_image(const st_pool_geom *g, const float *x,
+                              float *y) {
+  const size_t c = (size_t)g->c, row = (size_t)g->w * c;
+  for (int oy = 0; oy < g->oh; oy++)
+    for (int ox = 0; ox < g->ow; ox++) {
+      const float *restrict a = x + (size_t)2 * oy * row + (size_t)2 * ox * c;
+      const float *restrict b = a + c, *restrict cc = a + row,
+                            *restrict d = a + row + c;
+      float *restrict yo = y + ((size_t)oy * g->ow + ox) * c;
+      for (size_t k = 0; k < c; k++) {
+        float m = a[k];
+        m = b[k] > m ? b[k] : m;
+        m = cc[k] > m ? cc[k] : m;
+        yo[k] = d[k] > m ? d[k] : m;
+      }
+    }
+}
+
+/* Max of one window, channels [c0, c0+nc), into out[nc] (first max kept). */
+static void window_max(const st_pool_geom *g, const float *img, int oy, int ox,
+                       size_t c0, size_t nc, float *restrict out,
+                       int *restrict arg) {
+  int y0, y1, x0, x1;
+  pool_window(g, oy, ox, &y0, &y1, &x0, &x1);
+  const size_t c = (size_t)g->c;
+  for (int yy = y0; yy < y1; yy++)
+    for (int xx = x0; xx < x1; xx++) {
+      int cell = yy * g->w + xx;
+      const float *restrict v = img + (size_t)cell * c + c0;
+      bool first = yy == y0 && xx == x0;
+      for (size_t k = 0; k < nc; k++) {
+        bool take = first || v[k] > out[k];
+        out[k] = take ? v[k] : out[k];
+        arg[k] = take ? cell : arg[k];
+      }
+    }
+}
+
+void st__cpu_maxpool_forward(const st_pool_geom *g, const float *x, float *y) {
+  const size_t c = (size_t)g->c, in = image_floats(g),
+               out = (size_t)g->oh * g->ow * c;
+  int arg[ST__CPU_CHUNK];
+  for (int n = 0; n < g->n; n++, x += in, y += out) {
+    if (is_2x2_s2_valid(g)) {
+      maxpool_2x2_image(g, x, y);
+      continue;
+    }
+    for (int oy = 0; oy < g->oh; oy++)
+      for (int ox = 0; ox < g->ow; ox++)
+        for (size_t c0 = 0; c0 < c; c0 += ST__CPU_CHUNK) {
+          size_t nc = c - c0 < ST__CPU_CHUNK ? c - c0 : ST__CPU_CHUNK;
+          float *yo = y + ((size_t)oy * g->ow + ox) * c + c0;
+          window_max(g, x, oy, ox, c0, nc, yo, arg);
+        }
+  }
+}
+
+/* 2x2/2 backward of one image: dy goes to the first max of its window. */
+static void maxpool_2x2_backward(const st_pool_geom *g, const float *x,
+                                 const float *dy, float *dx) {
+  const size_t c = (size_t)g->c, row = (size_t)g->w * c;
+  for (int oy = 0; oy < g->oh; oy++)
+    for (int ox = 0; ox < g->ow; ox++) {
+      size_t off = (size_t)2 * oy * row + (size_t)2 * ox * c;
+      const float *restrict a = x + off, *restrict b = a + c,
+                            *restrict cc = a + row, *restrict d = a + row + c;
+      float *restrict da = dx + off, *restrict db = da + c,
+                      *restrict dc = da + row, *restrict dd = da + row + c;
+      const float *restrict g0 = dy + ((size_t)oy * g->ow + ox) * c;
+      for (size_t k = 0; k < c; k++) {
+        float m = a[k];
+        int w = 0;
+        if (b[k] > m) m = b[k], w = 1;
+        if (cc[k] > m) m = cc[k], w = 2;
+        if (d[k] > m) w = 3;
+        da[k] = w == 0 ? g0[k] : 0.0f;
+        db[k] = w == 1 ? g0[k] : 0.0f;
+        dc[k] = w == 2 ? g0[k] : 0.0f;
+        dd[k] = w == 3 ? g0[k] : 0.0f;
+      }
+    }
+}
+
+/* General backward of one image: recompute each window's first argmax from x
+ * (as the reference does) and add dy there; windows may overlap. */
+static void maxpool_backward_image(const st_pool_geom *g, const float *x,
+                                   const float *dy, float *dx) {
+  float best[ST__CPU_CHUNK];
+  int arg[ST__CPU_CHUNK];
+  const size_t c = (size_t)g->c;
+  for (int oy = 0; oy < g->oh; oy++)
+    for (int ox = 0; ox < g->ow; ox++)
+      for (size_t c0 = 0; c0 < c; c0 += ST__CPU_CHUNK) {
+        size_t nc = c - c0 < ST__CPU_CHUNK ? c - c0 : ST__CPU_CHUNK;
+        const float *go = dy + ((size_t)oy * g->ow + ox) * c + c0;
+        window_max(g, x, oy, ox, c0, nc, best, arg);
+        for (size_t k = 0; k < nc; k++) dx[(size_t)arg[k] * c + c0 + k] += go[k];
+      }
+}
+
+void st__cpu_maxpool_backward(const st_pool_geom *g, const float *x,
+                              const float *y, const float *dy, float *dx) {
+  const size_t in = image_floats(g), out = (size_t)g->oh * g->ow * g->c;
+  (void)y;
+  memset(dx, 0, sizeof(float) * in * g->n);
+  for (int n = 0; n < g->n; n++, x += in, dy += out, dx += in) {
+    if (is_2x2_s2_valid(g))
+      maxpool_2x2_backward(g, x, dy, dx);
+    else
+      maxpool_backward_image(g, x, dy, dx);
+  }
+}
+
+/* Mean over the in-image cells of each window (padding excluded). */
+void st__cpu_avgpool_forward(const st_pool_geom *g, const float *x, float *y) {
+  const size_t c = (size_t)g->c, in = image_floats(g);
+  for (int n = 0; n < g->n; n++, x += in)
+    for (int oy = 0; oy < g->oh; oy++)
+      for (int ox = 0; ox < g->ow; ox++, y += c) {
+        int y0, y1, x0, x1;
+        pool_window(g, oy, ox, &y0, &y1, &x0, &x1);
+        zero_floats(y, c);
+        for (int yy = y0; yy < y1; yy++)
+          for (int xx = x0; xx < x1; xx++) {
+            const float *restrict v = x + ((size_t)yy * g->w + xx) * c;
+            float *restrict yo = y;
+            for (size_t k = 0; k < c; k++) yo[k] += v[k];
+          }
+        float inv = (float)(1.0 / ((double)(y1 - y0) * (x1 - x0)));
+        for (size_t k = 0; k < c; k++) y[k] *= inv;
+      }
+}
+
+void st__cpu_avgpool_backward(const st_pool_geom *g, const float *dy,
+                              float *dx) {
+  const size_t c = (size_t)g->c, in = image_floats(g);
+  memset(dx, 0, sizeof(float) * in * g->n);
+  for (int n = 0; n < g->n; n++, dx += in)
+    for (int oy = 0; oy < g->oh; oy++)
+      for (int ox = 0; ox < g->ow; ox++, dy += c) {
+        int y0, y1, x0, x1;
+        pool_window(g, oy, ox, &y0, &y1, &x0, &x1);
+        float inv = (float)(1.0 / ((double)(y1 - y0) * (x1 - x0)));
+        for (int yy = y0; yy < y1; yy++)
+          for (int xx = x0; xx < x1; xx++) {
+            float *restrict d = dx + ((size_t)yy * g->w + xx) * c;
+            const float *restrict gv = dy;
+            for (size_t k = 0; k < c; k++) d[k] += gv[k] * inv;
+          }
+      }
+}

@@ -1,0 +1,71 @@
+/* Status codes and per-thread error messages: st_status_string names a status,
+ * st_error / st_error_prefix record a formatted message in a thread-local buffer
+ * (so each thread sees only its own last error), st_last_error reads it back, and
+ * st__assert_fail is the single place where a programmer error aborts. All
+ * functions may be called from any thread. */
+#include "strata/base.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ERR_MAX 1024
+
+static _Thread_local char g_err[ERR_MAX]; /* "" when no error */
+
+static const char *const k_status_names[] = {
+    [ST_OK] = "ok",
+    [ST_ERR_INVALID] = "invalid argument",
+    [ST_ERR_FORMAT] = "malformed input",
+    [ST_ERR_IO] = "i/o error",
+    [ST_ERR_NOMEM] = "out of memory",
+    [ST_ERR_NOT_BUILT] = "not built",
+    [ST_ERR_NONFINITE] = "non-finite value",
+    [ST_ERR_TIMEOUT] = "timed out",
+    [ST_ERR_PEER] = "peer lost",
+    [ST_ERR_INTERNAL] = "internal error",
+};
+static_assert(sizeof k_status_names / sizeof k_status_names[0] ==
+                  ST_STATUS_COUNT,
+              "k_status_names must name every st_status");
+
+const char *st_status_string(st_status s) {
+  if ((int)s < 0 || s >= ST_STATUS_COUNT) return "unknown status";
+  return k_status_names[s];
+}
+
+/* Format into a local buffer first: the arguments may point into g_err
+ * (e.g. st_error(s, "%s", st_last_error())). */
+st_status st_error(st_status s, const char *fmt, ...) {
+  char tmp[ERR_MAX];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(tmp, sizeof tmp, fmt, ap);
+  va_end(ap);
+  memcpy(g_err, tmp, sizeof tmp);
+  return s;
+}
+
+st_status st_error_prefix(st_status s, const char *fmt, ...) {
+  char tmp[ERR_MAX];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+  va_end(ap);
+  if (n < 0) n = 0;
+  if ((size_t)n < sizeof tmp - 1)
+    snprintf(tmp + n, sizeof tmp - (size_t)n, "%s", g_err);
+  memcpy(g_err, tmp, sizeof tmp);
+  return s;
+}
+
+const char *st_last_error(void) { return g_err; }
+
+void st_clear_error(void) { g_err[0] = '\0'; }
+
+void st__assert_fail(const char *expr, const char *file, int line) {
+  fprintf(stderr, "strata: assertion failed: %s at %s:%d\n", expr, file, line);
+  fflush(stderr);
+  abort();
+}

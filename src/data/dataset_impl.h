@@ -1,0 +1,73 @@
+/* Internal plumbing of the dataset pipeline, shared by src/data/dataset*.c.
+ * A dataset is a node (st_dataset, embedded as the first member of each node
+ * kind's struct) with a small vtable: iterate (start a pass at an epoch number)
+ * and destroy (free the node's own state; the input node is destroyed by the
+ * generic code). An iterator (st_iterator, likewise embedded) has next (one
+ * item: an element or a batch), an optional next_into (write one unbatched
+ * element straight into caller buffers, which lets batch gather rows without
+ * an extra copy) and an optional skip (drop items without producing them).
+ * The epoch number flows from the top of the pipeline down so shuffle orders
+ * depend only on (seed, epoch); repeat derives its inner epochs from it. */
+#ifndef STRATA_DATA_DATASET_IMPL_H
+#define STRATA_DATA_DATASET_IMPL_H
+
+#include "strata/data.h"
+
+typedef struct st__iter_ops {
+  st_status (*next)(st_iterator *it, st_batch *out, bool *end);
+  /* Optional; unbatched datasets only. x [x_size], y [y_size]. */
+  st_status (*next_into)(st_iterator *it, float *x, float *y, bool *end);
+  /* Optional: drop up to n items; *done = how many were dropped (< n at end). */
+  st_status (*skip)(st_iterator *it, int64_t n, int64_t *done);
+  void (*destroy)(st_iterator *it);
+} st__iter_ops;
+
+struct st_iterator {
+  const st__iter_ops *ops;
+};
+
+typedef struct st__ds_ops {
+  const char *name; /* "shuffle", for messages */
+  /* Start a pass; *out is a new iterator. */
+  st_status (*iterate)(st_dataset *ds, uint64_t epoch, st_iterator **out);
+  void (*destroy)(st_dataset *ds); /* node state only; NULL = nothing extra */
+} st__ds_ops;
+
+struct st_dataset {
+  const st__ds_ops *ops;
+  st_dataset *input;   /* owned upstream node; NULL for sources */
+  st_shape x_shape;    /* per example */
+  size_t x_size;       /* floats per example */
+  size_t y_size;       /* floats per example */
+  int batch;           /* examples per item at most; 0 = unbatched elements */
+  int64_t cardinality; /* items per pass; -1 infinite, -2 unknown */
+  uint64_t next_epoch; /* passes started through st_dataset_iterate (atomic) */
+};
+
+/* Initialise a transform node over `in`, copying its shape and counts. */
+void st__ds_init(st_dataset *ds, const st__ds_ops *ops, st_dataset *in);
+/* A transform failed: destroy `in` (may be NULL), keep the error, return NULL. */
+st_dataset *st__ds_fail(st_dataset *in, st_status s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Checks for transform entry: NULL input (keeps an earlier error). */
+bool st__ds_null_input(const st_dataset *in, const char *fn);
+/* Start a pass over ds at the given epoch (used by nodes on their input). */
+st_status st__ds_iterate(st_dataset *ds, uint64_t epoch, st_iterator **out);
+/* Floats per item slot: max(batch, 1) * size. */
+size_t st__ds_item_floats(const st_dataset *ds, size_t per_example);
+
+/* One unbatched element into x/y, via next_into when the iterator has it. */
+st_status st__iter_next_into(st_iterator *it, const st_dataset *ds, float *x, float *y,
+                             bool *end);
+/* Drop n items (skip op when present, else next). */
+st_status st__iter_skip(st_iterator *it, int64_t n, int64_t *done);
+/* Copy an item into buffers sized for st__ds_item_floats. */
+void st__batch_copy(const st_dataset *ds, const st_batch *b, float *x, float *y);
+
+/* Tensor-slices source, for the shuffle fast path. */
+bool st__ds_is_slices(const st_dataset *ds);
+int64_t st__slices_count(const st_dataset *ds);
+/* Convert example i (0 <= i < count) into x [x_size] and y [y_size]. */
+void st__slices_row(const st_dataset *ds, int64_t i, float *x, float *y);
+
+#endif

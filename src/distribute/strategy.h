@@ -1,0 +1,56 @@
+/* Internal: the strategy table. A strategy is attached to a model when the
+ * model is compiled; from then on fit / evaluate / predict hand it global
+ * batches and it decides how they are split across replicas, where the
+ * variables live and how gradients become updates.
+ *
+ * Adding a strategy: a file src/distribute/<kind>.c exporting its vtable, a case
+ * in st_strategy_create (strategy.c), and the equivalence test in
+ * tests/test_strategy.c. */
+#ifndef STRATA_DISTRIBUTE_STRATEGY_H
+#define STRATA_DISTRIBUTE_STRATEGY_H
+
+#include "nn/model.h"
+#include "strata/distribute.h"
+
+/* Sums over one global batch, reduced across replicas. */
+typedef struct st_step_stats {
+  double loss_sum;       /* sum of per-example losses */
+  int64_t examples;      /* examples in the batch */
+  int64_t correct;       /* metric numerator */
+  int64_t metric_count;  /* metric denominator */
+} st_step_stats;
+
+typedef struct st_strategy_vtable {
+  const char *name;
+  /* Create replicas for m (compiled: variables exist in m->params/state). */
+  st_status (*attach)(st_strategy *s, st_model *m);
+  void (*detach)(st_strategy *s);
+  /* One training step on a global batch: forward, backward, reduce, apply. */
+  st_status (*train_step)(st_strategy *s, st_model *m, const st_batch *b,
+                          st_step_stats *out);
+  /* Inference on a global batch; pred (may be NULL) receives [b->size, out]
+   * in batch order. */
+  st_status (*eval_step)(st_strategy *s, st_model *m, const st_batch *b,
+                         st_step_stats *out, float *pred);
+  /* Make m->params/m->state hold the current values (mirrored copies are
+   * always in sync; a no-op for strategies that use the model's buffers). */
+  void (*sync_to_model)(st_strategy *s, st_model *m);
+  /* After m->params/state were changed (weights loaded): push to replicas. */
+  void (*sync_from_model)(st_strategy *s, st_model *m);
+} st_strategy_vtable;
+
+struct st_strategy {
+  const st_strategy_vtable *vt;
+  st_strategy_options opts;
+  int num_replicas;
+  st_model *model;  /* attached model, or NULL */
+  void *impl;       /* strategy-specific state */
+};
+
+/* Shared helper: metric numerator/denominator for rows of pred against y. */
+void st__step_metrics(const st_model *m, const float *pred, const float *y,
+                      int rows, st_step_stats *out);
+
+extern const st_strategy_vtable st__one_device_vtable;
+
+#endif

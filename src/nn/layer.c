@@ -1,0 +1,87 @@
+/* Layer objects: allocation with a copied config, parameter declaration,
+ * building against an input shape, and the public accessors. A layer holds
+ * configuration and build results only; tensors belong to the caller (see
+ * nn/layer.h). Not thread-safe while building; read-only afterwards. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn/layer.h"
+
+/* Returns a new unbuilt layer owning a copy of config, or NULL + error. The
+ * name (NULL or "" = automatic, chosen by the model) is copied. */
+st_layer *st__layer_new(const st_layer_vtable *vt, const void *config,
+                        size_t config_size, const char *name) {
+  if (name && strlen(name) >= ST_NAME_MAX) {
+    st_error(ST_ERR_INVALID, "%s: layer name '%.20s...' is longer than %d bytes",
+             vt->class_name, name, ST_NAME_MAX - 1);
+    return NULL;
+  }
+  st_layer *l = calloc(1, sizeof *l);
+  if (!l) {
+    st_error(ST_ERR_NOMEM, "%s: out of memory creating layer", vt->class_name);
+    return NULL;
+  }
+  l->vt = vt;
+  if (config_size) {
+    l->config = malloc(config_size);
+    if (!l->config) {
+      free(l);
+      st_error(ST_ERR_NOMEM, "%s: out of memory creating layer", vt->class_name);
+      return NULL;
+    }
+    memcpy(l->config, config, config_size);
+  }
+  if (name && name[0]) {
+    snprintf(l->name, sizeof l->name, "%s", name);
+    l->named_by_user = true;
+  }
+  return l;
+}
+
+/* Declares the next parameter; returns its index. Too many is a bug. */
+int st__layer_add_param(st_layer *l, const char *name, st_shape shape,
+                        st_init init, bool trainable) {
+  ST_ASSERT(l->nparams < ST_LAYER_MAX_PARAMS);
+  st_param_spec *p = &l->params[l->nparams];
+  memset(p, 0, sizeof *p);
+  snprintf(p->name, sizeof p->name, "%s", name);
+  p->shape = shape;
+  p->init = init;
+  p->trainable = trainable;
+  return l->nparams++;
+}
+
+/* Sets in_shape, forgets any earlier build, and calls vt->build. */
+st_status st__layer_build(st_layer *l, st_shape in) {
+  if (in.rank < 1 || in.rank > ST_MAX_RANK || st_shape_size(in) == 0) {
+    char buf[64];
+    return st_error(ST_ERR_INVALID, "%s: invalid input shape %s",
+                    l->vt->class_name, st_shape_format(in, buf, sizeof buf));
+  }
+  l->in_shape = in;
+  l->out_shape = in;
+  l->nparams = 0;
+  l->cache_per_example = 0;
+  return l->vt->build(l);
+}
+
+/* Frees an unowned layer (or is called by the model for owned ones). */
+void st_layer_destroy(st_layer *l) {
+  if (!l) return;
+  if (l->vt && l->vt->destroy_config)
+    l->vt->destroy_config(l);
+  else
+    free(l->config);
+  free(l);
+}
+
+const char *st_layer_name(const st_layer *l) { return l->name; }
+const char *st_layer_class(const st_layer *l) { return l->vt->class_name; }
+st_shape st_layer_output_shape(const st_layer *l) { return l->out_shape; }
+
+size_t st_layer_param_count(const st_layer *l) {
+  size_t n = 0;
+  for (int i = 0; i < l->nparams; i++) n += st_shape_size(l->params[i].shape);
+  return n;
+}

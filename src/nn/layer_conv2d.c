@@ -1,0 +1,219 @@
+/* Conv2D (Keras "Conv2D"), NHWC: y[b, oh, ow, filters] = act(conv(x, kernel)
+ * + bias) with kernel [kh, kw, cin, filters], strides and 'valid'/'same'
+ * padding (TensorFlow's padding split).
+ *
+ * Lowering: a block of nb images is unrolled with be->im2col into one buffer
+ * col[nb*oh*ow, kh*kw*cin] in the workspace, and ONE gemm per block multiplies
+ * it by the kernel viewed as [kh*kw*cin, filters]. nb is as many images as fit
+ * a fixed column budget (the whole batch for the CLI's cnn at batch 128), so
+ * the gemm is large. Backward re-unrolls each block, accumulates
+ * dkernel += col^T . dz, then reuses the same buffer for dcol = dz . kernel^T
+ * and scatters it into dx with be->col2im. */
+#include <stdio.h>
+
+#include "nn/layer.h"
+
+enum { KERNEL = 0, BIAS = 1 };
+
+/* Most floats of unrolled columns per block (32 MiB). */
+#define COL_BUDGET_FLOATS ((size_t)8 << 20)
+
+typedef struct conv_config {
+  st_conv2d_options o;
+  st_conv_geom g; /* set by build */
+} conv_config;
+
+/* Output size and leading pad of one spatial axis, as TensorFlow computes them;
+ * false when 'valid' does not fit. */
+static bool conv_axis(int in, int k, int s, st_padding pad, int *out,
+                      int *pad_before) {
+  if (pad == ST_PAD_SAME) {
+    *out = (in + s - 1) / s;
+    int total = (*out - 1) * s + k - in;
+    *pad_before = total > 0 ? total / 2 : 0;
+    return true;
+  }
+  *out = in >= k ? (in - k) / s + 1 : 0;
+  *pad_before = 0;
+  return in >= k;
+}
+
+static st_status conv_build(st_layer *l) {
+  conv_config *cf = l->config;
+  const st_conv2d_options *o = &cf->o;
+  st_conv_geom *g = &cf->g;
+  char buf[64];
+  st_shape_format(l->in_shape, buf, sizeof buf);
+  if (l->in_shape.rank != 3)
+    return st_error(ST_ERR_INVALID,
+                    "Conv2D expects image input (None, h, w, c) but got %s", buf);
+  *g = (st_conv_geom){.h = l->in_shape.dims[0], .w = l->in_shape.dims[1],
+                      .c = l->in_shape.dims[2], .kh = o->kh, .kw = o->kw,
+                      .sh = o->sh, .sw = o->sw};
+  if (!conv_axis(g->h, g->kh, g->sh, o->padding, &g->oh, &g->pad_top) ||
+      !conv_axis(g->w, g->kw, g->sw, o->padding, &g->ow, &g->pad_left))
+    return st_error(ST_ERR_INVALID,
+                    "Conv2D: kernel %dx%d does not fit input %s with 'valid' "
+                    "padding", o->kh, o->kw, buf);
+  l->out_shape = st_shape3(g->oh, g->ow, o->filters);
+  st__layer_add_param(l, "kernel",
+                      (st_shape){4, {o->kh, o->kw, g->c, o->filters}},
+                      o->kernel_init, true);
+  if (o->use_bias)
+    st__layer_add_param(l, "bias", st_shape1(o->filters), o->bias_init, true);
+  l->cache_per_example = st_activation_needs_input(o->activation)
+                             ? st_shape_size(l->out_shape) : 0;
+  return ST_OK;
+}
+
+/* Sizes of one image: P output pixels, K patch length, F filters, X input. */
+typedef struct conv_sizes { size_t P, K, F, X; } conv_sizes;
+static conv_sizes sizes_of(const conv_config *cf) {
+  const st_conv_geom *g = &cf->g;
+  return (conv_sizes){(size_t)g->oh * g->ow, (size_t)g->kh * g->kw * g->c,
+                      (size_t)cf->o.filters, (size_t)g->h * g->w * g->c};
+}
+
+/* Images per im2col block for a call of `batch` examples. */
+static int block_images(const conv_config *cf, int batch) {
+  conv_sizes s = sizes_of(cf);
+  size_t nb = COL_BUDGET_FLOATS / (s.P * s.K);
+  if (nb < 1) nb = 1;
+  return nb < (size_t)batch ? (int)nb : batch;
+}
+
+/* Workspace: col[nb*P, K], then dz[batch*P, F] when the activation is not
+ * linear (used when dy is read-only). */
+static size_t conv_workspace(const st_layer *l, int batch) {
+  const conv_config *cf = l->config;
+  conv_sizes s = sizes_of(cf);
+  size_t n = (size_t)block_images(cf, batch) * s.P * s.K;
+  if (cf->o.activation != ST_ACT_LINEAR) n += (size_t)batch * s.P * s.F;
+  return n;
+}
+
+/* col[cnt*P, K] = im2col of images b0 .. b0+cnt-1 of x. */
+static void unroll_block(const conv_config *cf, const st_layer_call *c, int b0,
+                         int cnt, float *col) {
+  conv_sizes s = sizes_of(cf);
+  for (int i = 0; i < cnt; i++)
+    c->be->im2col(&cf->g, c->x + (size_t)(b0 + i) * s.X,
+                  col + (size_t)i * s.P * s.K);
+}
+
+static void conv_forward(const st_layer *l, st_layer_call *c) {
+  const conv_config *cf = l->config;
+  const st_backend *be = c->be;
+  conv_sizes s = sizes_of(cf);
+  st_activation act = cf->o.activation;
+  float *z = st_activation_needs_input(act) ? c->cache : c->y; /* [b*P, F] */
+  float *col = c->workspace; /* [nb*P, K] */
+  int nb = block_images(cf, c->batch);
+  for (int b0 = 0; b0 < c->batch; b0 += nb) {
+    int cnt = c->batch - b0 < nb ? c->batch - b0 : nb;
+    unroll_block(cf, c, b0, cnt, col);
+    be->gemm(false, false, (int)(cnt * s.P), (int)s.F, (int)s.K, 1.0f, col,
+             (int)s.K, c->w[KERNEL], (int)s.F, 0.0f, z + (size_t)b0 * s.P * s.F,
+             (int)s.F);
+  }
+  int rows = (int)(c->batch * s.P);
+  if (cf->o.use_bias) be->bias_add(rows, (int)s.F, c->w[BIAS], z);
+  if (act != ST_ACT_LINEAR) be->act_forward(act, rows, (int)s.F, z, c->y);
+}
+
+/* dz[batch*P, F] = dy * act'(.): dy itself when linear, in place when dy is
+ * writable, else in the workspace after the column block. */
+static const float *conv_dz(const st_layer *l, st_layer_call *c) {
+  const conv_config *cf = l->config;
+  st_activation act = cf->o.activation;
+  if (act == ST_ACT_LINEAR) return c->dy;
+  conv_sizes s = sizes_of(cf);
+  float *dz = c->dy_writable
+                  ? (float *)c->dy
+                  : c->workspace +
+                        (size_t)block_images(cf, c->batch) * s.P * s.K;
+  const float *z = st_activation_needs_input(act) ? c->cache : NULL;
+  c->be->act_backward(act, (int)(c->batch * s.P), (int)s.F, z, c->y, c->dy, dz);
+  return dz;
+}
+
+/* dx for images b0 .. b0+cnt-1 from dz, using col[cnt*P, K] as dcol. */
+static void conv_dx_block(const conv_config *cf, st_layer_call *c, int b0,
+                          int cnt, const float *dz, float *col) {
+  const st_backend *be = c->be;
+  conv_sizes s = sizes_of(cf);
+  be->gemm(false, true, (int)(cnt * s.P), (int)s.K, (int)s.F, 1.0f,
+           dz + (size_t)b0 * s.P * s.F, (int)s.F, c->w[KERNEL], (int)s.F, 0.0f,
+           col, (int)s.K);
+  float *dx = c->dx + (size_t)b0 * s.X; /* [cnt, h, w, c] */
+  be->fill((size_t)cnt * s.X, 0.0f, dx);
+  for (int i = 0; i < cnt; i++)
+    be->col2im(&cf->g, col + (size_t)i * s.P * s.K, dx + (size_t)i * s.X);
+}
+
+static void conv_backward(const st_layer *l, st_layer_call *c) {
+  const conv_config *cf = l->config;
+  const st_backend *be = c->be;
+  conv_sizes s = sizes_of(cf);
+  const float *dz = conv_dz(l, c);
+  if (cf->o.use_bias)
+    be->bias_grad((int)(c->batch * s.P), (int)s.F, dz, c->dw[BIAS]);
+  if (c->batch == 0) be->fill(s.K * s.F, 0.0f, c->dw[KERNEL]);
+  float *col = c->workspace; /* [nb*P, K] */
+  int nb = block_images(cf, c->batch);
+  for (int b0 = 0; b0 < c->batch; b0 += nb) {
+    int cnt = c->batch - b0 < nb ? c->batch - b0 : nb;
+    unroll_block(cf, c, b0, cnt, col);
+    /* dkernel[K, F] (+)= col^T . dz_block */
+    be->gemm(true, false, (int)s.K, (int)s.F, (int)(cnt * s.P), 1.0f, col,
+             (int)s.K, dz + (size_t)b0 * s.P * s.F, (int)s.F,
+             b0 == 0 ? 0.0f : 1.0f, c->dw[KERNEL], (int)s.F);
+    if (c->dx) conv_dx_block(cf, c, b0, cnt, dz, col);
+  }
+}
+
+static const st_layer_vtable conv_vtable = {
+    .class_name = "Conv2D",
+    .base_name = "conv2d",
+    .build = conv_build,
+    .workspace_floats = conv_workspace,
+    .forward = conv_forward,
+    .backward = conv_backward,
+};
+
+st_conv2d_options st_conv2d_default_options(int filters, int kh, int kw) {
+  st_conv2d_options o = {
+      .filters = filters, .kh = kh, .kw = kw, .sh = 1, .sw = 1,
+      .padding = ST_PAD_VALID, .activation = ST_ACT_LINEAR, .use_bias = true,
+      .kernel_init = ST_INIT_GLOROT_UNIFORM, .bias_init = ST_INIT_ZEROS,
+      .name = NULL,
+  };
+  return o;
+}
+
+/* New unbuilt Conv2D layer (caller owns it until st_model_add), or NULL + error. */
+st_layer *st_conv2d_ex(st_conv2d_options o) {
+  if (o.filters <= 0 || o.kh <= 0 || o.kw <= 0 || o.sh <= 0 || o.sw <= 0) {
+    st_error(ST_ERR_INVALID,
+             "Conv2D: filters, kernel size and strides must be positive "
+             "(filters %d, kernel %dx%d, strides %dx%d)",
+             o.filters, o.kh, o.kw, o.sh, o.sw);
+    return NULL;
+  }
+  if ((int)o.activation < 0 || o.activation >= ST_ACT_COUNT ||
+      (o.padding != ST_PAD_VALID && o.padding != ST_PAD_SAME) ||
+      (int)o.kernel_init < 0 || o.kernel_init >= ST_INIT_COUNT ||
+      (int)o.bias_init < 0 || o.bias_init >= ST_INIT_COUNT) {
+    st_error(ST_ERR_INVALID, "Conv2D: invalid activation, padding or initializer");
+    return NULL;
+  }
+  conv_config cf = {.o = o};
+  cf.o.name = NULL; /* the config copy must not point at the caller's string */
+  return st__layer_new(&conv_vtable, &cf, sizeof cf, o.name);
+}
+
+st_layer *st_conv2d(int filters, int k, st_activation act) {
+  st_conv2d_options o = st_conv2d_default_options(filters, k, k);
+  o.activation = act;
+  return st_conv2d_ex(o);
+}

@@ -1,0 +1,118 @@
+/* Dense (Keras "Dense"): y[b, units] = act(x[b, in] . kernel[in, units] + bias).
+ * Takes a flat per-example input; use Flatten before it for images. When the
+ * activation's derivative needs its input (gelu) the pre-activation z is kept
+ * in the cache, otherwise the output y suffices. */
+#include <stdio.h>
+
+#include "nn/layer.h"
+
+/* Parameter indices. */
+enum { KERNEL = 0, BIAS = 1 };
+
+static st_status dense_build(st_layer *l) {
+  const st_dense_options *o = l->config;
+  char buf[64];
+  if (l->in_shape.rank != 1)
+    return st_error(ST_ERR_INVALID,
+                    "Dense expects a flat input (None, n) but got %s; add a "
+                    "Flatten layer before it",
+                    st_shape_format(l->in_shape, buf, sizeof buf));
+  int in = l->in_shape.dims[0];
+  l->out_shape = st_shape1(o->units);
+  st__layer_add_param(l, "kernel", (st_shape){2, {in, o->units}},
+                      o->kernel_init, true);
+  if (o->use_bias)
+    st__layer_add_param(l, "bias", st_shape1(o->units), o->bias_init, true);
+  l->cache_per_example =
+      st_activation_needs_input(o->activation) ? (size_t)o->units : 0;
+  return ST_OK;
+}
+
+/* dz[batch, units] when the activation is not linear and dy is read-only. */
+static size_t dense_workspace(const st_layer *l, int batch) {
+  const st_dense_options *o = l->config;
+  return o->activation == ST_ACT_LINEAR ? 0 : (size_t)batch * o->units;
+}
+
+static void dense_forward(const st_layer *l, st_layer_call *c) {
+  const st_dense_options *o = l->config;
+  const st_backend *be = c->be;
+  int in = l->in_shape.dims[0], units = o->units;
+  bool keep_z = st_activation_needs_input(o->activation);
+  float *z = keep_z ? c->cache : c->y; /* [batch, units] pre-activation */
+  be->gemm(false, false, c->batch, units, in, 1.0f, c->x, in, c->w[KERNEL],
+           units, 0.0f, z, units);
+  if (o->use_bias) be->bias_add(c->batch, units, c->w[BIAS], z);
+  if (o->activation != ST_ACT_LINEAR)
+    be->act_forward(o->activation, c->batch, units, z, c->y);
+}
+
+/* dz[batch, units] = dy * act'(.): dy itself when linear, computed in place
+ * when dy is writable, else in the workspace. */
+static const float *dense_dz(const st_layer *l, st_layer_call *c) {
+  const st_dense_options *o = l->config;
+  if (o->activation == ST_ACT_LINEAR) return c->dy;
+  float *dz = c->dy_writable ? (float *)c->dy : c->workspace;
+  const float *z = st_activation_needs_input(o->activation) ? c->cache : NULL;
+  c->be->act_backward(o->activation, c->batch, o->units, z, c->y, c->dy, dz);
+  return dz;
+}
+
+static void dense_backward(const st_layer *l, st_layer_call *c) {
+  const st_dense_options *o = l->config;
+  const st_backend *be = c->be;
+  int in = l->in_shape.dims[0], units = o->units;
+  const float *dz = dense_dz(l, c);
+  /* dkernel[in, units] = x^T . dz */
+  be->gemm(true, false, in, units, c->batch, 1.0f, c->x, in, dz, units, 0.0f,
+           c->dw[KERNEL], units);
+  if (o->use_bias) be->bias_grad(c->batch, units, dz, c->dw[BIAS]);
+  /* dx[batch, in] = dz . kernel^T */
+  if (c->dx)
+    be->gemm(false, true, c->batch, in, units, 1.0f, dz, units, c->w[KERNEL],
+             units, 0.0f, c->dx, in);
+}
+
+static const st_layer_vtable dense_vtable = {
+    .class_name = "Dense",
+    .base_name = "dense",
+    .build = dense_build,
+    .workspace_floats = dense_workspace,
+    .forward = dense_forward,
+    .backward = dense_backward,
+};
+
+st_dense_options st_dense_default_options(int units) {
+  st_dense_options o = {
+      .units = units,
+      .activation = ST_ACT_LINEAR,
+      .use_bias = true,
+      .kernel_init = ST_INIT_GLOROT_UNIFORM,
+      .bias_init = ST_INIT_ZEROS,
+      .name = NULL,
+  };
+  return o;
+}
+
+/* New unbuilt Dense layer (caller owns it until st_model_add), or NULL + error. */
+st_layer *st_dense_ex(st_dense_options o) {
+  if (o.units <= 0) {
+    st_error(ST_ERR_INVALID, "Dense: units must be positive, got %d", o.units);
+    return NULL;
+  }
+  if ((int)o.activation < 0 || o.activation >= ST_ACT_COUNT ||
+      (int)o.kernel_init < 0 || o.kernel_init >= ST_INIT_COUNT ||
+      (int)o.bias_init < 0 || o.bias_init >= ST_INIT_COUNT) {
+    st_error(ST_ERR_INVALID, "Dense: invalid activation or initializer");
+    return NULL;
+  }
+  const char *name = o.name;
+  o.name = NULL; /* the config copy must not point at the caller's string */
+  return st__layer_new(&dense_vtable, &o, sizeof o, name);
+}
+
+st_layer *st_dense(int units, st_activation act) {
+  st_dense_options o = st_dense_default_options(units);
+  o.activation = act;
+  return st_dense_ex(o);
+}

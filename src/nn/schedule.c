@@ -1,0 +1,42 @@
+/* Learning-rate schedules as Keras defines them: constant, ExponentialDecay
+ * (initial * rate^(step/decay_steps), optionally floored to whole intervals) and
+ * CosineDecay without warmup (step clipped at decay_steps, decaying from initial
+ * to alpha*initial along half a cosine). Pure functions; any thread. */
+#include "strata/nn.h"
+
+#include <math.h>
+
+st_schedule st_schedule_constant(float lr) {
+  st_schedule s = {.kind = ST_SCHEDULE_CONSTANT,
+                   .initial = lr,
+                   .decay_steps = 0,
+                   .decay_rate = 1.0f,
+                   .staircase = false,
+                   .alpha = 0.0f};
+  return s;
+}
+
+/* Computed in double so long runs do not drift; decay_steps <= 0 means no
+ * decay (validation of options belongs to compile). */
+float st_schedule_lr(const st_schedule *s, int64_t step) {
+  if (step < 0) step = 0;
+  switch (s->kind) {
+    case ST_SCHEDULE_EXPONENTIAL: {
+      if (s->decay_steps <= 0) return s->initial;
+      double p = (double)step / (double)s->decay_steps;
+      if (s->staircase) p = floor(p);
+      return (float)((double)s->initial * pow((double)s->decay_rate, p));
+    }
+    case ST_SCHEDULE_COSINE: {
+      if (s->decay_steps <= 0) return s->initial;
+      int64_t t = step < s->decay_steps ? step : s->decay_steps;
+      double frac = (double)t / (double)s->decay_steps;
+      double cosine = 0.5 * (1.0 + cos(3.14159265358979323846 * frac));
+      double decayed = (1.0 - (double)s->alpha) * cosine + (double)s->alpha;
+      return (float)((double)s->initial * decayed);
+    }
+    case ST_SCHEDULE_CONSTANT:
+    default:
+      return s->initial;
+  }
+}

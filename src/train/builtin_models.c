@@ -1,0 +1,49 @@
+/* The built-in named models. They match the PyTorch peer's models in
+ * ../shared/peers/fmnist.py layer for layer, so results compare directly. */
+#include <string.h>
+
+#include "strata/train.h"
+
+static const char *const names[] = {"mlp", "cnn", NULL};
+
+const char *const *st_builtin_model_names(void) { return names; }
+
+static st_status add_all(st_model *m, st_layer *const *layers, int n) {
+  st_status s = ST_OK;
+  for (int i = 0; i < n; i++) {
+    if (s == ST_OK)
+      s = st_model_add(m, layers[i]); /* takes ownership even on failure */
+    else
+      st_layer_destroy(layers[i]);
+  }
+  return s;
+}
+
+st_status st_builtin_model_create(const char *name, const st_model_options *o,
+                                  st_model **out) {
+  *out = NULL;
+  st_model_options mo = *o;
+  mo.input_shape = st_shape3(28, 28, 1);
+  bool mlp = strcmp(name, "mlp") == 0, cnn = strcmp(name, "cnn") == 0;
+  if (!mlp && !cnn)
+    return st_error(ST_ERR_INVALID, "unknown model '%s' (built-in models: mlp, cnn)", name);
+  st_model *m = NULL;
+  st_status s = st_sequential_create(&mo, &m);
+  if (s != ST_OK) return s;
+  if (mlp) {
+    st_layer *l[] = {st_flatten(), st_dense(256, ST_ACT_RELU), st_dense(128, ST_ACT_RELU),
+                     st_dense(10, ST_ACT_LINEAR)};
+    s = add_all(m, l, 4);
+  } else {
+    st_layer *l[] = {st_conv2d(32, 3, ST_ACT_RELU), st_maxpool2d(2),
+                     st_conv2d(64, 3, ST_ACT_RELU), st_maxpool2d(2), st_flatten(),
+                     st_dense(128, ST_ACT_RELU), st_dense(10, ST_ACT_LINEAR)};
+    s = add_all(m, l, 7);
+  }
+  if (s != ST_OK) {
+    st_model_destroy(m);
+    return s;
+  }
+  *out = m;
+  return ST_OK;
+}

@@ -1,0 +1,92 @@
+/* compile: validate the loss against the model's output, allocate the variables
+ * and optimizer slots, initialise the weights from the seed, and attach the
+ * strategy (creating the default one-device strategy when none was given). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "distribute/strategy.h"
+
+st_compile_options st_compile_default_options(void) {
+  st_compile_options o;
+  memset(&o, 0, sizeof o);
+  o.optimizer = st_optimizer_default_options(ST_OPT_ADAM);
+  o.loss = ST_LOSS_SPARSE_CE_LOGITS;
+  o.nmetrics = 1;
+  o.metrics[0] = ST_METRIC_ACCURACY;
+  return o;
+}
+
+static st_status check_compile(const st_model *m, const st_compile_options *o) {
+  if (m->nlayers == 0) return st_error(ST_ERR_INVALID, "compile: the model has no layers");
+  if (m->compiled) return st_error(ST_ERR_INVALID, "compile: model already compiled");
+  if (o->loss < 0 || o->loss >= ST_LOSS_COUNT)
+    return st_error(ST_ERR_INVALID, "compile: loss kind %d out of range", (int)o->loss);
+  if (o->optimizer.kind < 0 || o->optimizer.kind >= ST_OPT_COUNT)
+    return st_error(ST_ERR_INVALID, "compile: optimizer kind %d out of range",
+                    (int)o->optimizer.kind);
+  if (!(o->optimizer.lr.initial > 0.0f))
+    return st_error(ST_ERR_INVALID, "compile: learning rate %g (must be > 0)",
+                    (double)o->optimizer.lr.initial);
+  if (o->nmetrics < 0 || o->nmetrics > 4)
+    return st_error(ST_ERR_INVALID, "compile: %d metrics (at most 4)", o->nmetrics);
+  st_shape out = st_model_output_shape(m);
+  if (out.rank != 1)
+    return st_error(ST_ERR_INVALID, "compile: model output %s must be rank 1 (add Flatten)",
+                    st_shape_format(out, (char[64]){0}, 64));
+  return ST_OK;
+}
+
+static st_status alloc_vars(st_model *m) {
+  const st_backend *be = m->be;
+  size_t np = (m->n_params ? m->n_params : 1) * sizeof(float);
+  size_t ns = (m->n_state ? m->n_state : 1) * sizeof(float);
+  m->params = be->alloc(np);
+  m->state = be->alloc(ns);
+  if (!m->params || !m->state) return ST_ERR_NOMEM;
+  m->n_slots = st_optimizer_slot_count(&m->compile.optimizer);
+  for (int i = 0; i < m->n_slots; i++) {
+    m->slots[i] = be->alloc(np);
+    if (!m->slots[i]) return ST_ERR_NOMEM;
+    be->fill(m->n_params, 0.0f, m->slots[i]);
+  }
+  /* Initialise on the host, then copy to the device. */
+  float *hp = calloc(m->n_params + 1, sizeof(float));
+  float *hs = calloc(m->n_state + 1, sizeof(float));
+  if (!hp || !hs) {
+    free(hp);
+    free(hs);
+    return ST_ERR_NOMEM;
+  }
+  st__model_init_variables(m, hp, hs);
+  be->to_device(m->params, hp, m->n_params * sizeof(float));
+  be->to_device(m->state, hs, m->n_state * sizeof(float));
+  free(hp);
+  free(hs);
+  return ST_OK;
+}
+
+static st_status pick_backend(st_model *m) {
+  const char *name = getenv("STRATA_BACKEND");
+  return st_backend_get(name && *name ? name : "cpu", &m->be);
+}
+
+st_status st_model_compile(st_model *m, const st_compile_options *o) {
+  st_status s = check_compile(m, o);
+  if (s != ST_OK) return s;
+  m->compile = *o;
+  if ((s = pick_backend(m)) != ST_OK) return s;
+  if ((s = alloc_vars(m)) != ST_OK)
+    return st_error(s, "compile: out of memory for %zu parameters", m->n_params);
+  if (!m->strategy) {
+    st_strategy_options so = st_strategy_default_options(ST_STRATEGY_ONE_DEVICE);
+    if ((s = st_strategy_create(&so, &m->strategy)) != ST_OK) return s;
+    m->owns_strategy = true;
+  }
+  if (m->strategy->model)
+    return st_error(ST_ERR_INVALID, "compile: the strategy is already bound to another model");
+  int threads = m->strategy->opts.threads;
+  st_blas_init(threads);
+  if ((s = m->strategy->vt->attach(m->strategy, m)) != ST_OK) return s;
+  m->compiled = true;
+  return ST_OK;
+}

@@ -1,0 +1,220 @@
+/* fit / evaluate / predict: the training loop. Each global batch from the
+ * dataset goes to the model's strategy, which splits it across replicas, runs
+ * forward and backward, reduces gradients and applies the update; the loop
+ * keeps the epoch's running figures, calls the callbacks and times training. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "distribute/strategy.h"
+
+st_fit_options st_fit_default_options(void) {
+  st_fit_options o;
+  memset(&o, 0, sizeof o);
+  o.epochs = 1;
+  o.warmup_steps = 20;
+  return o;
+}
+
+void st_history_free(st_history *h) {
+  if (!h) return;
+  free(h->logs);
+  memset(h, 0, sizeof *h);
+}
+
+static st_status check_data(const st_model *m, st_dataset *ds, const char *what) {
+  if (!ds) return st_error(ST_ERR_INVALID, "%s: no dataset", what);
+  if (!m->compiled) return st_error(ST_ERR_INVALID, "%s: model is not compiled", what);
+  if (st_dataset_batch_size(ds) <= 0)
+    return st_error(ST_ERR_INVALID, "%s: dataset must be batched (st_dataset_batch)", what);
+  st_shape xs = st_dataset_x_shape(ds);
+  if (st_shape_size(xs) != st_shape_size(m->input_shape)) {
+    char a[64], b[64];
+    return st_error(ST_ERR_INVALID, "%s: dataset features %s do not fit model input %s", what,
+                    st_shape_format(xs, a, sizeof a), st_shape_format(m->input_shape, b, sizeof b));
+  }
+  size_t ys = st_dataset_y_size(ds), out = st__model_output_size(m);
+  size_t want = st_loss_is_sparse(m->compile.loss) ? 1 : out;
+  if (ys != want)
+    return st_error(ST_ERR_INVALID, "%s: dataset labels have %zu values per example; loss %s "
+                    "on a model with %zu outputs needs %zu", what, ys,
+                    st_loss_name(m->compile.loss), out, want);
+  return ST_OK;
+}
+
+/* Sparse labels must be class indices within the model's outputs (checked
+ * before any kernel uses them as an index). */
+static st_status check_labels(const st_model *m, const st_batch *b, int64_t first) {
+  if (!st_loss_is_sparse(m->compile.loss)) return ST_OK;
+  int64_t classes = (int64_t)st__model_output_size(m);
+  for (int i = 0; i < b->size; i++) {
+    float v = b->y[i];
+    if (!(v >= 0.0f && v < (float)classes) || v != (float)(int64_t)v)
+      return st_error(ST_ERR_INVALID, "label %g of example %lld is not a class index in "
+                      "[0, %lld) for a model with %lld outputs", (double)v,
+                      (long long)(first + i), (long long)classes, (long long)classes);
+  }
+  return ST_OK;
+}
+
+typedef st_status (*step_fn)(st_model *m, const st_batch *b, st_step_stats *s, void *arg);
+
+/* One pass over ds; calls step for each batch. */
+static st_status run_pass(st_model *m, st_dataset *ds, step_fn step, void *arg,
+                          st_step_stats *total) {
+  st_iterator *it = NULL;
+  st_status s = st_dataset_iterate(ds, &it);
+  if (s != ST_OK) return s;
+  for (;;) {
+    st_batch b;
+    bool end = false;
+    if ((s = st_iterator_next(it, &b, &end)) != ST_OK || end) break;
+    if ((s = check_labels(m, &b, total->examples)) != ST_OK) break;
+    if ((s = step(m, &b, total, arg)) != ST_OK) break;
+  }
+  st_iterator_destroy(it);
+  return s;
+}
+
+/* ---- fit ---- */
+typedef struct fit_state {
+  const st_fit_options *o;
+  int epoch;
+  int64_t step_in_epoch, steps_per_epoch, global_step;
+  double timed_seconds, t_last;
+  int64_t timed_samples;
+} fit_state;
+
+static st_status fit_step(st_model *m, const st_batch *b, st_step_stats *tot, void *arg) {
+  fit_state *fs = arg;
+  st_status s = m->strategy->vt->train_step(m->strategy, m, b, tot);
+  if (s != ST_OK) return s;
+  double now = st_now_seconds();
+  if (fs->global_step >= fs->o->warmup_steps) {
+    fs->timed_seconds += now - fs->t_last;
+    fs->timed_samples += b->size;
+  }
+  fs->t_last = now;
+  fs->global_step++;
+  st_batch_logs bl = {fs->epoch, fs->step_in_epoch++, fs->steps_per_epoch,
+                      tot->loss_sum / (double)tot->examples,
+                      tot->metric_count ? (double)tot->correct / (double)tot->metric_count : 0.0};
+  if (!(bl.loss == bl.loss) || bl.loss > 1e30)
+    return st_error(ST_ERR_NONFINITE, "loss became %g at epoch %d, step %lld", bl.loss,
+                    fs->epoch + 1, (long long)bl.step);
+  for (int c = 0; c < fs->o->ncallbacks; c++)
+    if (fs->o->callbacks[c].on_batch_end &&
+        (s = fs->o->callbacks[c].on_batch_end(fs->o->callbacks[c].user, m, &bl)) != ST_OK)
+      return s;
+  return ST_OK;
+}
+
+static st_status fit_epoch(st_model *m, st_dataset *train, fit_state *fs, st_epoch_logs *lg) {
+  const st_fit_options *o = fs->o;
+  st_status s;
+  for (int c = 0; c < o->ncallbacks; c++)
+    if (o->callbacks[c].on_epoch_begin &&
+        (s = o->callbacks[c].on_epoch_begin(o->callbacks[c].user, m, fs->epoch)) != ST_OK)
+      return s;
+  double t0 = st_now_seconds();
+  fs->t_last = t0;
+  fs->step_in_epoch = 0;
+  st_step_stats tot = {0};
+  memset(lg, 0, sizeof *lg);
+  lg->epoch = fs->epoch;
+  lg->lr = st_schedule_lr(&m->compile.optimizer.lr, m->step);
+  if ((s = run_pass(m, train, fit_step, fs, &tot)) != ST_OK) return s;
+  if (tot.examples == 0)
+    return st_error(ST_ERR_INVALID, "fit: the training dataset yielded no examples");
+  lg->seconds = st_now_seconds() - t0;
+  lg->steps = fs->step_in_epoch;
+  lg->loss = tot.loss_sum / (double)tot.examples;
+  lg->accuracy = tot.metric_count ? (double)tot.correct / (double)tot.metric_count : 0.0;
+  if (o->validation) {
+    st_eval_result ev;
+    if ((s = st_model_evaluate(m, o->validation, &ev)) != ST_OK)
+      return st_error_prefix(s, "validation: ");
+    lg->has_validation = true;
+    lg->val_loss = ev.loss;
+    lg->val_accuracy = ev.accuracy;
+  }
+  for (int c = 0; c < o->ncallbacks; c++)
+    if (o->callbacks[c].on_epoch_end &&
+        (s = o->callbacks[c].on_epoch_end(o->callbacks[c].user, m, lg)) != ST_OK)
+      return s;
+  return ST_OK;
+}
+
+st_status st_model_fit(st_model *m, st_dataset *train, st_fit_options *o, st_history *out) {
+  memset(out, 0, sizeof *out);
+  st_status s = check_data(m, train, "fit");
+  if (s != ST_OK) return s;
+  if (o->validation && (s = check_data(m, o->validation, "fit: validation data")) != ST_OK)
+    return s;
+  if (o->epochs < 0) return st_error(ST_ERR_INVALID, "fit: epochs %d (must be >= 0)", o->epochs);
+  out->logs = calloc((size_t)o->epochs + 1, sizeof *out->logs);
+  if (!out->logs) return st_error(ST_ERR_NOMEM, "fit: out of memory");
+  fit_state fs = {.o = o, .steps_per_epoch = st_dataset_cardinality(train)};
+  for (fs.epoch = 0; fs.epoch < o->epochs && !o->stop_training; fs.epoch++) {
+    if ((s = fit_epoch(m, train, &fs, &out->logs[fs.epoch])) != ST_OK) break;
+    out->epochs = fs.epoch + 1;
+  }
+  out->train_seconds = fs.timed_seconds;
+  out->train_samples = fs.timed_samples;
+  out->samples_per_sec = fs.timed_seconds > 0 ? (double)fs.timed_samples / fs.timed_seconds : 0;
+  return s;
+}
+
+/* ---- evaluate / predict ---- */
+static st_status eval_step(st_model *m, const st_batch *b, st_step_stats *tot, void *arg) {
+  float **pred = arg;
+  st_status s = m->strategy->vt->eval_step(m->strategy, m, b, tot, pred ? *pred : NULL);
+  if (s == ST_OK && pred) *pred += (size_t)b->size * st__model_output_size(m);
+  return s;
+}
+
+st_status st_model_evaluate(st_model *m, st_dataset *ds, st_eval_result *out) {
+  memset(out, 0, sizeof *out);
+  st_status s = check_data(m, ds, "evaluate");
+  if (s != ST_OK) return s;
+  st_step_stats tot = {0};
+  if ((s = run_pass(m, ds, eval_step, NULL, &tot)) != ST_OK) return s;
+  out->examples = tot.examples;
+  out->loss = tot.examples ? tot.loss_sum / (double)tot.examples : 0.0;
+  out->accuracy = tot.metric_count ? (double)tot.correct / (double)tot.metric_count : 0.0;
+  return ST_OK;
+}
+
+static st_status count_examples(st_dataset *ds, int64_t *n) {
+  st_iterator *it = NULL;
+  st_status s = st_dataset_iterate(ds, &it);
+  *n = 0;
+  for (bool end = false; s == ST_OK;) {
+    st_batch b;
+    if ((s = st_iterator_next(it, &b, &end)) != ST_OK || end) break;
+    *n += b.size;
+  }
+  st_iterator_destroy(it);
+  return s;
+}
+
+st_status st_model_predict(st_model *m, st_dataset *ds, st_tensor *out) {
+  memset(out, 0, sizeof *out);
+  st_status s = check_data(m, ds, "predict");
+  int64_t n = 0;
+  if (s != ST_OK || (s = count_examples(ds, &n)) != ST_OK) return s;
+  size_t cols = st__model_output_size(m);
+  float *buf = calloc((size_t)n * cols + 1, sizeof(float));
+  if (!buf) return st_error(ST_ERR_NOMEM, "predict: out of memory for %lld rows", (long long)n);
+  float *cursor = buf;
+  st_step_stats tot = {0};
+  if ((s = run_pass(m, ds, eval_step, &cursor, &tot)) != ST_OK || tot.examples != n) {
+    free(buf);
+    return s != ST_OK ? s : st_error(ST_ERR_INTERNAL, "predict: dataset changed between passes");
+  }
+  out->dtype = ST_F32;
+  out->rank = 2;
+  out->dims[0] = n;
+  out->dims[1] = (int64_t)cols;
+  out->data = buf;
+  return ST_OK;
+}

@@ -1,0 +1,75 @@
+/* model.summary(): the Keras table of layers, output shapes and parameter
+ * counts, returned as a string (the caller prints it). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn/model.h"
+
+typedef struct sbuf {
+  char *s;
+  size_t len, cap;
+  bool failed;
+} sbuf;
+
+static void sb_printf(sbuf *b, const char *fmt, ...) {
+  if (b->failed) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (n < 0 || b->len + (size_t)n + 1 > b->cap) {
+    size_t cap = (b->cap + (size_t)(n > 0 ? n : 0) + 1) * 2;
+    char *g = realloc(b->s, cap);
+    if (!g || n < 0) { b->failed = true; return; }
+    b->s = g;
+    b->cap = cap;
+  }
+  va_start(ap, fmt);
+  vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
+  va_end(ap);
+  b->len += (size_t)n;
+}
+
+/* 225034 -> "225,034" */
+static const char *grouped(size_t v, char *buf) {
+  char tmp[32];
+  int n = snprintf(tmp, sizeof tmp, "%zu", v), o = 0;
+  for (int i = 0; i < n; i++) {
+    if (i && (n - i) % 3 == 0) buf[o++] = ',';
+    buf[o++] = tmp[i];
+  }
+  buf[o] = 0;
+  return buf;
+}
+
+char *st_model_summary(const st_model *m) {
+  sbuf b = {0};
+  const char *rule = "_________________________________________________________________";
+  const char *dbl = "=================================================================";
+  sb_printf(&b, "Model: \"%s\"\n%s\n", m->name, rule);
+  sb_printf(&b, " %-28s%-26s%-10s\n%s\n", "Layer (type)", "Output Shape", "Param #", dbl);
+  size_t trainable = 0, total = 0;
+  for (int i = 0; i < m->nlayers; i++) {
+    const st_layer *l = m->layers[i];
+    char nm[160], shp[64];
+    snprintf(nm, sizeof nm, "%s (%s)", l->name, l->vt->class_name);
+    size_t n = st_layer_param_count(l);
+    for (int p = 0; p < l->nparams; p++)
+      if (l->params[p].trainable) trainable += st_shape_size(l->params[p].shape);
+    total += n;
+    sb_printf(&b, " %-28s%-26s%-10zu\n", nm, st_shape_format(l->out_shape, shp, sizeof shp), n);
+    sb_printf(&b, "%s\n", i + 1 < m->nlayers ? "" : dbl);
+  }
+  char g[48];
+  sb_printf(&b, "Total params: %s\n", grouped(total, g));
+  sb_printf(&b, "Trainable params: %s\n", grouped(trainable, g));
+  sb_printf(&b, "Non-trainable params: %s\n%s\n", grouped(total - trainable, g), rule);
+  if (b.failed) {
+    free(b.s);
+    st_error(ST_ERR_NOMEM, "summary: out of memory");
+    return NULL;
+  }
+  return b.s;
+}

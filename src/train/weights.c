@@ -1,0 +1,109 @@
+/* save_weights / load_weights as safetensors: one F32 tensor per variable,
+ * named "<layer>/<param>" with the Keras layout (Dense kernel [in, units],
+ * Conv2D kernel [kh, kw, in, filters], BatchNormalization gamma, beta,
+ * moving_mean, moving_variance). Loading checks every name and shape before
+ * changing any variable, so a wrong file leaves the model as it was. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "distribute/strategy.h"
+#include "train/safetensors.h"
+
+static int count_vars(const st_model *m) {
+  int n = 0;
+  for (int i = 0; i < m->nlayers; i++) n += m->layers[i]->nparams;
+  return n;
+}
+
+static void describe(const st_layer *l, int p, st_named_tensor *t) {
+  snprintf(t->name, sizeof t->name, "%s/%s", l->name, l->params[p].name);
+  t->rank = l->params[p].shape.rank;
+  for (int d = 0; d < t->rank; d++) t->dims[d] = l->params[p].shape.dims[d];
+}
+
+/* Host copies of every variable, in layer order (one allocation in *blob). */
+static st_status gather(const st_model *m, st_named_tensor *ts, float **blob) {
+  size_t total = m->n_params + m->n_state;
+  float *hp = malloc((total + 1) * sizeof(float));
+  if (!hp) return st_error(ST_ERR_NOMEM, "save_weights: out of memory");
+  m->be->to_host(hp, m->params, m->n_params * sizeof(float));
+  m->be->to_host(hp + m->n_params, m->state, m->n_state * sizeof(float));
+  int k = 0;
+  for (int i = 0; i < m->nlayers; i++) {
+    const st_layer *l = m->layers[i];
+    for (int p = 0; p < l->nparams; p++, k++) {
+      describe(l, p, &ts[k]);
+      ts[k].data = st__var_ptr(l, p, hp, hp + m->n_params);
+    }
+  }
+  *blob = hp;
+  return ST_OK;
+}
+
+st_status st_model_save_weights(const st_model *m, const char *path) {
+  if (!m->compiled) return st_error(ST_ERR_INVALID, "save_weights: model is not compiled");
+  m->strategy->vt->sync_to_model(m->strategy, (st_model *)m);
+  int n = count_vars(m);
+  st_named_tensor *ts = calloc((size_t)n + 1, sizeof *ts);
+  float *blob = NULL;
+  if (!ts) return st_error(ST_ERR_NOMEM, "save_weights: out of memory");
+  st_status s = gather(m, ts, &blob);
+  if (s == ST_OK) {
+    const char *keys[] = {"format", "model"};
+    const char *vals[] = {"strata", m->name};
+    s = st__safetensors_write(path, ts, n, keys, vals, 2);
+  }
+  free(blob);
+  free(ts);
+  return s;
+}
+
+static const char *dims_str(const st_named_tensor *t, char *buf, size_t n) {
+  size_t o = (size_t)snprintf(buf, n, "[");
+  for (int d = 0; d < t->rank && o < n; d++)
+    o += (size_t)snprintf(buf + o, n - o, "%s%lld", d ? ", " : "", (long long)t->dims[d]);
+  if (o < n) snprintf(buf + o, n - o, "]");
+  return buf;
+}
+
+static st_status check_tensor(const char *path, const st_named_tensor *want,
+                              const st_named_tensor *got) {
+  if (!got)
+    return st_error(ST_ERR_FORMAT, "%s: tensor '%s' is missing", path, want->name);
+  bool same = got->rank == want->rank;
+  for (int d = 0; same && d < want->rank; d++) same = got->dims[d] == want->dims[d];
+  char a[128], b[128];
+  if (!same)
+    return st_error(ST_ERR_FORMAT, "%s: tensor '%s' has shape %s, the model expects %s", path,
+                    want->name, dims_str(got, a, sizeof a), dims_str(want, b, sizeof b));
+  return ST_OK;
+}
+
+st_status st_model_load_weights(st_model *m, const char *path) {
+  if (!m->compiled) return st_error(ST_ERR_INVALID, "load_weights: model is not compiled");
+  st_safetensors f;
+  st_status s = st__safetensors_read(path, &f);
+  if (s != ST_OK) return s;
+  int n = count_vars(m);
+  if (f.n != n)
+    s = st_error(ST_ERR_FORMAT, "%s: %d tensors, the model has %d variables", path, f.n, n);
+  for (int i = 0; s == ST_OK && i < m->nlayers; i++)
+    for (int p = 0; s == ST_OK && p < m->layers[i]->nparams; p++) {
+      st_named_tensor want;
+      describe(m->layers[i], p, &want);
+      s = check_tensor(path, &want, st__safetensors_find(&f, want.name));
+    }
+  for (int i = 0; s == ST_OK && i < m->nlayers; i++)
+    for (int p = 0; p < m->layers[i]->nparams; p++) {
+      const st_layer *l = m->layers[i];
+      st_named_tensor want;
+      describe(l, p, &want);
+      const st_named_tensor *got = st__safetensors_find(&f, want.name);
+      m->be->to_device(st__var_ptr(l, p, m->params, m->state), got->data,
+                       st_shape_size(l->params[p].shape) * sizeof(float));
+    }
+  if (s == ST_OK) m->strategy->vt->sync_from_model(m->strategy, m);
+  st__safetensors_free(&f);
+  return s;
+}

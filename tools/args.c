@@ -1,0 +1,123 @@
+/* Option parsing and error reporting shared by the strata commands. */
+#include <errno.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+void cli_print_help(const char *cmd, const char *usage, const cli_opt *opts, int nopts) {
+  printf("usage: strata %s %s\n\noptions:\n", cmd, usage);
+  for (int i = 0; i < nopts; i++) {
+    char left[64];
+    snprintf(left, sizeof left, "%s%s%s", opts[i].name, opts[i].metavar ? " " : "",
+             opts[i].metavar ? opts[i].metavar : "");
+    printf("  %-26s %s\n", left, opts[i].help);
+  }
+  printf("  %-26s %s\n", "--help", "show this help");
+}
+
+static cli_opt *find(cli_opt *opts, int nopts, const char *name, size_t len) {
+  for (int i = 0; i < nopts; i++)
+    if (strlen(opts[i].name) == len && !strncmp(opts[i].name, name, len)) return &opts[i];
+  return NULL;
+}
+
+int cli_parse(const char *cmd, const char *usage, int argc, char **argv, cli_opt *opts,
+              int nopts) {
+  for (int i = 2; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      cli_print_help(cmd, usage, opts, nopts);
+      return -1;
+    }
+    const char *eq = strchr(a, '=');
+    size_t len = eq ? (size_t)(eq - a) : strlen(a);
+    cli_opt *o = strncmp(a, "--", 2) ? NULL : find(opts, nopts, a, len);
+    if (!o) {
+      fprintf(stderr, "strata %s: unknown option '%.*s' (see 'strata %s --help')\n", cmd,
+              (int)len, a, cmd);
+      return EXIT_USAGE;
+    }
+    if (o->value) {
+      fprintf(stderr, "strata %s: option %s given twice\n", cmd, o->name);
+      return EXIT_USAGE;
+    }
+    if (!o->metavar) {
+      if (eq) {
+        fprintf(stderr, "strata %s: option %s takes no value\n", cmd, o->name);
+        return EXIT_USAGE;
+      }
+      o->value = "1";
+    } else if (eq) {
+      o->value = eq + 1;
+    } else if (i + 1 < argc) {
+      o->value = argv[++i];
+    } else {
+      fprintf(stderr, "strata %s: option %s needs a value (%s)\n", cmd, o->name, o->metavar);
+      return EXIT_USAGE;
+    }
+  }
+  return EXIT_OK;
+}
+
+const char *cli_get(const cli_opt *opts, int nopts, const char *name) {
+  for (int i = 0; i < nopts; i++)
+    if (!strcmp(opts[i].name, name)) return opts[i].value;
+  return NULL;
+}
+
+bool cli_int(const char *cmd, const char *name, const char *v, long lo, long hi, long *out) {
+  char *end = NULL;
+  errno = 0;
+  long x = strtol(v, &end, 10);
+  if (errno || end == v || *end || x < lo || x > hi) {
+    fprintf(stderr, "strata %s: %s: '%s' is not an integer in [%ld, %ld]\n", cmd, name, v, lo,
+            hi);
+    return false;
+  }
+  *out = x;
+  return true;
+}
+
+bool cli_float(const char *cmd, const char *name, const char *v, double lo, double hi,
+               double *out) {
+  char *end = NULL;
+  errno = 0;
+  double x = strtod(v, &end);
+  if (errno || end == v || *end || !isfinite(x) || x < lo || x > hi) {
+    fprintf(stderr, "strata %s: %s: '%s' is not a number in [%g, %g]\n", cmd, name, v, lo, hi);
+    return false;
+  }
+  *out = x;
+  return true;
+}
+
+int cli_fail(const char *cmd, st_status s) {
+  fprintf(stderr, "strata %s: %s\n", cmd, st_last_error()[0] ? st_last_error() : st_status_string(s));
+  switch (s) {
+    case ST_ERR_INVALID:
+    case ST_ERR_FORMAT:
+    case ST_ERR_NONFINITE:
+    case ST_ERR_NOT_BUILT:
+      return EXIT_USAGE;
+    default:
+      return EXIT_FAIL;
+  }
+}
+
+bool cli_check_writable(const char *cmd, const char *opt, const char *path) {
+  if (!path) return true;
+  char *copy = strdup(path);
+  if (!copy) return false;
+  const char *dir = dirname(copy);
+  bool ok = access(dir, W_OK | X_OK) == 0;
+  if (!ok)
+    fprintf(stderr, "strata %s: %s %s: directory '%s' is not writable: %s\n", cmd, opt, path,
+            dir, strerror(errno));
+  free(copy);
+  return ok;
+}

@@ -1,0 +1,58 @@
+/* The strata command-line tool: shared declarations of its commands, option
+ * parsing and the data/report helpers. The CLI is the only place that prints
+ * to stdout and decides exit codes: 0 success, 2 bad input or usage (nothing
+ * written), 4 could not write an output file, 1 anything else. */
+#ifndef STRATA_TOOLS_CLI_H
+#define STRATA_TOOLS_CLI_H
+
+#include <stdbool.h>
+
+#include "strata/strata.h"
+
+enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_WRITE = 4 };
+
+typedef struct cli_opt {
+  const char *name;    /* "--epochs" */
+  const char *metavar; /* "N"; NULL for a flag without value */
+  const char *help;
+  const char *value;   /* parsed value ("1" for a flag), NULL if absent */
+} cli_opt;
+
+/* Parse argv[first..] into opts. Prints the error to stderr and returns
+ * EXIT_USAGE on unknown options, missing values or repeats; returns -1 when
+ * --help was given (help printed to stdout); else EXIT_OK. */
+int cli_parse(const char *cmd, const char *usage, int argc, char **argv,
+              cli_opt *opts, int nopts);
+void cli_print_help(const char *cmd, const char *usage, const cli_opt *opts,
+                    int nopts);
+const char *cli_get(const cli_opt *opts, int nopts, const char *name);
+/* Numeric option values with range checks; print "strata CMD: --x: ..." and
+ * return false on bad values. */
+bool cli_int(const char *cmd, const char *name, const char *v, long lo, long hi,
+             long *out);
+bool cli_float(const char *cmd, const char *name, const char *v, double lo,
+               double hi, double *out);
+/* Print "strata CMD: <message from the library>" and map a status to an exit
+ * code (bad input -> 2, else 1). */
+int cli_fail(const char *cmd, st_status s);
+/* The directory of path exists and is writable (so outputs can be created at
+ * the end); prints the problem and returns false otherwise. */
+bool cli_check_writable(const char *cmd, const char *opt, const char *path);
+
+/* Fashion-MNIST style data for the built-in models. */
+typedef struct cli_data {
+  st_mnist raw;              /* u8 tensors, owned */
+  int64_t n_train, n_val;    /* split of raw.train */
+  st_dataset *train, *val, *test; /* batched pipelines */
+} cli_data;
+/* "fashion-mnist" means the Debian dataset directory. */
+int cli_load_data(const char *cmd, const char *spec, double val_split,
+                  int64_t train_examples, int batch, uint64_t seed,
+                  cli_data *d);
+void cli_free_data(cli_data *d);
+
+int cmd_train(int argc, char **argv);
+int cmd_evaluate(int argc, char **argv);
+int cmd_summary(int argc, char **argv);
+
+#endif

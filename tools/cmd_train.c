@@ -1,0 +1,214 @@
+/* strata train / evaluate / summary. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "report.h"
+
+#define TRAIN_USAGE "[--model mlp|cnn] [--data fashion-mnist|DIR] [--epochs N] [--batch-size B] ..."
+
+static cli_opt train_opts[] = {
+    {"--model", "NAME", "built-in model: mlp or cnn (default cnn)", NULL},
+    {"--data", "SRC", "fashion-mnist (the Debian dataset, default) or a DIR of MNIST-style IDX files", NULL},
+    {"--epochs", "N", "passes over the training data (default 1)", NULL},
+    {"--batch-size", "B", "global batch size (default 32, as Keras)", NULL},
+    {"--optimizer", "NAME", "adam (default), sgd, rmsprop or adamw, with Keras defaults", NULL},
+    {"--lr", "X", "learning rate (default: the optimizer's Keras default)", NULL},
+    {"--seed", "S", "seed for weights, shuffling and dropout (default 0)", NULL},
+    {"--validation-split", "F", "fraction of the training data held out for validation (default 0)", NULL},
+    {"--train-examples", "N", "use only the first N training examples (default all)", NULL},
+    {"--strategy", "NAME", "distribution strategy: one_device (default)", NULL},
+    {"--threads", "N", "compute threads (default: all cores)", NULL},
+    {"--save", "FILE", "write the trained weights as safetensors", NULL},
+    {"--report", "FILE", "write a JSON report of the run", NULL},
+    {"--quiet", NULL, "no progress output", NULL},
+};
+#define NTRAIN ((int)(sizeof train_opts / sizeof *train_opts))
+
+typedef struct train_cfg {
+  const char *model, *data, *save, *report;
+  long epochs, batch, seed, threads, train_examples;
+  double lr, val_split;
+  st_optimizer_options opt;
+  st_strategy_kind strategy;
+  bool quiet;
+} train_cfg;
+
+static bool parse_train(const cli_opt *o, train_cfg *c) {
+  const char *cmd = "train", *v;
+  memset(c, 0, sizeof *c);
+  c->model = cli_get(o, NTRAIN, "--model") ? cli_get(o, NTRAIN, "--model") : "cnn";
+  c->data = cli_get(o, NTRAIN, "--data") ? cli_get(o, NTRAIN, "--data") : "fashion-mnist";
+  c->save = cli_get(o, NTRAIN, "--save");
+  c->report = cli_get(o, NTRAIN, "--report");
+  c->quiet = cli_get(o, NTRAIN, "--quiet") != NULL;
+  c->epochs = 1;
+  c->batch = 32;
+  st_optimizer_kind ok = ST_OPT_ADAM;
+  if ((v = cli_get(o, NTRAIN, "--epochs")) && !cli_int(cmd, "--epochs", v, 1, 100000, &c->epochs)) return false;
+  if ((v = cli_get(o, NTRAIN, "--batch-size")) && !cli_int(cmd, "--batch-size", v, 1, 1 << 20, &c->batch)) return false;
+  if ((v = cli_get(o, NTRAIN, "--seed")) && !cli_int(cmd, "--seed", v, 0, 0x7fffffffL, &c->seed)) return false;
+  if ((v = cli_get(o, NTRAIN, "--threads")) && !cli_int(cmd, "--threads", v, 1, 1024, &c->threads)) return false;
+  if ((v = cli_get(o, NTRAIN, "--train-examples")) && !cli_int(cmd, "--train-examples", v, 1, 1L << 40, &c->train_examples)) return false;
+  if ((v = cli_get(o, NTRAIN, "--validation-split")) && !cli_float(cmd, "--validation-split", v, 0.0, 0.99, &c->val_split)) return false;
+  if ((v = cli_get(o, NTRAIN, "--optimizer")) && st_optimizer_parse(v, &ok) != ST_OK) {
+    fprintf(stderr, "strata train: --optimizer: %s\n", st_last_error());
+    return false;
+  }
+  c->opt = st_optimizer_default_options(ok);
+  if ((v = cli_get(o, NTRAIN, "--lr"))) {
+    if (!cli_float(cmd, "--lr", v, 1e-12, 1e6, &c->lr)) return false;
+    c->opt.lr = st_schedule_constant((float)c->lr);
+  }
+  c->lr = c->opt.lr.initial;
+  c->strategy = ST_STRATEGY_ONE_DEVICE;
+  if ((v = cli_get(o, NTRAIN, "--strategy")) && st_strategy_kind_parse(v, &c->strategy) != ST_OK) {
+    fprintf(stderr, "strata train: --strategy: %s\n", st_last_error());
+    return false;
+  }
+  for (const char *const *n = st_builtin_model_names(); *n; n++)
+    if (!strcmp(*n, c->model)) return cli_check_writable(cmd, "--save", c->save) &&
+                                      cli_check_writable(cmd, "--report", c->report);
+  fprintf(stderr, "strata train: --model: unknown model '%s' (built-in models: mlp, cnn)\n", c->model);
+  return false;
+}
+
+/* Model + strategy bound together and compiled. */
+static st_status build_model(const char *cmd, const char *name, st_strategy_kind kind,
+                             long threads, uint64_t seed, const st_optimizer_options *opt,
+                             st_strategy **strategy, st_model **model) {
+  st_strategy_options so = st_strategy_default_options(kind);
+  so.threads = (int)threads;
+  st_status s = st_strategy_create(&so, strategy);
+  if (s != ST_OK) return s;
+  st_model_options mo = st_model_default_options(st_shape3(28, 28, 1));
+  mo.seed = seed;
+  mo.strategy = *strategy;
+  if ((s = st_builtin_model_create(name, &mo, model)) != ST_OK) return s;
+  st_compile_options co = st_compile_default_options();
+  co.optimizer = *opt;
+  (void)cmd;
+  return st_model_compile(*model, &co);
+}
+
+static int run_train(const train_cfg *c) {
+  double t0 = st_now_seconds();
+  cli_data d;
+  int rc = cli_load_data("train", c->data, c->val_split, c->train_examples, (int)c->batch,
+                         (uint64_t)c->seed, &d);
+  if (rc) return rc;
+  st_strategy *strategy = NULL;
+  st_model *model = NULL;
+  st_history h = {0};
+  st_eval_result test = {0};
+  void *prog = NULL;
+  st_status s = build_model("train", c->model, c->strategy, c->threads, (uint64_t)c->seed,
+                            &c->opt, &strategy, &model);
+  if (s != ST_OK) goto fail;
+  st_callback cb = st_progress_callback(stderr, isatty(2), (int)c->epochs, &prog);
+  st_fit_options fo = st_fit_default_options();
+  fo.epochs = (int)c->epochs;
+  fo.validation = d.val;
+  fo.callbacks = &cb;
+  fo.ncallbacks = c->quiet ? 0 : 1;
+  if ((s = st_model_fit(model, d.train, &fo, &h)) != ST_OK) goto fail;
+  if ((s = st_model_evaluate(model, d.test, &test)) != ST_OK) goto fail;
+  printf("test_loss: %.4f - test_accuracy: %.4f - samples/s: %.0f\n", test.loss, test.accuracy,
+         h.samples_per_sec);
+  if (c->save && (s = st_model_save_weights(model, c->save)) != ST_OK) {
+    fprintf(stderr, "strata train: --save: %s\n", st_last_error());
+    rc = EXIT_WRITE;
+    goto done;
+  }
+  report_info ri = {c->model, st_strategy_kind_name(c->strategy), st_optimizer_name(c->opt.kind),
+                    st_strategy_num_replicas_in_sync(strategy), (int)c->batch, (uint64_t)c->seed,
+                    c->lr, d.n_train, d.n_val, &h, test, st_now_seconds() - t0};
+  if (c->report && report_write(c->report, &ri) != 0) {
+    fprintf(stderr, "strata train: --report %s: could not write the file\n", c->report);
+    rc = EXIT_WRITE;
+  }
+  goto done;
+fail:
+  rc = cli_fail("train", s);
+done:
+  st_progress_free(prog);
+  st_history_free(&h);
+  st_model_destroy(model);
+  st_strategy_destroy(strategy);
+  cli_free_data(&d);
+  return rc;
+}
+
+int cmd_train(int argc, char **argv) {
+  int rc = cli_parse("train", TRAIN_USAGE, argc, argv, train_opts, NTRAIN);
+  if (rc) return rc < 0 ? EXIT_OK : rc;
+  train_cfg c;
+  if (!parse_train(train_opts, &c)) return EXIT_USAGE;
+  return run_train(&c);
+}
+
+/* ---- evaluate ---- */
+static cli_opt eval_opts[] = {
+    {"--model", "NAME", "built-in model the weights belong to: mlp or cnn (required)", NULL},
+    {"--weights", "FILE", "safetensors file written by 'strata train --save' (required)", NULL},
+    {"--data", "SRC", "fashion-mnist (default) or a DIR of MNIST-style IDX files", NULL},
+    {"--batch-size", "B", "evaluation batch size (default 256)", NULL},
+};
+#define NEVAL ((int)(sizeof eval_opts / sizeof *eval_opts))
+
+int cmd_evaluate(int argc, char **argv) {
+  int rc = cli_parse("evaluate", "--model NAME --weights FILE [--data SRC]", argc, argv,
+                     eval_opts, NEVAL);
+  if (rc) return rc < 0 ? EXIT_OK : rc;
+  const char *name = cli_get(eval_opts, NEVAL, "--model");
+  const char *weights = cli_get(eval_opts, NEVAL, "--weights");
+  const char *data = cli_get(eval_opts, NEVAL, "--data");
+  const char *bv = cli_get(eval_opts, NEVAL, "--batch-size");
+  long batch = 256;
+  if (!name || !weights) {
+    fprintf(stderr, "strata evaluate: --model and --weights are required (see 'strata evaluate --help')\n");
+    return EXIT_USAGE;
+  }
+  if (bv && !cli_int("evaluate", "--batch-size", bv, 1, 1 << 20, &batch)) return EXIT_USAGE;
+  cli_data d;
+  if ((rc = cli_load_data("evaluate", data ? data : "fashion-mnist", 0, 0, (int)batch, 0, &d)))
+    return rc;
+  st_strategy *strategy = NULL;
+  st_model *model = NULL;
+  st_eval_result r;
+  st_optimizer_options opt = st_optimizer_default_options(ST_OPT_ADAM);
+  st_status s = build_model("evaluate", name, ST_STRATEGY_ONE_DEVICE, 0, 0, &opt, &strategy, &model);
+  if (s == ST_OK) s = st_model_load_weights(model, weights);
+  if (s == ST_OK) s = st_model_evaluate(model, d.test, &r);
+  if (s == ST_OK)
+    printf("test_loss: %.4f - test_accuracy: %.4f - examples: %lld\n", r.loss, r.accuracy,
+           (long long)r.examples);
+  rc = s == ST_OK ? EXIT_OK : cli_fail("evaluate", s);
+  st_model_destroy(model);
+  st_strategy_destroy(strategy);
+  cli_free_data(&d);
+  return rc;
+}
+
+/* ---- summary ---- */
+static cli_opt summary_opts[] = {
+    {"--model", "NAME", "built-in model: mlp or cnn (default cnn)", NULL},
+};
+
+int cmd_summary(int argc, char **argv) {
+  int rc = cli_parse("summary", "[--model mlp|cnn]", argc, argv, summary_opts, 1);
+  if (rc) return rc < 0 ? EXIT_OK : rc;
+  const char *name = summary_opts[0].value ? summary_opts[0].value : "cnn";
+  st_model_options mo = st_model_default_options(st_shape3(28, 28, 1));
+  st_model *m = NULL;
+  st_status s = st_builtin_model_create(name, &mo, &m);
+  if (s != ST_OK) return cli_fail("summary", s);
+  char *text = st_model_summary(m);
+  if (text) fputs(text, stdout);
+  rc = text ? EXIT_OK : cli_fail("summary", ST_ERR_NOMEM);
+  free(text);
+  st_model_destroy(m);
+  return rc;
+}

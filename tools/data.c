@@ -1,0 +1,89 @@
+/* Loading Fashion-MNIST style IDX data for the CLI and turning it into the
+ * train / validation / test pipelines (bytes stay bytes; pixels are scaled to
+ * [0,1] as batches are made). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+#define FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
+
+/* Labels must be class indices of the 10-way models: checked before training so
+ * a bad file is rejected with nothing written. */
+static int check_labels(const char *cmd, const char *what, const st_tensor *y) {
+  const uint8_t *v = y->data;
+  for (int64_t i = 0; i < y->dims[0]; i++)
+    if (v[i] >= 10) {
+      fprintf(stderr, "strata %s: %s labels: label %u of example %lld is out of range for a "
+              "model with 10 classes\n", cmd, what, v[i], (long long)i);
+      return EXIT_USAGE;
+    }
+  return EXIT_OK;
+}
+
+/* View images [n,h,w] as [n,h,w,1], the built-in models' input; same bytes. */
+static void shape_images(st_tensor *t) {
+  if (t->rank != 3) return;
+  t->dims[3] = 1;
+  t->rank = 4;
+}
+
+static st_dataset *slices(const st_tensor *x, const st_tensor *y, int64_t skip, int64_t take) {
+  st_dataset *ds = NULL;
+  if (st_dataset_from_tensor_slices(x, y, 1.0f / 255.0f, false, &ds) != ST_OK) return NULL;
+  if (skip > 0) ds = ds ? st_dataset_skip(ds, skip) : NULL;
+  if (take >= 0) ds = ds ? st_dataset_take(ds, take) : NULL;
+  return ds;
+}
+
+int cli_load_data(const char *cmd, const char *spec, double val_split, int64_t train_examples,
+                  int batch, uint64_t seed, cli_data *d) {
+  memset(d, 0, sizeof *d);
+  const char *dir = strcmp(spec, "fashion-mnist") == 0 ? FASHION_MNIST_DIR : spec;
+  st_status s = st_mnist_load(dir, &d->raw);
+  if (s != ST_OK) {
+    fprintf(stderr, "strata %s: --data %s: %s\n", cmd, spec, st_last_error());
+    if (!strcmp(spec, "fashion-mnist"))
+      fprintf(stderr, "strata %s: install the dataset with: apt-get install dataset-fashion-mnist\n", cmd);
+    return s == ST_ERR_NOMEM ? EXIT_FAIL : EXIT_USAGE;
+  }
+  if (check_labels(cmd, "train", &d->raw.train_y) || check_labels(cmd, "test", &d->raw.test_y)) {
+    cli_free_data(d);
+    return EXIT_USAGE;
+  }
+  shape_images(&d->raw.train_x);
+  shape_images(&d->raw.test_x);
+  int64_t n = d->raw.train_x.dims[0];
+  if (train_examples > 0 && train_examples < n) n = train_examples;
+  d->n_val = (int64_t)((double)n * val_split);
+  d->n_train = n - d->n_val;
+  if (d->n_train <= 0) {
+    fprintf(stderr, "strata %s: --validation-split %g leaves no training examples\n", cmd, val_split);
+    cli_free_data(d);
+    return EXIT_USAGE;
+  }
+  /* Keras takes the validation split from the end, before shuffling. */
+  d->train = slices(&d->raw.train_x, &d->raw.train_y, 0, d->n_train);
+  if (d->train) d->train = st_dataset_shuffle(d->train, d->n_train, seed, true);
+  if (d->train) d->train = st_dataset_batch(d->train, batch, false);
+  if (d->n_val > 0) {
+    d->val = slices(&d->raw.train_x, &d->raw.train_y, d->n_train, d->n_val);
+    if (d->val) d->val = st_dataset_batch(d->val, batch > 256 ? batch : 256, false);
+  }
+  d->test = slices(&d->raw.test_x, &d->raw.test_y, 0, -1);
+  if (d->test) d->test = st_dataset_batch(d->test, batch > 256 ? batch : 256, false);
+  if (!d->train || !d->test || (d->n_val > 0 && !d->val)) {
+    int rc = cli_fail(cmd, ST_ERR_INTERNAL);
+    cli_free_data(d);
+    return rc;
+  }
+  return EXIT_OK;
+}
+
+void cli_free_data(cli_data *d) {
+  st_dataset_destroy(d->train);
+  st_dataset_destroy(d->val);
+  st_dataset_destroy(d->test);
+  st_mnist_free(&d->raw);
+  memset(d, 0, sizeof *d);
+}

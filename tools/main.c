@@ -1,0 +1,45 @@
+/* strata: the command-line entry point. Dispatches to the commands and prints
+ * the top-level help. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "strata %s - train neural networks in C, on one device or many\n"
+          "\n"
+          "usage: strata COMMAND [options]\n"
+          "\n"
+          "commands:\n"
+          "  train      train a model (built-in mlp or cnn) on Fashion-MNIST or IDX files\n"
+          "  evaluate   evaluate saved weights on the test set\n"
+          "  summary    print a model's layers, output shapes and parameter counts\n"
+          "\n"
+          "Run 'strata COMMAND --help' for the options of a command.\n"
+          "Exit codes: 0 success, 2 bad input or usage (nothing written),\n"
+          "4 an output file could not be written, 1 other failure.\n",
+          STRATA_VERSION);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return EXIT_USAGE;
+  }
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+    usage(stdout);
+    return EXIT_OK;
+  }
+  if (!strcmp(cmd, "--version")) {
+    printf("strata %s\n", STRATA_VERSION);
+    return EXIT_OK;
+  }
+  if (!strcmp(cmd, "train")) return cmd_train(argc, argv);
+  if (!strcmp(cmd, "evaluate")) return cmd_evaluate(argc, argv);
+  if (!strcmp(cmd, "summary")) return cmd_summary(argc, argv);
+  fprintf(stderr, "strata: unknown command '%s'\n\n", cmd);
+  usage(stderr);
+  return EXIT_USAGE;
+}

@@ -1,0 +1,51 @@
+/* The --report JSON: one object describing the run (configuration, final
+ * figures, timings, memory and per-epoch history), written atomically. */
+#include <jansson.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "report.h"
+
+static json_t *history_json(const st_history *h) {
+  json_t *arr = json_array();
+  for (int e = 0; e < h->epochs; e++) {
+    const st_epoch_logs *l = &h->logs[e];
+    json_t *o = json_pack("{s:i, s:f, s:f, s:f, s:f, s:I}", "epoch", l->epoch + 1, "loss", l->loss,
+                          "accuracy", l->accuracy, "lr", l->lr, "seconds", l->seconds, "steps",
+                          (json_int_t)l->steps);
+    if (l->has_validation) {
+      json_object_set_new(o, "val_loss", json_real(l->val_loss));
+      json_object_set_new(o, "val_accuracy", json_real(l->val_accuracy));
+    }
+    json_array_append_new(arr, o);
+  }
+  return arr;
+}
+
+int report_write(const char *path, const report_info *r) {
+  const st_history *h = r->history;
+  const st_epoch_logs *last = h->epochs ? &h->logs[h->epochs - 1] : NULL;
+  json_t *o = json_pack(
+      "{s:s, s:s, s:s, s:i, s:i, s:i, s:I, s:s, s:f, s:I, s:I}", "strata_version", STRATA_VERSION,
+      "model", r->model, "strategy", r->strategy, "replicas", r->replicas, "epochs", h->epochs,
+      "global_batch_size", r->batch, "seed", (json_int_t)r->seed, "optimizer", r->optimizer,
+      "learning_rate", r->lr, "train_examples", (json_int_t)r->n_train, "validation_examples",
+      (json_int_t)r->n_val);
+  json_object_set_new(o, "train_loss", last ? json_real(last->loss) : json_null());
+  json_object_set_new(o, "train_accuracy", last ? json_real(last->accuracy) : json_null());
+  json_object_set_new(o, "test_loss", json_real(r->test.loss));
+  json_object_set_new(o, "test_accuracy", json_real(r->test.accuracy));
+  json_object_set_new(o, "samples_per_sec", json_real(h->samples_per_sec));
+  json_object_set_new(o, "wall_seconds", json_real(r->wall_seconds));
+  json_object_set_new(o, "peak_rss_bytes", json_integer((json_int_t)st_peak_rss_bytes()));
+  json_object_set_new(o, "history", history_json(h));
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+  int rc = json_dump_file(o, tmp, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
+  json_decref(o);
+  if (rc != 0 || rename(tmp, path) != 0) {
+    unlink(tmp);
+    return -1;
+  }
+  return 0;
+}

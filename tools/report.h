@@ -1,0 +1,19 @@
+/* The --report JSON writer of the strata CLI. */
+#ifndef STRATA_TOOLS_REPORT_H
+#define STRATA_TOOLS_REPORT_H
+#include "strata/strata.h"
+
+typedef struct report_info {
+  const char *model, *strategy, *optimizer;
+  int replicas, batch;
+  uint64_t seed;
+  double lr;
+  int64_t n_train, n_val;
+  const st_history *history;
+  st_eval_result test;
+  double wall_seconds;
+} report_info;
+
+/* 0 on success; -1 (errno set) if the file could not be written. */
+int report_write(const char *path, const report_info *r);
+#endif
