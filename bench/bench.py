@@ -12,7 +12,7 @@ both programs) and peak RSS, with the Strata/PyTorch ratios.
 
 Usage: /usr/bin/python3 bench/bench.py [--reps 3] [--quick] [--models mlp,cnn]
            [--markdown docs/BENCHMARKS-table.md] [--json raw.jsonl]
-           [--only strata|peer]
+           [--only strata|peer] [--strata-threads N]
 Exit: 0 all runs ok; 1 a run failed; 2 a prerequisite is missing.
 """
 import argparse
@@ -28,7 +28,7 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PEER_PY = "/usr/bin/python3"
+PEER_PY = os.environ.get("PEER_PYTHON", "/usr/bin/python3")  # Debian python3 with python3-torch
 # Best peer settings measured on the 2-core machine (peers/RESULTS.md note 1).
 PEER_CONFIG = {
     "mlp": (["--threads", "2"], {"OMP_WAIT_POLICY": "passive"}),
@@ -51,6 +51,8 @@ def parse_args():
     ap.add_argument("--strata", default=os.path.join(REPO, "build", "strata"))
     ap.add_argument("--peers", default=os.environ.get(
         "STRATA_PEERS_DIR", os.path.join(os.path.dirname(REPO), "shared", "peers")))
+    ap.add_argument("--strata-threads", type=int,
+                    help="pass --threads N to strata (default: its own, all cores)")
     ap.add_argument("--only", choices=["strata", "peer"], help="run one side only")
     ap.add_argument("--markdown", metavar="FILE", help="also write the table as markdown")
     ap.add_argument("--json", metavar="FILE", help="append one JSON line per run")
@@ -107,6 +109,8 @@ def run_strata(a, model, seed):
     os.close(fd)
     cmd = [a.strata, "train", "--model", model, "--epochs", str(a.epochs),
            "--batch-size", str(a.batch_size), "--seed", str(seed), "--report", report]
+    if a.strata_threads:
+        cmd += ["--threads", str(a.strata_threads)]
     try:
         rc, out, err, wall = run_cmd(cmd, {}, REPO, a.timeout)
         rec = dict(side="strata", model=model, seed=seed, cmd=" ".join(cmd), rc=rc,
@@ -175,7 +179,8 @@ def build_rows(a, records):
     """Rows of (model, implementation, samples/s, peak RSS MiB, test acc, wall s, ok)."""
     rows = []
     for m in a.models:
-        sides = [("strata", "Strata")] if a.only != "peer" else []
+        label = f"Strata ({a.strata_threads or os.cpu_count()} threads)"
+        sides = [("strata", label)] if a.only != "peer" else []
         if a.only != "strata":
             sides.append(("peer", PEER_LABEL[m]))
         for side, label in sides:

@@ -64,10 +64,21 @@ st_status st__iter_skip(st_iterator *it, int64_t n, int64_t *done);
 /* Copy an item into buffers sized for st__ds_item_floats. */
 void st__batch_copy(const st_dataset *ds, const st_batch *b, float *x, float *y);
 
+/* Rows start + k * step (0 <= k < count) of a tensor-slices source: what a
+ * chain of take/skip/shard directly above the source yields, in order. */
+typedef struct st__index_view {
+  const st_dataset *src;
+  int64_t start, step, count;
+} st__index_view;
+/* True (and *v filled) if ds is such a chain (or the source itself). */
+bool st__ds_index_view(const st_dataset *ds, st__index_view *v);
+
 /* Tensor-slices source, for the shuffle fast path. */
 bool st__ds_is_slices(const st_dataset *ds);
 int64_t st__slices_count(const st_dataset *ds);
 /* Convert example i (0 <= i < count) into x [x_size] and y [y_size]. */
 void st__slices_row(const st_dataset *ds, int64_t i, float *x, float *y);
+/* Hint that example i will be converted soon (prefetches its bytes). */
+void st__slices_prefetch(const st_dataset *ds, int64_t i);
 
 #endif

@@ -51,7 +51,7 @@ typedef struct st_layer_vtable {
   const char *class_name; /* Keras class name: "Dense", "Conv2D", ... */
   const char *base_name;  /* automatic name stem: "dense", "conv2d", ... */
   /* Compute l->out_shape from l->in_shape, declare params with
-   * st_layer_add_param, set cache_per_example; return ST_ERR_INVALID with a
+   * st__layer_add_param, set cache_per_example; return ST_ERR_INVALID with a
    * message naming the layer and shape when the input does not fit. */
   st_status (*build)(st_layer *l);
   /* Floats of scratch needed for a call with `batch` examples. NULL = 0. */

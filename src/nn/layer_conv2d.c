@@ -5,18 +5,21 @@
  * Lowering: a block of nb images is unrolled with be->im2col into one buffer
  * col[nb*oh*ow, kh*kw*cin] in the workspace, and ONE gemm per block multiplies
  * it by the kernel viewed as [kh*kw*cin, filters]. nb is as many images as fit
- * a fixed column budget (the whole batch for the CLI's cnn at batch 128), so
- * the gemm is large. Backward re-unrolls each block, accumulates
- * dkernel += col^T . dz, then reuses the same buffer for dcol = dz . kernel^T
- * and scatters it into dx with be->col2im. */
+ * fixed column and output budgets (see below), so the gemm is large; bias and
+ * activation are applied per block while it is in cache. Backward, per block: dz = dy * act'(.), re-unroll the block,
+ * dkernel += col^T . dz, then reuse the same buffer for dcol = dz . kernel^T
+ * and scatter it into dx with be->col2im. */
 #include <stdio.h>
 
 #include "nn/layer.h"
 
 enum { KERNEL = 0, BIAS = 1 };
 
-/* Most floats of unrolled columns per block (32 MiB). */
-#define COL_BUDGET_FLOATS ((size_t)8 << 20)
+/* Block limits in floats: unrolled columns (4 MiB) and outputs (1 MiB) per
+ * block, so a block's output is still in cache for bias and activation while
+ * the gemm stays large (cnn at batch 128: blocks of 12 and 30 images). */
+#define COL_BUDGET_FLOATS ((size_t)1 << 20)
+#define OUT_BUDGET_FLOATS ((size_t)256 << 10)
 
 typedef struct conv_config {
   st_conv2d_options o;
@@ -77,7 +80,8 @@ static conv_sizes sizes_of(const conv_config *cf) {
 /* Images per im2col block for a call of `batch` examples. */
 static int block_images(const conv_config *cf, int batch) {
   conv_sizes s = sizes_of(cf);
-  size_t nb = COL_BUDGET_FLOATS / (s.P * s.K);
+  size_t nb = COL_BUDGET_FLOATS / (s.P * s.K), nb_out = OUT_BUDGET_FLOATS / (s.P * s.F);
+  if (nb_out < nb) nb = nb_out;
   if (nb < 1) nb = 1;
   return nb < (size_t)batch ? (int)nb : batch;
 }
@@ -110,31 +114,37 @@ static void conv_forward(const st_layer *l, st_layer_call *c) {
   float *col = c->workspace; /* [nb*P, K] */
   int nb = block_images(cf, c->batch);
   for (int b0 = 0; b0 < c->batch; b0 += nb) {
-    int cnt = c->batch - b0 < nb ? c->batch - b0 : nb;
+    int cnt = c->batch - b0 < nb ? c->batch - b0 : nb, rows = (int)(cnt * s.P);
+    size_t off = (size_t)b0 * s.P * s.F; /* block start in z and y */
     unroll_block(cf, c, b0, cnt, col);
-    be->gemm(false, false, (int)(cnt * s.P), (int)s.F, (int)s.K, 1.0f, col,
-             (int)s.K, c->w[KERNEL], (int)s.F, 0.0f, z + (size_t)b0 * s.P * s.F,
-             (int)s.F);
+    be->gemm(false, false, rows, (int)s.F, (int)s.K, 1.0f, col, (int)s.K,
+             c->w[KERNEL], (int)s.F, 0.0f, z + off, (int)s.F);
+    /* bias and activation while the block is still in cache */
+    if (cf->o.use_bias) be->bias_add(rows, (int)s.F, c->w[BIAS], z + off);
+    if (act != ST_ACT_LINEAR)
+      be->act_forward(act, rows, (int)s.F, z + off, c->y + off);
   }
-  int rows = (int)(c->batch * s.P);
-  if (cf->o.use_bias) be->bias_add(rows, (int)s.F, c->w[BIAS], z);
-  if (act != ST_ACT_LINEAR) be->act_forward(act, rows, (int)s.F, z, c->y);
 }
 
 /* dz[batch*P, F] = dy * act'(.): dy itself when linear, in place when dy is
  * writable, else in the workspace after the column block. */
-static const float *conv_dz(const st_layer *l, st_layer_call *c) {
+static float *conv_dz_buffer(const st_layer *l, st_layer_call *c) {
   const conv_config *cf = l->config;
-  st_activation act = cf->o.activation;
-  if (act == ST_ACT_LINEAR) return c->dy;
+  if (cf->o.activation == ST_ACT_LINEAR || c->dy_writable) return (float *)c->dy;
   conv_sizes s = sizes_of(cf);
-  float *dz = c->dy_writable
-                  ? (float *)c->dy
-                  : c->workspace +
-                        (size_t)block_images(cf, c->batch) * s.P * s.K;
-  const float *z = st_activation_needs_input(act) ? c->cache : NULL;
-  c->be->act_backward(act, (int)(c->batch * s.P), (int)s.F, z, c->y, c->dy, dz);
-  return dz;
+  return c->workspace + (size_t)block_images(cf, c->batch) * s.P * s.K;
+}
+
+/* dz rows of images b0 .. b0+cnt-1 (no-op when linear: dz is dy). */
+static void conv_dz_block(const conv_config *cf, st_layer_call *c, int b0,
+                          int cnt, float *dz) {
+  st_activation act = cf->o.activation;
+  if (act == ST_ACT_LINEAR) return;
+  conv_sizes s = sizes_of(cf);
+  size_t off = (size_t)b0 * s.P * s.F;
+  const float *z = st_activation_needs_input(act) ? c->cache + off : NULL;
+  c->be->act_backward(act, (int)(cnt * s.P), (int)s.F, z, c->y + off,
+                      c->dy + off, dz + off);
 }
 
 /* dx for images b0 .. b0+cnt-1 from dz, using col[cnt*P, K] as dcol. */
@@ -151,25 +161,26 @@ static void conv_dx_block(const conv_config *cf, st_layer_call *c, int b0,
     be->col2im(&cf->g, col + (size_t)i * s.P * s.K, dx + (size_t)i * s.X);
 }
 
+/* Per block: dz, dkernel (+)= col^T . dz, dx; then dbias over the batch. */
 static void conv_backward(const st_layer *l, st_layer_call *c) {
   const conv_config *cf = l->config;
   const st_backend *be = c->be;
   conv_sizes s = sizes_of(cf);
-  const float *dz = conv_dz(l, c);
-  if (cf->o.use_bias)
-    be->bias_grad((int)(c->batch * s.P), (int)s.F, dz, c->dw[BIAS]);
-  if (c->batch == 0) be->fill(s.K * s.F, 0.0f, c->dw[KERNEL]);
-  float *col = c->workspace; /* [nb*P, K] */
+  float *dz = conv_dz_buffer(l, c); /* [batch*P, F] */
+  float *col = c->workspace;        /* [nb*P, K] */
   int nb = block_images(cf, c->batch);
+  if (c->batch == 0) be->fill(s.K * s.F, 0.0f, c->dw[KERNEL]);
   for (int b0 = 0; b0 < c->batch; b0 += nb) {
     int cnt = c->batch - b0 < nb ? c->batch - b0 : nb;
+    conv_dz_block(cf, c, b0, cnt, dz);
     unroll_block(cf, c, b0, cnt, col);
-    /* dkernel[K, F] (+)= col^T . dz_block */
     be->gemm(true, false, (int)s.K, (int)s.F, (int)(cnt * s.P), 1.0f, col,
              (int)s.K, dz + (size_t)b0 * s.P * s.F, (int)s.F,
              b0 == 0 ? 0.0f : 1.0f, c->dw[KERNEL], (int)s.F);
     if (c->dx) conv_dx_block(cf, c, b0, cnt, dz, col);
   }
+  if (cf->o.use_bias)
+    be->bias_grad((int)(c->batch * s.P), (int)s.F, dz, c->dw[BIAS]);
 }
 
 static const st_layer_vtable conv_vtable = {

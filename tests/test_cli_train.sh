@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# End to end through the CLI on a slice of Fashion-MNIST: a short run reaches a
+# loss threshold; the same seed gives identical weights bytes and an identical
+# report (timings aside); evaluate reproduces the test figures from the saved
+# weights; summary and help work.
+set -u
+cli=${STRATA_CLI:?set by CTest}
+data=/usr/share/datasets/fashion-mnist
+if [ ! -e $data/train-images-idx3-ubyte.gz ]; then
+  echo "SKIP: $data missing (apt-get install dataset-fashion-mnist)"; exit 77
+fi
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+fail=0
+check() { if eval "$2"; then echo "ok - $1"; else echo "not ok - $1"; fail=1; fi; }
+py=/usr/bin/python3
+
+for run in a b; do
+  "$cli" train --model mlp --train-examples 3000 --epochs 2 --batch-size 64 --seed 7 \
+    --validation-split 0.1 --save "$tmp/$run.safetensors" --report "$tmp/$run.json" --quiet \
+    >"$tmp/$run.out" 2>"$tmp/$run.err"
+  check "train run $run exits 0" "[ $? -eq 0 ]"
+done
+cat "$tmp/a.out" "$tmp/a.err"
+check "same seed, identical weights bytes" "cmp -s $tmp/a.safetensors $tmp/b.safetensors"
+strip='import json,sys
+d=json.load(open(sys.argv[1]))
+for k in ("samples_per_sec","wall_seconds","peak_rss_bytes"): d.pop(k)
+for h in d["history"]: h.pop("seconds")
+print(json.dumps(d, sort_keys=True))'
+check "same seed, identical report (timings aside)" \
+  "[ \"\$($py -c '$strip' $tmp/a.json)\" = \"\$($py -c '$strip' $tmp/b.json)\" ]"
+check "report has the documented fields" "$py -c '
+import json; d=json.load(open(\"$tmp/a.json\"))
+need=\"model strategy replicas epochs global_batch_size seed train_loss train_accuracy test_loss test_accuracy samples_per_sec wall_seconds peak_rss_bytes history\".split()
+missing=[k for k in need if k not in d]; assert not missing, missing
+assert d[\"model\"]==\"mlp\" and d[\"strategy\"]==\"one_device\" and d[\"replicas\"]==1 and d[\"epochs\"]==2
+assert len(d[\"history\"])==2 and \"val_loss\" in d[\"history\"][0]'"
+check "loss falls below 0.75 and test accuracy above 0.70 on the slice" "$py -c '
+import json; d=json.load(open(\"$tmp/a.json\"))
+print(\"train_loss\", d[\"train_loss\"], \"test_accuracy\", d[\"test_accuracy\"])
+assert d[\"train_loss\"] < 0.75 and d[\"test_accuracy\"] > 0.70'"
+"$cli" evaluate --model mlp --weights "$tmp/a.safetensors" >"$tmp/eval.out" 2>&1
+check "evaluate exits 0" "[ $? -eq 0 ]"
+check "evaluate reproduces the reported test accuracy" "$py -c '
+import json,re; d=json.load(open(\"$tmp/a.json\"))
+acc=float(re.search(r\"test_accuracy: ([0-9.]+)\", open(\"$tmp/eval.out\").read()).group(1))
+assert abs(acc-d[\"test_accuracy\"])<1e-4, (acc, d[\"test_accuracy\"])'"
+"$cli" summary --model cnn >"$tmp/sum.out"
+check "summary prints the cnn table with 225,034 params" "grep -q 'Total params: 225,034' $tmp/sum.out && grep -q 'conv2d_1 (Conv2D)' $tmp/sum.out"
+"$cli" summary --model mlp >"$tmp/sum2.out"
+check "summary prints the mlp with 235,146 params" "grep -q 'Total params: 235,146' $tmp/sum2.out"
+"$cli" --help >"$tmp/help.out"
+check "strata --help lists the commands" "grep -q 'train' $tmp/help.out && grep -q evaluate $tmp/help.out"
+"$cli" train --help >"$tmp/thelp.out"
+check "strata train --help lists its options" "grep -q -- '--batch-size' $tmp/thelp.out && grep -q -- '--report' $tmp/thelp.out"
+exit $fail

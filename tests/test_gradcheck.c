@@ -1,0 +1,492 @@
+/* Finite-difference gradient checks of every layer kind and every loss kind on
+ * the reference backend, plus forward checks against hand-written formulas
+ * (direct convolution, batchnorm inference and moving statistics) and a few
+ * layer-contract checks (dy untouched unless writable, multi-block Conv2D).
+ *
+ * A layer is checked with the scalar L = sum(y * r) for a fixed random r:
+ * backward with dy = r gives dL/dx and dL/dw, compared against central
+ * differences (L(v+eps) - L(v-eps)) / (2 eps) evaluated in double. */
+#include <string.h>
+
+#include "check.h"
+#include "nn/layer.h"
+#include "strata/nn.h"
+
+#define EPS 1e-3f
+#define RTOL 1e-2
+#define ATOL 2e-3
+
+static const st_backend *be;
+
+/* ---- a layer with its own buffers ---------------------------------------- */
+
+typedef struct harness {
+  st_layer *l;
+  int batch;
+  size_t nx, ny;                 /* floats of x [batch, in] and y [batch, out] */
+  float *x, *y, *r, *dy, *dx;    /* r: the fixed loss weights [batch, out] */
+  float *cache, *ws;             /* [batch*cache_per_example], workspace */
+  float *w[ST_LAYER_MAX_PARAMS], *dw[ST_LAYER_MAX_PARAMS];
+  void (*all_reduce_sum)(void *ctx, float *buf, size_t n);
+} harness;
+
+static float *zalloc(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
+
+/* Distinct values spaced 2/n apart in (-1, 1), none within 1/n of 0 (no
+ * max-pool ties, no relu kinks at the input). */
+static void fill_distinct(float *v, size_t n, st_rng *rng) {
+  for (size_t i = 0; i < n; i++) v[i] = -1.0f + (2.0f * (float)i + 1.0f) / (float)n;
+  for (size_t i = n; i > 1; i--) {
+    size_t j = st_rng_below(rng, i);
+    float t = v[i - 1];
+    v[i - 1] = v[j];
+    v[j] = t;
+  }
+}
+
+static void fill_uniform(float *v, size_t n, float lo, float hi, st_rng *rng) {
+  for (size_t i = 0; i < n; i++) v[i] = lo + (hi - lo) * st_rng_uniform(rng);
+}
+
+/* Builds l for `in` and allocates and initialises everything a call needs. */
+static bool h_init(harness *h, st_layer *l, st_shape in, int batch,
+                   uint64_t seed) {
+  memset(h, 0, sizeof *h);
+  h->l = l;
+  h->batch = batch;
+  if (!l || st__layer_build(l, in) != ST_OK) {
+    fprintf(stderr, "build failed: %s\n", st_last_error());
+    return false;
+  }
+  h->nx = (size_t)batch * st_shape_size(in);
+  h->ny = (size_t)batch * st_shape_size(l->out_shape);
+  h->x = zalloc(h->nx), h->dx = zalloc(h->nx);
+  h->y = zalloc(h->ny), h->r = zalloc(h->ny), h->dy = zalloc(h->ny);
+  h->cache = zalloc((size_t)batch * l->cache_per_example);
+  h->ws = zalloc(l->vt->workspace_floats ? l->vt->workspace_floats(l, batch) : 0);
+  st_rng rng = st_rng_make(seed, 1);
+  fill_distinct(h->x, h->nx, &rng);
+  fill_uniform(h->r, h->ny, -1.0f, 1.0f, &rng);
+  for (int p = 0; p < l->nparams; p++) {
+    size_t n = st_shape_size(l->params[p].shape);
+    h->w[p] = zalloc(n);
+    st__init_fill(l->params[p].init, l->params[p].shape, h->w[p], &rng);
+    if (l->params[p].trainable) h->dw[p] = zalloc(n);
+  }
+  return true;
+}
+
+static void h_free(harness *h) {
+  free(h->x), free(h->dx), free(h->y), free(h->r), free(h->dy);
+  free(h->cache), free(h->ws);
+  for (int p = 0; p < ST_LAYER_MAX_PARAMS; p++) free(h->w[p]), free(h->dw[p]);
+  st_layer_destroy(h->l);
+}
+
+static st_layer_call h_call(harness *h, bool training) {
+  st_layer_call c;
+  memset(&c, 0, sizeof c);
+  c.be = be;
+  c.batch = h->batch;
+  c.training = training;
+  c.x = h->x, c.y = h->y, c.dy = h->dy, c.dx = h->dx;
+  c.cache = h->cache, c.workspace = h->ws;
+  c.seed = 1234, c.stream = 77;
+  c.all_reduce_sum = h->all_reduce_sum;
+  c.global_batch = h->batch;
+  for (int p = 0; p < h->l->nparams; p++) c.w[p] = h->w[p], c.dw[p] = h->dw[p];
+  return c;
+}
+
+/* Training forward, then L = sum(y * r) in double. */
+static double h_loss(harness *h) {
+  st_layer_call c = h_call(h, true);
+  h->l->vt->forward(h->l, &c);
+  double s = 0.0;
+  for (size_t i = 0; i < h->ny; i++) s += (double)h->y[i] * h->r[i];
+  return s;
+}
+
+/* Forward then backward with dy = r. */
+static void h_backward(harness *h, bool dy_writable) {
+  h_loss(h);
+  memcpy(h->dy, h->r, h->ny * sizeof(float));
+  st_layer_call c = h_call(h, true);
+  c.dy_writable = dy_writable;
+  h->l->vt->backward(h->l, &c);
+}
+
+/* Compares analytic[n] with central differences of L over v[n]; one CHECK
+ * for the whole tensor, reporting the worst element. */
+static void h_check(harness *h, const char *label, const char *what, float *v,
+                    size_t n, const float *analytic) {
+  double amax = 1.0, worst = 0.0, wa = 0.0, wn = 0.0;
+  size_t wi = 0;
+  for (size_t i = 0; i < n; i++) amax = fmax(amax, fabs(analytic[i]));
+  for (size_t i = 0; i < n; i++) {
+    float orig = v[i], vp = orig + EPS, vm = orig - EPS;
+    v[i] = vp;
+    double lp = h_loss(h);
+    v[i] = vm;
+    double lm = h_loss(h);
+    v[i] = orig;
+    double num = (lp - lm) / ((double)vp - vm), a = analytic[i];
+    double excess = fabs(a - num) - (RTOL * fmax(fabs(a), fabs(num)) + ATOL * amax);
+    if (i == 0 || excess > worst) worst = excess, wi = i, wa = a, wn = num;
+  }
+  CHECK_MSG(n == 0 || worst <= 0.0, "%s: d%s[%zu]: analytic %.6g numeric %.6g",
+            label, what, wi, wa, wn);
+}
+
+/* Full gradient check of one layer: dx and every trainable parameter. */
+static void gradcheck(const char *label, st_layer *l, st_shape in, int batch) {
+  harness h;
+  if (!h_init(&h, l, in, batch, 42)) {
+    CHECK_MSG(false, "%s: build failed", label);
+    h_free(&h);
+    return;
+  }
+  h_backward(&h, false);
+  size_t ndw = 0;
+  for (int p = 0; p < l->nparams; p++)
+    if (h.dw[p]) ndw = fmax(ndw, st_shape_size(l->params[p].shape));
+  float *dx = zalloc(h.nx), *dw = zalloc(ndw);
+  memcpy(dx, h.dx, h.nx * sizeof(float));
+  h_check(&h, label, "x", h.x, h.nx, dx);
+  for (int p = 0; p < l->nparams; p++) {
+    if (!h.dw[p]) continue;
+    size_t n = st_shape_size(l->params[p].shape);
+    memcpy(dw, h.dw[p], n * sizeof(float));
+    h_check(&h, label, l->params[p].name, h.w[p], n, dw);
+  }
+  free(dx), free(dw);
+  h_free(&h);
+}
+
+/* ---- layers ---------------------------------------------------------------- */
+
+static void test_dense(void) {
+  char label[64];
+  for (int a = 0; a < ST_ACT_COUNT; a++) {
+    snprintf(label, sizeof label, "dense %s", st_activation_name(a));
+    gradcheck(label, st_dense(4, (st_activation)a), st_shape1(5), 3);
+  }
+  st_dense_options o = st_dense_default_options(3);
+  o.use_bias = false;
+  o.activation = ST_ACT_TANH;
+  gradcheck("dense no bias", st_dense_ex(o), st_shape1(4), 2);
+}
+
+static void conv_case(const char *label, int k_h, int k_w, int s_h, int s_w,
+                      st_padding pad, st_activation act) {
+  st_conv2d_options o = st_conv2d_default_options(3, k_h, k_w);
+  o.sh = s_h, o.sw = s_w, o.padding = pad, o.activation = act;
+  o.bias_init = ST_INIT_ONES; /* nonzero bias */
+  gradcheck(label, st_conv2d_ex(o), st_shape3(6, 5, 2), 2);
+}
+
+static void test_conv2d(void) {
+  conv_case("conv valid s1", 3, 3, 1, 1, ST_PAD_VALID, ST_ACT_RELU);
+  conv_case("conv same s1", 3, 3, 1, 1, ST_PAD_SAME, ST_ACT_RELU);
+  conv_case("conv valid s2", 3, 3, 2, 2, ST_PAD_VALID, ST_ACT_LINEAR);
+  conv_case("conv same s2", 3, 3, 2, 2, ST_PAD_SAME, ST_ACT_RELU);
+  conv_case("conv same s2 gelu", 3, 3, 2, 2, ST_PAD_SAME, ST_ACT_GELU);
+  conv_case("conv same 2x3 s(2,1) tanh", 2, 3, 2, 1, ST_PAD_SAME, ST_ACT_TANH);
+  conv_case("conv valid 2x2 s2 sigmoid", 2, 2, 2, 2, ST_PAD_VALID, ST_ACT_SIGMOID);
+}
+
+static void test_pool(void) {
+  st_pool2d_options o = st_pool2d_default_options(3);
+  o.sh = o.sw = 2;
+  o.padding = ST_PAD_SAME;
+  gradcheck("maxpool 2 valid", st_maxpool2d(2), st_shape3(5, 5, 2), 2);
+  gradcheck("maxpool 3 s2 same", st_maxpool2d_ex(o), st_shape3(5, 6, 2), 2);
+  gradcheck("avgpool 2 valid", st_avgpool2d(2), st_shape3(5, 5, 2), 2);
+  gradcheck("avgpool 3 s2 same", st_avgpool2d_ex(o), st_shape3(5, 6, 2), 2);
+  o = st_pool2d_default_options(2);
+  o.padding = ST_PAD_SAME;
+  gradcheck("avgpool 2 same", st_avgpool2d_ex(o), st_shape3(5, 5, 1), 2);
+}
+
+static void test_simple_layers(void) {
+  gradcheck("flatten", st_flatten(), st_shape3(3, 2, 2), 2);
+  gradcheck("reshape", st_reshape(st_shape3(2, 3, 2)), st_shape1(12), 2);
+  gradcheck("dropout 0.3", st_dropout(0.3f), st_shape1(20), 3);
+  char label[64];
+  for (int a = 0; a < ST_ACT_COUNT; a++) {
+    snprintf(label, sizeof label, "activation %s", st_activation_name(a));
+    gradcheck(label, st_activation_layer((st_activation)a), st_shape3(2, 2, 4), 2);
+  }
+}
+
+/* One replica: the all-reduce of a single participant is the identity. */
+static void identity_reduce(void *ctx, float *buf, size_t n) {
+  (void)ctx, (void)buf, (void)n;
+}
+
+static void test_batchnorm_grad(void) {
+  gradcheck("batchnorm rank1", st_batchnorm(), st_shape1(4), 5);
+  gradcheck("batchnorm rank3", st_batchnorm(), st_shape3(3, 3, 2), 2);
+  st_batchnorm_options o = st_batchnorm_default_options();
+  o.center = o.scale = false;
+  gradcheck("batchnorm no affine", st_batchnorm_ex(o), st_shape1(3), 4);
+  /* synchronized path (host loops) with one replica */
+  o = st_batchnorm_default_options();
+  o.synchronized = true;
+  harness h;
+  st_layer *l = st_batchnorm_ex(o);
+  if (!h_init(&h, l, st_shape1(4), 5, 42)) return;
+  h.all_reduce_sum = identity_reduce;
+  h_backward(&h, false);
+  float *dx = zalloc(h.nx), *dg = zalloc(4);
+  memcpy(dx, h.dx, h.nx * sizeof(float));
+  memcpy(dg, h.dw[0], 4 * sizeof(float));
+  h_check(&h, "batchnorm sync", "x", h.x, h.nx, dx);
+  h_check(&h, "batchnorm sync", "gamma", h.w[0], 4, dg);
+  free(dx), free(dg);
+  h_free(&h);
+}
+
+/* ---- forward checks --------------------------------------------------------- */
+
+/* Conv2D against a direct convolution (TF 'same' padding computed here). */
+static void test_conv_direct(void) {
+  const int H = 5, W = 6, C = 2, KH = 3, KW = 2, F = 3, SH = 2, SW = 1, N = 2;
+  st_conv2d_options o = st_conv2d_default_options(F, KH, KW);
+  o.sh = SH, o.sw = SW, o.padding = ST_PAD_SAME, o.bias_init = ST_INIT_ONES;
+  harness h;
+  if (!h_init(&h, st_conv2d_ex(o), st_shape3(H, W, C), N, 7)) return;
+  int oh = (H + SH - 1) / SH, ow = (W + SW - 1) / SW;
+  int pt = ((oh - 1) * SH + KH - H) / 2, pl = ((ow - 1) * SW + KW - W) / 2;
+  CHECK(st_shape_equal(h.l->out_shape, st_shape3(oh, ow, F)));
+  h.w[1][1] = 0.5f;
+  h_loss(&h);
+  double worst = 0.0;
+  for (int n = 0; n < N; n++)
+    for (int oy = 0; oy < oh; oy++)
+      for (int ox = 0; ox < ow; ox++)
+        for (int f = 0; f < F; f++) {
+          double acc = h.w[1][f];
+          for (int ky = 0; ky < KH; ky++)
+            for (int kx = 0; kx < KW; kx++)
+              for (int c = 0; c < C; c++) {
+                int iy = oy * SH - pt + ky, ix = ox * SW - pl + kx;
+                if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+                acc += (double)h.x[((n * H + iy) * W + ix) * C + c] *
+                       h.w[0][((ky * KW + kx) * C + c) * F + f];
+              }
+          float got = h.y[((n * oh + oy) * ow + ox) * F + f];
+          worst = fmax(worst, fabs(got - acc));
+        }
+  CHECK_MSG(worst < 1e-5, "conv vs direct: max error %g", worst);
+  h_free(&h);
+}
+
+/* Inference: y = gamma (x - mm) / sqrt(mv + eps) + beta; training updates the
+ * moving statistics with the biased batch variance. */
+static void test_batchnorm_forward(void) {
+  harness h;
+  if (!h_init(&h, st_batchnorm(), st_shape1(3), 4, 9)) return;
+  st_rng rng = st_rng_make(5, 5);
+  fill_uniform(h.w[0], 3, 0.5f, 1.5f, &rng); /* gamma */
+  fill_uniform(h.w[1], 3, -1.0f, 1.0f, &rng); /* beta */
+  fill_uniform(h.w[2], 3, -0.5f, 0.5f, &rng); /* moving_mean */
+  fill_uniform(h.w[3], 3, 0.5f, 2.0f, &rng);  /* moving_variance */
+  st_layer_call c = h_call(&h, false);
+  h.l->vt->forward(h.l, &c);
+  double worst = 0.0;
+  for (int r = 0; r < 4; r++)
+    for (int j = 0; j < 3; j++) {
+      double want = h.w[0][j] * (h.x[r * 3 + j] - h.w[2][j]) /
+                        sqrt(h.w[3][j] + 1e-3) + h.w[1][j];
+      worst = fmax(worst, fabs(h.y[r * 3 + j] - want));
+    }
+  CHECK_MSG(worst < 1e-5, "batchnorm inference: max error %g", worst);
+  float mm[3], mv[3];
+  memcpy(mm, h.w[2], sizeof mm), memcpy(mv, h.w[3], sizeof mv);
+  c = h_call(&h, true);
+  h.l->vt->forward(h.l, &c);
+  for (int j = 0; j < 3; j++) {
+    double mean = 0.0, var = 0.0;
+    for (int r = 0; r < 4; r++) mean += h.x[r * 3 + j] / 4.0;
+    for (int r = 0; r < 4; r++) var += pow(h.x[r * 3 + j] - mean, 2) / 4.0;
+    CHECK_NEAR(h.w[2][j], mm[j] * 0.99 + mean * 0.01, 1e-6);
+    CHECK_NEAR(h.w[3][j], mv[j] * 0.99 + var * 0.01, 1e-6);
+  }
+  h_free(&h);
+}
+
+/* Max pooling routes a tied window's gradient to its first max (row-major),
+ * and 'same' padding never wins over negative values. */
+static void test_maxpool_ties(void) {
+  st_pool_geom g = {.n = 1, .h = 2, .w = 3, .c = 1, .ph = 2, .pw = 2, .sh = 2,
+                    .sw = 2, .pad_top = 0, .pad_left = 0, .oh = 1, .ow = 2};
+  float x[6] = {-2, -2, -5, -2, -2, -6}, y[2], dy[2] = {1, 3}, dx[6];
+  be->maxpool_forward(&g, x, y);
+  CHECK(y[0] == -2.0f && y[1] == -5.0f); /* second window is half padding */
+  be->maxpool_backward(&g, x, y, dy, dx);
+  const float want[6] = {1, 0, 3, 0, 0, 0};
+  CHECK(memcmp(dx, want, sizeof want) == 0);
+}
+
+/* ---- layer contract --------------------------------------------------------- */
+
+/* Backward must leave dy alone unless dy_writable; results must not depend on
+ * it. */
+static void check_dy_kept(const char *label, st_layer *l, st_shape in) {
+  harness h;
+  if (!h_init(&h, l, in, 3, 11)) return;
+  h_backward(&h, false);
+  bool kept = memcmp(h.dy, h.r, h.ny * sizeof(float)) == 0;
+  CHECK_MSG(kept, "%s: backward modified a read-only dy", label);
+  float *dx = zalloc(h.nx), *dw = zalloc(st_shape_size(l->params[0].shape));
+  memcpy(dx, h.dx, h.nx * sizeof(float));
+  memcpy(dw, h.dw[0], st_shape_size(l->params[0].shape) * sizeof(float));
+  h_backward(&h, true);
+  CHECK_MSG(memcmp(dx, h.dx, h.nx * sizeof(float)) == 0, "%s: dx differs", label);
+  CHECK_MSG(memcmp(dw, h.dw[0], st_shape_size(l->params[0].shape) * sizeof(float)) == 0,
+            "%s: dkernel differs with writable dy", label);
+  free(dx), free(dw);
+  h_free(&h);
+}
+
+/* A batch split into several im2col blocks (24x24 outputs x 16 filters: 28
+ * images per block) gives the same dkernel as the sum over two half batches
+ * (one block each), and the same dx. */
+static void test_conv_blocks(void) {
+  const int N = 34;
+  st_conv2d_options o = st_conv2d_default_options(16, 3, 3);
+  o.padding = ST_PAD_SAME, o.activation = ST_ACT_RELU;
+  harness h;
+  if (!h_init(&h, st_conv2d_ex(o), st_shape3(24, 24, 4), N, 3)) return;
+  /* past one block only the dz part of the workspace grows with the batch */
+  CHECK(h.l->vt->workspace_floats(h.l, N) - h.l->vt->workspace_floats(h.l, N - 1) ==
+        (size_t)24 * 24 * 16);
+  size_t nk = st_shape_size(h.l->params[0].shape), half = h.nx / 2;
+  h_backward(&h, false);
+  float *dk = zalloc(nk), *dx = zalloc(h.nx);
+  memcpy(dk, h.dw[0], nk * sizeof(float));
+  memcpy(dx, h.dx, h.nx * sizeof(float));
+  double worst = 0.0;
+  for (int part = 0; part < 2; part++) { /* the two halves, as one batch each */
+    st_layer_call c = h_call(&h, true);
+    c.batch = N / 2;
+    c.x = h.x + part * half, c.y = h.y + part * h.ny / 2;
+    h.l->vt->forward(h.l, &c);
+    memcpy(h.dy, h.r + part * h.ny / 2, h.ny / 2 * sizeof(float));
+    c.dy = h.dy, c.dx = h.dx + part * half;
+    h.l->vt->backward(h.l, &c);
+    for (size_t i = 0; i < nk; i++) dk[i] -= h.dw[0][i];
+  }
+  for (size_t i = 0; i < nk; i++) worst = fmax(worst, fabs(dk[i]));
+  CHECK_MSG(worst < 1e-2, "conv blocks: dkernel differs by %g", worst);
+  CHECK(memcmp(dx, h.dx, h.nx * sizeof(float)) == 0);
+  free(dk), free(dx);
+  h_free(&h);
+}
+
+/* ---- losses ------------------------------------------------------------------ */
+
+/* pred[4,5] and y suitable for the loss kind. */
+static void loss_inputs(st_loss_kind k, float *pred, float *y, st_rng *rng) {
+  bool logits = k == ST_LOSS_SPARSE_CE_LOGITS || k == ST_LOSS_CE_LOGITS ||
+                k == ST_LOSS_BCE_LOGITS || k == ST_LOSS_MSE;
+  if (logits)
+    fill_uniform(pred, 20, -2.0f, 2.0f, rng);
+  else /* probabilities; CE rows are deliberately not normalised */
+    fill_uniform(pred, 20, 0.05f, 0.95f, rng);
+  if (st_loss_is_sparse(k))
+    for (int r = 0; r < 4; r++) y[r] = (float)st_rng_below(rng, 5);
+  else if (k == ST_LOSS_MSE)
+    fill_uniform(y, 20, -1.0f, 1.0f, rng);
+  else /* soft targets in [0, 1] */
+    fill_uniform(y, 20, 0.0f, 1.0f, rng);
+}
+
+static double loss_sum(st_loss_kind k, const float *pred, const float *y,
+                       float scale) {
+  float loss[4];
+  be->loss(k, 4, 5, pred, y, scale, loss, NULL);
+  double s = 0.0;
+  for (int r = 0; r < 4; r++) s += loss[r];
+  return s * scale;
+}
+
+static void test_losses(void) {
+  const float scale = 0.25f;
+  for (int k = 0; k < ST_LOSS_COUNT; k++) {
+    float pred[20], y[20], loss[4], d[20];
+    st_rng rng = st_rng_make(100 + k, 0);
+    loss_inputs((st_loss_kind)k, pred, y, &rng);
+    be->loss((st_loss_kind)k, 4, 5, pred, y, scale, loss, d);
+    double worst = 0.0;
+    for (int i = 0; i < 20; i++) {
+      float orig = pred[i], vp = orig + EPS, vm = orig - EPS;
+      pred[i] = vp;
+      double lp = loss_sum((st_loss_kind)k, pred, y, scale);
+      pred[i] = vm;
+      double lm = loss_sum((st_loss_kind)k, pred, y, scale);
+      pred[i] = orig;
+      double num = (lp - lm) / ((double)vp - vm);
+      worst = fmax(worst, fabs(num - d[i]) - RTOL * fabs(num) - 1e-4);
+    }
+    CHECK_MSG(worst <= 0.0, "loss %s: dpred off by %g", st_loss_name(k), worst);
+  }
+}
+
+/* Sparse and one-hot, logits and probabilities, binary pairs agree. */
+static void test_loss_consistency(void) {
+  float z[20], p[20], lab[4], onehot[20] = {0}, t[20], a[4], b[4];
+  st_rng rng = st_rng_make(8, 8);
+  fill_uniform(z, 20, -2.0f, 2.0f, &rng);
+  be->act_forward(ST_ACT_SOFTMAX, 4, 5, z, p);
+  for (int r = 0; r < 4; r++) lab[r] = (float)r, onehot[r * 5 + r] = 1.0f;
+  be->loss(ST_LOSS_SPARSE_CE_LOGITS, 4, 5, z, lab, 1.0f, a, NULL);
+  be->loss(ST_LOSS_CE_LOGITS, 4, 5, z, onehot, 1.0f, b, NULL);
+  for (int r = 0; r < 4; r++) CHECK_NEAR(a[r], b[r], 1e-6);
+  be->loss(ST_LOSS_SPARSE_CE, 4, 5, p, lab, 1.0f, b, NULL);
+  for (int r = 0; r < 4; r++) CHECK_NEAR(a[r], b[r], 1e-5);
+  be->loss(ST_LOSS_CE, 4, 5, p, onehot, 1.0f, b, NULL);
+  for (int r = 0; r < 4; r++) CHECK_NEAR(a[r], -log(p[r * 5 + r]), 1e-5);
+  fill_uniform(t, 20, 0.0f, 1.0f, &rng);
+  be->act_forward(ST_ACT_SIGMOID, 4, 5, z, p);
+  be->loss(ST_LOSS_BCE_LOGITS, 4, 5, z, t, 1.0f, a, NULL);
+  be->loss(ST_LOSS_BCE, 4, 5, p, t, 1.0f, b, NULL);
+  for (int r = 0; r < 4; r++) CHECK_NEAR(a[r], b[r], 1e-5);
+  lab[0] = 7.0f; /* out of range */
+  be->loss(ST_LOSS_SPARSE_CE_LOGITS, 4, 5, z, lab, 1.0f, a, NULL);
+  CHECK(isnan(a[0]));
+}
+
+/* First Adam step moves each weight by about lr against its gradient. */
+static void test_adam_first_step(void) {
+  float p[2] = {1.0f, 1.0f}, g[2] = {0.5f, -3.0f}, m[2] = {0}, v[2] = {0};
+  be->adam_update(2, 0.01f, 0.9f, 0.999f, 1e-7f, 0.0f, 1, p, g, m, v);
+  CHECK_NEAR(p[0], 0.99, 1e-5);
+  CHECK_NEAR(p[1], 1.01, 1e-5);
+}
+
+int main(void) {
+  be = st_backend_reference();
+  const st_backend *got = NULL;
+  CHECK_OK(st_backend_get("reference", &got));
+  CHECK(got == be);
+  CHECK(st_backend_get("cuda", &got) == ST_ERR_NOT_BUILT);
+  CHECK(st_backend_get("tpu", &got) == ST_ERR_INVALID);
+  test_dense();
+  test_conv2d();
+  test_pool();
+  test_simple_layers();
+  test_batchnorm_grad();
+  test_conv_direct();
+  test_batchnorm_forward();
+  test_maxpool_ties();
+  check_dy_kept("dense relu", st_dense(4, ST_ACT_RELU), st_shape1(5));
+  check_dy_kept("dense gelu", st_dense(4, ST_ACT_GELU), st_shape1(5));
+  check_dy_kept("conv relu", st_conv2d(2, 3, ST_ACT_RELU), st_shape3(5, 5, 2));
+  test_conv_blocks();
+  test_losses();
+  test_loss_consistency();
+  test_adam_first_step();
+  return check_report();
+}
