@@ -5,6 +5,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 # Debian's python3 (gets python3-torch); `python3` on PATH may be a pyenv shim.
 PYTHON ?= /usr/bin/python3
 BENCH_ARGS ?=
+MAKEFLAGS += --no-print-directory
 
 .PHONY: all build deps demo test bench asan-test clean
 
@@ -25,7 +26,7 @@ test: build
 
 bench:
 	@scripts/deps.sh --bench
-	@$(MAKE) --no-print-directory build
+	@$(MAKE) build
 	$(PYTHON) bench/bench.py $(BENCH_ARGS)
 
 asan-test: deps

@@ -210,6 +210,21 @@ def text_table(rows):
     return "\n".join([line(HEAD), line(["-" * x for x in w])] + [line(r) for r in rows])
 
 
+def cpu_busy_fraction(seconds=1.0):
+    """Fraction of all CPUs' time spent busy over `seconds` (before we start)."""
+    def sample():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+        return sum(v), v[3] + v[4]
+    try:
+        t0, i0 = sample()
+        time.sleep(seconds)
+        t1, i1 = sample()
+        return 1.0 - (i1 - i0) / max(1, t1 - t0)
+    except OSError:
+        return 0.0
+
+
 def machine_info():
     cpu = platform.processor() or "?"
     try:
@@ -256,6 +271,10 @@ def main():
     info = machine_info()
     print(f"# {info['date']}  {info['cpu']}  {info['cores']} CPUs  commit {info['commit']}",
           flush=True)
+    busy = cpu_busy_fraction()
+    if busy > 0.15:
+        print(f"# WARNING: the machine is already {100 * busy:.0f}% busy before the benchmark; "
+              "figures will be unreliable (PyTorch's thread pools suffer most)", flush=True)
     records = []
     for rep in range(a.reps):
         seed = a.seed_base + rep
@@ -264,7 +283,10 @@ def main():
             for fn in order:
                 if (a.only == "strata" and fn is run_peer) or (a.only == "peer" and fn is run_strata):
                     continue
+                with open("/proc/loadavg") as f:
+                    load = float(f.read().split()[0])
                 rec = fn(a, m, seed)
+                rec["loadavg_before"] = load
                 records.append(rec)
                 sps = rec.get("samples_per_s")
                 print(f"[rep {rep + 1}/{a.reps}] {m:3} {rec['side']:6} seed {seed}: " +

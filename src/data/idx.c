@@ -100,8 +100,9 @@ static st_status rd_read(idx_reader *r, void *buf, size_t n, size_t *got) {
       if (err == Z_ERRNO)
         return st_error(ST_ERR_IO, "%s: offset %llu: read failed: %s", r->path,
                         (unsigned long long)r->pos, strerror(errno));
+      const char *colon = strncmp(msg, "<fd:", 4) == 0 ? strstr(msg, ": ") : NULL;
       return st_error(ST_ERR_FORMAT, "%s: offset %llu (uncompressed): corrupt gzip data: %s",
-                      r->path, (unsigned long long)r->pos, msg);
+                      r->path, (unsigned long long)r->pos, colon ? colon + 2 : msg);
     }
     if (k == 0) break;
     *got += (size_t)k;
