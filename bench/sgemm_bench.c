@@ -2,7 +2,7 @@
  * OpenBLAS's own core detection, at a square size and at the shapes of the
  * Fashion-MNIST CNN (im2col conv1/conv2 and the dense layer).
  *
- * Build (after building libstrata in build/):
+ * Build (after building libstrata, e.g. in build/ or build-cpu/):
  *   gcc -O2 -std=c11 -Iinclude -Isrc bench/sgemm_bench.c build/libstrata.a \
  *       -ldl -lm -lpthread -lz -ljansson -o /tmp/sgemm_bench
  * Run:

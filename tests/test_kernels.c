@@ -404,8 +404,8 @@ static void case_batchnorm(ctx *c) {
 /* ---- dropout ------------------------------------------------------------------ */
 
 static void case_dropout(ctx *c) {
-  static const size_t sizes[] = {1, 3, 4, 5, 1001};
-  static const float rates[] = {0.0f, 0.3f, 0.5f};
+  static const size_t sizes[] = {1, 3, 4, 5, 64, 261, 1001};
+  static const float rates[] = {0.0f, 0.3f, 0.5f, 0.1234567f, 1.0f};
   for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
     for (size_t r = 0; r < sizeof rates / sizeof rates[0]; r++) {
       size_t n = sizes[s];

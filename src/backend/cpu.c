@@ -161,7 +161,7 @@ static void cpu_act_backward(st_activation act, int rows, int cols,
     case ST_ACT_SOFTMAX: softmax_backward(rows, cols, y, dy, dx); break;
     case ST_ACT_GELU: gelu_backward(n, x, dy, dx); break;
     case ST_ACT_RELU:
-      for (size_t i = 0; i < n; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+      for (size_t i = 0; i < n; i++) dx[i] = dy[i] * (y[i] > 0.0f ? 1.0f : 0.0f);
       break;
     case ST_ACT_SIGMOID:
       for (size_t i = 0; i < n; i++) dx[i] = dy[i] * (y[i] * (1.0f - y[i]));
@@ -171,7 +171,7 @@ static void cpu_act_backward(st_activation act, int rows, int cols,
       break;
     case ST_ACT_ELU:
       for (size_t i = 0; i < n; i++)
-        dx[i] = y[i] > 0.0f ? dy[i] : dy[i] * (y[i] + 1.0f);
+        dx[i] = dy[i] * (y[i] > 0.0f ? 1.0f : y[i] + 1.0f);
       break;
     default:
       if (dx != dy) memcpy(dx, dy, n * sizeof(float));

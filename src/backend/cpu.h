@@ -7,11 +7,13 @@
 
 #include "strata/backend.h"
 
-/* Lets GCC vectorise loops that call sqrtf (no errno to set). */
-#if defined(__GNUC__) && !defined(__clang__)
-#define ST__NO_ERRNO __attribute__((optimize("no-math-errno")))
-#else
-#define ST__NO_ERRNO
+/* The cpu*.c kernels are compiled at -O3 when optimising: GCC's -O2 uses the
+ * "very-cheap" vectoriser cost model, which vectorises no loop whose trip count
+ * is unknown, i.e. none of these. Must precede the function definitions. (Loops
+ * calling sqrtf/expf stay scalar: that needs -fno-math-errno on the command
+ * line, which a pragma cannot give.) */
+#if defined(__OPTIMIZE__) && defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3")
 #endif
 
 /* Channels processed per chunk by kernels that keep per-channel state on the

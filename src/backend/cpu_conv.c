@@ -30,14 +30,36 @@ static void copy_floats(float *restrict dst, const float *restrict src,
   for (size_t i = 0; i < n; i++) dst[i] = src[i];
 }
 
+/* One output cell whose window lies inside the image: kh runs of kw*c floats.
+ * Small runs (c = 1 or 3 with a 3-wide kernel) get fixed-size copies. */
+static void im2col_inside(const st_conv_geom *g, const float *x, int y0,
+                          int x0, float *restrict col) {
+  const size_t run = (size_t)g->kw * g->c, row = (size_t)g->w * g->c;
+  const float *restrict src = x + ((size_t)y0 * g->w + x0) * g->c;
+  for (int ky = 0; ky < g->kh; ky++, col += run, src += row) {
+    if (run == 3)
+      memcpy(col, src, 3 * sizeof(float));
+    else if (run == 9)
+      memcpy(col, src, 9 * sizeof(float));
+    else
+      copy_floats(col, src, run);
+  }
+}
+
 /* col[oh*ow, kh*kw*c] from x[h,w,c]; row (oy*ow+ox), column (ky*kw+kx)*c+ci. */
 void st__cpu_im2col(const st_conv_geom *g, const float *x, float *col) {
   const size_t c = (size_t)g->c, run = (size_t)g->kw * c;
   for (int oy = 0; oy < g->oh; oy++) {
     int y0 = oy * g->sh - g->pad_top;
+    bool rows_in = y0 >= 0 && y0 + g->kh <= g->h;
     for (int ox = 0; ox < g->ow; ox++) {
       int x0 = ox * g->sw - g->pad_left, kx0, kx1;
       tap_range(x0, g->kw, g->w, &kx0, &kx1);
+      if (rows_in && kx0 == 0 && kx1 == g->kw) {
+        im2col_inside(g, x, y0, x0, col);
+        col += run * g->kh;
+        continue;
+      }
       for (int ky = 0; ky < g->kh; ky++, col += run) {
         int iy = y0 + ky;
         if (iy < 0 || iy >= g->h || kx0 == kx1) {

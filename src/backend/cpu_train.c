@@ -116,22 +116,63 @@ void st__cpu_bn_backward(int rows, int c, const float *x, const float *gamma,
 
 /* ---- dropout -------------------------------------------------------------- */
 
+/* Philox4x32-10 exactly as st_philox4x32 (base/rng.c) for nb <= PHILOX_LANES
+ * consecutive counters; each lane runs its 10 rounds in registers, so the
+ * lane loop vectorises. words[4*j + w] = word w of block (counter + j). */
+#define PHILOX_LANES 16
+static void philox_lanes(uint64_t seed, uint64_t stream, uint64_t counter,
+                         int nb, uint32_t *restrict words) {
+  const uint32_t s0 = (uint32_t)stream, s1 = (uint32_t)(stream >> 32);
+  const uint32_t lo = (uint32_t)counter, hi = (uint32_t)(counter >> 32);
+  for (int j = 0; j < nb; j++) {
+    uint32_t c0 = lo + (uint32_t)j, c1 = hi + (c0 < lo), c2 = s0, c3 = s1;
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    for (int r = 0; r < 10; r++) {
+      uint64_t p0 = (uint64_t)0xD2511F53u * c0;
+      uint64_t p1 = (uint64_t)0xCD9E8D57u * c2;
+      c0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
+      c2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+      c1 = (uint32_t)p1;
+      c3 = (uint32_t)p0;
+      k0 += 0x9E3779B9u;
+      k1 += 0xBB67AE85u;
+    }
+    words[4 * j] = c0;
+    words[4 * j + 1] = c1;
+    words[4 * j + 2] = c2;
+    words[4 * j + 3] = c3;
+  }
+}
+
+/* unit(w) >= rate  <=>  (w >> 8) >= dropout_threshold(rate): unit(w) is
+ * (w >> 8) * 2^-24 exactly and rate * 2^24 is exact, so the float test becomes
+ * an integer one (which vectorises without branches). NaN keeps nothing. */
+static uint32_t dropout_threshold(float rate) {
+  if (isnan(rate) || rate > 1.0f) return 1u << 25;
+  if (rate <= 0.0f) return 0;
+  return (uint32_t)ceilf(rate * 16777216.0f);
+}
+
 /* y = x * mask / (1 - rate), element i kept iff
- * unit(philox(seed, stream, i/4)[i%4]) >= rate. */
+ * unit(philox(seed, stream, i/4)[i%4]) >= rate. x == y allowed. */
 void st__cpu_dropout_forward(size_t n, float rate, uint64_t seed,
                              uint64_t stream, const float *x, float *y) {
+  enum { SPAN = 4 * PHILOX_LANES };
   const float keep_scale = 1.0f / (1.0f - rate);
-  uint32_t w[4];
-  size_t i = 0;
-  for (uint64_t blk = 0; i + 4 <= n; blk++, i += 4) {
-    st_philox4x32(seed, stream, blk, w);
-    for (int k = 0; k < 4; k++)
-      y[i + k] = st_u32_to_unit(w[k]) >= rate ? x[i + k] * keep_scale : 0.0f;
-  }
-  if (i < n) {
-    st_philox4x32(seed, stream, (uint64_t)(i / 4), w);
-    for (int k = 0; i + k < n; k++)
-      y[i + k] = st_u32_to_unit(w[k]) >= rate ? x[i + k] * keep_scale : 0.0f;
+  const uint32_t thr = dropout_threshold(rate);
+  uint32_t w[SPAN];
+  for (size_t i0 = 0; i0 < n; i0 += SPAN) {
+    size_t len = n - i0 < SPAN ? n - i0 : SPAN;
+    philox_lanes(seed, stream, (uint64_t)(i0 / 4), (int)(len + 3) / 4, w);
+    const float *xs = x + i0;
+    float *ys = y + i0;
+    for (size_t k = 0; k < len; k++) { /* y = keep ? x*scale : +0.0f */
+      float v = xs[k] * keep_scale;
+      uint32_t bits;
+      memcpy(&bits, &v, sizeof bits);
+      bits &= 0u - (uint32_t)((w[k] >> 8) >= thr); /* a mask, not a branch */
+      memcpy(&ys[k], &bits, sizeof bits);
+    }
   }
 }
 
@@ -204,7 +245,6 @@ void st__cpu_sgd(size_t n, float lr, float momentum, bool nesterov,
 
 /* Adam/AdamW in one pass with alpha = lr*sqrt(1-b2^t)/(1-b1^t) precomputed;
  * eps is added to sqrt(v) (Keras), weight decay first (p -= lr*wd*p). */
-ST__NO_ERRNO
 void st__cpu_adam(size_t n, float lr, float beta1, float beta2, float eps,
                   float weight_decay, int64_t t, float *restrict p,
                   const float *restrict g, float *restrict m,
@@ -226,7 +266,6 @@ void st__cpu_adam(size_t n, float lr, float beta1, float beta2, float eps,
 /* RMSprop (Keras): ms = rho*ms + (1-rho) g^2; inc = lr*g/sqrt(ms + eps);
  * momentum > 0 (and mom given): mom = momentum*mom + inc, p -= mom; else
  * p -= inc. */
-ST__NO_ERRNO
 void st__cpu_rmsprop(size_t n, float lr, float rho, float momentum, float eps,
                      float *restrict p, const float *restrict g,
                      float *restrict ms, float *restrict mom) {
