@@ -1,66 +1,53 @@
-/* OneDeviceStrategy (the default): one replica on one device; the replica uses
- * the model's variables directly, the whole global batch is its slice, and the
- * optimizer applies its gradients unchanged. */
-#include "distribute/strategy.h"
-
+/* OneDeviceStrategy (the default): one replica on one device, using the
+ * model's variables directly. On a multi-core CPU the device's cores are used
+ * by splitting each batch into per-thread slices (one BLAS thread each) and
+ * summing their gradients in a fixed order, which keeps every core busy in the
+ * elementwise kernels too; the update equals the whole-batch gradient up to
+ * float rounding and is bit-identical from run to run for a given thread
+ * count. Models with non-trainable state (BatchNormalization) run whole
+ * batches on one thread with a multi-threaded BLAS instead, so batch
+ * statistics are those of the whole batch. */
 #include <stdlib.h>
-#include <string.h>
 
-typedef struct one_device {
-  st_replica *replica;
-} one_device;
+#include "distribute/replica_group.h"
+
+static int worker_count(const st_strategy *s, const st_model *m) {
+  int n = s->opts.threads > 0 ? s->opts.threads : st__cpu_count();
+  if (m->n_state > 0) return 1;
+  return n > 64 ? 64 : n;
+}
 
 static st_status od_attach(st_strategy *s, st_model *m) {
-  one_device *od = calloc(1, sizeof *od);
-  if (!od) return st_error(ST_ERR_NOMEM, "one_device: out of memory");
-  st_status st = st__replica_create(m, m->be, 0, 1, m->params, m->state, &od->replica);
-  if (st != ST_OK) {
-    free(od);
-    return st;
-  }
-  s->impl = od;
+  int n = worker_count(s, m);
+  st_replica_group *g = NULL;
+  st_status st = st__group_create(m, n, true, &g);
+  if (st != ST_OK) return st;
+  /* One BLAS thread per worker, or all cores for a single worker. */
+  st_blas_set_threads(n > 1 ? 1 : (s->opts.threads > 0 ? s->opts.threads : st__cpu_count()));
+  s->impl = g;
   s->model = m;
   return ST_OK;
 }
 
 static void od_detach(st_strategy *s) {
-  one_device *od = s->impl;
-  if (od) st__replica_destroy(od->replica);
-  free(od);
+  st__group_destroy(s->impl);
   s->impl = NULL;
   s->model = NULL;
 }
 
 static st_status od_train_step(st_strategy *s, st_model *m, const st_batch *b,
                                st_step_stats *out) {
-  one_device *od = s->impl;
-  st_replica *r = od->replica;
-  st_status st = st__replica_reserve(m, r, b->size);
+  st_replica_group *g = s->impl;
+  st_status st = st__group_compute_gradients(g, m, b, out);
   if (st != ST_OK) return st;
-  const float *pred = st__replica_forward(m, r, b->x, b->size, true, m->step);
-  st__step_metrics(m, pred, b->y, b->size, out);
-  out->loss_sum += st__replica_loss_backward(m, r, b->x, b->y, b->size, b->size,
-                                             m->step, NULL, NULL);
-  out->examples += b->size;
-  st_optimizer_apply(&m->compile.optimizer, m->be, m->step, m->n_params, r->params,
-                     r->grads, m->slots);
+  st__group_apply(g, m);
   m->step++;
   return ST_OK;
 }
 
 static st_status od_eval_step(st_strategy *s, st_model *m, const st_batch *b,
-                              st_step_stats *out, float *pred_out) {
-  one_device *od = s->impl;
-  st_replica *r = od->replica;
-  st_status st = st__replica_reserve(m, r, b->size);
-  if (st != ST_OK) return st;
-  const float *pred = st__replica_forward(m, r, b->x, b->size, false, m->step);
-  st__step_metrics(m, pred, b->y, b->size, out);
-  out->loss_sum += st__replica_loss(m, r, b->y, b->size);
-  out->examples += b->size;
-  if (pred_out)
-    m->be->to_host(pred_out, pred, (size_t)b->size * st__model_output_size(m) * sizeof(float));
-  return ST_OK;
+                              st_step_stats *out, float *pred) {
+  return st__group_eval(s->impl, m, b, out, pred);
 }
 
 static void od_sync(st_strategy *s, st_model *m) { (void)s; (void)m; }

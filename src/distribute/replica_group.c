@@ -1,0 +1,159 @@
+/* The replica group: lock-step forward/backward over batch slices, the
+ * fixed-order gradient sum, and the chunked parallel optimizer update. */
+#define _GNU_SOURCE
+#include "distribute/replica_group.h"
+
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+int st__cpu_count(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return 1;
+}
+
+st_status st__group_create(st_model *m, int n, bool shared_vars, st_replica_group **out) {
+  *out = NULL;
+  st_replica_group *g = calloc(1, sizeof *g);
+  if (!g || !(g->reps = calloc((size_t)n, sizeof *g->reps))) {
+    free(g);
+    return st_error(ST_ERR_NOMEM, "replica group: out of memory");
+  }
+  g->n = n;
+  st_status s = ST_OK;
+  for (int i = 0; i < n && s == ST_OK; i++)
+    s = st__replica_create(m, m->be, i, 1, shared_vars ? m->params : NULL,
+                           shared_vars ? m->state : NULL, &g->reps[i]);
+  if (s == ST_OK && n > 1) s = st_threadpool_create(n - 1, &g->pool);
+  if (s != ST_OK) {
+    st__group_destroy(g);
+    return s;
+  }
+  *out = g;
+  return ST_OK;
+}
+
+void st__group_destroy(st_replica_group *g) {
+  if (!g) return;
+  st_threadpool_destroy(g->pool);
+  for (int i = 0; i < g->n; i++) st__replica_destroy(g->reps[i]);
+  free(g->reps);
+  free(g);
+}
+
+void st__group_run(st_replica_group *g, void (*fn)(void *arg, int i), void *arg) {
+  if (g->pool)
+    st_threadpool_run(g->pool, g->n, fn, arg);
+  else
+    fn(arg, 0);
+}
+
+/* Everything one lock-step pass needs, shared read-only by the tasks except
+ * for each task's own stats slot. */
+typedef struct pass {
+  st_replica_group *g;
+  st_model *m;
+  const st_batch *b;
+  bool train;
+  float *pred;
+  st_step_stats stats[64];
+} pass;
+
+static void slice_task(void *arg, int i) {
+  pass *p = arg;
+  st_replica *r = p->g->reps[i];
+  int start, count;
+  st__split(p->b->size, p->g->n, i, &start, &count);
+  size_t xs = st_shape_size(p->m->input_shape), outs = st__model_output_size(p->m);
+  size_t ys = st_loss_is_sparse(p->m->compile.loss) ? 1 : outs;
+  const float *x = p->b->x + (size_t)start * xs, *y = p->b->y + (size_t)start * ys;
+  st_step_stats *s = &p->stats[i];
+  const float *pred = count ? st__replica_forward(p->m, r, x, count, p->train, p->m->step) : NULL;
+  if (count) st__step_metrics(p->m, pred, y, count, s);
+  if (p->train) {
+    s->loss_sum = st__replica_loss_backward(p->m, r, x, y, count, p->b->size, p->m->step,
+                                            NULL, NULL);
+  } else if (count) {
+    s->loss_sum = st__replica_loss(p->m, r, y, count);
+    if (p->pred)
+      r->be->to_host(p->pred + (size_t)start * outs, pred, (size_t)count * outs * sizeof(float));
+  }
+  s->examples = count;
+}
+
+static st_status run_pass(pass *p, st_step_stats *out) {
+  st_replica_group *g = p->g;
+  ST_ASSERT(g->n <= 64);
+  for (int i = 0; i < g->n; i++) {
+    int start, count;
+    st__split(p->b->size, g->n, i, &start, &count);
+    st_status s = st__replica_reserve(p->m, g->reps[i], count);
+    if (s != ST_OK) return s;
+  }
+  memset(p->stats, 0, sizeof p->stats);
+  st__group_run(g, slice_task, p);
+  for (int i = 0; i < g->n; i++) { /* fixed order */
+    out->loss_sum += p->stats[i].loss_sum;
+    out->examples += p->stats[i].examples;
+    out->correct += p->stats[i].correct;
+    out->metric_count += p->stats[i].metric_count;
+  }
+  return ST_OK;
+}
+
+/* Sum the replicas' gradients into reps[0] over one chunk. */
+typedef struct chunked {
+  st_replica_group *g;
+  st_model *m;
+  size_t chunk;
+} chunked;
+
+static void reduce_task(void *arg, int t) {
+  chunked *c = arg;
+  size_t lo = (size_t)t * c->chunk, n = c->m->n_params;
+  if (lo >= n) return;
+  size_t len = n - lo < c->chunk ? n - lo : c->chunk;
+  float *dst = c->g->reps[0]->grads + lo;
+  for (int i = 1; i < c->g->n; i++) c->m->be->axpy(len, 1.0f, c->g->reps[i]->grads + lo, dst);
+}
+
+static void apply_task(void *arg, int t) {
+  chunked *c = arg;
+  st_model *m = c->m;
+  size_t lo = (size_t)t * c->chunk;
+  if (lo >= m->n_params) return;
+  size_t len = m->n_params - lo < c->chunk ? m->n_params - lo : c->chunk;
+  float *slots[4];
+  for (int i = 0; i < m->n_slots; i++) slots[i] = m->slots[i] + lo;
+  st_optimizer_apply(&m->compile.optimizer, m->be, m->step, len, m->params + lo,
+                     c->g->reps[0]->grads + lo, slots);
+}
+
+/* Chunks aligned to 16 floats, one per thread. */
+static chunked make_chunks(st_replica_group *g, st_model *m) {
+  size_t per = (m->n_params + (size_t)g->n - 1) / (size_t)g->n;
+  per = (per + 15) & ~(size_t)15;
+  return (chunked){g, m, per ? per : 16};
+}
+
+st_status st__group_compute_gradients(st_replica_group *g, st_model *m, const st_batch *b,
+                                      st_step_stats *out) {
+  pass p = {.g = g, .m = m, .b = b, .train = true};
+  st_status s = run_pass(&p, out);
+  if (s != ST_OK || g->n == 1) return s;
+  chunked c = make_chunks(g, m);
+  st__group_run(g, reduce_task, &c);
+  return ST_OK;
+}
+
+void st__group_apply(st_replica_group *g, st_model *m) {
+  chunked c = make_chunks(g, m);
+  st__group_run(g, apply_task, &c);
+}
+
+st_status st__group_eval(st_replica_group *g, st_model *m, const st_batch *b,
+                         st_step_stats *out, float *pred) {
+  pass p = {.g = g, .m = m, .b = b, .train = false, .pred = pred};
+  return run_pass(&p, out);
+}

@@ -1,0 +1,47 @@
+/* Internal: a group of replicas driven in lock step by a thread pool — the
+ * engine under the synchronous strategies. A global batch is split into
+ * contiguous slices as evenly as possible (a replica may get an empty slice
+ * and still takes part); each replica runs forward and backward on its slice
+ * with the loss scaled by 1/global batch; the gradients are then summed in a
+ * fixed order (replica 0, 1, 2, ...), chunk by chunk in parallel, so the result
+ * is bit-identical from run to run. */
+#ifndef STRATA_DISTRIBUTE_REPLICA_GROUP_H
+#define STRATA_DISTRIBUTE_REPLICA_GROUP_H
+
+#include "distribute/strategy.h"
+
+typedef struct st_replica_group {
+  int n;
+  st_replica **reps;    /* [n] */
+  st_threadpool *pool;  /* n-1 workers + the caller; NULL when n == 1 */
+} st_replica_group;
+
+/* n replicas for m. shared_vars: every replica uses m->params/m->state;
+ * otherwise each has its own copy (filled from the model). */
+st_status st__group_create(st_model *m, int n, bool shared_vars, st_replica_group **out);
+void st__group_destroy(st_replica_group *g); /* accepts NULL */
+
+/* Slice i of a batch of `total` examples over n replicas. */
+static inline void st__split(int total, int n, int i, int *start, int *count) {
+  int lo = (int)((int64_t)total * i / n), hi = (int)((int64_t)total * (i + 1) / n);
+  *start = lo;
+  *count = hi - lo;
+}
+
+/* Forward + backward of every replica on its slice; afterwards reps[0]->grads
+ * holds the sum of all replicas' gradients (= the gradient of the mean loss
+ * over the global batch). Adds the batch's loss and metric sums to out. */
+st_status st__group_compute_gradients(st_replica_group *g, st_model *m, const st_batch *b,
+                                      st_step_stats *out);
+/* Apply the optimizer to m->params with reps[0]->grads, in parallel chunks. */
+void st__group_apply(st_replica_group *g, st_model *m);
+/* Inference on every replica's slice; pred (may be NULL) gets [b->size, out]. */
+st_status st__group_eval(st_replica_group *g, st_model *m, const st_batch *b,
+                         st_step_stats *out, float *pred);
+/* Run fn(arg, i) for every replica i in parallel. */
+void st__group_run(st_replica_group *g, void (*fn)(void *arg, int i), void *arg);
+
+/* Usable CPU cores of this process (affinity mask), at least 1. */
+int st__cpu_count(void);
+
+#endif
