@@ -11,7 +11,7 @@
  * "very-cheap" vectoriser cost model, which vectorises no loop whose trip count
  * is unknown, i.e. none of these. Must precede the function definitions. (Loops
  * calling sqrtf/expf stay scalar: that needs -fno-math-errno on the command
- * line, which a pragma cannot give.) */
+ * line: CMakeLists.txt passes it.) */
 #if defined(__OPTIMIZE__) && defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3")
 #endif
