@@ -53,4 +53,10 @@ check "summary prints the mlp with 235,146 params" "grep -q 'Total params: 235,1
 check "strata --help lists the commands" "grep -q 'train' $tmp/help.out && grep -q evaluate $tmp/help.out"
 "$cli" train --help >"$tmp/thelp.out"
 check "strata train --help lists its options" "grep -q -- '--batch-size' $tmp/thelp.out && grep -q -- '--report' $tmp/thelp.out"
+# The example program trains the cnn through the public API (small generated set).
+example="$(dirname "$cli")/example_train_cnn"
+$py "$STRATA_SOURCE_DIR/tests/mkidx.py" "$tmp/small"
+"$example" "$tmp/small" 1 >"$tmp/ex.out" 2>"$tmp/ex.err"
+check "examples/train_cnn.c runs and reports test accuracy" \
+  "[ $? -eq 0 ] && grep -q 'test_accuracy' $tmp/ex.out && grep -q 'Total params: 225,034' $tmp/ex.out"
 exit $fail

@@ -46,10 +46,10 @@ static const char *grouped(size_t v, char *buf) {
 
 char *st_model_summary(const st_model *m) {
   sbuf b = {0};
-  const char *rule = "_________________________________________________________________";
-  const char *dbl = "=================================================================";
+  const char *rule = "______________________________________________________________________";
+  const char *dbl = "======================================================================";
   sb_printf(&b, "Model: \"%s\"\n%s\n", m->name, rule);
-  sb_printf(&b, " %-28s%-26s%-10s\n%s\n", "Layer (type)", "Output Shape", "Param #", dbl);
+  sb_printf(&b, " %-33s %-24s %s\n%s\n", "Layer (type)", "Output Shape", "Param #", dbl);
   size_t trainable = 0, total = 0;
   for (int i = 0; i < m->nlayers; i++) {
     const st_layer *l = m->layers[i];
@@ -59,7 +59,7 @@ char *st_model_summary(const st_model *m) {
     for (int p = 0; p < l->nparams; p++)
       if (l->params[p].trainable) trainable += st_shape_size(l->params[p].shape);
     total += n;
-    sb_printf(&b, " %-28s%-26s%-10zu\n", nm, st_shape_format(l->out_shape, shp, sizeof shp), n);
+    sb_printf(&b, " %-33s %-24s %zu\n", nm, st_shape_format(l->out_shape, shp, sizeof shp), n);
     sb_printf(&b, "%s\n", i + 1 < m->nlayers ? "" : dbl);
   }
   char g[48];
