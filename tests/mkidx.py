@@ -3,8 +3,9 @@
     mkidx.py DIR [CASE]
 CASE breaks one file on purpose: bad-magic, truncated, count-mismatch,
 huge-dims, bigger-than-file, labels-out-of-range."""
-import gzip, random, struct, sys
+import gzip, os, random, struct, sys
 d = sys.argv[1]; opts = sys.argv[2:]
+os.makedirs(d, exist_ok=True)
 random.seed(1)
 def idx(path, dims, payload, magic=None, gz=True):
     head = (magic if magic is not None else struct.pack(">BBBB", 0, 0, 8, len(dims)))

@@ -8,7 +8,7 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 fail=0
 
 # mkidx DIR [CASE]: a small valid MNIST-style set, or one broken as CASE says.
-mkidx() { mkdir -p "$1" && $py "${STRATA_SOURCE_DIR:?set by CTest}/tests/mkidx.py" "$@"; }
+mkidx() { $py "${STRATA_SOURCE_DIR:?set by CTest}/tests/mkidx.py" "$@"; }
 
 # expect NAME EXIT PATTERN -- command...: exit code and a stderr pattern.
 expect() {
