@@ -60,7 +60,7 @@ static st_status on_epoch_end(void *user, st_model *m, const st_epoch_logs *l) {
   progress *p = user;
   (void)m;
   if (p->tty)
-    fprintf(p->f, "\r%lld/%lld [==============================] - %.0fs - loss: %.4f - accuracy: %.4f",
+    fprintf(p->f, "\r\033[K%lld/%lld [==============================] - %.0fs - loss: %.4f - accuracy: %.4f",
             (long long)l->steps, (long long)l->steps, l->seconds, l->loss, l->accuracy);
   else
     fprintf(p->f, "Epoch %d/%d: %lld steps - %.1fs - loss: %.4f - accuracy: %.4f", l->epoch + 1,
