@@ -3,6 +3,7 @@
  * tests/test_kernels.c. A backend that was not built answers ST_ERR_NOT_BUILT. */
 #include <string.h>
 
+#include "backend/table.h"
 #include "strata/backend.h"
 
 /* "cuda" is listed so the user gets "not built" rather than "unknown". */
@@ -40,4 +41,14 @@ st_status st_backend_get(const char *name, const st_backend **out) {
     if (strcmp(name, backends[i].name) == 0) return backends[i].get(out);
   return st_error(ST_ERR_INVALID,
                   "unknown backend '%s' (valid: cpu, reference, cuda)", name);
+}
+
+bool st__backend_table_complete(const st_backend *be) {
+  const unsigned char *base = (const unsigned char *)be;
+  for (size_t off = offsetof(st_backend, alloc); off < sizeof *be; off += sizeof(st__any_fn)) {
+    st__any_fn f;
+    memcpy(&f, base + off, sizeof f);
+    if (!f) return false;
+  }
+  return true;
 }

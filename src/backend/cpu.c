@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "backend/table.h"
+
 #include "backend/blas.h"
 #include "backend/cpu.h"
 
@@ -213,28 +215,12 @@ static const st_backend cpu_backend = {
     .rmsprop_update = st__cpu_rmsprop,
 };
 
-/* Completeness check, as in reference.c: after `name` the table holds only
- * function pointers; the static_assert fails when a slot is added (fill it and
- * bump CPU_SLOTS) and table_complete() checks that no slot is NULL. */
-#define CPU_SLOTS 28
-typedef void (*any_fn)(void);
-_Static_assert(sizeof(st_backend) ==
-                   offsetof(st_backend, alloc) + CPU_SLOTS * sizeof(any_fn),
-               "st_backend changed: fill the new slot and update CPU_SLOTS");
-
-static bool table_complete(const st_backend *be) {
-  const unsigned char *base = (const unsigned char *)be;
-  for (size_t off = offsetof(st_backend, alloc); off < sizeof *be;
-       off += sizeof(any_fn)) {
-    any_fn f;
-    memcpy(&f, base + off, sizeof f);
-    if (!f) return false;
-  }
-  return true;
-}
+/* Completeness (backend/table.h): 28 slots filled above; update the count
+ * after filling a new slot. */
+_Static_assert(ST__BACKEND_SLOTS == 28, "st_backend changed: fill the new slot here");
 
 /* Any thread. The table is immutable; OpenBLAS loads on the first gemm. */
 const st_backend *st_backend_cpu(void) {
-  ST_ASSERT(table_complete(&cpu_backend));
+  ST_ASSERT(st__backend_table_complete(&cpu_backend));
   return &cpu_backend;
 }

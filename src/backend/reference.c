@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "backend/table.h"
+
 #include "strata/backend.h"
 
 /* Keras backend epsilon: probabilities are clipped to [EPS, 1-EPS]. */
@@ -569,30 +571,12 @@ static const st_backend reference_backend = {
     .rmsprop_update = ref_rmsprop,
 };
 
-/* Completeness check. After `name`, st_backend holds only function pointers,
- * so it can be read as an array of them: this static_assert fails when a slot
- * is added (bump the count here after filling the new slot above), and
- * table_complete() checks at first use that no slot was left NULL. Each slot
- * is read with memcpy, so no pointer is type-punned. */
-#define REFERENCE_SLOTS 28
-typedef void (*any_fn)(void);
-static_assert(sizeof(st_backend) ==
-                  offsetof(st_backend, alloc) + REFERENCE_SLOTS * sizeof(any_fn),
-              "st_backend changed: fill the new slot and update REFERENCE_SLOTS");
-
-static bool table_complete(const st_backend *be) {
-  const unsigned char *base = (const unsigned char *)be;
-  for (size_t off = offsetof(st_backend, alloc); off < sizeof *be;
-       off += sizeof(any_fn)) {
-    any_fn f;
-    memcpy(&f, base + off, sizeof f);
-    if (!f) return false;
-  }
-  return true;
-}
+/* Completeness (backend/table.h): 28 slots filled above; update the count
+ * after filling a new slot. */
+_Static_assert(ST__BACKEND_SLOTS == 28, "st_backend changed: fill the new slot here");
 
 /* Any thread. The table is immutable. */
 const st_backend *st_backend_reference(void) {
-  ST_ASSERT(table_complete(&reference_backend));
+  ST_ASSERT(st__backend_table_complete(&reference_backend));
   return &reference_backend;
 }
