@@ -19,8 +19,11 @@ static cli_opt train_opts[] = {
     {"--seed", "S", "seed for weights, shuffling and dropout (default 0)", NULL},
     {"--validation-split", "F", "fraction of the training data held out for validation (default 0)", NULL},
     {"--train-examples", "N", "use only the first N training examples (default all)", NULL},
-    {"--strategy", "NAME", "distribution strategy: one_device (default)", NULL},
-    {"--threads", "N", "compute threads (default: all cores)", NULL},
+    {"--strategy", "NAME", "one_device (default), mirrored or central_storage", NULL},
+    {"--devices", "LIST", "mirrored/central_storage: devices, e.g. cpu:0,cpu:1 (one replica each)", NULL},
+    {"--replicas", "N", "mirrored/central_storage: replica count (default: one per core)", NULL},
+    {"--cross-device-ops", "OPS", "mirrored: all_reduce (default) or reduction_to_one_device", NULL},
+    {"--threads", "N", "one_device: compute threads (default: all cores)", NULL},
     {"--save", "FILE", "write the trained weights as safetensors", NULL},
     {"--report", "FILE", "write a JSON report of the run", NULL},
     {"--quiet", NULL, "no progress output", NULL},
@@ -28,8 +31,8 @@ static cli_opt train_opts[] = {
 #define NTRAIN ((int)(sizeof train_opts / sizeof *train_opts))
 
 typedef struct train_cfg {
-  const char *model, *data, *save, *report;
-  long epochs, batch, seed, threads, train_examples;
+  const char *model, *data, *save, *report, *devices, *cross_ops;
+  long epochs, batch, seed, threads, train_examples, replicas;
   double lr, val_split;
   st_optimizer_options opt;
   st_strategy_kind strategy;
@@ -51,6 +54,9 @@ static bool parse_train(const cli_opt *o, train_cfg *c) {
   if ((v = cli_get(o, NTRAIN, "--batch-size")) && !cli_int(cmd, "--batch-size", v, 1, 1 << 20, &c->batch)) return false;
   if ((v = cli_get(o, NTRAIN, "--seed")) && !cli_int(cmd, "--seed", v, 0, 0x7fffffffL, &c->seed)) return false;
   if ((v = cli_get(o, NTRAIN, "--threads")) && !cli_int(cmd, "--threads", v, 1, 1024, &c->threads)) return false;
+  if ((v = cli_get(o, NTRAIN, "--replicas")) && !cli_int(cmd, "--replicas", v, 1, 64, &c->replicas)) return false;
+  c->devices = cli_get(o, NTRAIN, "--devices");
+  c->cross_ops = cli_get(o, NTRAIN, "--cross-device-ops");
   if ((v = cli_get(o, NTRAIN, "--train-examples")) && !cli_int(cmd, "--train-examples", v, 1, 1L << 40, &c->train_examples)) return false;
   if ((v = cli_get(o, NTRAIN, "--validation-split")) && !cli_float(cmd, "--validation-split", v, 0.0, 0.99, &c->val_split)) return false;
   if ((v = cli_get(o, NTRAIN, "--optimizer")) && st_optimizer_parse(v, &ok) != ST_OK) {
@@ -68,6 +74,16 @@ static bool parse_train(const cli_opt *o, train_cfg *c) {
     fprintf(stderr, "strata train: --strategy: %s\n", st_last_error());
     return false;
   }
+  bool multi = c->strategy == ST_STRATEGY_MIRRORED || c->strategy == ST_STRATEGY_CENTRAL_STORAGE;
+  if (!multi && (c->devices || c->replicas || c->cross_ops)) {
+    fprintf(stderr, "strata train: --devices, --replicas and --cross-device-ops need "
+            "--strategy mirrored or central_storage\n");
+    return false;
+  }
+  if (c->threads && c->strategy != ST_STRATEGY_ONE_DEVICE) {
+    fprintf(stderr, "strata train: --threads is for --strategy one_device (use --replicas)\n");
+    return false;
+  }
   for (const char *const *n = st_builtin_model_names(); *n; n++)
     if (!strcmp(*n, c->model)) return cli_check_writable(cmd, "--save", c->save) &&
                                       cli_check_writable(cmd, "--report", c->report);
@@ -76,12 +92,10 @@ static bool parse_train(const cli_opt *o, train_cfg *c) {
 }
 
 /* Model + strategy bound together and compiled. */
-static st_status build_model(const char *cmd, const char *name, st_strategy_kind kind,
-                             long threads, uint64_t seed, const st_optimizer_options *opt,
-                             st_strategy **strategy, st_model **model) {
-  st_strategy_options so = st_strategy_default_options(kind);
-  so.threads = (int)threads;
-  st_status s = st_strategy_create(&so, strategy);
+static st_status build_model(const char *name, const st_strategy_options *so, uint64_t seed,
+                             const st_optimizer_options *opt, st_strategy **strategy,
+                             st_model **model) {
+  st_status s = st_strategy_create(so, strategy);
   if (s != ST_OK) return s;
   st_model_options mo = st_model_default_options(st_shape3(28, 28, 1));
   mo.seed = seed;
@@ -89,7 +103,6 @@ static st_status build_model(const char *cmd, const char *name, st_strategy_kind
   if ((s = st_builtin_model_create(name, &mo, model)) != ST_OK) return s;
   st_compile_options co = st_compile_default_options();
   co.optimizer = *opt;
-  (void)cmd;
   return st_model_compile(*model, &co);
 }
 
@@ -104,8 +117,12 @@ static int run_train(const train_cfg *c) {
   st_history h = {0};
   st_eval_result test = {0};
   void *prog = NULL;
-  st_status s = build_model("train", c->model, c->strategy, c->threads, (uint64_t)c->seed,
-                            &c->opt, &strategy, &model);
+  st_strategy_options so = st_strategy_default_options(c->strategy);
+  so.threads = (int)c->threads;
+  so.devices = c->devices;
+  so.replicas = (int)c->replicas;
+  so.cross_device_ops = c->cross_ops;
+  st_status s = build_model(c->model, &so, (uint64_t)c->seed, &c->opt, &strategy, &model);
   if (s != ST_OK) goto fail;
   st_callback cb = st_progress_callback(stderr, isatty(2), (int)c->epochs, &prog);
   st_fit_options fo = st_fit_default_options();
@@ -179,7 +196,8 @@ int cmd_evaluate(int argc, char **argv) {
   st_model *model = NULL;
   st_eval_result r;
   st_optimizer_options opt = st_optimizer_default_options(ST_OPT_ADAM);
-  st_status s = build_model("evaluate", name, ST_STRATEGY_ONE_DEVICE, 0, 0, &opt, &strategy, &model);
+  st_strategy_options so = st_strategy_default_options(ST_STRATEGY_ONE_DEVICE);
+  st_status s = build_model(name, &so, 0, &opt, &strategy, &model);
   if (s == ST_OK) s = st_model_load_weights(model, weights);
   if (s == ST_OK) s = st_model_evaluate(model, d.test, &r);
   if (s == ST_OK)

@@ -25,9 +25,15 @@ st_status st_strategy_kind_parse(const char *name, st_strategy_kind *out);
 typedef struct st_strategy_options {
   st_strategy_kind kind;
   const char *device;   /* one_device: "cpu:0" (default) */
-  const char *devices;  /* mirrored: "cpu:0,cpu:1"; NULL = see replicas */
-  int replicas;         /* 0 = default for the kind */
-  int threads;          /* compute threads per replica; 0 = automatic */
+  /* mirrored / central_storage: the devices, e.g. "cpu:0,cpu:1" (one replica
+   * each); NULL = `replicas` replicas; both unset = one replica per CPU core
+   * (every GPU, once a GPU backend exists). */
+  const char *devices;
+  int replicas;
+  int threads;          /* one_device: compute threads; 0 = one per core */
+  /* mirrored: how gradients are all-reduced: "all_reduce" (default; chunked
+   * reduce-scatter + all-gather) or "reduction_to_one_device". */
+  const char *cross_device_ops;
 } st_strategy_options;
 st_strategy_options st_strategy_default_options(st_strategy_kind kind);
 

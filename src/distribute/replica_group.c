@@ -13,7 +13,25 @@ int st__cpu_count(void) {
   return 1;
 }
 
-st_status st__group_create(st_model *m, int n, bool shared_vars, st_replica_group **out) {
+/* Replica i's own state (and params when own_params), or NULL when shared. */
+static st_status make_replica(st_model *m, int i, bool own_params, st_replica **out) {
+  st_status s = st__replica_create(m, m->be, i, 1, m->params, m->state, out);
+  if (s != ST_OK || i == 0) return s;
+  st_replica *r = *out;
+  size_t ps = (m->n_params ? m->n_params : 1) * sizeof(float);
+  size_t ss = (m->n_state ? m->n_state : 1) * sizeof(float);
+  r->owns_vars = true;
+  r->params = own_params ? m->be->alloc(ps) : NULL;
+  r->state = m->be->alloc(ss);
+  r->params_borrowed = !own_params;
+  if ((own_params && !r->params) || !r->state)
+    return st_error(ST_ERR_NOMEM, "replica %d: out of memory for variables", i);
+  if (!own_params) r->params = m->params;
+  if (m->n_state) m->be->to_device(r->state, m->state, m->n_state * sizeof(float));
+  return ST_OK;
+}
+
+st_status st__group_create(st_model *m, int n, bool own_params, st_replica_group **out) {
   *out = NULL;
   st_replica_group *g = calloc(1, sizeof *g);
   if (!g || !(g->reps = calloc((size_t)n, sizeof *g->reps))) {
@@ -23,8 +41,7 @@ st_status st__group_create(st_model *m, int n, bool shared_vars, st_replica_grou
   g->n = n;
   st_status s = ST_OK;
   for (int i = 0; i < n && s == ST_OK; i++)
-    s = st__replica_create(m, m->be, i, 1, shared_vars ? m->params : NULL,
-                           shared_vars ? m->state : NULL, &g->reps[i]);
+    s = make_replica(m, i, own_params, &g->reps[i]);
   if (s == ST_OK && n > 1) s = st_threadpool_create(n - 1, &g->pool);
   if (s != ST_OK) {
     st__group_destroy(g);
@@ -100,6 +117,15 @@ static st_status run_pass(pass *p, st_step_stats *out) {
     out->metric_count += p->stats[i].metric_count;
   }
   return ST_OK;
+}
+
+void st__group_sync_state(st_replica_group *g, st_model *m) {
+  if (g->n == 1 || m->n_state == 0) return;
+  float *dst = g->reps[0]->state;
+  for (int i = 1; i < g->n; i++) m->be->axpy(m->n_state, 1.0f, g->reps[i]->state, dst);
+  m->be->scale(m->n_state, 1.0f / (float)g->n, dst);
+  for (int i = 1; i < g->n; i++)
+    m->be->to_device(g->reps[i]->state, dst, m->n_state * sizeof(float));
 }
 
 /* Sum the replicas' gradients into reps[0] over one chunk. */

@@ -16,9 +16,12 @@ typedef struct st_replica_group {
   st_threadpool *pool;  /* n-1 workers + the caller; NULL when n == 1 */
 } st_replica_group;
 
-/* n replicas for m. shared_vars: every replica uses m->params/m->state;
- * otherwise each has its own copy (filled from the model). */
-st_status st__group_create(st_model *m, int n, bool shared_vars, st_replica_group **out);
+/* n replicas for m. Replica 0 uses the model's variables (m->params,
+ * m->state). Replicas 1.. use the model's params too, or (own_params) their
+ * own zeroed copy for the strategy to fill; each has its own copy of the
+ * non-trainable state (BatchNorm moving statistics, updated in forward), kept
+ * equal by st__group_sync_state. */
+st_status st__group_create(st_model *m, int n, bool own_params, st_replica_group **out);
 void st__group_destroy(st_replica_group *g); /* accepts NULL */
 
 /* Slice i of a batch of `total` examples over n replicas. */
@@ -38,6 +41,10 @@ void st__group_apply(st_replica_group *g, st_model *m);
 /* Inference on every replica's slice; pred (may be NULL) gets [b->size, out]. */
 st_status st__group_eval(st_replica_group *g, st_model *m, const st_batch *b,
                          st_step_stats *out, float *pred);
+/* After a training step: every replica's state := the mean over replicas (in
+ * replica order), as TensorFlow aggregates ON_READ variables. No-op without
+ * state or with one replica. Call outside the parallel section. */
+void st__group_sync_state(st_replica_group *g, st_model *m);
 /* Run fn(arg, i) for every replica i in parallel. */
 void st__group_run(st_replica_group *g, void (*fn)(void *arg, int i), void *arg);
 

@@ -1,6 +1,7 @@
 /* Strategy registry: names, default options, creation and the pieces every
  * strategy shares. */
-#include "distribute/strategy.h"
+#include "distribute/collective/collective.h"
+#include "distribute/replica_group.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -34,29 +35,71 @@ st_strategy_options st_strategy_default_options(st_strategy_kind kind) {
   return o;
 }
 
-static st_status check_device(const char *dev) {
-  if (!dev || strcmp(dev, "cpu:0") == 0 || strcmp(dev, "cpu") == 0) return ST_OK;
-  if (strncmp(dev, "gpu", 3) == 0 || strncmp(dev, "cuda", 4) == 0)
-    return st_error(ST_ERR_NOT_BUILT, "device '%s': this build has no GPU backend", dev);
-  return st_error(ST_ERR_INVALID, "device '%s': expected cpu:0", dev);
+/* "cpu", "cpu:N" -> ST_OK; a GPU -> not built; anything else invalid. */
+static st_status check_device(const char *dev, int len) {
+  if ((len == 3 && !strncmp(dev, "cpu", 3)) || (len > 4 && !strncmp(dev, "cpu:", 4) &&
+                                                (int)strspn(dev + 4, "0123456789") == len - 4))
+    return ST_OK;
+  if (!strncmp(dev, "gpu", 3) || !strncmp(dev, "cuda", 4))
+    return st_error(ST_ERR_NOT_BUILT, "device '%.*s': this build has no GPU backend", len, dev);
+  return st_error(ST_ERR_INVALID, "device '%.*s': expected cpu:N", len, dev);
+}
+
+/* "cpu:0,cpu:1" -> 2 replicas; devices must be distinct. */
+static st_status count_devices(const char *list, int *n) {
+  *n = 0;
+  for (const char *p = list; *p;) {
+    int len = (int)strcspn(p, ",");
+    st_status s = check_device(p, len);
+    if (s != ST_OK) return s;
+    for (const char *q = list; q < p; q += strcspn(q, ",") + 1)
+      if ((int)strcspn(q, ",") == len && !strncmp(q, p, (size_t)len))
+        return st_error(ST_ERR_INVALID, "devices '%s': '%.*s' is listed twice", list, len, p);
+    (*n)++;
+    p += len;
+    if (*p == ',') p++;
+  }
+  if (*n == 0) return st_error(ST_ERR_INVALID, "devices '%s': no device given", list);
+  return ST_OK;
+}
+
+static st_status replica_count(const st_strategy_options *o, int *n) {
+  if (o->devices && o->replicas)
+    return st_error(ST_ERR_INVALID, "strategy: give devices or replicas, not both");
+  if (o->devices) return count_devices(o->devices, n);
+  if (o->replicas < 0 || o->replicas > 64)
+    return st_error(ST_ERR_INVALID, "strategy: %d replicas (expected 1..64)", o->replicas);
+  *n = o->replicas ? o->replicas : st__cpu_count();
+  if (*n > 64) *n = 64;
+  return ST_OK;
 }
 
 st_status st_strategy_create(const st_strategy_options *o, st_strategy **out) {
   *out = NULL;
   const st_strategy_vtable *vt = NULL;
+  int n = 1, cross = ST_CROSS_ALL_REDUCE;
+  st_status s = ST_OK;
   switch (o->kind) {
-    case ST_STRATEGY_ONE_DEVICE: vt = &st__one_device_vtable; break;
+    case ST_STRATEGY_ONE_DEVICE:
+      vt = &st__one_device_vtable;
+      if (o->device) s = check_device(o->device, (int)strlen(o->device));
+      break;
     case ST_STRATEGY_MIRRORED:
     case ST_STRATEGY_CENTRAL_STORAGE:
+      vt = o->kind == ST_STRATEGY_MIRRORED ? &st__mirrored_vtable : &st__central_storage_vtable;
+      s = replica_count(o, &n);
+      if (s == ST_OK && o->cross_device_ops)
+        s = st__cross_device_ops_parse(o->cross_device_ops, (st_cross_device_ops *)&cross);
+      break;
     case ST_STRATEGY_MULTI_WORKER_MIRRORED:
     case ST_STRATEGY_PARAMETER_SERVER:
       return st_error(ST_ERR_NOT_BUILT,
                       "strategy '%s' is not available in this version of Strata "
-                      "(only one_device is)", st_strategy_kind_name(o->kind));
+                      "(one_device, mirrored and central_storage are)",
+                      st_strategy_kind_name(o->kind));
     default:
       return st_error(ST_ERR_INVALID, "strategy kind %d out of range", (int)o->kind);
   }
-  st_status s = check_device(o->device);
   if (s != ST_OK) return s;
   if (o->threads < 0)
     return st_error(ST_ERR_INVALID, "strategy: threads %d (must be >= 0)", o->threads);
@@ -64,9 +107,9 @@ st_status st_strategy_create(const st_strategy_options *o, st_strategy **out) {
   if (!st) return st_error(ST_ERR_NOMEM, "strategy: out of memory");
   st->vt = vt;
   st->opts = *o;
-  st->opts.device = NULL; /* not retained: the caller owns the strings */
-  st->opts.devices = NULL;
-  st->num_replicas = 1;
+  st->opts.device = st->opts.devices = st->opts.cross_device_ops = NULL;
+  st->num_replicas = n;
+  st->cross_device_ops = cross;
   *out = st;
   return ST_OK;
 }

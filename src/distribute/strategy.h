@@ -41,8 +41,9 @@ typedef struct st_strategy_vtable {
 
 struct st_strategy {
   const st_strategy_vtable *vt;
-  st_strategy_options opts;
+  st_strategy_options opts;   /* string fields cleared: not retained */
   int num_replicas;
+  int cross_device_ops;       /* st_cross_device_ops (mirrored) */
   st_model *model;  /* attached model, or NULL */
   void *impl;       /* strategy-specific state */
 };
@@ -52,5 +53,7 @@ void st__step_metrics(const st_model *m, const float *pred, const float *y,
                       int rows, st_step_stats *out);
 
 extern const st_strategy_vtable st__one_device_vtable;
+extern const st_strategy_vtable st__mirrored_vtable;
+extern const st_strategy_vtable st__central_storage_vtable;
 
 #endif

@@ -96,7 +96,7 @@ void st__replica_destroy(st_replica *r) {
   const st_backend *be = r->be;
   free_buffers(be, r, r->nlayers);
   if (r->owns_vars) {
-    be->free(r->params);
+    if (!r->params_borrowed) be->free(r->params);
     be->free(r->state);
   }
   be->free(r->grads);

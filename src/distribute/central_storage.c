@@ -1,0 +1,59 @@
+/* CentralStorageStrategy: the variables and optimizer slots exist once (the
+ * model's, in host memory); every replica reads them, computes the gradients
+ * of its slice of the global batch, the gradients are summed into one buffer
+ * (in replica order) and the optimizer runs once per step. Replicas keep their
+ * own BatchNorm moving statistics during a step; they are averaged after it. */
+#include <stdlib.h>
+
+#include "distribute/replica_group.h"
+
+static st_status cs_attach(st_strategy *s, st_model *m) {
+  st_replica_group *g = NULL;
+  st_status st = st__group_create(m, s->num_replicas, false, &g);
+  if (st != ST_OK) return st;
+  st_blas_set_threads(1); /* one compute thread per replica */
+  s->impl = g;
+  s->model = m;
+  return ST_OK;
+}
+
+static void cs_detach(st_strategy *s) {
+  st__group_destroy(s->impl);
+  s->impl = NULL;
+  s->model = NULL;
+}
+
+static st_status cs_train_step(st_strategy *s, st_model *m, const st_batch *b,
+                               st_step_stats *out) {
+  st_replica_group *g = s->impl;
+  st_status st = st__group_compute_gradients(g, m, b, out);
+  if (st != ST_OK) return st;
+  st__group_apply(g, m);
+  st__group_sync_state(g, m);
+  m->step++;
+  return ST_OK;
+}
+
+static st_status cs_eval_step(st_strategy *s, st_model *m, const st_batch *b,
+                              st_step_stats *out, float *pred) {
+  return st__group_eval(s->impl, m, b, out, pred);
+}
+
+static void cs_sync_to_model(st_strategy *s, st_model *m) { (void)s, (void)m; }
+
+/* Weights were loaded into the model: refresh the replicas' state copies. */
+static void cs_sync_from_model(st_strategy *s, st_model *m) {
+  st_replica_group *g = s->impl;
+  for (int i = 1; i < g->n && m->n_state; i++)
+    m->be->to_device(g->reps[i]->state, m->state, m->n_state * sizeof(float));
+}
+
+const st_strategy_vtable st__central_storage_vtable = {
+    .name = "central_storage",
+    .attach = cs_attach,
+    .detach = cs_detach,
+    .train_step = cs_train_step,
+    .eval_step = cs_eval_step,
+    .sync_to_model = cs_sync_to_model,
+    .sync_from_model = cs_sync_from_model,
+};

@@ -1,0 +1,166 @@
+/* MirroredStrategy: one copy of every variable (and optimizer slot) per
+ * replica, replica 0's being the model's own. Variables are initialised on
+ * replica 0 and broadcast. Each step, every replica runs forward and backward
+ * on its slice of the global batch (loss scaled by 1/global batch), the
+ * gradients are all-reduced (SUM) through the collective table, and every
+ * replica applies the same update to its own copy, so the copies stay
+ * bit-identical. BatchNorm moving statistics are averaged after each step. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "distribute/collective/collective.h"
+#include "distribute/replica_group.h"
+
+typedef struct mirrored {
+  st_replica_group *g;
+  st_collective *coll;
+  float *slots[64][4]; /* replica i's optimizer slots; [0] = the model's */
+  /* the current step's arguments, read by the replica tasks */
+  const st_batch *b;
+  st_step_stats stats[64];
+  st_status status[64];
+} mirrored;
+
+static void free_impl(const st_backend *be, mirrored *mi) {
+  if (!mi) return;
+  for (int i = 1; mi->g && i < mi->g->n; i++)
+    for (int k = 0; k < 4; k++) be->free(mi->slots[i][k]);
+  st__group_destroy(mi->g);
+  st__collective_destroy(mi->coll);
+  free(mi);
+}
+
+/* Task: replica i takes the model's (replica 0's) params and state. */
+static void broadcast_task(void *arg, int i) {
+  st_strategy *s = arg;
+  mirrored *mi = s->impl;
+  st_model *m = s->model;
+  st_replica *r = mi->g->reps[i];
+  mi->status[i] = mi->coll->vt->broadcast(mi->coll, i, r->params, m->n_params, 0);
+  if (mi->status[i] == ST_OK && m->n_state)
+    mi->status[i] = mi->coll->vt->broadcast(mi->coll, i, r->state, m->n_state, 0);
+}
+
+static st_status first_error(const mirrored *mi) {
+  for (int i = 0; i < mi->g->n; i++)
+    if (mi->status[i] != ST_OK) return mi->status[i];
+  return ST_OK;
+}
+
+static st_status alloc_slots(st_model *m, mirrored *mi) {
+  size_t bytes = (m->n_params ? m->n_params : 1) * sizeof(float);
+  for (int k = 0; k < m->n_slots; k++) mi->slots[0][k] = m->slots[k];
+  for (int i = 1; i < mi->g->n; i++)
+    for (int k = 0; k < m->n_slots; k++) {
+      if (!(mi->slots[i][k] = m->be->alloc(bytes)))
+        return st_error(ST_ERR_NOMEM, "mirrored: out of memory for replica %d's slots", i);
+      m->be->fill(m->n_params, 0.0f, mi->slots[i][k]);
+    }
+  return ST_OK;
+}
+
+static st_status mr_attach(st_strategy *s, st_model *m) {
+  mirrored *mi = calloc(1, sizeof *mi);
+  if (!mi) return st_error(ST_ERR_NOMEM, "mirrored: out of memory");
+  st_status st = st__group_create(m, s->num_replicas, true, &mi->g);
+  if (st == ST_OK)
+    st = st__collective_threads_create(s->num_replicas, (st_cross_device_ops)s->cross_device_ops,
+                                       &mi->coll);
+  if (st == ST_OK) st = alloc_slots(m, mi);
+  s->impl = mi;
+  s->model = m;
+  if (st == ST_OK) {
+    st__group_run(mi->g, broadcast_task, s);
+    st = first_error(mi);
+  }
+  if (st != ST_OK) {
+    free_impl(m->be, mi);
+    s->impl = NULL;
+    s->model = NULL;
+    return st;
+  }
+  st_blas_set_threads(1); /* one compute thread per replica */
+  return ST_OK;
+}
+
+static void mr_detach(st_strategy *s) {
+  free_impl(s->model->be, s->impl);
+  s->impl = NULL;
+  s->model = NULL;
+}
+
+/* Task: forward + backward on replica i's slice, all-reduce, apply. */
+static void step_task(void *arg, int i) {
+  st_strategy *s = arg;
+  mirrored *mi = s->impl;
+  st_model *m = s->model;
+  st_replica *r = mi->g->reps[i];
+  const st_batch *b = mi->b;
+  int start, count;
+  st__split(b->size, mi->g->n, i, &start, &count);
+  size_t xs = st_shape_size(m->input_shape);
+  size_t ys = st_loss_is_sparse(m->compile.loss) ? 1 : st__model_output_size(m);
+  const float *x = b->x + (size_t)start * xs, *y = b->y + (size_t)start * ys;
+  st_step_stats *st = &mi->stats[i];
+  if (count) {
+    const float *pred = st__replica_forward(m, r, x, count, true, m->step);
+    st__step_metrics(m, pred, y, count, st);
+  }
+  st->loss_sum = st__replica_loss_backward(m, r, x, y, count, b->size, m->step, NULL, NULL);
+  st->examples = count;
+  mi->status[i] = mi->coll->vt->all_reduce(mi->coll, i, r->grads, m->n_params, ST_REDUCE_SUM);
+  if (mi->status[i] == ST_OK)
+    st_optimizer_apply(&m->compile.optimizer, m->be, m->step, m->n_params, r->params, r->grads,
+                       mi->slots[i]);
+}
+
+static st_status mr_train_step(st_strategy *s, st_model *m, const st_batch *b,
+                               st_step_stats *out) {
+  mirrored *mi = s->impl;
+  for (int i = 0; i < mi->g->n; i++) {
+    int start, count;
+    st__split(b->size, mi->g->n, i, &start, &count);
+    st_status st = st__replica_reserve(m, mi->g->reps[i], count);
+    if (st != ST_OK) return st;
+  }
+  mi->b = b;
+  memset(mi->stats, 0, sizeof mi->stats);
+  st__group_run(mi->g, step_task, s);
+  st_status st = first_error(mi);
+  if (st != ST_OK) return st;
+  for (int i = 0; i < mi->g->n; i++) { /* replica order */
+    out->loss_sum += mi->stats[i].loss_sum;
+    out->examples += mi->stats[i].examples;
+    out->correct += mi->stats[i].correct;
+    out->metric_count += mi->stats[i].metric_count;
+  }
+  st__group_sync_state(mi->g, m);
+  m->step++;
+  return ST_OK;
+}
+
+static st_status mr_eval_step(st_strategy *s, st_model *m, const st_batch *b,
+                              st_step_stats *out, float *pred) {
+  mirrored *mi = s->impl;
+  return st__group_eval(mi->g, m, b, out, pred);
+}
+
+/* Replica 0's variables are the model's: nothing to gather. */
+static void mr_sync_to_model(st_strategy *s, st_model *m) { (void)s, (void)m; }
+
+/* Weights were loaded into the model (replica 0): broadcast them. */
+static void mr_sync_from_model(st_strategy *s, st_model *m) {
+  mirrored *mi = s->impl;
+  (void)m;
+  st__group_run(mi->g, broadcast_task, s);
+}
+
+const st_strategy_vtable st__mirrored_vtable = {
+    .name = "mirrored",
+    .attach = mr_attach,
+    .detach = mr_detach,
+    .train_step = mr_train_step,
+    .eval_step = mr_eval_step,
+    .sync_to_model = mr_sync_to_model,
+    .sync_from_model = mr_sync_from_model,
+};
