@@ -178,6 +178,59 @@ static void test_batchnorm(st_strategy_kind kind) {
   st_strategy_destroy(s);
 }
 
+/* Synchronized BatchNorm: statistics over the global batch, so mirrored and
+ * central storage match one device (which normalises the whole batch), also
+ * with empty slices (global batch 2 over 3 replicas). */
+static st_model *sync_bn_model(st_strategy_kind kind, int replicas) {
+  st_strategy_options so = st_strategy_default_options(kind);
+  if (kind != ST_STRATEGY_ONE_DEVICE) so.replicas = replicas;
+  st_strategy *s = NULL;
+  CHECK_OK(st_strategy_create(&so, &s));
+  st_model_options mo = st_model_default_options(st_shape3(28, 28, 1));
+  mo.strategy = s;
+  mo.seed = 4;
+  st_model *m = NULL;
+  CHECK_OK(st_sequential_create(&mo, &m));
+  st_batchnorm_options bo = st_batchnorm_default_options();
+  bo.synchronized = true;
+  /* no conv bias: BatchNorm cancels it, so its gradient is rounding noise
+   * that Adam would amplify to full steps */
+  st_conv2d_options cv = st_conv2d_default_options(4, 3, 3);
+  cv.use_bias = false;
+  CHECK_OK(st_model_add(m, st_conv2d_ex(cv)));
+  CHECK_OK(st_model_add(m, st_batchnorm_ex(bo)));
+  CHECK_OK(st_model_add(m, st_activation_layer(ST_ACT_RELU)));
+  CHECK_OK(st_model_add(m, st_flatten()));
+  CHECK_OK(st_model_add(m, st_dense(10, ST_ACT_LINEAR)));
+  st_compile_options co = st_compile_default_options();
+  CHECK_OK(st_model_compile(m, &co));
+  m->owns_strategy = true;
+  return m;
+}
+
+static void test_sync_batchnorm(int n, int batch, int replicas) {
+  st_model *ref = sync_bn_model(ST_STRATEGY_ONE_DEVICE, 1);
+  st_model *mir = sync_bn_model(ST_STRATEGY_MIRRORED, replicas);
+  st_model *cen = sync_bn_model(ST_STRATEGY_CENTRAL_STORAGE, replicas);
+  st_model *ms[3] = {ref, mir, cen};
+  for (int k = 0; k < 3; k++) {
+    st_dataset *ds = dataset(n, batch);
+    st_fit_options fo = st_fit_default_options();
+    st_history h;
+    CHECK_OK(st_model_fit(ms[k], ds, &fo, &h));
+    st_history_free(&h);
+    st_dataset_destroy(ds);
+  }
+  double dp1 = rel_diff(ref->params, mir->params, ref->n_params);
+  double dp2 = rel_diff(ref->params, cen->params, ref->n_params);
+  double ds1 = rel_diff(ref->state, mir->state, ref->n_state);
+  double ds2 = rel_diff(ref->state, cen->state, ref->n_state);
+  fprintf(stderr, "sync BN, %d replicas, batch %d: params %.3g %.3g, moving stats %.3g %.3g\n",
+          replicas, batch, dp1, dp2, ds1, ds2);
+  CHECK(dp1 <= 1e-4 && dp2 <= 1e-4 && ds1 <= 1e-4 && ds2 <= 1e-4);
+  for (int k = 0; k < 3; k++) st_model_destroy(ms[k]);
+}
+
 static void test_options(void) {
   st_strategy_options so = st_strategy_default_options(ST_STRATEGY_MIRRORED);
   st_strategy *s = NULL;
@@ -213,6 +266,8 @@ int main(void) {
   test_uneven_and_copies();
   test_batchnorm(ST_STRATEGY_MIRRORED);
   test_batchnorm(ST_STRATEGY_CENTRAL_STORAGE);
+  test_sync_batchnorm(256, 64, 2);
+  test_sync_batchnorm(20, 2, 3); /* one replica's slice is always empty */
   test_options();
   return check_report();
 }

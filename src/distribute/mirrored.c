@@ -13,7 +13,7 @@
 
 typedef struct mirrored {
   st_replica_group *g;
-  st_collective *coll;
+  st_collective *coll; /* = g->coll */
   float *slots[64][4]; /* replica i's optimizer slots; [0] = the model's */
   /* the current step's arguments, read by the replica tasks */
   const st_batch *b;
@@ -26,7 +26,6 @@ static void free_impl(const st_backend *be, mirrored *mi) {
   for (int i = 1; mi->g && i < mi->g->n; i++)
     for (int k = 0; k < 4; k++) be->free(mi->slots[i][k]);
   st__group_destroy(mi->g);
-  st__collective_destroy(mi->coll);
   free(mi);
 }
 
@@ -62,10 +61,9 @@ static st_status alloc_slots(st_model *m, mirrored *mi) {
 static st_status mr_attach(st_strategy *s, st_model *m) {
   mirrored *mi = calloc(1, sizeof *mi);
   if (!mi) return st_error(ST_ERR_NOMEM, "mirrored: out of memory");
-  st_status st = st__group_create(m, s->num_replicas, true, &mi->g);
-  if (st == ST_OK)
-    st = st__collective_threads_create(s->num_replicas, (st_cross_device_ops)s->cross_device_ops,
-                                       &mi->coll);
+  st_status st = st__group_create(m, s->num_replicas, true,
+                                  (st_cross_device_ops)s->cross_device_ops, &mi->g);
+  if (st == ST_OK) mi->coll = mi->g->coll;
   if (st == ST_OK) st = alloc_slots(m, mi);
   s->impl = mi;
   s->model = m;
@@ -102,7 +100,7 @@ static void step_task(void *arg, int i) {
   size_t ys = st_loss_is_sparse(m->compile.loss) ? 1 : st__model_output_size(m);
   const float *x = b->x + (size_t)start * xs, *y = b->y + (size_t)start * ys;
   st_step_stats *st = &mi->stats[i];
-  if (count) {
+  if (count || mi->g->must_run) {
     const float *pred = st__replica_forward(m, r, x, count, true, m->step);
     st__step_metrics(m, pred, y, count, st);
   }

@@ -20,7 +20,7 @@ static int worker_count(const st_strategy *s, const st_model *m) {
 static st_status od_attach(st_strategy *s, st_model *m) {
   int n = worker_count(s, m);
   st_replica_group *g = NULL;
-  st_status st = st__group_create(m, n, false, &g);
+  st_status st = st__group_create(m, n, false, ST_CROSS_ALL_REDUCE, &g);
   if (st != ST_OK) return st;
   /* One BLAS thread per worker, or all cores for a single worker. */
   st_blas_set_threads(n > 1 ? 1 : (s->opts.threads > 0 ? s->opts.threads : st__cpu_count()));

@@ -31,7 +31,13 @@ static st_status make_replica(st_model *m, int i, bool own_params, st_replica **
   return ST_OK;
 }
 
-st_status st__group_create(st_model *m, int n, bool own_params, st_replica_group **out) {
+static void all_reduce_sum(void *ctx, float *buf, size_t n) {
+  st_group_rank *gr = ctx;
+  gr->coll->vt->all_reduce(gr->coll, gr->rank, buf, n, ST_REDUCE_SUM);
+}
+
+st_status st__group_create(st_model *m, int n, bool own_params, st_cross_device_ops algo,
+                           st_replica_group **out) {
   *out = NULL;
   st_replica_group *g = calloc(1, sizeof *g);
   if (!g || !(g->reps = calloc((size_t)n, sizeof *g->reps))) {
@@ -43,6 +49,13 @@ st_status st__group_create(st_model *m, int n, bool own_params, st_replica_group
   for (int i = 0; i < n && s == ST_OK; i++)
     s = make_replica(m, i, own_params, &g->reps[i]);
   if (s == ST_OK && n > 1) s = st_threadpool_create(n - 1, &g->pool);
+  if (s == ST_OK) s = st__collective_threads_create(n, algo, &g->coll);
+  for (int i = 0; s == ST_OK && i < n && n > 1; i++) {
+    g->ranks[i] = (st_group_rank){g->coll, i};
+    g->reps[i]->all_reduce_sum = all_reduce_sum;
+    g->reps[i]->all_reduce_ctx = &g->ranks[i];
+  }
+  g->must_run = n > 1 && st__model_uses_collectives(m);
   if (s != ST_OK) {
     st__group_destroy(g);
     return s;
@@ -54,6 +67,7 @@ st_status st__group_create(st_model *m, int n, bool own_params, st_replica_group
 void st__group_destroy(st_replica_group *g) {
   if (!g) return;
   st_threadpool_destroy(g->pool);
+  st__collective_destroy(g->coll);
   for (int i = 0; i < g->n; i++) st__replica_destroy(g->reps[i]);
   free(g->reps);
   free(g);
@@ -86,7 +100,8 @@ static void slice_task(void *arg, int i) {
   size_t ys = st_loss_is_sparse(p->m->compile.loss) ? 1 : outs;
   const float *x = p->b->x + (size_t)start * xs, *y = p->b->y + (size_t)start * ys;
   st_step_stats *s = &p->stats[i];
-  const float *pred = count ? st__replica_forward(p->m, r, x, count, p->train, p->m->step) : NULL;
+  bool run = count || (p->train && p->g->must_run);
+  const float *pred = run ? st__replica_forward(p->m, r, x, count, p->train, p->m->step) : NULL;
   if (count) st__step_metrics(p->m, pred, y, count, s);
   if (p->train) {
     s->loss_sum = st__replica_loss_backward(p->m, r, x, y, count, p->b->size, p->m->step,

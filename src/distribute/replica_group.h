@@ -8,12 +8,21 @@
 #ifndef STRATA_DISTRIBUTE_REPLICA_GROUP_H
 #define STRATA_DISTRIBUTE_REPLICA_GROUP_H
 
+#include "distribute/collective/collective.h"
 #include "distribute/strategy.h"
+
+typedef struct st_group_rank {
+  st_collective *coll;
+  int rank;
+} st_group_rank;
 
 typedef struct st_replica_group {
   int n;
   st_replica **reps;    /* [n] */
   st_threadpool *pool;  /* n-1 workers + the caller; NULL when n == 1 */
+  st_collective *coll;  /* the replicas' collective (in-process threads) */
+  st_group_rank ranks[64]; /* reps[i]->all_reduce_ctx = &ranks[i] */
+  bool must_run;        /* the model runs collectives: no replica may skip */
 } st_replica_group;
 
 /* n replicas for m. Replica 0 uses the model's variables (m->params,
@@ -21,7 +30,8 @@ typedef struct st_replica_group {
  * own zeroed copy for the strategy to fill; each has its own copy of the
  * non-trainable state (BatchNorm moving statistics, updated in forward), kept
  * equal by st__group_sync_state. */
-st_status st__group_create(st_model *m, int n, bool own_params, st_replica_group **out);
+st_status st__group_create(st_model *m, int n, bool own_params, st_cross_device_ops algo,
+                           st_replica_group **out);
 void st__group_destroy(st_replica_group *g); /* accepts NULL */
 
 /* Slice i of a batch of `total` examples over n replicas. */

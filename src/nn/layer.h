@@ -69,6 +69,9 @@ struct st_layer {
   int nparams;
   st_param_spec params[ST_LAYER_MAX_PARAMS];
   size_t cache_per_example;     /* floats */
+  bool uses_collectives;        /* forward/backward call all_reduce_sum (sync
+                                   BatchNorm): every replica must run them, even
+                                   on an empty slice */
   void *config;                 /* layer-kind options, owned */
 };
 

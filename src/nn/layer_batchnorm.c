@@ -42,6 +42,7 @@ static st_status bn_build(st_layer *l) {
   /* mean[c], invstd[c] of the last training forward; sized per example so that
    * any batch >= 1 holds them (only the first 2c floats are used). */
   l->cache_per_example = 2 * (size_t)c;
+  l->uses_collectives = bc->o.synchronized;
   return ST_OK;
 }
 

@@ -117,6 +117,12 @@ size_t st__model_output_size(const st_model *m) {
   return st_shape_size(st_model_output_shape(m));
 }
 
+bool st__model_uses_collectives(const st_model *m) {
+  for (int i = 0; i < m->nlayers; i++)
+    if (m->layers[i]->uses_collectives) return true;
+  return false;
+}
+
 size_t st__model_max_activation(const st_model *m) {
   size_t mx = st_shape_size(m->input_shape);
   for (int i = 0; i < m->nlayers; i++) {

@@ -49,6 +49,10 @@ typedef struct st_replica {
   float *workspace;           /* max over layers of workspace_floats(max_batch) */
   float *dbuf[2];             /* ping-pong [max_batch * max activation size] */
   float *loss_rows;           /* [max_batch] per-example loss */
+  /* Sum n floats across the replicas of the strategy (synchronized
+   * BatchNorm); NULL when the replica runs alone. */
+  void (*all_reduce_sum)(void *ctx, float *buf, size_t n);
+  void *all_reduce_ctx;
 } st_replica;
 
 /* Create a replica able to run batches of up to max_batch examples. If
@@ -85,6 +89,9 @@ static inline float *st__var_ptr(const st_layer *l, int p, float *params,
   return (l->params[p].trainable ? params : state) + l->params[p].offset;
 }
 size_t st__model_output_size(const st_model *m);
+/* True if some layer runs collectives (every replica must then run forward and
+ * backward each step, with an empty slice too). */
+bool st__model_uses_collectives(const st_model *m);
 /* Initialise params and state from the model seed (layer i, param p draws from
  * RNG stream i*ST_LAYER_MAX_PARAMS + p), on the host. */
 void st__model_init_variables(const st_model *m, float *params, float *state);

@@ -120,6 +120,8 @@ static st_layer_call make_call(const st_model *m, st_replica *r, int i, int n,
   /* dropout stream: distinct per (step, layer, replica) */
   c.stream = ((uint64_t)step << 24) ^ ((uint64_t)i << 12) ^ (uint64_t)r->index;
   c.global_batch = n;
+  c.all_reduce_sum = r->all_reduce_sum;
+  c.all_reduce_ctx = r->all_reduce_ctx;
   for (int p = 0; p < l->nparams; p++) {
     c.w[p] = st__var_ptr(l, p, r->params, r->state);
     c.dw[p] = l->params[p].trainable ? r->grads + l->params[p].offset : NULL;
@@ -157,7 +159,8 @@ double st__replica_loss_backward(const st_model *m, st_replica *r,
                                  int64_t global_batch, int64_t step,
                                  st_grads_ready_fn ready, void *ready_ctx) {
   const st_backend *be = r->be;
-  if (n == 0 || m->nlayers == 0) {
+  bool must_run = r->all_reduce_sum && st__model_uses_collectives(m);
+  if ((n == 0 && !must_run) || m->nlayers == 0) {
     be->fill(m->n_params, 0.0f, r->grads);
     for (int i = m->nlayers - 1; i >= 0; i--)
       if (ready) ready(ready_ctx, i);
@@ -165,6 +168,7 @@ double st__replica_loss_backward(const st_model *m, st_replica *r,
   }
   int cols = (int)st__model_output_size(m);
   const float *out = r->acts[m->nlayers - 1];
+  if (n == 0) be->fill(m->n_params, 0.0f, r->grads); /* runs only for the collectives */
   be->loss(m->compile.loss, n, cols, out, y, 1.0f / (float)global_batch,
            r->loss_rows, r->dbuf[0]);
   int cur = 0;
