@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "distribute/reducer.h"
 #include "nn/model.h"
 #include "strata/strata.h"
 
@@ -38,6 +39,8 @@ static st_dataset *dataset(int n, int batch) {
 typedef struct run {
   st_strategy_kind kind;
   int replicas; /* mirrored/central storage; one_device: threads */
+  size_t bytes_per_pack; /* mirrored; 0 = the default */
+  bool no_overlap;
 } run;
 
 static st_model *make_model(const char *name, run r) {
@@ -46,6 +49,8 @@ static st_model *make_model(const char *name, run r) {
     so.threads = r.replicas;
   else
     so.replicas = r.replicas;
+  if (r.bytes_per_pack) so.bytes_per_pack = r.bytes_per_pack == 1 ? 0 : r.bytes_per_pack;
+  so.no_overlap = r.no_overlap;
   st_strategy *s = NULL;
   CHECK_OK(st_strategy_create(&so, &s));
   CHECK(st_strategy_num_replicas_in_sync(s) == (r.kind == ST_STRATEGY_ONE_DEVICE ? 1 : r.replicas));
@@ -93,9 +98,9 @@ static double rel_diff(const float *a, const float *b, size_t n) {
 }
 
 static void test_equivalence(const char *name) {
-  const run one = {ST_STRATEGY_ONE_DEVICE, 1}, two = {ST_STRATEGY_ONE_DEVICE, 2};
-  const run m2 = {ST_STRATEGY_MIRRORED, 2}, m3 = {ST_STRATEGY_MIRRORED, 3};
-  const run c2 = {ST_STRATEGY_CENTRAL_STORAGE, 2};
+  const run one = {ST_STRATEGY_ONE_DEVICE, 1, 0, false}, two = {ST_STRATEGY_ONE_DEVICE, 2, 0, false};
+  const run m2 = {ST_STRATEGY_MIRRORED, 2, 0, false}, m3 = {ST_STRATEGY_MIRRORED, 3, 0, false};
+  const run c2 = {ST_STRATEGY_CENTRAL_STORAGE, 2, 0, false};
   size_t n;
   /* 1280 examples at batch 64 = 20 steps */
   float *w1 = train(name, one, 1280, 64, 1, &n, NULL), *w1t = train(name, two, 1280, 64, 1, &n, NULL);
@@ -112,19 +117,61 @@ static void test_equivalence(const char *name) {
   free(w1), free(w1t), free(wm2), free(wm3), free(wc2), free(wm2b);
 }
 
+/* Gradient packs: one pack, a pack per layer, overlap on and off — the same
+ * bytes (packing only changes when a range is reduced). The plan covers the
+ * gradient buffer exactly, in the order backward completes it. */
+static void test_packs(void) {
+  size_t n;
+  float *ref = train("cnn", (run){ST_STRATEGY_MIRRORED, 2, 0, false}, 640, 64, 1, &n, NULL);
+  const run variants[] = {{ST_STRATEGY_MIRRORED, 2, 1, false},    /* 0 bytes: one pack */
+                          {ST_STRATEGY_MIRRORED, 2, 4096, false}, /* a pack per layer */
+                          {ST_STRATEGY_MIRRORED, 2, 4096, true},
+                          {ST_STRATEGY_MIRRORED, 3, 65536, false}};
+  for (int v = 0; v < 4; v++) {
+    float *w = train("cnn", variants[v], 640, 64, 1, &n, NULL);
+    if (variants[v].replicas == 2)
+      CHECK_MSG(memcmp(ref, w, n * sizeof(float)) == 0, "pack variant %d differs", v);
+    else
+      CHECK(rel_diff(ref, w, n) <= 1e-5);
+    free(w);
+  }
+  free(ref);
+  st_model *m = make_model("cnn", (run){ST_STRATEGY_ONE_DEVICE, 1, 0, false});
+  float *grads[2] = {m->params, m->params};
+  size_t sizes[] = {0, 4096, 65536};
+  int expect[] = {1, 4, 3}; /* 64 KiB: dense_1+dense | conv2d_1 (74 KB) | conv2d */
+  for (int t = 0; t < 3; t++) {
+    st_reducer *r = NULL;
+    CHECK_OK(st__reducer_create(m, 2, grads, sizes[t], true, ST_CROSS_ALL_REDUCE, &r));
+    int nb = st__reducer_bucket_count(r);
+    CHECK_MSG(nb == expect[t], "bytes_per_pack %zu: %d buckets", sizes[t], nb);
+    size_t hi = m->n_params;
+    int last_layer = m->nlayers;
+    for (int k = 0; k < nb; k++) { /* contiguous, descending, layers in backward order */
+      const st_bucket *b = st__reducer_bucket(r, k);
+      CHECK(b->lo + b->len == hi && b->first_layer < last_layer);
+      hi = b->lo;
+      last_layer = b->first_layer;
+    }
+    CHECK(hi == 0);
+    st__reducer_destroy(r);
+  }
+  st_model_destroy(m);
+}
+
 /* 3 replicas, global batch 128 over 1320 examples (10 full batches + 40). */
 static void test_uneven_and_copies(void) {
   size_t n;
   st_model *mm = NULL;
-  float *a = train("mlp", (run){ST_STRATEGY_ONE_DEVICE, 1}, N, 128, 1, &n, NULL);
-  float *b = train("mlp", (run){ST_STRATEGY_MIRRORED, 3}, N, 128, 1, &n, &mm);
+  float *a = train("mlp", (run){ST_STRATEGY_ONE_DEVICE, 1, 0, false}, N, 128, 1, &n, NULL);
+  float *b = train("mlp", (run){ST_STRATEGY_MIRRORED, 3, 0, false}, N, 128, 1, &n, &mm);
   CHECK(rel_diff(a, b, n) <= 1e-5);
   /* the mirrored copies are identical: compare with a one-device model */
   char dir[] = "/tmp/strata_strategy_XXXXXX", path[256];
   CHECK(mkdtemp(dir) != NULL);
   snprintf(path, sizeof path, "%s/w.safetensors", dir);
   CHECK_OK(st_model_save_weights(mm, path));
-  st_model *od = make_model("mlp", (run){ST_STRATEGY_ONE_DEVICE, 1});
+  st_model *od = make_model("mlp", (run){ST_STRATEGY_ONE_DEVICE, 1, 0, false});
   CHECK_OK(st_model_load_weights(od, path));
   st_tensor x = {ST_U8, 4, {N, 28, 28, 1}, X}, y = {ST_U8, 1, {N}, Y};
   st_dataset *ds = NULL;
@@ -264,6 +311,7 @@ int main(void) {
   test_equivalence("mlp");
   test_equivalence("cnn");
   test_uneven_and_copies();
+  test_packs();
   test_batchnorm(ST_STRATEGY_MIRRORED);
   test_batchnorm(ST_STRATEGY_CENTRAL_STORAGE);
   test_sync_batchnorm(256, 64, 2);

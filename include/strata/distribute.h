@@ -34,6 +34,11 @@ typedef struct st_strategy_options {
   /* mirrored: how gradients are all-reduced: "all_reduce" (default; chunked
    * reduce-scatter + all-gather) or "reduction_to_one_device". */
   const char *cross_device_ops;
+  /* mirrored: gradients are all-reduced in packs of about this many bytes
+   * (whole layers; 0 = one pack), each started as soon as backward has
+   * produced it, overlapping the rest of backward unless no_overlap. */
+  size_t bytes_per_pack; /* default 4 MiB */
+  bool no_overlap;
 } st_strategy_options;
 st_strategy_options st_strategy_default_options(st_strategy_kind kind);
 

@@ -9,11 +9,13 @@
 #include <string.h>
 
 #include "distribute/collective/collective.h"
+#include "distribute/reducer.h"
 #include "distribute/replica_group.h"
 
 typedef struct mirrored {
   st_replica_group *g;
   st_collective *coll; /* = g->coll */
+  st_reducer *red;      /* gradient buckets and their all-reduce */
   float *slots[64][4]; /* replica i's optimizer slots; [0] = the model's */
   /* the current step's arguments, read by the replica tasks */
   const st_batch *b;
@@ -25,6 +27,7 @@ static void free_impl(const st_backend *be, mirrored *mi) {
   if (!mi) return;
   for (int i = 1; mi->g && i < mi->g->n; i++)
     for (int k = 0; k < 4; k++) be->free(mi->slots[i][k]);
+  st__reducer_destroy(mi->red);
   st__group_destroy(mi->g);
   free(mi);
 }
@@ -65,6 +68,12 @@ static st_status mr_attach(st_strategy *s, st_model *m) {
                                   (st_cross_device_ops)s->cross_device_ops, &mi->g);
   if (st == ST_OK) mi->coll = mi->g->coll;
   if (st == ST_OK) st = alloc_slots(m, mi);
+  if (st == ST_OK) {
+    float *grads[64];
+    for (int i = 0; i < mi->g->n; i++) grads[i] = mi->g->reps[i]->grads;
+    st = st__reducer_create(m, mi->g->n, grads, s->opts.bytes_per_pack, !s->opts.no_overlap,
+                            (st_cross_device_ops)s->cross_device_ops, &mi->red);
+  }
   s->impl = mi;
   s->model = m;
   if (st == ST_OK) {
@@ -104,9 +113,10 @@ static void step_task(void *arg, int i) {
     const float *pred = st__replica_forward(m, r, x, count, true, m->step);
     st__step_metrics(m, pred, y, count, st);
   }
-  st->loss_sum = st__replica_loss_backward(m, r, x, y, count, b->size, m->step, NULL, NULL);
+  st->loss_sum = st__replica_loss_backward(m, r, x, y, count, b->size, m->step,
+                                           st__reducer_layer_done, st__reducer_ctx(mi->red, i));
   st->examples = count;
-  mi->status[i] = mi->coll->vt->all_reduce(mi->coll, i, r->grads, m->n_params, ST_REDUCE_SUM);
+  mi->status[i] = st__reducer_finish(mi->red, i);
   if (mi->status[i] == ST_OK)
     st_optimizer_apply(&m->compile.optimizer, m->be, m->step, m->n_params, r->params, r->grads,
                        mi->slots[i]);

@@ -32,6 +32,7 @@ st_strategy_options st_strategy_default_options(st_strategy_kind kind) {
   st_strategy_options o;
   memset(&o, 0, sizeof o);
   o.kind = kind;
+  o.bytes_per_pack = 4u << 20;
   return o;
 }
 

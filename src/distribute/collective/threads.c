@@ -34,6 +34,7 @@
 #include <stdalign.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <stdlib.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -45,9 +46,12 @@
 #define CPU_RELAX() ((void)0)
 #endif
 
+#ifndef BLOCK_FLOATS
+#define BLOCK_FLOATS 2048
+#endif
 enum {
   ALIGN_FLOATS = 16,     /* chunk boundaries: 64 bytes, one cache line */
-  BLOCK = 2048,          /* floats reduced per step (8 KiB, stays in L1) */
+  BLOCK = BLOCK_FLOATS,
   SPIN_ALONE = 20000,    /* polls before sleeping when every rank has a CPU */
   SPIN_CROWDED = 50,     /* ... when ranks outnumber CPUs */
 };
@@ -57,7 +61,7 @@ typedef struct barrier {
   alignas(64) atomic_uint count;   /* arrivals in this generation */
   alignas(64) atomic_uint gen;     /* bumped by the last arrival (futex word) */
   atomic_int sleepers;             /* ranks inside futex_wait */
-  int size, spin;
+  int size, spin, yields;
 } barrier;
 
 static void futex_wait(atomic_uint *w, unsigned old) {
@@ -82,6 +86,10 @@ static void barrier_wait(barrier *b) {
   for (int i = 0; i < b->spin; i++) {
     if (atomic_load_explicit(&b->gen, memory_order_acquire) != old) return;
     CPU_RELAX();
+  }
+  for (int i = 0; i < b->yields; i++) {
+    if (atomic_load_explicit(&b->gen, memory_order_acquire) != old) return;
+    sched_yield();
   }
   atomic_fetch_add_explicit(&b->sleepers, 1, memory_order_seq_cst);
   while (atomic_load_explicit(&b->gen, memory_order_seq_cst) == old)
@@ -299,6 +307,8 @@ st_status st__collective_threads_create(int size, st_cross_device_ops algo,
   t->base = (st_collective){.vt = &k_threads_vt, .size = size, .algo = algo};
   t->bar.size = size;
   t->bar.spin = size <= usable_cpus() ? SPIN_ALONE : SPIN_CROWDED;
+  t->bar.yields = getenv("YIELDS") ? atoi(getenv("YIELDS")) : 0;
+  if (getenv("SPIN")) t->bar.spin = atoi(getenv("SPIN"));
   atomic_init(&t->bar.count, 0);
   atomic_init(&t->bar.gen, 0);
   atomic_init(&t->bar.sleepers, 0);
