@@ -23,6 +23,8 @@ static cli_opt train_opts[] = {
     {"--devices", "LIST", "mirrored/central_storage: devices, e.g. cpu:0,cpu:1 (one replica each)", NULL},
     {"--replicas", "N", "mirrored/central_storage: replica count (default: one per core)", NULL},
     {"--cross-device-ops", "OPS", "mirrored: all_reduce (default) or reduction_to_one_device", NULL},
+    {"--bytes-per-pack", "N", "mirrored: gradient pack size in bytes (default 4194304; 0 = one pack)", NULL},
+    {"--no-overlap", NULL, "mirrored: all-reduce the packs after backward instead of during it", NULL},
     {"--threads", "N", "one_device: compute threads (default: all cores)", NULL},
     {"--save", "FILE", "write the trained weights as safetensors", NULL},
     {"--report", "FILE", "write a JSON report of the run", NULL},
@@ -32,7 +34,8 @@ static cli_opt train_opts[] = {
 
 typedef struct train_cfg {
   const char *model, *data, *save, *report, *devices, *cross_ops;
-  long epochs, batch, seed, threads, train_examples, replicas;
+  long epochs, batch, seed, threads, train_examples, replicas, bytes_per_pack;
+  bool no_overlap;
   double lr, val_split;
   st_optimizer_options opt;
   st_strategy_kind strategy;
@@ -57,6 +60,11 @@ static bool parse_train(const cli_opt *o, train_cfg *c) {
   if ((v = cli_get(o, NTRAIN, "--replicas")) && !cli_int(cmd, "--replicas", v, 1, 64, &c->replicas)) return false;
   c->devices = cli_get(o, NTRAIN, "--devices");
   c->cross_ops = cli_get(o, NTRAIN, "--cross-device-ops");
+  c->bytes_per_pack = -1;
+  if ((v = cli_get(o, NTRAIN, "--bytes-per-pack")) &&
+      !cli_int(cmd, "--bytes-per-pack", v, 0, 1L << 40, &c->bytes_per_pack))
+    return false;
+  c->no_overlap = cli_get(o, NTRAIN, "--no-overlap") != NULL;
   if ((v = cli_get(o, NTRAIN, "--train-examples")) && !cli_int(cmd, "--train-examples", v, 1, 1L << 40, &c->train_examples)) return false;
   if ((v = cli_get(o, NTRAIN, "--validation-split")) && !cli_float(cmd, "--validation-split", v, 0.0, 0.99, &c->val_split)) return false;
   if ((v = cli_get(o, NTRAIN, "--optimizer")) && st_optimizer_parse(v, &ok) != ST_OK) {
@@ -78,6 +86,10 @@ static bool parse_train(const cli_opt *o, train_cfg *c) {
   if (!multi && (c->devices || c->replicas || c->cross_ops)) {
     fprintf(stderr, "strata train: --devices, --replicas and --cross-device-ops need "
             "--strategy mirrored or central_storage\n");
+    return false;
+  }
+  if (c->strategy != ST_STRATEGY_MIRRORED && (c->bytes_per_pack >= 0 || c->no_overlap)) {
+    fprintf(stderr, "strata train: --bytes-per-pack and --no-overlap need --strategy mirrored\n");
     return false;
   }
   if (c->threads && c->strategy != ST_STRATEGY_ONE_DEVICE) {
@@ -122,6 +134,8 @@ static int run_train(const train_cfg *c) {
   so.devices = c->devices;
   so.replicas = (int)c->replicas;
   so.cross_device_ops = c->cross_ops;
+  if (c->bytes_per_pack >= 0) so.bytes_per_pack = (size_t)c->bytes_per_pack;
+  so.no_overlap = c->no_overlap;
   st_status s = build_model(c->model, &so, (uint64_t)c->seed, &c->opt, &strategy, &model);
   if (s != ST_OK) goto fail;
   st_callback cb = st_progress_callback(stderr, isatty(2), (int)c->epochs, &prog);
