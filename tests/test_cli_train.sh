@@ -59,4 +59,7 @@ $py "$STRATA_SOURCE_DIR/tests/mkidx.py" "$tmp/small"
 "$example" "$tmp/small" 1 >"$tmp/ex.out" 2>"$tmp/ex.err"
 check "examples/train_cnn.c runs and reports test accuracy" \
   "[ $? -eq 0 ] && grep -q 'test_accuracy' $tmp/ex.out && grep -q 'Total params: 225,034' $tmp/ex.out"
+"$(dirname "$cli")/example_custom_loop" "$tmp/small" 2 2 >"$tmp/cl.out" 2>"$tmp/cl.err"
+check "examples/custom_loop.c trains with 2 mirrored replicas" \
+  "[ $? -eq 0 ] && grep -q 'epoch 2: 2 replicas - loss' $tmp/cl.out"
 exit $fail

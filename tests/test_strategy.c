@@ -159,6 +159,47 @@ static void test_packs(void) {
   st_model_destroy(m);
 }
 
+/* A hand-written step through st_strategy_run gives the bytes fit gives. */
+typedef struct loop_args {
+  const st_batch *b;
+  double loss[64];
+} loop_args;
+
+static st_status loop_step(st_replica_context *ctx, void *arg) {
+  loop_args *a = arg;
+  st_batch local = st_replica_slice(ctx, a->b);
+  st_status s = st_replica_compute_gradients(ctx, &local, a->b->size, &a->loss[st_replica_id(ctx)], NULL);
+  return s != ST_OK ? s : st_replica_apply_gradients(ctx);
+}
+
+static void test_custom_loop(run r) {
+  size_t n;
+  float *ref = train("mlp", r, 640, 64, 1, &n, NULL);
+  st_model *m = make_model("mlp", r);
+  st_dataset *ds = dataset(640, 64);
+  st_iterator *it = NULL;
+  CHECK_OK(st_dataset_iterate(ds, &it));
+  double total = 0;
+  for (bool end = false;;) {
+    st_batch b;
+    CHECK_OK(st_iterator_next(it, &b, &end));
+    if (end) break;
+    loop_args a = {.b = &b};
+    CHECK_OK(st_strategy_run(m->strategy, loop_step, &a));
+    for (int i = 0; i < st_strategy_num_replicas_in_sync(m->strategy); i++) total += a.loss[i];
+  }
+  CHECK(m->step == 10 && total > 0);
+  CHECK_MSG(memcmp(ref, m->params, n * sizeof(float)) == 0, "custom loop (%s, %d) != fit",
+            st_strategy_kind_name(r.kind), r.replicas);
+  float per[3] = {1, 2, 4}, out;
+  CHECK_OK(st_strategy_reduce(m->strategy, ST_REDUCE_SUM, per, 1, &out));
+  CHECK(out == (r.kind == ST_STRATEGY_ONE_DEVICE ? 1.0f : r.replicas == 2 ? 3.0f : 7.0f));
+  st_iterator_destroy(it);
+  st_dataset_destroy(ds);
+  st_model_destroy(m);
+  free(ref);
+}
+
 /* 3 replicas, global batch 128 over 1320 examples (10 full batches + 40). */
 static void test_uneven_and_copies(void) {
   size_t n;
@@ -312,6 +353,10 @@ int main(void) {
   test_equivalence("cnn");
   test_uneven_and_copies();
   test_packs();
+  test_custom_loop((run){ST_STRATEGY_MIRRORED, 2, 0, false});
+  test_custom_loop((run){ST_STRATEGY_MIRRORED, 3, 0, false});
+  test_custom_loop((run){ST_STRATEGY_CENTRAL_STORAGE, 2, 0, false});
+  test_custom_loop((run){ST_STRATEGY_ONE_DEVICE, 1, 0, false});
   test_batchnorm(ST_STRATEGY_MIRRORED);
   test_batchnorm(ST_STRATEGY_CENTRAL_STORAGE);
   test_sync_batchnorm(256, 64, 2);

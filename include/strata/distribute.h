@@ -5,7 +5,7 @@
 #ifndef STRATA_DISTRIBUTE_H
 #define STRATA_DISTRIBUTE_H
 
-#include "strata/nn.h"
+#include "strata/data.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -48,6 +48,39 @@ st_status st_strategy_create(const st_strategy_options *o, st_strategy **out);
 void st_strategy_destroy(st_strategy *s); /* accepts NULL */
 st_strategy_kind st_strategy_kind_of(const st_strategy *s);
 int st_strategy_num_replicas_in_sync(const st_strategy *s);
+
+/* ---- custom training loops ------------------------------------------------
+ * st_strategy_run calls fn once per replica, in parallel, each with its replica
+ * context (TensorFlow's strategy.run and the replica context). Inside, a step
+ * usually takes the replica's slice of a global batch, computes gradients and
+ * applies them; st_replica_all_reduce reduces any other values across the
+ * replicas. The strategy must be bound to a compiled model. One-device runs fn
+ * once. Every replica must make the same calls in the same order. */
+typedef enum st_reduce_op { ST_REDUCE_SUM = 0, ST_REDUCE_MEAN, ST_REDUCE_COUNT } st_reduce_op;
+typedef struct st_replica_context st_replica_context;
+typedef st_status (*st_replica_fn)(st_replica_context *ctx, void *arg);
+/* Runs fn on every replica; returns the first failure (by replica id). */
+st_status st_strategy_run(st_strategy *s, st_replica_fn fn, void *arg);
+/* out[n] = reduction over replicas of per_replica[r*n .. r*n+n), in replica
+ * order (for values collected per replica inside st_strategy_run). */
+st_status st_strategy_reduce(const st_strategy *s, st_reduce_op op, const float *per_replica,
+                             size_t n, float *out);
+
+int st_replica_id(const st_replica_context *c);
+int st_replica_count(const st_replica_context *c);
+/* This replica's contiguous share of a global batch (as fit splits it). */
+st_batch st_replica_slice(const st_replica_context *c, const st_batch *global);
+/* Forward and backward on this replica's examples with the loss summed over
+ * them and divided by global_batch; gradients stay in the replica. Writes the
+ * sum of the per-example losses and the metric's correct count (may be NULL). */
+st_status st_replica_compute_gradients(st_replica_context *c, const st_batch *local,
+                                       int64_t global_batch, double *loss_sum,
+                                       int64_t *correct);
+/* Sum the replicas' gradients and apply the optimizer (to each replica's copy
+ * for mirrored; once, to the shared variables, otherwise). Counts one step. */
+st_status st_replica_apply_gradients(st_replica_context *c);
+/* In-place all-reduce of n floats across the replicas. */
+st_status st_replica_all_reduce(st_replica_context *c, st_reduce_op op, float *buf, size_t n);
 
 #ifdef __cplusplus
 }

@@ -14,6 +14,7 @@ static st_status cs_attach(st_strategy *s, st_model *m) {
   if (st != ST_OK) return st;
   st_blas_set_threads(1); /* one compute thread per replica */
   s->impl = g;
+  s->group = g;
   s->model = m;
   return ST_OK;
 }
@@ -21,6 +22,7 @@ static st_status cs_attach(st_strategy *s, st_model *m) {
 static void cs_detach(st_strategy *s) {
   st__group_destroy(s->impl);
   s->impl = NULL;
+  s->group = NULL;
   s->model = NULL;
 }
 

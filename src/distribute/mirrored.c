@@ -61,6 +61,11 @@ static st_status alloc_slots(st_model *m, mirrored *mi) {
   return ST_OK;
 }
 
+static float **mr_slots(st_strategy *s, int rank) {
+  mirrored *mi = s->impl;
+  return mi->slots[rank];
+}
+
 static st_status mr_attach(st_strategy *s, st_model *m) {
   mirrored *mi = calloc(1, sizeof *mi);
   if (!mi) return st_error(ST_ERR_NOMEM, "mirrored: out of memory");
@@ -87,12 +92,16 @@ static st_status mr_attach(st_strategy *s, st_model *m) {
     return st;
   }
   st_blas_set_threads(1); /* one compute thread per replica */
+  s->group = mi->g;
+  s->mirrored_vars = true;
+  s->replica_slots = mr_slots;
   return ST_OK;
 }
 
 static void mr_detach(st_strategy *s) {
   free_impl(s->model->be, s->impl);
   s->impl = NULL;
+  s->group = NULL;
   s->model = NULL;
 }
 

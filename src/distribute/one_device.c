@@ -25,6 +25,7 @@ static st_status od_attach(st_strategy *s, st_model *m) {
   /* One BLAS thread per worker, or all cores for a single worker. */
   st_blas_set_threads(n > 1 ? 1 : (s->opts.threads > 0 ? s->opts.threads : st__cpu_count()));
   s->impl = g;
+  s->group = g;
   s->model = m;
   return ST_OK;
 }
@@ -32,6 +33,7 @@ static st_status od_attach(st_strategy *s, st_model *m) {
 static void od_detach(st_strategy *s) {
   st__group_destroy(s->impl);
   s->impl = NULL;
+  s->group = NULL;
   s->model = NULL;
 }
 

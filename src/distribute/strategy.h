@@ -46,6 +46,9 @@ struct st_strategy {
   int cross_device_ops;       /* st_cross_device_ops (mirrored) */
   st_model *model;  /* attached model, or NULL */
   void *impl;       /* strategy-specific state */
+  struct st_replica_group *group; /* the replicas (set by attach) */
+  bool mirrored_vars;             /* each replica owns a copy of the variables */
+  float **(*replica_slots)(struct st_strategy *s, int rank); /* optimizer slots */
 };
 
 /* Shared helper: metric numerator/denominator for rows of pred against y. */

@@ -13,9 +13,7 @@
 #ifndef STRATA_DISTRIBUTE_COLLECTIVE_H
 #define STRATA_DISTRIBUTE_COLLECTIVE_H
 
-#include "strata/base.h"
-
-typedef enum st_reduce_op { ST_REDUCE_SUM = 0, ST_REDUCE_MEAN, ST_REDUCE_COUNT } st_reduce_op;
+#include "strata/distribute.h" /* st_reduce_op */
 
 /* How an all-reduce is carried out (TensorFlow's cross_device_ops). */
 typedef enum st_cross_device_ops {

@@ -52,8 +52,9 @@
 enum {
   ALIGN_FLOATS = 16,     /* chunk boundaries: 64 bytes, one cache line */
   BLOCK = BLOCK_FLOATS,
-  SPIN_ALONE = 20000,    /* polls before sleeping when every rank has a CPU */
-  SPIN_CROWDED = 50,     /* ... when ranks outnumber CPUs */
+  SPIN_ALONE = 256,      /* pause-polls (~10 ns each) when every rank has a CPU */
+  SPIN_CROWDED = 16,     /* ... when ranks outnumber CPUs */
+  YIELDS = 256,          /* then polls with sched_yield, then the futex */
 };
 
 /* ---- barrier ------------------------------------------------------------- */
@@ -307,7 +308,8 @@ st_status st__collective_threads_create(int size, st_cross_device_ops algo,
   t->base = (st_collective){.vt = &k_threads_vt, .size = size, .algo = algo};
   t->bar.size = size;
   t->bar.spin = size <= usable_cpus() ? SPIN_ALONE : SPIN_CROWDED;
-  t->bar.yields = getenv("YIELDS") ? atoi(getenv("YIELDS")) : 0;
+  t->bar.yields = YIELDS;
+  if (getenv("YIELDS")) t->bar.yields = atoi(getenv("YIELDS"));
   if (getenv("SPIN")) t->bar.spin = atoi(getenv("SPIN"));
   atomic_init(&t->bar.count, 0);
   atomic_init(&t->bar.gen, 0);

@@ -1,0 +1,119 @@
+/* Custom training loops: st_strategy_run and the replica context. The replica
+ * functions reuse the strategy's replica group: its replicas (buffers,
+ * variables), its thread pool and its collective, so a hand-written step
+ * computes exactly what fit's step computes. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "distribute/replica_group.h"
+
+struct st_replica_context {
+  st_strategy *s;
+  st_model *m;
+  int rank, count;
+  bool applied;
+  st_status status;
+  st_replica_fn fn;
+  void *arg;
+};
+
+typedef struct run_state {
+  st_replica_context ctx[64];
+} run_state;
+
+static void run_task(void *arg, int i) {
+  run_state *rs = arg;
+  st_replica_context *c = &rs->ctx[i];
+  c->status = c->fn(c, c->arg);
+}
+
+st_status st_strategy_run(st_strategy *s, st_replica_fn fn, void *arg) {
+  if (!s->model || !s->group)
+    return st_error(ST_ERR_INVALID, "strategy_run: the strategy is not bound to a compiled model");
+  run_state *rs = calloc(1, sizeof *rs);
+  if (!rs) return st_error(ST_ERR_NOMEM, "strategy_run: out of memory");
+  int n = s->num_replicas;
+  for (int i = 0; i < n; i++) rs->ctx[i] = (st_replica_context){s, s->model, i, n, false, ST_OK, fn, arg};
+  if (n == 1)
+    run_task(rs, 0);
+  else
+    st__group_run(s->group, run_task, rs);
+  st_status st = ST_OK;
+  for (int i = 0; i < n && st == ST_OK; i++) st = rs->ctx[i].status;
+  if (st == ST_OK && rs->ctx[0].applied) {
+    st__group_sync_state(s->group, s->model);
+    s->model->step++;
+  }
+  free(rs);
+  return st;
+}
+
+st_status st_strategy_reduce(const st_strategy *s, st_reduce_op op, const float *per_replica,
+                             size_t n, float *out) {
+  int r = s->num_replicas;
+  for (size_t j = 0; j < n; j++) {
+    float acc = per_replica[j];
+    for (int i = 1; i < r; i++) acc += per_replica[(size_t)i * n + j];
+    out[j] = op == ST_REDUCE_MEAN ? acc * (1.0f / (float)r) : acc;
+  }
+  return ST_OK;
+}
+
+int st_replica_id(const st_replica_context *c) { return c->rank; }
+int st_replica_count(const st_replica_context *c) { return c->count; }
+
+st_batch st_replica_slice(const st_replica_context *c, const st_batch *global) {
+  int start, count;
+  st__split(global->size, c->count, c->rank, &start, &count);
+  size_t xs = st_shape_size(c->m->input_shape);
+  size_t ys = st_loss_is_sparse(c->m->compile.loss) ? 1 : st__model_output_size(c->m);
+  return (st_batch){count, global->x + (size_t)start * xs, global->y + (size_t)start * ys};
+}
+
+st_status st_replica_compute_gradients(st_replica_context *c, const st_batch *local,
+                                       int64_t global_batch, double *loss_sum,
+                                       int64_t *correct) {
+  st_replica *r = c->s->group->reps[c->rank];
+  st_status s = st__replica_reserve(c->m, r, local->size);
+  if (s != ST_OK) return s;
+  st_step_stats st = {0};
+  if (local->size || c->s->group->must_run) {
+    const float *pred = st__replica_forward(c->m, r, local->x, local->size, true, c->m->step);
+    st__step_metrics(c->m, pred, local->y, local->size, &st);
+  }
+  double l = st__replica_loss_backward(c->m, r, local->x, local->y, local->size, global_batch,
+                                       c->m->step, NULL, NULL);
+  if (loss_sum) *loss_sum = l;
+  if (correct) *correct = st.correct;
+  return ST_OK;
+}
+
+st_status st_replica_all_reduce(st_replica_context *c, st_reduce_op op, float *buf, size_t n) {
+  if (c->count == 1) return ST_OK;
+  st_collective *coll = c->s->group->coll;
+  return coll->vt->all_reduce(coll, c->rank, buf, n, op);
+}
+
+/* Shared variables: after the all-reduce every replica holds the summed
+ * gradients; each updates its own chunk of the variables. */
+st_status st_replica_apply_gradients(st_replica_context *c) {
+  st_model *m = c->m;
+  st_replica *r = c->s->group->reps[c->rank];
+  st_status s = st_replica_all_reduce(c, ST_REDUCE_SUM, r->grads, m->n_params);
+  if (s != ST_OK) return s;
+  size_t lo = 0, len = m->n_params;
+  if (!c->s->mirrored_vars) {
+    size_t chunk = ((m->n_params + (size_t)c->count - 1) / (size_t)c->count + 15) & ~(size_t)15;
+    lo = chunk * (size_t)c->rank;
+    len = lo >= m->n_params ? 0 : (m->n_params - lo < chunk ? m->n_params - lo : chunk);
+  }
+  float **src = c->s->replica_slots ? c->s->replica_slots(c->s, c->rank) : m->slots, *slots[4];
+  for (int k = 0; k < m->n_slots; k++) slots[k] = src[k] + lo;
+  if (len)
+    st_optimizer_apply(&m->compile.optimizer, m->be, m->step, len, r->params + lo, r->grads + lo,
+                       slots);
+  c->applied = true;
+  /* no replica may read the shared variables of the next step before all
+   * chunks are written */
+  return c->count > 1 ? c->s->group->coll->vt->barrier(c->s->group->coll, c->rank) : ST_OK;
+}
