@@ -7,7 +7,7 @@ PYTHON ?= /usr/bin/python3
 BENCH_ARGS ?=
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all build deps demo test bench asan-test clean
+.PHONY: all build deps demo test bench asan-test tsan-test clean
 
 all: build
 
@@ -21,8 +21,12 @@ build: deps
 demo: build
 	./build/strata train --model cnn --epochs 3 --batch-size 128
 
+# The whole suite: the Release build's tests, then the same tests under
+# AddressSanitizer + UndefinedBehaviorSanitizer, then the threaded ones under
+# ThreadSanitizer (suppressions, if ever needed: tests/tsan.supp).
 test: build
 	cd build && ctest --output-on-failure -j2
+	@$(MAKE) --no-print-directory asan-test tsan-test
 
 bench:
 	@scripts/deps.sh --bench
@@ -34,5 +38,11 @@ asan-test: deps
 	cmake --build build-asan -j$(JOBS)
 	cd build-asan && ctest --output-on-failure -j2
 
+tsan-test: deps
+	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_TSAN=ON
+	cmake --build build-tsan -j$(JOBS)
+	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+	  ctest --output-on-failure -j2 -L threaded
+
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-tsan
