@@ -35,19 +35,6 @@ st_status st_sequential_create(const st_model_options *o, st_model **out) {
   return ST_OK;
 }
 
-void st_model_destroy(st_model *m) {
-  if (!m) return;
-  for (int i = 0; i < m->nlayers; i++) st_layer_destroy(m->layers[i]);
-  free(m->layers);
-  if (m->be) {
-    m->be->free(m->params);
-    m->be->free(m->state);
-    for (int i = 0; i < m->n_slots; i++) m->be->free(m->slots[i]);
-  }
-  if (m->owns_strategy) st_strategy_destroy(m->strategy);
-  free(m);
-}
-
 /* "dense", then "dense_1", "dense_2", ... as Keras names them. */
 static void auto_name(st_model *m, st_layer *l) {
   const char *base = l->vt->base_name;

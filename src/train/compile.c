@@ -90,3 +90,20 @@ st_status st_model_compile(st_model *m, const st_compile_options *o) {
   m->compiled = true;
   return ST_OK;
 }
+
+/* Unbinds the strategy first (its replicas reference the model's variables),
+ * so model and strategy may be destroyed in either order. */
+void st_model_destroy(st_model *m) {
+  if (!m) return;
+  if (m->strategy && m->strategy->model == m) m->strategy->vt->detach(m->strategy);
+  for (int i = 0; i < m->nlayers; i++) st_layer_destroy(m->layers[i]);
+  free(m->layers);
+  if (m->be) {
+    m->be->free(m->params);
+    m->be->free(m->state);
+    for (int i = 0; i < m->n_slots; i++) m->be->free(m->slots[i]);
+  }
+  if (m->owns_strategy) st_strategy_destroy(m->strategy);
+  free(m);
+}
+
