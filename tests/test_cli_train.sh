@@ -53,6 +53,31 @@ check "summary prints the mlp with 235,146 params" "grep -q 'Total params: 235,1
 check "strata --help lists the commands" "grep -q 'train' $tmp/help.out && grep -q evaluate $tmp/help.out"
 "$cli" train --help >"$tmp/thelp.out"
 check "strata train --help lists its options" "grep -q -- '--batch-size' $tmp/thelp.out && grep -q -- '--report' $tmp/thelp.out"
+# Switching strategy is one flag: mirrored over two devices gives the weights a
+# one-thread one-device run gives, within 1e-4 relative (same seed and batch).
+for st in "--strategy one_device --threads 1" "--strategy mirrored --devices cpu:0,cpu:1" \
+          "--strategy central_storage --replicas 3"; do
+  tag=$(echo "$st" | tr -cd 'a-z0-9')
+  "$cli" train --model mlp --train-examples 2000 --epochs 1 --batch-size 64 --seed 3 $st \
+    --save "$tmp/$tag.safetensors" --report "$tmp/$tag.json" --quiet >/dev/null 2>&1
+  check "train $st exits 0" "[ $? -eq 0 ]"
+done
+cmpw='import json,struct,sys
+def load(p):
+    b=open(p,"rb").read(); n=struct.unpack("<Q",b[:8])[0]; h=json.loads(b[8:8+n]); h.pop("__metadata__",None)
+    return {k:struct.unpack("<%df"%((v["data_offsets"][1]-v["data_offsets"][0])//4), b[8+n+v["data_offsets"][0]:8+n+v["data_offsets"][1]]) for k,v in h.items()}
+a,b=load(sys.argv[1]),load(sys.argv[2]); assert a.keys()==b.keys()
+d=max(abs(x-y) for k in a for x,y in zip(a[k],b[k])); m=max(abs(x) for k in a for x in a[k])
+print("max relative difference", d/m); assert d/m<1e-4'
+one=strategyonedevicethreads1
+check "mirrored 2 replicas matches one device within 1e-4" \
+  "$py -c '$cmpw' $tmp/$one.safetensors $tmp/strategymirroreddevicescpu0cpu1.safetensors"
+check "central storage 3 replicas matches one device within 1e-4" \
+  "$py -c '$cmpw' $tmp/$one.safetensors $tmp/strategycentralstoragereplicas3.safetensors"
+check "the report says which strategy ran on how many replicas" "$py -c '
+import json; d=json.load(open(\"$tmp/strategycentralstoragereplicas3.json\"))
+assert d[\"strategy\"]==\"central_storage\" and d[\"replicas\"]==3, d'"
+
 # The example program trains the cnn through the public API (small generated set).
 example="$(dirname "$cli")/example_train_cnn"
 $py "$STRATA_SOURCE_DIR/tests/mkidx.py" "$tmp/small"

@@ -12,7 +12,7 @@ static st_status cs_attach(st_strategy *s, st_model *m) {
   st_status st = st__group_create(m, s->num_replicas, false,
                                   (st_cross_device_ops)s->cross_device_ops, &g);
   if (st != ST_OK) return st;
-  st_blas_set_threads(1); /* one compute thread per replica */
+  st__group_set_blas_threads(s->num_replicas, 0);
   s->impl = g;
   s->group = g;
   s->model = m;

@@ -91,7 +91,7 @@ static st_status mr_attach(st_strategy *s, st_model *m) {
     s->model = NULL;
     return st;
   }
-  st_blas_set_threads(1); /* one compute thread per replica */
+  st__group_set_blas_threads(s->num_replicas, 0);
   s->group = mi->g;
   s->mirrored_vars = true;
   s->replica_slots = mr_slots;

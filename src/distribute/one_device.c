@@ -22,8 +22,7 @@ static st_status od_attach(st_strategy *s, st_model *m) {
   st_replica_group *g = NULL;
   st_status st = st__group_create(m, n, false, ST_CROSS_ALL_REDUCE, &g);
   if (st != ST_OK) return st;
-  /* One BLAS thread per worker, or all cores for a single worker. */
-  st_blas_set_threads(n > 1 ? 1 : (s->opts.threads > 0 ? s->opts.threads : st__cpu_count()));
+  st__group_set_blas_threads(n, s->opts.threads);
   s->impl = g;
   s->group = g;
   s->model = m;

@@ -36,6 +36,10 @@ static void all_reduce_sum(void *ctx, float *buf, size_t n) {
   gr->coll->vt->all_reduce(gr->coll, gr->rank, buf, n, ST_REDUCE_SUM);
 }
 
+void st__group_set_blas_threads(int n, int threads) {
+  st_blas_set_threads(n > 1 ? 1 : (threads > 0 ? threads : st__cpu_count()));
+}
+
 st_status st__group_create(st_model *m, int n, bool own_params, st_cross_device_ops algo,
                            st_replica_group **out) {
   *out = NULL;

@@ -60,5 +60,8 @@ void st__group_run(st_replica_group *g, void (*fn)(void *arg, int i), void *arg)
 
 /* Usable CPU cores of this process (affinity mask), at least 1. */
 int st__cpu_count(void);
+/* BLAS threads for a group of n replicas: one each, or every core (or
+ * `threads` when > 0) for a single replica. */
+void st__group_set_blas_threads(int n, int threads);
 
 #endif
