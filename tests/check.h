@@ -36,6 +36,16 @@ static int check_count_ = 0;
 #define CHECK_NEAR(a, b, tol)                                                \
   CHECK_MSG(fabs((double)(a) - (double)(b)) <= (tol), "%g vs %g (tol %g)",   \
             (double)(a), (double)(b), (double)(tol))
+/* max |a-b| / max |a| over n floats (0 when a is all zeros and equal). */
+static inline double check_rel_diff(const float *a, const float *b, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = fabs((double)a[i] - b[i]);
+    if (d > num) num = d;
+    if (fabs(a[i]) > den) den = fabs(a[i]);
+  }
+  return num / (den > 0 ? den : 1);
+}
 static inline int check_report(void) {
   fprintf(stderr, "%d checks, %d failed\n", check_count_, check_failures_);
   return check_failures_ ? 1 : 0;

@@ -146,16 +146,6 @@ static float *train_weights(int threads, int batch, int epochs, size_t *n) {
   return w;
 }
 
-static double max_rel_diff(const float *a, const float *b, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; i++) {
-    double d = fabs((double)a[i] - b[i]);
-    if (d > num) num = d;
-    if (fabs(a[i]) > den) den = fabs(a[i]);
-  }
-  return num / (den > 0 ? den : 1);
-}
-
 static void test_split_equivalence(void) {
   /* batch 64 over 240 examples: 4 steps/epoch incl. a short last batch of 48;
    * 5 epochs = 20 Adam steps. */
@@ -163,7 +153,7 @@ static void test_split_equivalence(void) {
   float *w1 = train_weights(1, 64, 5, &n1), *w2 = train_weights(2, 64, 5, &n2);
   float *w3 = train_weights(3, 64, 5, &n3), *w2b = train_weights(2, 64, 5, &n2b);
   CHECK(n1 == n2 && n1 == n3 && n1 == n2b);
-  double d2 = max_rel_diff(w1, w2, n1), d3 = max_rel_diff(w1, w3, n1);
+  double d2 = check_rel_diff(w1, w2, n1), d3 = check_rel_diff(w1, w3, n1);
   fprintf(stderr, "1 vs 2 workers: %.3g, 1 vs 3 workers: %.3g (max relative)\n", d2, d3);
   CHECK(d2 <= 1e-5 && d3 <= 1e-5);
   CHECK_MSG(memcmp(w2, w2b, n1 * sizeof(float)) == 0, "repeat run not bit-identical");
@@ -171,10 +161,10 @@ static void test_split_equivalence(void) {
   /* batch 7 over 3 workers (slices 2,2,3; last batch 240%7=2 gives an empty
    * slice) and batch 1 over 2 workers (always one empty slice) */
   float *a = train_weights(1, 7, 1, &n1), *b = train_weights(3, 7, 1, &n2);
-  CHECK(max_rel_diff(a, b, n1) <= 1e-5);
+  CHECK(check_rel_diff(a, b, n1) <= 1e-5);
   free(a), free(b);
   a = train_weights(1, 1, 1, &n1), b = train_weights(2, 1, 1, &n2);
-  CHECK(max_rel_diff(a, b, n1) <= 1e-5);
+  CHECK(check_rel_diff(a, b, n1) <= 1e-5);
   free(a), free(b);
 }
 

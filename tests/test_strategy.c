@@ -87,16 +87,6 @@ static float *train(const char *name, run r, int n, int batch, int epochs, size_
   return w;
 }
 
-static double rel_diff(const float *a, const float *b, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; i++) {
-    double d = fabs((double)a[i] - b[i]);
-    if (d > num) num = d;
-    if (fabs(a[i]) > den) den = fabs(a[i]);
-  }
-  return num / (den > 0 ? den : 1);
-}
-
 static void test_equivalence(const char *name) {
   const run one = {ST_STRATEGY_ONE_DEVICE, 1, 0, false}, two = {ST_STRATEGY_ONE_DEVICE, 2, 0, false};
   const run m2 = {ST_STRATEGY_MIRRORED, 2, 0, false}, m3 = {ST_STRATEGY_MIRRORED, 3, 0, false};
@@ -106,7 +96,7 @@ static void test_equivalence(const char *name) {
   float *w1 = train(name, one, 1280, 64, 1, &n, NULL), *w1t = train(name, two, 1280, 64, 1, &n, NULL);
   float *wm2 = train(name, m2, 1280, 64, 1, &n, NULL), *wm3 = train(name, m3, 1280, 64, 1, &n, NULL);
   float *wc2 = train(name, c2, 1280, 64, 1, &n, NULL), *wm2b = train(name, m2, 1280, 64, 1, &n, NULL);
-  double d_m2 = rel_diff(w1, wm2, n), d_m3 = rel_diff(w1, wm3, n), d_c2 = rel_diff(w1, wc2, n);
+  double d_m2 = check_rel_diff(w1, wm2, n), d_m3 = check_rel_diff(w1, wm3, n), d_c2 = check_rel_diff(w1, wc2, n);
   fprintf(stderr, "%s: one device vs mirrored 2: %.3g, mirrored 3: %.3g, central storage 2: %.3g\n",
           name, d_m2, d_m3, d_c2);
   CHECK(d_m2 <= 1e-5 && d_m3 <= 1e-5 && d_c2 <= 1e-5);
@@ -132,7 +122,7 @@ static void test_packs(void) {
     if (variants[v].replicas == 2)
       CHECK_MSG(memcmp(ref, w, n * sizeof(float)) == 0, "pack variant %d differs", v);
     else
-      CHECK(rel_diff(ref, w, n) <= 1e-5);
+      CHECK(check_rel_diff(ref, w, n) <= 1e-5);
     free(w);
   }
   free(ref);
@@ -206,7 +196,7 @@ static void test_uneven_and_copies(void) {
   st_model *mm = NULL;
   float *a = train("mlp", (run){ST_STRATEGY_ONE_DEVICE, 1, 0, false}, N, 128, 1, &n, NULL);
   float *b = train("mlp", (run){ST_STRATEGY_MIRRORED, 3, 0, false}, N, 128, 1, &n, &mm);
-  CHECK(rel_diff(a, b, n) <= 1e-5);
+  CHECK(check_rel_diff(a, b, n) <= 1e-5);
   /* the mirrored copies are identical: compare with a one-device model */
   char dir[] = "/tmp/strata_strategy_XXXXXX", path[256];
   CHECK(mkdtemp(dir) != NULL);
@@ -309,10 +299,10 @@ static void test_sync_batchnorm(int n, int batch, int replicas) {
     st_history_free(&h);
     st_dataset_destroy(ds);
   }
-  double dp1 = rel_diff(ref->params, mir->params, ref->n_params);
-  double dp2 = rel_diff(ref->params, cen->params, ref->n_params);
-  double ds1 = rel_diff(ref->state, mir->state, ref->n_state);
-  double ds2 = rel_diff(ref->state, cen->state, ref->n_state);
+  double dp1 = check_rel_diff(ref->params, mir->params, ref->n_params);
+  double dp2 = check_rel_diff(ref->params, cen->params, ref->n_params);
+  double ds1 = check_rel_diff(ref->state, mir->state, ref->n_state);
+  double ds2 = check_rel_diff(ref->state, cen->state, ref->n_state);
   fprintf(stderr, "sync BN, %d replicas, batch %d: params %.3g %.3g, moving stats %.3g %.3g\n",
           replicas, batch, dp1, dp2, ds1, ds2);
   CHECK(dp1 <= 1e-4 && dp2 <= 1e-4 && ds1 <= 1e-4 && ds2 <= 1e-4);

@@ -2,7 +2,9 @@
  * model's, in host memory); every replica reads them, computes the gradients
  * of its slice of the global batch, the gradients are summed into one buffer
  * (in replica order) and the optimizer runs once per step. Replicas keep their
- * own BatchNorm moving statistics during a step; they are averaged after it. */
+ * own BatchNorm moving statistics during a step; they are averaged after it.
+ * The step functions (st__shared_*) also serve one_device.c, whose per-core
+ * workers share the model's variables the same way. */
 #include <stdlib.h>
 
 #include "distribute/replica_group.h"
@@ -19,14 +21,14 @@ static st_status cs_attach(st_strategy *s, st_model *m) {
   return ST_OK;
 }
 
-static void cs_detach(st_strategy *s) {
+void st__shared_detach(st_strategy *s) {
   st__group_destroy(s->impl);
   s->impl = NULL;
   s->group = NULL;
   s->model = NULL;
 }
 
-static st_status cs_train_step(st_strategy *s, st_model *m, const st_batch *b,
+st_status st__shared_train_step(st_strategy *s, st_model *m, const st_batch *b,
                                st_step_stats *out) {
   st_replica_group *g = s->impl;
   st_status st = st__group_compute_gradients(g, m, b, out);
@@ -37,15 +39,15 @@ static st_status cs_train_step(st_strategy *s, st_model *m, const st_batch *b,
   return ST_OK;
 }
 
-static st_status cs_eval_step(st_strategy *s, st_model *m, const st_batch *b,
+st_status st__shared_eval_step(st_strategy *s, st_model *m, const st_batch *b,
                               st_step_stats *out, float *pred) {
   return st__group_eval(s->impl, m, b, out, pred);
 }
 
-static void cs_sync_to_model(st_strategy *s, st_model *m) { (void)s, (void)m; }
+void st__shared_sync_to_model(st_strategy *s, st_model *m) { (void)s, (void)m; }
 
 /* Weights were loaded into the model: refresh the replicas' state copies. */
-static void cs_sync_from_model(st_strategy *s, st_model *m) {
+void st__shared_sync_from_model(st_strategy *s, st_model *m) {
   st_replica_group *g = s->impl;
   for (int i = 1; i < g->n && m->n_state; i++)
     m->be->to_device(g->reps[i]->state, m->state, m->n_state * sizeof(float));
@@ -54,9 +56,9 @@ static void cs_sync_from_model(st_strategy *s, st_model *m) {
 const st_strategy_vtable st__central_storage_vtable = {
     .name = "central_storage",
     .attach = cs_attach,
-    .detach = cs_detach,
-    .train_step = cs_train_step,
-    .eval_step = cs_eval_step,
-    .sync_to_model = cs_sync_to_model,
-    .sync_from_model = cs_sync_from_model,
+    .detach = st__shared_detach,
+    .train_step = st__shared_train_step,
+    .eval_step = st__shared_eval_step,
+    .sync_to_model = st__shared_sync_to_model,
+    .sync_from_model = st__shared_sync_from_model,
 };

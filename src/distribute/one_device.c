@@ -29,36 +29,12 @@ static st_status od_attach(st_strategy *s, st_model *m) {
   return ST_OK;
 }
 
-static void od_detach(st_strategy *s) {
-  st__group_destroy(s->impl);
-  s->impl = NULL;
-  s->group = NULL;
-  s->model = NULL;
-}
-
-static st_status od_train_step(st_strategy *s, st_model *m, const st_batch *b,
-                               st_step_stats *out) {
-  st_replica_group *g = s->impl;
-  st_status st = st__group_compute_gradients(g, m, b, out);
-  if (st != ST_OK) return st;
-  st__group_apply(g, m);
-  m->step++;
-  return ST_OK;
-}
-
-static st_status od_eval_step(st_strategy *s, st_model *m, const st_batch *b,
-                              st_step_stats *out, float *pred) {
-  return st__group_eval(s->impl, m, b, out, pred);
-}
-
-static void od_sync(st_strategy *s, st_model *m) { (void)s; (void)m; }
-
 const st_strategy_vtable st__one_device_vtable = {
     .name = "one_device",
     .attach = od_attach,
-    .detach = od_detach,
-    .train_step = od_train_step,
-    .eval_step = od_eval_step,
-    .sync_to_model = od_sync,
-    .sync_from_model = od_sync,
+    .detach = st__shared_detach,
+    .train_step = st__shared_train_step,
+    .eval_step = st__shared_eval_step,
+    .sync_to_model = st__shared_sync_to_model,
+    .sync_from_model = st__shared_sync_from_model,
 };

@@ -55,6 +55,16 @@ struct st_strategy {
 void st__step_metrics(const st_model *m, const float *pred, const float *y,
                       int rows, st_step_stats *out);
 
+/* central_storage.c: the table entries of strategies whose replicas share the
+ * model's variables (central storage, and one device's worker threads). */
+void st__shared_detach(st_strategy *s);
+st_status st__shared_train_step(st_strategy *s, st_model *m, const st_batch *b,
+                                st_step_stats *out);
+st_status st__shared_eval_step(st_strategy *s, st_model *m, const st_batch *b,
+                               st_step_stats *out, float *pred);
+void st__shared_sync_to_model(st_strategy *s, st_model *m);
+void st__shared_sync_from_model(st_strategy *s, st_model *m);
+
 extern const st_strategy_vtable st__one_device_vtable;
 extern const st_strategy_vtable st__mirrored_vtable;
 extern const st_strategy_vtable st__central_storage_vtable;
