@@ -106,6 +106,16 @@ int st_threadpool_size(const st_threadpool *p); /* workers, not counting the cal
 void st_threadpool_run(st_threadpool *p, int ntasks,
                        void (*fn)(void *arg, int task), void *arg);
 
+/* ---- checksums -------------------------------------------------------------- */
+/* CRC-32C (Castagnoli), as TFRecord and TensorFlow checkpoints use it:
+ * st_crc32c(0, "123456789", 9) == 0xE3069283. Pass the previous value as crc
+ * to continue a running checksum. */
+uint32_t st_crc32c(uint32_t crc, const void *data, size_t n);
+/* TensorFlow's masked form: ((crc >> 15) | (crc << 17)) + 0xa282ead8. */
+static inline uint32_t st_crc32c_mask(uint32_t crc) {
+  return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
+}
+
 /* ---- small utilities ----------------------------------------------------- */
 double st_now_seconds(void);       /* monotonic clock */
 size_t st_peak_rss_bytes(void);    /* ru_maxrss of this process */

@@ -87,7 +87,6 @@ typedef struct st_fit_options {
   const st_callback *callbacks;/* borrowed array */
   int ncallbacks;
   int warmup_steps;            /* excluded from samples_per_sec (20) */
-  bool stop_training;          /* set by a callback to stop after this epoch */
 } st_fit_options;
 st_fit_options st_fit_default_options(void);
 /* Train on batches of `train` (must be batched). */
@@ -115,6 +114,74 @@ void st_progress_free(void *state);
 st_status st_model_save_weights(const st_model *m, const char *path);
 /* Checks every name, dtype and shape before changing anything. */
 st_status st_model_load_weights(st_model *m, const char *path);
+
+/* ---- weights as one host vector, stopping, learning rate ---- */
+/* Floats of all variables: trainable params then non-trainable state. */
+size_t st_model_weights_size(const st_model *m);
+/* Copy every variable to/from host memory out[st_model_weights_size(m)]. */
+st_status st_model_get_weights(const st_model *m, float *out);
+st_status st_model_set_weights(st_model *m, const float *in);
+/* Ask fit to stop after the current epoch (Keras model.stop_training). */
+void st_model_stop_training(st_model *m);
+/* Current learning rate, and replacing it by a constant (LearningRateScheduler). */
+double st_model_learning_rate(const st_model *m);
+void st_model_set_learning_rate(st_model *m, double lr);
+
+/* ---- more callbacks (Keras names); each returns the callback and, in *state,
+ * memory freed with st_callback_free ---- */
+void st_callback_free(void *state);
+/* CSVLogger: one row per epoch: epoch,loss,accuracy,val_loss,val_accuracy,lr
+ * (val_* empty without validation). The file is created at the first epoch's
+ * end and rewritten atomically after each epoch. */
+st_callback st_csv_logger_callback(const char *path, void **state);
+typedef struct st_early_stopping_options {
+  const char *monitor;      /* "val_loss" (default), "loss", "val_accuracy", "accuracy" */
+  double min_delta;         /* 0 */
+  int patience;             /* 0 */
+  bool restore_best_weights;/* false */
+} st_early_stopping_options;
+st_early_stopping_options st_early_stopping_default_options(void);
+/* Stops training when the monitored value has not improved by min_delta for
+ * patience epochs ("accuracy" metrics improve upwards, losses downwards). */
+st_callback st_early_stopping_callback(st_early_stopping_options o, void **state);
+/* LearningRateScheduler: lr for epoch (0-based) from the current lr. */
+typedef double (*st_lr_schedule_fn)(void *user, int epoch, double lr);
+st_callback st_lr_scheduler_callback(st_lr_schedule_fn fn, void *user, void **state);
+
+/* ---- TensorBoard ---- */
+/* Event files as TensorBoard reads them: <dir>/train/ and <dir>/validation/,
+ * each holding events.out.tfevents.<unix time>.<host> — TFRecord frames
+ * (length, masked CRC32C of the length, Event protobuf, masked CRC32C of the
+ * data) whose Events carry a file_version record then simple scalar
+ * summaries. */
+typedef struct st_tensorboard st_tensorboard;
+st_status st_tensorboard_open(const char *log_dir, st_tensorboard **out);
+/* A scalar at step in the train (validation = false) or validation run. */
+st_status st_tensorboard_scalar(st_tensorboard *tb, bool validation, const char *tag,
+                                int64_t step, double value);
+st_status st_tensorboard_flush(st_tensorboard *tb);
+void st_tensorboard_close(st_tensorboard *tb); /* flushes; accepts NULL */
+/* Keras TensorBoard callback: per epoch epoch_loss, epoch_accuracy (train and
+ * validation), epoch_learning_rate and epoch_samples_per_sec (train); every
+ * update_freq steps (0 = never) batch_loss and batch_accuracy (train).
+ * tb is borrowed. */
+st_callback st_tensorboard_callback(st_tensorboard *tb, int update_freq, void **state);
+
+/* ---- pictures ---- */
+/* Loss and accuracy curves (train and, if present, validation per epoch) as a
+ * self-contained SVG with axes, ticks and a legend; written atomically. */
+st_status st_plot_history_svg(const st_history *h, const char *title, const char *path);
+
+/* ---- Keras model import ---- */
+/* A Keras `model.to_json()` Sequential (Keras 2 and 3 layouts) with Dense,
+ * Conv2D, MaxPooling2D, AveragePooling2D, Flatten, Dropout,
+ * BatchNormalization, Activation, ReLU, Softmax, InputLayer, Reshape. The
+ * input shape comes from the config (batch_input_shape / batch_shape);
+ * o->input_shape is ignored, the rest of o is used. An unsupported layer or
+ * option is an error naming the layer's position, name and the option. Sizes,
+ * depth (64) and file size (16 MiB) are capped; duplicate keys are rejected. */
+st_status st_model_from_keras_json(const char *path, const st_model_options *o,
+                                   st_model **out);
 
 /* ---- built-in models ---- */
 /* Names of the built-in models, NULL-terminated: "mlp", "cnn". */

@@ -32,6 +32,7 @@ struct st_model {
   int n_slots;
   float *slots[4];            /* [n_params] each */
   int64_t step;               /* optimizer updates applied so far */
+  bool stop_training;         /* set by a callback: fit ends after this epoch */
 };
 
 /* ---- per-replica executor ---- */

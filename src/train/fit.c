@@ -154,7 +154,8 @@ st_status st_model_fit(st_model *m, st_dataset *train, st_fit_options *o, st_his
   out->logs = calloc((size_t)o->epochs + 1, sizeof *out->logs);
   if (!out->logs) return st_error(ST_ERR_NOMEM, "fit: out of memory");
   fit_state fs = {.o = o, .steps_per_epoch = st_dataset_cardinality(train)};
-  for (fs.epoch = 0; fs.epoch < o->epochs && !o->stop_training; fs.epoch++) {
+  m->stop_training = false;
+  for (fs.epoch = 0; fs.epoch < o->epochs && !m->stop_training; fs.epoch++) {
     if ((s = fit_epoch(m, train, &fs, &out->logs[fs.epoch])) != ST_OK) break;
     out->epochs = fs.epoch + 1;
   }

@@ -107,3 +107,31 @@ st_status st_model_load_weights(st_model *m, const char *path) {
   st__safetensors_free(&f);
   return s;
 }
+
+size_t st_model_weights_size(const st_model *m) { return m->n_params + m->n_state; }
+
+st_status st_model_get_weights(const st_model *m, float *out) {
+  if (!m->compiled) return st_error(ST_ERR_INVALID, "get_weights: model is not compiled");
+  m->strategy->vt->sync_to_model(m->strategy, (st_model *)m);
+  m->be->to_host(out, m->params, m->n_params * sizeof(float));
+  m->be->to_host(out + m->n_params, m->state, m->n_state * sizeof(float));
+  return ST_OK;
+}
+
+st_status st_model_set_weights(st_model *m, const float *in) {
+  if (!m->compiled) return st_error(ST_ERR_INVALID, "set_weights: model is not compiled");
+  m->be->to_device(m->params, in, m->n_params * sizeof(float));
+  m->be->to_device(m->state, in + m->n_params, m->n_state * sizeof(float));
+  m->strategy->vt->sync_from_model(m->strategy, m);
+  return ST_OK;
+}
+
+void st_model_stop_training(st_model *m) { m->stop_training = true; }
+
+double st_model_learning_rate(const st_model *m) {
+  return st_schedule_lr(&m->compile.optimizer.lr, m->step);
+}
+
+void st_model_set_learning_rate(st_model *m, double lr) {
+  m->compile.optimizer.lr = st_schedule_constant((float)lr);
+}
