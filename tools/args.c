@@ -28,38 +28,62 @@ static cli_opt *find(cli_opt *opts, int nopts, const char *name, size_t len) {
 
 int cli_parse(const char *cmd, const char *usage, int argc, char **argv, cli_opt *opts,
               int nopts) {
+  return cli_parse_args(cmd, usage, argc, argv, opts, nopts, NULL, 0, NULL);
+}
+
+/* One option at argv[*i] (advancing *i past its value); EXIT_OK or EXIT_USAGE. */
+static int parse_opt(const char *cmd, int argc, char **argv, int *i, cli_opt *opts,
+                     int nopts) {
+  const char *a = argv[*i];
+  const char *eq = strchr(a, '=');
+  size_t len = eq ? (size_t)(eq - a) : strlen(a);
+  cli_opt *o = a[0] == '-' ? find(opts, nopts, a, len) : NULL;
+  if (!o) {
+    fprintf(stderr, "strata %s: unknown option '%.*s' (see 'strata %s --help')\n", cmd,
+            (int)len, a, cmd);
+    return EXIT_USAGE;
+  }
+  if (o->value) {
+    fprintf(stderr, "strata %s: option %s given twice\n", cmd, o->name);
+    return EXIT_USAGE;
+  }
+  if (!o->metavar) {
+    if (eq) {
+      fprintf(stderr, "strata %s: option %s takes no value\n", cmd, o->name);
+      return EXIT_USAGE;
+    }
+    o->value = "1";
+  } else if (eq) {
+    o->value = eq + 1;
+  } else if (*i + 1 < argc) {
+    o->value = argv[++*i];
+  } else {
+    fprintf(stderr, "strata %s: option %s needs a value (%s)\n", cmd, o->name, o->metavar);
+    return EXIT_USAGE;
+  }
+  return EXIT_OK;
+}
+
+int cli_parse_args(const char *cmd, const char *usage, int argc, char **argv, cli_opt *opts,
+                   int nopts, const char **pos, int maxpos, int *npos) {
+  if (npos) *npos = 0;
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       cli_print_help(cmd, usage, opts, nopts);
       return -1;
     }
-    const char *eq = strchr(a, '=');
-    size_t len = eq ? (size_t)(eq - a) : strlen(a);
-    cli_opt *o = strncmp(a, "--", 2) ? NULL : find(opts, nopts, a, len);
-    if (!o) {
-      fprintf(stderr, "strata %s: unknown option '%.*s' (see 'strata %s --help')\n", cmd,
-              (int)len, a, cmd);
-      return EXIT_USAGE;
-    }
-    if (o->value) {
-      fprintf(stderr, "strata %s: option %s given twice\n", cmd, o->name);
-      return EXIT_USAGE;
-    }
-    if (!o->metavar) {
-      if (eq) {
-        fprintf(stderr, "strata %s: option %s takes no value\n", cmd, o->name);
+    if (a[0] != '-' && maxpos > 0) {
+      if (*npos >= maxpos) {
+        fprintf(stderr, "strata %s: unexpected argument '%s' (see 'strata %s --help')\n", cmd,
+                a, cmd);
         return EXIT_USAGE;
       }
-      o->value = "1";
-    } else if (eq) {
-      o->value = eq + 1;
-    } else if (i + 1 < argc) {
-      o->value = argv[++i];
-    } else {
-      fprintf(stderr, "strata %s: option %s needs a value (%s)\n", cmd, o->name, o->metavar);
-      return EXIT_USAGE;
+      pos[(*npos)++] = a;
+      continue;
     }
+    int rc = parse_opt(cmd, argc, argv, &i, opts, nopts);
+    if (rc != EXIT_OK) return rc;
   }
   return EXIT_OK;
 }

@@ -23,6 +23,11 @@ typedef struct cli_opt {
  * --help was given (help printed to stdout); else EXIT_OK. */
 int cli_parse(const char *cmd, const char *usage, int argc, char **argv,
               cli_opt *opts, int nopts);
+/* cli_parse that also takes up to maxpos positional arguments (those not
+ * starting with '-') into pos[0..*npos); option names may be short ("-o"). */
+int cli_parse_args(const char *cmd, const char *usage, int argc, char **argv,
+                   cli_opt *opts, int nopts, const char **pos, int maxpos,
+                   int *npos);
 void cli_print_help(const char *cmd, const char *usage, const cli_opt *opts,
                     int nopts);
 const char *cli_get(const cli_opt *opts, int nopts, const char *name);
@@ -54,5 +59,6 @@ void cli_free_data(cli_data *d);
 int cmd_train(int argc, char **argv);
 int cmd_evaluate(int argc, char **argv);
 int cmd_summary(int argc, char **argv);
+int cmd_plot(int argc, char **argv);
 
 #endif

@@ -10,7 +10,7 @@
 #define TRAIN_USAGE "[--model mlp|cnn] [--data fashion-mnist|DIR] [--epochs N] [--batch-size B] ..."
 
 static cli_opt train_opts[] = {
-    {"--model", "NAME", "built-in model: mlp or cnn (default cnn)", NULL},
+    {"--model", "NAME", "built-in model mlp or cnn (default cnn), or a Keras model.to_json() FILE.json", NULL},
     {"--data", "SRC", "fashion-mnist (the Debian dataset, default) or a DIR of MNIST-style IDX files", NULL},
     {"--epochs", "N", "passes over the training data (default 1)", NULL},
     {"--batch-size", "B", "global batch size (default 32, as Keras)", NULL},
@@ -28,12 +28,26 @@ static cli_opt train_opts[] = {
     {"--threads", "N", "one_device: compute threads (default: all cores)", NULL},
     {"--save", "FILE", "write the trained weights as safetensors", NULL},
     {"--report", "FILE", "write a JSON report of the run", NULL},
+    {"--backup-dir", "DIR", "BackupAndRestore: resume an interrupted run from DIR; deleted when done", NULL},
+    {"--backup-every", "N", "with --backup-dir: also back up every N steps (default: each epoch)", NULL},
+    {"--checkpoint-dir", "DIR", "ModelCheckpoint: a checkpoint in DIR after each epoch", NULL},
+    {"--keep", "N", "with --checkpoint-dir: keep the newest N checkpoints (default 3, 0 = all)", NULL},
+    {"--save-best-only", NULL, "with --checkpoint-dir: only when --monitor improved", NULL},
+    {"--monitor", "NAME", "val_loss (default), loss, val_accuracy or accuracy", NULL},
+    {"--early-stopping", "N", "EarlyStopping: stop after N epochs without --monitor improving", NULL},
+    {"--csv", "FILE", "CSVLogger: epoch,loss,accuracy,val_loss,val_accuracy,lr per epoch", NULL},
+    {"--log-dir", "DIR", "TensorBoard event files (train/ and validation/)", NULL},
+    {"--log-every", "N", "with --log-dir: batch figures every N steps (default 0 = per epoch only)", NULL},
+    {"--plot", "FILE", "draw loss and accuracy curves as an SVG after training", NULL},
     {"--quiet", NULL, "no progress output", NULL},
 };
 #define NTRAIN ((int)(sizeof train_opts / sizeof *train_opts))
 
 typedef struct train_cfg {
   const char *model, *data, *save, *report, *devices, *cross_ops;
+  const char *backup_dir, *ckpt_dir, *monitor, *csv, *log_dir, *plot;
+  long backup_every, keep, patience, log_every;
+  bool best_only;
   long epochs, batch, seed, threads, train_examples, replicas, bytes_per_pack;
   bool no_overlap;
   double lr, val_split;
@@ -41,6 +55,33 @@ typedef struct train_cfg {
   st_strategy_kind strategy;
   bool quiet;
 } train_cfg;
+
+/* Flags that only make sense together, and monitors that exist. */
+static bool check_callback_flags(const train_cfg *c) {
+  const char *cmd = "strata train";
+  if (c->backup_every && !c->backup_dir) {
+    fprintf(stderr, "%s: --backup-every needs --backup-dir\n", cmd);
+    return false;
+  }
+  if ((c->best_only || cli_get(train_opts, NTRAIN, "--keep")) && !c->ckpt_dir) {
+    fprintf(stderr, "%s: --keep and --save-best-only need --checkpoint-dir\n", cmd);
+    return false;
+  }
+  if (cli_get(train_opts, NTRAIN, "--log-every") && !c->log_dir) {
+    fprintf(stderr, "%s: --log-every needs --log-dir\n", cmd);
+    return false;
+  }
+  const char *mon = c->monitor ? c->monitor : "val_loss";
+  if (strcmp(mon, "loss") && strcmp(mon, "accuracy") && strcmp(mon, "val_loss") && strcmp(mon, "val_accuracy")) {
+    fprintf(stderr, "%s: --monitor: unknown '%s' (loss, accuracy, val_loss, val_accuracy)\n", cmd, mon);
+    return false;
+  }
+  if (!strncmp(mon, "val_", 4) && (c->best_only || c->patience >= 0) && !(c->val_split > 0)) {
+    fprintf(stderr, "%s: --monitor %s needs --validation-split\n", cmd, mon);
+    return false;
+  }
+  return true;
+}
 
 static bool parse_train(const cli_opt *o, train_cfg *c) {
   const char *cmd = "train", *v;
@@ -65,6 +106,19 @@ static bool parse_train(const cli_opt *o, train_cfg *c) {
       !cli_int(cmd, "--bytes-per-pack", v, 0, 1L << 40, &c->bytes_per_pack))
     return false;
   c->no_overlap = cli_get(o, NTRAIN, "--no-overlap") != NULL;
+  c->backup_dir = cli_get(o, NTRAIN, "--backup-dir");
+  c->ckpt_dir = cli_get(o, NTRAIN, "--checkpoint-dir");
+  c->monitor = cli_get(o, NTRAIN, "--monitor");
+  c->csv = cli_get(o, NTRAIN, "--csv");
+  c->log_dir = cli_get(o, NTRAIN, "--log-dir");
+  c->plot = cli_get(o, NTRAIN, "--plot");
+  c->best_only = cli_get(o, NTRAIN, "--save-best-only") != NULL;
+  c->keep = 3;
+  c->patience = -1;
+  if ((v = cli_get(o, NTRAIN, "--backup-every")) && !cli_int(cmd, "--backup-every", v, 1, 1L << 40, &c->backup_every)) return false;
+  if ((v = cli_get(o, NTRAIN, "--keep")) && !cli_int(cmd, "--keep", v, 0, 1000000, &c->keep)) return false;
+  if ((v = cli_get(o, NTRAIN, "--early-stopping")) && !cli_int(cmd, "--early-stopping", v, 0, 1000000, &c->patience)) return false;
+  if ((v = cli_get(o, NTRAIN, "--log-every")) && !cli_int(cmd, "--log-every", v, 0, 1L << 40, &c->log_every)) return false;
   if ((v = cli_get(o, NTRAIN, "--train-examples")) && !cli_int(cmd, "--train-examples", v, 1, 1L << 40, &c->train_examples)) return false;
   if ((v = cli_get(o, NTRAIN, "--validation-split")) && !cli_float(cmd, "--validation-split", v, 0.0, 0.99, &c->val_split)) return false;
   if ((v = cli_get(o, NTRAIN, "--optimizer")) && st_optimizer_parse(v, &ok) != ST_OK) {
@@ -96,10 +150,19 @@ static bool parse_train(const cli_opt *o, train_cfg *c) {
     fprintf(stderr, "strata train: --threads is for --strategy one_device (use --replicas)\n");
     return false;
   }
-  for (const char *const *n = st_builtin_model_names(); *n; n++)
-    if (!strcmp(*n, c->model)) return cli_check_writable(cmd, "--save", c->save) &&
-                                      cli_check_writable(cmd, "--report", c->report);
-  fprintf(stderr, "strata train: --model: unknown model '%s' (built-in models: mlp, cnn)\n", c->model);
+  if (!check_callback_flags(c)) return false;
+  size_t mlen = strlen(c->model);
+  bool known = mlen > 5 && !strcmp(c->model + mlen - 5, ".json");
+  for (const char *const *n = st_builtin_model_names(); *n; n++) known |= !strcmp(*n, c->model);
+  if (known)
+    return cli_check_writable(cmd, "--save", c->save) &&
+           cli_check_writable(cmd, "--report", c->report) &&
+           cli_check_writable(cmd, "--csv", c->csv) && cli_check_writable(cmd, "--plot", c->plot) &&
+           cli_check_writable(cmd, "--backup-dir", c->backup_dir) &&
+           cli_check_writable(cmd, "--checkpoint-dir", c->ckpt_dir) &&
+           cli_check_writable(cmd, "--log-dir", c->log_dir);
+  fprintf(stderr, "strata train: --model: unknown model '%s' (built-in models: mlp, cnn; or a "
+          "Keras FILE.json)\n", c->model);
   return false;
 }
 
@@ -112,10 +175,55 @@ static st_status build_model(const char *name, const st_strategy_options *so, ui
   st_model_options mo = st_model_default_options(st_shape3(28, 28, 1));
   mo.seed = seed;
   mo.strategy = *strategy;
-  if ((s = st_builtin_model_create(name, &mo, model)) != ST_OK) return s;
+  size_t len = strlen(name);
+  bool json = len > 5 && !strcmp(name + len - 5, ".json");
+  s = json ? st_error(ST_ERR_NOT_BUILT, "%s: Keras import arrives with keras_json.c", name)
+           : st_builtin_model_create(name, &mo, model);
+  if (s != ST_OK) return s;
   st_compile_options co = st_compile_default_options();
   co.optimizer = *opt;
   return st_model_compile(*model, &co);
+}
+
+/* The callbacks the flags ask for, and their states. */
+typedef struct callbacks {
+  st_callback cb[8];
+  void *state[8];
+  int n;
+  void *progress;
+  st_tensorboard *tb;
+} callbacks;
+
+static void free_callbacks(callbacks *k) {
+  for (int i = 0; i < k->n; i++)
+    if (k->state[i]) st_callback_free(k->state[i]);
+  st_progress_free(k->progress);
+  st_tensorboard_close(k->tb);
+}
+
+static st_status make_callbacks(const train_cfg *c, callbacks *k) {
+  memset(k, 0, sizeof *k);
+  const char *mon = c->monitor ? c->monitor : "val_loss";
+  if (c->log_dir) {
+    st_status s = st_tensorboard_open(c->log_dir, &k->tb);
+    if (s != ST_OK) return s;
+    k->cb[k->n] = st_tensorboard_callback(k->tb, (int)c->log_every, &k->state[k->n]);
+    k->n++;
+  }
+  if (c->csv) k->cb[k->n] = st_csv_logger_callback(c->csv, &k->state[k->n]), k->n++;
+  if (c->ckpt_dir)
+    k->cb[k->n] = st_model_checkpoint_callback(c->ckpt_dir, mon, c->best_only, (int)c->keep,
+                                               &k->state[k->n]),
+    k->n++;
+  if (c->patience >= 0) {
+    st_early_stopping_options eo = st_early_stopping_default_options();
+    eo.monitor = mon;
+    eo.patience = (int)c->patience;
+    k->cb[k->n] = st_early_stopping_callback(eo, &k->state[k->n]), k->n++;
+  }
+  if (!c->quiet) /* last: the progress line comes after the other epoch-end work */
+    k->cb[k->n++] = st_progress_callback(stderr, isatty(2), (int)c->epochs, &k->progress);
+  return ST_OK;
 }
 
 static int run_train(const train_cfg *c) {
@@ -128,7 +236,6 @@ static int run_train(const train_cfg *c) {
   st_model *model = NULL;
   st_history h = {0};
   st_eval_result test = {0};
-  void *prog = NULL;
   st_strategy_options so = st_strategy_default_options(c->strategy);
   so.threads = (int)c->threads;
   so.devices = c->devices;
@@ -138,13 +245,27 @@ static int run_train(const train_cfg *c) {
   so.no_overlap = c->no_overlap;
   st_status s = build_model(c->model, &so, (uint64_t)c->seed, &c->opt, &strategy, &model);
   if (s != ST_OK) goto fail;
-  st_callback cb = st_progress_callback(stderr, isatty(2), (int)c->epochs, &prog);
+  callbacks cbs;
+  if ((s = make_callbacks(c, &cbs)) != ST_OK) goto fail;
   st_fit_options fo = st_fit_default_options();
   fo.epochs = (int)c->epochs;
   fo.validation = d.val;
-  fo.callbacks = &cb;
-  fo.ncallbacks = c->quiet ? 0 : 1;
-  if ((s = st_model_fit(model, d.train, &fo, &h)) != ST_OK) goto fail;
+  fo.callbacks = cbs.cb;
+  fo.ncallbacks = cbs.n;
+  fo.backup_dir = c->backup_dir;
+  fo.backup_every_steps = c->backup_every;
+  s = st_model_fit(model, d.train, &fo, &h);
+  free_callbacks(&cbs);
+  if (s != ST_OK) {
+    rc = s == ST_ERR_IO ? EXIT_WRITE : cli_fail("train", s);
+    if (s == ST_ERR_IO) fprintf(stderr, "strata train: %s\n", st_last_error());
+    goto done;
+  }
+  if (c->plot && (s = st_plot_history_svg(&h, c->model, c->plot)) != ST_OK) {
+    fprintf(stderr, "strata train: --plot: %s\n", st_last_error());
+    rc = EXIT_WRITE;
+    goto done;
+  }
   if ((s = st_model_evaluate(model, d.test, &test)) != ST_OK) goto fail;
   printf("test_loss: %.4f - test_accuracy: %.4f - samples/s: %.0f\n", test.loss, test.accuracy,
          h.samples_per_sec);
@@ -164,7 +285,6 @@ static int run_train(const train_cfg *c) {
 fail:
   rc = cli_fail("train", s);
 done:
-  st_progress_free(prog);
   st_history_free(&h);
   st_model_destroy(model);
   st_strategy_destroy(strategy);

@@ -15,6 +15,7 @@ static void usage(FILE *f) {
           "  train      train a model (built-in mlp or cnn) on Fashion-MNIST or IDX files\n"
           "  evaluate   evaluate saved weights on the test set\n"
           "  summary    print a model's layers, output shapes and parameter counts\n"
+          "  plot       draw loss and accuracy curves of a --report JSON as an SVG\n"
           "\n"
           "Run 'strata COMMAND --help' for the options of a command.\n"
           "Exit codes: 0 success, 2 bad input or usage (nothing written),\n"
@@ -39,6 +40,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "train")) return cmd_train(argc, argv);
   if (!strcmp(cmd, "evaluate")) return cmd_evaluate(argc, argv);
   if (!strcmp(cmd, "summary")) return cmd_summary(argc, argv);
+  if (!strcmp(cmd, "plot")) return cmd_plot(argc, argv);
   fprintf(stderr, "strata: unknown command '%s'\n\n", cmd);
   usage(stderr);
   return EXIT_USAGE;

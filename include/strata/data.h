@@ -115,6 +115,10 @@ typedef struct st_batch {
 typedef struct st_iterator st_iterator;
 /* Start one pass (epoch) over ds. */
 st_status st_dataset_iterate(st_dataset *ds, st_iterator **out);
+/* Start the pass of a given epoch (0-based): shuffles and other per-epoch
+ * randomness are those of that epoch, whatever was iterated before — what a
+ * resumed training run needs. Does not change the next st_dataset_iterate. */
+st_status st_dataset_iterate_epoch(st_dataset *ds, uint64_t epoch, st_iterator **out);
 /* *end = true when the pass is over (out untouched). */
 st_status st_iterator_next(st_iterator *it, st_batch *out, bool *end);
 void st_iterator_destroy(st_iterator *it); /* accepts NULL; joins threads */

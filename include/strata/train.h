@@ -56,6 +56,7 @@ typedef struct st_epoch_logs {
   double lr;
   double seconds;
   int64_t steps;
+  int64_t examples;   /* training examples in the epoch */
 } st_epoch_logs;
 typedef struct st_batch_logs {
   int epoch;
@@ -87,6 +88,13 @@ typedef struct st_fit_options {
   const st_callback *callbacks;/* borrowed array */
   int ncallbacks;
   int warmup_steps;            /* excluded from samples_per_sec (20) */
+  /* BackupAndRestore: if backup_dir holds a checkpoint, fit resumes from it
+   * (same epoch, same step, same data position) and finishes with the weights
+   * an uninterrupted run gives; it saves a checkpoint there at each epoch end
+   * and every backup_every_steps steps (0 = epochs only), and deletes the
+   * backup when training completes. */
+  const char *backup_dir;
+  int64_t backup_every_steps;
 } st_fit_options;
 st_fit_options st_fit_default_options(void);
 /* Train on batches of `train` (must be batched). */
@@ -114,6 +122,34 @@ void st_progress_free(void *state);
 st_status st_model_save_weights(const st_model *m, const char *path);
 /* Checks every name, dtype and shape before changing anything. */
 st_status st_model_load_weights(st_model *m, const char *path);
+
+/* ---- checkpoints ----
+ * A checkpoint directory holds ckpt-<step>/ directories — weights.safetensors
+ * (variables, named as st_model_save_weights names them),
+ * optimizer.safetensors (slots "<layer>/<param>/<slot>") and state.json
+ * (format version, step, epoch and position in it, the partial epoch's sums,
+ * finished epochs' logs, seed, optimizer and learning-rate schedule, and a
+ * CRC32C per tensor) — and `latest`, naming the newest complete one. A
+ * checkpoint is written under a temporary name, fsynced, renamed; `latest` is
+ * replaced last, so it always names a complete checkpoint. */
+typedef struct st_checkpoint_options {
+  int keep;                      /* newest checkpoints kept (default 3; 0 = all) */
+  int64_t test_fail_after_bytes; /* test hook: the write stops after this many
+                                    bytes, as a crash would (0 = off) */
+} st_checkpoint_options;
+st_checkpoint_options st_checkpoint_default_options(void);
+/* Save variables, optimizer slots and the training position into dir. */
+st_status st_checkpoint_save(st_model *m, const char *dir, const st_checkpoint_options *o);
+/* Restore from dir/latest (or from a ckpt-* directory given directly). Every
+ * checksum, name and shape is verified before the model changes; errors name
+ * the file, tensor and field. */
+st_status st_checkpoint_restore(st_model *m, const char *dir);
+/* The directory dir/latest names; ST_ERR_IO if there is none. */
+st_status st_checkpoint_latest(const char *dir, char *out, size_t n);
+/* Keras ModelCheckpoint: a checkpoint in dir at each epoch end, or only when
+ * the monitored value improved (save_best_only; monitor as EarlyStopping). */
+st_callback st_model_checkpoint_callback(const char *dir, const char *monitor, bool save_best_only,
+                                         int keep, void **state);
 
 /* ---- weights as one host vector, stopping, learning rate ---- */
 /* Floats of all variables: trainable params then non-trainable state. */
@@ -164,7 +200,7 @@ void st_tensorboard_close(st_tensorboard *tb); /* flushes; accepts NULL */
 /* Keras TensorBoard callback: per epoch epoch_loss, epoch_accuracy (train and
  * validation), epoch_learning_rate and epoch_samples_per_sec (train); every
  * update_freq steps (0 = never) batch_loss and batch_accuracy (train).
- * tb is borrowed. */
+ * tb is borrowed; *state is freed with st_callback_free. */
 st_callback st_tensorboard_callback(st_tensorboard *tb, int update_freq, void **state);
 
 /* ---- pictures ---- */

@@ -76,6 +76,13 @@ st_status st_dataset_iterate(st_dataset *ds, st_iterator **out) {
   return st__ds_iterate(ds, epoch, out);
 }
 
+st_status st_dataset_iterate_epoch(st_dataset *ds, uint64_t epoch, st_iterator **out) {
+  if (!out) return st_error(ST_ERR_INVALID, "st_dataset_iterate_epoch: out is NULL");
+  *out = NULL;
+  if (!ds) return st_error(ST_ERR_INVALID, "st_dataset_iterate_epoch: dataset is NULL");
+  return st__ds_iterate(ds, epoch, out);
+}
+
 st_status st_iterator_next(st_iterator *it, st_batch *out, bool *end) {
   if (!it || !out || !end)
     return st_error(ST_ERR_INVALID, "st_iterator_next: NULL argument");

@@ -32,7 +32,7 @@ static void free_impl(const st_backend *be, mirrored *mi) {
   free(mi);
 }
 
-/* Task: replica i takes the model's (replica 0's) params and state. */
+/* Task: replica i takes the model's (replica 0's) params, state and slots. */
 static void broadcast_task(void *arg, int i) {
   st_strategy *s = arg;
   mirrored *mi = s->impl;
@@ -41,6 +41,8 @@ static void broadcast_task(void *arg, int i) {
   mi->status[i] = mi->coll->vt->broadcast(mi->coll, i, r->params, m->n_params, 0);
   if (mi->status[i] == ST_OK && m->n_state)
     mi->status[i] = mi->coll->vt->broadcast(mi->coll, i, r->state, m->n_state, 0);
+  for (int k = 0; k < m->n_slots && mi->status[i] == ST_OK; k++) /* restored slots */
+    mi->status[i] = mi->coll->vt->broadcast(mi->coll, i, mi->slots[i][k], m->n_params, 0);
 }
 
 static st_status first_error(const mirrored *mi) {

@@ -33,6 +33,16 @@ struct st_model {
   float *slots[4];            /* [n_params] each */
   int64_t step;               /* optimizer updates applied so far */
   bool stop_training;         /* set by a callback: fit ends after this epoch */
+  /* Where training stands (kept by fit, saved in checkpoints): epochs done,
+   * batches done in the current epoch and that partial epoch's sums, and the
+   * logs of finished epochs of this fit. */
+  struct st_train_position {
+    int64_t epoch, step_in_epoch;
+    double loss_sum;
+    int64_t examples, correct, metric_count;
+    int nlogs;
+    st_epoch_logs *logs; /* malloc'd [nlogs] */
+  } pos;
 };
 
 /* ---- per-replica executor ---- */

@@ -104,6 +104,7 @@ void st_model_destroy(st_model *m) {
     for (int i = 0; i < m->n_slots; i++) m->be->free(m->slots[i]);
   }
   if (m->owns_strategy) st_strategy_destroy(m->strategy);
+  free(m->pos.logs);
   free(m);
 }
 

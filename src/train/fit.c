@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "distribute/strategy.h"
+#include "train/checkpoint.h"
 
 st_fit_options st_fit_default_options(void) {
   st_fit_options o;
@@ -79,10 +80,19 @@ static st_status run_pass(st_model *m, st_dataset *ds, step_fn step, void *arg,
 typedef struct fit_state {
   const st_fit_options *o;
   int epoch;
-  int64_t step_in_epoch, steps_per_epoch, global_step;
+  int64_t steps_per_epoch, global_step;
   double timed_seconds, t_last;
   int64_t timed_samples;
 } fit_state;
+
+static double ratio(int64_t a, int64_t b) { return b ? (double)a / (double)b : 0.0; }
+
+static st_status save_backup(st_model *m, const st_fit_options *o) {
+  st_checkpoint_options co = st_checkpoint_default_options();
+  co.keep = 2;
+  st_status s = st_checkpoint_save(m, o->backup_dir, &co);
+  return s == ST_OK ? s : st_error_prefix(s, "backup: ");
+}
 
 static st_status fit_step(st_model *m, const st_batch *b, st_step_stats *tot, void *arg) {
   fit_state *fs = arg;
@@ -95,20 +105,65 @@ static st_status fit_step(st_model *m, const st_batch *b, st_step_stats *tot, vo
   }
   fs->t_last = now;
   fs->global_step++;
-  st_batch_logs bl = {fs->epoch, fs->step_in_epoch++, fs->steps_per_epoch,
-                      tot->loss_sum / (double)tot->examples,
-                      tot->metric_count ? (double)tot->correct / (double)tot->metric_count : 0.0};
+  struct st_train_position *p = &m->pos;
+  p->step_in_epoch++;
+  p->loss_sum = tot->loss_sum, p->examples = tot->examples;
+  p->correct = tot->correct, p->metric_count = tot->metric_count;
+  st_batch_logs bl = {fs->epoch, p->step_in_epoch - 1, fs->steps_per_epoch,
+                      tot->loss_sum / (double)tot->examples, ratio(tot->correct, tot->metric_count)};
   if (!(bl.loss == bl.loss) || bl.loss > 1e30)
-    return st_error(ST_ERR_NONFINITE, "loss became %g at epoch %d, step %lld", bl.loss,
-                    fs->epoch + 1, (long long)bl.step);
+    return st_error(ST_ERR_NONFINITE, "loss became %g at epoch %d, step %lld (TerminateOnNaN)",
+                    bl.loss, fs->epoch + 1, (long long)bl.step + 1);
   for (int c = 0; c < fs->o->ncallbacks; c++)
     if (fs->o->callbacks[c].on_batch_end &&
         (s = fs->o->callbacks[c].on_batch_end(fs->o->callbacks[c].user, m, &bl)) != ST_OK)
       return s;
+  if (fs->o->backup_dir && fs->o->backup_every_steps > 0 && m->step % fs->o->backup_every_steps == 0)
+    return save_backup(m, fs->o);
   return ST_OK;
 }
 
-static st_status fit_epoch(st_model *m, st_dataset *train, fit_state *fs, st_epoch_logs *lg) {
+/* One pass over the epoch's batches, skipping those a restored checkpoint
+ * had already trained on. */
+static st_status train_pass(st_model *m, st_dataset *ds, fit_state *fs, st_step_stats *tot) {
+  st_iterator *it = NULL;
+  st_status s = st_dataset_iterate_epoch(ds, (uint64_t)fs->epoch, &it);
+  for (int64_t skip = m->pos.step_in_epoch; s == ST_OK;) {
+    st_batch b;
+    bool end = false;
+    if ((s = st_iterator_next(it, &b, &end)) != ST_OK || end) break;
+    if (skip > 0) {
+      skip--;
+      continue;
+    }
+    if ((s = check_labels(m, &b, tot->examples)) != ST_OK) break;
+    s = fit_step(m, &b, tot, fs);
+  }
+  st_iterator_destroy(it);
+  return s;
+}
+
+static st_status call_epoch_end(st_model *m, const st_fit_options *o, const st_epoch_logs *lg) {
+  st_status s = ST_OK;
+  for (int c = 0; c < o->ncallbacks && s == ST_OK; c++)
+    if (o->callbacks[c].on_epoch_end) s = o->callbacks[c].on_epoch_end(o->callbacks[c].user, m, lg);
+  return s;
+}
+
+/* The epoch is done: it joins the logs and the position moves to the next. */
+static st_status close_epoch(st_model *m, const st_epoch_logs *lg) {
+  struct st_train_position *p = &m->pos;
+  st_epoch_logs *grown = realloc(p->logs, (size_t)(p->nlogs + 1) * sizeof *grown);
+  if (!grown) return st_error(ST_ERR_NOMEM, "fit: out of memory");
+  p->logs = grown;
+  p->logs[p->nlogs++] = *lg;
+  p->epoch = lg->epoch + 1;
+  p->step_in_epoch = p->examples = p->correct = p->metric_count = 0;
+  p->loss_sum = 0;
+  return ST_OK;
+}
+
+static st_status fit_epoch(st_model *m, st_dataset *train, fit_state *fs) {
   const st_fit_options *o = fs->o;
   st_status s;
   for (int c = 0; c < o->ncallbacks; c++)
@@ -117,30 +172,57 @@ static st_status fit_epoch(st_model *m, st_dataset *train, fit_state *fs, st_epo
       return s;
   double t0 = st_now_seconds();
   fs->t_last = t0;
-  fs->step_in_epoch = 0;
-  st_step_stats tot = {0};
-  memset(lg, 0, sizeof *lg);
-  lg->epoch = fs->epoch;
-  lg->lr = st_schedule_lr(&m->compile.optimizer.lr, m->step);
-  if ((s = run_pass(m, train, fit_step, fs, &tot)) != ST_OK) return s;
+  struct st_train_position *p = &m->pos;
+  st_step_stats tot = {p->loss_sum, p->examples, p->correct, p->metric_count};
+  st_epoch_logs lg = {.epoch = fs->epoch};
+  lg.lr = st_schedule_lr(&m->compile.optimizer.lr, m->step);
+  if ((s = train_pass(m, train, fs, &tot)) != ST_OK) return s;
   if (tot.examples == 0)
     return st_error(ST_ERR_INVALID, "fit: the training dataset yielded no examples");
-  lg->seconds = st_now_seconds() - t0;
-  lg->steps = fs->step_in_epoch;
-  lg->loss = tot.loss_sum / (double)tot.examples;
-  lg->accuracy = tot.metric_count ? (double)tot.correct / (double)tot.metric_count : 0.0;
+  lg.seconds = st_now_seconds() - t0;
+  lg.steps = p->step_in_epoch;
+  lg.examples = tot.examples;
+  lg.loss = tot.loss_sum / (double)tot.examples;
+  lg.accuracy = ratio(tot.correct, tot.metric_count);
   if (o->validation) {
     st_eval_result ev;
     if ((s = st_model_evaluate(m, o->validation, &ev)) != ST_OK)
       return st_error_prefix(s, "validation: ");
-    lg->has_validation = true;
-    lg->val_loss = ev.loss;
-    lg->val_accuracy = ev.accuracy;
+    lg.has_validation = true;
+    lg.val_loss = ev.loss;
+    lg.val_accuracy = ev.accuracy;
   }
-  for (int c = 0; c < o->ncallbacks; c++)
-    if (o->callbacks[c].on_epoch_end &&
-        (s = o->callbacks[c].on_epoch_end(o->callbacks[c].user, m, lg)) != ST_OK)
-      return s;
+  if ((s = close_epoch(m, &lg)) != ST_OK || (s = call_epoch_end(m, o, &lg)) != ST_OK) return s;
+  return o->backup_dir ? save_backup(m, o) : ST_OK;
+}
+
+static void reset_position(st_model *m) {
+  free(m->pos.logs);
+  memset(&m->pos, 0, sizeof m->pos);
+}
+
+/* BackupAndRestore: resume from the backup when there is one. */
+static st_status maybe_restore(st_model *m, const st_fit_options *o) {
+  char latest[4096];
+  if (!o->backup_dir || st_checkpoint_latest(o->backup_dir, latest, sizeof latest) != ST_OK) {
+    st_clear_error();
+    return ST_OK;
+  }
+  st_status s = st_checkpoint_restore(m, o->backup_dir);
+  if (s != ST_OK) return st_error_prefix(s, "backup: cannot resume: ");
+  st_log(ST_LOG_INFO, "resuming from %s at epoch %lld, step %lld", latest,
+         (long long)m->pos.epoch + 1, (long long)m->pos.step_in_epoch);
+  return ST_OK;
+}
+
+static st_status copy_history(const st_model *m, const fit_state *fs, st_history *out) {
+  out->logs = calloc((size_t)m->pos.nlogs + 1, sizeof *out->logs);
+  if (!out->logs) return st_error(ST_ERR_NOMEM, "fit: out of memory");
+  if (m->pos.nlogs) memcpy(out->logs, m->pos.logs, (size_t)m->pos.nlogs * sizeof *out->logs);
+  out->epochs = m->pos.nlogs;
+  out->train_seconds = fs->timed_seconds;
+  out->train_samples = fs->timed_samples;
+  out->samples_per_sec = fs->timed_seconds > 0 ? (double)fs->timed_samples / fs->timed_seconds : 0;
   return ST_OK;
 }
 
@@ -151,18 +233,15 @@ st_status st_model_fit(st_model *m, st_dataset *train, st_fit_options *o, st_his
   if (o->validation && (s = check_data(m, o->validation, "fit: validation data")) != ST_OK)
     return s;
   if (o->epochs < 0) return st_error(ST_ERR_INVALID, "fit: epochs %d (must be >= 0)", o->epochs);
-  out->logs = calloc((size_t)o->epochs + 1, sizeof *out->logs);
-  if (!out->logs) return st_error(ST_ERR_NOMEM, "fit: out of memory");
-  fit_state fs = {.o = o, .steps_per_epoch = st_dataset_cardinality(train)};
+  reset_position(m);
+  if ((s = maybe_restore(m, o)) != ST_OK) return s;
   m->stop_training = false;
-  for (fs.epoch = 0; fs.epoch < o->epochs && !m->stop_training; fs.epoch++) {
-    if ((s = fit_epoch(m, train, &fs, &out->logs[fs.epoch])) != ST_OK) break;
-    out->epochs = fs.epoch + 1;
-  }
-  out->train_seconds = fs.timed_seconds;
-  out->train_samples = fs.timed_samples;
-  out->samples_per_sec = fs.timed_seconds > 0 ? (double)fs.timed_samples / fs.timed_seconds : 0;
-  return s;
+  fit_state fs = {.o = o, .steps_per_epoch = st_dataset_cardinality(train)};
+  for (fs.epoch = (int)m->pos.epoch; fs.epoch < o->epochs && !m->stop_training; fs.epoch++)
+    if ((s = fit_epoch(m, train, &fs)) != ST_OK) break;
+  st_status hs = copy_history(m, &fs, out);
+  if (s == ST_OK && o->backup_dir) st__checkpoint_remove_all(o->backup_dir);
+  return s != ST_OK ? s : hs;
 }
 
 /* ---- evaluate / predict ---- */

@@ -8,22 +8,22 @@
 #include <string.h>
 
 #include "distribute/strategy.h"
-#include "train/safetensors.h"
+#include "train/checkpoint.h"
 
-static int count_vars(const st_model *m) {
+int st__model_var_count(const st_model *m) {
   int n = 0;
   for (int i = 0; i < m->nlayers; i++) n += m->layers[i]->nparams;
   return n;
 }
 
-static void describe(const st_layer *l, int p, st_named_tensor *t) {
+void st__describe_var(const st_layer *l, int p, st_named_tensor *t) {
   snprintf(t->name, sizeof t->name, "%s/%s", l->name, l->params[p].name);
   t->rank = l->params[p].shape.rank;
   for (int d = 0; d < t->rank; d++) t->dims[d] = l->params[p].shape.dims[d];
 }
 
 /* Host copies of every variable, in layer order (one allocation in *blob). */
-static st_status gather(const st_model *m, st_named_tensor *ts, float **blob) {
+st_status st__gather_vars(const st_model *m, st_named_tensor *ts, float **blob) {
   size_t total = m->n_params + m->n_state;
   float *hp = malloc((total + 1) * sizeof(float));
   if (!hp) return st_error(ST_ERR_NOMEM, "save_weights: out of memory");
@@ -33,7 +33,7 @@ static st_status gather(const st_model *m, st_named_tensor *ts, float **blob) {
   for (int i = 0; i < m->nlayers; i++) {
     const st_layer *l = m->layers[i];
     for (int p = 0; p < l->nparams; p++, k++) {
-      describe(l, p, &ts[k]);
+      st__describe_var(l, p, &ts[k]);
       ts[k].data = st__var_ptr(l, p, hp, hp + m->n_params);
     }
   }
@@ -44,11 +44,11 @@ static st_status gather(const st_model *m, st_named_tensor *ts, float **blob) {
 st_status st_model_save_weights(const st_model *m, const char *path) {
   if (!m->compiled) return st_error(ST_ERR_INVALID, "save_weights: model is not compiled");
   m->strategy->vt->sync_to_model(m->strategy, (st_model *)m);
-  int n = count_vars(m);
+  int n = st__model_var_count(m);
   st_named_tensor *ts = calloc((size_t)n + 1, sizeof *ts);
   float *blob = NULL;
   if (!ts) return st_error(ST_ERR_NOMEM, "save_weights: out of memory");
-  st_status s = gather(m, ts, &blob);
+  st_status s = st__gather_vars(m, ts, &blob);
   if (s == ST_OK) {
     const char *keys[] = {"format", "model"};
     const char *vals[] = {"strata", m->name};
@@ -67,7 +67,7 @@ static const char *dims_str(const st_named_tensor *t, char *buf, size_t n) {
   return buf;
 }
 
-static st_status check_tensor(const char *path, const st_named_tensor *want,
+st_status st__check_tensor(const char *path, const st_named_tensor *want,
                               const st_named_tensor *got) {
   if (!got)
     return st_error(ST_ERR_FORMAT, "%s: tensor '%s' is missing", path, want->name);
@@ -85,20 +85,20 @@ st_status st_model_load_weights(st_model *m, const char *path) {
   st_safetensors f;
   st_status s = st__safetensors_read(path, &f);
   if (s != ST_OK) return s;
-  int n = count_vars(m);
+  int n = st__model_var_count(m);
   if (f.n != n)
     s = st_error(ST_ERR_FORMAT, "%s: %d tensors, the model has %d variables", path, f.n, n);
   for (int i = 0; s == ST_OK && i < m->nlayers; i++)
     for (int p = 0; s == ST_OK && p < m->layers[i]->nparams; p++) {
       st_named_tensor want;
-      describe(m->layers[i], p, &want);
-      s = check_tensor(path, &want, st__safetensors_find(&f, want.name));
+      st__describe_var(m->layers[i], p, &want);
+      s = st__check_tensor(path, &want, st__safetensors_find(&f, want.name));
     }
   for (int i = 0; s == ST_OK && i < m->nlayers; i++)
     for (int p = 0; p < m->layers[i]->nparams; p++) {
       const st_layer *l = m->layers[i];
       st_named_tensor want;
-      describe(l, p, &want);
+      st__describe_var(l, p, &want);
       const st_named_tensor *got = st__safetensors_find(&f, want.name);
       m->be->to_device(st__var_ptr(l, p, m->params, m->state), got->data,
                        st_shape_size(l->params[p].shape) * sizeof(float));

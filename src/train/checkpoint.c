@@ -1,0 +1,233 @@
+/* One checkpoint: ckpt-<seq>/ holding weights.safetensors (the variables),
+ * optimizer.safetensors (the slots, "<layer>/<param>/<slot>") and state.json
+ * (position, logs, optimizer and schedule, a CRC32C per tensor and per file,
+ * and a CRC32C of the state itself). Saving writes a temporary directory,
+ * fsyncs it and renames it into place before `latest` moves; restoring checks
+ * everything before the model changes. The ModelCheckpoint callback is here
+ * too. */
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "train/checkpoint.h"
+#include "train/checkpoint_io.h"
+
+#define CKPT_FORMAT "strata-checkpoint"
+#define CKPT_VERSION 1
+#define STATE_MAX (64u << 20)
+
+static const char *slot_name(const st_model *m, int k) {
+  switch (m->compile.optimizer.kind) {
+    case ST_OPT_ADAM:
+    case ST_OPT_ADAMW: return k == 0 ? "m" : "v";
+    case ST_OPT_RMSPROP: return k == 0 ? "rms" : "momentum";
+    default: return "velocity";
+  }
+}
+
+st_checkpoint_options st_checkpoint_default_options(void) {
+  st_checkpoint_options o = {3, 0};
+  return o;
+}
+
+/* ---- saving ---- */
+
+/* Slot tensors "<layer>/<param>/<slot>" over a host copy of all slots. */
+static st_status gather_slots(const st_model *m, st_named_tensor **ts, int *n, float **blob) {
+  int nv = 0;
+  for (int i = 0; i < m->nlayers; i++)
+    for (int p = 0; p < m->layers[i]->nparams; p++) nv += m->layers[i]->params[p].trainable;
+  *n = nv * m->n_slots;
+  *ts = calloc((size_t)*n + 1, sizeof **ts);
+  *blob = malloc(((size_t)m->n_slots * m->n_params + 1) * sizeof(float));
+  if (!*ts || !*blob) return st_error(ST_ERR_NOMEM, "checkpoint: out of memory");
+  int t = 0;
+  for (int k = 0; k < m->n_slots; k++) {
+    float *host = *blob + (size_t)k * m->n_params;
+    m->be->to_host(host, m->slots[k], m->n_params * sizeof(float));
+    for (int i = 0; i < m->nlayers; i++)
+      for (int p = 0; p < m->layers[i]->nparams; p++) {
+        const st_layer *l = m->layers[i];
+        if (!l->params[p].trainable) continue;
+        st__describe_var(l, p, &(*ts)[t]);
+        size_t len = strlen((*ts)[t].name);
+        snprintf((*ts)[t].name + len, sizeof (*ts)[t].name - len, "/%s", slot_name(m, k));
+        (*ts)[t++].data = host + l->params[p].offset;
+      }
+  }
+  return ST_OK;
+}
+
+static uint32_t tensor_crc(const st_named_tensor *t) {
+  size_t n = 1;
+  for (int d = 0; d < t->rank; d++) n *= (size_t)t->dims[d];
+  return st_crc32c(0, t->data, n * sizeof(float));
+}
+
+static json_t *crc_map(const st_named_tensor *ts, int n) {
+  json_t *o = json_object();
+  for (int i = 0; i < n; i++) json_object_set_new(o, ts[i].name, json_integer(tensor_crc(&ts[i])));
+  return o;
+}
+
+static st_status read_all(const char *path, size_t cap, char **buf, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return st_error(ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  struct stat sb;
+  if (fstat(fileno(f), &sb) != 0 || (size_t)sb.st_size > cap) {
+    fclose(f);
+    return st_error(ST_ERR_FORMAT, "%s: larger than %zu bytes", path, cap);
+  }
+  *len = (size_t)sb.st_size;
+  *buf = malloc(*len + 1);
+  bool ok = *buf && fread(*buf, 1, *len, f) == *len;
+  fclose(f);
+  if (!ok) {
+    free(*buf);
+    *buf = NULL;
+    return st_error(ST_ERR_IO, "%s: cannot read", path);
+  }
+  (*buf)[*len] = 0;
+  return ST_OK;
+}
+
+static st_status file_crc(const char *path, uint32_t *crc) {
+  char *buf = NULL;
+  size_t len = 0;
+  st_status s = read_all(path, (size_t)1 << 40, &buf, &len);
+  if (s != ST_OK) return s;
+  *crc = st_crc32c(0, buf, len);
+  free(buf);
+  return ST_OK;
+}
+
+static json_t *logs_json(const st_model *m) {
+  json_t *a = json_array();
+  for (int i = 0; i < m->pos.nlogs; i++) {
+    const st_epoch_logs *l = &m->pos.logs[i];
+    json_array_append_new(a, json_pack("{s:i, s:f, s:f, s:b, s:f, s:f, s:f, s:f, s:I}", "epoch",
+                                       l->epoch, "loss", l->loss, "accuracy", l->accuracy,
+                                       "has_validation", l->has_validation, "val_loss",
+                                       l->val_loss, "val_accuracy", l->val_accuracy, "lr", l->lr,
+                                       "seconds", l->seconds, "steps", (json_int_t)l->steps));
+  }
+  return a;
+}
+
+static json_t *state_json(const st_model *m) {
+  const st_schedule *lr = &m->compile.optimizer.lr;
+  const struct st_train_position *p = &m->pos;
+  return json_pack(
+      "{s:s, s:i, s:s, s:I, s:I, s:I, s:I, s:f, s:I, s:I, s:I, s:s, s:{s:i, s:f, s:I, s:f, s:b, "
+      "s:f}, s:o}",
+      "format", CKPT_FORMAT, "version", CKPT_VERSION, "model", m->name, "seed",
+      (json_int_t)m->seed, "step", (json_int_t)m->step, "epoch", (json_int_t)p->epoch,
+      "step_in_epoch", (json_int_t)p->step_in_epoch, "loss_sum", p->loss_sum, "examples",
+      (json_int_t)p->examples, "correct", (json_int_t)p->correct, "metric_count",
+      (json_int_t)p->metric_count, "optimizer", st_optimizer_name(m->compile.optimizer.kind),
+      "lr_schedule", "kind", (int)lr->kind, "initial", (double)lr->initial, "decay_steps",
+      (json_int_t)lr->decay_steps, "decay_rate", (double)lr->decay_rate, "staircase",
+      lr->staircase, "alpha", (double)lr->alpha, "history", logs_json(m));
+}
+
+/* CRC32C of the compact, key-sorted dump of o without "state_crc32c". */
+static uint32_t state_crc(json_t *o) {
+  json_t *copy = json_deep_copy(o);
+  json_object_del(copy, "state_crc32c");
+  char *text = json_dumps(copy, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
+  uint32_t crc = text ? st_crc32c(0, text, strlen(text)) : 0;
+  free(text);
+  json_decref(copy);
+  return crc;
+}
+
+static st_status write_json(const char *path, json_t *o) {
+  FILE *f = fopen(path, "wb");
+  if (!f) return st_error(ST_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+  bool ok = json_dumpf(o, f, JSON_INDENT(1) | JSON_SORT_KEYS | JSON_REAL_PRECISION(17)) == 0 &&
+            fflush(f) == 0 && fsync(fileno(f)) == 0;
+  ok = fclose(f) == 0 && ok;
+  return ok ? ST_OK : st_error(ST_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+}
+
+/* Test hook: keep only the first `budget` bytes of the files, in write
+ * order, as a crash in the middle of the save would. */
+static st_status simulate_crash(const char *tmp, int64_t budget) {
+  const char *files[] = {"weights.safetensors", "optimizer.safetensors", "state.json"};
+  for (int i = 0; i < 3; i++) {
+    char p[4200];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/%s", tmp, files[i]);
+    if (stat(p, &sb) != 0) continue;
+    int64_t keep = budget < sb.st_size ? (budget > 0 ? budget : 0) : sb.st_size;
+    if (keep < sb.st_size && truncate(p, keep) != 0) break;
+    budget -= sb.st_size;
+  }
+  return st_error(ST_ERR_IO, "%s: test hook: the write stopped part way", tmp);
+}
+
+static st_status write_files(st_model *m, const char *tmp, json_t *state) {
+  int nv = st__model_var_count(m), ns = 0;
+  st_named_tensor *vt = calloc((size_t)nv + 1, sizeof *vt), *stt = NULL;
+  float *vblob = NULL, *sblob = NULL;
+  char p[4200];
+  st_status s = vt ? st__gather_vars(m, vt, &vblob) : st_error(ST_ERR_NOMEM, "checkpoint: out of memory");
+  if (s == ST_OK) s = gather_slots(m, &stt, &ns, &sblob);
+  if (s == ST_OK) {
+    snprintf(p, sizeof p, "%s/weights.safetensors", tmp);
+    s = st__safetensors_write(p, vt, nv, NULL, NULL, 0);
+  }
+  uint32_t wcrc = 0, ocrc = 0;
+  if (s == ST_OK) s = file_crc(p, &wcrc);
+  if (s == ST_OK) {
+    snprintf(p, sizeof p, "%s/optimizer.safetensors", tmp);
+    s = st__safetensors_write(p, stt, ns, NULL, NULL, 0);
+  }
+  if (s == ST_OK) s = file_crc(p, &ocrc);
+  if (s == ST_OK) {
+    json_object_set_new(state, "tensors", json_pack("{s:o, s:o}", "weights", crc_map(vt, nv),
+                                                    "optimizer", crc_map(stt, ns)));
+    json_object_set_new(state, "files", json_pack("{s:I, s:I}", "weights.safetensors",
+                                                  (json_int_t)wcrc, "optimizer.safetensors",
+                                                  (json_int_t)ocrc));
+    json_object_set_new(state, "state_crc32c", json_integer(state_crc(state)));
+    snprintf(p, sizeof p, "%s/state.json", tmp);
+    s = write_json(p, state);
+  }
+  free(vt), free(vblob), free(stt), free(sblob);
+  return s;
+}
+
+st_status st_checkpoint_save(st_model *m, const char *dir, const st_checkpoint_options *o) {
+  if (!m->compiled) return st_error(ST_ERR_INVALID, "checkpoint: model is not compiled");
+  st_status s = st__mkdir_p(dir);
+  if (s != ST_OK) return s;
+  m->strategy->vt->sync_to_model(m->strategy, m);
+  long seq = st__ckpt_next_seq(dir);
+  char name[32], tmp[4096], dst[4096];
+  snprintf(name, sizeof name, "ckpt-%06ld", seq);
+  snprintf(tmp, sizeof tmp, "%s/.tmp-%s-%d", dir, name, (int)getpid());
+  snprintf(dst, sizeof dst, "%s/%s", dir, name);
+  st__remove_tree(tmp); /* left by an interrupted save of this process */
+  if (mkdir(tmp, 0777) != 0)
+    return st_error(ST_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+  json_t *state = state_json(m);
+  s = state ? write_files(m, tmp, state) : st_error(ST_ERR_NOMEM, "checkpoint: out of memory");
+  json_decref(state);
+  if (s == ST_OK && o->test_fail_after_bytes > 0) return simulate_crash(tmp, o->test_fail_after_bytes);
+  if (s == ST_OK) s = st__fsync_path(tmp);
+  if (s == ST_OK && rename(tmp, dst) != 0)
+    s = st_error(ST_ERR_IO, "%s: cannot rename to %s: %s", tmp, dst, strerror(errno));
+  if (s != ST_OK) {
+    st__remove_tree(tmp);
+    return s;
+  }
+  if ((s = st__fsync_path(dir)) != ST_OK || (s = st__ckpt_write_latest(dir, name)) != ST_OK)
+    return s;
+  st__ckpt_prune(dir, o->keep, seq);
+  return ST_OK;
+}

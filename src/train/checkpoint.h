@@ -1,0 +1,23 @@
+/* Internal to src/train: checkpoint helpers and the variable naming shared by
+ * weights.c (save/load_weights) and checkpoint.c. */
+#ifndef STRATA_TRAIN_CHECKPOINT_H
+#define STRATA_TRAIN_CHECKPOINT_H
+
+#include "distribute/strategy.h"
+#include "train/safetensors.h"
+
+/* Variables of the model, in layer order. */
+int st__model_var_count(const st_model *m);
+/* Name ("<layer>/<param>") and shape of parameter p of layer l. */
+void st__describe_var(const st_layer *l, int p, st_named_tensor *t);
+/* Host copies of every variable: ts[st__model_var_count(m)] point into *blob
+ * (caller frees). */
+st_status st__gather_vars(const st_model *m, st_named_tensor *ts, float **blob);
+/* got must exist and have want's shape; errors name path and tensor. */
+st_status st__check_tensor(const char *path, const st_named_tensor *want,
+                           const st_named_tensor *got);
+/* Remove every checkpoint Strata wrote in dir (ckpt-*, latest, temporaries),
+ * then dir itself if it is empty. Best effort. */
+void st__checkpoint_remove_all(const char *dir);
+
+#endif

@@ -1,0 +1,226 @@
+/* Restoring a checkpoint: state.json is checked against its own CRC32C, each
+ * safetensors file against the CRC32C of its bytes (on a mismatch the damaged
+ * tensor is named when the file still parses), every variable and slot
+ * against the model's names and shapes and its own CRC32C — all before the
+ * model changes. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/checkpoint.h"
+#include "train/checkpoint_io.h"
+
+typedef struct loaded {
+  char dir[4096];
+  json_t *state;
+  st_safetensors w, o;
+} loaded;
+
+static st_status state_int(const loaded *L, const char *key, int64_t lo, int64_t *out) {
+  json_t *v = json_object_get(L->state, key);
+  if (!json_is_integer(v) || json_integer_value(v) < lo)
+    return st_error(ST_ERR_FORMAT, "%s/state.json: field '%s' missing or out of range", L->dir, key);
+  *out = json_integer_value(v);
+  return ST_OK;
+}
+
+static uint32_t state_crc(json_t *o) {
+  json_t *copy = json_deep_copy(o);
+  json_object_del(copy, "state_crc32c");
+  char *text = json_dumps(copy, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
+  uint32_t crc = text ? st_crc32c(0, text, strlen(text)) : 0;
+  free(text);
+  json_decref(copy);
+  return crc;
+}
+
+static st_status load_state(loaded *L) {
+  char p[4200];
+  snprintf(p, sizeof p, "%s/state.json", L->dir);
+  json_error_t err;
+  L->state = json_load_file(p, JSON_REJECT_DUPLICATES, &err);
+  if (!L->state)
+    return st_error(ST_ERR_FORMAT, "%s: line %d: %s", p, err.line, err.text);
+  int64_t crc;
+  st_status s = state_int(L, "state_crc32c", 0, &crc);
+  if (s == ST_OK && (uint32_t)crc != state_crc(L->state))
+    return st_error(ST_ERR_FORMAT, "%s: checksum mismatch: the state is damaged", p);
+  json_t *fmt = json_object_get(L->state, "format");
+  int64_t ver;
+  if (s == ST_OK && (!json_is_string(fmt) || strcmp(json_string_value(fmt), "strata-checkpoint")))
+    return st_error(ST_ERR_FORMAT, "%s: not a Strata checkpoint (field 'format')", p);
+  if (s == ST_OK && (s = state_int(L, "version", 1, &ver)) == ST_OK && ver != 1)
+    return st_error(ST_ERR_FORMAT, "%s: version %lld not supported (1)", p, (long long)ver);
+  return s;
+}
+
+/* CRC of a file's bytes against state.json; on a mismatch name the tensor. */
+static st_status check_file(loaded *L, const char *file, const char *group, st_safetensors *out) {
+  char p[4200];
+  snprintf(p, sizeof p, "%s/%s", L->dir, file);
+  FILE *f = fopen(p, "rb");
+  if (!f) return st_error(ST_ERR_IO, "%s: cannot open", p);
+  uint32_t crc = 0;
+  char buf[1 << 16];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, f)) > 0;) crc = st_crc32c(crc, buf, n);
+  fclose(f);
+  json_t *want = json_object_get(json_object_get(L->state, "files"), file);
+  bool file_ok = json_is_integer(want) && (uint32_t)json_integer_value(want) == crc;
+  st_status s = st__safetensors_read(p, out);
+  if (s != ST_OK) return file_ok ? s : st_error(ST_ERR_FORMAT, "%s: checksum mismatch: %s", p, st_last_error());
+  json_t *crcs = json_object_get(json_object_get(L->state, "tensors"), group);
+  for (int i = 0; i < out->n; i++) {
+    const st_named_tensor *t = &out->tensors[i];
+    size_t cnt = 1;
+    for (int d = 0; d < t->rank; d++) cnt *= (size_t)t->dims[d];
+    json_t *c = json_object_get(crcs, t->name);
+    if (!json_is_integer(c) || (uint32_t)json_integer_value(c) != st_crc32c(0, t->data, cnt * 4))
+      return st_error(ST_ERR_FORMAT, "%s: tensor '%s': checksum mismatch (data damaged)", p, t->name);
+  }
+  if (!file_ok)
+    return st_error(ST_ERR_FORMAT, "%s: checksum mismatch in the file's header", p);
+  return ST_OK;
+}
+
+/* Every variable and slot of the model is in the files with its shape. */
+static st_status check_model(const loaded *L, const st_model *m) {
+  char wp[4200], op[4200];
+  snprintf(wp, sizeof wp, "%s/weights.safetensors", L->dir);
+  snprintf(op, sizeof op, "%s/optimizer.safetensors", L->dir);
+  if (L->w.n != st__model_var_count(m))
+    return st_error(ST_ERR_FORMAT, "%s: %d tensors, the model has %d variables", wp, L->w.n,
+                    st__model_var_count(m));
+  json_t *opt = json_object_get(L->state, "optimizer");
+  if (!json_is_string(opt) || strcmp(json_string_value(opt), st_optimizer_name(m->compile.optimizer.kind)))
+    return st_error(ST_ERR_FORMAT, "%s/state.json: optimizer '%s', the model uses '%s'", L->dir,
+                    json_is_string(opt) ? json_string_value(opt) : "?",
+                    st_optimizer_name(m->compile.optimizer.kind));
+  int nslot = 0;
+  for (int i = 0; i < m->nlayers; i++)
+    for (int p = 0; p < m->layers[i]->nparams; p++) {
+      st_named_tensor want;
+      st__describe_var(m->layers[i], p, &want);
+      st_status s = st__check_tensor(wp, &want, st__safetensors_find(&L->w, want.name));
+      if (s != ST_OK) return s;
+      nslot += m->layers[i]->params[p].trainable * m->n_slots;
+    }
+  if (L->o.n != nslot)
+    return st_error(ST_ERR_FORMAT, "%s: %d slot tensors, the optimizer needs %d", op, L->o.n, nslot);
+  return ST_OK;
+}
+
+static void apply_vars(const loaded *L, st_model *m) {
+  int t = 0;
+  for (int i = 0; i < m->nlayers; i++)
+    for (int p = 0; p < m->layers[i]->nparams; p++) {
+      const st_layer *l = m->layers[i];
+      st_named_tensor want;
+      st__describe_var(l, p, &want);
+      size_t bytes = st_shape_size(l->params[p].shape) * sizeof(float);
+      m->be->to_device(st__var_ptr(l, p, m->params, m->state),
+                       st__safetensors_find(&L->w, want.name)->data, bytes);
+      if (!l->params[p].trainable) continue;
+      for (int k = 0; k < m->n_slots; k++) /* slots in file order: slot-major */
+        m->be->to_device(m->slots[k] + l->params[p].offset,
+                         L->o.tensors[(size_t)k * (size_t)(L->o.n / (m->n_slots ? m->n_slots : 1)) + t].data,
+                         bytes);
+      t++;
+    }
+}
+
+typedef struct position {
+  struct st_train_position p;
+  int64_t step;
+  st_schedule lr;
+} position;
+
+static st_status read_history(const loaded *L, position *out) {
+  json_t *h = json_object_get(L->state, "history");
+  size_t n = json_array_size(h);
+  st_epoch_logs *logs = calloc(n + 1, sizeof *logs);
+  if (!logs) return st_error(ST_ERR_NOMEM, "checkpoint: out of memory");
+  for (size_t i = 0; i < n; i++) {
+    json_t *e = json_array_get(h, i);
+    int hv = 0;
+    json_int_t steps = 0;
+    if (json_unpack(e, "{s:i, s:F, s:F, s:b, s:F, s:F, s:F, s:F, s:I}", "epoch", &logs[i].epoch,
+                    "loss", &logs[i].loss, "accuracy", &logs[i].accuracy, "has_validation", &hv,
+                    "val_loss", &logs[i].val_loss, "val_accuracy", &logs[i].val_accuracy, "lr",
+                    &logs[i].lr, "seconds", &logs[i].seconds, "steps", &steps) != 0) {
+      free(logs);
+      return st_error(ST_ERR_FORMAT, "%s/state.json: history entry %zu is malformed", L->dir, i);
+    }
+    logs[i].has_validation = hv;
+    logs[i].steps = steps;
+  }
+  out->p.logs = logs;
+  out->p.nlogs = (int)n;
+  return ST_OK;
+}
+
+/* Everything state.json says about where training stands, validated. */
+static st_status read_position(const loaded *L, position *out) {
+  memset(out, 0, sizeof *out);
+  json_t *ls = json_object_get(L->state, "lr_schedule"), *loss = json_object_get(L->state, "loss_sum");
+  double initial = 0, rate = 0, alpha = 0;
+  int kind = 0, stair = 0;
+  json_int_t dsteps = 0;
+  st_status s = state_int(L, "step", 0, &out->step);
+  if (s == ST_OK) s = state_int(L, "epoch", 0, &out->p.epoch);
+  if (s == ST_OK) s = state_int(L, "step_in_epoch", 0, &out->p.step_in_epoch);
+  if (s == ST_OK) s = state_int(L, "examples", 0, &out->p.examples);
+  if (s == ST_OK) s = state_int(L, "correct", 0, &out->p.correct);
+  if (s == ST_OK) s = state_int(L, "metric_count", 0, &out->p.metric_count);
+  if (s == ST_OK && (!json_is_number(loss) ||
+                     json_unpack(ls, "{s:i, s:F, s:I, s:F, s:b, s:F}", "kind", &kind, "initial",
+                                 &initial, "decay_steps", &dsteps, "decay_rate", &rate,
+                                 "staircase", &stair, "alpha", &alpha) != 0 ||
+                     kind < 0 || kind >= ST_SCHEDULE_COUNT || !(initial > 0)))
+    s = st_error(ST_ERR_FORMAT, "%s/state.json: loss_sum or lr_schedule malformed", L->dir);
+  if (s != ST_OK) return s;
+  out->p.loss_sum = json_number_value(loss);
+  out->lr = (st_schedule){(st_schedule_kind)kind, (float)initial, dsteps, (float)rate, stair,
+                          (float)alpha};
+  return read_history(L, out);
+}
+
+static st_status resolve(const char *dir, loaded *L) {
+  char latest[4096];
+  if (st_checkpoint_latest(dir, latest, sizeof latest) == ST_OK) {
+    snprintf(L->dir, sizeof L->dir, "%s", latest);
+    return ST_OK;
+  }
+  const char *base = strrchr(dir, '/');
+  if (st__ckpt_seq(base ? base + 1 : dir) >= 0) {
+    st_clear_error();
+    snprintf(L->dir, sizeof L->dir, "%s", dir);
+    return ST_OK;
+  }
+  return ST_ERR_IO; /* st_checkpoint_latest's message stands */
+}
+
+st_status st_checkpoint_restore(st_model *m, const char *dir) {
+  if (!m->compiled) return st_error(ST_ERR_INVALID, "checkpoint: model is not compiled");
+  loaded L;
+  memset(&L, 0, sizeof L);
+  st_status s = resolve(dir, &L);
+  if (s == ST_OK) s = load_state(&L);
+  if (s == ST_OK) s = check_file(&L, "weights.safetensors", "weights", &L.w);
+  if (s == ST_OK) s = check_file(&L, "optimizer.safetensors", "optimizer", &L.o);
+  if (s == ST_OK) s = check_model(&L, m);
+  position pos = {0};
+  if (s == ST_OK) s = read_position(&L, &pos);
+  if (s == ST_OK) { /* all checked: now the model changes */
+    apply_vars(&L, m);
+    free(m->pos.logs);
+    m->pos = pos.p;
+    m->step = pos.step;
+    m->compile.optimizer.lr = pos.lr;
+    m->strategy->vt->sync_from_model(m->strategy, m);
+  }
+  json_decref(L.state);
+  st__safetensors_free(&L.w);
+  st__safetensors_free(&L.o);
+  return s;
+}

@@ -1,0 +1,270 @@
+/* Checkpoints: save -> restore gives identical variables, slots, step and
+ * predictions; a fit stopped at any step and resumed from its backup ends with
+ * the bytes (and history) of an uninterrupted fit, for one device and
+ * mirrored; a save interrupted at many byte offsets leaves the previous
+ * checkpoint as latest and loadable; every single-bit flip anywhere in a
+ * checkpoint and every truncation is detected, leaving the model untouched;
+ * --keep prunes. */
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "nn/model.h"
+#include "strata/strata.h"
+
+enum { N = 200, D = 6, C = 4 };
+static float X[N * D], Y[N];
+static char root[] = "/tmp/strata_ckpt_XXXXXX";
+
+static void make_data(void) {
+  st_rng r = st_rng_make(5, 0);
+  for (int i = 0; i < N * D; i++) X[i] = st_rng_normal(&r);
+  for (int i = 0; i < N; i++) Y[i] = (float)((X[i * D] > 0) + 2 * (X[i * D + 1] > 0));
+}
+
+static st_dataset *dataset(void) {
+  st_tensor x = {ST_F32, 2, {N, D}, X}, y = {ST_F32, 1, {N}, Y};
+  st_dataset *ds = NULL;
+  if (st_dataset_from_tensor_slices(&x, &y, 1.0f, false, &ds) != ST_OK) return NULL;
+  ds = st_dataset_shuffle(ds, N, 8, true);
+  return ds ? st_dataset_batch(ds, 16, false) : NULL; /* 13 steps per epoch */
+}
+
+static st_model *model(st_strategy_kind kind) {
+  st_strategy_options so = st_strategy_default_options(kind);
+  if (kind == ST_STRATEGY_MIRRORED) so.replicas = 2;
+  st_strategy *s = NULL;
+  CHECK_OK(st_strategy_create(&so, &s));
+  st_model_options mo = st_model_default_options(st_shape1(D));
+  mo.seed = 3;
+  mo.strategy = s;
+  st_model *m = NULL;
+  CHECK_OK(st_sequential_create(&mo, &m));
+  CHECK_OK(st_model_add(m, st_dense(12, ST_ACT_RELU)));
+  CHECK_OK(st_model_add(m, st_batchnorm()));
+  CHECK_OK(st_model_add(m, st_dropout(0.1f)));
+  CHECK_OK(st_model_add(m, st_dense(C, ST_ACT_LINEAR)));
+  st_compile_options co = st_compile_default_options();
+  CHECK_OK(st_model_compile(m, &co));
+  m->owns_strategy = true;
+  return m;
+}
+
+static float *weights(st_model *m) {
+  float *w = malloc(st_model_weights_size(m) * sizeof(float));
+  CHECK_OK(st_model_get_weights(m, w));
+  return w;
+}
+
+/* Stops fit at a given global step, as a crash would. */
+typedef struct stopper {
+  int64_t at, seen;
+} stopper;
+static st_status stop_at(void *user, st_model *m, const st_batch_logs *l) {
+  stopper *s = user;
+  (void)m, (void)l;
+  return ++s->seen == s->at ? st_error(ST_ERR_INTERNAL, "simulated crash") : ST_OK;
+}
+
+static st_status fit(st_model *m, const char *backup, int64_t every, int64_t crash_at, st_history *h) {
+  st_dataset *ds = dataset();
+  stopper sp = {crash_at, 0};
+  st_callback cb = {&sp, NULL, stop_at, NULL};
+  st_fit_options fo = st_fit_default_options();
+  fo.epochs = 3;
+  fo.backup_dir = backup;
+  fo.backup_every_steps = every;
+  fo.callbacks = &cb;
+  fo.ncallbacks = crash_at > 0;
+  st_status s = st_model_fit(m, ds, &fo, h);
+  st_dataset_destroy(ds);
+  return s;
+}
+
+static void test_resume(st_strategy_kind kind) {
+  st_model *ref = model(kind);
+  st_history href;
+  CHECK_OK(fit(ref, NULL, 0, 0, &href));
+  float *want = weights(ref);
+  size_t nw = st_model_weights_size(ref);
+  int64_t crashes[] = {1, 5, 13, 14, 20, 26, 27, 38};
+  for (int i = 0; i < 8; i++) {
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s/backup%d", root, i);
+    st_model *a = model(kind);
+    st_history h1, h2;
+    CHECK(fit(a, dir, 4, crashes[i], &h1) == ST_ERR_INTERNAL);
+    st_model_destroy(a);
+    st_model *b = model(kind); /* a new process would start like this */
+    CHECK_OK(fit(b, dir, 4, 0, &h2));
+    float *got = weights(b);
+    CHECK_MSG(memcmp(want, got, nw * sizeof(float)) == 0, "%s: crash at step %lld: weights differ",
+              st_strategy_kind_name(kind), (long long)crashes[i]);
+    CHECK(b->step == ref->step && h2.epochs == 3);
+    for (int e = 0; e < 3 && h2.epochs == 3; e++)
+      CHECK(h2.logs[e].loss == href.logs[e].loss && h2.logs[e].accuracy == href.logs[e].accuracy);
+    struct stat sb;
+    CHECK_MSG(stat(dir, &sb) != 0, "backup %s not removed after completion", dir);
+    free(got);
+    st_history_free(&h1), st_history_free(&h2);
+    st_model_destroy(b);
+  }
+  st_history_free(&href);
+  free(want);
+  st_model_destroy(ref);
+}
+
+static int count_ckpts(const char *dir) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  for (struct dirent *e; d && (e = readdir(d)) != NULL;) n += !strncmp(e->d_name, "ckpt-", 5);
+  if (d) closedir(d);
+  return n;
+}
+
+static void test_roundtrip_and_keep(void) {
+  char dir[256];
+  snprintf(dir, sizeof dir, "%s/rt", root);
+  st_model *m = model(ST_STRATEGY_ONE_DEVICE);
+  st_history h;
+  CHECK_OK(fit(m, NULL, 0, 0, &h));
+  st_checkpoint_options o = st_checkpoint_default_options();
+  o.keep = 2;
+  for (int i = 0; i < 5; i++) CHECK_OK(st_checkpoint_save(m, dir, &o));
+  CHECK(count_ckpts(dir) == 2);
+  char latest[512];
+  CHECK_OK(st_checkpoint_latest(dir, latest, sizeof latest));
+  CHECK(strstr(latest, "ckpt-000005") != NULL);
+  st_model *r = model(ST_STRATEGY_ONE_DEVICE);
+  CHECK_OK(st_checkpoint_restore(r, dir));
+  float *a = weights(m), *b = weights(r);
+  CHECK(memcmp(a, b, st_model_weights_size(m) * sizeof(float)) == 0);
+  CHECK(r->step == m->step && r->pos.epoch == 3 && r->pos.nlogs == 3);
+  for (int k = 0; k < m->n_slots; k++)
+    CHECK(memcmp(m->slots[k], r->slots[k], m->n_params * sizeof(float)) == 0);
+  free(a), free(b);
+  st_history_free(&h);
+  st_model_destroy(m);
+  st_model_destroy(r);
+}
+
+static void test_interrupted_writes(void) {
+  char dir[256];
+  snprintf(dir, sizeof dir, "%s/crash", root);
+  st_model *m = model(ST_STRATEGY_ONE_DEVICE);
+  st_history h;
+  CHECK_OK(fit(m, NULL, 0, 0, &h));
+  st_checkpoint_options o = st_checkpoint_default_options();
+  CHECK_OK(st_checkpoint_save(m, dir, &o));
+  float *w0 = weights(m);
+  int64_t offsets[] = {1, 7, 8, 100, 500, 1000, 2000, 5000, 9000, 20000, 60000};
+  for (int i = 0; i < 11; i++) {
+    o.test_fail_after_bytes = offsets[i];
+    CHECK(st_checkpoint_save(m, dir, &o) == ST_ERR_IO);
+    char latest[512];
+    CHECK_OK(st_checkpoint_latest(dir, latest, sizeof latest));
+    CHECK(strstr(latest, "ckpt-000001") != NULL);
+    st_model *r = model(ST_STRATEGY_ONE_DEVICE);
+    CHECK_OK(st_checkpoint_restore(r, dir));
+    float *w = weights(r);
+    CHECK(memcmp(w, w0, st_model_weights_size(m) * sizeof(float)) == 0);
+    free(w);
+    st_model_destroy(r);
+  }
+  o.test_fail_after_bytes = 0;
+  CHECK_OK(st_checkpoint_save(m, dir, &o)); /* cleans the temporaries */
+  DIR *d = opendir(dir);
+  for (struct dirent *e; d && (e = readdir(d)) != NULL;) CHECK(strncmp(e->d_name, ".tmp", 4) != 0);
+  if (d) closedir(d);
+  free(w0);
+  st_history_free(&h);
+  st_model_destroy(m);
+}
+
+static size_t file_size(const char *p) {
+  struct stat sb;
+  return stat(p, &sb) == 0 ? (size_t)sb.st_size : 0;
+}
+
+static void flip_bit(const char *path, size_t byte, int bit) {
+  FILE *f = fopen(path, "r+b");
+  fseek(f, (long)byte, SEEK_SET);
+  int c = fgetc(f);
+  fseek(f, (long)byte, SEEK_SET);
+  fputc(c ^ (1 << bit), f);
+  fclose(f);
+}
+
+/* One flipped bit anywhere in a checkpoint: restore fails, model untouched. */
+static void test_corruption(void) {
+  char dir[256], ck[512];
+  snprintf(dir, sizeof dir, "%s/flip", root);
+  st_model *m = model(ST_STRATEGY_ONE_DEVICE);
+  st_history h;
+  CHECK_OK(fit(m, NULL, 0, 0, &h));
+  st_checkpoint_options o = st_checkpoint_default_options();
+  CHECK_OK(st_checkpoint_save(m, dir, &o));
+  CHECK_OK(st_checkpoint_latest(dir, ck, sizeof ck));
+  const char *files[] = {"weights.safetensors", "optimizer.safetensors", "state.json", "../latest"};
+  st_model *victim = model(ST_STRATEGY_ONE_DEVICE);
+  float *before = weights(victim);
+  size_t nw = st_model_weights_size(victim);
+  st_rng r = st_rng_make(77, 0);
+  int detected = 0, trials = 400, named = 0;
+  for (int t = 0; t < trials; t++) {
+    char p[700];
+    snprintf(p, sizeof p, "%s/%s", ck, files[t % 4]);
+    size_t size = file_size(p), byte = (size_t)st_rng_below(&r, size);
+    int bit = (int)st_rng_below(&r, 8);
+    flip_bit(p, byte, bit);
+    st_status s = st_checkpoint_restore(victim, dir);
+    detected += s != ST_OK;
+    named += s != ST_OK && strstr(st_last_error(), "tensor '") != NULL;
+    if (s == ST_OK) fprintf(stderr, "undetected flip: %s byte %zu bit %d\n", p, byte, bit);
+    flip_bit(p, byte, bit); /* undo */
+  }
+  fprintf(stderr, "bit flips detected: %d/%d (%d naming the tensor)\n", detected, trials, named);
+  CHECK(detected == trials && named > 0);
+  float *after = weights(victim);
+  CHECK(memcmp(before, after, nw * sizeof(float)) == 0);
+  CHECK(victim->step == 0);
+  CHECK_OK(st_checkpoint_restore(victim, dir)); /* intact again */
+  /* every truncation of the weights file is rejected */
+  char p[700], bak[720];
+  snprintf(p, sizeof p, "%s/weights.safetensors", ck);
+  snprintf(bak, sizeof bak, "%s.bak", p);
+  size_t size = file_size(p);
+  CHECK(link(p, bak) == 0 && unlink(p) == 0);
+  int rejected = 0;
+  for (size_t len = 0; len < size; len++) {
+    FILE *in = fopen(bak, "rb"), *out = fopen(p, "wb");
+    char buf[1 << 16];
+    for (size_t left = len, n; left && (n = fread(buf, 1, left < sizeof buf ? left : sizeof buf, in));)
+      fwrite(buf, 1, n, out), left -= n;
+    fclose(in), fclose(out);
+    rejected += st_checkpoint_restore(victim, dir) != ST_OK;
+  }
+  CHECK_MSG(rejected == (int)size, "%d of %zu truncations rejected", rejected, size);
+  rename(bak, p);
+  free(before), free(after);
+  st_history_free(&h);
+  st_model_destroy(m);
+  st_model_destroy(victim);
+}
+
+int main(void) {
+  make_data();
+  CHECK(mkdtemp(root) != NULL);
+  test_roundtrip_and_keep();
+  test_resume(ST_STRATEGY_ONE_DEVICE);
+  test_resume(ST_STRATEGY_MIRRORED);
+  test_interrupted_writes();
+  test_corruption();
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+  CHECK(system(cmd) == 0);
+  return check_report();
+}
