@@ -78,6 +78,25 @@ check "the report says which strategy ran on how many replicas" "$py -c '
 import json; d=json.load(open(\"$tmp/strategycentralstoragereplicas3.json\"))
 assert d[\"strategy\"]==\"central_storage\" and d[\"replicas\"]==3, d'"
 
+# Callbacks from the command line: CSVLogger, TensorBoard, the SVG plot,
+# ModelCheckpoint with --keep, EarlyStopping.
+"$cli" train --model mlp --train-examples 3000 --epochs 3 --batch-size 64 --validation-split 0.2 \
+  --csv "$tmp/log.csv" --log-dir "$tmp/tb" --plot "$tmp/curves.svg" --checkpoint-dir "$tmp/ck" \
+  --keep 2 --early-stopping 5 --quiet >/dev/null 2>"$tmp/cb.err"
+check "train with every callback flag exits 0" "[ $? -eq 0 ]"
+check "CSV: header and one row per epoch" \
+  "[ \"\$(head -1 $tmp/log.csv)\" = 'epoch,loss,accuracy,val_loss,val_accuracy,lr' ] && [ \$(wc -l < $tmp/log.csv) -eq 4 ]"
+check "TensorBoard files decode with the independent reader (train and validation runs)" \
+  "$py $STRATA_SOURCE_DIR/tests/tb_decode.py $tmp/tb > $tmp/tb.jsonl && grep -q '\"validation\"' $tmp/tb.jsonl && grep -q epoch_loss $tmp/tb.jsonl"
+check "the SVG plot parses and has 4 curves" "$py -c '
+import xml.etree.ElementTree as ET; r=ET.parse(\"$tmp/curves.svg\").getroot()
+assert r.tag.endswith(\"svg\"); assert len([e for e in r.iter() if e.tag.endswith(\"polyline\")])==4'"
+check "ModelCheckpoint kept the newest 2 checkpoints" "[ \$(ls -d $tmp/ck/ckpt-* | wc -l) -eq 2 ] && [ -e $tmp/ck/latest ]"
+"$cli" train --model mlp --keep 2 --quiet >/dev/null 2>"$tmp/e.err"
+check "--keep without --checkpoint-dir is a usage error" "[ $? -eq 2 ] && grep -q checkpoint-dir $tmp/e.err"
+"$cli" train --model mlp --early-stopping 2 --quiet >/dev/null 2>"$tmp/e.err"
+check "EarlyStopping on val_loss without validation is a usage error" "[ $? -eq 2 ] && grep -q validation-split $tmp/e.err"
+
 # The example program trains the cnn through the public API (small generated set).
 example="$(dirname "$cli")/example_train_cnn"
 $py "$STRATA_SOURCE_DIR/tests/mkidx.py" "$tmp/small"
