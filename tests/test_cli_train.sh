@@ -97,6 +97,18 @@ check "--keep without --checkpoint-dir is a usage error" "[ $? -eq 2 ] && grep -
 "$cli" train --model mlp --early-stopping 2 --quiet >/dev/null 2>"$tmp/e.err"
 check "EarlyStopping on val_loss without validation is a usage error" "[ $? -eq 2 ] && grep -q validation-split $tmp/e.err"
 
+# Keras model import: the cnn's Keras 3 JSON is the built-in cnn (summary and
+# trained weights), a bad config exits 2 naming layer and option.
+k=$STRATA_SOURCE_DIR/tests/keras
+check "summary of cnn_keras3.json equals the built-in cnn's" \
+  "diff <(\"$cli\" summary --model $k/cnn_keras3.json) <(\"$cli\" summary --model cnn) >/dev/null"
+"$cli" train --model "$k/cnn_keras2.json" --train-examples 640 --epochs 1 --quiet --save "$tmp/k.safetensors" >/dev/null 2>&1
+"$cli" train --model cnn --train-examples 640 --epochs 1 --quiet --save "$tmp/b.safetensors" >/dev/null 2>&1
+check "a Keras 2 JSON of the cnn trains to the built-in cnn's exact weights" "cmp -s $tmp/k.safetensors $tmp/b.safetensors"
+"$cli" train --model "$k/bad_dilation.json" --quiet >/dev/null 2>"$tmp/k.err"
+check "an unsupported Keras option exits 2 naming layer and option" \
+  "[ $? -eq 2 ] && grep -q \"layer 3 ('conv2d_1', Conv2D): dilation_rate\" $tmp/k.err"
+
 # The example program trains the cnn through the public API (small generated set).
 example="$(dirname "$cli")/example_train_cnn"
 $py "$STRATA_SOURCE_DIR/tests/mkidx.py" "$tmp/small"

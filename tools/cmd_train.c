@@ -177,10 +177,14 @@ static st_status build_model(const char *name, const st_strategy_options *so, ui
   mo.strategy = *strategy;
   size_t len = strlen(name);
   bool json = len > 5 && !strcmp(name + len - 5, ".json");
-  s = json ? st_error(ST_ERR_NOT_BUILT, "%s: Keras import arrives with keras_json.c", name)
-           : st_builtin_model_create(name, &mo, model);
+  if (json) mo.name = NULL; /* keep the Keras model's name */
+  s = json ? st_model_from_keras_json(name, &mo, model) : st_builtin_model_create(name, &mo, model);
   if (s != ST_OK) return s;
   st_compile_options co = st_compile_default_options();
+  /* a model that ends in softmax outputs probabilities, not logits */
+  int nl = st_model_layer_count(*model);
+  if (nl && st_layer_output_activation(st_model_layer(*model, nl - 1)) == ST_ACT_SOFTMAX)
+    co.loss = ST_LOSS_SPARSE_CE;
   co.optimizer = *opt;
   return st_model_compile(*model, &co);
 }
@@ -261,7 +265,9 @@ static int run_train(const train_cfg *c) {
     if (s == ST_ERR_IO) fprintf(stderr, "strata train: %s\n", st_last_error());
     goto done;
   }
-  if (c->plot && (s = st_plot_history_svg(&h, c->model, c->plot)) != ST_OK) {
+  char title[512];
+  snprintf(title, sizeof title, "%s \u2014 %s", c->model, st_strategy_kind_name(c->strategy));
+  if (c->plot && (s = st_plot_history_svg(&h, title, c->plot)) != ST_OK) {
     fprintf(stderr, "strata train: --plot: %s\n", st_last_error());
     rc = EXIT_WRITE;
     goto done;
@@ -346,7 +352,7 @@ int cmd_evaluate(int argc, char **argv) {
 
 /* ---- summary ---- */
 static cli_opt summary_opts[] = {
-    {"--model", "NAME", "built-in model: mlp or cnn (default cnn)", NULL},
+    {"--model", "NAME", "built-in model mlp or cnn (default cnn), or a Keras FILE.json", NULL},
 };
 
 int cmd_summary(int argc, char **argv) {
@@ -355,7 +361,10 @@ int cmd_summary(int argc, char **argv) {
   const char *name = summary_opts[0].value ? summary_opts[0].value : "cnn";
   st_model_options mo = st_model_default_options(st_shape3(28, 28, 1));
   st_model *m = NULL;
-  st_status s = st_builtin_model_create(name, &mo, &m);
+  size_t len = strlen(name);
+  bool json = len > 5 && !strcmp(name + len - 5, ".json");
+  if (json) mo.name = NULL;
+  st_status s = json ? st_model_from_keras_json(name, &mo, &m) : st_builtin_model_create(name, &mo, &m);
   if (s != ST_OK) return cli_fail("summary", s);
   char *text = st_model_summary(m);
   if (text) fputs(text, stdout);

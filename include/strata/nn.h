@@ -43,6 +43,9 @@ const char *st_layer_name(const st_layer *l);       /* "dense_1" */
 const char *st_layer_class(const st_layer *l);      /* "Dense" */
 st_shape st_layer_output_shape(const st_layer *l);
 size_t st_layer_param_count(const st_layer *l);     /* trainable + not */
+/* The activation the layer applies last (Dense, Conv2D, Activation), else
+ * linear: tells whether a model outputs logits or probabilities. */
+st_activation st_layer_output_activation(const st_layer *l);
 
 typedef enum st_padding { ST_PAD_VALID = 0, ST_PAD_SAME } st_padding;
 

@@ -85,3 +85,5 @@ size_t st_layer_param_count(const st_layer *l) {
   for (int i = 0; i < l->nparams; i++) n += st_shape_size(l->params[i].shape);
   return n;
 }
+
+st_activation st_layer_output_activation(const st_layer *l) { return l->out_activation; }

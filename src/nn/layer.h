@@ -69,6 +69,8 @@ struct st_layer {
   int nparams;
   st_param_spec params[ST_LAYER_MAX_PARAMS];
   size_t cache_per_example;     /* floats */
+  st_activation out_activation; /* applied last by this layer (Dense, Conv2D,
+                                   Activation), else LINEAR */
   bool uses_collectives;        /* forward/backward call all_reduce_sum (sync
                                    BatchNorm): every replica must run them, even
                                    on an empty slice */

@@ -8,7 +8,10 @@ typedef struct activation_config {
   st_activation act;
 } activation_config;
 
-static st_status activation_build(st_layer *l) { return ST_OK; }
+static st_status activation_build(st_layer *l) {
+  l->out_activation = ((const activation_config *)l->config)->act;
+  return ST_OK;
+}
 
 /* The [rows, cols] view the kernels see: cols = last axis. */
 static void act_view(const st_layer *l, int batch, int *rows, int *cols) {

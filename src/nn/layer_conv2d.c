@@ -66,6 +66,7 @@ static st_status conv_build(st_layer *l) {
     st__layer_add_param(l, "bias", st_shape1(o->filters), o->bias_init, true);
   l->cache_per_example = st_activation_needs_input(o->activation)
                              ? st_shape_size(l->out_shape) : 0;
+  l->out_activation = o->activation;
   return ST_OK;
 }
 

@@ -25,6 +25,7 @@ static st_status dense_build(st_layer *l) {
     st__layer_add_param(l, "bias", st_shape1(o->units), o->bias_init, true);
   l->cache_per_example =
       st_activation_needs_input(o->activation) ? (size_t)o->units : 0;
+  l->out_activation = o->activation;
   return ST_OK;
 }
 

@@ -1,0 +1,341 @@
+/* Keras JSON importer: one layer entry {"class_name", "config", ...} into a
+ * validated st__keras_layer. Each supported class lists the config keys it
+ * understands; any other key is an error (an option that is silently ignored
+ * could change results), as is any value Strata cannot honour. Adding a
+ * class: a parse function and a row in k_classes. Any thread; no state. */
+#include <stdio.h>
+#include <string.h>
+
+#include "train/keras.h"
+
+typedef st_status (*parse_fn)(const st__keras_ctx *c, const json_t *cfg,
+                              st__keras_layer *k);
+
+/* Regularizers and constraints: only null (they change the loss or weights). */
+static st_status nulls(const st__keras_ctx *c, const json_t *cfg,
+                       const char *const *keys) {
+  st_status s = ST_OK;
+  for (int i = 0; s == ST_OK && keys[i]; i++) s = st__keras_null(c, cfg, keys[i]);
+  return s;
+}
+
+static const char *const k_dense_nulls[] = {
+    "kernel_regularizer", "bias_regularizer", "activity_regularizer",
+    "kernel_constraint", "bias_constraint", "lora_rank", "quantization_config", NULL};
+
+static st_status parse_dense(const st__keras_ctx *c, const json_t *cfg,
+                             st__keras_layer *k) {
+  st_dense_options *o = &k->u.dense;
+  *o = st_dense_default_options(1);
+  st_status s = st__keras_int(c, cfg, "units", 1, ST__KERAS_MAX_UNITS, 0, true, &o->units);
+  if (s == ST_OK) s = st__keras_activation(c, cfg, "activation", &o->activation);
+  if (s == ST_OK) s = st__keras_bool(c, cfg, "use_bias", true, &o->use_bias);
+  if (s == ST_OK)
+    s = st__keras_init(c, cfg, "kernel_initializer", ST_INIT_GLOROT_UNIFORM, &o->kernel_init);
+  if (s == ST_OK)
+    s = st__keras_init(c, cfg, "bias_initializer", ST_INIT_ZEROS, &o->bias_init);
+  if (s == ST_OK) s = nulls(c, cfg, k_dense_nulls);
+  return s;
+}
+
+static st_status parse_conv2d(const st__keras_ctx *c, const json_t *cfg,
+                              st__keras_layer *k) {
+  st_conv2d_options *o = &k->u.conv;
+  int ks[2] = {1, 1}, st[2] = {1, 1};
+  *o = st_conv2d_default_options(1, 1, 1);
+  st_status s = st__keras_int(c, cfg, "filters", 1, ST__KERAS_MAX_UNITS, 0, true, &o->filters);
+  if (s == ST_OK && !json_object_get(cfg, "kernel_size"))
+    s = st__keras_error(c, "missing option 'kernel_size'");
+  if (s == ST_OK) s = st__keras_pair(c, cfg, "kernel_size", 1, ST__KERAS_MAX_KERNEL, 1, false, ks);
+  if (s == ST_OK) s = st__keras_pair(c, cfg, "strides", 1, ST__KERAS_MAX_KERNEL, 1, false, st);
+  if (s == ST_OK) s = st__keras_padding(c, cfg, &o->padding);
+  if (s == ST_OK) s = st__keras_data_format(c, cfg);
+  if (s == ST_OK) s = st__keras_ones(c, cfg, "dilation_rate");
+  if (s == ST_OK) s = st__keras_ones(c, cfg, "groups");
+  if (s == ST_OK) s = st__keras_activation(c, cfg, "activation", &o->activation);
+  if (s == ST_OK) s = st__keras_bool(c, cfg, "use_bias", true, &o->use_bias);
+  if (s == ST_OK)
+    s = st__keras_init(c, cfg, "kernel_initializer", ST_INIT_GLOROT_UNIFORM, &o->kernel_init);
+  if (s == ST_OK)
+    s = st__keras_init(c, cfg, "bias_initializer", ST_INIT_ZEROS, &o->bias_init);
+  if (s == ST_OK) s = nulls(c, cfg, k_dense_nulls);
+  o->kh = ks[0], o->kw = ks[1], o->sh = st[0], o->sw = st[1];
+  return s;
+}
+
+static st_status parse_pool(const st__keras_ctx *c, const json_t *cfg,
+                            st__keras_layer *k) {
+  st_pool2d_options *o = &k->u.pool;
+  int ps[2] = {2, 2}, st[2] = {0, 0};
+  *o = st_pool2d_default_options(2);
+  st_status s = st__keras_pair(c, cfg, "pool_size", 1, ST__KERAS_MAX_KERNEL, 2, false, ps);
+  if (s == ST_OK) s = st__keras_pair(c, cfg, "strides", 1, ST__KERAS_MAX_KERNEL, 0, true, st);
+  if (s == ST_OK) s = st__keras_padding(c, cfg, &o->padding);
+  if (s == ST_OK) s = st__keras_data_format(c, cfg);
+  o->ph = ps[0], o->pw = ps[1], o->sh = st[0], o->sw = st[1];
+  return s;
+}
+
+static st_status parse_flatten(const st__keras_ctx *c, const json_t *cfg,
+                               st__keras_layer *k) {
+  return st__keras_data_format(c, cfg);
+}
+
+static st_status parse_dropout(const st__keras_ctx *c, const json_t *cfg,
+                               st__keras_layer *k) {
+  char b[80];
+  const json_t *seed = json_object_get(cfg, "seed");
+  if (!json_object_get(cfg, "rate")) return st__keras_error(c, "missing option 'rate'");
+  st_status s = st__keras_float(c, cfg, "rate", 0.0, 0.999999, 0.0, &k->u.rate);
+  if (s == ST_OK) s = st__keras_null(c, cfg, "noise_shape");
+  if (s == ST_OK && seed && !json_is_null(seed) && !json_is_integer(seed))
+    s = st__keras_error(c, "seed %s is not an integer", st__keras_show(seed, b, sizeof b));
+  return s; /* an integer seed is ignored: masks come from the model seed */
+}
+
+static const char *const k_bn_nulls[] = {
+    "beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint",
+    "renorm_clipping", "virtual_batch_size", "adjustment", NULL};
+
+/* Keras's default initializers are the only ones Strata's BatchNormalization
+ * has: gamma ones, beta zeros, moving mean zeros, moving variance ones. */
+static st_status bn_inits(const st__keras_ctx *c, const json_t *cfg) {
+  static const struct { const char *key; st_init want; } k[] = {
+      {"gamma_initializer", ST_INIT_ONES}, {"beta_initializer", ST_INIT_ZEROS},
+      {"moving_mean_initializer", ST_INIT_ZEROS},
+      {"moving_variance_initializer", ST_INIT_ONES}};
+  for (int i = 0; i < 4; i++) {
+    st_init got;
+    st_status s = st__keras_init(c, cfg, k[i].key, k[i].want, &got);
+    if (s != ST_OK) return s;
+    if (got != k[i].want)
+      return st__keras_error(c, "%s '%s' is not supported (only %s)", k[i].key,
+                             st_init_name(got), st_init_name(k[i].want));
+  }
+  return ST_OK;
+}
+
+static st_status parse_bn(const st__keras_ctx *c, const json_t *cfg, st__keras_layer *k) {
+  st_batchnorm_options *o = &k->u.bn;
+  *o = st_batchnorm_default_options();
+  st_status s = st__keras_axis(c, cfg, -1, &k->axis);
+  if (s == ST_OK) s = st__keras_float(c, cfg, "momentum", 0.0, 1.0, 0.99, &o->momentum);
+  if (s == ST_OK) s = st__keras_float(c, cfg, "epsilon", 1e-30, 1.0, 1e-3, &o->epsilon);
+  if (s == ST_OK) s = st__keras_bool(c, cfg, "center", true, &o->center);
+  if (s == ST_OK) s = st__keras_bool(c, cfg, "scale", true, &o->scale);
+  if (s == ST_OK) s = st__keras_bool(c, cfg, "synchronized", false, &o->synchronized);
+  if (s == ST_OK) s = bn_inits(c, cfg);
+  if (s == ST_OK) s = nulls(c, cfg, k_bn_nulls);
+  if (s == ST_OK) s = st__keras_false(c, cfg, "renorm");
+  return s; /* "fused" and "renorm_momentum" do not change results */
+}
+
+static st_status parse_activation(const st__keras_ctx *c, const json_t *cfg,
+                                  st__keras_layer *k) {
+  if (!json_object_get(cfg, "activation"))
+    return st__keras_error(c, "missing option 'activation'");
+  return st__keras_activation(c, cfg, "activation", &k->u.act);
+}
+
+/* ReLU with its defaults only (max_value null, negative_slope 0, threshold 0). */
+static st_status parse_relu(const st__keras_ctx *c, const json_t *cfg,
+                            st__keras_layer *k) {
+  float slope, threshold;
+  st_status s = st__keras_null(c, cfg, "max_value");
+  if (s == ST_OK) s = st__keras_float(c, cfg, "negative_slope", 0, 0, 0, &slope);
+  if (s == ST_OK) s = st__keras_float(c, cfg, "threshold", 0, 0, 0, &threshold);
+  k->u.act = ST_ACT_RELU;
+  return s;
+}
+
+static st_status parse_softmax(const st__keras_ctx *c, const json_t *cfg,
+                               st__keras_layer *k) {
+  k->u.act = ST_ACT_SOFTMAX;
+  return st__keras_axis(c, cfg, -1, &k->axis);
+}
+
+static st_status parse_reshape(const st__keras_ctx *c, const json_t *cfg,
+                               st__keras_layer *k) {
+  const json_t *v = json_object_get(cfg, "target_shape");
+  size_t n = json_array_size(v);
+  int unknown = 0;
+  char b[120];
+  bool ok = json_is_array(v) && n >= 1 && n <= ST_MAX_RANK;
+  for (size_t i = 0; ok && i < n; i++) {
+    const json_t *e = json_array_get(v, i);
+    long long d = json_is_integer(e) ? (long long)json_integer_value(e) : 0;
+    ok = (d >= 1 && d <= ST__KERAS_MAX_FLOATS) || (d == -1 && ++unknown == 1);
+    k->target[i] = (int)d;
+  }
+  if (!ok)
+    return st__keras_error(c, "target_shape %s is not supported (1 to %d positive "
+                           "integers, at most one -1)", st__keras_show(v, b, sizeof b),
+                           ST_MAX_RANK);
+  k->target_rank = (int)n;
+  return ST_OK;
+}
+
+/* InputLayer: batch_shape (Keras 3) or batch_input_shape (Keras 2). */
+static st_status parse_input(const st__keras_ctx *c, const json_t *cfg,
+                             st__keras_layer *k) {
+  const json_t *a = json_object_get(cfg, "batch_shape");
+  const json_t *b = json_object_get(cfg, "batch_input_shape");
+  if (!a && !b) return st__keras_error(c, "missing option 'batch_shape'");
+  if (a && b) return st__keras_error(c, "both batch_shape and batch_input_shape given");
+  st_status s = st__keras_shape(c, a ? "batch_shape" : "batch_input_shape", a ? a : b,
+                                &k->input);
+  if (s == ST_OK) s = st__keras_false(c, cfg, "sparse");
+  if (s == ST_OK) s = st__keras_false(c, cfg, "ragged");
+  if (s == ST_OK) s = st__keras_false(c, cfg, "optional");
+  k->has_input = true;
+  return s;
+}
+
+#define KEYS(...) ((const char *const[]){__VA_ARGS__, NULL})
+#define KERNEL_KEYS "kernel_initializer", "bias_initializer", "kernel_regularizer", \
+    "bias_regularizer", "activity_regularizer", "kernel_constraint",              \
+    "bias_constraint", "lora_rank", "lora_alpha", "activation", "use_bias"
+
+static const struct {
+  const char *cls;
+  st__keras_kind kind;
+  parse_fn parse;
+  const char *const *keys; /* besides name, trainable, dtype, batch_input_shape */
+} k_classes[] = {
+    {"InputLayer", ST__K_INPUT, parse_input,
+     KEYS("batch_shape", "sparse", "ragged", "optional")},
+    {"Dense", ST__K_DENSE, parse_dense, KEYS("units", "quantization_config", KERNEL_KEYS)},
+    {"Conv2D", ST__K_CONV2D, parse_conv2d,
+     KEYS("filters", "kernel_size", "strides", "padding", "data_format",
+          "dilation_rate", "groups", KERNEL_KEYS)},
+    {"MaxPooling2D", ST__K_MAXPOOL, parse_pool,
+     KEYS("pool_size", "strides", "padding", "data_format")},
+    {"AveragePooling2D", ST__K_AVGPOOL, parse_pool,
+     KEYS("pool_size", "strides", "padding", "data_format")},
+    {"Flatten", ST__K_FLATTEN, parse_flatten, KEYS("data_format")},
+    {"Dropout", ST__K_DROPOUT, parse_dropout, KEYS("rate", "noise_shape", "seed")},
+    {"BatchNormalization", ST__K_BATCHNORM, parse_bn,
+     KEYS("axis", "momentum", "epsilon", "center", "scale", "beta_initializer",
+          "gamma_initializer", "moving_mean_initializer", "moving_variance_initializer",
+          "beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint",
+          "synchronized", "renorm", "renorm_clipping", "renorm_momentum", "fused",
+          "virtual_batch_size", "adjustment")},
+    {"Activation", ST__K_ACTIVATION, parse_activation, KEYS("activation")},
+    {"ReLU", ST__K_ACTIVATION, parse_relu, KEYS("max_value", "negative_slope", "threshold")},
+    {"Softmax", ST__K_ACTIVATION, parse_softmax, KEYS("axis")},
+    {"Reshape", ST__K_RESHAPE, parse_reshape, KEYS("target_shape")},
+};
+#define NCLASSES ((int)(sizeof k_classes / sizeof k_classes[0]))
+
+static bool in_list(const char *key, const char *const *keys) {
+  for (int i = 0; keys[i]; i++)
+    if (strcmp(key, keys[i]) == 0) return true;
+  return false;
+}
+
+static const char *const k_common[] = {"name", "trainable", "dtype",
+                                       "batch_input_shape", NULL};
+static const char *const k_entry[] = {"class_name", "config", "module",
+                                      "registered_name", "build_config", "name", NULL};
+
+static st_status check_keys(const st__keras_ctx *c, const json_t *obj,
+                            const char *const *a, const char *const *b,
+                            const char *what) {
+  const char *key;
+  json_t *v;
+  char buf[64];
+  json_object_foreach((json_t *)obj, key, v) {
+    if (!in_list(key, a) && !(b && in_list(key, b)))
+      return st__keras_error(c, "%s '%s' is not supported", what,
+                             st__keras_clean(key, buf, sizeof buf));
+  }
+  return ST_OK;
+}
+
+/* 1..63 printable bytes without '/' (it joins layer and tensor names in weight
+ * files); absent or null = automatic. */
+static st_status layer_name(st__keras_ctx *c, const json_t *cfg, st__keras_layer *k) {
+  const json_t *v = json_object_get(cfg, "name");
+  if (!v || json_is_null(v)) return ST_OK;
+  const char *s = json_string_value(v);
+  bool ok = s && s[0] && strlen(s) < ST_NAME_MAX;
+  for (size_t i = 0; ok && s[i]; i++) {
+    unsigned char ch = (unsigned char)s[i];
+    ok = ch >= 0x20 && ch != 0x7f && ch != '/';
+  }
+  if (!ok) {
+    st__keras_show(v, c->name, sizeof c->name);
+    return st__keras_error(c, "layer name is not supported (1 to %d printable "
+                           "bytes without '/')", ST_NAME_MAX - 1);
+  }
+  snprintf(k->name, sizeof k->name, "%s", s);
+  snprintf(c->name, sizeof c->name, "%s", s);
+  return ST_OK;
+}
+
+/* The entry around the config: a Keras class, not a custom or registered one. */
+static st_status entry_ok(const st__keras_ctx *c, const json_t *layer, const char *cls) {
+  const json_t *mod = json_object_get(layer, "module");
+  const json_t *reg = json_object_get(layer, "registered_name");
+  const char *m = json_string_value(mod), *r = json_string_value(reg);
+  char b[80];
+  st_status s = check_keys(c, layer, k_entry, NULL, "layer entry key");
+  if (s == ST_OK && mod && !(m && strncmp(m, "keras", 5) == 0))
+    s = st__keras_error(c, "module %s is not supported (custom layers cannot be "
+                        "imported)", st__keras_show(mod, b, sizeof b));
+  if (s == ST_OK && reg && !json_is_null(reg) && !(r && strcmp(r, cls) == 0))
+    s = st__keras_error(c, "registered_name %s is not supported (custom layers "
+                        "cannot be imported)", st__keras_show(reg, b, sizeof b));
+  return s;
+}
+
+static st_status unknown_class(const st__keras_ctx *c) {
+  char list[256] = "";
+  for (int i = 0; i < NCLASSES; i++) {
+    strcat(list, k_classes[i].cls);
+    if (i + 1 < NCLASSES) strcat(list, ", ");
+  }
+  return st__keras_error(c, "layer class '%s' is not supported (supported: %s)",
+                         c->cls, list);
+}
+
+/* What every class shares: trainable true, dtype float32, and on layers other
+ * than InputLayer an optional batch_input_shape (Keras 2's first layer). */
+static st_status common(const st__keras_ctx *c, const json_t *cfg, st__keras_layer *k) {
+  bool trainable;
+  st_status s = st__keras_bool(c, cfg, "trainable", true, &trainable);
+  if (s == ST_OK && !trainable)
+    s = st__keras_error(c, "trainable false (a frozen layer) is not supported");
+  if (s == ST_OK) s = st__keras_dtype(c, json_object_get(cfg, "dtype"));
+  const json_t *bis = json_object_get(cfg, "batch_input_shape");
+  if (s == ST_OK && k->kind != ST__K_INPUT && bis && !json_is_null(bis)) {
+    s = st__keras_shape(c, "batch_input_shape", bis, &k->input);
+    k->has_input = true;
+  }
+  return s;
+}
+
+st_status st__keras_parse_layer(const st__keras_ctx *c0, const json_t *layer,
+                                st__keras_layer *k) {
+  st__keras_ctx c = *c0;
+  memset(k, 0, sizeof *k);
+  if (!json_is_object(layer)) return st__keras_error(&c, "entry is not an object");
+  const char *cls = json_string_value(json_object_get(layer, "class_name"));
+  if (!cls) return st__keras_error(&c, "missing class_name");
+  st__keras_clean(cls, c.cls, sizeof c.cls);
+  const json_t *cfg = json_object_get(layer, "config");
+  if (!json_is_object(cfg)) return st__keras_error(&c, "missing or malformed config");
+  st_status s = layer_name(&c, cfg, k);
+  if (s == ST_OK) s = entry_ok(&c, layer, cls);
+  if (s != ST_OK) return s;
+  int i = 0;
+  while (i < NCLASSES && strcmp(cls, k_classes[i].cls) != 0) i++;
+  if (i == NCLASSES) return unknown_class(&c);
+  k->kind = k_classes[i].kind;
+  k->cls = k_classes[i].cls;
+  k->axis = -1;
+  s = check_keys(&c, cfg, k_common, k_classes[i].keys, "option");
+  if (s == ST_OK) s = common(&c, cfg, k);
+  if (s == ST_OK) s = k_classes[i].parse(&c, cfg, k);
+  return s;
+}

@@ -1,0 +1,329 @@
+/* Keras model import (st_model_from_keras_json): the hand-written fixtures in
+ * tests/keras/ build the same models as the built-ins (Keras 2 and 3 layouts),
+ * the mixed fixture exercises every other supported layer, and every bad
+ * input — fixture or generated here (deep nesting, an oversized file, odd
+ * options) — is ST_ERR_FORMAT with a message naming the file and the fact. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "strata/strata.h"
+
+static char g_dir[512];  /* tests/keras */
+static char g_tmp[512];  /* scratch directory for generated files */
+
+static const char *fixture(const char *name) {
+  static char path[1024];
+  snprintf(path, sizeof path, "%s/%s", g_dir, name);
+  return path;
+}
+
+/* keep_name: o.name = NULL, so the config's model name is used. */
+static st_model *load_ex(const char *path, bool keep_name) {
+  st_model_options o = st_model_default_options(st_shape1(1));
+  if (keep_name) o.name = NULL;
+  st_model *m = NULL;
+  st_status s = st_model_from_keras_json(path, &o, &m);
+  CHECK_MSG(s == ST_OK && m, "%s: %s", path, st_last_error());
+  return s == ST_OK ? m : NULL;
+}
+static st_model *load(const char *path) { return load_ex(path, false); }
+
+static st_model *builtin(const char *name) {
+  st_model_options o = st_model_default_options(st_shape1(1));
+  st_model *m = NULL;
+  CHECK_OK(st_builtin_model_create(name, &o, &m));
+  return m;
+}
+
+/* Same classes, output shapes and parameter counts (names too if asked). */
+static void check_same_layers(const st_model *a, const st_model *b, bool names) {
+  CHECK(st_model_layer_count(a) == st_model_layer_count(b));
+  for (int i = 0; i < st_model_layer_count(a) && i < st_model_layer_count(b); i++) {
+    const st_layer *x = st_model_layer(a, i), *y = st_model_layer(b, i);
+    CHECK_MSG(strcmp(st_layer_class(x), st_layer_class(y)) == 0, "layer %d: %s vs %s", i,
+              st_layer_class(x), st_layer_class(y));
+    CHECK_MSG(st_shape_equal(st_layer_output_shape(x), st_layer_output_shape(y)),
+              "layer %d shape", i);
+    CHECK_MSG(st_layer_param_count(x) == st_layer_param_count(y), "layer %d params", i);
+    if (names)
+      CHECK_MSG(strcmp(st_layer_name(x), st_layer_name(y)) == 0, "layer %d: %s vs %s", i,
+                st_layer_name(x), st_layer_name(y));
+  }
+  CHECK(st_model_param_count(a, false) == st_model_param_count(b, false));
+}
+
+static void check_compiles(st_model *m) {
+  st_compile_options co = st_compile_default_options();
+  CHECK_OK(st_model_compile(m, &co));
+}
+
+static void test_cnn(void) {
+  st_model *ref = builtin("cnn");
+  st_model *k2 = load(fixture("cnn_keras2.json"));
+  st_model *k3 = load(fixture("cnn_keras3.json"));
+  if (ref && k2 && k3) {
+    char *sr = st_model_summary(ref), *s2 = st_model_summary(k2), *s3 = st_model_summary(k3);
+    /* the fixtures use Keras's automatic names, which are Strata's too */
+    CHECK_MSG(strcmp(sr, s3) == 0, "summaries differ:\n%s\n%s", sr, s3);
+    CHECK(strcmp(s2, s3) == 0);
+    CHECK(strstr(s3, "Total params: 225,034") != NULL);
+    free(sr), free(s2), free(s3);
+    check_same_layers(k2, k3, true);
+    check_same_layers(ref, k3, true);
+    CHECK(st_model_param_count(k3, false) == 225034);
+    check_compiles(k2);
+    check_compiles(k3);
+  }
+  st_model_destroy(ref), st_model_destroy(k2), st_model_destroy(k3);
+}
+
+static void test_mlp(void) {
+  st_model *ref = builtin("mlp");
+  st_model *k3 = load(fixture("mlp_keras3.json"));
+  st_model *k2 = load(fixture("mlp_keras2.json")); /* no InputLayer, Keras 2.2 names */
+  if (ref && k2 && k3) {
+    check_same_layers(ref, k3, true);
+    check_same_layers(ref, k2, false);
+    CHECK(strcmp(st_layer_name(st_model_layer(k2, 1)), "dense_1") == 0);
+    check_compiles(k2);
+  }
+  st_model_destroy(ref), st_model_destroy(k2), st_model_destroy(k3);
+}
+
+static void check_layer(const st_model *m, int i, const char *name, const char *cls,
+                        st_shape shape, size_t params) {
+  const st_layer *l = st_model_layer(m, i);
+  if (!l) {
+    CHECK_MSG(l, "layer %d missing", i);
+    return;
+  }
+  char b[64];
+  CHECK_MSG(strcmp(st_layer_name(l), name) == 0, "layer %d name %s", i, st_layer_name(l));
+  CHECK_MSG(strcmp(st_layer_class(l), cls) == 0, "layer %d class %s", i, st_layer_class(l));
+  CHECK_MSG(st_shape_equal(st_layer_output_shape(l), shape), "layer %d shape %s", i,
+            st_shape_format(st_layer_output_shape(l), b, sizeof b));
+  CHECK_MSG(st_layer_param_count(l) == params, "layer %d params %zu", i,
+            st_layer_param_count(l));
+}
+
+static void test_mixed(void) {
+  st_model *m = load_ex(fixture("mixed_keras3.json"), true);
+  if (!m) return;
+  CHECK(st_model_layer_count(m) == 12);
+  check_layer(m, 0, "to_image", "Reshape", st_shape3(28, 28, 1), 0);
+  check_layer(m, 1, "conv", "Conv2D", st_shape3(14, 14, 16), 5 * 5 * 16 + 16);
+  check_layer(m, 2, "bn", "BatchNormalization", st_shape3(14, 14, 16), 64);
+  check_layer(m, 3, "relu", "Activation", st_shape3(14, 14, 16), 0);
+  check_layer(m, 4, "avg", "AveragePooling2D", st_shape3(7, 7, 16), 0);
+  check_layer(m, 5, "regroup", "Reshape", (st_shape){2, {49, 16}}, 0);
+  check_layer(m, 6, "flat", "Flatten", st_shape1(784), 0);
+  check_layer(m, 7, "drop", "Dropout", st_shape1(784), 0);
+  check_layer(m, 8, "hidden", "Dense", st_shape1(64), 784 * 64 + 64);
+  check_layer(m, 9, "act_tanh", "Activation", st_shape1(64), 0);
+  check_layer(m, 10, "logits", "Dense", st_shape1(10), 650);
+  check_layer(m, 11, "probs", "Activation", st_shape1(10), 0);
+  CHECK(st_model_param_count(m, true) == st_model_param_count(m, false) - 32);
+  char *s = st_model_summary(m);
+  CHECK(s && strstr(s, "Model: \"mixed\"") && strstr(s, "probs (Activation)"));
+  free(s);
+  check_compiles(m);
+  st_model_destroy(m);
+}
+
+/* path must fail with ST_ERR_FORMAT (or want) and a message holding every
+ * substring (NULL-terminated list), including the file's base name. */
+static void expect_fail(const char *path, st_status want, const char *const *subs) {
+  st_model_options o = st_model_default_options(st_shape1(1));
+  st_model *m = NULL;
+  st_status s = st_model_from_keras_json(path, &o, &m);
+  const char *msg = st_last_error(), *base = strrchr(path, '/');
+  CHECK_MSG(s == want && m == NULL, "%s: got %s (%s)", path, st_status_string(s), msg);
+  CHECK_MSG(strstr(msg, base ? base + 1 : path), "%s: message lacks the file: %s", path, msg);
+  for (int i = 0; subs[i]; i++)
+    CHECK_MSG(strstr(msg, subs[i]), "%s: message lacks '%s': %s", path, subs[i], msg);
+  st_model_destroy(m);
+}
+#define EXPECT_FAIL(path, ...) \
+  expect_fail(path, ST_ERR_FORMAT, (const char *const[]){__VA_ARGS__, NULL})
+
+static void test_bad_fixtures(void) {
+  EXPECT_FAIL(fixture("bad_invalid.json"), "invalid JSON", "line 3");
+  EXPECT_FAIL(fixture("bad_duplicate.json"), "invalid JSON", "duplicate");
+  EXPECT_FAIL(fixture("bad_lstm.json"), "layer 5 ('lstm', LSTM)", "'LSTM' is not supported");
+  EXPECT_FAIL(fixture("bad_units_huge.json"), "layer 2 ('dense', Dense)",
+              "units 1000000000000 is out of range");
+  EXPECT_FAIL(fixture("bad_units_negative.json"), "layer 2 ('dense', Dense)", "units -5");
+  EXPECT_FAIL(fixture("bad_units_zero.json"), "layer 3 ('dense_1', Dense)", "units 0");
+  EXPECT_FAIL(fixture("bad_dilation.json"),
+              "layer 3 ('conv2d_1', Conv2D): dilation_rate [2, 2] is not supported (only 1)");
+  EXPECT_FAIL(fixture("bad_activation.json"), "layer 6 ('dense', Dense)",
+              "activation \"swish\" is not supported");
+  EXPECT_FAIL(fixture("bad_no_input.json"), "no input shape");
+  EXPECT_FAIL(fixture("bad_channels_first.json"), "layer 1 ('conv2d', Conv2D)",
+              "data_format \"channels_first\" is not supported");
+  EXPECT_FAIL(fixture("bad_regularizer.json"), "layer 6 ('dense', Dense)",
+              "kernel_regularizer", "only null");
+  const char *const io[] = {"cannot open", NULL};
+  expect_fail(fixture("no_such_file.json"), ST_ERR_IO, io);
+}
+
+/* Write text to g_tmp/name and return the path. */
+static const char *write_tmp(const char *name, const char *text, size_t len) {
+  static char path[1024];
+  snprintf(path, sizeof path, "%s/%s", g_tmp, name);
+  FILE *f = fopen(path, "wb");
+  CHECK(f != NULL);
+  if (f) {
+    CHECK(fwrite(text, 1, len, f) == len);
+    fclose(f);
+  }
+  return path;
+}
+
+/* A small Keras 3-style model: an InputLayer of batch shape `shape`, then
+ * `layers` (a JSON list body). */
+static const char *model_tmp(const char *name, const char *shape, const char *layers) {
+  static char text[8192];
+  snprintf(text, sizeof text,
+           "{\"module\": \"keras\", \"class_name\": \"Sequential\", \"config\": "
+           "{\"name\": \"s\", \"layers\": [{\"class_name\": \"InputLayer\", \"config\": "
+           "{\"batch_shape\": %s, \"dtype\": \"float32\", \"name\": \"in\"}}, %s]}}",
+           shape, layers);
+  return write_tmp(name, text, strlen(text));
+}
+
+#define DENSE(name, units) \
+  "{\"class_name\": \"Dense\", \"config\": {\"name\": \"" name "\", \"units\": " #units "}}"
+
+static void test_generated(void) {
+  /* a good one first: the template itself works, integer seeds are ignored */
+  st_model *m = load(model_tmp("ok.json", "[null, 8]",
+      "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", \"units\": 4, "
+      "\"kernel_initializer\": {\"class_name\": \"HeNormal\", \"config\": {\"seed\": 7}}}}"));
+  CHECK(m && st_model_param_count(m, false) == 36);
+  st_model_destroy(m);
+  EXPECT_FAIL(model_tmp("dup_name.json", "[null, 8]", DENSE("d", 4) ", " DENSE("d", 2)),
+              "layer 2 ('d', Dense)", "duplicate layer name (also layer 1)");
+  EXPECT_FAIL(model_tmp("overflow.json", "[null, 1073741824, 1073741824]", DENSE("d", 4)),
+              "batch_shape", "more than 1073741824 values");
+  EXPECT_FAIL(model_tmp("neg_dim.json", "[null, -3]", DENSE("d", 4)), "dimension 1");
+  EXPECT_FAIL(model_tmp("real_units.json", "[null, 8]", DENSE("d", 1e12)),
+              "layer 1 ('d', Dense)", "units 1000000000000.0 is not an integer");
+  EXPECT_FAIL(model_tmp("kernel.json", "[null, 8, 8, 1]",
+      "{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 2, "
+      "\"kernel_size\": 5000}}"), "layer 1 ('c', Conv2D)", "kernel_size 5000");
+  EXPECT_FAIL(model_tmp("nofit.json", "[null, 2, 2, 1]",
+      "{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 2, "
+      "\"kernel_size\": 3}}"), "layer 1 ('c', Conv2D)", "does not fit");
+  EXPECT_FAIL(model_tmp("flat_dense.json", "[null, 4, 4, 1]", DENSE("d", 4)),
+              "layer 1 ('d', Dense)", "Flatten");
+  EXPECT_FAIL(model_tmp("reshape.json", "[null, 10]",
+      "{\"class_name\": \"Reshape\", \"config\": {\"name\": \"r\", \"target_shape\": [-1, 3]}}"),
+      "layer 1 ('r', Reshape)", "does not fit");
+}
+
+/* Options Strata cannot honour, and entries that are not plain Keras layers. */
+static void test_generated_options(void) {
+  EXPECT_FAIL(model_tmp("bn_axis.json", "[null, 4, 4, 3]",
+      "{\"class_name\": \"BatchNormalization\", \"config\": {\"name\": \"b\", \"axis\": 1}}"),
+      "layer 1 ('b', BatchNormalization)", "axis 1");
+  EXPECT_FAIL(model_tmp("bn_init.json", "[null, 3]",
+      "{\"class_name\": \"BatchNormalization\", \"config\": {\"name\": \"b\", "
+      "\"gamma_initializer\": \"zeros\"}}"), "gamma_initializer 'zeros'");
+  EXPECT_FAIL(model_tmp("dtype.json", "[null, 8]",
+      "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", \"units\": 4, \"dtype\": "
+      "{\"module\": \"keras\", \"class_name\": \"DTypePolicy\", \"config\": {\"name\": "
+      "\"mixed_float16\"}}}}"), "layer 1 ('d', Dense)", "dtype", "only float32");
+  EXPECT_FAIL(model_tmp("frozen.json", "[null, 8]",
+      "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", \"units\": 4, "
+      "\"trainable\": false}}"), "trainable false");
+  EXPECT_FAIL(model_tmp("unknown_opt.json", "[null, 8]",
+      "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", \"units\": 4, \"bogus\": 1}}"),
+      "option 'bogus' is not supported");
+  EXPECT_FAIL(model_tmp("custom.json", "[null, 8]",
+      "{\"module\": \"my_package\", \"class_name\": \"Dense\", \"config\": {\"units\": 4}}"),
+      "layer 1 ('', Dense)", "module \"my_package\"");
+  EXPECT_FAIL(model_tmp("relu6.json", "[null, 8]",
+      "{\"class_name\": \"ReLU\", \"config\": {\"name\": \"r\", \"max_value\": 6.0}}"),
+      "layer 1 ('r', ReLU)", "max_value 6.0");
+  EXPECT_FAIL(model_tmp("badname.json", "[null, 8]",
+      "{\"class_name\": \"Dense\", \"config\": {\"name\": \"a/b\", \"units\": 4}}"),
+      "layer name is not supported");
+  EXPECT_FAIL(model_tmp("late_input.json", "[null, 8]",
+      DENSE("d", 4) ", {\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 4]}}"),
+      "layer 2", "InputLayer must be the first layer");
+  const char *f = "{\"class_name\": \"Functional\", \"config\": {\"layers\": []}}";
+  EXPECT_FAIL(write_tmp("functional.json", f, strlen(f)), "only Sequential");
+}
+
+/* Many layers, deep nesting and a big file, built at run time. */
+static void test_limits(void) {
+  size_t n = 10001, cap = n * 64 + 256, len = 0;
+  char *text = malloc(cap);
+  len += (size_t)snprintf(text, cap, "{\"class_name\": \"Sequential\", \"config\": {\"layers\": [");
+  for (size_t i = 0; i < n; i++)
+    len += (size_t)snprintf(text + len, cap - len, "%s{\"class_name\": \"Flatten\", "
+                            "\"config\": {}}", i ? ", " : "");
+  len += (size_t)snprintf(text + len, cap - len, "]}}");
+  EXPECT_FAIL(write_tmp("many.json", text, len), "10001 layers");
+  free(text);
+
+  size_t depth = 100000;
+  text = malloc(2 * depth);
+  memset(text, '[', depth);
+  memset(text + depth, ']', depth);
+  EXPECT_FAIL(write_tmp("deep.json", text, 2 * depth), "invalid JSON", "depth");
+  free(text);
+
+  /* within jansson's limit but past ours: a nested list inside a config */
+  char nested[512];
+  int d = 70, p = 0;
+  p += snprintf(nested + p, sizeof nested - p,
+                "{\"class_name\": \"Dense\", \"config\": {\"units\": 4, \"x\": ");
+  for (int i = 0; i < d; i++) nested[p++] = '[';
+  for (int i = 0; i < d; i++) nested[p++] = ']';
+  snprintf(nested + p, sizeof nested - p, "}}");
+  EXPECT_FAIL(model_tmp("nested.json", "[null, 8]", nested), "nested deeper than 64");
+
+  size_t big = (16u << 20) + 1;
+  text = malloc(big);
+  memset(text, ' ', big);
+  EXPECT_FAIL(write_tmp("big.json", text, big), "16 MiB");
+  free(text);
+}
+
+static void cleanup_tmp(void) {
+  const char *names[] = {"ok.json", "dup_name.json", "overflow.json", "neg_dim.json",
+                         "real_units.json", "kernel.json", "nofit.json", "flat_dense.json",
+                         "reshape.json", "bn_axis.json", "bn_init.json", "dtype.json",
+                         "frozen.json", "unknown_opt.json", "custom.json", "relu6.json",
+                         "badname.json", "late_input.json", "functional.json", "many.json",
+                         "deep.json", "nested.json", "big.json"};
+  char path[1024];
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    snprintf(path, sizeof path, "%s/%s", g_tmp, names[i]);
+    unlink(path);
+  }
+  rmdir(g_tmp);
+}
+
+int main(void) {
+  const char *src = getenv("STRATA_SOURCE_DIR");
+  snprintf(g_dir, sizeof g_dir, "%s/tests/keras", src ? src : ".");
+  if (access(g_dir, R_OK) != 0) check_skip("tests/keras not found (set STRATA_SOURCE_DIR)");
+  const char *tmp = getenv("TMPDIR");
+  snprintf(g_tmp, sizeof g_tmp, "%s/strata_keras_XXXXXX", tmp ? tmp : "/tmp");
+  if (!mkdtemp(g_tmp)) check_skip("cannot create a temporary directory");
+  test_cnn();
+  test_mlp();
+  test_mixed();
+  test_bad_fixtures();
+  test_generated();
+  test_generated_options();
+  test_limits();
+  cleanup_tmp();
+  return check_report();
+}
