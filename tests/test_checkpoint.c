@@ -255,6 +255,28 @@ static void test_corruption(void) {
   st_model_destroy(victim);
 }
 
+/* TerminateOnNaN: a diverging fit stops with the step named; the backup
+ * keeps the last finite state. */
+static void test_nan_stops(void) {
+  char dir[256];
+  snprintf(dir, sizeof dir, "%s/nan", root);
+  st_model *m = model(ST_STRATEGY_ONE_DEVICE);
+  st_model_set_learning_rate(m, 1e30);
+  st_history h;
+  st_status s = fit(m, dir, 1, 0, &h);
+  CHECK_MSG(s == ST_ERR_NONFINITE && strstr(st_last_error(), "step"), "%s", st_last_error());
+  st_model *r = model(ST_STRATEGY_ONE_DEVICE);
+  CHECK_OK(st_checkpoint_restore(r, dir));
+  float *w = weights(r);
+  bool finite = true;
+  for (size_t i = 0; i < st_model_weights_size(r); i++) finite &= isfinite(w[i]) != 0;
+  CHECK(finite && r->step >= 1);
+  free(w);
+  st_history_free(&h);
+  st_model_destroy(m);
+  st_model_destroy(r);
+}
+
 int main(void) {
   make_data();
   CHECK(mkdtemp(root) != NULL);
@@ -263,6 +285,7 @@ int main(void) {
   test_resume(ST_STRATEGY_MIRRORED);
   test_interrupted_writes();
   test_corruption();
+  test_nan_stops();
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", root);
   CHECK(system(cmd) == 0);
