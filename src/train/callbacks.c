@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "strata/train.h"
+#include "base/fileio.h"
 #include "train/callback_state.h"
 
 typedef st__cb_state cb_state;
@@ -61,21 +62,6 @@ static st_status csv_append(csv_logger *c, const char *row) {
   return ST_OK;
 }
 
-/* Best effort: make the rename durable by syncing the containing directory. */
-static void fsync_parent_dir(const char *path) {
-  char *dir = strdup(path);
-  if (!dir) return;
-  char *slash = strrchr(dir, '/');
-  if (!slash) strcpy(dir, ".");
-  else if (slash == dir) slash[1] = '\0';
-  else *slash = '\0';
-  int fd = open(dir, O_RDONLY | O_DIRECTORY);
-  free(dir);
-  if (fd < 0) return;
-  (void)fsync(fd);
-  close(fd);
-}
-
 /* Header + rows to "<path>.tmp.<pid>", fsync, rename over path. */
 static st_status csv_write_file(const csv_logger *c) {
   size_t tlen = strlen(c->path) + 32;
@@ -100,7 +86,7 @@ static st_status csv_write_file(const csv_logger *c) {
   else if (rename(tmp, c->path) != 0)
     s = st_error(ST_ERR_IO, "CSVLogger: %s: renaming %s: %s", c->path, tmp, strerror(errno));
   if (s != ST_OK) unlink(tmp);
-  else fsync_parent_dir(c->path);
+  else (void)st__fsync_parent_dir(c->path);
   free(tmp);
   return s;
 }

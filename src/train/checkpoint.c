@@ -134,8 +134,7 @@ static json_t *state_json(const st_model *m) {
       lr->staircase, "alpha", (double)lr->alpha, "history", logs_json(m));
 }
 
-/* CRC32C of the compact, key-sorted dump of o without "state_crc32c". */
-static uint32_t state_crc(json_t *o) {
+uint32_t st__ckpt_state_crc(json_t *o) {
   json_t *copy = json_deep_copy(o);
   json_object_del(copy, "state_crc32c");
   char *text = json_dumps(copy, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
@@ -194,7 +193,7 @@ static st_status write_files(st_model *m, const char *tmp, json_t *state) {
     json_object_set_new(state, "files", json_pack("{s:I, s:I}", "weights.safetensors",
                                                   (json_int_t)wcrc, "optimizer.safetensors",
                                                   (json_int_t)ocrc));
-    json_object_set_new(state, "state_crc32c", json_integer(state_crc(state)));
+    json_object_set_new(state, "state_crc32c", json_integer(st__ckpt_state_crc(state)));
     snprintf(p, sizeof p, "%s/state.json", tmp);
     s = write_json(p, state);
   }

@@ -19,5 +19,9 @@ st_status st__check_tensor(const char *path, const st_named_tensor *want,
 /* Remove every checkpoint Strata wrote in dir (ckpt-*, latest, temporaries),
  * then dir itself if it is empty. Best effort. */
 void st__checkpoint_remove_all(const char *dir);
+/* CRC32C of the compact, key-sorted dump of state.json's object without its
+ * "state_crc32c" field (json_t from jansson). */
+struct json_t;
+uint32_t st__ckpt_state_crc(struct json_t *o);
 
 #endif

@@ -25,16 +25,6 @@ static st_status state_int(const loaded *L, const char *key, int64_t lo, int64_t
   return ST_OK;
 }
 
-static uint32_t state_crc(json_t *o) {
-  json_t *copy = json_deep_copy(o);
-  json_object_del(copy, "state_crc32c");
-  char *text = json_dumps(copy, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
-  uint32_t crc = text ? st_crc32c(0, text, strlen(text)) : 0;
-  free(text);
-  json_decref(copy);
-  return crc;
-}
-
 static st_status load_state(loaded *L) {
   char p[4200];
   snprintf(p, sizeof p, "%s/state.json", L->dir);
@@ -44,7 +34,7 @@ static st_status load_state(loaded *L) {
     return st_error(ST_ERR_FORMAT, "%s: line %d: %s", p, err.line, err.text);
   int64_t crc;
   st_status s = state_int(L, "state_crc32c", 0, &crc);
-  if (s == ST_OK && (uint32_t)crc != state_crc(L->state))
+  if (s == ST_OK && (uint32_t)crc != st__ckpt_state_crc(L->state))
     return st_error(ST_ERR_FORMAT, "%s: checksum mismatch: the state is damaged", p);
   json_t *fmt = json_object_get(L->state, "format");
   int64_t ver;

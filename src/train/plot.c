@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "strata/base.h"
+#include "base/fileio.h"
 #include "strata/train.h"
 
 /* Page geometry in SVG user units (px). */
@@ -256,21 +257,6 @@ static void write_svg(FILE *f, const st_history *h, const char *title) {
 
 /* ---- the file ------------------------------------------------------------ */
 
-static void fsync_dir_of(const char *path) {
-  char *dir = strdup(path);
-  if (!dir) return;
-  char *slash = strrchr(dir, '/');
-  if (!slash) strcpy(dir, ".");
-  else if (slash == dir) slash[1] = '\0';
-  else *slash = '\0';
-  int fd = open(dir, O_RDONLY | O_DIRECTORY);
-  free(dir);
-  if (fd >= 0) {
-    fsync(fd); /* best effort: the file itself is complete and in place */
-    close(fd);
-  }
-}
-
 st_status st_plot_history_svg(const st_history *h, const char *title, const char *path) {
   if (!h || !path || !path[0]) return st_error(ST_ERR_INVALID, "plot: no history or no path");
   if (h->epochs <= 0 || !h->logs)
@@ -293,7 +279,7 @@ st_status st_plot_history_svg(const st_history *h, const char *title, const char
   else if (rename(tmp, path) != 0)
     s = st_error(ST_ERR_IO, "%s: renaming %s: %s", path, tmp, strerror(errno));
   if (s) unlink(tmp);
-  else fsync_dir_of(path);
+  else (void)st__fsync_parent_dir(path);
 done:
   free(tmp);
   return s;
