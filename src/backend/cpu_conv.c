@@ -222,12 +222,21 @@ void st__cpu_maxpool_backward(const st_pool_geom *g, const float *x,
                               const float *y, const float *dy, float *dx) {
   const size_t in = image_floats(g), out = (size_t)g->oh * g->ow * g->c;
   (void)y;
-  memset(dx, 0, sizeof(float) * in * g->n);
-  for (int n = 0; n < g->n; n++, x += in, dy += out, dx += in) {
-    if (is_2x2_s2_valid(g))
-      maxpool_2x2_backward(g, x, dy, dx);
-    else
+  if (!is_2x2_s2_valid(g)) {
+    memset(dx, 0, sizeof(float) * in * g->n);
+    for (int n = 0; n < g->n; n++, x += in, dy += out, dx += in)
       maxpool_backward_image(g, x, dy, dx);
+    return;
+  }
+  /* 2x2/2 windows tile the image: every covered cell is written once; only
+   * an odd last row/column (outside every window) needs zeros. */
+  const size_t c = (size_t)g->c, row = (size_t)g->w * c;
+  for (int n = 0; n < g->n; n++, x += in, dy += out, dx += in) {
+    maxpool_2x2_backward(g, x, dy, dx);
+    for (int yy = 0; yy < 2 * g->oh && g->w > 2 * g->ow; yy++)
+      memset(dx + yy * row + (size_t)2 * g->ow * c, 0, sizeof(float) * (g->w - 2 * g->ow) * c);
+    if (g->h > 2 * g->oh)
+      memset(dx + (size_t)2 * g->oh * row, 0, sizeof(float) * (g->h - 2 * g->oh) * row);
   }
 }
 
