@@ -7,7 +7,7 @@ PYTHON ?= /usr/bin/python3
 BENCH_ARGS ?=
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all build deps demo test bench asan-test tsan-test clean
+.PHONY: all build deps demo test bench asan-test tsan-test clean fuzz fuzz-ci
 
 all: build
 
@@ -26,7 +26,7 @@ demo: build
 # ThreadSanitizer (suppressions, if ever needed: tests/tsan.supp).
 test: build
 	cd build && ctest --output-on-failure -j2
-	@$(MAKE) --no-print-directory asan-test tsan-test
+	@$(MAKE) --no-print-directory asan-test tsan-test fuzz-ci
 
 bench:
 	@scripts/deps.sh --bench
@@ -46,3 +46,21 @@ tsan-test: deps
 
 clean:
 	rm -rf build build-asan build-tsan
+
+# ---- Fuzzing (issue 7 item 2; RELIABILITY.md row T1) ----
+# `make fuzz`: build the libFuzzer targets (tests/fuzz/*_fuzz.c) with clang into
+# $(FUZZ_BUILD) and run each for FUZZ_SECONDS, two at a time, on a copy of its
+# seed corpus + regression inputs (the committed corpus is never written).
+# Fails if any target finds a crash, leak or timeout; the input is saved under
+# $(FUZZ_BUILD)/crashes/ (commit it to tests/fuzz/regressions/<target>/, where
+# test_fuzz_regressions replays it). `make fuzz-ci`: the same, 30 s each.
+FUZZ_SECONDS ?= 600
+FUZZ_BUILD ?= build-fuzz
+
+fuzz: deps
+	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_FUZZ=ON
+	cmake --build $(FUZZ_BUILD) -j$(JOBS) --target fuzz_targets
+	tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+fuzz-ci:
+	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=30

@@ -46,14 +46,16 @@ bool cli_check_writable(const char *cmd, const char *opt, const char *path);
 
 /* Fashion-MNIST style data for the built-in models. */
 typedef struct cli_data {
-  st_mnist raw;              /* u8 tensors, owned */
+  st_mnist raw;              /* u8 or f32 images, u8 labels, owned */
   int64_t n_train, n_val;    /* split of raw.train */
   st_dataset *train, *val, *test; /* batched pipelines */
 } cli_data;
-/* "fashion-mnist" means the Debian dataset directory. */
+/* "fashion-mnist" means the Debian dataset directory. uint8 images are scaled
+ * by 1/255, float32 images used as they are; NaN/Inf in float32 files are
+ * rejected (exit 2) unless allow_nonfinite. */
 int cli_load_data(const char *cmd, const char *spec, double val_split,
                   int64_t train_examples, int batch, uint64_t seed,
-                  cli_data *d);
+                  bool allow_nonfinite, cli_data *d);
 void cli_free_data(cli_data *d);
 
 int cmd_train(int argc, char **argv);

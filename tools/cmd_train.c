@@ -40,6 +40,7 @@ static cli_opt train_opts[] = {
     {"--log-every", "N", "with --log-dir: batch figures every N steps (default 0 = per epoch only)", NULL},
     {"--plot", "FILE", "draw loss and accuracy curves as an SVG after training", NULL},
     {"--quiet", NULL, "no progress output", NULL},
+    {"--allow-nonfinite", NULL, "accept NaN/Inf in float32 input files (default: exit 2 naming the element)", NULL},
 };
 #define NTRAIN ((int)(sizeof train_opts / sizeof *train_opts))
 
@@ -54,6 +55,7 @@ typedef struct train_cfg {
   st_optimizer_options opt;
   st_strategy_kind strategy;
   bool quiet;
+  bool allow_nonfinite; /* --allow-nonfinite */
 } train_cfg;
 
 /* Flags that only make sense together, and monitors that exist. */
@@ -91,6 +93,7 @@ static bool parse_train(const cli_opt *o, train_cfg *c) {
   c->save = cli_get(o, NTRAIN, "--save");
   c->report = cli_get(o, NTRAIN, "--report");
   c->quiet = cli_get(o, NTRAIN, "--quiet") != NULL;
+  c->allow_nonfinite = cli_get(o, NTRAIN, "--allow-nonfinite") != NULL;
   c->epochs = 1;
   c->batch = 32;
   st_optimizer_kind ok = ST_OPT_ADAM;
@@ -234,7 +237,7 @@ static int run_train(const train_cfg *c) {
   double t0 = st_now_seconds();
   cli_data d;
   int rc = cli_load_data("train", c->data, c->val_split, c->train_examples, (int)c->batch,
-                         (uint64_t)c->seed, &d);
+                         (uint64_t)c->seed, c->allow_nonfinite, &d);
   if (rc) return rc;
   st_strategy *strategy = NULL;
   st_model *model = NULL;
@@ -330,7 +333,7 @@ int cmd_evaluate(int argc, char **argv) {
   }
   if (bv && !cli_int("evaluate", "--batch-size", bv, 1, 1 << 20, &batch)) return EXIT_USAGE;
   cli_data d;
-  if ((rc = cli_load_data("evaluate", data ? data : "fashion-mnist", 0, 0, (int)batch, 0, &d)))
+  if ((rc = cli_load_data("evaluate", data ? data : "fashion-mnist", 0, 0, (int)batch, 0, false, &d)))
     return rc;
   st_strategy *strategy = NULL;
   st_model *model = NULL;

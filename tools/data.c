@@ -1,6 +1,6 @@
 /* Loading Fashion-MNIST style IDX data for the CLI and turning it into the
- * train / validation / test pipelines (bytes stay bytes; pixels are scaled to
- * [0,1] as batches are made). */
+ * train / validation / test pipelines (bytes stay bytes; uint8 pixels are
+ * scaled to [0,1] as batches are made, float32 images are used as they are). */
 #include <stdio.h>
 #include <string.h>
 
@@ -30,19 +30,23 @@ static void shape_images(st_tensor *t) {
 
 static st_dataset *slices(const st_tensor *x, const st_tensor *y, int64_t skip, int64_t take) {
   st_dataset *ds = NULL;
-  if (st_dataset_from_tensor_slices(x, y, 1.0f / 255.0f, false, &ds) != ST_OK) return NULL;
+  float scale = x->dtype == ST_U8 ? 1.0f / 255.0f : 1.0f;
+  if (st_dataset_from_tensor_slices(x, y, scale, false, &ds) != ST_OK) return NULL;
   if (skip > 0) ds = ds ? st_dataset_skip(ds, skip) : NULL;
   if (take >= 0) ds = ds ? st_dataset_take(ds, take) : NULL;
   return ds;
 }
 
 int cli_load_data(const char *cmd, const char *spec, double val_split, int64_t train_examples,
-                  int batch, uint64_t seed, cli_data *d) {
+                  int batch, uint64_t seed, bool allow_nonfinite, cli_data *d) {
   memset(d, 0, sizeof *d);
   const char *dir = strcmp(spec, "fashion-mnist") == 0 ? FASHION_MNIST_DIR : spec;
-  st_status s = st_mnist_load(dir, &d->raw);
+  st_idx_options io = {.allow_nonfinite = allow_nonfinite};
+  st_status s = st_mnist_load_ex(dir, &io, &d->raw);
   if (s != ST_OK) {
     fprintf(stderr, "strata %s: --data %s: %s\n", cmd, spec, st_last_error());
+    if (s == ST_ERR_NONFINITE && !strcmp(cmd, "train"))
+      fprintf(stderr, "strata %s: to train on non-finite values anyway, add --allow-nonfinite\n", cmd);
     if (!strcmp(spec, "fashion-mnist"))
       fprintf(stderr, "strata %s: install the dataset with: apt-get install dataset-fashion-mnist\n", cmd);
     return s == ST_ERR_NOMEM ? EXIT_FAIL : EXIT_USAGE;

@@ -38,17 +38,29 @@ void st_tensor_free(st_tensor *t);          /* frees data, zeroes t */
 /* ---- IDX files (MNIST format), plain or gzip (detected by magic) ---- */
 /* Read a whole IDX file into *out (out->data owned by caller, st_tensor_free).
  * Validates magic, dtype code, rank, dims (no overflow, product matches the
- * payload exactly) before allocating; errors name the file and byte offset. */
+ * payload exactly) before allocating; errors name the file and byte offset.
+ * A float32 payload with a NaN or Inf is rejected (ST_ERR_NONFINITE, naming
+ * the element and its byte offset); st_idx_read_ex can accept it. */
 st_status st_idx_read(const char *path, st_tensor *out);
+/* Reading options; zero-initialised = st_idx_read's behaviour. */
+typedef struct st_idx_options {
+  bool allow_nonfinite; /* keep NaN/Inf floats instead of rejecting the file */
+} st_idx_options;
+/* st_idx_read with options (o may be NULL: the defaults). */
+st_status st_idx_read_ex(const char *path, const st_idx_options *o, st_tensor *out);
 /* Write t as IDX (gzip when path ends in ".gz"); temp file + rename. */
 st_status st_idx_write(const char *path, const st_tensor *t);
 
 /* The four MNIST-style files of a directory: train/t10k images/labels, each
- * `<name>` or `<name>.gz`. Checks image/label counts agree. */
+ * `<name>` or `<name>.gz`. Checks image/label counts agree. Images are uint8
+ * (pixels 0..255) or float32 (values used as they are), rank 3; labels uint8,
+ * rank 1. */
 typedef struct st_mnist {
-  st_tensor train_x, train_y, test_x, test_y; /* u8 [n,28,28] and u8 [n] */
+  st_tensor train_x, train_y, test_x, test_y; /* u8/f32 [n,h,w] and u8 [n] */
 } st_mnist;
 st_status st_mnist_load(const char *dir, st_mnist *out);
+/* st_mnist_load with IDX reading options for all four files (o may be NULL). */
+st_status st_mnist_load_ex(const char *dir, const st_idx_options *o, st_mnist *out);
 void st_mnist_free(st_mnist *m);
 
 /* ---- CSV: numeric columns, one label column ---- */
@@ -57,10 +69,12 @@ typedef struct st_csv_options {
   bool header;           /* first row is column names (default true) */
   int label_column;      /* index; -1 = last column (default) */
   const char *label_name;/* if set (and header), overrides label_column */
+  bool allow_nonfinite;  /* keep nan/inf cells (default false: rejected) */
 } st_csv_options;
 st_csv_options st_csv_default_options(void);
 /* Reads into x f32 [rows, cols-1] and y f32 [rows]; errors name file, row and
- * column. Rejects ragged rows, non-numeric or non-finite cells, empty files. */
+ * column. Rejects ragged rows, non-numeric cells, empty files, and non-finite
+ * cells (ST_ERR_NONFINITE) unless o->allow_nonfinite. */
 st_status st_csv_read(const char *path, const st_csv_options *o, st_tensor *x,
                       st_tensor *y);
 

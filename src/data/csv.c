@@ -3,8 +3,10 @@
  * parsed in two passes: the first checks structure (UTF-8 BOM skipped, CRLF or
  * LF line ends, a missing final newline, blank lines skipped, no NUL bytes, no
  * ragged rows, at most 100000 columns and 64 KiB per field) and counts rows,
- * the second converts cells with strtof and insists the whole cell is a finite
- * number. Rows are 1-based file lines and columns are 1-based in messages, so
+ * the second converts cells with strtof and insists the whole cell is a number,
+ * finite unless st_csv_options.allow_nonfinite (then "nan", "inf" and "-inf"
+ * cells are kept; a finite literal beyond float32 range is still an error).
+ * Rows are 1-based file lines and columns are 1-based in messages, so
  * an error reads "data.csv: row 3, column 2 ('abc'): not a number". Quoting is
  * limited to one pair of double quotes around a whole field. */
 #define _POSIX_C_SOURCE 200809L
@@ -28,6 +30,7 @@ typedef struct csv_text {
   char *buf; /* [len + 1], NUL at len */
   size_t len;
   char delim;
+  bool allow_nonfinite; /* keep NaN/Inf cells */
 } csv_text;
 
 /* One line without its line end; row is its 1-based line number. */
@@ -38,7 +41,7 @@ typedef struct csv_line {
 } csv_line;
 
 st_csv_options st_csv_default_options(void) {
-  st_csv_options o = {',', true, -1, NULL};
+  st_csv_options o = {',', true, -1, NULL, false};
   return o;
 }
 
@@ -164,10 +167,12 @@ static st_status parse_cell(const csv_text *t, int64_t row, int col, char *p, si
   if (!full)
     return st_error(ST_ERR_FORMAT, "%s: row %lld, column %d ('%.*s%s'): not a number", t->path,
                     (long long)row, col + 1, shown, p, more);
-  if (isnan(v) || (isinf(v) && err != ERANGE))
+  bool literal_nonfinite = isnan(v) || (isinf(v) && err != ERANGE);
+  if (literal_nonfinite && t->allow_nonfinite) return *out = v, ST_OK;
+  if (literal_nonfinite)
     return st_error(ST_ERR_NONFINITE, "%s: row %lld, column %d ('%.*s%s'): not finite "
-                    "(NaN/Inf cells are rejected)", t->path, (long long)row, col + 1, shown, p,
-                    more);
+                    "(NaN/Inf cells are rejected by default)", t->path, (long long)row, col + 1,
+                    shown, p, more);
   if (isinf(v))
     return st_error(ST_ERR_FORMAT, "%s: row %lld, column %d ('%.*s%s'): out of float32 range",
                     t->path, (long long)row, col + 1, shown, p, more);
@@ -289,7 +294,7 @@ st_status st_csv_read(const char *path, const st_csv_options *o, st_tensor *x,
   char d = o->delimiter;
   if (d == '\0' || d == '\n' || d == '\r' || d == '"' || d == ' ')
     return st_error(ST_ERR_INVALID, "%s: unusable CSV delimiter 0x%02x", path, (unsigned char)d);
-  csv_text t = {path, NULL, 0, d};
+  csv_text t = {path, NULL, 0, d, o->allow_nonfinite};
   csv_layout L;
   st_status s = read_whole(path, &t);
   if (s == ST_OK) s = layout(&t, o, &L);

@@ -6,8 +6,9 @@
  * size minus the header; for gzip (where the real size is only known by
  * inflating) the buffer grows as data actually arrives, so a forged header
  * cannot force a large allocation. Payloads are converted to host byte order;
- * NaN/Inf floats are rejected. Writing goes to a temp file that is fsynced and
- * renamed over the target. Every error names the file and byte offset. */
+ * NaN/Inf floats are rejected unless st_idx_options.allow_nonfinite is set.
+ * Writing goes to a temp file that is fsynced and renamed over the target.
+ * Every error names the file and byte offset. */
 #define _POSIX_C_SOURCE 200809L
 #include "strata/data.h"
 
@@ -253,24 +254,31 @@ static st_status read_payload(idx_reader *r, const idx_header *h, void **out) {
   return ST_OK;
 }
 
-/* Big-endian i32/f32 to host order; floats must be finite. */
-static st_status to_host(const char *path, const idx_header *h, void *data) {
+/* Big-endian i32/f32 to host order; floats must be finite unless allowed. */
+static st_status to_host(const char *path, const idx_header *h, bool allow_nonfinite,
+                         void *data) {
   if (h->dtype == ST_U8) return ST_OK;
   size_t n = h->bytes / 4;
   uint32_t *w = data;
   if (host_is_little())
     for (size_t i = 0; i < n; i++) w[i] = __builtin_bswap32(w[i]);
-  if (h->dtype != ST_F32) return ST_OK;
+  if (h->dtype != ST_F32 || allow_nonfinite) return ST_OK;
   const float *f = data;
   for (size_t i = 0; i < n; i++)
     if (!isfinite(f[i]))
       return st_error(ST_ERR_NONFINITE, "%s: offset %zu: element %zu is %s (non-finite values "
-                      "are rejected)", path, h->offset + 4 * i, i, isnan(f[i]) ? "NaN" : "Inf");
+                      "are rejected by default)", path, h->offset + 4 * i, i,
+                      isnan(f[i]) ? "NaN" : "Inf");
   return ST_OK;
 }
 
 st_status st_idx_read(const char *path, st_tensor *out) {
+  return st_idx_read_ex(path, NULL, out);
+}
+
+st_status st_idx_read_ex(const char *path, const st_idx_options *o, st_tensor *out) {
   if (!path || !out) return st_error(ST_ERR_INVALID, "st_idx_read: NULL argument");
+  bool allow_nonfinite = o && o->allow_nonfinite;
   memset(out, 0, sizeof *out);
   idx_reader r;
   idx_header h;
@@ -281,7 +289,7 @@ st_status st_idx_read(const char *path, st_tensor *out) {
   if (s == ST_OK && !r.gzip) s = check_plain_size(&r, &h);
   if (s == ST_OK) s = read_payload(&r, &h, &data);
   gzclose(r.gz);
-  if (s == ST_OK) s = to_host(path, &h, data);
+  if (s == ST_OK) s = to_host(path, &h, allow_nonfinite, data);
   if (s != ST_OK) {
     st_free(data);
     return s;
@@ -430,8 +438,8 @@ st_status st_idx_write(const char *path, const st_tensor *t) {
 /* ---- MNIST directories ------------------------------------------------- */
 
 /* dir/name, or dir/name.gz when only that exists (plain preferred). */
-static st_status mnist_read(const char *dir, const char *name, st_tensor *t,
-                            char *path, size_t cap) {
+static st_status mnist_read(const char *dir, const char *name, const st_idx_options *o,
+                            st_tensor *t, char *path, size_t cap) {
   struct stat sb;
   int n = snprintf(path, cap, "%s/%s", dir, name);
   if (n < 0 || (size_t)n + 4 > cap)
@@ -443,18 +451,18 @@ static st_status mnist_read(const char *dir, const char *name, st_tensor *t,
       return st_error(ST_ERR_IO, "%s: not found (also tried %s.gz)", path, path);
     }
   }
-  return st_idx_read(path, t);
+  return st_idx_read_ex(path, o, t);
 }
 
 static st_status mnist_pair(const char *dir, const char *img, const char *lab,
-                            st_tensor *x, st_tensor *y) {
+                            const st_idx_options *o, st_tensor *x, st_tensor *y) {
   char px[PATH_MAX], py[PATH_MAX];
-  st_status s = mnist_read(dir, img, x, px, sizeof px);
-  if (s == ST_OK) s = mnist_read(dir, lab, y, py, sizeof py);
+  st_status s = mnist_read(dir, img, o, x, px, sizeof px);
+  if (s == ST_OK) s = mnist_read(dir, lab, o, y, py, sizeof py);
   if (s != ST_OK) return s;
-  if (x->dtype != ST_U8 || x->rank != 3)
-    return st_error(ST_ERR_FORMAT, "%s: images must be uint8 of rank 3, got %s of rank %d",
-                    px, st_dtype_name(x->dtype), x->rank);
+  if ((x->dtype != ST_U8 && x->dtype != ST_F32) || x->rank != 3)
+    return st_error(ST_ERR_FORMAT, "%s: images must be uint8 or float32 of rank 3, got %s of "
+                    "rank %d", px, st_dtype_name(x->dtype), x->rank);
   if (y->dtype != ST_U8 || y->rank != 1)
     return st_error(ST_ERR_FORMAT, "%s: labels must be uint8 of rank 1, got %s of rank %d",
                     py, st_dtype_name(y->dtype), y->rank);
@@ -465,12 +473,16 @@ static st_status mnist_pair(const char *dir, const char *img, const char *lab,
 }
 
 st_status st_mnist_load(const char *dir, st_mnist *out) {
+  return st_mnist_load_ex(dir, NULL, out);
+}
+
+st_status st_mnist_load_ex(const char *dir, const st_idx_options *o, st_mnist *out) {
   if (!dir || !out) return st_error(ST_ERR_INVALID, "st_mnist_load: NULL argument");
   memset(out, 0, sizeof *out);
-  st_status s = mnist_pair(dir, "train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+  st_status s = mnist_pair(dir, "train-images-idx3-ubyte", "train-labels-idx1-ubyte", o,
                            &out->train_x, &out->train_y);
   if (s == ST_OK)
-    s = mnist_pair(dir, "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte", &out->test_x,
+    s = mnist_pair(dir, "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte", o, &out->test_x,
                    &out->test_y);
   if (s != ST_OK) st_mnist_free(out);
   return s;

@@ -97,6 +97,28 @@ static st_status check_model(const loaded *L, const st_model *m) {
     }
   if (L->o.n != nslot)
     return st_error(ST_ERR_FORMAT, "%s: %d slot tensors, the optimizer needs %d", op, L->o.n, nslot);
+  /* apply_vars takes slots by position (slot-major, variables in model
+   * order): each must be "<variable>/<slot>" with the variable's shape, or a
+   * forged file would make it copy past a smaller tensor's data. */
+  int per = m->n_slots ? nslot / m->n_slots : 0, t = 0;
+  for (int i = 0; i < m->nlayers; i++)
+    for (int p = 0; p < m->layers[i]->nparams; p++) {
+      if (!m->layers[i]->params[p].trainable) continue;
+      st_named_tensor want;
+      st__describe_var(m->layers[i], p, &want);
+      size_t len = strlen(want.name);
+      for (int k = 0; k < m->n_slots; k++) {
+        const st_named_tensor *got = &L->o.tensors[(size_t)k * (size_t)per + (size_t)t];
+        if (strncmp(got->name, want.name, len) != 0 || got->name[len] != '/')
+          return st_error(ST_ERR_FORMAT, "%s: slot tensor %d is '%s', expected a slot of '%s'", op,
+                          k * per + t, got->name, want.name);
+        st_named_tensor slot = want; /* so an error names the slot tensor */
+        snprintf(slot.name, sizeof slot.name, "%s", got->name);
+        st_status s = st__check_tensor(op, &slot, got);
+        if (s != ST_OK) return s;
+      }
+      t++;
+    }
   return ST_OK;
 }
 
