@@ -7,6 +7,7 @@
  * Reading parses and validates the whole header before the buffer is
  * allocated, so no allocation is driven by an unchecked number. */
 #define _POSIX_C_SOURCE 200809L
+#include "base/fileio.h"
 #include "train/safetensors.h"
 
 #include <errno.h>
@@ -122,22 +123,6 @@ static st_status build_header(const char *path, const st_named_tensor *t,
   return ST_OK;
 }
 
-static int fsync_parent_dir(const char *path) {
-  char *dir = strdup(path);
-  if (!dir) return -1;
-  char *slash = strrchr(dir, '/');
-  if (!slash) strcpy(dir, ".");
-  else if (slash == dir) slash[1] = '\0';
-  else *slash = '\0';
-  int fd = open(dir, O_RDONLY | O_DIRECTORY);
-  free(dir);
-  if (fd < 0) return -1;
-  int rc = fsync(fd);
-  int saved = errno;
-  close(fd);
-  errno = saved;
-  return rc;
-}
 
 /* Write header + tensors into an open stream; 0 or -1 with errno. */
 static int write_body(FILE *f, const char *hdr, size_t hdr_len,
@@ -188,7 +173,7 @@ st_status st__safetensors_write(const char *path, const st_named_tensor *t,
     s = st_error(ST_ERR_IO, "%s: renaming %s: %s", path, tmp, strerror(errno));
     goto fail_written;
   }
-  if (fsync_parent_dir(path) != 0) {
+  if (st__fsync_parent_dir(path) != 0) {
     /* The file is complete and in place; only its durability is unknown. */
     s = st_error(ST_ERR_IO, "%s: fsync of its directory: %s", path, strerror(errno));
   }
