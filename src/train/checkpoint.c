@@ -74,7 +74,7 @@ static json_t *crc_map(const st_named_tensor *ts, int n) {
   return o;
 }
 
-static st_status read_all(const char *path, size_t cap, char **buf, size_t *len) {
+st_status st__ckpt_read_file(const char *path, size_t cap, char **buf, size_t *len) {
   FILE *f = fopen(path, "rb");
   if (!f) return st_error(ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
   struct stat sb;
@@ -96,13 +96,14 @@ static st_status read_all(const char *path, size_t cap, char **buf, size_t *len)
 }
 
 static st_status file_crc(const char *path, uint32_t *crc) {
-  char *buf = NULL;
-  size_t len = 0;
-  st_status s = read_all(path, (size_t)1 << 40, &buf, &len);
-  if (s != ST_OK) return s;
-  *crc = st_crc32c(0, buf, len);
-  free(buf);
-  return ST_OK;
+  FILE *f = fopen(path, "rb");
+  if (!f) return st_error(ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  char buf[1 << 16];
+  *crc = 0;
+  for (size_t n; (n = fread(buf, 1, sizeof buf, f)) > 0;) *crc = st_crc32c(*crc, buf, n);
+  bool ok = !ferror(f);
+  fclose(f);
+  return ok ? ST_OK : st_error(ST_ERR_IO, "%s: cannot read", path);
 }
 
 static json_t *logs_json(const st_model *m) {
@@ -144,12 +145,22 @@ uint32_t st__ckpt_state_crc(json_t *o) {
   return crc;
 }
 
+char *st__ckpt_state_text(json_t *o) {
+  return json_dumps(o, JSON_INDENT(1) | JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
+}
+
 static st_status write_json(const char *path, json_t *o) {
+  char *text = st__ckpt_state_text(o);
+  if (!text) return st_error(ST_ERR_NOMEM, "%s: out of memory", path);
   FILE *f = fopen(path, "wb");
-  if (!f) return st_error(ST_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
-  bool ok = json_dumpf(o, f, JSON_INDENT(1) | JSON_SORT_KEYS | JSON_REAL_PRECISION(17)) == 0 &&
-            fflush(f) == 0 && fsync(fileno(f)) == 0;
+  if (!f) {
+    free(text);
+    return st_error(ST_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+  }
+  size_t len = strlen(text);
+  bool ok = fwrite(text, 1, len, f) == len && fflush(f) == 0 && fsync(fileno(f)) == 0;
   ok = fclose(f) == 0 && ok;
+  free(text);
   return ok ? ST_OK : st_error(ST_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
 }
 

@@ -23,5 +23,13 @@ void st__checkpoint_remove_all(const char *dir);
  * "state_crc32c" field (json_t from jansson). */
 struct json_t;
 uint32_t st__ckpt_state_crc(struct json_t *o);
+/* The exact text state.json holds for o (indented, key-sorted, reals with 17
+ * digits; caller frees). The loader requires the file to equal it, so a
+ * flipped bit that parses to the same values (a 17th digit, a space) is
+ * caught as well as one the CRC sees. */
+char *st__ckpt_state_text(struct json_t *o);
+/* Read a whole file of at most cap bytes into *buf (NUL-terminated; caller
+ * frees). */
+st_status st__ckpt_read_file(const char *path, size_t cap, char **buf, size_t *len);
 
 #endif
