@@ -24,7 +24,10 @@ demo: build
 # The whole suite: the Release build's tests, then the same tests under
 # AddressSanitizer + UndefinedBehaviorSanitizer, then the threaded ones under
 # ThreadSanitizer (suppressions, if ever needed: tests/tsan.supp).
-test: build
+# OpenMPI is installed too, so the multi-worker tests run instead of skipping.
+test:
+	@scripts/deps.sh --mpi
+	@$(MAKE) build
 	cd build && ctest --output-on-failure -j2
 	@$(MAKE) --no-print-directory asan-test tsan-test fuzz-ci
 

@@ -128,6 +128,9 @@ int cli_fail(const char *cmd, st_status s) {
     case ST_ERR_NONFINITE:
     case ST_ERR_NOT_BUILT:
       return EXIT_USAGE;
+    case ST_ERR_TIMEOUT:
+    case ST_ERR_PEER:
+      return EXIT_PEER;
     default:
       return EXIT_FAIL;
   }

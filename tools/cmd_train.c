@@ -19,12 +19,14 @@ static cli_opt train_opts[] = {
     {"--seed", "S", "seed for weights, shuffling and dropout (default 0)", NULL},
     {"--validation-split", "F", "fraction of the training data held out for validation (default 0)", NULL},
     {"--train-examples", "N", "use only the first N training examples (default all)", NULL},
-    {"--strategy", "NAME", "one_device (default), mirrored or central_storage", NULL},
-    {"--devices", "LIST", "mirrored/central_storage: devices, e.g. cpu:0,cpu:1 (one replica each)", NULL},
-    {"--replicas", "N", "mirrored/central_storage: replica count (default: one per core)", NULL},
+    {"--strategy", "NAME", "one_device (default), mirrored, central_storage or multi_worker_mirrored (under mpirun)", NULL},
+    {"--devices", "LIST", "mirrored/central_storage/multi_worker_mirrored: (local) devices, e.g. cpu:0,cpu:1 (one replica each)", NULL},
+    {"--replicas", "N", "the same as a replica count (default: one per core; multi_worker_mirrored: 1 per worker)", NULL},
     {"--cross-device-ops", "OPS", "mirrored: all_reduce (default) or reduction_to_one_device", NULL},
     {"--bytes-per-pack", "N", "mirrored: gradient pack size in bytes (default 4194304; 0 = one pack)", NULL},
     {"--no-overlap", NULL, "mirrored: all-reduce the packs after backward instead of during it", NULL},
+    {"--collective-timeout", "S", "multi_worker_mirrored: fail (exit 3) when a peer has not joined a collective within S seconds (default 300)", NULL},
+    {"--auto-shard", "POLICY", "multi_worker_mirrored: data (default: each worker keeps every W-th example of a global batch) or off", NULL},
     {"--threads", "N", "one_device: compute threads (default: all cores)", NULL},
     {"--save", "FILE", "write the trained weights as safetensors", NULL},
     {"--report", "FILE", "write a JSON report of the run", NULL},
@@ -51,7 +53,8 @@ typedef struct train_cfg {
   bool best_only;
   long epochs, batch, seed, threads, train_examples, replicas, bytes_per_pack;
   bool no_overlap;
-  double lr, val_split;
+  double lr, val_split, collective_timeout;
+  st_auto_shard auto_shard;
   st_optimizer_options opt;
   st_strategy_kind strategy;
   bool quiet;
@@ -139,14 +142,30 @@ static bool parse_train(const cli_opt *o, train_cfg *c) {
     fprintf(stderr, "strata train: --strategy: %s\n", st_last_error());
     return false;
   }
-  bool multi = c->strategy == ST_STRATEGY_MIRRORED || c->strategy == ST_STRATEGY_CENTRAL_STORAGE;
+  bool mwms = c->strategy == ST_STRATEGY_MULTI_WORKER_MIRRORED;
+  bool multi = c->strategy == ST_STRATEGY_MIRRORED || c->strategy == ST_STRATEGY_CENTRAL_STORAGE || mwms;
+  bool mirrored = c->strategy == ST_STRATEGY_MIRRORED || mwms;
   if (!multi && (c->devices || c->replicas || c->cross_ops)) {
     fprintf(stderr, "strata train: --devices, --replicas and --cross-device-ops need "
-            "--strategy mirrored or central_storage\n");
+            "--strategy mirrored, central_storage or multi_worker_mirrored\n");
     return false;
   }
-  if (c->strategy != ST_STRATEGY_MIRRORED && (c->bytes_per_pack >= 0 || c->no_overlap)) {
-    fprintf(stderr, "strata train: --bytes-per-pack and --no-overlap need --strategy mirrored\n");
+  if (!mirrored && (c->bytes_per_pack >= 0 || c->no_overlap)) {
+    fprintf(stderr, "strata train: --bytes-per-pack and --no-overlap need --strategy mirrored "
+            "or multi_worker_mirrored\n");
+    return false;
+  }
+  c->auto_shard = ST_AUTO_SHARD_AUTO;
+  if ((v = cli_get(o, NTRAIN, "--auto-shard")) && st_auto_shard_parse(v, &c->auto_shard) != ST_OK) {
+    fprintf(stderr, "strata train: --auto-shard: %s\n", st_last_error());
+    return false;
+  }
+  if ((v = cli_get(o, NTRAIN, "--collective-timeout")) &&
+      !cli_float(cmd, "--collective-timeout", v, 0.001, 1e7, &c->collective_timeout))
+    return false;
+  if (!mwms && (cli_get(o, NTRAIN, "--auto-shard") || cli_get(o, NTRAIN, "--collective-timeout"))) {
+    fprintf(stderr, "strata train: --auto-shard and --collective-timeout need --strategy "
+            "multi_worker_mirrored\n");
     return false;
   }
   if (c->threads && c->strategy != ST_STRATEGY_ONE_DEVICE) {
@@ -208,17 +227,20 @@ static void free_callbacks(callbacks *k) {
   st_tensorboard_close(k->tb);
 }
 
-static st_status make_callbacks(const train_cfg *c, callbacks *k) {
+/* Multi-worker: only the chief (rank 0) writes logs and checkpoints and shows
+ * progress; EarlyStopping runs everywhere (the figures are global, so every
+ * worker stops at the same epoch). */
+static st_status make_callbacks(const train_cfg *c, bool chief, callbacks *k) {
   memset(k, 0, sizeof *k);
   const char *mon = c->monitor ? c->monitor : "val_loss";
-  if (c->log_dir) {
+  if (c->log_dir && chief) {
     st_status s = st_tensorboard_open(c->log_dir, &k->tb);
     if (s != ST_OK) return s;
     k->cb[k->n] = st_tensorboard_callback(k->tb, (int)c->log_every, &k->state[k->n]);
     k->n++;
   }
-  if (c->csv) k->cb[k->n] = st_csv_logger_callback(c->csv, &k->state[k->n]), k->n++;
-  if (c->ckpt_dir)
+  if (c->csv && chief) k->cb[k->n] = st_csv_logger_callback(c->csv, &k->state[k->n]), k->n++;
+  if (c->ckpt_dir && chief)
     k->cb[k->n] = st_model_checkpoint_callback(c->ckpt_dir, mon, c->best_only, (int)c->keep,
                                                &k->state[k->n]),
     k->n++;
@@ -228,7 +250,7 @@ static st_status make_callbacks(const train_cfg *c, callbacks *k) {
     eo.patience = (int)c->patience;
     k->cb[k->n] = st_early_stopping_callback(eo, &k->state[k->n]), k->n++;
   }
-  if (!c->quiet) /* last: the progress line comes after the other epoch-end work */
+  if (!c->quiet && chief) /* last: the progress line comes after the other epoch-end work */
     k->cb[k->n++] = st_progress_callback(stderr, isatty(2), (int)c->epochs, &k->progress);
   return ST_OK;
 }
@@ -250,10 +272,13 @@ static int run_train(const train_cfg *c) {
   so.cross_device_ops = c->cross_ops;
   if (c->bytes_per_pack >= 0) so.bytes_per_pack = (size_t)c->bytes_per_pack;
   so.no_overlap = c->no_overlap;
+  so.auto_shard = c->auto_shard;
+  so.collective_timeout = c->collective_timeout;
   st_status s = build_model(c->model, &so, (uint64_t)c->seed, &c->opt, &strategy, &model);
   if (s != ST_OK) goto fail;
+  bool chief = st_strategy_is_chief(strategy);
   callbacks cbs;
-  if ((s = make_callbacks(c, &cbs)) != ST_OK) goto fail;
+  if ((s = make_callbacks(c, chief, &cbs)) != ST_OK) goto fail;
   st_fit_options fo = st_fit_default_options();
   fo.epochs = (int)c->epochs;
   fo.validation = d.val;
@@ -270,12 +295,13 @@ static int run_train(const train_cfg *c) {
   }
   char title[512];
   snprintf(title, sizeof title, "%s \u2014 %s", c->model, st_strategy_kind_name(c->strategy));
+  if ((s = st_model_evaluate(model, d.test, &test)) != ST_OK) goto fail;
+  if (!chief) goto done; /* the chief reports and writes */
   if (c->plot && (s = st_plot_history_svg(&h, title, c->plot)) != ST_OK) {
     fprintf(stderr, "strata train: --plot: %s\n", st_last_error());
     rc = EXIT_WRITE;
     goto done;
   }
-  if ((s = st_model_evaluate(model, d.test, &test)) != ST_OK) goto fail;
   printf("test_loss: %.4f - test_accuracy: %.4f - samples/s: %.0f\n", test.loss, test.accuracy,
          h.samples_per_sec);
   if (c->save && (s = st_model_save_weights(model, c->save)) != ST_OK) {

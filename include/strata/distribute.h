@@ -22,6 +22,20 @@ typedef enum st_strategy_kind {
 const char *st_strategy_kind_name(st_strategy_kind k); /* "one_device", ... */
 st_status st_strategy_kind_parse(const char *name, st_strategy_kind *out);
 
+/* TensorFlow's AutoShardPolicy. DATA: every worker runs the same pipeline and
+ * keeps examples w, w + W, w + 2W, ... of each global batch. OFF: each worker
+ * trains on its own batches whole (the global batch is their union). FILE is
+ * not supported (Strata's datasets are in memory). AUTO = DATA. */
+typedef enum st_auto_shard {
+  ST_AUTO_SHARD_AUTO = 0,
+  ST_AUTO_SHARD_DATA,
+  ST_AUTO_SHARD_OFF,
+  ST_AUTO_SHARD_FILE,
+  ST_AUTO_SHARD_COUNT
+} st_auto_shard;
+st_status st_auto_shard_parse(const char *name, st_auto_shard *out); /* "auto", "data", ... */
+#define ST_DEFAULT_COLLECTIVE_TIMEOUT 300.0
+
 typedef struct st_strategy_options {
   st_strategy_kind kind;
   const char *device;   /* one_device: "cpu:0" (default) */
@@ -39,6 +53,13 @@ typedef struct st_strategy_options {
    * produced it, overlapping the rest of backward unless no_overlap. */
   size_t bytes_per_pack; /* default 4 MiB */
   bool no_overlap;
+  /* multi_worker_mirrored (launched with mpirun / srun; one worker per
+   * process, `devices`/`replicas` are each worker's local replicas, default
+   * one): how the input is split between workers, and how long a collective
+   * waits for a peer before failing with ST_ERR_TIMEOUT (seconds; 0 =
+   * ST_DEFAULT_COLLECTIVE_TIMEOUT). */
+  st_auto_shard auto_shard;
+  double collective_timeout;
 } st_strategy_options;
 st_strategy_options st_strategy_default_options(st_strategy_kind kind);
 
@@ -47,7 +68,14 @@ typedef struct st_strategy st_strategy;
 st_status st_strategy_create(const st_strategy_options *o, st_strategy **out);
 void st_strategy_destroy(st_strategy *s); /* accepts NULL */
 st_strategy_kind st_strategy_kind_of(const st_strategy *s);
+/* Replicas of every worker together (global batch / per-replica batch). */
 int st_strategy_num_replicas_in_sync(const st_strategy *s);
+/* Multi-worker: this process's rank and the number of workers; the chief
+ * (rank 0) alone writes checkpoints, backups and logs. 0 / 1 / true for the
+ * single-process strategies. */
+int st_strategy_worker_rank(const st_strategy *s);
+int st_strategy_worker_count(const st_strategy *s);
+bool st_strategy_is_chief(const st_strategy *s);
 
 /* ---- custom training loops ------------------------------------------------
  * st_strategy_run calls fn once per replica, in parallel, each with its replica

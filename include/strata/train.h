@@ -138,7 +138,9 @@ typedef struct st_checkpoint_options {
                                     bytes, as a crash would (0 = off) */
 } st_checkpoint_options;
 st_checkpoint_options st_checkpoint_default_options(void);
-/* Save variables, optimizer slots and the training position into dir. */
+/* Save variables, optimizer slots and the training position into dir. Under
+ * multi_worker_mirrored only the chief writes; on other workers this returns
+ * ST_OK without writing. */
 st_status st_checkpoint_save(st_model *m, const char *dir, const st_checkpoint_options *o);
 /* Restore from dir/latest (or from a ckpt-* directory given directly). Every
  * checksum, name and shape is verified before the model changes; errors name

@@ -4,6 +4,7 @@
  * st__assert_fail is the single place where a programmer error aborts. All
  * functions may be called from any thread. */
 #include "strata/base.h"
+#include "base/error_slot.h"
 
 #include <assert.h>
 #include <stdio.h>
@@ -68,4 +69,16 @@ void st__assert_fail(const char *expr, const char *file, int line) {
   fprintf(stderr, "strata: assertion failed: %s at %s:%d\n", expr, file, line);
   fflush(stderr);
   abort();
+}
+
+st_status st__error_keep(st_error_slot *slot, st_status s) {
+  if (s == ST_OK || slot->status != ST_OK) return s;
+  slot->status = s;
+  snprintf(slot->msg, sizeof slot->msg, "%s", st_last_error());
+  return s;
+}
+
+st_status st__error_raise(const st_error_slot *slot) {
+  if (slot->status == ST_OK) return ST_OK;
+  return slot->msg[0] ? st_error(slot->status, "%s", slot->msg) : slot->status;
 }

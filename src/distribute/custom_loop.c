@@ -30,9 +30,12 @@ static void run_task(void *arg, int i) {
 st_status st_strategy_run(st_strategy *s, st_replica_fn fn, void *arg) {
   if (!s->model || !s->group)
     return st_error(ST_ERR_INVALID, "strategy_run: the strategy is not bound to a compiled model");
+  if (s->cluster)
+    return st_error(ST_ERR_NOT_BUILT, "strategy_run: custom training loops are not supported "
+                    "by multi_worker_mirrored yet (use fit)");
   run_state *rs = calloc(1, sizeof *rs);
   if (!rs) return st_error(ST_ERR_NOMEM, "strategy_run: out of memory");
-  int n = s->num_replicas;
+  int n = s->local_replicas;
   for (int i = 0; i < n; i++) rs->ctx[i] = (st_replica_context){s, s->model, i, n, false, ST_OK, fn, arg};
   if (n == 1)
     run_task(rs, 0);
@@ -50,7 +53,7 @@ st_status st_strategy_run(st_strategy *s, st_replica_fn fn, void *arg) {
 
 st_status st_strategy_reduce(const st_strategy *s, st_reduce_op op, const float *per_replica,
                              size_t n, float *out) {
-  int r = s->num_replicas;
+  int r = s->local_replicas;
   for (size_t j = 0; j < n; j++) {
     float acc = per_replica[j];
     for (int i = 1; i < r; i++) acc += per_replica[(size_t)i * n + j];

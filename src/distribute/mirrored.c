@@ -8,7 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/error_slot.h"
 #include "distribute/collective/collective.h"
+#include "distribute/mirrored.h"
 #include "distribute/reducer.h"
 #include "distribute/replica_group.h"
 
@@ -19,8 +21,9 @@ typedef struct mirrored {
   float *slots[64][4]; /* replica i's optimizer slots; [0] = the model's */
   /* the current step's arguments, read by the replica tasks */
   const st_batch *b;
+  int global;          /* examples in the global batch (loss scale) */
   st_step_stats stats[64];
-  st_status status[64];
+  st_error_slot status[64]; /* replica i's failure, message included */
 } mirrored;
 
 static void free_impl(const st_backend *be, mirrored *mi) {
@@ -38,16 +41,17 @@ static void broadcast_task(void *arg, int i) {
   mirrored *mi = s->impl;
   st_model *m = s->model;
   st_replica *r = mi->g->reps[i];
-  mi->status[i] = mi->coll->vt->broadcast(mi->coll, i, r->params, m->n_params, 0);
-  if (mi->status[i] == ST_OK && m->n_state)
-    mi->status[i] = mi->coll->vt->broadcast(mi->coll, i, r->state, m->n_state, 0);
-  for (int k = 0; k < m->n_slots && mi->status[i] == ST_OK; k++) /* restored slots */
-    mi->status[i] = mi->coll->vt->broadcast(mi->coll, i, mi->slots[i][k], m->n_params, 0);
+  mi->status[i].status = ST_OK;
+  st_status st = mi->coll->vt->broadcast(mi->coll, i, r->params, m->n_params, 0);
+  if (st == ST_OK && m->n_state) st = mi->coll->vt->broadcast(mi->coll, i, r->state, m->n_state, 0);
+  for (int k = 0; k < m->n_slots && st == ST_OK; k++) /* restored slots */
+    st = mi->coll->vt->broadcast(mi->coll, i, mi->slots[i][k], m->n_params, 0);
+  st__error_keep(&mi->status[i], st);
 }
 
 static st_status first_error(const mirrored *mi) {
   for (int i = 0; i < mi->g->n; i++)
-    if (mi->status[i] != ST_OK) return mi->status[i];
+    if (mi->status[i].status != ST_OK) return st__error_raise(&mi->status[i]);
   return ST_OK;
 }
 
@@ -68,18 +72,19 @@ static float **mr_slots(st_strategy *s, int rank) {
   return mi->slots[rank];
 }
 
-static st_status mr_attach(st_strategy *s, st_model *m) {
+st_status st__mirrored_attach(st_strategy *s, st_model *m, st_collective *net_group,
+                              st_collective *net_reducer) {
   mirrored *mi = calloc(1, sizeof *mi);
   if (!mi) return st_error(ST_ERR_NOMEM, "mirrored: out of memory");
-  st_status st = st__group_create(m, s->num_replicas, true,
-                                  (st_cross_device_ops)s->cross_device_ops, &mi->g);
+  st_status st = st__group_create(m, s->local_replicas, true,
+                                  (st_cross_device_ops)s->cross_device_ops, net_group, &mi->g);
   if (st == ST_OK) mi->coll = mi->g->coll;
   if (st == ST_OK) st = alloc_slots(m, mi);
   if (st == ST_OK) {
     float *grads[64];
     for (int i = 0; i < mi->g->n; i++) grads[i] = mi->g->reps[i]->grads;
     st = st__reducer_create(m, mi->g->n, grads, s->opts.bytes_per_pack, !s->opts.no_overlap,
-                            (st_cross_device_ops)s->cross_device_ops, &mi->red);
+                            (st_cross_device_ops)s->cross_device_ops, net_reducer, &mi->red);
   }
   s->impl = mi;
   s->model = m;
@@ -93,14 +98,18 @@ static st_status mr_attach(st_strategy *s, st_model *m) {
     s->model = NULL;
     return st;
   }
-  st__group_set_blas_threads(s->num_replicas, 0);
+  st__group_set_blas_threads(s->local_replicas, 0);
   s->group = mi->g;
   s->mirrored_vars = true;
   s->replica_slots = mr_slots;
   return ST_OK;
 }
 
-static void mr_detach(st_strategy *s) {
+static st_status mr_attach(st_strategy *s, st_model *m) {
+  return st__mirrored_attach(s, m, NULL, NULL);
+}
+
+void st__mirrored_detach(st_strategy *s) {
   free_impl(s->model->be, s->impl);
   s->impl = NULL;
   s->group = NULL;
@@ -124,17 +133,17 @@ static void step_task(void *arg, int i) {
     const float *pred = st__replica_forward(m, r, x, count, true, m->step);
     st__step_metrics(m, pred, y, count, st);
   }
-  st->loss_sum = st__replica_loss_backward(m, r, x, y, count, b->size, m->step,
+  st->loss_sum = st__replica_loss_backward(m, r, x, y, count, mi->global, m->step,
                                            st__reducer_layer_done, st__reducer_ctx(mi->red, i));
   st->examples = count;
-  mi->status[i] = st__reducer_finish(mi->red, i);
-  if (mi->status[i] == ST_OK)
+  mi->status[i].status = ST_OK;
+  if (st__error_keep(&mi->status[i], st__reducer_finish(mi->red, i)) == ST_OK)
     st_optimizer_apply(&m->compile.optimizer, m->be, m->step, m->n_params, r->params, r->grads,
                        mi->slots[i]);
 }
 
-static st_status mr_train_step(st_strategy *s, st_model *m, const st_batch *b,
-                               st_step_stats *out) {
+st_status st__mirrored_train_step(st_strategy *s, st_model *m, const st_batch *b, int global,
+                                  st_step_stats *out) {
   mirrored *mi = s->impl;
   for (int i = 0; i < mi->g->n; i++) {
     int start, count;
@@ -143,6 +152,7 @@ static st_status mr_train_step(st_strategy *s, st_model *m, const st_batch *b,
     if (st != ST_OK) return st;
   }
   mi->b = b;
+  mi->global = global;
   memset(mi->stats, 0, sizeof mi->stats);
   st__group_run(mi->g, step_task, s);
   st_status st = first_error(mi);
@@ -158,6 +168,11 @@ static st_status mr_train_step(st_strategy *s, st_model *m, const st_batch *b,
   return ST_OK;
 }
 
+static st_status mr_train_step(st_strategy *s, st_model *m, const st_batch *b,
+                               st_step_stats *out) {
+  return st__mirrored_train_step(s, m, b, b->size, out);
+}
+
 static st_status mr_eval_step(st_strategy *s, st_model *m, const st_batch *b,
                               st_step_stats *out, float *pred) {
   mirrored *mi = s->impl;
@@ -167,17 +182,22 @@ static st_status mr_eval_step(st_strategy *s, st_model *m, const st_batch *b,
 /* Replica 0's variables are the model's: nothing to gather. */
 static void mr_sync_to_model(st_strategy *s, st_model *m) { (void)s, (void)m; }
 
+st_status st__mirrored_sync_from_model(st_strategy *s) {
+  mirrored *mi = s->impl;
+  st__group_run(mi->g, broadcast_task, s);
+  return first_error(mi);
+}
+
 /* Weights were loaded into the model (replica 0): broadcast them. */
 static void mr_sync_from_model(st_strategy *s, st_model *m) {
-  mirrored *mi = s->impl;
   (void)m;
-  st__group_run(mi->g, broadcast_task, s);
+  st__mirrored_sync_from_model(s);
 }
 
 const st_strategy_vtable st__mirrored_vtable = {
     .name = "mirrored",
     .attach = mr_attach,
-    .detach = mr_detach,
+    .detach = st__mirrored_detach,
     .train_step = mr_train_step,
     .eval_step = mr_eval_step,
     .sync_to_model = mr_sync_to_model,

@@ -20,7 +20,7 @@ static int worker_count(const st_strategy *s, const st_model *m) {
 static st_status od_attach(st_strategy *s, st_model *m) {
   int n = worker_count(s, m);
   st_replica_group *g = NULL;
-  st_status st = st__group_create(m, n, false, ST_CROSS_ALL_REDUCE, &g);
+  st_status st = st__group_create(m, n, false, ST_CROSS_ALL_REDUCE, NULL, &g);
   if (st != ST_OK) return st;
   st__group_set_blas_threads(n, s->opts.threads);
   s->impl = g;

@@ -4,6 +4,7 @@
  * a step is ready when ready > k and reduced when done > k. */
 #include "distribute/reducer.h"
 
+#include "base/error_slot.h"
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -13,7 +14,7 @@ typedef struct rank_state {
   float *grads;
   int next;             /* compute side: next bucket of this step to signal */
   uint64_t ready, done; /* buckets signalled / reduced so far (guarded by mu) */
-  st_status status;     /* first collective failure */
+  st_error_slot status;  /* first collective failure (guarded by mu) */
   pthread_mutex_t mu;
   pthread_cond_t cv;
   pthread_t thread;
@@ -60,7 +61,7 @@ static void *comm_main(void *arg) {
     st_status s = r->coll->vt->all_reduce(r->coll, rs->rank, rs->grads + b->lo, b->len,
                                           ST_REDUCE_SUM);
     pthread_mutex_lock(&rs->mu);
-    if (s != ST_OK && rs->status == ST_OK) rs->status = s;
+    st__error_keep(&rs->status, s);
     rs->done++;
     pthread_cond_broadcast(&rs->cv);
   }
@@ -69,14 +70,17 @@ static void *comm_main(void *arg) {
 }
 
 st_status st__reducer_create(const st_model *m, int n, float *const *grads, size_t bytes_per_pack,
-                             bool overlap, st_cross_device_ops algo, st_reducer **out) {
+                             bool overlap, st_cross_device_ops algo, st_collective *net,
+                             st_reducer **out) {
   *out = NULL;
   st_reducer *r = calloc(1, sizeof *r);
   if (!r) return st_error(ST_ERR_NOMEM, "reducer: out of memory");
   r->n = n;
-  r->overlap = overlap && n > 1;
+  r->overlap = overlap && n * (net ? net->size : 1) > 1;
   st_status s = plan(r, m, bytes_per_pack);
-  if (s == ST_OK) s = st__collective_threads_create(n, algo, &r->coll);
+  if (s == ST_OK)
+    s = net ? st__collective_hier_create(n, algo, net, &r->coll)
+            : st__collective_threads_create(n, algo, &r->coll);
   for (int i = 0; s == ST_OK && i < n; i++) {
     rank_state *rs = &r->ranks[i];
     *rs = (rank_state){.red = r, .rank = i, .grads = grads[i]};
@@ -137,16 +141,17 @@ void st__reducer_layer_done(void *ctx, int layer) {
 st_status st__reducer_finish(st_reducer *r, int rank) {
   rank_state *rs = &r->ranks[rank];
   if (!r->overlap) {
-    for (int k = 0; k < r->nb && rs->status == ST_OK; k++)
-      rs->status = r->coll->vt->all_reduce(r->coll, rank, rs->grads + r->buckets[k].lo,
-                                           r->buckets[k].len, ST_REDUCE_SUM);
-    return rs->status;
+    st_status s = ST_OK;
+    for (int k = 0; k < r->nb && s == ST_OK; k++)
+      s = r->coll->vt->all_reduce(r->coll, rank, rs->grads + r->buckets[k].lo, r->buckets[k].len,
+                                  ST_REDUCE_SUM);
+    return s;
   }
   ST_ASSERT(rs->next == r->nb); /* backward signalled every bucket */
   rs->next = 0;
   pthread_mutex_lock(&rs->mu);
   while (rs->done < rs->ready) pthread_cond_wait(&rs->cv, &rs->mu);
-  st_status s = rs->status;
+  st_status s = st__error_raise(&rs->status);
   pthread_mutex_unlock(&rs->mu);
   return s;
 }

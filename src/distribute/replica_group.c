@@ -41,7 +41,7 @@ void st__group_set_blas_threads(int n, int threads) {
 }
 
 st_status st__group_create(st_model *m, int n, bool own_params, st_cross_device_ops algo,
-                           st_replica_group **out) {
+                           st_collective *net, st_replica_group **out) {
   *out = NULL;
   st_replica_group *g = calloc(1, sizeof *g);
   if (!g || !(g->reps = calloc((size_t)n, sizeof *g->reps))) {
@@ -53,13 +53,17 @@ st_status st__group_create(st_model *m, int n, bool own_params, st_cross_device_
   for (int i = 0; i < n && s == ST_OK; i++)
     s = make_replica(m, i, own_params, &g->reps[i]);
   if (s == ST_OK && n > 1) s = st_threadpool_create(n - 1, &g->pool);
-  if (s == ST_OK) s = st__collective_threads_create(n, algo, &g->coll);
-  for (int i = 0; s == ST_OK && i < n && n > 1; i++) {
+  g->net = net;
+  if (s == ST_OK)
+    s = net ? st__collective_hier_create(n, algo, net, &g->coll)
+            : st__collective_threads_create(n, algo, &g->coll);
+  int total = n * (net ? net->size : 1);
+  for (int i = 0; s == ST_OK && i < n && total > 1; i++) {
     g->ranks[i] = (st_group_rank){g->coll, i};
     g->reps[i]->all_reduce_sum = all_reduce_sum;
     g->reps[i]->all_reduce_ctx = &g->ranks[i];
   }
-  g->must_run = n > 1 && st__model_uses_collectives(m);
+  g->must_run = total > 1 && st__model_uses_collectives(m);
   if (s != ST_OK) {
     st__group_destroy(g);
     return s;
@@ -139,10 +143,13 @@ static st_status run_pass(pass *p, st_step_stats *out) {
 }
 
 void st__group_sync_state(st_replica_group *g, st_model *m) {
-  if (g->n == 1 || m->n_state == 0) return;
+  int workers = g->net ? g->net->size : 1;
+  if (g->n * workers == 1 || m->n_state == 0) return;
   float *dst = g->reps[0]->state;
   for (int i = 1; i < g->n; i++) m->be->axpy(m->n_state, 1.0f, g->reps[i]->state, dst);
   m->be->scale(m->n_state, 1.0f / (float)g->n, dst);
+  /* a failure here resurfaces in the next step's first collective */
+  if (workers > 1) (void)g->net->vt->all_reduce(g->net, g->net->self, dst, m->n_state, ST_REDUCE_MEAN);
   for (int i = 1; i < g->n; i++)
     m->be->to_device(g->reps[i]->state, dst, m->n_state * sizeof(float));
 }

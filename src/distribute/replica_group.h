@@ -20,7 +20,9 @@ typedef struct st_replica_group {
   int n;
   st_replica **reps;    /* [n] */
   st_threadpool *pool;  /* n-1 workers + the caller; NULL when n == 1 */
-  st_collective *coll;  /* the replicas' collective (in-process threads) */
+  st_collective *coll;  /* the replicas' collective (threads; hierarchical over
+                           net when there is one) */
+  st_collective *net;   /* process transport (borrowed) or NULL: one process */
   st_group_rank ranks[64]; /* reps[i]->all_reduce_ctx = &ranks[i] */
   bool must_run;        /* the model runs collectives: no replica may skip */
 } st_replica_group;
@@ -31,7 +33,7 @@ typedef struct st_replica_group {
  * non-trainable state (BatchNorm moving statistics, updated in forward), kept
  * equal by st__group_sync_state. */
 st_status st__group_create(st_model *m, int n, bool own_params, st_cross_device_ops algo,
-                           st_replica_group **out);
+                           st_collective *net, st_replica_group **out);
 void st__group_destroy(st_replica_group *g); /* accepts NULL */
 
 /* Slice i of a batch of `total` examples over n replicas. */
@@ -53,7 +55,8 @@ st_status st__group_eval(st_replica_group *g, st_model *m, const st_batch *b,
                          st_step_stats *out, float *pred);
 /* After a training step: every replica's state := the mean over replicas (in
  * replica order), as TensorFlow aggregates ON_READ variables. No-op without
- * state or with one replica. Call outside the parallel section. */
+ * state or with one replica. With a process transport, the mean is taken
+ * over every replica of every process. Call outside the parallel section. */
 void st__group_sync_state(st_replica_group *g, st_model *m);
 /* Run fn(arg, i) for every replica i in parallel. */
 void st__group_run(st_replica_group *g, void (*fn)(void *arg, int i), void *arg);

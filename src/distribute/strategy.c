@@ -28,6 +28,18 @@ st_status st_strategy_kind_parse(const char *name, st_strategy_kind *out) {
                   name);
 }
 
+st_status st_auto_shard_parse(const char *name, st_auto_shard *out) {
+  static const char *const names[] = {"auto", "data", "off", "file"};
+  _Static_assert(sizeof names / sizeof *names == ST_AUTO_SHARD_COUNT, "one name per policy");
+  for (int k = 0; k < ST_AUTO_SHARD_COUNT; k++)
+    if (strcmp(name, names[k]) == 0) {
+      *out = (st_auto_shard)k;
+      return ST_OK;
+    }
+  return st_error(ST_ERR_INVALID, "unknown auto-shard policy '%s' (expected auto, data, off or file)",
+                  name);
+}
+
 st_strategy_options st_strategy_default_options(st_strategy_kind kind) {
   st_strategy_options o;
   memset(&o, 0, sizeof o);
@@ -79,6 +91,7 @@ st_status st_strategy_create(const st_strategy_options *o, st_strategy **out) {
   *out = NULL;
   const st_strategy_vtable *vt = NULL;
   int n = 1, cross = ST_CROSS_ALL_REDUCE;
+  struct st_cluster *cluster = NULL;
   st_status s = ST_OK;
   switch (o->kind) {
     case ST_STRATEGY_ONE_DEVICE:
@@ -93,23 +106,34 @@ st_status st_strategy_create(const st_strategy_options *o, st_strategy **out) {
         s = st__cross_device_ops_parse(o->cross_device_ops, (st_cross_device_ops *)&cross);
       break;
     case ST_STRATEGY_MULTI_WORKER_MIRRORED:
+      vt = &st__multi_worker_vtable;
+      s = o->devices || o->replicas ? replica_count(o, &n) : ST_OK;
+      if (s == ST_OK && o->cross_device_ops)
+        s = st__cross_device_ops_parse(o->cross_device_ops, (st_cross_device_ops *)&cross);
+      if (s == ST_OK) s = st__cluster_create(o, &cluster);
+      break;
     case ST_STRATEGY_PARAMETER_SERVER:
       return st_error(ST_ERR_NOT_BUILT,
                       "strategy '%s' is not available in this version of Strata "
-                      "(one_device, mirrored and central_storage are)",
+                      "(one_device, mirrored, central_storage and multi_worker_mirrored are)",
                       st_strategy_kind_name(o->kind));
     default:
       return st_error(ST_ERR_INVALID, "strategy kind %d out of range", (int)o->kind);
   }
-  if (s != ST_OK) return s;
-  if (o->threads < 0)
-    return st_error(ST_ERR_INVALID, "strategy: threads %d (must be >= 0)", o->threads);
-  st_strategy *st = calloc(1, sizeof *st);
-  if (!st) return st_error(ST_ERR_NOMEM, "strategy: out of memory");
+  if (s == ST_OK && o->threads < 0)
+    s = st_error(ST_ERR_INVALID, "strategy: threads %d (must be >= 0)", o->threads);
+  st_strategy *st = s == ST_OK ? calloc(1, sizeof *st) : NULL;
+  if (s == ST_OK && !st) s = st_error(ST_ERR_NOMEM, "strategy: out of memory");
+  if (s != ST_OK) {
+    st__cluster_destroy(cluster);
+    return s;
+  }
   st->vt = vt;
   st->opts = *o;
   st->opts.device = st->opts.devices = st->opts.cross_device_ops = NULL;
-  st->num_replicas = n;
+  st->local_replicas = n;
+  st->cluster = cluster;
+  st->num_replicas = n * st_strategy_worker_count(st);
   st->cross_device_ops = cross;
   *out = st;
   return ST_OK;
@@ -118,6 +142,7 @@ st_status st_strategy_create(const st_strategy_options *o, st_strategy **out) {
 void st_strategy_destroy(st_strategy *s) {
   if (!s) return;
   if (s->model) s->vt->detach(s);
+  st__cluster_destroy(s->cluster);
   free(s);
 }
 

@@ -42,7 +42,9 @@ typedef struct st_strategy_vtable {
 struct st_strategy {
   const st_strategy_vtable *vt;
   st_strategy_options opts;   /* string fields cleared: not retained */
-  int num_replicas;
+  int num_replicas;           /* every worker's replicas together */
+  int local_replicas;         /* this process's replicas */
+  struct st_cluster *cluster; /* multi-worker: the processes; NULL otherwise */
   int cross_device_ops;       /* st_cross_device_ops (mirrored) */
   st_model *model;  /* attached model, or NULL */
   void *impl;       /* strategy-specific state */
@@ -65,7 +67,21 @@ st_status st__shared_eval_step(st_strategy *s, st_model *m, const st_batch *b,
 void st__shared_sync_to_model(st_strategy *s, st_model *m);
 void st__shared_sync_from_model(st_strategy *s, st_model *m);
 
+/* multi_worker.c: the processes of a multi-worker strategy. */
+st_status st__cluster_create(const st_strategy_options *o, struct st_cluster **out);
+void st__cluster_destroy(struct st_cluster *c); /* accepts NULL */
+/* Before each step or inference batch (every worker, caller's thread):
+ * have_size = this worker's batch size, or -1 when its pass is over; *go is
+ * false on every worker once one has no batch. Without a cluster: go = have. */
+st_status st__strategy_agree(st_strategy *s, int have_size, bool *go);
+/* Start of fit: every worker was given the same batch size, steps, epochs and
+ * resume position (names the rank and field otherwise). OK without a cluster. */
+st_status st__strategy_check_fit(st_strategy *s, const st_model *m, int64_t global_batch,
+                                 int64_t steps_per_epoch, int epochs);
+bool st__strategy_is_chief(const st_strategy *s);
+
 extern const st_strategy_vtable st__one_device_vtable;
+extern const st_strategy_vtable st__multi_worker_vtable;
 extern const st_strategy_vtable st__mirrored_vtable;
 extern const st_strategy_vtable st__central_storage_vtable;
 

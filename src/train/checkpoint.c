@@ -214,6 +214,7 @@ static st_status write_files(st_model *m, const char *tmp, json_t *state) {
 
 st_status st_checkpoint_save(st_model *m, const char *dir, const st_checkpoint_options *o) {
   if (!m->compiled) return st_error(ST_ERR_INVALID, "checkpoint: model is not compiled");
+  if (!st__strategy_is_chief(m->strategy)) return ST_OK; /* multi-worker: the chief writes */
   st_status s = st__mkdir_p(dir);
   if (s != ST_OK) return s;
   m->strategy->vt->sync_to_model(m->strategy, m);

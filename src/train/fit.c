@@ -67,8 +67,9 @@ static st_status run_pass(st_model *m, st_dataset *ds, step_fn step, void *arg,
   if (s != ST_OK) return s;
   for (;;) {
     st_batch b;
-    bool end = false;
-    if ((s = st_iterator_next(it, &b, &end)) != ST_OK || end) break;
+    bool end = false, go = false;
+    if ((s = st_iterator_next(it, &b, &end)) != ST_OK) break;
+    if ((s = st__strategy_agree(m->strategy, end ? -1 : b.size, &go)) != ST_OK || !go) break;
     if ((s = check_labels(m, &b, total->examples)) != ST_OK) break;
     if ((s = step(m, &b, total, arg)) != ST_OK) break;
   }
@@ -87,6 +88,7 @@ typedef struct fit_state {
 
 static double ratio(int64_t a, int64_t b) { return b ? (double)a / (double)b : 0.0; }
 
+/* Multi-worker: the chief writes (st_checkpoint_save does nothing elsewhere). */
 static st_status save_backup(st_model *m, const st_fit_options *o) {
   st_checkpoint_options co = st_checkpoint_default_options();
   co.keep = 2;
@@ -130,12 +132,13 @@ static st_status train_pass(st_model *m, st_dataset *ds, fit_state *fs, st_step_
   st_status s = st_dataset_iterate_epoch(ds, (uint64_t)fs->epoch, &it);
   for (int64_t skip = m->pos.step_in_epoch; s == ST_OK;) {
     st_batch b;
-    bool end = false;
-    if ((s = st_iterator_next(it, &b, &end)) != ST_OK || end) break;
-    if (skip > 0) {
+    bool end = false, go = false;
+    if ((s = st_iterator_next(it, &b, &end)) != ST_OK) break;
+    if (skip > 0 && !end) { /* every worker skips the same (checked at start) */
       skip--;
       continue;
     }
+    if ((s = st__strategy_agree(m->strategy, end ? -1 : b.size, &go)) != ST_OK || !go) break;
     if ((s = check_labels(m, &b, tot->examples)) != ST_OK) break;
     s = fit_step(m, &b, tot, fs);
   }
@@ -235,12 +238,16 @@ st_status st_model_fit(st_model *m, st_dataset *train, st_fit_options *o, st_his
   if (o->epochs < 0) return st_error(ST_ERR_INVALID, "fit: epochs %d (must be >= 0)", o->epochs);
   reset_position(m);
   if ((s = maybe_restore(m, o)) != ST_OK) return s;
+  if ((s = st__strategy_check_fit(m->strategy, m, st_dataset_batch_size(train),
+                                  st_dataset_cardinality(train), o->epochs)) != ST_OK)
+    return s;
   m->stop_training = false;
   fit_state fs = {.o = o, .steps_per_epoch = st_dataset_cardinality(train)};
   for (fs.epoch = (int)m->pos.epoch; fs.epoch < o->epochs && !m->stop_training; fs.epoch++)
     if ((s = fit_epoch(m, train, &fs)) != ST_OK) break;
   st_status hs = copy_history(m, &fs, out);
-  if (s == ST_OK && o->backup_dir) st__checkpoint_remove_all(o->backup_dir);
+  if (s == ST_OK && o->backup_dir && st__strategy_is_chief(m->strategy))
+    st__checkpoint_remove_all(o->backup_dir);
   return s != ST_OK ? s : hs;
 }
 

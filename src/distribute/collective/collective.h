@@ -1,8 +1,10 @@
 /* Internal: the collective table. Strategies reduce and share tensors only
  * through it, never through MPI, NCCL or ZeroMQ directly; each transport is one
  * implementation (threads.c: replica threads of one process over shared memory;
- * later mpi.c, nccl.c). A transport that was not built is a file whose create
- * function returns ST_ERR_NOT_BUILT with a clear message.
+ * mpi/mpi.c: the processes of an MPI job; hier.c: replica threads of every
+ * process of an MPI job, reduced locally first; later nccl.c). A transport
+ * that was not built is a file whose create function returns ST_ERR_NOT_BUILT
+ * with a clear message (mpi/mpi_none.c when CMake found no MPI).
  *
  * Calling convention (SPMD): every one of the `size` ranks calls the same
  * operation, in the same order, from its own thread, with its own buffers;
@@ -43,12 +45,38 @@ typedef struct st_collective_vtable {
 
 struct st_collective {
   const st_collective_vtable *vt;
-  int size;                 /* number of ranks */
+  int size;                 /* number of ranks (the callers' view) */
   st_cross_device_ops algo; /* how all_reduce runs */
+  int self;                 /* process transports: this process's rank (the
+                               only rank it may pass); 0 for threads */
 };
 
 /* In-process transport for `size` replica threads (size >= 1). */
 st_status st__collective_threads_create(int size, st_cross_device_ops algo, st_collective **out);
 void st__collective_destroy(st_collective *c); /* accepts NULL */
+
+/* ---- processes (mpi/mpi.c; mpi/mpi_none.c returns ST_ERR_NOT_BUILT) ----
+ * The MPI job this process belongs to. The first call initialises MPI
+ * (MPI_THREAD_MULTIPLE: communication threads and the compute thread call it
+ * concurrently, on different communicators); MPI is finalised at process exit
+ * unless a collective failed (a peer that is gone would make MPI_Finalize
+ * wait forever). Any thread. */
+st_status st__mpi_world(int *rank, int *size);
+/* A transport over every process of the job, on a communicator of its own
+ * (creating one is itself collective: every process creates its transports in
+ * the same order). Elements are reduced in rank order (bit-identical on every
+ * rank and run to run). A peer whose part has not arrived within timeout_s
+ * seconds fails the operation with ST_ERR_TIMEOUT ("rank 1 did not join
+ * all-reduce #k at step s"; *step is read for the message, may be NULL); after
+ * a failure every later operation fails at once (ST_ERR_PEER). */
+st_status st__collective_mpi_create(double timeout_s, const int64_t *step, st_collective **out);
+
+/* Hierarchical transport (hier.c) for `local` replica threads of this process
+ * over `net`, a process transport (borrowed; must outlive it): an all-reduce
+ * reduces the local replicas (threads), then across processes (local replica
+ * 0 only), then broadcasts locally; broadcast roots are local ranks of
+ * process 0. size = local. */
+st_status st__collective_hier_create(int local, st_cross_device_ops algo, st_collective *net,
+                                     st_collective **out);
 
 #endif

@@ -1,0 +1,129 @@
+/* The hierarchical transport: `local` replica threads in each process of an
+ * MPI job. An all-reduce sums over the local replicas first (threads.c,
+ * shared memory), then local replica 0 alone all-reduces that sum across the
+ * processes (the process transport), then broadcasts it to the local
+ * replicas. Every process thus sends one buffer per bucket, whatever its
+ * number of replicas. Element order: ((local sum of process 0) + (local sum
+ * of process 1)) + ..., the same on every rank and from run to run.
+ *
+ * A failure of the process transport on local replica 0 is published before
+ * the local broadcast, which every local replica enters anyway, so all of
+ * them return the error instead of waiting for a broadcast that never comes.
+ * Ranks passed to the operations are local replica indices. */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "distribute/collective/collective.h"
+
+typedef struct hier {
+  st_collective base;
+  st_collective *loc; /* owned */
+  st_collective *net; /* borrowed */
+  _Atomic st_status net_status; /* first failure of net, seen by every replica */
+} hier;
+
+static st_status after_local_broadcast(hier *h, st_status s) {
+  st_status n = atomic_load(&h->net_status);
+  return n != ST_OK ? n : s;
+}
+
+static st_status h_all_reduce(st_collective *c, int rank, float *buf, size_t n, st_reduce_op op) {
+  hier *h = (hier *)c;
+  st_status s = h->loc->vt->all_reduce(h->loc, rank, buf, n, ST_REDUCE_SUM);
+  if (s != ST_OK) return s;
+  if (rank == 0) {
+    st_status ns = atomic_load(&h->net_status);
+    if (ns == ST_OK) ns = h->net->vt->all_reduce(h->net, h->net->self, buf, n, ST_REDUCE_SUM);
+    if (ns != ST_OK) atomic_store(&h->net_status, ns);
+    if (op == ST_REDUCE_MEAN) {
+      float f = 1.0f / (float)(h->base.size * h->net->size);
+      for (size_t e = 0; e < n; e++) buf[e] *= f;
+    }
+  }
+  return after_local_broadcast(h, h->loc->vt->broadcast(h->loc, rank, buf, n, 0));
+}
+
+static st_status h_broadcast(st_collective *c, int rank, float *buf, size_t n, int root) {
+  hier *h = (hier *)c;
+  st_status s = ST_OK;
+  if (rank == root) {
+    st_status ns = atomic_load(&h->net_status);
+    if (ns == ST_OK) ns = h->net->vt->broadcast(h->net, h->net->self, buf, n, 0);
+    if (ns != ST_OK) atomic_store(&h->net_status, ns);
+  }
+  s = h->loc->vt->broadcast(h->loc, rank, buf, n, root);
+  return after_local_broadcast(h, s);
+}
+
+/* recv[size * n], size = local replicas of every process, process-major. */
+static st_status h_all_gather(st_collective *c, int rank, const float *send, size_t n,
+                              float *recv) {
+  hier *h = (hier *)c;
+  int L = h->base.size;
+  size_t mine = (size_t)h->net->self * (size_t)L * n;
+  st_status s = h->loc->vt->all_gather(h->loc, rank, send, n, recv + mine);
+  if (s != ST_OK) return s;
+  if (rank == 0) {
+    st_status ns = atomic_load(&h->net_status);
+    if (ns == ST_OK) ns = h->net->vt->all_gather(h->net, h->net->self, recv + mine, (size_t)L * n, recv);
+    if (ns != ST_OK) atomic_store(&h->net_status, ns);
+  }
+  s = h->loc->vt->broadcast(h->loc, rank, recv, (size_t)L * n * (size_t)h->net->size, 0);
+  return after_local_broadcast(h, s);
+}
+
+/* Not used by the strategies across processes: reduce-scatter over local
+ * replicas after a full all-reduce. */
+static st_status h_reduce_scatter(st_collective *c, int rank, const float *send, float *recv,
+                                  size_t n, st_reduce_op op) {
+  hier *h = (hier *)c;
+  size_t total = n * (size_t)h->base.size;
+  float *tmp = malloc((total ? total : 1) * sizeof(float));
+  st_status s = tmp ? ST_OK : st_error(ST_ERR_NOMEM, "hierarchical reduce-scatter: out of memory");
+  if (tmp) memcpy(tmp, send, total * sizeof(float));
+  /* every replica takes part in the all-reduce, even without scratch memory */
+  st_status r = h_all_reduce(c, rank, tmp ? tmp : recv, tmp ? total : 0, op);
+  if (s == ST_OK && r == ST_OK) memcpy(recv, tmp + (size_t)rank * n, n * sizeof(float));
+  free(tmp);
+  return s != ST_OK ? s : r;
+}
+
+static st_status h_barrier(st_collective *c, int rank) {
+  hier *h = (hier *)c;
+  float one = 0.0f;
+  return h_all_reduce(&h->base, rank, &one, 1, ST_REDUCE_SUM);
+}
+
+static void h_destroy(st_collective *c) {
+  hier *h = (hier *)c;
+  st__collective_destroy(h->loc);
+  free(h);
+}
+
+static const st_collective_vtable hier_vtable = {
+    .name = "hierarchical",
+    .all_reduce = h_all_reduce,
+    .broadcast = h_broadcast,
+    .all_gather = h_all_gather,
+    .reduce_scatter = h_reduce_scatter,
+    .barrier = h_barrier,
+    .destroy = h_destroy,
+};
+
+st_status st__collective_hier_create(int local, st_cross_device_ops algo, st_collective *net,
+                                     st_collective **out) {
+  *out = NULL;
+  hier *h = calloc(1, sizeof *h);
+  if (!h) return st_error(ST_ERR_NOMEM, "hierarchical transport: out of memory");
+  st_status s = st__collective_threads_create(local, algo, &h->loc);
+  if (s != ST_OK) {
+    free(h);
+    return s;
+  }
+  h->base = (st_collective){&hier_vtable, local, algo, 0};
+  h->net = net;
+  atomic_init(&h->net_status, ST_OK);
+  *out = &h->base;
+  return ST_OK;
+}

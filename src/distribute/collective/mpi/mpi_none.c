@@ -1,0 +1,21 @@
+/* The MPI transport when Strata was built without MPI (CMake found none):
+ * every entry point says so. Install libopenmpi-dev and rebuild to get
+ * mpi.c instead. */
+#include "distribute/collective/collective.h"
+
+static st_status not_built(void) {
+  return st_error(ST_ERR_NOT_BUILT,
+                  "this build of Strata has no MPI: install libopenmpi-dev (Debian) "
+                  "and rebuild (make) to use multi_worker_mirrored");
+}
+
+st_status st__mpi_world(int *rank, int *size) {
+  *rank = 0, *size = 1;
+  return not_built();
+}
+
+st_status st__collective_mpi_create(double timeout_s, const int64_t *step, st_collective **out) {
+  (void)timeout_s, (void)step;
+  *out = NULL;
+  return not_built();
+}

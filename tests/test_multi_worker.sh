@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# MultiWorkerMirroredStrategy end to end, with mpirun on this machine
+# (issue 4; RELIABILITY.md rows S1, S2, S4):
+#  - 2 and 3 workers give the weights of one process with the same global
+#    batch (per-tensor relative difference <= 1e-5), and a repeat run gives
+#    the same bytes;
+#  - 2 workers x 2 local replicas give the weights of 4 mirrored replicas;
+#  - a rank started with another batch size or model fails before step 1,
+#    exit 2 on every rank, naming rank 1 and the field;
+#  - killing rank 1 mid-epoch: rank 0 exits 3 within the collective timeout
+#    + 10 s, naming rank 1; restarting with the same --backup-dir finishes
+#    with the bytes of an uninterrupted run.
+# Skips (77) when mpirun is missing or Strata was built without MPI.
+set -u
+cli=${STRATA_CLI:?set by CTest}
+src=${STRATA_SOURCE_DIR:?set by CTest}
+data=/usr/share/datasets/fashion-mnist
+if ! command -v mpirun >/dev/null; then
+  echo "SKIP: mpirun not found (apt-get install openmpi-bin libopenmpi-dev)"; exit 77
+fi
+if [ ! -e $data/train-images-idx3-ubyte.gz ]; then
+  echo "SKIP: $data missing (apt-get install dataset-fashion-mnist)"; exit 77
+fi
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+if "$cli" train --strategy multi_worker_mirrored --model mlp --train-examples 64 --epochs 1 \
+     --batch-size 64 --quiet >/dev/null 2>"$tmp/probe.err"; then :; else
+  if grep -q "has no MPI" "$tmp/probe.err"; then
+    echo "SKIP: this build of Strata has no MPI transport ($(cat "$tmp/probe.err"))"; exit 77
+  fi
+  echo "not ok - a one-process multi_worker_mirrored run works"; cat "$tmp/probe.err"; exit 1
+fi
+echo "ok - a one-process multi_worker_mirrored run works (MPI singleton)"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# every rank writes its pid and exit code under $RANKDIR
+cat >"$tmp/rank.sh" <<'EOF'
+#!/bin/sh
+echo $$ > "$RANKDIR/pid.$OMPI_COMM_WORLD_RANK"
+"$@"; rc=$?; echo $rc > "$RANKDIR/rc.$OMPI_COMM_WORLD_RANK"; exit $rc
+EOF
+chmod +x "$tmp/rank.sh"
+fail=0
+check() { if eval "$2"; then echo "ok - $1"; else echo "not ok - $1"; fail=1; fi; }
+close() { python3 "$src/tests/cmp_weights.py" "$1" "$2" 1e-5; }
+mw=(--strategy multi_worker_mirrored)
+# SGD: Adam divides by sqrt(v), which turns rounding-level differences in
+# near-zero gradients into full-size steps (3 in-process mirrored replicas
+# differ from one device by 2e-2 on a bias after 100 Adam steps, as 3 workers
+# do); SGD keeps them at rounding level. Bit-identity is checked with Adam.
+args=(train --model mlp --optimizer sgd --train-examples 3200 --epochs 2 --batch-size 64 --seed 3 --quiet)
+run() { timeout 120 mpirun -np "$1" "${@:2}"; }
+
+"$cli" "${args[@]}" --save "$tmp/one.st" >/dev/null 2>&1
+check "one-process reference run" "[ -s $tmp/one.st ]"
+run 2 "$cli" "${args[@]}" "${mw[@]}" --save "$tmp/two.st" >"$tmp/two.out" 2>>"$tmp/mpi.log"
+check "2 workers: exit 0, one report line (the chief's)" "[ \$? -eq 0 ] && [ \$(grep -c test_loss $tmp/two.out) -eq 1 ]"
+check "2 workers = one process (1e-5)" "close $tmp/one.st $tmp/two.st"
+run 2 "$cli" "${args[@]}" "${mw[@]}" --save "$tmp/two_again.st" >/dev/null 2>>"$tmp/mpi.log"
+check "2 workers: a repeat run gives the same bytes" "cmp -s $tmp/two.st $tmp/two_again.st"
+run 2 "$cli" "${args[@]/sgd/adam}" "${mw[@]}" --save "$tmp/adam1.st" >/dev/null 2>>"$tmp/mpi.log"
+run 2 "$cli" "${args[@]/sgd/adam}" "${mw[@]}" --save "$tmp/adam2.st" >/dev/null 2>>"$tmp/mpi.log"
+check "2 workers, Adam: a repeat run gives the same bytes" "[ -s $tmp/adam1.st ] && cmp -s $tmp/adam1.st $tmp/adam2.st"
+run 3 "$cli" "${args[@]}" "${mw[@]}" --save "$tmp/three.st" >/dev/null 2>>"$tmp/mpi.log"
+check "3 workers = one process (1e-5)" "close $tmp/one.st $tmp/three.st"
+"$cli" "${args[@]}" --strategy mirrored --replicas 4 --save "$tmp/mirrored4.st" >/dev/null 2>&1
+run 2 "$cli" "${args[@]}" "${mw[@]}" --devices cpu:0,cpu:1 --save "$tmp/2x2.st" >/dev/null 2>>"$tmp/mpi.log"
+check "2 workers x 2 local replicas = 4 mirrored replicas (1e-5)" "close $tmp/mirrored4.st $tmp/2x2.st"
+run 2 "$cli" "${args[@]}" "${mw[@]}" --auto-shard off --save "$tmp/off.st" >/dev/null 2>>"$tmp/mpi.log"
+check "auto-shard off: each worker trains on its own batches (weights differ from data)" \
+  "[ -s $tmp/off.st ] && ! cmp -s $tmp/two.st $tmp/off.st"
+
+# S4: configurations that differ between ranks
+export RANKDIR="$tmp/cfg"; mkdir -p "$RANKDIR"
+run 1 "$tmp/rank.sh" "$cli" "${args[@]}" "${mw[@]}" : \
+  -np 1 "$tmp/rank.sh" "$cli" "${args[@]/64/32}" "${mw[@]}" >/dev/null 2>"$tmp/cfg.err"
+grep "strata train" "$tmp/cfg.err" | head -2
+check "different batch size on rank 1: exit 2 on both ranks" \
+  "[ \"\$(cat $RANKDIR/rc.0 $RANKDIR/rc.1 | tr -d '\n')\" = 22 ]"
+check "... naming rank 1 and the field" "grep -q 'rank 1 differs from rank 0 in global batch size: 32' $tmp/cfg.err"
+rm -f "$RANKDIR"/*
+run 1 "$tmp/rank.sh" "$cli" "${args[@]}" "${mw[@]}" : \
+  -np 1 "$tmp/rank.sh" "$cli" "${args[@]/mlp/cnn}" "${mw[@]}" >/dev/null 2>"$tmp/cfg2.err"
+check "another model on rank 1: exit 2 on both ranks, naming rank 1" \
+  "[ \"\$(cat $RANKDIR/rc.0 $RANKDIR/rc.1 | tr -d '\n')\" = 22 ] && grep -q 'rank 1 differs' $tmp/cfg2.err"
+
+# S1/S2 + backup: kill rank 1 once a backup exists, then restart
+long=(train --model mlp --optimizer adam --train-examples 12800 --epochs 3 --batch-size 64 --seed 4 --quiet "${mw[@]}")
+run 2 "$cli" "${long[@]}" --save "$tmp/ref.st" >/dev/null 2>>"$tmp/mpi.log"
+check "uninterrupted 2-worker run" "[ -s $tmp/ref.st ]"
+export RANKDIR="$tmp/kill"; mkdir -p "$RANKDIR"
+bk="$tmp/backup"
+timeout 120 mpirun --enable-recovery -np 2 "$tmp/rank.sh" "$cli" "${long[@]}" --backup-dir "$bk" \
+  --backup-every 25 --collective-timeout 2 --save "$tmp/killed.st" >/dev/null 2>"$tmp/kill.err" &
+mpipid=$!
+for _ in $(seq 300); do [ -e "$bk/latest" ] && break; sleep 0.1; done
+check "a backup was written before the kill" "[ -e $bk/latest ]"
+pkill -9 -P "$(cat "$RANKDIR/pid.1")"
+t0=$(date +%s)
+for _ in $(seq 250); do [ -e "$RANKDIR/rc.0" ] && break; sleep 0.1; done
+elapsed=$(( $(date +%s) - t0 ))
+wait $mpipid 2>/dev/null
+grep "strata train" "$tmp/kill.err" | head -2
+check "rank 0 exits 3 after rank 1 is killed (${elapsed}s <= 2 + 10)" \
+  "[ \"\$(cat $RANKDIR/rc.0 2>/dev/null)\" = 3 ] && [ $elapsed -le 12 ]"
+check "... naming rank 1" "grep -q 'rank 1 did not join' $tmp/kill.err"
+check "no temporary checkpoint left committed-looking" "[ -z \"\$(ls $bk | grep -v '^ckpt-\|^latest$\|^\.tmp')\" ]"
+run 2 "$cli" "${long[@]}" --backup-dir "$bk" --backup-every 25 --save "$tmp/resumed.st" >/dev/null 2>"$tmp/resume.err"
+check "the restarted job completes" "[ \$? -eq 0 ]"
+check "resumed weights = uninterrupted weights (bytes)" "cmp -s $tmp/ref.st $tmp/resumed.st"
+check "backup removed after completion" "[ ! -e $bk/latest ]"
+if [ $fail -ne 0 ]; then echo "# mpirun output:"; tail -30 "$tmp/mpi.log"; fi
+exit $fail
