@@ -22,7 +22,12 @@ if [ ! -e $data/train-images-idx3-ubyte.gz ]; then
   echo "SKIP: $data missing (apt-get install dataset-fashion-mnist)"; exit 77
 fi
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-if "$cli" train --strategy multi_worker_mirrored --model mlp --train-examples 64 --epochs 1 \
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# under `make asan-test` / `make tsan-test`: reports from inside OpenMPI are
+# suppressed (documented in the files); nothing else is
+export LSAN_OPTIONS="suppressions=$src/tests/lsan-mpi.supp:fast_unwind_on_malloc=0"
+export TSAN_OPTIONS="${TSAN_OPTIONS:-} suppressions=$src/tests/tsan-mpi.supp"
+if "$cli" train --strategy multi_worker_mirrored --devices cpu:0,cpu:1 --model mlp --train-examples 64 --epochs 1 \
      --batch-size 64 --quiet >/dev/null 2>"$tmp/probe.err"; then :; else
   if grep -q "has no MPI" "$tmp/probe.err"; then
     echo "SKIP: this build of Strata has no MPI transport ($(cat "$tmp/probe.err"))"; exit 77
@@ -30,7 +35,6 @@ if "$cli" train --strategy multi_worker_mirrored --model mlp --train-examples 64
   echo "not ok - a one-process multi_worker_mirrored run works"; cat "$tmp/probe.err"; exit 1
 fi
 echo "ok - a one-process multi_worker_mirrored run works (MPI singleton)"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 # every rank writes its pid and exit code under $RANKDIR
 cat >"$tmp/rank.sh" <<'EOF'
 #!/bin/sh

@@ -37,6 +37,7 @@
 
 struct st_cluster {
   int rank, size;
+  int node_procs;         /* workers on this machine: they share its cores */
   st_auto_shard shard;
   double timeout;
   st_collective *ctl, *net_group, *net_reducer;
@@ -242,8 +243,14 @@ static st_status mw_attach(st_strategy *s, st_model *m) {
   if (st == ST_OK) st = st__collective_mpi_create(c->timeout, &m->step, &c->net_group);
   if (st == ST_OK) st = st__collective_mpi_create(c->timeout, &m->step, &c->net_reducer);
   if (st == ST_OK) st = st__mirrored_attach(s, m, c->net_group, c->net_reducer);
-  if (st != ST_OK) destroy_transports(c);
-  return st;
+  if (st != ST_OK) {
+    destroy_transports(c);
+    return st;
+  }
+  /* a single local replica uses its share of the machine's cores */
+  int cores = st__cpu_count() / c->node_procs;
+  if (s->local_replicas == 1) st_blas_set_threads(cores > 1 ? cores : 1);
+  return ST_OK;
 }
 
 static void mw_detach(st_strategy *s) {
@@ -316,6 +323,7 @@ st_status st__cluster_create(const st_strategy_options *o, struct st_cluster **o
   c->size = size;
   c->shard = o->auto_shard == ST_AUTO_SHARD_OFF ? ST_AUTO_SHARD_OFF : ST_AUTO_SHARD_DATA;
   c->timeout = o->collective_timeout > 0 ? o->collective_timeout : ST_DEFAULT_COLLECTIVE_TIMEOUT;
+  c->node_procs = st__mpi_node_size();
   *out = c;
   return ST_OK;
 }

@@ -62,6 +62,9 @@ void st__collective_destroy(st_collective *c); /* accepts NULL */
  * unless a collective failed (a peer that is gone would make MPI_Finalize
  * wait forever). Any thread. */
 st_status st__mpi_world(int *rank, int *size);
+/* Processes of the job on this machine (shared memory), at least 1. Call
+ * after st__mpi_world succeeded. */
+int st__mpi_node_size(void);
 /* A transport over every process of the job, on a communicator of its own
  * (creating one is itself collective: every process creates its transports in
  * the same order). Elements are reduced in rank order (bit-identical on every

@@ -34,7 +34,7 @@
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static st_status g_init_status = ST_OK;
 static char g_init_error[256];
-static int g_rank, g_size;
+static int g_rank, g_size, g_node_size = 1;
 static atomic_bool g_broken; /* a collective failed: do not finalise */
 static bool g_we_initialised;
 
@@ -67,7 +67,15 @@ static void init_once(void) {
   }
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+  MPI_Comm node;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) ==
+      MPI_SUCCESS) {
+    MPI_Comm_size(node, &g_node_size);
+    MPI_Comm_free(&node);
+  }
 }
+
+int st__mpi_node_size(void) { return g_node_size > 0 ? g_node_size : 1; }
 
 st_status st__mpi_world(int *rank, int *size) {
   pthread_once(&g_once, init_once);
