@@ -184,12 +184,20 @@ static st_status gather_and_sum(mpi_coll *c, int op, const float *mine, float *o
       post_recv(c, k++, c->tmp + (size_t)j * len, len, j, tag);
       post_send(c, k++, send_to[j], send_len[j], j, tag);
     }
-  memmove(c->tmp + (size_t)me * len, mine, len * sizeof(float)); /* out may be mine */
   if ((s = wait_all(c, k, op)) != ST_OK) return s;
-  memmove(out, c->tmp, len * sizeof(float));
-  for (int j = 1; j < size; j++) {
-    const float *src = c->tmp + (size_t)j * len;
-    for (size_t e = 0; e < len; e++) out[e] += src[e];
+  /* out may be mine: each block is summed on the stack, then stored */
+  enum { BLOCK = 1024 };
+  float acc[BLOCK];
+  for (size_t lo = 0; lo < len; lo += BLOCK) {
+    size_t nb = len - lo < BLOCK ? len - lo : BLOCK;
+    for (int j = 0; j < size; j++) {
+      const float *src = (j == me ? mine : c->tmp + (size_t)j * len) + lo;
+      if (j == 0)
+        memcpy(acc, src, nb * sizeof(float));
+      else
+        for (size_t e = 0; e < nb; e++) acc[e] += src[e];
+    }
+    memcpy(out + lo, acc, nb * sizeof(float));
   }
   return ST_OK;
 }
