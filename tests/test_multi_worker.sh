@@ -3,7 +3,8 @@
 # (issue 4; RELIABILITY.md rows S1, S2, S4):
 #  - 2 and 3 workers give the weights of one process with the same global
 #    batch (per-tensor relative difference <= 1e-5), and a repeat run gives
-#    the same bytes;
+#    the same bytes; 2 one-replica workers give exactly the bytes of one
+#    process with 2 mirrored replicas (the same split and summation order);
 #  - 2 workers x 2 local replicas give the weights of 4 mirrored replicas;
 #  - a rank started with another batch size or model fails before step 1,
 #    exit 2 on every rank, naming rank 1 and the field;
@@ -63,6 +64,9 @@ check "2 workers: a repeat run gives the same bytes" "cmp -s $tmp/two.st $tmp/tw
 run 2 "$cli" "${args[@]/sgd/adam}" "${mw[@]}" --save "$tmp/adam1.st" >/dev/null 2>>"$tmp/mpi.log"
 run 2 "$cli" "${args[@]/sgd/adam}" "${mw[@]}" --save "$tmp/adam2.st" >/dev/null 2>>"$tmp/mpi.log"
 check "2 workers, Adam: a repeat run gives the same bytes" "[ -s $tmp/adam1.st ] && cmp -s $tmp/adam1.st $tmp/adam2.st"
+"$cli" "${args[@]/sgd/adam}" --strategy mirrored --replicas 2 --save "$tmp/adam_one.st" >/dev/null 2>&1
+check "2 workers, Adam: the bytes of one process with 2 replicas (same split and sum order)" \
+  "cmp -s $tmp/adam_one.st $tmp/adam1.st"
 run 3 "$cli" "${args[@]}" "${mw[@]}" --save "$tmp/three.st" >/dev/null 2>>"$tmp/mpi.log"
 check "3 workers = one process (1e-5)" "close $tmp/one.st $tmp/three.st"
 "$cli" "${args[@]}" --strategy mirrored --replicas 4 --save "$tmp/mirrored4.st" >/dev/null 2>&1

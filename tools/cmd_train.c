@@ -26,7 +26,7 @@ static cli_opt train_opts[] = {
     {"--bytes-per-pack", "N", "mirrored: gradient pack size in bytes (default 4194304; 0 = one pack)", NULL},
     {"--no-overlap", NULL, "mirrored: all-reduce the packs after backward instead of during it", NULL},
     {"--collective-timeout", "S", "multi_worker_mirrored: fail (exit 3) when a peer has not joined a collective within S seconds (default 300)", NULL},
-    {"--auto-shard", "POLICY", "multi_worker_mirrored: data (default: each worker keeps every W-th example of a global batch) or off", NULL},
+    {"--auto-shard", "POLICY", "multi_worker_mirrored: data (default: each worker takes its contiguous share of every global batch) or off (each worker trains on its own batches)", NULL},
     {"--threads", "N", "one_device: compute threads (default: all cores)", NULL},
     {"--save", "FILE", "write the trained weights as safetensors", NULL},
     {"--report", "FILE", "write a JSON report of the run", NULL},

@@ -23,7 +23,8 @@ const char *st_strategy_kind_name(st_strategy_kind k); /* "one_device", ... */
 st_status st_strategy_kind_parse(const char *name, st_strategy_kind *out);
 
 /* TensorFlow's AutoShardPolicy. DATA: every worker runs the same pipeline and
- * keeps examples w, w + W, w + 2W, ... of each global batch. OFF: each worker
+ * keeps its contiguous share of each global batch (worker w of W: examples
+ * [w*B/W, (w+1)*B/W), as replicas split a batch). OFF: each worker
  * trains on its own batches whole (the global batch is their union). FILE is
  * not supported (Strata's datasets are in memory). AUTO = DATA. */
 typedef enum st_auto_shard {

@@ -4,9 +4,13 @@
  *
  * Input (TensorFlow's AutoShardPolicy): every worker runs the same input
  * pipeline (same seed). With DATA (the default; AUTO resolves to it, as
- * Strata's datasets are not split into files) worker w keeps the examples
- * w, w + W, w + 2W, ... of each global batch; with OFF each worker trains on
- * all of its own batches and the global batch is their union. Before each
+ * Strata's datasets are not split into files) worker w keeps its contiguous
+ * share of each global batch, the slice st__split gives it. (TensorFlow's
+ * DATA keeps every W-th element of the stream: the same examples per step,
+ * grouped differently. Contiguous shares make W workers of L replicas split a
+ * batch as W*L mirrored replicas do, so 2 one-replica workers reproduce a
+ * 2-thread single process bit for bit, Adam included.) With OFF each worker
+ * trains on all of its own batches and the global batch is their union. Before each
  * step the workers exchange their batch sizes: the pass ends for all of them
  * as soon as one has no batch left (no worker runs an extra step), and with
  * DATA every worker must have drawn the same global batch.
@@ -42,8 +46,6 @@ struct st_cluster {
   double timeout;
   st_collective *ctl, *net_group, *net_reducer;
   int global;             /* the agreed global batch of the coming step */
-  float *x, *y;           /* this worker's share of the batch (DATA) */
-  size_t xcap, ycap;      /* floats */
 };
 
 /* ---- consistency checks ---------------------------------------------------- */
@@ -179,32 +181,17 @@ st_status st__strategy_agree(st_strategy *s, int have_size, bool *go) {
 
 bool st__strategy_is_chief(const st_strategy *s) { return !s->cluster || s->cluster->rank == 0; }
 
-/* This worker's examples of a global batch: rows rank, rank + W, ... */
-static st_status shard(struct st_cluster *c, const st_model *m, const st_batch *b, st_batch *out) {
-  if (c->shard == ST_AUTO_SHARD_OFF || c->size == 1) {
-    *out = *b;
-    return ST_OK;
-  }
+/* This worker's examples of a global batch: its contiguous share, the rows
+ * st__split gives it (no copy). */
+static void shard(const struct st_cluster *c, const st_model *m, const st_batch *b,
+                  st_batch *out) {
+  *out = *b;
+  if (c->shard == ST_AUTO_SHARD_OFF || c->size == 1) return;
   size_t xs = st_shape_size(m->input_shape);
   size_t ys = st_loss_is_sparse(m->compile.loss) ? 1 : st__model_output_size(m);
-  int rows = b->size > c->rank ? (b->size - c->rank + c->size - 1) / c->size : 0;
-  if ((size_t)rows * xs > c->xcap || (size_t)rows * ys > c->ycap) {
-    free(c->x), free(c->y);
-    c->xcap = (size_t)rows * xs, c->ycap = (size_t)rows * ys;
-    c->x = malloc((c->xcap ? c->xcap : 1) * sizeof(float));
-    c->y = malloc((c->ycap ? c->ycap : 1) * sizeof(float));
-    if (!c->x || !c->y) {
-      c->xcap = c->ycap = 0;
-      return st_error(ST_ERR_NOMEM, "multi_worker_mirrored: out of memory for the batch shard");
-    }
-  }
-  for (int i = 0; i < rows; i++) {
-    size_t src = (size_t)c->rank + (size_t)i * (size_t)c->size;
-    memcpy(c->x + (size_t)i * xs, b->x + src * xs, xs * sizeof(float));
-    memcpy(c->y + (size_t)i * ys, b->y + src * ys, ys * sizeof(float));
-  }
-  *out = (st_batch){rows, c->x, c->y};
-  return ST_OK;
+  int start, count;
+  st__split(b->size, c->size, c->rank, &start, &count);
+  *out = (st_batch){count, b->x + (size_t)start * xs, b->y + (size_t)start * ys};
 }
 
 /* out += every worker's stats, added in rank order (the same on every worker). */
@@ -263,8 +250,8 @@ static st_status mw_train_step(st_strategy *s, st_model *m, const st_batch *b,
   struct st_cluster *c = s->cluster;
   st_batch local;
   st_step_stats mine = {0};
-  st_status st = shard(c, m, b, &local);
-  if (st == ST_OK) st = st__mirrored_train_step(s, m, &local, c->global, &mine);
+  shard(c, m, b, &local);
+  st_status st = st__mirrored_train_step(s, m, &local, c->global, &mine);
   return st == ST_OK ? gather_stats(c, &mine, out) : st;
 }
 
@@ -276,8 +263,8 @@ static st_status mw_eval_step(st_strategy *s, st_model *m, const st_batch *b, st
   if (pred) return st__group_eval(s->group, m, b, out, pred);
   st_batch local;
   st_step_stats mine = {0};
-  st_status st = shard(c, m, b, &local);
-  if (st == ST_OK) st = st__group_eval(s->group, m, &local, &mine, NULL);
+  shard(c, m, b, &local);
+  st_status st = st__group_eval(s->group, m, &local, &mine, NULL);
   return st == ST_OK ? gather_stats(c, &mine, out) : st;
 }
 
@@ -331,8 +318,6 @@ st_status st__cluster_create(const st_strategy_options *o, struct st_cluster **o
 void st__cluster_destroy(struct st_cluster *c) {
   if (!c) return;
   destroy_transports(c);
-  free(c->x);
-  free(c->y);
   free(c);
 }
 
