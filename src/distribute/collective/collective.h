@@ -62,6 +62,8 @@ void st__collective_destroy(st_collective *c); /* accepts NULL */
  * unless a collective failed (a peer that is gone would make MPI_Finalize
  * wait forever). Any thread. */
 st_status st__mpi_world(int *rank, int *size);
+/* Whether this build has the MPI transport (no side effect). */
+bool st__mpi_built(void);
 /* Processes of the job on this machine (shared memory), at least 1. Call
  * after st__mpi_world succeeded. */
 int st__mpi_node_size(void);

@@ -75,6 +75,8 @@ static void init_once(void) {
   }
 }
 
+bool st__mpi_built(void) { return true; }
+
 int st__mpi_node_size(void) { return g_node_size > 0 ? g_node_size : 1; }
 
 st_status st__mpi_world(int *rank, int *size) {

@@ -15,6 +15,7 @@ st_status st__mpi_world(int *rank, int *size) {
 }
 
 int st__mpi_node_size(void) { return 1; }
+bool st__mpi_built(void) { return false; }
 
 st_status st__collective_mpi_create(double timeout_s, const int64_t *step, st_collective **out) {
   (void)timeout_s, (void)step;
