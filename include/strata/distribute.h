@@ -45,7 +45,10 @@ typedef struct st_strategy_options {
    * (every GPU, once a GPU backend exists). */
   const char *devices;
   int replicas;
-  int threads;          /* one_device: compute threads; 0 = one per core */
+  int threads;          /* one_device: compute threads; a single (local)
+                           replica of the other strategies: its BLAS threads;
+                           0 = one per core (multi_worker_mirrored: the cores
+                           shared by the workers on the machine) */
   /* mirrored: how gradients are all-reduced: "all_reduce" (default; chunked
    * reduce-scatter + all-gather) or "reduction_to_one_device". */
   const char *cross_device_ops;

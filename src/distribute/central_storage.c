@@ -14,7 +14,7 @@ static st_status cs_attach(st_strategy *s, st_model *m) {
   st_status st = st__group_create(m, s->local_replicas, false,
                                   (st_cross_device_ops)s->cross_device_ops, NULL, &g);
   if (st != ST_OK) return st;
-  st__group_set_blas_threads(s->local_replicas, 0);
+  st__group_set_blas_threads(s->local_replicas, s->opts.threads);
   s->impl = g;
   s->group = g;
   s->model = m;

@@ -98,7 +98,7 @@ st_status st__mirrored_attach(st_strategy *s, st_model *m, st_collective *net_gr
     s->model = NULL;
     return st;
   }
-  st__group_set_blas_threads(s->local_replicas, 0);
+  st__group_set_blas_threads(s->local_replicas, s->opts.threads);
   s->group = mi->g;
   s->mirrored_vars = true;
   s->replica_slots = mr_slots;
@@ -157,12 +157,7 @@ st_status st__mirrored_train_step(st_strategy *s, st_model *m, const st_batch *b
   st__group_run(mi->g, step_task, s);
   st_status st = first_error(mi);
   if (st != ST_OK) return st;
-  for (int i = 0; i < mi->g->n; i++) { /* replica order */
-    out->loss_sum += mi->stats[i].loss_sum;
-    out->examples += mi->stats[i].examples;
-    out->correct += mi->stats[i].correct;
-    out->metric_count += mi->stats[i].metric_count;
-  }
+  for (int i = 0; i < mi->g->n; i++) st__step_stats_add(out, &mi->stats[i]); /* replica order */
   st__group_sync_state(mi->g, m);
   m->step++;
   return ST_OK;

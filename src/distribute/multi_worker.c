@@ -93,9 +93,9 @@ static st_status compare_records(struct st_cluster *c, const config_record *mine
   float send[sizeof(config_record) / sizeof(float)];
   memcpy(send, mine, sizeof *mine);
   st_status s = c->ctl->vt->all_gather(c->ctl, c->rank, send, nf, all);
+  config_record a, b;
+  memcpy(&a, all, sizeof a);
   for (int r = 1; s == ST_OK && r < c->size; r++) {
-    config_record a, b;
-    memcpy(&a, all, sizeof a);
     memcpy(&b, all + (size_t)r * nf, sizeof b);
     for (size_t i = 0; i < NFIELDS && s == ST_OK; i++)
       if (field(&a, i) != field(&b, i))
@@ -203,10 +203,7 @@ static st_status gather_stats(struct st_cluster *c, const st_step_stats *mine, s
   for (int r = 0; s == ST_OK && r < c->size; r++) {
     st_step_stats t;
     memcpy(&t, all + (size_t)r * NF, sizeof t);
-    out->loss_sum += t.loss_sum;
-    out->examples += t.examples;
-    out->correct += t.correct;
-    out->metric_count += t.metric_count;
+    st__step_stats_add(out, &t);
   }
   return s;
 }
@@ -221,6 +218,9 @@ static void destroy_transports(struct st_cluster *c) {
 
 static st_status mw_attach(st_strategy *s, st_model *m) {
   struct st_cluster *c = s->cluster;
+  /* a single local replica uses its share of the machine's cores */
+  if (!s->opts.threads) s->opts.threads = st__cpu_count() / c->node_procs;
+  if (s->opts.threads < 1) s->opts.threads = 1;
   st_status st = st__collective_mpi_create(c->timeout, &m->step, &c->ctl);
   if (st == ST_OK) {
     config_record r = model_record(s, m);
@@ -230,14 +230,8 @@ static st_status mw_attach(st_strategy *s, st_model *m) {
   if (st == ST_OK) st = st__collective_mpi_create(c->timeout, &m->step, &c->net_group);
   if (st == ST_OK) st = st__collective_mpi_create(c->timeout, &m->step, &c->net_reducer);
   if (st == ST_OK) st = st__mirrored_attach(s, m, c->net_group, c->net_reducer);
-  if (st != ST_OK) {
-    destroy_transports(c);
-    return st;
-  }
-  /* a single local replica uses its share of the machine's cores */
-  int cores = st__cpu_count() / c->node_procs;
-  if (s->local_replicas == 1) st_blas_set_threads(cores > 1 ? cores : 1);
-  return ST_OK;
+  if (st != ST_OK) destroy_transports(c);
+  return st;
 }
 
 static void mw_detach(st_strategy *s) {

@@ -133,12 +133,7 @@ static st_status run_pass(pass *p, st_step_stats *out) {
   }
   memset(p->stats, 0, sizeof p->stats);
   st__group_run(g, slice_task, p);
-  for (int i = 0; i < g->n; i++) { /* fixed order */
-    out->loss_sum += p->stats[i].loss_sum;
-    out->examples += p->stats[i].examples;
-    out->correct += p->stats[i].correct;
-    out->metric_count += p->stats[i].metric_count;
-  }
+  for (int i = 0; i < g->n; i++) st__step_stats_add(out, &p->stats[i]); /* fixed order */
   return ST_OK;
 }
 

@@ -53,6 +53,14 @@ struct st_strategy {
   float **(*replica_slots)(struct st_strategy *s, int rank); /* optimizer slots */
 };
 
+/* out += in (callers add in a fixed order: replica, then worker). */
+static inline void st__step_stats_add(st_step_stats *out, const st_step_stats *in) {
+  out->loss_sum += in->loss_sum;
+  out->examples += in->examples;
+  out->correct += in->correct;
+  out->metric_count += in->metric_count;
+}
+
 /* Shared helper: metric numerator/denominator for rows of pred against y. */
 void st__step_metrics(const st_model *m, const float *pred, const float *y,
                       int rows, st_step_stats *out);

@@ -23,6 +23,13 @@ typedef struct hier {
   _Atomic st_status net_status; /* first failure of net, seen by every replica */
 } hier;
 
+/* The process-transport step runs only while it has not failed; a failure is
+ * kept for every local replica. */
+static bool net_ok(hier *h) { return atomic_load(&h->net_status) == ST_OK; }
+static void net_done(hier *h, st_status s) {
+  if (s != ST_OK) atomic_store(&h->net_status, s);
+}
+
 static st_status after_local_broadcast(hier *h, st_status s) {
   st_status n = atomic_load(&h->net_status);
   return n != ST_OK ? n : s;
@@ -33,9 +40,7 @@ static st_status h_all_reduce(st_collective *c, int rank, float *buf, size_t n, 
   st_status s = h->loc->vt->all_reduce(h->loc, rank, buf, n, ST_REDUCE_SUM);
   if (s != ST_OK) return s;
   if (rank == 0) {
-    st_status ns = atomic_load(&h->net_status);
-    if (ns == ST_OK) ns = h->net->vt->all_reduce(h->net, h->net->self, buf, n, ST_REDUCE_SUM);
-    if (ns != ST_OK) atomic_store(&h->net_status, ns);
+    if (net_ok(h)) net_done(h, h->net->vt->all_reduce(h->net, h->net->self, buf, n, ST_REDUCE_SUM));
     if (op == ST_REDUCE_MEAN) {
       float f = 1.0f / (float)(h->base.size * h->net->size);
       for (size_t e = 0; e < n; e++) buf[e] *= f;
@@ -46,14 +51,8 @@ static st_status h_all_reduce(st_collective *c, int rank, float *buf, size_t n, 
 
 static st_status h_broadcast(st_collective *c, int rank, float *buf, size_t n, int root) {
   hier *h = (hier *)c;
-  st_status s = ST_OK;
-  if (rank == root) {
-    st_status ns = atomic_load(&h->net_status);
-    if (ns == ST_OK) ns = h->net->vt->broadcast(h->net, h->net->self, buf, n, 0);
-    if (ns != ST_OK) atomic_store(&h->net_status, ns);
-  }
-  s = h->loc->vt->broadcast(h->loc, rank, buf, n, root);
-  return after_local_broadcast(h, s);
+  if (rank == root && net_ok(h)) net_done(h, h->net->vt->broadcast(h->net, h->net->self, buf, n, 0));
+  return after_local_broadcast(h, h->loc->vt->broadcast(h->loc, rank, buf, n, root));
 }
 
 /* recv[size * n], size = local replicas of every process, process-major. */
@@ -64,11 +63,8 @@ static st_status h_all_gather(st_collective *c, int rank, const float *send, siz
   size_t mine = (size_t)h->net->self * (size_t)L * n;
   st_status s = h->loc->vt->all_gather(h->loc, rank, send, n, recv + mine);
   if (s != ST_OK) return s;
-  if (rank == 0) {
-    st_status ns = atomic_load(&h->net_status);
-    if (ns == ST_OK) ns = h->net->vt->all_gather(h->net, h->net->self, recv + mine, (size_t)L * n, recv);
-    if (ns != ST_OK) atomic_store(&h->net_status, ns);
-  }
+  if (rank == 0 && net_ok(h))
+    net_done(h, h->net->vt->all_gather(h->net, h->net->self, recv + mine, (size_t)L * n, recv));
   s = h->loc->vt->broadcast(h->loc, rank, recv, (size_t)L * n * (size_t)h->net->size, 0);
   return after_local_broadcast(h, s);
 }

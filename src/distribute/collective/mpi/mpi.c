@@ -36,7 +36,6 @@ static st_status g_init_status = ST_OK;
 static char g_init_error[256];
 static int g_rank, g_size, g_node_size = 1;
 static atomic_bool g_broken; /* a collective failed: do not finalise */
-static bool g_we_initialised;
 
 static void finalize_at_exit(void) {
   int finalized = 0;
@@ -53,7 +52,6 @@ static void init_once(void) {
       snprintf(g_init_error, sizeof g_init_error, "MPI_Init_thread failed");
       return;
     }
-    g_we_initialised = true;
     atexit(finalize_at_exit);
   } else {
     MPI_Query_thread(&provided);
