@@ -8,7 +8,8 @@ For each model (mlp, cnn) it runs, alternating, R repetitions of
       (mlp: --threads 2 with OMP_WAIT_POLICY=passive; cnn: --threads 2
       --blas-threads 1; see ../shared/peers/RESULTS.md, note 1)
 and prints median [min-max] of training samples/s (first 20 steps excluded by
-both programs) and peak RSS, with the Strata/PyTorch ratios.
+both programs) and peak RSS, with the Strata/PyTorch ratios; then Strata's
+model FLOPs per second as a fraction of the measured sgemm peak (roofline).
 
 Usage: /usr/bin/python3 bench/bench.py [--reps 3] [--quick] [--models mlp,cnn]
            [--markdown docs/BENCHMARKS-table.md] [--json raw.jsonl]
@@ -200,6 +201,61 @@ def build_rows(a, records):
     return rows
 
 
+# Training FLOPs per example of the built-in models: 2 per multiply-add for the
+# forward pass, the weight gradient and the input gradient (none for the first
+# layer, whose input needs no gradient). Layers as (multiply-adds per example,
+# has an input gradient): Dense in x out = in*out; Conv2D = out pixels x filters
+# x kh*kw*cin (src/train/builtin_models.c).
+MODEL_MACS = {
+    "mlp": [(784 * 256, False), (256 * 128, True), (128 * 10, True)],
+    "cnn": [(26 * 26 * 32 * 9, False), (11 * 11 * 64 * 288, True), (1600 * 128, True),
+            (128 * 10, True)],
+}
+
+
+def train_flops(model):
+    return sum(2 * macs * (3 if dx else 2) for macs, dx in MODEL_MACS[model])
+
+
+def sgemm_peaks(a):
+    """{threads: GFLOP/s} of a 512^3 sgemm through Strata's OpenBLAS loader
+    (bench/sgemm_bench.c built against the library next to a.strata), or {}."""
+    lib = os.path.join(os.path.dirname(a.strata), "libstrata.a")
+    exe = os.path.join(tempfile.mkdtemp(prefix="strata-sgemm-"), "sgemm_bench")
+    cc = subprocess.run(["gcc", "-O2", "-std=c11", "-I" + os.path.join(REPO, "include"),
+                         "-I" + os.path.join(REPO, "src"),
+                         os.path.join(REPO, "bench", "sgemm_bench.c"), lib,
+                         "-ldl", "-lm", "-lpthread", "-lz", "-ljansson", "-o", exe],
+                        capture_output=True, text=True)
+    if cc.returncode != 0:
+        print("# note: could not build bench/sgemm_bench.c, no roofline figures:\n" +
+              cc.stderr[-500:], flush=True)
+        return {}
+    peaks = {}
+    for t in (1, 2):
+        out = subprocess.run([exe, "fix", str(t)], capture_output=True, text=True).stdout
+        m = re.search(r"square 512\^3\s+([0-9.]+) GFLOP/s", out)
+        if m:
+            peaks[t] = float(m.group(1))
+    return peaks
+
+
+def roofline_lines(a, records, peaks):
+    """One line per model: Strata's model GFLOP/s and its fraction of the peaks."""
+    lines = []
+    for m in a.models:
+        sps = median([r for r in records if r["model"] == m and r["side"] == "strata"],
+                     "samples_per_s")
+        if sps is None or not peaks:
+            continue
+        gf = sps * train_flops(m) / 1e9
+        frac = ", ".join(f"{100 * gf / p:.0f}% of the {t}-thread peak ({p:.0f})"
+                         for t, p in sorted(peaks.items()))
+        lines.append(f"{m}: {train_flops(m) / 1e6:.2f} MFLOP per training example x "
+                     f"{sps:.0f} samples/s = {gf:.1f} GFLOP/s = {frac}")
+    return lines
+
+
 HEAD = ["model", "implementation", "samples/s", "peak RSS MiB", "test acc", "process wall s",
         "runs ok"]
 
@@ -241,7 +297,7 @@ def machine_info():
                 date=datetime.datetime.now().strftime("%Y-%m-%d %H:%M"))
 
 
-def markdown(a, rows, info, records):
+def markdown(a, rows, info, records, roof):
     out = [f"Measured {info['date']} on {info['cpu']} ({info['cores']} CPUs, Linux "
            f"{info['kernel']}), Strata commit {info['commit']}; {a.epochs} epoch(s), batch "
            f"{a.batch_size}, {a.reps} run(s) per side alternating, seeds "
@@ -261,6 +317,10 @@ def markdown(a, rows, info, records):
             if rec:
                 cmd = re.sub(r"--report \S+", "--report REPORT.json", rec["cmd"])
                 cmds.append(cmd.replace(REPO + "/", "").replace(os.path.dirname(REPO) + "/", "../"))
+    if roof:
+        out += ["", "Fraction of the sgemm roofline (model FLOPs per second of the Strata "
+                "median / 512^3 sgemm GFLOP/s through Strata's OpenBLAS loader, measured after "
+                "the runs by bench/sgemm_bench.c):", ""] + [f"- {x}" for x in roof]
     out += ["", "Commands (first repetition):", "", "```"] + cmds + ["```", ""]
     return "\n".join(out)
 
@@ -300,9 +360,13 @@ def main():
     rows = build_rows(a, records)
     print()
     print(text_table(rows))
+    roof = roofline_lines(a, records, sgemm_peaks(a)) if a.only != "peer" else []
+    if roof:
+        print("\nroofline (sgemm 512^3 through Strata's OpenBLAS loader):")
+        print("\n".join(roof))
     if a.markdown:
         with open(a.markdown, "w") as f:
-            f.write(markdown(a, rows, info, records))
+            f.write(markdown(a, rows, info, records, roof))
         print(f"\nmarkdown table written to {a.markdown}")
     return 0 if all("samples_per_s" in r for r in records) else 1
 

@@ -11,6 +11,7 @@
 #include "check.h"
 #include "nn/layer.h"
 #include "strata/nn.h"
+#include "strata/train.h"
 
 #define EPS 1e-3f
 #define RTOL 1e-2
@@ -329,6 +330,55 @@ static void test_maxpool_ties(void) {
   CHECK(memcmp(dx, want, sizeof want) == 0);
 }
 
+/* ReLU + MaxPooling2D fold: st_model_add marks Conv2D(relu) -> MaxPool (and
+ * not Conv2D(tanh) -> MaxPool, nor Dense(relu) -> Flatten); with the flags set
+ * the pair's dx and dkernel equal the unfolded chain's, on both backends.
+ * Inputs include negatives, so some windows have max 0 after the ReLU. */
+static void test_relu_pool_fold(void) {
+  st_model *m = NULL;
+  CHECK_OK(st_sequential_create(&(st_model_options){.input_shape = st_shape3(6, 6, 2)}, &m));
+  CHECK_OK(st_model_add(m, st_conv2d(3, 3, ST_ACT_RELU)));
+  CHECK_OK(st_model_add(m, st_maxpool2d(2)));
+  CHECK_OK(st_model_add(m, st_conv2d(2, 1, ST_ACT_TANH)));
+  CHECK_OK(st_model_add(m, st_maxpool2d(2)));
+  CHECK(st_model_layer(m, 0)->act_grad_folded && st_model_layer(m, 1)->input_relu_folded);
+  CHECK(!st_model_layer(m, 2)->act_grad_folded && !st_model_layer(m, 3)->input_relu_folded);
+  st_model_destroy(m);
+
+  const st_backend *saved = be, *backends[2] = {st_backend_reference(), st_backend_cpu()};
+  for (int bi = 0; bi < 2; bi++) {
+    be = backends[bi];
+    harness conv, pool;
+    if (!h_init(&conv, st_conv2d(3, 3, ST_ACT_RELU), st_shape3(7, 6, 2), 3, 5)) break;
+    if (!h_init(&pool, st_maxpool2d(2), conv.l->out_shape, 3, 6)) { h_free(&conv); break; }
+    float *dx[2], *dk[2];
+    size_t nk = st_shape_size(conv.l->params[0].shape);
+    for (int fold = 0; fold < 2; fold++) {
+      conv.l->act_grad_folded = pool.l->input_relu_folded = fold;
+      h_loss(&conv); /* forward */
+      memcpy(pool.x, conv.y, conv.ny * sizeof(float));
+      h_backward(&pool, false); /* dy = r */
+      memcpy(conv.dy, pool.dx, conv.ny * sizeof(float));
+      st_layer_call c = h_call(&conv, true);
+      conv.l->vt->backward(conv.l, &c);
+      dx[fold] = zalloc(conv.nx), dk[fold] = zalloc(nk);
+      memcpy(dx[fold], conv.dx, conv.nx * sizeof(float));
+      memcpy(dk[fold], conv.dw[0], nk * sizeof(float));
+    }
+    size_t zeros = 0;
+    for (size_t i = 0; i < conv.ny; i++) zeros += conv.y[i] == 0.0f;
+    CHECK_MSG(zeros > 0, "%s: the test input has no ReLU zeros", be->name);
+    bool same = true;
+    for (size_t i = 0; i < conv.nx; i++) same &= dx[0][i] == dx[1][i];
+    for (size_t i = 0; i < nk; i++) same &= dk[0][i] == dk[1][i];
+    CHECK_MSG(same, "%s: folded ReLU + MaxPool gradients differ from the unfolded ones",
+              be->name);
+    for (int f = 0; f < 2; f++) free(dx[f]), free(dk[f]);
+    h_free(&conv), h_free(&pool);
+  }
+  be = saved;
+}
+
 /* ---- layer contract --------------------------------------------------------- */
 
 /* Backward must leave dy alone unless dy_writable; results must not depend on
@@ -351,8 +401,8 @@ static void check_dy_kept(const char *label, st_layer *l, st_shape in) {
 }
 
 /* A batch split into several im2col blocks (24x24 outputs x 16 filters: 28
- * images per block) gives the same dkernel as the sum over two half batches
- * (one block each), and the same dx. */
+ * images per block) gives the same dkernel and dbias as the sums over two half
+ * batches (one block each), and the same dx. */
 static void test_conv_blocks(void) {
   const int N = 34;
   st_conv2d_options o = st_conv2d_default_options(16, 3, 3);
@@ -364,10 +414,11 @@ static void test_conv_blocks(void) {
         (size_t)24 * 24 * 16);
   size_t nk = st_shape_size(h.l->params[0].shape), half = h.nx / 2;
   h_backward(&h, false);
-  float *dk = zalloc(nk), *dx = zalloc(h.nx);
+  float *dk = zalloc(nk), *dx = zalloc(h.nx), db[16];
   memcpy(dk, h.dw[0], nk * sizeof(float));
   memcpy(dx, h.dx, h.nx * sizeof(float));
-  double worst = 0.0;
+  memcpy(db, h.dw[1], sizeof db);
+  double worst = 0.0, worst_b = 0.0;
   for (int part = 0; part < 2; part++) { /* the two halves, as one batch each */
     st_layer_call c = h_call(&h, true);
     c.batch = N / 2;
@@ -377,9 +428,12 @@ static void test_conv_blocks(void) {
     c.dy = h.dy, c.dx = h.dx + part * half;
     h.l->vt->backward(h.l, &c);
     for (size_t i = 0; i < nk; i++) dk[i] -= h.dw[0][i];
+    for (int i = 0; i < 16; i++) db[i] -= h.dw[1][i];
   }
   for (size_t i = 0; i < nk; i++) worst = fmax(worst, fabs(dk[i]));
+  for (int i = 0; i < 16; i++) worst_b = fmax(worst_b, fabs(db[i]));
   CHECK_MSG(worst < 1e-2, "conv blocks: dkernel differs by %g", worst);
+  CHECK_MSG(worst_b < 1e-3, "conv blocks: dbias differs by %g", worst_b);
   CHECK(memcmp(dx, h.dx, h.nx * sizeof(float)) == 0);
   free(dk), free(dx);
   h_free(&h);
@@ -481,6 +535,7 @@ int main(void) {
   test_conv_direct();
   test_batchnorm_forward();
   test_maxpool_ties();
+  test_relu_pool_fold();
   check_dy_kept("dense relu", st_dense(4, ST_ACT_RELU), st_shape1(5));
   check_dy_kept("dense gelu", st_dense(4, ST_ACT_GELU), st_shape1(5));
   check_dy_kept("conv relu", st_conv2d(2, 3, ST_ACT_RELU), st_shape3(5, 5, 2));

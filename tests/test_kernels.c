@@ -199,11 +199,19 @@ static void case_bias(ctx *c) {
   }
 }
 
-/* act_forward for one activation, out of place and in place (x == y). */
+/* act_forward for one activation, out of place and in place (x == y); the
+ * last x is NaN, which every activation must propagate (a NaN input must
+ * reach the loss, not turn into a finite value and NaN weights). */
 static void act_forward_one(ctx *c, st_activation act, int rows, int cols) {
   size_t n = (size_t)rows * cols;
   float *x = rnd(c, n, -4, 4), *want = host_alloc(c, n);
+  x[n - 1] = NAN;
   c->ref->act_forward(act, rows, cols, x, want);
+  if (!isnan(want[n - 1]) && c->ok) {
+    c->ok = false;
+    snprintf(c->note, sizeof c->note, "%s(NaN) = %g in the reference",
+             st_activation_name(act), want[n - 1]);
+  }
   float *dx = up(c, x, n), *dy = up(c, want, n);
   c->be->act_forward(act, rows, cols, dx, dy);
   cmp(c, st_activation_name(act), down(c, dy, n), want, n, TOL_EW);
@@ -312,6 +320,7 @@ static const struct { int h, w, c, p, s; bool same; } k_pool[] = {
     {6, 6, 3, 2, 2, false},   {7, 5, 3, 2, 2, false}, {7, 5, 3, 2, 2, true},
     {6, 6, 4, 3, 2, false},   {5, 5, 2, 3, 1, true},  {6, 6, 300, 2, 2, false},
     {5, 5, 300, 3, 2, true},  {1, 1, 1, 2, 2, true},  {4, 4, 1, 2, 1, false},
+    {7, 6, 6, 2, 2, false}, /* 2x2 with 4 vector lanes and a 2-channel tail */
 };
 
 static st_pool_geom pool_geom(size_t i) {
@@ -323,11 +332,14 @@ static st_pool_geom pool_geom(size_t i) {
   return g;
 }
 
-/* Forward then backward of max (is_max) or average pooling; x has ties. */
-static void pool_one(ctx *c, const st_pool_geom *g, bool is_max) {
+/* Forward then backward of max (is_max) or average pooling; x has ties (and
+ * zeros: windows whose max is 0 drop the gradient when g->relu_input), and
+ * with `nans` a NaN in every 7th cell (NaN is the max of its window). */
+static void pool_one(ctx *c, const st_pool_geom *g, bool is_max, bool nans) {
   size_t nx = (size_t)g->n * g->h * g->w * g->c;
   size_t ny = (size_t)g->n * g->oh * g->ow * g->c;
   float *x = rnd_ties(c, nx), *y = filled(c, ny, NAN), *gy = rnd(c, ny, -1, 1);
+  for (size_t i = 0; nans && i < nx; i += 7) x[i] = NAN;
   float *dx = filled(c, nx, NAN);
   float *d_x = up(c, x, nx), *d_y = up(c, y, ny), *d_dx = up(c, dx, nx);
   if (is_max) {
@@ -350,15 +362,18 @@ static void pool_one(ctx *c, const st_pool_geom *g, bool is_max) {
 static void case_maxpool(ctx *c) {
   for (size_t s = 0; s < sizeof k_pool / sizeof k_pool[0]; s++) {
     st_pool_geom g = pool_geom(s);
-    pool_one(c, &g, true);
-    release(c);
+    for (int v = 0; v < 3; v++) { /* plain, ReLU's derivative folded in, NaNs */
+      g.relu_input = v == 1;
+      pool_one(c, &g, true, v == 2);
+      release(c);
+    }
   }
 }
 
 static void case_avgpool(ctx *c) {
   for (size_t s = 0; s < sizeof k_pool / sizeof k_pool[0]; s++) {
     st_pool_geom g = pool_geom(s);
-    pool_one(c, &g, false);
+    pool_one(c, &g, false, false);
     release(c);
   }
 }

@@ -69,6 +69,10 @@ typedef struct st_pool_geom {
   int sh, sw;   /* strides */
   int pad_top, pad_left;
   int oh, ow;
+  /* maxpool_backward only: x is the output of a ReLU and dx also carries
+   * ReLU's derivative (a gradient reaches a max only if it is > 0), so the
+   * layer before skips its own pass over the activation. */
+  bool relu_input;
 } st_pool_geom;
 
 typedef struct st_backend {
@@ -112,7 +116,8 @@ typedef struct st_backend {
 
   /* ---- pooling (batch) ---- */
   void (*maxpool_forward)(const st_pool_geom *g, const float *x, float *y);
-  /* dx (overwritten) routes each dy to the first max of its window. */
+  /* dx (overwritten) routes each dy to the first max of its window (a NaN
+   * is the max of any window holding one: NaN propagates, as in TF). */
   void (*maxpool_backward)(const st_pool_geom *g, const float *x,
                            const float *y, const float *dy, float *dx);
   void (*avgpool_forward)(const st_pool_geom *g, const float *x, float *y);

@@ -54,17 +54,24 @@ static void cpu_bias_add(int rows, int cols, const float *restrict bias,
   }
 }
 
-/* db[cols] = column sums of dy[rows, cols], accumulated in double per chunk of
- * columns so the sum is as exact as the reference's. */
+/* db[cols] = column sums of dy[rows, cols]: float sums of 16 rows (full-width
+ * vector adds), added in double per chunk of columns, so the result stays
+ * within a few float roundings of the reference's all-double sum. */
 static void cpu_bias_grad(int rows, int cols, const float *restrict dy,
                           float *restrict db) {
   double acc[ST__CPU_CHUNK];
+  float part[ST__CPU_CHUNK];
   for (int j0 = 0; j0 < cols; j0 += ST__CPU_CHUNK) {
     int nj = cols - j0 < ST__CPU_CHUNK ? cols - j0 : ST__CPU_CHUNK;
     for (int j = 0; j < nj; j++) acc[j] = 0.0;
-    for (int r = 0; r < rows; r++) {
-      const float *restrict d = dy + (size_t)r * cols + j0;
-      for (int j = 0; j < nj; j++) acc[j] += d[j];
+    for (int r0 = 0; r0 < rows; r0 += 16) {
+      int r1 = rows - r0 < 16 ? rows : r0 + 16;
+      for (int j = 0; j < nj; j++) part[j] = 0.0f;
+      for (int r = r0; r < r1; r++) {
+        const float *restrict d = dy + (size_t)r * cols + j0;
+        for (int j = 0; j < nj; j++) part[j] += d[j];
+      }
+      for (int j = 0; j < nj; j++) acc[j] += part[j];
     }
     for (int j = 0; j < nj; j++) db[j0 + j] = (float)acc[j];
   }
@@ -101,8 +108,8 @@ static float sigmoidf(float x) {
 static void act_elementwise(st_activation act, size_t n, const float *x,
                             float *y) {
   switch (act) {
-    case ST_ACT_RELU:
-      for (size_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    case ST_ACT_RELU: /* NaN propagates (x < 0 is false), as in TF and PyTorch */
+      for (size_t i = 0; i < n; i++) y[i] = x[i] < 0.0f ? 0.0f : x[i];
       break;
     case ST_ACT_SIGMOID:
       for (size_t i = 0; i < n; i++) y[i] = sigmoidf(x[i]);

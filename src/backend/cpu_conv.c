@@ -117,21 +117,45 @@ static bool is_2x2_s2_valid(const st_pool_geom *g) {
          2 * g->ow <= g->w;
 }
 
+/* Does v replace m as the running max? When v > m, or v is the first NaN:
+ * NaN propagates, as in TF (and it is what the reference backend does). */
+static inline bool max_takes(float v, float m) { return !(v <= m) && m == m; }
+
+/* Four lanes with GCC/Clang vector extensions (SSE on any x86-64, NEON on
+ * arm64): the 2x2 pooling kernels below select with bit masks, which GCC does
+ * not derive itself from the scalar code (its branches mispredict on data). */
+typedef float v4f __attribute__((vector_size(16)));
+typedef int v4i __attribute__((vector_size(16)));
+static inline v4f load4(const float *p) { v4f v; memcpy(&v, p, sizeof v); return v; }
+static inline void store4(float *p, v4f v) { memcpy(p, &v, sizeof v); }
+static inline v4i takes4(v4f v, v4f m) { return ~(v <= m) & (m == m); } /* max_takes */
+static inline v4f sel4(v4i mask, v4f a, v4f b) { /* mask ? a : b */
+  return (v4f)(((v4i)a & mask) | ((v4i)b & ~mask));
+}
+static inline v4f and4(v4f a, v4i mask) { return (v4f)((v4i)a & mask); }
+
 /* 2x2/2 max pooling of one image: y = first max of (a, b; c, d). */
 static void maxpool_2x2_image(const st_pool_geom *g, const float *x,
                               float *y) {
   const size_t c = (size_t)g->c, row = (size_t)g->w * c;
   for (int oy = 0; oy < g->oh; oy++)
     for (int ox = 0; ox < g->ow; ox++) {
-      const float *restrict a = x + (size_t)2 * oy * row + (size_t)2 * ox * c;
-      const float *restrict b = a + c, *restrict cc = a + row,
-                            *restrict d = a + row + c;
-      float *restrict yo = y + ((size_t)oy * g->ow + ox) * c;
-      for (size_t k = 0; k < c; k++) {
+      const float *a = x + (size_t)2 * oy * row + (size_t)2 * ox * c;
+      const float *b = a + c, *cc = a + row, *d = a + row + c;
+      float *yo = y + ((size_t)oy * g->ow + ox) * c;
+      size_t k = 0;
+      for (; k + 4 <= c; k += 4) {
+        v4f vb = load4(b + k), vc = load4(cc + k), vd = load4(d + k);
+        v4f m = load4(a + k);
+        m = sel4(takes4(vb, m), vb, m);
+        m = sel4(takes4(vc, m), vc, m);
+        store4(yo + k, sel4(takes4(vd, m), vd, m));
+      }
+      for (; k < c; k++) {
         float m = a[k];
-        m = b[k] > m ? b[k] : m;
-        m = cc[k] > m ? cc[k] : m;
-        yo[k] = d[k] > m ? d[k] : m;
+        m = max_takes(b[k], m) ? b[k] : m;
+        m = max_takes(cc[k], m) ? cc[k] : m;
+        yo[k] = max_takes(d[k], m) ? d[k] : m;
       }
     }
 }
@@ -149,7 +173,7 @@ static void window_max(const st_pool_geom *g, const float *img, int oy, int ox,
       const float *restrict v = img + (size_t)cell * c + c0;
       bool first = yy == y0 && xx == x0;
       for (size_t k = 0; k < nc; k++) {
-        bool take = first || v[k] > out[k];
+        bool take = first || max_takes(v[k], out[k]);
         out[k] = take ? v[k] : out[k];
         arg[k] = take ? cell : arg[k];
       }
@@ -175,34 +199,55 @@ void st__cpu_maxpool_forward(const st_pool_geom *g, const float *x, float *y) {
   }
 }
 
-/* 2x2/2 backward of one image: dy goes to the first max of its window. */
+/* 2x2/2 backward of one image: dy goes to the first max of its window (only
+ * if that max is > 0 when x is a ReLU output: ReLU's derivative folded in).
+ * Every cell of every window is written, so dx needs no clearing. */
 static void maxpool_2x2_backward(const st_pool_geom *g, const float *x,
                                  const float *dy, float *dx) {
   const size_t c = (size_t)g->c, row = (size_t)g->w * c;
+  const bool relu = g->relu_input;
+  const v4i all = {-1, -1, -1, -1};
+  const v4f zero = {0, 0, 0, 0};
   for (int oy = 0; oy < g->oh; oy++)
     for (int ox = 0; ox < g->ow; ox++) {
       size_t off = (size_t)2 * oy * row + (size_t)2 * ox * c;
-      const float *restrict a = x + off, *restrict b = a + c,
-                            *restrict cc = a + row, *restrict d = a + row + c;
-      float *restrict da = dx + off, *restrict db = da + c,
-                      *restrict dc = da + row, *restrict dd = da + row + c;
-      const float *restrict g0 = dy + ((size_t)oy * g->ow + ox) * c;
-      for (size_t k = 0; k < c; k++) {
+      const float *a = x + off, *b = a + c, *cc = a + row, *d = a + row + c;
+      float *da = dx + off, *db = da + c, *dc = da + row, *dd = da + row + c;
+      const float *g0 = dy + ((size_t)oy * g->ow + ox) * c;
+      size_t k = 0;
+      for (; k + 4 <= c; k += 4) {
+        v4f vb = load4(b + k), vc = load4(cc + k), vd = load4(d + k);
+        v4f m = load4(a + k);
+        v4i tb = takes4(vb, m);
+        m = sel4(tb, vb, m);
+        v4i tc = takes4(vc, m);
+        m = sel4(tc, vc, m);
+        v4i td = takes4(vd, m);
+        m = sel4(td, vd, m);
+        v4f gk = and4(load4(g0 + k), relu ? (m > zero) : all);
+        store4(dd + k, and4(gk, td));
+        store4(dc + k, and4(gk, tc & ~td));
+        store4(db + k, and4(gk, tb & ~tc & ~td));
+        store4(da + k, and4(gk, ~tb & ~tc & ~td));
+      }
+      for (; k < c; k++) {
         float m = a[k];
         int w = 0;
-        if (b[k] > m) m = b[k], w = 1;
-        if (cc[k] > m) m = cc[k], w = 2;
-        if (d[k] > m) w = 3;
-        da[k] = w == 0 ? g0[k] : 0.0f;
-        db[k] = w == 1 ? g0[k] : 0.0f;
-        dc[k] = w == 2 ? g0[k] : 0.0f;
-        dd[k] = w == 3 ? g0[k] : 0.0f;
+        if (max_takes(b[k], m)) m = b[k], w = 1;
+        if (max_takes(cc[k], m)) m = cc[k], w = 2;
+        if (max_takes(d[k], m)) m = d[k], w = 3;
+        float gk = relu && !(m > 0.0f) ? 0.0f : g0[k];
+        da[k] = w == 0 ? gk : 0.0f;
+        db[k] = w == 1 ? gk : 0.0f;
+        dc[k] = w == 2 ? gk : 0.0f;
+        dd[k] = w == 3 ? gk : 0.0f;
       }
     }
 }
 
 /* General backward of one image: recompute each window's first argmax from x
- * (as the reference does) and add dy there; windows may overlap. */
+ * (as the reference does) and add dy there (times ReLU's derivative when x
+ * is a ReLU output); windows may overlap. */
 static void maxpool_backward_image(const st_pool_geom *g, const float *x,
                                    const float *dy, float *dx) {
   float best[ST__CPU_CHUNK];
@@ -214,7 +259,9 @@ static void maxpool_backward_image(const st_pool_geom *g, const float *x,
         size_t nc = c - c0 < ST__CPU_CHUNK ? c - c0 : ST__CPU_CHUNK;
         const float *go = dy + ((size_t)oy * g->ow + ox) * c + c0;
         window_max(g, x, oy, ox, c0, nc, best, arg);
-        for (size_t k = 0; k < nc; k++) dx[(size_t)arg[k] * c + c0 + k] += go[k];
+        for (size_t k = 0; k < nc; k++)
+          if (!g->relu_input || best[k] > 0.0f)
+            dx[(size_t)arg[k] * c + c0 + k] += go[k];
       }
 }
 

@@ -85,7 +85,7 @@ static void softmax_row(int cols, const float *x, float *y) {
 
 static double act_scalar(st_activation act, double x) {
   switch (act) {
-    case ST_ACT_RELU: return x > 0.0 ? x : 0.0;
+    case ST_ACT_RELU: return x < 0.0 ? 0.0 : x; /* NaN propagates */
     case ST_ACT_SIGMOID:
       return x >= 0.0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x));
     case ST_ACT_TANH: return tanh(x);
@@ -196,7 +196,8 @@ static void pool_window(const st_pool_geom *g, int oy, int ox, int *y0,
   *x1 = sx + g->pw > g->w ? g->w : sx + g->pw;
 }
 
-/* Index in x of the first (row-major scan) max of one window and channel. */
+/* Index in x of the first (row-major scan) max of one window and channel; a
+ * NaN is the max of any window holding one (the first NaN: NaN propagates). */
 static size_t pool_argmax(const st_pool_geom *g, const float *x, int n, int oy,
                           int ox, int c) {
   int y0, y1, x0, x1;
@@ -205,7 +206,7 @@ static size_t pool_argmax(const st_pool_geom *g, const float *x, int n, int oy,
   for (int y = y0; y < y1; y++)
     for (int xx = x0; xx < x1; xx++) {
       size_t i = pidx(g, n, y, xx, c);
-      if (x[i] > x[best]) best = i;
+      if (x[i] > x[best] || (isnan(x[i]) && !isnan(x[best]))) best = i;
     }
   return best;
 }
@@ -227,8 +228,11 @@ static void ref_maxpool_backward(const st_pool_geom *g, const float *x,
   for (int n = 0; n < g->n; n++)
     for (int oy = 0; oy < g->oh; oy++)
       for (int ox = 0; ox < g->ow; ox++)
-        for (int c = 0; c < g->c; c++)
-          dx[pool_argmax(g, x, n, oy, ox, c)] += dy[o++];
+        for (int c = 0; c < g->c; c++, o++) {
+          size_t i = pool_argmax(g, x, n, oy, ox, c);
+          /* x a ReLU output: ReLU's derivative too (1 where x > 0) */
+          if (!g->relu_input || x[i] > 0.0f) dx[i] += dy[o];
+        }
 }
 
 /* Mean over the in-image cells of each window (padding excluded). */

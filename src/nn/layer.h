@@ -71,6 +71,12 @@ struct st_layer {
   size_t cache_per_example;     /* floats */
   st_activation out_activation; /* applied last by this layer (Dense, Conv2D,
                                    Activation), else LINEAR */
+  /* ReLU + MaxPooling2D backward in one pass over the activation: a layer
+   * with folds_input_relu (MaxPooling2D) after one ending in ReLU gets
+   * input_relu_folded (its backward also applies ReLU's derivative) and the
+   * layer before gets act_grad_folded (its backward takes dy as dz). Set by
+   * st_model_add. */
+  bool folds_input_relu, input_relu_folded, act_grad_folded;
   bool uses_collectives;        /* forward/backward call all_reduce_sum (sync
                                    BatchNorm): every replica must run them, even
                                    on an empty slice */
@@ -84,6 +90,13 @@ st_layer *st__layer_new(const st_layer_vtable *vt, const void *config,
 /* Declare parameter i (in order); returns its index. */
 int st__layer_add_param(st_layer *l, const char *name, st_shape shape,
                         st_init init, bool trainable);
+/* The activation whose derivative l's backward applies: act (its own), or
+ * linear when the next layer applies it (act_grad_folded). */
+static inline st_activation st__layer_grad_act(const st_layer *l,
+                                               st_activation act) {
+  return l->act_grad_folded ? ST_ACT_LINEAR : act;
+}
+
 /* Build: set in_shape and call vt->build. */
 st_status st__layer_build(st_layer *l, st_shape in);
 

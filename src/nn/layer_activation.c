@@ -31,7 +31,8 @@ static void activation_backward(const st_layer *l, st_layer_call *c) {
   if (!c->dx) return;
   int rows, cols;
   act_view(l, c->batch, &rows, &cols);
-  c->be->act_backward(ac->act, rows, cols, c->x, c->y, c->dy, c->dx);
+  c->be->act_backward(st__layer_grad_act(l, ac->act), rows, cols, c->x, c->y,
+                      c->dy, c->dx);
 }
 
 static const st_layer_vtable activation_vtable = {

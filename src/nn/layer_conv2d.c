@@ -88,13 +88,13 @@ static int block_images(const conv_config *cf, int batch) {
 }
 
 /* Workspace: col[nb*P, K], then dz[batch*P, F] when the activation is not
- * linear (used when dy is read-only). */
+ * linear (used when dy is read-only), then one block's dbias[F]. */
 static size_t conv_workspace(const st_layer *l, int batch) {
   const conv_config *cf = l->config;
   conv_sizes s = sizes_of(cf);
   size_t n = (size_t)block_images(cf, batch) * s.P * s.K;
   if (cf->o.activation != ST_ACT_LINEAR) n += (size_t)batch * s.P * s.F;
-  return n;
+  return n + s.F;
 }
 
 /* col[cnt*P, K] = im2col of images b0 .. b0+cnt-1 of x. */
@@ -131,15 +131,18 @@ static void conv_forward(const st_layer *l, st_layer_call *c) {
  * writable, else in the workspace after the column block. */
 static float *conv_dz_buffer(const st_layer *l, st_layer_call *c) {
   const conv_config *cf = l->config;
-  if (cf->o.activation == ST_ACT_LINEAR || c->dy_writable) return (float *)c->dy;
+  if (st__layer_grad_act(l, cf->o.activation) == ST_ACT_LINEAR || c->dy_writable)
+    return (float *)c->dy;
   conv_sizes s = sizes_of(cf);
   return c->workspace + (size_t)block_images(cf, c->batch) * s.P * s.K;
 }
 
-/* dz rows of images b0 .. b0+cnt-1 (no-op when linear: dz is dy). */
-static void conv_dz_block(const conv_config *cf, st_layer_call *c, int b0,
+/* dz rows of images b0 .. b0+cnt-1 (no-op when linear or folded into the
+ * next layer: dz is dy). */
+static void conv_dz_block(const st_layer *l, st_layer_call *c, int b0,
                           int cnt, float *dz) {
-  st_activation act = cf->o.activation;
+  const conv_config *cf = l->config;
+  st_activation act = st__layer_grad_act(l, cf->o.activation);
   if (act == ST_ACT_LINEAR) return;
   conv_sizes s = sizes_of(cf);
   size_t off = (size_t)b0 * s.P * s.F;
@@ -162,7 +165,8 @@ static void conv_dx_block(const conv_config *cf, st_layer_call *c, int b0,
     be->col2im(&cf->g, col + (size_t)i * s.P * s.K, dx + (size_t)i * s.X);
 }
 
-/* Per block: dz, dkernel (+)= col^T . dz, dx; then dbias over the batch. */
+/* Per block: dz, dkernel (+)= col^T . dz, dbias (+)= column sums of dz
+ * (while the block is in cache), dx. */
 static void conv_backward(const st_layer *l, st_layer_call *c) {
   const conv_config *cf = l->config;
   const st_backend *be = c->be;
@@ -170,18 +174,25 @@ static void conv_backward(const st_layer *l, st_layer_call *c) {
   float *dz = conv_dz_buffer(l, c); /* [batch*P, F] */
   float *col = c->workspace;        /* [nb*P, K] */
   int nb = block_images(cf, c->batch);
-  if (c->batch == 0) be->fill(s.K * s.F, 0.0f, c->dw[KERNEL]);
+  float *dbias_block = c->workspace + conv_workspace(l, c->batch) - s.F;
+  if (c->batch == 0) {
+    be->fill(s.K * s.F, 0.0f, c->dw[KERNEL]);
+    if (cf->o.use_bias) be->fill(s.F, 0.0f, c->dw[BIAS]);
+  }
   for (int b0 = 0; b0 < c->batch; b0 += nb) {
     int cnt = c->batch - b0 < nb ? c->batch - b0 : nb;
-    conv_dz_block(cf, c, b0, cnt, dz);
+    const float *dzb = dz + (size_t)b0 * s.P * s.F;
+    conv_dz_block(l, c, b0, cnt, dz);
     unroll_block(cf, c, b0, cnt, col);
     be->gemm(true, false, (int)s.K, (int)s.F, (int)(cnt * s.P), 1.0f, col,
-             (int)s.K, dz + (size_t)b0 * s.P * s.F, (int)s.F,
-             b0 == 0 ? 0.0f : 1.0f, c->dw[KERNEL], (int)s.F);
+             (int)s.K, dzb, (int)s.F, b0 == 0 ? 0.0f : 1.0f, c->dw[KERNEL],
+             (int)s.F);
+    if (cf->o.use_bias) {
+      be->bias_grad((int)(cnt * s.P), (int)s.F, dzb, b0 == 0 ? c->dw[BIAS] : dbias_block);
+      if (b0 > 0) be->axpy(s.F, 1.0f, dbias_block, c->dw[BIAS]);
+    }
     if (c->dx) conv_dx_block(cf, c, b0, cnt, dz, col);
   }
-  if (cf->o.use_bias)
-    be->bias_grad((int)(c->batch * s.P), (int)s.F, dz, c->dw[BIAS]);
 }
 
 static const st_layer_vtable conv_vtable = {

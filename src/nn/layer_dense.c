@@ -52,10 +52,11 @@ static void dense_forward(const st_layer *l, st_layer_call *c) {
  * when dy is writable, else in the workspace. */
 static const float *dense_dz(const st_layer *l, st_layer_call *c) {
   const st_dense_options *o = l->config;
-  if (o->activation == ST_ACT_LINEAR) return c->dy;
+  st_activation act = st__layer_grad_act(l, o->activation);
+  if (act == ST_ACT_LINEAR) return c->dy;
   float *dz = c->dy_writable ? (float *)c->dy : c->workspace;
-  const float *z = st_activation_needs_input(o->activation) ? c->cache : NULL;
-  c->be->act_backward(o->activation, c->batch, o->units, z, c->y, c->dy, dz);
+  const float *z = st_activation_needs_input(act) ? c->cache : NULL;
+  c->be->act_backward(act, c->batch, o->units, z, c->y, c->dy, dz);
   return dz;
 }
 

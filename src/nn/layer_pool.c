@@ -46,6 +46,7 @@ static st_status pool_build(st_layer *l) {
                     "%s: pool %dx%d does not fit input %s with 'valid' padding",
                     l->vt->class_name, o->ph, o->pw, buf);
   l->out_shape = st_shape3(g->oh, g->ow, g->c);
+  l->folds_input_relu = pc->is_max;
   return ST_OK;
 }
 
@@ -64,6 +65,7 @@ static void pool_backward(const st_layer *l, st_layer_call *c) {
   if (!c->dx) return;
   st_pool_geom g = pc->g;
   g.n = c->batch;
+  g.relu_input = l->input_relu_folded;
   if (pc->is_max)
     c->be->maxpool_backward(&g, c->x, c->y, c->dy, c->dx);
   else

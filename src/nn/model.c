@@ -83,6 +83,9 @@ st_status st_model_add(st_model *m, st_layer *l) {
     l->params[p].offset = *total;
     *total += st_shape_size(l->params[p].shape);
   }
+  st_layer *prev = m->nlayers ? m->layers[m->nlayers - 1] : NULL;
+  if (l->folds_input_relu && prev && prev->out_activation == ST_ACT_RELU)
+    l->input_relu_folded = prev->act_grad_folded = true;
   m->layers[m->nlayers++] = l;
   return ST_OK;
 fail:
