@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -141,10 +142,29 @@ bool cli_check_writable(const char *cmd, const char *opt, const char *path) {
   char *copy = strdup(path);
   if (!copy) return false;
   const char *dir = dirname(copy);
+  struct stat st;
+  /* access() alone passes an executable regular file for root */
   bool ok = access(dir, W_OK | X_OK) == 0;
+  int err = errno;
+  if (ok && (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))) ok = false, err = ENOTDIR;
   if (!ok)
     fprintf(stderr, "strata %s: %s %s: directory '%s' is not writable: %s\n", cmd, opt, path,
-            dir, strerror(errno));
+            dir, strerror(err));
   free(copy);
   return ok;
+}
+
+bool cli_check_readable(const char *cmd, const char *opt, const char *path) {
+  struct stat st;
+  int err = 0;
+  if (stat(path, &st) != 0) err = errno;
+  else if (S_ISDIR(st.st_mode)) err = EISDIR;
+  else if (access(path, R_OK) != 0) err = errno;
+  if (err) fprintf(stderr, "strata %s: %s %s: %s\n", cmd, opt, path, strerror(err));
+  return err == 0;
+}
+
+bool cli_is_json_model(const char *name) {
+  size_t len = strlen(name);
+  return len > 5 && !strcmp(name + len - 5, ".json");
 }

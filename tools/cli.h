@@ -43,6 +43,11 @@ int cli_fail(const char *cmd, st_status s);
 /* The directory of path exists and is writable (so outputs can be created at
  * the end); prints the problem and returns false otherwise. */
 bool cli_check_writable(const char *cmd, const char *opt, const char *path);
+/* path is a readable regular file (an input named on the command line: a
+ * missing one is a usage error, exit 2); prints the problem otherwise. */
+bool cli_check_readable(const char *cmd, const char *opt, const char *path);
+/* name ends in ".json": a Keras model file rather than a built-in model. */
+bool cli_is_json_model(const char *name);
 
 /* Fashion-MNIST style data for the built-in models. */
 typedef struct cli_data {

@@ -173,11 +173,11 @@ static bool parse_train(const cli_opt *o, train_cfg *c) {
     return false;
   }
   if (!check_callback_flags(c)) return false;
-  size_t mlen = strlen(c->model);
-  bool known = mlen > 5 && !strcmp(c->model + mlen - 5, ".json");
+  bool json = cli_is_json_model(c->model), known = json;
   for (const char *const *n = st_builtin_model_names(); *n; n++) known |= !strcmp(*n, c->model);
   if (known)
-    return cli_check_writable(cmd, "--save", c->save) &&
+    return (!json || cli_check_readable(cmd, "--model", c->model)) &&
+           cli_check_writable(cmd, "--save", c->save) &&
            cli_check_writable(cmd, "--report", c->report) &&
            cli_check_writable(cmd, "--csv", c->csv) && cli_check_writable(cmd, "--plot", c->plot) &&
            cli_check_writable(cmd, "--backup-dir", c->backup_dir) &&
@@ -197,8 +197,7 @@ static st_status build_model(const char *name, const st_strategy_options *so, ui
   st_model_options mo = st_model_default_options(st_shape3(28, 28, 1));
   mo.seed = seed;
   mo.strategy = *strategy;
-  size_t len = strlen(name);
-  bool json = len > 5 && !strcmp(name + len - 5, ".json");
+  bool json = cli_is_json_model(name);
   if (json) mo.name = NULL; /* keep the Keras model's name */
   s = json ? st_model_from_keras_json(name, &mo, model) : st_builtin_model_create(name, &mo, model);
   if (s != ST_OK) return s;
@@ -358,6 +357,9 @@ int cmd_evaluate(int argc, char **argv) {
     return EXIT_USAGE;
   }
   if (bv && !cli_int("evaluate", "--batch-size", bv, 1, 1 << 20, &batch)) return EXIT_USAGE;
+  if ((cli_is_json_model(name) && !cli_check_readable("evaluate", "--model", name)) ||
+      !cli_check_readable("evaluate", "--weights", weights))
+    return EXIT_USAGE;
   cli_data d;
   if ((rc = cli_load_data("evaluate", data ? data : "fashion-mnist", 0, 0, (int)batch, 0, false, &d)))
     return rc;
@@ -390,8 +392,8 @@ int cmd_summary(int argc, char **argv) {
   const char *name = summary_opts[0].value ? summary_opts[0].value : "cnn";
   st_model_options mo = st_model_default_options(st_shape3(28, 28, 1));
   st_model *m = NULL;
-  size_t len = strlen(name);
-  bool json = len > 5 && !strcmp(name + len - 5, ".json");
+  bool json = cli_is_json_model(name);
+  if (json && !cli_check_readable("summary", "--model", name)) return EXIT_USAGE;
   if (json) mo.name = NULL;
   st_status s = json ? st_model_from_keras_json(name, &mo, &m) : st_builtin_model_create(name, &mo, &m);
   if (s != ST_OK) return cli_fail("summary", s);

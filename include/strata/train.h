@@ -193,6 +193,8 @@ st_callback st_lr_scheduler_callback(st_lr_schedule_fn fn, void *user, void **st
  * data) whose Events carry a file_version record then simple scalar
  * summaries. */
 typedef struct st_tensorboard st_tensorboard;
+/* Checks that log_dir can be created (ST_ERR_IO naming the blocking path);
+ * a run's directory and event file appear with its first scalar. */
 st_status st_tensorboard_open(const char *log_dir, st_tensorboard **out);
 /* A scalar at step in the train (validation = false) or validation run. */
 st_status st_tensorboard_scalar(st_tensorboard *tb, bool validation, const char *tag,

@@ -2,8 +2,11 @@
  * dataset goes to the model's strategy, which splits it across replicas, runs
  * forward and backward, reduces gradients and applies the update; the loop
  * keeps the epoch's running figures, calls the callbacks and times training. */
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "distribute/strategy.h"
 #include "train/checkpoint.h"
@@ -204,14 +207,23 @@ static void reset_position(st_model *m) {
   memset(&m->pos, 0, sizeof m->pos);
 }
 
-/* BackupAndRestore: resume from the backup when there is one. */
+/* BackupAndRestore: resume from the backup when there is one. No `latest`
+ * file is a fresh start; a damaged or unreadable one is an error (a fresh
+ * start would end by deleting the backup). */
 static st_status maybe_restore(st_model *m, const st_fit_options *o) {
   char latest[4096];
-  if (!o->backup_dir || st_checkpoint_latest(o->backup_dir, latest, sizeof latest) != ST_OK) {
-    st_clear_error();
-    return ST_OK;
+  if (!o->backup_dir) return ST_OK;
+  st_status s = st_checkpoint_latest(o->backup_dir, latest, sizeof latest);
+  if (s != ST_OK) {
+    snprintf(latest, sizeof latest, "%s/latest", o->backup_dir);
+    struct stat sb;
+    if (s == ST_ERR_IO && stat(latest, &sb) != 0 && errno == ENOENT) {
+      st_clear_error();
+      return ST_OK;
+    }
+    return st_error_prefix(s, "backup: cannot resume: ");
   }
-  st_status s = st_checkpoint_restore(m, o->backup_dir);
+  s = st_checkpoint_restore(m, o->backup_dir);
   if (s != ST_OK) return st_error_prefix(s, "backup: cannot resume: ");
   st_log(ST_LOG_INFO, "resuming from %s at epoch %lld, step %lld", latest,
          (long long)m->pos.epoch + 1, (long long)m->pos.step_in_epoch);

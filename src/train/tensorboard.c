@@ -140,6 +140,31 @@ static st_status mkdir_p(const char *path) {
   return ST_OK;
 }
 
+/* mkdir_p(path) could succeed: its nearest existing ancestor (or path itself)
+ * is a directory we may write into. Checks only; creates nothing. */
+static st_status check_creatable(const char *path) {
+  size_t len = strlen(path);
+  char *tmp = malloc(len + 1);
+  if (!tmp) return st_error(ST_ERR_NOMEM, "%s: out of memory", path);
+  memcpy(tmp, path, len + 1);
+  st_status s = ST_OK;
+  for (;;) {
+    struct stat sb;
+    if (stat(tmp, &sb) == 0) {
+      int e = !S_ISDIR(sb.st_mode) ? ENOTDIR : access(tmp, W_OK | X_OK) != 0 ? errno : 0;
+      if (e) s = st_error(ST_ERR_IO, "%s: cannot create directory below '%s': %s", path, tmp,
+                          strerror(e));
+      break;
+    }
+    char *slash = strrchr(tmp, '/');
+    if ((errno != ENOENT && errno != ENOTDIR) || !slash) break; /* "x": the cwd decides */
+    if (slash == tmp) slash[1] = 0;       /* up to "/" */
+    else slash[0] = 0;
+  }
+  free(tmp);
+  return s;
+}
+
 static char *path_join(const char *a, const char *b) {
   size_t na = strlen(a), nb = strlen(b);
   char *p = malloc(na + nb + 2);
@@ -222,7 +247,9 @@ st_status st_tensorboard_open(const char *log_dir, st_tensorboard **out) {
   strcpy(tb->log_dir, log_dir);
   tb->start_seconds = (long long)time(NULL);
   host_name(tb->host, sizeof tb->host);
-  st_status s = open_run(tb, RUN_TRAIN);
+  /* the runs' directories and event files are created by their first
+   * scalar, so a run that fails before writing any leaves nothing behind */
+  st_status s = check_creatable(log_dir);
   if (s != ST_OK) {
     st_tensorboard_close(tb);
     return s;
