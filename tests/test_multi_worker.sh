@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
 # MultiWorkerMirroredStrategy end to end, with mpirun on this machine
-# (issue 4; RELIABILITY.md rows S1, S2, S4):
+# (issue 4; RELIABILITY.md rows S1, S2, S4, S5):
 #  - 2 and 3 workers give the weights of one process with the same global
 #    batch (per-tensor relative difference <= 1e-5), and a repeat run gives
 #    the same bytes; 2 one-replica workers give exactly the bytes of one
 #    process with 2 mirrored replicas (the same split and summation order);
 #  - 2 workers x 2 local replicas give the weights of 4 mirrored replicas;
 #  - a rank started with another batch size or model fails before step 1,
-#    exit 2 on every rank, naming rank 1 and the field;
+#    exit 2 on every rank, naming rank 1 and the field; for a model (also two
+#    Keras JSON files: another Dense size, an extra layer), the first tensor
+#    that differs, by its name in the saved weights, and both shapes (S4);
+#  - NaN in rank 1's data only (--auto-shard off, float32 IDX, a linear
+#    model, --allow-nonfinite): every rank stops at the same step with the
+#    same error, exit 2, and the backup's latest checkpoint is the last finite
+#    step, with finite weights (S5);
+#  - the chief fails outside the collectives (its backup cannot be written,
+#    exit 4): rank 1 exits 3 at once, naming rank 0 and its error, instead of
+#    after the 300 s collective timeout (S5);
 #  - killing rank 1 mid-epoch: rank 0 exits 3 within the collective timeout
 #    + 10 s, naming rank 1; restarting with the same --backup-dir finishes
 #    with the bytes of an uninterrupted run.
@@ -88,8 +97,91 @@ check "... naming rank 1 and the field" "grep -q 'rank 1 differs from rank 0 in 
 rm -f "$RANKDIR"/*
 run 1 "$tmp/rank.sh" "$cli" "${args[@]}" "${mw[@]}" : \
   -np 1 "$tmp/rank.sh" "$cli" "${args[@]/mlp/cnn}" "${mw[@]}" >/dev/null 2>"$tmp/cfg2.err"
-check "another model on rank 1: exit 2 on both ranks, naming rank 1" \
-  "[ \"\$(cat $RANKDIR/rc.0 $RANKDIR/rc.1 | tr -d '\n')\" = 22 ] && grep -q 'rank 1 differs' $tmp/cfg2.err"
+check "another model on rank 1: exit 2 on both ranks, naming rank 1 and the first tensor" \
+  "[ \"\$(cat $RANKDIR/rc.0 $RANKDIR/rc.1 | tr -d '\n')\" = 22 ] && grep -qF \"rank 1 differs from rank 0 in tensor 'conv2d/kernel': rank 1 has it (shape [3, 3, 1, 32])\" $tmp/cfg2.err"
+# Keras JSON models: Flatten, Dense 'dense' (UNITS), [EXTRA layer,] Dense 'dense_1' (10)
+keras_mlp() { cat <<EOF
+{"class_name": "Sequential", "config": {"name": "m", "layers": [
+ {"class_name": "Flatten", "config": {"name": "flatten", "batch_input_shape": [null, 28, 28, 1]}},
+ {"class_name": "Dense", "config": {"name": "dense", "units": $1, "activation": "relu"}},${2:-}
+ {"class_name": "Dense", "config": {"name": "dense_1", "units": 10, "activation": "linear"}}]}}
+EOF
+}
+keras_mlp 256 >"$tmp/m256.json"
+keras_mlp 64 >"$tmp/m64.json"
+keras_mlp 256 ' {"class_name": "Dense", "config": {"name": "dense_2", "units": 32, "activation": "relu"}},' >"$tmp/m3.json"
+small=(train --train-examples 640 --epochs 1 --batch-size 64 --quiet "${mw[@]}")
+# model_case NAME RANK0.json RANK1.json PATTERN: exit 2 on both ranks, each
+# printing the same error line, which matches PATTERN (grep -F)
+model_case() {
+  rm -f "$RANKDIR"/*
+  run 1 "$tmp/rank.sh" "$cli" "${small[@]}" --model "$2" : \
+    -np 1 "$tmp/rank.sh" "$cli" "${small[@]}" --model "$3" >/dev/null 2>"$tmp/cfg3.err"
+  grep "strata train" "$tmp/cfg3.err" | head -1
+  check "$1: exit 2 on both ranks" "[ \"\$(cat $RANKDIR/rc.0 $RANKDIR/rc.1 | tr -d '\n')\" = 22 ]"
+  pattern=$4
+  check "... both ranks print the same error, naming rank 1, the tensor and both shapes" \
+    "[ \$(grep 'strata train' $tmp/cfg3.err | sort -u | wc -l) -eq 1 ] && [ \$(grep -cF \"\$pattern\" $tmp/cfg3.err) -eq 2 ]"
+}
+model_case "S4 Keras JSON, Dense 'dense' of 64 units on rank 1 (256 on rank 0)" "$tmp/m256.json" "$tmp/m64.json" \
+  "model: rank 1 differs from rank 0 in tensor 'dense/kernel': shape [784, 64] (rank 0: [784, 256])"
+model_case "S4 Keras JSON, an extra Dense layer on rank 1" "$tmp/m256.json" "$tmp/m3.json" \
+  "rank 1 differs from rank 0 in tensor 'dense_2/kernel': rank 1 has it (shape [256, 32]), rank 0 has not (rank 1: 6 tensors, rank 0: 4)"
+model_case "S4 Keras JSON, the extra Dense layer on rank 0" "$tmp/m3.json" "$tmp/m256.json" \
+  "rank 1 differs from rank 0 in tensor 'dense_2/kernel': rank 0 has it (shape [256, 32]), rank 1 has not (rank 0: 6 tensors, rank 1: 4)"
+
+# S5: NaN in rank 1's data only. Each rank reads DATADIR.<rank> (auto-shard
+# off: each trains on its own batches); rank 1's float32 images hold a NaN.
+# A linear model carries it to the loss (TerminateOnNaN, as in
+# test_bad_inputs.sh D3); the losses are gathered, so both ranks see it.
+cat >"$tmp/bydata.sh" <<'EOF'
+#!/bin/sh
+exec "$@" --data "$DATADIR.$OMPI_COMM_WORLD_RANK"
+EOF
+chmod +x "$tmp/bydata.sh"
+python3 "$src/tests/mkidx.py" "$tmp/good" &&
+  python3 "$src/tests/mkbad.py" "$tmp/good" "$tmp/d.0" f32 &&
+  python3 "$src/tests/mkbad.py" "$tmp/good" "$tmp/d.1" f32-nan-train
+cat >"$tmp/linear.json" <<'EOF'
+{"class_name": "Sequential", "config": {"name": "linear", "layers": [
+ {"class_name": "Flatten", "config": {"name": "flatten", "batch_input_shape": [null, 28, 28, 1]}},
+ {"class_name": "Dense", "config": {"name": "dense", "units": 10, "activation": "linear"}}]}}
+EOF
+rm -f "$RANKDIR"/*
+t0=$(date +%s)
+DATADIR="$tmp/d" timeout 60 mpirun -np 2 "$tmp/rank.sh" "$tmp/bydata.sh" "$cli" train --model "$tmp/linear.json" \
+  --allow-nonfinite --batch-size 8 --seed 0 "${mw[@]}" --auto-shard off --backup-dir "$tmp/nanbk" \
+  --backup-every 1 --quiet >/dev/null 2>"$tmp/nan.err"
+elapsed=$(( $(date +%s) - t0 ))
+grep "strata train" "$tmp/nan.err" | head -2
+check "S5 NaN in rank 1's batch only: both ranks exit 2 (${elapsed}s, under timeout 60)" \
+  "[ \"\$(cat $RANKDIR/rc.0 $RANKDIR/rc.1 | tr -d '\n')\" = 22 ]"
+check "... both stop at the same step with the same error" \
+  "[ \$(grep -c 'strata train: loss became nan at epoch 1, step 6 (TerminateOnNaN)' $tmp/nan.err) -eq 2 ] && [ \$(grep -c 'strata train' $tmp/nan.err) -eq 2 ]"
+check "... the backup's latest checkpoint is step 5, the last finite one, with finite weights" \
+  "python3 '$src/tests/check_backup.py' '$tmp/nanbk' 5"
+
+# S5: the chief fails outside the collectives. A directory where rank 0
+# writes the backup's 'latest' pointer (latest.tmp.<pid>; exec keeps the pid)
+# makes its first backup, at step 5, fail: exit 4. Rank 1 then waits in the
+# next step's collective: it must fail at once (exit 3, naming rank 0 and
+# its error), not after the default 300 s --collective-timeout.
+cat >"$tmp/blockbackup.sh" <<'EOF'
+#!/bin/sh
+[ "$OMPI_COMM_WORLD_RANK" = 0 ] && mkdir -p "$BLOCKDIR/latest.tmp.$$"
+exec "$@"
+EOF
+chmod +x "$tmp/blockbackup.sh"
+rm -f "$RANKDIR"/*
+t0=$(date +%s)
+BLOCKDIR="$tmp/blockbk" timeout 120 mpirun -np 2 "$tmp/rank.sh" "$tmp/blockbackup.sh" "$cli" "${args[@]}" \
+  "${mw[@]}" --backup-dir "$tmp/blockbk" --backup-every 5 >/dev/null 2>"$tmp/leave.err"
+elapsed=$(( $(date +%s) - t0 ))
+grep "strata train" "$tmp/leave.err" | head -2
+check "S5 the chief's backup fails (exit 4); rank 1 exits 3 at once (${elapsed}s <= 30; timeout 300 s)" \
+  "[ \"\$(cat $RANKDIR/rc.0 $RANKDIR/rc.1 | tr -d '\n')\" = 43 ] && [ $elapsed -le 30 ]"
+check "... rank 1 names rank 0 and its error" \
+  "grep -q 'strata train: rank 0 failed: backup: .*latest.tmp.*Is a directory (it left the job after' $tmp/leave.err"
 
 unset OMPI_MCA_orte_abort_on_non_zero_status
 # S1/S2 + backup: kill rank 1 once a backup exists, then restart

@@ -25,13 +25,23 @@
  * Consistency: at attach, every worker's model structure, parameter count,
  * optimizer, loss, replicas and seed are compared with rank 0's; at the start
  * of fit, the batch size, steps, epochs and resume position. A difference
- * fails on every worker before step 1, naming the rank and the field.
+ * fails on every worker before step 1, naming the rank and the field; for the
+ * model's structure, the first tensor that differs (its name in the saved
+ * weights, both shapes) or, when the tensors agree, the first layer.
+ *
+ * Errors: a worker that fails outside the collectives (e.g. the chief cannot
+ * write a checkpoint) tells its peers when its model is destroyed (its last
+ * error, st__collective_mpi_leave), so they fail at once with ST_ERR_PEER
+ * ("rank 0 failed: ...") instead of waiting for --collective-timeout. A NaN
+ * loss needs nothing of the kind: the losses are gathered, so every worker
+ * sees the same one and stops at the same step.
  *
  * Each thread that communicates across processes has a transport of its own:
  * the control exchanges (this file, caller's thread), the replica group
  * (broadcasts, synchronized BatchNorm, moving statistics) and the gradient
  * reducer (communication threads). */
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,6 +85,7 @@ static const struct {
     {"resume step (--backup-dir)", offsetof(config_record, resume_step)},
 };
 #define NFIELDS (sizeof g_fields / sizeof *g_fields)
+enum { STRUCTURE_FIELDS_LAST = 3 }; /* g_fields[0..3]: the model's structure */
 _Static_assert(NFIELDS * sizeof(int64_t) == sizeof(config_record), "one name per field");
 
 static int64_t field(const config_record *r, size_t i) {
@@ -83,10 +94,162 @@ static int64_t field(const config_record *r, size_t i) {
   return v;
 }
 
+/* ---- describing a model structure that differs ------------------------------
+ * The record carries a CRC of the structure only; when it differs, every
+ * worker sends the list of its tensors (the names of the saved weights, dtype,
+ * shape) and layers (name, class, output shape), and rank 0's list is compared
+ * with the differing rank's to name the first tensor (or layer) that differs
+ * and both shapes. Exchanged as bytes, in floats. */
+typedef struct item_desc {
+  char name[ST_NAME_MAX + 32]; /* "dense_1/kernel" (tensor) or "dense_1" (layer) */
+  char tag[28];                /* tensor: dtype ("F32"); layer: class name */
+  int32_t is_layer;            /* tensors first, then layers */
+  int32_t rank, dims[ST_MAX_RANK];
+} item_desc;
+_Static_assert(sizeof(item_desc) % sizeof(float) == 0, "exchanged as floats");
+
+static int model_items(const st_model *m) {
+  int n = m->nlayers;
+  for (int i = 0; i < m->nlayers; i++) n += m->layers[i]->nparams;
+  return n;
+}
+
+static void set_item(item_desc *d, bool layer, const char *tag, st_shape sh) {
+  snprintf(d->tag, sizeof d->tag, "%s", tag);
+  d->is_layer = layer;
+  d->rank = sh.rank;
+  for (int k = 0; k < sh.rank && k < ST_MAX_RANK; k++) d->dims[k] = sh.dims[k];
+}
+
+/* out[model_items(m)]: every tensor in layer order, then every layer. */
+static void describe_model(const st_model *m, item_desc *out) {
+  int n = 0;
+  for (int i = 0; i < m->nlayers; i++)
+    for (int p = 0; p < m->layers[i]->nparams; p++, n++) {
+      const st_layer *l = m->layers[i];
+      memset(&out[n], 0, sizeof out[n]);
+      snprintf(out[n].name, sizeof out[n].name, "%s/%s", l->name, l->params[p].name);
+      set_item(&out[n], false, "F32", l->params[p].shape); /* every variable is float32 */
+    }
+  for (int i = 0; i < m->nlayers; i++, n++) {
+    memset(&out[n], 0, sizeof out[n]);
+    snprintf(out[n].name, sizeof out[n].name, "%s", m->layers[i]->name);
+    set_item(&out[n], true, m->layers[i]->vt->class_name, m->layers[i]->out_shape);
+  }
+}
+
+static const char *shape_str(const item_desc *d, char *buf, size_t n) {
+  size_t o = (size_t)snprintf(buf, n, "[");
+  for (int k = 0; k < d->rank && k < ST_MAX_RANK && o < n; k++)
+    o += (size_t)snprintf(buf + o, n - o, "%s%d", k ? ", " : "", (int)d->dims[k]);
+  if (o < n) snprintf(buf + o, n - o, "]");
+  return buf;
+}
+
+static bool same_shape(const item_desc *a, const item_desc *b) {
+  if (a->rank != b->rank) return false;
+  for (int k = 0; k < a->rank && k < ST_MAX_RANK; k++)
+    if (a->dims[k] != b->dims[k]) return false;
+  return true;
+}
+
+static int find_item(const item_desc *d, int n, const char *name) {
+  for (int i = 0; i < n; i++)
+    if (!strcmp(d[i].name, name)) return i;
+  return -1;
+}
+
+/* One tensor (or layer) of rank `has` that rank `lacks` has not. */
+static void one_side(char *msg, size_t n, int r, const item_desc *d, int has, int lacks,
+                     int n_has, int n_lacks) {
+  char a[96];
+  if (d->is_layer)
+    snprintf(msg, n, "rank %d differs from rank 0 in layer '%s': rank %d has it (%s, output %s), "
+             "rank %d has not (rank %d: %d layers, rank %d: %d)", r, d->name, has, d->tag,
+             shape_str(d, a, sizeof a), lacks, has, n_has, lacks, n_lacks);
+  else
+    snprintf(msg, n, "rank %d differs from rank 0 in tensor '%s': rank %d has it (shape %s), rank %d "
+             "has not (rank %d: %d tensors, rank %d: %d)", r, d->name, has,
+             shape_str(d, a, sizeof a), lacks, has, n_has, lacks, n_lacks);
+}
+
+/* First difference between rank 0's list z[nz] and rank r's list y[ny], both
+ * of one kind (tensors or layers); false when they are equal. */
+static bool diff_items(char *msg, size_t n, int r, const item_desc *z, int nz, const item_desc *y,
+                       int ny) {
+  char a[96], b[96];
+  for (int i = 0; i < nz && i < ny; i++) {
+    const item_desc *p = &z[i], *q = &y[i];
+    if (strcmp(p->name, q->name)) {
+      if (find_item(y, ny, p->name) < 0) one_side(msg, n, r, p, 0, r, nz, ny);
+      else if (find_item(z, nz, q->name) < 0) one_side(msg, n, r, q, r, 0, ny, nz);
+      else snprintf(msg, n, "rank %d differs from rank 0 in the order of its %ss: #%d is '%s' "
+                    "(rank 0: '%s')", r, q->is_layer ? "layer" : "tensor", i + 1, q->name, p->name);
+      return true;
+    }
+    if (strcmp(p->tag, q->tag)) {
+      snprintf(msg, n, "rank %d differs from rank 0 in %s '%s': %s %s (rank 0: %s)", r,
+               q->is_layer ? "layer" : "tensor", q->name, q->is_layer ? "class" : "dtype", q->tag,
+               p->tag);
+      return true;
+    }
+    if (!same_shape(p, q)) {
+      snprintf(msg, n, "rank %d differs from rank 0 in %s '%s': %s %s (rank 0: %s)", r,
+               q->is_layer ? "layer" : "tensor", q->name, q->is_layer ? "output shape" : "shape",
+               shape_str(q, a, sizeof a), shape_str(p, b, sizeof b));
+      return true;
+    }
+  }
+  if (nz == ny) return false;
+  if (nz > ny) one_side(msg, n, r, &z[ny], 0, r, nz, ny);
+  else one_side(msg, n, r, &y[nz], r, 0, ny, nz);
+  return true;
+}
+
+static int count_tensors(const item_desc *d, int n) {
+  int k = 0;
+  while (k < n && !d[k].is_layer) k++;
+  return k;
+}
+
+/* Every worker: exchange the descriptions of rank 0 and rank r (broadcasts,
+ * the same calls everywhere) and write their first difference to msg ("" when
+ * the lists agree). */
+static st_status describe_difference(struct st_cluster *c, const st_model *m, int r, char *msg,
+                                     size_t n) {
+  enum { W = sizeof(item_desc) / sizeof(float) };
+  int mine = model_items(m);
+  float counts[64], send = 0;
+  memcpy(&send, &mine, sizeof mine);
+  st_status s = c->ctl->vt->all_gather(c->ctl, c->rank, &send, 1, counts);
+  int nz = 0, ny = 0;
+  if (s != ST_OK) return s;
+  memcpy(&nz, &counts[0], sizeof nz);
+  memcpy(&ny, &counts[r], sizeof ny);
+  if (nz < 0 || ny < 0 || nz > (1 << 20) || ny > (1 << 20))
+    return st_error(ST_ERR_INTERNAL, "multi_worker_mirrored: model descriptions of %d and %d "
+                    "items from ranks 0 and %d", nz, ny, r);
+  item_desc *z = calloc((size_t)nz + 1, sizeof *z), *y = calloc((size_t)ny + 1, sizeof *y);
+  if (!z || !y) s = st_error(ST_ERR_NOMEM, "multi_worker_mirrored: out of memory");
+  if (s == ST_OK && c->rank == 0) describe_model(m, z);
+  if (s == ST_OK && c->rank == r) describe_model(m, y);
+  if (s == ST_OK) s = c->ctl->vt->broadcast(c->ctl, c->rank, (float *)z, (size_t)nz * W, 0);
+  if (s == ST_OK) s = c->ctl->vt->broadcast(c->ctl, c->rank, (float *)y, (size_t)ny * W, r);
+  msg[0] = '\0';
+  if (s == ST_OK) {
+    int tz = count_tensors(z, nz), ty = count_tensors(y, ny);
+    if (!diff_items(msg, n, r, z, tz, y, ty)) diff_items(msg, n, r, z + tz, nz - tz, y + ty, ny - ty);
+  }
+  free(z);
+  free(y);
+  return s;
+}
+
 /* Gather every worker's record; fail (same verdict everywhere) on the first
- * field, by rank, that differs from rank 0's. */
-static st_status compare_records(struct st_cluster *c, const config_record *mine,
-                                 const char *when) {
+ * field, by rank, that differs from rank 0's. A difference in the model's
+ * structure names the first tensor (or layer) that differs. */
+static st_status compare_records(struct st_cluster *c, const st_model *m,
+                                 const config_record *mine, const char *when) {
   size_t nf = sizeof *mine / sizeof(float);
   float *all = malloc((size_t)c->size * sizeof *mine);
   if (!all) return st_error(ST_ERR_NOMEM, "multi_worker_mirrored: out of memory");
@@ -95,17 +258,27 @@ static st_status compare_records(struct st_cluster *c, const config_record *mine
   st_status s = c->ctl->vt->all_gather(c->ctl, c->rank, send, nf, all);
   config_record a, b;
   memcpy(&a, all, sizeof a);
-  for (int r = 1; s == ST_OK && r < c->size; r++) {
+  int bad_rank = 0;
+  size_t bad = NFIELDS; /* the first field that differs; b: that rank's record */
+  for (int r = 1; s == ST_OK && bad == NFIELDS && r < c->size; r++) {
     memcpy(&b, all + (size_t)r * nf, sizeof b);
-    for (size_t i = 0; i < NFIELDS && s == ST_OK; i++)
-      if (field(&a, i) != field(&b, i))
-        s = st_error(ST_ERR_INVALID,
-                     "multi_worker_mirrored: %s: rank %d differs from rank 0 in %s: %lld "
-                     "(rank 0: %lld); every worker must run the same model and flags",
-                     when, r, g_fields[i].name, (long long)field(&b, i), (long long)field(&a, i));
+    for (size_t i = 0; i < NFIELDS && bad == NFIELDS; i++)
+      if (field(&a, i) != field(&b, i)) bad = i, bad_rank = r;
   }
   free(all);
-  return s;
+  if (s != ST_OK || bad == NFIELDS) return s;
+  char what[768] = "";
+  if (bad <= STRUCTURE_FIELDS_LAST &&
+      (s = describe_difference(c, m, bad_rank, what, sizeof what)) != ST_OK)
+    return s;
+  if (what[0])
+    return st_error(ST_ERR_INVALID, "multi_worker_mirrored: %s: %s; every worker must run the "
+                    "same model and flags", when, what);
+  return st_error(ST_ERR_INVALID,
+                  "multi_worker_mirrored: %s: rank %d differs from rank 0 in %s: %lld "
+                  "(rank 0: %lld); every worker must run the same model and flags",
+                  when, bad_rank, g_fields[bad].name, (long long)field(&b, bad),
+                  (long long)field(&a, bad));
 }
 
 static uint32_t structure_crc(const st_model *m) {
@@ -144,7 +317,7 @@ st_status st__strategy_check_fit(st_strategy *s, const st_model *m, int64_t glob
   r.epochs = epochs;
   r.resume_epoch = m->pos.epoch;
   r.resume_step = m->pos.step_in_epoch;
-  return compare_records(c, &r, "fit");
+  return compare_records(c, m, &r, "fit");
 }
 
 /* ---- per-step agreement ------------------------------------------------------ */
@@ -209,7 +382,12 @@ static st_status gather_stats(struct st_cluster *c, const st_step_stats *mine, s
 }
 
 /* ---- the strategy table ------------------------------------------------------- */
-static void destroy_transports(struct st_cluster *c) {
+/* why: this worker's error ("" if none), told to the peers that still wait
+ * for it (st__collective_mpi_leave). */
+static void destroy_transports(struct st_cluster *c, const char *why) {
+  st_collective *t[] = {c->net_reducer, c->net_group, c->ctl};
+  for (size_t i = 0; i < sizeof t / sizeof *t; i++)
+    if (t[i]) st__collective_mpi_leave(t[i], why);
   st__collective_destroy(c->net_reducer);
   st__collective_destroy(c->net_group);
   st__collective_destroy(c->ctl);
@@ -225,18 +403,22 @@ static st_status mw_attach(st_strategy *s, st_model *m) {
   if (st == ST_OK) {
     config_record r = model_record(s, m);
     r.global_batch = r.steps_per_epoch = r.epochs = r.resume_epoch = r.resume_step = 0;
-    st = compare_records(c, &r, "model");
+    st = compare_records(c, m, &r, "model");
   }
   if (st == ST_OK) st = st__collective_mpi_create(c->timeout, &m->step, &c->net_group);
   if (st == ST_OK) st = st__collective_mpi_create(c->timeout, &m->step, &c->net_reducer);
   if (st == ST_OK) st = st__mirrored_attach(s, m, c->net_group, c->net_reducer);
-  if (st != ST_OK) destroy_transports(c);
+  if (st != ST_OK) destroy_transports(c, st_last_error());
   return st;
 }
 
+/* The model is destroyed: when that happens because this worker failed, the
+ * thread's last error says why, and the peers still waiting for it hear so. */
 static void mw_detach(st_strategy *s) {
+  char why[512];
+  snprintf(why, sizeof why, "%s", st_last_error());
   st__mirrored_detach(s);
-  destroy_transports(s->cluster);
+  destroy_transports(s->cluster, why);
 }
 
 static st_status mw_train_step(st_strategy *s, st_model *m, const st_batch *b,
@@ -311,7 +493,7 @@ st_status st__cluster_create(const st_strategy_options *o, struct st_cluster **o
 
 void st__cluster_destroy(struct st_cluster *c) {
   if (!c) return;
-  destroy_transports(c);
+  destroy_transports(c, st_last_error());
   free(c);
 }
 

@@ -75,6 +75,15 @@ int st__mpi_node_size(void);
  * all-reduce #k at step s"; *step is read for the message, may be NULL); after
  * a failure every later operation fails at once (ST_ERR_PEER). */
 st_status st__collective_mpi_create(double timeout_s, const int64_t *step, st_collective **out);
+/* This process leaves the job: tell every peer of c, a process transport,
+ * how many operations this process finished on it and why it leaves (why:
+ * its error, "" or NULL when it has none; truncated to 500 bytes). A peer
+ * waiting for this process's part of a later operation then fails at once
+ * with ST_ERR_PEER, "rank R failed: <why> (...)", instead of after the
+ * timeout. Call once, before st__collective_destroy, from the thread that
+ * uses c; does nothing when a collective of this process failed for lack of
+ * a peer (the peers may be gone) or for a single process. */
+void st__collective_mpi_leave(st_collective *c, const char *why);
 
 /* Hierarchical transport (hier.c) for `local` replica threads of this process
  * over `net`, a process transport (borrowed; must outlive it): an all-reduce

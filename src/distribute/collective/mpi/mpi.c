@@ -18,12 +18,23 @@
  * then broken: later operations fail at once, and MPI_Finalize is skipped at
  * exit (it would wait for the missing peer).
  *
+ * A process that leaves the job early (an error outside the collectives, e.g.
+ * the chief could not write a checkpoint) says so first: st__collective_mpi_leave
+ * sends every peer a LEAVE message (tag TAG_LEAVE: how many operations it
+ * finished, and its error). The waits probe for it, and a peer waiting for
+ * the part of an operation the leaver never started fails at once with
+ * ST_ERR_PEER naming the rank and its error, instead of waiting for the
+ * timeout. Its pending requests are cancelled, so it still finalises MPI
+ * (unless a send could not be taken back).
+ *
  * Threads: MPI_THREAD_MULTIPLE; one transport is used by one thread at a time
  * (the strategies give each thread that communicates a transport of its own). */
 #define _GNU_SOURCE
 #include <mpi.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -85,6 +96,20 @@ st_status st__mpi_world(int *rank, int *size) {
   return ST_OK;
 }
 
+/* The LEAVE message (TAG_LEAVE, MPI_BYTE, why's length + 1 bytes after done):
+ * the sender will post no message of an operation after its `done`-th. */
+typedef struct leave_msg {
+  uint64_t done;          /* operations the sender finished */
+  char why[504];          /* its error, "" when it left without one */
+} leave_msg;
+enum { TAG_LEAVE = 32001 }; /* operation tags are below 32000 */
+
+typedef struct peer_left {
+  bool gone;
+  uint64_t done;
+  char why[sizeof ((leave_msg *)0)->why];
+} peer_left;
+
 typedef struct mpi_coll {
   st_collective base;
   MPI_Comm comm;
@@ -92,6 +117,10 @@ typedef struct mpi_coll {
   const int64_t *step;
   uint64_t ops;           /* operations started (the #k of messages) */
   bool broken;
+  bool requests_lost;     /* a failure left requests pending: keep the comm */
+  bool left;              /* st__collective_mpi_leave was called */
+  leave_msg leave;        /* what it sent (sends need a live buffer) */
+  peer_left *peers;       /* [size]: LEAVE messages received */
   float *tmp;             /* [size * chunk] receive scratch */
   size_t tmp_cap;         /* floats */
   MPI_Request *req;       /* [2 * size] */
@@ -114,6 +143,76 @@ static void pause_a_little(int spins) {
   nanosleep(&ts, NULL);
 }
 
+/* Receive the LEAVE messages that have arrived (the caller's transport only). */
+static void receive_leaves(mpi_coll *c) {
+  for (;;) {
+    int flag = 0;
+    MPI_Status st;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_LEAVE, c->comm, &flag, &st) != MPI_SUCCESS || !flag) return;
+    leave_msg m;
+    memset(&m, 0, sizeof m);
+    if (MPI_Recv(&m, (int)sizeof m, MPI_BYTE, st.MPI_SOURCE, TAG_LEAVE, c->comm,
+                 MPI_STATUS_IGNORE) != MPI_SUCCESS)
+      return;
+    peer_left *p = &c->peers[st.MPI_SOURCE];
+    p->gone = true;
+    p->done = m.done;
+    m.why[sizeof m.why - 1] = '\0';
+    snprintf(p->why, sizeof p->why, "%s", m.why);
+  }
+}
+
+/* Give up the n requests of a failed operation: cancel those still pending
+ * and wait (briefly) for them to complete; one that does not (a send that
+ * could not be taken back) keeps MPI from being finalised. */
+static void abandon(mpi_coll *c, int n) {
+  c->broken = true;
+  for (int i = 0; i < n; i++)
+    if (c->req[i] != MPI_REQUEST_NULL) MPI_Cancel(&c->req[i]);
+  double t0 = MPI_Wtime();
+  for (int left = n, spins = 0; left > 0 && MPI_Wtime() - t0 < 1.0; spins++) {
+    left = 0;
+    for (int i = 0; i < n; i++) {
+      int done = 0;
+      if (c->req[i] != MPI_REQUEST_NULL) MPI_Test(&c->req[i], &done, MPI_STATUS_IGNORE);
+      left += c->req[i] != MPI_REQUEST_NULL;
+    }
+    pause_a_little(spins);
+  }
+  for (int i = 0; i < n; i++)
+    if (c->req[i] != MPI_REQUEST_NULL) {
+      c->requests_lost = true;
+      atomic_store(&g_broken, true);
+    }
+}
+
+/* A pending request waits for a peer that left after finishing fewer
+ * operations than this one: its part never comes. */
+static st_status check_leaves(mpi_coll *c, int n, int op) {
+  receive_leaves(c);
+  for (int i = 0; i < n; i++) {
+    if (c->req[i] == MPI_REQUEST_NULL) continue;
+    const peer_left *p = &c->peers[c->peer[i]];
+    if (!p->gone || p->done >= c->ops) continue;
+    int who = c->peer[i];
+    uint64_t done = p->done;
+    abandon(c, n);
+    long long step = c->step ? (long long)*c->step : -1LL;
+    if (p->why[0])
+      return st_error(ST_ERR_PEER,
+                      "rank %d failed: %s (it left the job after collective #%llu of this "
+                      "transport; this worker was waiting for its part of %s #%llu at step %lld)",
+                      who, p->why, (unsigned long long)done, g_op_names[op],
+                      (unsigned long long)c->ops, step);
+    return st_error(ST_ERR_PEER,
+                    "rank %d left the job without an error after collective #%llu of this "
+                    "transport, while this worker was waiting for its part of %s #%llu at step "
+                    "%lld (the workers ran different numbers of collectives)",
+                    who, (unsigned long long)done, g_op_names[op], (unsigned long long)c->ops, step);
+  }
+  return ST_OK;
+}
+
 /* Wait for n requests; on the deadline name the first peer still missing. */
 static st_status wait_all(mpi_coll *c, int n, int op) {
   double t0 = MPI_Wtime();
@@ -126,17 +225,21 @@ static st_status wait_all(mpi_coll *c, int n, int op) {
       int len = 0;
       MPI_Error_string(rc, msg, &len);
       c->broken = true;
+      c->requests_lost = true;
       atomic_store(&g_broken, true);
       return st_error(ST_ERR_PEER, "%s #%llu at step %lld: MPI error: %s", g_op_names[op],
                       (unsigned long long)c->ops, c->step ? (long long)*c->step : -1LL, msg);
     }
     if (got != MPI_UNDEFINED) left -= got;
     if (left == 0) break;
+    st_status s = (spins & 63) == 63 ? check_leaves(c, n, op) : ST_OK;
+    if (s != ST_OK) return s;
     if (MPI_Wtime() - t0 > c->timeout) {
       int missing = -1;
       for (int i = 0; i < n && missing < 0; i++)
         if (c->req[i] != MPI_REQUEST_NULL) missing = c->peer[i];
       c->broken = true;
+      c->requests_lost = true;
       atomic_store(&g_broken, true);
       return st_error(ST_ERR_TIMEOUT,
                       "rank %d did not join %s #%llu at step %lld within %g s "
@@ -292,14 +395,39 @@ static st_status mpi_barrier(st_collective *cc, int rank) {
   return mpi_all_gather(cc, rank, &one, 1, all);
 }
 
+void st__collective_mpi_leave(st_collective *cc, const char *why) {
+  mpi_coll *c = (mpi_coll *)cc;
+  int me = c->base.self, size = c->base.size, k = 0;
+  if (c->left || c->requests_lost || atomic_load(&g_broken) || size == 1) return;
+  c->left = true;
+  c->leave.done = c->broken ? c->ops - 1 : c->ops;
+  snprintf(c->leave.why, sizeof c->leave.why, "%s", why ? why : "");
+  int len = (int)(offsetof(leave_msg, why) + strlen(c->leave.why) + 1);
+  for (int j = 0; j < size; j++)
+    if (j != me) MPI_Isend(&c->leave, len, MPI_BYTE, j, TAG_LEAVE, c->comm, &c->req[k++]);
+  /* small messages: sent at once (eager); bounded in any case */
+  double t0 = MPI_Wtime();
+  int all = 0;
+  while (MPI_Testall(k, c->req, &all, MPI_STATUSES_IGNORE) == MPI_SUCCESS && !all &&
+         MPI_Wtime() - t0 < 2.0)
+    pause_a_little(20000);
+  if (!all) abandon(c, k);
+}
+
+/* A transport whose requests are still pending keeps its communicator and,
+ * when a LEAVE could not be sent, its memory (MPI may still write to it). */
 static void mpi_destroy(st_collective *cc) {
   mpi_coll *c = (mpi_coll *)cc;
-  if (!c->broken) MPI_Comm_free(&c->comm);
+  if (!c->requests_lost) {
+    receive_leaves(c);
+    MPI_Comm_free(&c->comm);
+  }
   free(c->tmp);
   free(c->req);
   free(c->peer);
   free(c->done_idx);
-  free(c);
+  free(c->peers);
+  if (!(c->left && c->requests_lost)) free(c);
 }
 
 static const st_collective_vtable mpi_vtable = {
@@ -324,14 +452,15 @@ st_status st__collective_mpi_create(double timeout_s, const int64_t *step, st_co
     c->req = malloc(2 * (size_t)size * sizeof *c->req);
     c->peer = malloc(2 * (size_t)size * sizeof *c->peer);
     c->done_idx = malloc(2 * (size_t)size * sizeof *c->done_idx);
+    c->peers = calloc((size_t)size, sizeof *c->peers);
   }
-  if (!c || !c->req || !c->peer || !c->done_idx) {
-    if (c) free(c->req), free(c->peer), free(c->done_idx);
+  if (!c || !c->req || !c->peer || !c->done_idx || !c->peers) {
+    if (c) free(c->req), free(c->peer), free(c->done_idx), free(c->peers);
     free(c);
     return st_error(ST_ERR_NOMEM, "MPI transport: out of memory");
   }
   if (MPI_Comm_dup(MPI_COMM_WORLD, &c->comm) != MPI_SUCCESS) {
-    free(c->req), free(c->peer), free(c->done_idx), free(c);
+    free(c->req), free(c->peer), free(c->done_idx), free(c->peers), free(c);
     return st_error(ST_ERR_PEER, "MPI transport: MPI_Comm_dup failed");
   }
   MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);

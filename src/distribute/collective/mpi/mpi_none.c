@@ -22,3 +22,5 @@ st_status st__collective_mpi_create(double timeout_s, const int64_t *step, st_co
   *out = NULL;
   return not_built();
 }
+
+void st__collective_mpi_leave(st_collective *c, const char *why) { (void)c, (void)why; }
