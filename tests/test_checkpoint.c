@@ -59,19 +59,25 @@ static float *weights(st_model *m) {
   return w;
 }
 
-/* Stops fit at a given global step, as a crash would. */
+/* Stops fit at a given global step, as a crash would, or (preempt) asks it
+ * to stop there as SIGTERM does. */
 typedef struct stopper {
   int64_t at, seen;
+  bool preempt;
 } stopper;
 static st_status stop_at(void *user, st_model *m, const st_batch_logs *l) {
   stopper *s = user;
   (void)m, (void)l;
-  return ++s->seen == s->at ? st_error(ST_ERR_INTERNAL, "simulated crash") : ST_OK;
+  if (++s->seen != s->at) return ST_OK;
+  if (!s->preempt) return st_error(ST_ERR_INTERNAL, "simulated crash");
+  st_request_stop();
+  return ST_OK;
 }
 
-static st_status fit(st_model *m, const char *backup, int64_t every, int64_t crash_at, st_history *h) {
+static st_status fit_ex(st_model *m, const char *backup, int64_t every, int64_t crash_at,
+                        bool preempt, st_history *h) {
   st_dataset *ds = dataset();
-  stopper sp = {crash_at, 0};
+  stopper sp = {crash_at, 0, preempt};
   st_callback cb = {&sp, NULL, stop_at, NULL};
   st_fit_options fo = st_fit_default_options();
   fo.epochs = 3;
@@ -82,6 +88,49 @@ static st_status fit(st_model *m, const char *backup, int64_t every, int64_t cra
   st_status s = st_model_fit(m, ds, &fo, h);
   st_dataset_destroy(ds);
   return s;
+}
+
+static st_status fit(st_model *m, const char *backup, int64_t every, int64_t crash_at, st_history *h) {
+  return fit_ex(m, backup, every, crash_at, false, h);
+}
+
+/* Preemption (st_request_stop, as the CLI's SIGTERM handler calls it): fit
+ * finishes the step, writes the backup there even off the --backup-every
+ * grid, returns ST_ERR_STOPPED; a new fit resumes to the uninterrupted
+ * weights. */
+static void test_preempt(st_strategy_kind kind) {
+  st_model *ref = model(kind);
+  st_history href;
+  CHECK_OK(fit(ref, NULL, 0, 0, &href));
+  float *want = weights(ref);
+  int64_t at[] = {1, 13, 26};
+  for (int i = 0; i < 3; i++) {
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s/preempt%d", root, i);
+    st_model *a = model(kind);
+    st_history h1, h2;
+    CHECK(fit_ex(a, dir, 4, at[i], true, &h1) == ST_ERR_STOPPED);
+    CHECK_MSG(strstr(st_last_error(), "stopped on request") != NULL, "%s", st_last_error());
+    CHECK(a->step == at[i]);
+    st_clear_stop_request();
+    st_model *b = model(kind);
+    CHECK_OK(st_checkpoint_restore(b, dir));
+    CHECK_MSG(b->step == at[i], "preempted at %lld, backup at %lld", (long long)at[i],
+              (long long)b->step);
+    st_model_destroy(b);
+    b = model(kind);
+    CHECK_OK(fit(b, dir, 4, 0, &h2));
+    float *got = weights(b);
+    CHECK_MSG(memcmp(want, got, st_model_weights_size(b) * sizeof(float)) == 0,
+              "%s: preempted at step %lld: weights differ", st_strategy_kind_name(kind),
+              (long long)at[i]);
+    free(got);
+    st_history_free(&h1), st_history_free(&h2);
+    st_model_destroy(a), st_model_destroy(b);
+  }
+  st_history_free(&href);
+  free(want);
+  st_model_destroy(ref);
 }
 
 static void test_resume(st_strategy_kind kind) {
@@ -297,6 +346,8 @@ int main(void) {
   test_roundtrip_and_keep();
   test_resume(ST_STRATEGY_ONE_DEVICE);
   test_resume(ST_STRATEGY_MIRRORED);
+  test_preempt(ST_STRATEGY_ONE_DEVICE);
+  test_preempt(ST_STRATEGY_MIRRORED);
   test_interrupted_writes();
   test_corruption();
   test_nan_stops();

@@ -18,6 +18,7 @@
 #    exit 4): rank 1 exits 3 at once, naming rank 0 and its error, instead of
 #    after the 300 s collective timeout (S5);
 #  - killing rank 1 mid-epoch: rank 0 exits 3 within the collective timeout
+#  - SIGTERM to rank 1: all stop at one step, exit 5, the restart resumes
 #    + 10 s, naming rank 1; restarting with the same --backup-dir finishes
 #    with the bytes of an uninterrupted run.
 # Skips (77) when mpirun is missing or Strata was built without MPI.
@@ -209,5 +210,27 @@ run 2 "$cli" "${long[@]}" --backup-dir "$bk" --backup-every 25 --save "$tmp/resu
 check "the restarted job completes" "[ \$? -eq 0 ]"
 check "resumed weights = uninterrupted weights (bytes)" "cmp -s $tmp/ref.st $tmp/resumed.st"
 check "backup removed after completion" "[ ! -e $bk/latest ]"
+
+# S3 preemption: SIGTERM to rank 1 only, once training runs. Every worker
+# stops at the same step boundary (the stop request travels with the per-step
+# agreement), the chief writes the backup there, all exit 5; the restart
+# completes with the uninterrupted run's weights.
+export RANKDIR="$tmp/term" OMPI_MCA_orte_abort_on_non_zero_status=0; mkdir -p "$RANKDIR"
+bk="$tmp/termbk"
+timeout 120 mpirun -np 2 "$tmp/rank.sh" "$cli" "${long[@]}" --backup-dir "$bk" --backup-every 25 \
+  --save "$tmp/term.st" >/dev/null 2>"$tmp/term.err" &
+mpipid=$!
+for _ in $(seq 300); do [ -e "$bk/latest" ] && break; sleep 0.1; done
+pkill -TERM -P "$(cat "$RANKDIR/pid.1")"
+wait $mpipid 2>/dev/null
+grep "strata train" "$tmp/term.err" | head -2
+check "S3 SIGTERM to rank 1: both ranks exit 5" \
+  "[ \"\$(cat $RANKDIR/rc.0 $RANKDIR/rc.1 | tr -d '\n')\" = 55 ]"
+check "... and name the same step" "[ \$(grep -o 'stopped on request at epoch [0-9]* after step [0-9]*' $tmp/term.err | sort | uniq -c | awk '{print \$1}') = 2 ]"
+unset OMPI_MCA_orte_abort_on_non_zero_status
+run 2 "$cli" "${long[@]}" --backup-dir "$bk" --backup-every 25 --save "$tmp/termresumed.st" >/dev/null 2>>"$tmp/mpi.log"
+check "... the restart completes with the uninterrupted run's weights (bytes)" \
+  "[ \$? -eq 0 ] && cmp -s $tmp/ref.st $tmp/termresumed.st && [ ! -e $bk/latest ]"
+
 if [ $fail -ne 0 ]; then echo "# mpirun output:"; tail -30 "$tmp/mpi.log"; fi
 exit $fail

@@ -132,6 +132,8 @@ int cli_fail(const char *cmd, st_status s) {
     case ST_ERR_TIMEOUT:
     case ST_ERR_PEER:
       return EXIT_PEER;
+    case ST_ERR_STOPPED:
+      return EXIT_STOPPED;
     default:
       return EXIT_FAIL;
   }

@@ -9,7 +9,7 @@
 
 #include "strata/strata.h"
 
-enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_PEER = 3, EXIT_WRITE = 4 };
+enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_PEER = 3, EXIT_WRITE = 4, EXIT_STOPPED = 5 };
 
 typedef struct cli_opt {
   const char *name;    /* "--epochs" */

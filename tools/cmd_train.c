@@ -1,4 +1,5 @@
 /* strata train / evaluate / summary. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -188,6 +189,24 @@ static bool parse_train(const cli_opt *o, train_cfg *c) {
   return false;
 }
 
+/* SIGTERM (a scheduler preempting the job) or SIGINT (Ctrl-C): fit stops at
+ * the next step boundary after writing --backup-dir's checkpoint, exit 5; a
+ * second signal ends the process as usual (SA_RESETHAND). */
+static void on_stop_signal(int sig) {
+  (void)sig;
+  st_request_stop();
+}
+
+static void catch_stop_signals(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_stop_signal;
+  sa.sa_flags = SA_RESETHAND;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+}
+
 /* Model + strategy bound together and compiled. */
 static st_status build_model(const char *name, const st_strategy_options *so, uint64_t seed,
                              const st_optimizer_options *opt, st_strategy **strategy,
@@ -256,6 +275,7 @@ static st_status make_callbacks(const train_cfg *c, bool chief, callbacks *k) {
 
 static int run_train(const train_cfg *c) {
   double t0 = st_now_seconds();
+  catch_stop_signals(); /* a signal while loading stops fit before its first step */
   cli_data d;
   int rc = cli_load_data("train", c->data, c->val_split, c->train_examples, (int)c->batch,
                          (uint64_t)c->seed, c->allow_nonfinite, &d);

@@ -25,11 +25,22 @@ typedef enum st_status {
   ST_ERR_TIMEOUT,    /* a peer or collective did not answer in time */
   ST_ERR_PEER,       /* a peer was lost */
   ST_ERR_INTERNAL,   /* a bug in Strata */
+  ST_ERR_STOPPED,    /* stopped on request (st_request_stop: SIGTERM, ...) */
   ST_STATUS_COUNT
 } st_status;
 
 /* Short fixed name of a status ("invalid argument", ...). */
 const char *st_status_string(st_status s);
+
+/* Preemption: ask every st_model_fit of this process to stop at its next step
+ * boundary (async-signal-safe: call it from a SIGTERM handler). fit then
+ * writes its backup there (fit options' backup_dir; with several workers all
+ * stop at the same step) and returns ST_ERR_STOPPED; running the same fit
+ * again resumes from it. st_stop_requested reads the flag;
+ * st_clear_stop_request resets it. */
+void st_request_stop(void);
+bool st_stop_requested(void);
+void st_clear_stop_request(void);
 
 /* Record a formatted message as this thread's last error and return s unchanged,
  * so callers write `return st_error(ST_ERR_FORMAT, "%s: offset %zu: ...", ...)`.

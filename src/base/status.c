@@ -6,6 +6,7 @@
 #include "strata/base.h"
 #include "base/error_slot.h"
 
+#include <stdatomic.h>
 #include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,7 @@ static const char *const k_status_names[] = {
     [ST_ERR_TIMEOUT] = "timed out",
     [ST_ERR_PEER] = "peer lost",
     [ST_ERR_INTERNAL] = "internal error",
+    [ST_ERR_STOPPED] = "stopped on request",
 };
 static_assert(sizeof k_status_names / sizeof k_status_names[0] ==
                   ST_STATUS_COUNT,
@@ -82,3 +84,9 @@ st_status st__error_raise(const st_error_slot *slot) {
   if (slot->status == ST_OK) return ST_OK;
   return slot->msg[0] ? st_error(slot->status, "%s", slot->msg) : slot->status;
 }
+
+/* A lock-free atomic flag: safe to set from a signal handler. */
+static atomic_bool g_stop;
+void st_request_stop(void) { atomic_store(&g_stop, true); }
+bool st_stop_requested(void) { return atomic_load(&g_stop); }
+void st_clear_stop_request(void) { atomic_store(&g_stop, false); }

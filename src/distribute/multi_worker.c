@@ -321,20 +321,27 @@ st_status st__strategy_check_fit(st_strategy *s, const st_model *m, int64_t glob
 }
 
 /* ---- per-step agreement ------------------------------------------------------ */
-st_status st__strategy_agree(st_strategy *s, int have_size, bool *go) {
+st_status st__strategy_agree(st_strategy *s, int have_size, bool stop_here, bool *go,
+                             bool *stop) {
   struct st_cluster *c = s->cluster;
+  bool unused;
+  if (!stop) stop = &unused;
   if (!c) {
     *go = have_size >= 0;
+    *stop = stop_here;
     return ST_OK;
   }
-  float mine = (float)have_size, all[64];
-  st_status st = c->ctl->vt->all_gather(c->ctl, c->rank, &mine, 1, all);
+  /* per worker: its batch size, then whether it was asked to stop */
+  float mine[2] = {(float)have_size, stop_here ? 1.0f : 0.0f}, all[2 * 64];
+  st_status st = c->ctl->vt->all_gather(c->ctl, c->rank, mine, 2, all);
   if (st != ST_OK) return st;
   *go = true;
+  *stop = false;
   int64_t total = 0;
   for (int r = 0; r < c->size; r++) {
-    if (all[r] < 0) *go = false;
-    total += (int64_t)all[r];
+    if (all[2 * r] < 0) *go = false;
+    if (all[2 * r + 1] != 0.0f) *stop = true;
+    total += (int64_t)all[2 * r];
   }
   if (!*go) return ST_OK;
   if (c->shard == ST_AUTO_SHARD_OFF) {
@@ -342,12 +349,12 @@ st_status st__strategy_agree(st_strategy *s, int have_size, bool *go) {
     return ST_OK;
   }
   for (int r = 1; r < c->size; r++)
-    if (all[r] != all[0])
+    if (all[2 * r] != all[0])
       return st_error(ST_ERR_INVALID,
                       "multi_worker_mirrored: rank %d drew a batch of %d examples, rank 0 one "
                       "of %d: with auto-shard DATA every worker must run the same input "
                       "pipeline (same data, batch size and seed)",
-                      r, (int)all[r], (int)all[0]);
+                      r, (int)all[2 * r], (int)all[0]);
   c->global = have_size;
   return ST_OK;
 }

@@ -80,8 +80,12 @@ st_status st__cluster_create(const st_strategy_options *o, struct st_cluster **o
 void st__cluster_destroy(struct st_cluster *c); /* accepts NULL */
 /* Before each step or inference batch (every worker, caller's thread):
  * have_size = this worker's batch size, or -1 when its pass is over; *go is
- * false on every worker once one has no batch. Without a cluster: go = have. */
-st_status st__strategy_agree(st_strategy *s, int have_size, bool *go);
+ * false on every worker once one has no batch. stop_here: this worker was
+ * asked to stop (st_request_stop); *stop (may be NULL) is true on every
+ * worker when one was, so all stop at the same step. Without a cluster:
+ * go = have, stop = stop_here. */
+st_status st__strategy_agree(st_strategy *s, int have_size, bool stop_here, bool *go,
+                             bool *stop);
 /* Start of fit: every worker was given the same batch size, steps, epochs and
  * resume position (names the rank and field otherwise). OK without a cluster. */
 st_status st__strategy_check_fit(st_strategy *s, const st_model *m, int64_t global_batch,

@@ -72,7 +72,9 @@ static st_status run_pass(st_model *m, st_dataset *ds, step_fn step, void *arg,
     st_batch b;
     bool end = false, go = false;
     if ((s = st_iterator_next(it, &b, &end)) != ST_OK) break;
-    if ((s = st__strategy_agree(m->strategy, end ? -1 : b.size, &go)) != ST_OK || !go) break;
+    if ((s = st__strategy_agree(m->strategy, end ? -1 : b.size, false, &go, NULL)) != ST_OK ||
+        !go)
+      break;
     if ((s = check_labels(m, &b, total->examples)) != ST_OK) break;
     if ((s = step(m, &b, total, arg)) != ST_OK) break;
   }
@@ -128,8 +130,25 @@ static st_status fit_step(st_model *m, const st_batch *b, st_step_stats *tot, vo
   return ST_OK;
 }
 
+/* Preemption, at a step boundary every worker agreed on: the backup (if any)
+ * takes this position; the workers wait for the chief to have written it
+ * before any returns (a launcher may kill the rest when one exits). */
+static st_status stop_here(st_model *m, fit_state *fs) {
+  st_status s = fs->o->backup_dir ? save_backup(m, fs->o) : ST_OK;
+  bool go;
+  if (s == ST_OK) s = st__strategy_agree(m->strategy, 0, false, &go, NULL); /* a barrier */
+  if (s != ST_OK) return s;
+  long long step = (long long)m->pos.step_in_epoch;
+  if (fs->o->backup_dir)
+    return st_error(ST_ERR_STOPPED, "stopped on request at epoch %d after step %lld; the "
+                    "backup in %s holds this point: the same command resumes from it",
+                    fs->epoch + 1, step, fs->o->backup_dir);
+  return st_error(ST_ERR_STOPPED, "stopped on request at epoch %d after step %lld; nothing "
+                  "saved (with --backup-dir a rerun would resume from here)", fs->epoch + 1, step);
+}
+
 /* One pass over the epoch's batches, skipping those a restored checkpoint
- * had already trained on. */
+ * had already trained on; stops early when asked to (st_request_stop). */
 static st_status train_pass(st_model *m, st_dataset *ds, fit_state *fs, st_step_stats *tot) {
   st_iterator *it = NULL;
   st_status s = st_dataset_iterate_epoch(ds, (uint64_t)fs->epoch, &it);
@@ -141,7 +160,15 @@ static st_status train_pass(st_model *m, st_dataset *ds, fit_state *fs, st_step_
       skip--;
       continue;
     }
-    if ((s = st__strategy_agree(m->strategy, end ? -1 : b.size, &go)) != ST_OK || !go) break;
+    bool stop = false;
+    if ((s = st__strategy_agree(m->strategy, end ? -1 : b.size, st_stop_requested(), &go,
+                                &stop)) != ST_OK)
+      break;
+    if (stop) {
+      s = stop_here(m, fs);
+      break;
+    }
+    if (!go) break;
     if ((s = check_labels(m, &b, tot->examples)) != ST_OK) break;
     s = fit_step(m, &b, tot, fs);
   }
