@@ -24,10 +24,11 @@ demo: build
 # The whole suite: the Release build's tests, then the same tests under
 # AddressSanitizer + UndefinedBehaviorSanitizer, then the threaded ones under
 # ThreadSanitizer (suppressions, if ever needed: tests/tsan.supp).
-# OpenMPI is installed too, so the multi-worker tests run; where it cannot be
-# (no root or sudo) the suite still runs and those tests skip, saying why.
+# OpenMPI and valgrind are installed too, so the multi-worker and valgrind
+# tests run; where they cannot be (no root or sudo) the suite still runs and
+# those tests skip, saying why.
 test:
-	@scripts/deps.sh --mpi || { echo "make test: OpenMPI not installed: the multi-worker tests will skip" >&2; scripts/deps.sh; }
+	@scripts/deps.sh --test || { echo "make test: OpenMPI/valgrind not installed: their tests will skip" >&2; scripts/deps.sh; }
 	@$(MAKE) build
 	cd build && ctest --output-on-failure -j2
 	@$(MAKE) --no-print-directory asan-test tsan-test fuzz-ci

@@ -3,6 +3,7 @@
 #   scripts/deps.sh          build + test: compiler, CMake, OpenBLAS, zlib, jansson, Fashion-MNIST
 #   scripts/deps.sh --bench  also the PyTorch peer (python3-torch, python3-numpy)
 #   scripts/deps.sh --mpi    also OpenMPI (openmpi-bin, libopenmpi-dev)
+#   scripts/deps.sh --test   what `make test` uses: OpenMPI and valgrind
 # Quiet when nothing is missing. Installs as root, or through `sudo -n` when that
 # works without a password; otherwise prints the exact command and exits 1.
 set -euo pipefail
@@ -12,8 +13,9 @@ for arg in "$@"; do
   case "$arg" in
     --bench) pkgs+=(python3-torch python3-numpy) ;;
     --mpi) pkgs+=(openmpi-bin libopenmpi-dev) ;;
-    -h|--help) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "deps.sh: unknown argument '$arg' (expected --bench or --mpi)" >&2; exit 2 ;;
+    --test) pkgs+=(openmpi-bin libopenmpi-dev valgrind) ;;
+    -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "deps.sh: unknown argument '$arg' (expected --bench, --mpi or --test)" >&2; exit 2 ;;
   esac
 done
 
