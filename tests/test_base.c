@@ -252,6 +252,39 @@ static void test_util(void) {
   CHECK(!st_mul_size(SIZE_MAX, 2, &out));
 }
 
+/* Pool threads flush subnormals to zero (base/fpenv.h: x86 SSE only). */
+typedef struct ftz_job {
+  pthread_t caller;
+  atomic_int on_workers, flushed;
+} ftz_job;
+static void ftz_task(void *arg, int t) {
+  ftz_job *j = arg;
+  (void)t;
+  volatile float tiny = 1e-30f, scale = 1e-10f;
+  float r = tiny * scale; /* 1e-40: subnormal in IEEE, 0 with FTZ */
+  if (!pthread_equal(pthread_self(), j->caller)) {
+    atomic_fetch_add(&j->on_workers, 1);
+    atomic_fetch_add(&j->flushed, r == 0.0f);
+  }
+}
+static void test_threadpool_ftz(void) {
+#if defined(__SSE2__)
+  st_threadpool *p = NULL;
+  CHECK_OK(st_threadpool_create(2, &p));
+  if (!p) return;
+  ftz_job j = {.caller = pthread_self()};
+  for (int rep = 0; rep < 50 && atomic_load(&j.on_workers) == 0; rep++)
+    st_threadpool_run(p, 16, ftz_task, &j);
+  CHECK(atomic_load(&j.on_workers) > 0);
+  CHECK_MSG(atomic_load(&j.flushed) == atomic_load(&j.on_workers),
+            "%d of %d tasks on pool threads saw a subnormal", atomic_load(&j.on_workers) -
+            atomic_load(&j.flushed), atomic_load(&j.on_workers));
+  volatile float tiny = 1e-30f, scale = 1e-10f;
+  CHECK_MSG(tiny * scale != 0.0f, "the caller's floating-point state was changed");
+  st_threadpool_destroy(p);
+#endif
+}
+
 int main(void) {
   test_status();
   test_error_per_thread();
@@ -262,6 +295,7 @@ int main(void) {
   test_rng_below();
   test_alloc();
   test_threadpool();
+  test_threadpool_ftz();
   test_util();
   return check_report();
 }

@@ -169,8 +169,11 @@ static void cpu_act_backward(st_activation act, int rows, int cols,
   switch (act) {
     case ST_ACT_SOFTMAX: softmax_backward(rows, cols, y, dy, dx); break;
     case ST_ACT_GELU: gelu_backward(n, x, dy, dx); break;
-    case ST_ACT_RELU:
-      for (size_t i = 0; i < n; i++) dx[i] = dy[i] * (y[i] > 0.0f ? 1.0f : 0.0f);
+    case ST_ACT_RELU: /* a select, not dy * {0,1}: it vectorises */
+      for (size_t i = 0; i < n; i++) {
+        float d = dy[i];
+        dx[i] = y[i] > 0.0f ? d : 0.0f;
+      }
       break;
     case ST_ACT_SIGMOID:
       for (size_t i = 0; i < n; i++) dx[i] = dy[i] * (y[i] * (1.0f - y[i]));

@@ -7,6 +7,7 @@
  * the pool's threads and the caller's. */
 #define _POSIX_C_SOURCE 200809L
 #include "strata/base.h"
+#include "base/fpenv.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -39,6 +40,7 @@ static void take_tasks(st_threadpool *p, void (*fn)(void *, int), void *arg,
 
 static void *worker_main(void *vp) {
   st_threadpool *p = vp;
+  (void)st__ftz_enter(); /* for the thread's life (base/fpenv.h) */
   uint64_t seen = 0;
   pthread_mutex_lock(&p->mu);
   for (;;) {

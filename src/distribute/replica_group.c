@@ -2,6 +2,7 @@
  * fixed-order gradient sum, and the chunked parallel optimizer update. */
 #define _GNU_SOURCE
 #include "distribute/replica_group.h"
+#include "base/fpenv.h"
 
 #include <sched.h>
 #include <stdlib.h>
@@ -81,11 +82,16 @@ void st__group_destroy(st_replica_group *g) {
   free(g);
 }
 
+/* The caller's thread runs tasks too: flush subnormals there for the
+ * duration (the pool's threads always do), and give the caller its own
+ * floating-point state back. */
 void st__group_run(st_replica_group *g, void (*fn)(void *arg, int i), void *arg) {
+  unsigned fp = st__ftz_enter();
   if (g->pool)
     st_threadpool_run(g->pool, g->n, fn, arg);
   else
     fn(arg, 0);
+  st__ftz_leave(fp);
 }
 
 /* Everything one lock-step pass needs, shared read-only by the tasks except
