@@ -155,32 +155,26 @@ void st__group_sync_state(st_replica_group *g, st_model *m) {
     m->be->to_device(g->reps[i]->state, dst, m->n_state * sizeof(float));
 }
 
-/* Sum the replicas' gradients into reps[0] over one chunk. */
+/* The gradient buffer cut into one chunk per thread. */
 typedef struct chunked {
   st_replica_group *g;
   st_model *m;
   size_t chunk;
 } chunked;
 
-static void reduce_task(void *arg, int t) {
+/* Sum the replicas' gradients into reps[0] over chunk t, then apply the
+ * optimizer to it. */
+static void reduce_apply_task(void *arg, int t) {
   chunked *c = arg;
-  size_t lo = (size_t)t * c->chunk, n = c->m->n_params;
+  st_model *m = c->m;
+  size_t lo = (size_t)t * c->chunk, n = m->n_params;
   if (lo >= n) return;
   size_t len = n - lo < c->chunk ? n - lo : c->chunk;
   float *dst = c->g->reps[0]->grads + lo;
-  for (int i = 1; i < c->g->n; i++) c->m->be->axpy(len, 1.0f, c->g->reps[i]->grads + lo, dst);
-}
-
-static void apply_task(void *arg, int t) {
-  chunked *c = arg;
-  st_model *m = c->m;
-  size_t lo = (size_t)t * c->chunk;
-  if (lo >= m->n_params) return;
-  size_t len = m->n_params - lo < c->chunk ? m->n_params - lo : c->chunk;
+  for (int i = 1; i < c->g->n; i++) m->be->axpy(len, 1.0f, c->g->reps[i]->grads + lo, dst);
   float *slots[4];
   for (int i = 0; i < m->n_slots; i++) slots[i] = m->slots[i] + lo;
-  st_optimizer_apply(&m->compile.optimizer, m->be, m->step, len, m->params + lo,
-                     c->g->reps[0]->grads + lo, slots);
+  st_optimizer_apply(&m->compile.optimizer, m->be, m->step, len, m->params + lo, dst, slots);
 }
 
 /* Chunks aligned to 16 floats, one per thread. */
@@ -190,19 +184,14 @@ static chunked make_chunks(st_replica_group *g, st_model *m) {
   return (chunked){g, m, per ? per : 16};
 }
 
-st_status st__group_compute_gradients(st_replica_group *g, st_model *m, const st_batch *b,
-                                      st_step_stats *out) {
+st_status st__group_train(st_replica_group *g, st_model *m, const st_batch *b,
+                          st_step_stats *out) {
   pass p = {.g = g, .m = m, .b = b, .train = true};
   st_status s = run_pass(&p, out);
-  if (s != ST_OK || g->n == 1) return s;
+  if (s != ST_OK) return s;
   chunked c = make_chunks(g, m);
-  st__group_run(g, reduce_task, &c);
+  st__group_run(g, reduce_apply_task, &c);
   return ST_OK;
-}
-
-void st__group_apply(st_replica_group *g, st_model *m) {
-  chunked c = make_chunks(g, m);
-  st__group_run(g, apply_task, &c);
 }
 
 st_status st__group_eval(st_replica_group *g, st_model *m, const st_batch *b,

@@ -43,13 +43,14 @@ static inline void st__split(int total, int n, int i, int *start, int *count) {
   *count = hi - lo;
 }
 
-/* Forward + backward of every replica on its slice; afterwards reps[0]->grads
- * holds the sum of all replicas' gradients (= the gradient of the mean loss
- * over the global batch). Adds the batch's loss and metric sums to out. */
-st_status st__group_compute_gradients(st_replica_group *g, st_model *m, const st_batch *b,
-                                      st_step_stats *out);
-/* Apply the optimizer to m->params with reps[0]->grads, in parallel chunks. */
-void st__group_apply(st_replica_group *g, st_model *m);
+/* One training step: forward + backward of every replica on its slice, then
+ * in parallel chunks the sum of all replicas' gradients into reps[0]->grads
+ * (= the gradient of the mean loss over the global batch) and the optimizer
+ * update of m->params with it: each thread applies the chunk it has just
+ * summed, so the two need one hand-off, not two. Adds the batch's loss and
+ * metric sums to out. */
+st_status st__group_train(st_replica_group *g, st_model *m, const st_batch *b,
+                          st_step_stats *out);
 /* Inference on every replica's slice; pred (may be NULL) gets [b->size, out]. */
 st_status st__group_eval(st_replica_group *g, st_model *m, const st_batch *b,
                          st_step_stats *out, float *pred);
