@@ -207,6 +207,14 @@ static void catch_stop_signals(void) {
   sigaction(SIGINT, &sa, NULL);
 }
 
+/* A built-in model by name, or a Keras model.to_json() FILE.json (its own
+ * name kept). */
+static st_status create_model(const char *name, st_model_options mo, st_model **model) {
+  if (!cli_is_json_model(name)) return st_builtin_model_create(name, &mo, model);
+  mo.name = NULL;
+  return st_model_from_keras_json(name, &mo, model);
+}
+
 /* Model + strategy bound together and compiled. */
 static st_status build_model(const char *name, const st_strategy_options *so, uint64_t seed,
                              const st_optimizer_options *opt, st_strategy **strategy,
@@ -216,10 +224,7 @@ static st_status build_model(const char *name, const st_strategy_options *so, ui
   st_model_options mo = st_model_default_options(st_shape3(28, 28, 1));
   mo.seed = seed;
   mo.strategy = *strategy;
-  bool json = cli_is_json_model(name);
-  if (json) mo.name = NULL; /* keep the Keras model's name */
-  s = json ? st_model_from_keras_json(name, &mo, model) : st_builtin_model_create(name, &mo, model);
-  if (s != ST_OK) return s;
+  if ((s = create_model(name, mo, model)) != ST_OK) return s;
   st_compile_options co = st_compile_default_options();
   /* a model that ends in softmax outputs probabilities, not logits */
   int nl = st_model_layer_count(*model);
@@ -412,10 +417,9 @@ int cmd_summary(int argc, char **argv) {
   const char *name = summary_opts[0].value ? summary_opts[0].value : "cnn";
   st_model_options mo = st_model_default_options(st_shape3(28, 28, 1));
   st_model *m = NULL;
-  bool json = cli_is_json_model(name);
-  if (json && !cli_check_readable("summary", "--model", name)) return EXIT_USAGE;
-  if (json) mo.name = NULL;
-  st_status s = json ? st_model_from_keras_json(name, &mo, &m) : st_builtin_model_create(name, &mo, &m);
+  if (cli_is_json_model(name) && !cli_check_readable("summary", "--model", name))
+    return EXIT_USAGE;
+  st_status s = create_model(name, mo, &m);
   if (s != ST_OK) return cli_fail("summary", s);
   char *text = st_model_summary(m);
   if (text) fputs(text, stdout);

@@ -359,6 +359,11 @@ st_status st__strategy_agree(st_strategy *s, int have_size, bool stop_here, bool
   return ST_OK;
 }
 
+st_status st__strategy_barrier(st_strategy *s) {
+  struct st_cluster *c = s->cluster;
+  return c ? c->ctl->vt->barrier(c->ctl, c->rank) : ST_OK;
+}
+
 bool st__strategy_is_chief(const st_strategy *s) { return !s->cluster || s->cluster->rank == 0; }
 
 /* This worker's examples of a global batch: its contiguous share, the rows

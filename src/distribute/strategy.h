@@ -86,6 +86,8 @@ void st__cluster_destroy(struct st_cluster *c); /* accepts NULL */
  * go = have, stop = stop_here. */
 st_status st__strategy_agree(st_strategy *s, int have_size, bool stop_here, bool *go,
                              bool *stop);
+/* Every worker waits for the others (OK at once without a cluster). */
+st_status st__strategy_barrier(st_strategy *s);
 /* Start of fit: every worker was given the same batch size, steps, epochs and
  * resume position (names the rank and field otherwise). OK without a cluster. */
 st_status st__strategy_check_fit(st_strategy *s, const st_model *m, int64_t global_batch,

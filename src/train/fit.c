@@ -135,8 +135,7 @@ static st_status fit_step(st_model *m, const st_batch *b, st_step_stats *tot, vo
  * before any returns (a launcher may kill the rest when one exits). */
 static st_status stop_here(st_model *m, fit_state *fs) {
   st_status s = fs->o->backup_dir ? save_backup(m, fs->o) : ST_OK;
-  bool go;
-  if (s == ST_OK) s = st__strategy_agree(m->strategy, 0, false, &go, NULL); /* a barrier */
+  if (s == ST_OK) s = st__strategy_barrier(m->strategy);
   if (s != ST_OK) return s;
   long long step = (long long)m->pos.step_in_epoch;
   if (fs->o->backup_dir)
