@@ -242,6 +242,46 @@ static void test_threadpool(void) {
   }
 }
 
+/* The pool's threads poll briefly after a run and then sleep; the caller
+ * polls for the workers and then sleeps. Runs spaced past the polling window
+ * (workers asleep) and tasks longer than it (caller asleep) must still run
+ * every task once, and back-to-back runs must reach the (polling) workers. */
+typedef struct slow_job {
+  pthread_t caller;
+  atomic_int hits[4], on_workers;
+  int task_us;
+} slow_job;
+static void sleep_us(long us) {
+  struct timespec t = {us / 1000000, (us % 1000000) * 1000};
+  nanosleep(&t, NULL);
+}
+static void slow_task(void *arg, int t) {
+  slow_job *j = arg;
+  if (j->task_us) sleep_us(j->task_us);
+  atomic_fetch_add(&j->hits[t], 1);
+  if (!pthread_equal(pthread_self(), j->caller)) atomic_fetch_add(&j->on_workers, 1);
+}
+static void test_threadpool_sleep_wake(void) {
+  st_threadpool *p = NULL;
+  CHECK_OK(st_threadpool_create(2, &p));
+  if (!p) return;
+  for (int mode = 0; mode < 3; mode++) { /* back to back, spaced, slow tasks */
+    slow_job j = {.caller = pthread_self(), .task_us = mode == 2 ? 2000 : 0};
+    int runs = mode == 0 ? 2000 : 10;
+    for (int r = 0; r < runs; r++) {
+      if (mode == 1) sleep_us(3000); /* well past the workers' polling */
+      st_threadpool_run(p, 4, slow_task, &j);
+    }
+    int bad = 0;
+    for (int t = 0; t < 4; t++) bad += atomic_load(&j.hits[t]) != runs;
+    CHECK_MSG(bad == 0, "mode %d: %d of 4 tasks did not run exactly %d times", mode, bad, runs);
+    /* slow tasks: the caller cannot have run all four of each run in time */
+    if (mode == 2) CHECK(atomic_load(&j.on_workers) > 0);
+    if (mode == 0) CHECK_MSG(atomic_load(&j.on_workers) > 0, "no task ran on a pool thread");
+  }
+  st_threadpool_destroy(p);
+}
+
 static void test_util(void) {
   double t0 = st_now_seconds();
   double t1 = st_now_seconds();
@@ -296,6 +336,7 @@ int main(void) {
   test_alloc();
   test_threadpool();
   test_threadpool_ftz();
+  test_threadpool_sleep_wake();
   test_util();
   return check_report();
 }
