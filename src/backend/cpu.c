@@ -31,11 +31,13 @@ static void cpu_gemm(bool trans_a, bool trans_b, int m, int n, int k,
   st__sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+ST__SIMD_CLONES
 static void cpu_axpy(size_t n, float alpha, const float *restrict x,
                      float *restrict y) {
   for (size_t i = 0; i < n; i++) y[i] += alpha * x[i];
 }
 
+ST__SIMD_CLONES
 static void cpu_scale(size_t n, float alpha, float *restrict x) {
   for (size_t i = 0; i < n; i++) x[i] *= alpha;
 }
@@ -46,6 +48,7 @@ static void cpu_fill(size_t n, float value, float *restrict x) {
 
 /* ---- bias ----------------------------------------------------------------- */
 
+ST__SIMD_CLONES
 static void cpu_bias_add(int rows, int cols, const float *restrict bias,
                          float *restrict y) {
   for (int r = 0; r < rows; r++) {
@@ -57,6 +60,7 @@ static void cpu_bias_add(int rows, int cols, const float *restrict bias,
 /* db[cols] = column sums of dy[rows, cols]: float sums of 16 rows (full-width
  * vector adds), added in double per chunk of columns, so the result stays
  * within a few float roundings of the reference's all-double sum. */
+ST__SIMD_CLONES
 static void cpu_bias_grad(int rows, int cols, const float *restrict dy,
                           float *restrict db) {
   double acc[ST__CPU_CHUNK];
@@ -105,6 +109,7 @@ static float sigmoidf(float x) {
 }
 
 /* y = act(x) elementwise over n floats (not softmax); x == y allowed. */
+ST__SIMD_CLONES
 static void act_elementwise(st_activation act, size_t n, const float *x,
                             float *y) {
   switch (act) {
@@ -162,6 +167,7 @@ static void gelu_backward(size_t n, const float *x, const float *dy,
 }
 
 /* dx = dy * act'(.) from y (GELU from x); dx == dy allowed. */
+ST__SIMD_CLONES
 static void cpu_act_backward(st_activation act, int rows, int cols,
                              const float *x, const float *y, const float *dy,
                              float *dx) {

@@ -16,6 +16,20 @@
 #pragma GCC optimize("O3")
 #endif
 
+/* The hot elementwise loops (optimizer updates, axpy, bias, ReLU) are built
+ * three times, for AVX-512, AVX2 and the x86-64 baseline, and the loader picks
+ * the widest the CPU has (GCC function multiversioning): the baseline's 4-lane
+ * SSE made Adam ~12% of an mlp step. CMakeLists.txt passes -ffp-contract=off,
+ * so no clone fuses a multiply-add: every clone gives the baseline's bits.
+ * Not under the sanitizers: their runtimes are not up yet when the loader
+ * runs the clones' resolvers (TSan crashes there). */
+#if defined(__OPTIMIZE__) && defined(__GNUC__) && !defined(__clang__) && \
+    defined(__x86_64__) && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+#define ST__SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define ST__SIMD_CLONES
+#endif
+
 /* Channels processed per chunk by kernels that keep per-channel state on the
  * stack (pooling argmax, batchnorm sums). */
 #define ST__CPU_CHUNK 256

@@ -225,6 +225,7 @@ void st__cpu_loss(st_loss_kind kind, int rows, int cols, const float *pred,
 
 /* v = momentum*v - lr*g; p += v (nesterov: p += momentum*v - lr*g);
  * v == NULL: p -= lr*g. */
+ST__SIMD_CLONES
 void st__cpu_sgd(size_t n, float lr, float momentum, bool nesterov,
                  float *restrict p, const float *restrict g,
                  float *restrict v) {
@@ -245,6 +246,7 @@ void st__cpu_sgd(size_t n, float lr, float momentum, bool nesterov,
 
 /* Adam/AdamW in one pass with alpha = lr*sqrt(1-b2^t)/(1-b1^t) precomputed;
  * eps is added to sqrt(v) (Keras), weight decay first (p -= lr*wd*p). */
+ST__SIMD_CLONES
 void st__cpu_adam(size_t n, float lr, float beta1, float beta2, float eps,
                   float weight_decay, int64_t t, float *restrict p,
                   const float *restrict g, float *restrict m,
@@ -266,6 +268,7 @@ void st__cpu_adam(size_t n, float lr, float beta1, float beta2, float eps,
 /* RMSprop (Keras): ms = rho*ms + (1-rho) g^2; inc = lr*g/sqrt(ms + eps);
  * momentum > 0 (and mom given): mom = momentum*mom + inc, p -= mom; else
  * p -= inc. */
+ST__SIMD_CLONES
 void st__cpu_rmsprop(size_t n, float lr, float rho, float momentum, float eps,
                      float *restrict p, const float *restrict g,
                      float *restrict ms, float *restrict mom) {
