@@ -2,21 +2,27 @@
  * widest SIMD load) via posix_memalign. Failures return NULL and record
  * ST_ERR_NOMEM with the requested size as this thread's last error. The caller
  * owns the block and frees it with st_free. Thread-safe. */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE
 #include "strata/base.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define ST_ALIGN 64
+#define HUGE_PAGE (2u << 20)
 
 void *st_alloc(size_t bytes) {
   void *p = NULL;
+  bool huge = bytes >= 2 * (size_t)HUGE_PAGE;
   /* size 0 still yields a distinct, freeable block */
-  if (posix_memalign(&p, ST_ALIGN, bytes ? bytes : ST_ALIGN) != 0) {
+  if (posix_memalign(&p, huge ? HUGE_PAGE : ST_ALIGN, bytes ? bytes : ST_ALIGN) != 0) {
     st_error(ST_ERR_NOMEM, "out of memory allocating %zu bytes", bytes);
     return NULL;
   }
+#ifdef MADV_HUGEPAGE
+  if (huge) (void)madvise(p, bytes & ~(size_t)(HUGE_PAGE - 1), MADV_HUGEPAGE);
+#endif
   return p;
 }
 
