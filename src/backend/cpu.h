@@ -25,10 +25,14 @@
  * runs the clones' resolvers (TSan crashes there). */
 #if defined(__OPTIMIZE__) && defined(__GNUC__) && !defined(__clang__) && \
     defined(__x86_64__) && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
-#define ST__SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define ST__SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #else
 #define ST__SIMD_CLONES
 #endif
+
+/* Tests set it to run the kernels dispatched by hand (2x2 max pooling) in
+ * their baseline build even where the CPU has AVX-512. */
+extern bool st__cpu_baseline_kernels;
 
 /* Channels processed per chunk by kernels that keep per-channel state on the
  * stack (pooling argmax, batchnorm sums). */

@@ -121,43 +121,97 @@ static bool is_2x2_s2_valid(const st_pool_geom *g) {
  * NaN propagates, as in TF (and it is what the reference backend does). */
 static inline bool max_takes(float v, float m) { return !(v <= m) && m == m; }
 
-/* Four lanes with GCC/Clang vector extensions (SSE on any x86-64, NEON on
- * arm64): the 2x2 pooling kernels below select with bit masks, which GCC does
- * not derive itself from the scalar code (its branches mispredict on data). */
+/* Vectors with GCC/Clang vector extensions: the 2x2 pooling kernels below
+ * select with bit masks, which GCC does not derive itself from the scalar
+ * code (its branches mispredict on data). One window's channels go 16 at a
+ * time (one AVX-512 register in the x86-64-v4 build of the kernels, four SSE
+ * ones in the baseline's), then 4 at a time, then one by one. */
 typedef float v4f __attribute__((vector_size(16)));
 typedef int v4i __attribute__((vector_size(16)));
-static inline v4f load4(const float *p) { v4f v; memcpy(&v, p, sizeof v); return v; }
-static inline void store4(float *p, v4f v) { memcpy(p, &v, sizeof v); }
-static inline v4i takes4(v4f v, v4f m) { return ~(v <= m) & (m == m); } /* max_takes */
-static inline v4f sel4(v4i mask, v4f a, v4f b) { /* mask ? a : b */
-  return (v4f)(((v4i)a & mask) | ((v4i)b & ~mask));
-}
-static inline v4f and4(v4f a, v4i mask) { return (v4f)((v4i)a & mask); }
+typedef float v16f __attribute__((vector_size(64)));
+typedef int v16i __attribute__((vector_size(64)));
+/* Macros, not inline functions: GCC lowers a baseline inline function's
+ * 16-lane operations (to scalar code) before inlining it into an AVX-512
+ * function, while operations written in that function's body get its ISA. */
+#define VLOAD(VF, p) ({ VF v_; memcpy(&v_, (p), sizeof v_); v_; })
+#define VSTORE(p, v) do { __typeof__(v) v_ = (v); memcpy((p), &v_, sizeof v_); } while (0)
+#define VTAKES(v, m) (~((v) <= (m)) & ((m) == (m))) /* max_takes, lane-wise */
+#define VSEL(VF, VI, mask, a, b) ((VF)(((VI)(a) & (mask)) | ((VI)(b) & ~(mask))))
+#define VAND(VF, VI, a, mask) ((VF)((VI)(a) & (mask)))
 
-/* 2x2/2 max pooling of one image: y = first max of (a, b; c, d). */
-static void maxpool_2x2_image(const st_pool_geom *g, const float *x,
-                              float *y) {
-  const size_t c = (size_t)g->c, row = (size_t)g->w * c;
-  for (int oy = 0; oy < g->oh; oy++)
-    for (int ox = 0; ox < g->ow; ox++) {
-      const float *a = x + (size_t)2 * oy * row + (size_t)2 * ox * c;
-      const float *b = a + c, *cc = a + row, *d = a + row + c;
-      float *yo = y + ((size_t)oy * g->ow + ox) * c;
-      size_t k = 0;
-      for (; k + 4 <= c; k += 4) {
-        v4f vb = load4(b + k), vc = load4(cc + k), vd = load4(d + k);
-        v4f m = load4(a + k);
-        m = sel4(takes4(vb, m), vb, m);
-        m = sel4(takes4(vc, m), vc, m);
-        store4(yo + k, sel4(takes4(vd, m), vd, m));
-      }
-      for (; k < c; k++) {
-        float m = a[k];
-        m = max_takes(b[k], m) ? b[k] : m;
-        m = max_takes(cc[k], m) ? cc[k] : m;
-        yo[k] = max_takes(d[k], m) ? d[k] : m;
-      }
-    }
+/* y[k..k+N) = first max of (a, b; c, d) at channels k..k+N. */
+#define MAXPOOL_FWD_STEP(VF, VI)                                                      \
+  {                                                                                  \
+    VF vb = VLOAD(VF, b + k), vc = VLOAD(VF, cc + k), vd = VLOAD(VF, d + k);         \
+    VF m = VLOAD(VF, a + k);                                                         \
+    m = VSEL(VF, VI, VTAKES(vb, m), vb, m);                                          \
+    m = VSEL(VF, VI, VTAKES(vc, m), vc, m);                                          \
+    VSTORE(yo + k, VSEL(VF, VI, VTAKES(vd, m), vd, m));                              \
+  }
+
+/* dy[k..k+N) to the first max of its window in (da, db; dc, dd), zeros to
+ * the other three (times ReLU's derivative when x is a ReLU output). */
+#define MAXPOOL_BWD_STEP(VF, VI)                                                      \
+  {                                                                                  \
+    const VF zero = {0};                                                             \
+    const VI all = zero == zero;                                                     \
+    VF vb = VLOAD(VF, b + k), vc = VLOAD(VF, cc + k), vd = VLOAD(VF, d + k);         \
+    VF m = VLOAD(VF, a + k);                                                         \
+    VI tb = VTAKES(vb, m);                                                           \
+    m = VSEL(VF, VI, tb, vb, m);                                                     \
+    VI tc = VTAKES(vc, m);                                                           \
+    m = VSEL(VF, VI, tc, vc, m);                                                     \
+    VI td = VTAKES(vd, m);                                                           \
+    m = VSEL(VF, VI, td, vd, m);                                                     \
+    VF gk = VAND(VF, VI, VLOAD(VF, g0 + k), relu ? (m > zero) : all);                \
+    VSTORE(dd + k, VAND(VF, VI, gk, td));                                            \
+    VSTORE(dc + k, VAND(VF, VI, gk, tc & ~td));                                      \
+    VSTORE(db + k, VAND(VF, VI, gk, tb & ~tc & ~td));                                \
+    VSTORE(da + k, VAND(VF, VI, gk, ~tb & ~tc & ~td));                               \
+  }
+
+#define POOL2X2_SUFFIX _base
+#define POOL2X2_TARGET
+#include "backend/cpu_pool2x2.inc"
+#undef POOL2X2_SUFFIX
+#undef POOL2X2_TARGET
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define POOL2X2_V4 1
+#define POOL2X2_SUFFIX _v4
+#define POOL2X2_TARGET __attribute__((target("arch=x86-64-v4")))
+#include "backend/cpu_pool2x2.inc"
+#undef POOL2X2_SUFFIX
+#undef POOL2X2_TARGET
+#endif
+
+bool st__cpu_baseline_kernels = false;
+
+#ifdef POOL2X2_V4
+static bool pool2x2_v4(void) {
+  return !st__cpu_baseline_kernels && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+}
+#endif
+
+static void maxpool_2x2_image(const st_pool_geom *g, const float *x, float *y) {
+#ifdef POOL2X2_V4
+  if (pool2x2_v4()) {
+    maxpool_2x2_image_v4(g, x, y);
+    return;
+  }
+#endif
+  maxpool_2x2_image_base(g, x, y);
+}
+
+static void maxpool_2x2_backward(const st_pool_geom *g, const float *x, const float *dy,
+                                 float *dx) {
+#ifdef POOL2X2_V4
+  if (pool2x2_v4()) {
+    maxpool_2x2_backward_v4(g, x, dy, dx);
+    return;
+  }
+#endif
+  maxpool_2x2_backward_base(g, x, dy, dx);
 }
 
 /* Max of one window, channels [c0, c0+nc), into out[nc] (first max kept). */
@@ -197,52 +251,6 @@ void st__cpu_maxpool_forward(const st_pool_geom *g, const float *x, float *y) {
           window_max(g, x, oy, ox, c0, nc, yo, arg);
         }
   }
-}
-
-/* 2x2/2 backward of one image: dy goes to the first max of its window (only
- * if that max is > 0 when x is a ReLU output: ReLU's derivative folded in).
- * Every cell of every window is written, so dx needs no clearing. */
-static void maxpool_2x2_backward(const st_pool_geom *g, const float *x,
-                                 const float *dy, float *dx) {
-  const size_t c = (size_t)g->c, row = (size_t)g->w * c;
-  const bool relu = g->relu_input;
-  const v4i all = {-1, -1, -1, -1};
-  const v4f zero = {0, 0, 0, 0};
-  for (int oy = 0; oy < g->oh; oy++)
-    for (int ox = 0; ox < g->ow; ox++) {
-      size_t off = (size_t)2 * oy * row + (size_t)2 * ox * c;
-      const float *a = x + off, *b = a + c, *cc = a + row, *d = a + row + c;
-      float *da = dx + off, *db = da + c, *dc = da + row, *dd = da + row + c;
-      const float *g0 = dy + ((size_t)oy * g->ow + ox) * c;
-      size_t k = 0;
-      for (; k + 4 <= c; k += 4) {
-        v4f vb = load4(b + k), vc = load4(cc + k), vd = load4(d + k);
-        v4f m = load4(a + k);
-        v4i tb = takes4(vb, m);
-        m = sel4(tb, vb, m);
-        v4i tc = takes4(vc, m);
-        m = sel4(tc, vc, m);
-        v4i td = takes4(vd, m);
-        m = sel4(td, vd, m);
-        v4f gk = and4(load4(g0 + k), relu ? (m > zero) : all);
-        store4(dd + k, and4(gk, td));
-        store4(dc + k, and4(gk, tc & ~td));
-        store4(db + k, and4(gk, tb & ~tc & ~td));
-        store4(da + k, and4(gk, ~tb & ~tc & ~td));
-      }
-      for (; k < c; k++) {
-        float m = a[k];
-        int w = 0;
-        if (max_takes(b[k], m)) m = b[k], w = 1;
-        if (max_takes(cc[k], m)) m = cc[k], w = 2;
-        if (max_takes(d[k], m)) m = d[k], w = 3;
-        float gk = relu && !(m > 0.0f) ? 0.0f : g0[k];
-        da[k] = w == 0 ? gk : 0.0f;
-        db[k] = w == 1 ? gk : 0.0f;
-        dc[k] = w == 2 ? gk : 0.0f;
-        dd[k] = w == 3 ? gk : 0.0f;
-      }
-    }
 }
 
 /* General backward of one image: recompute each window's first argmax from x
