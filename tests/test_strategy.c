@@ -7,6 +7,8 @@
  * predicts across all replicas), uneven splits (3 replicas, batch 128, a
  * dataset not a multiple of the batch), BatchNorm under both strategies, and
  * option errors. */
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -356,8 +358,58 @@ static void test_options(void) {
   CHECK(st_strategy_create(&so, &s) == ST_ERR_NOT_BUILT);
 }
 
+/* A map that fails on its `fail_at`-th call (counting from 0). */
+typedef struct failing_map {
+  int calls, fail_at;
+  pthread_t caller;
+  bool failed_elsewhere; /* the failing call ran on another thread */
+} failing_map;
+static st_status fail_map(void *user, float *x, size_t xs, float *y, size_t ys) {
+  (void)x, (void)xs, (void)y, (void)ys;
+  failing_map *f = user;
+  if (f->calls++ != f->fail_at) return ST_OK;
+  f->failed_elsewhere = !pthread_equal(pthread_self(), f->caller);
+  return st_error(ST_ERR_INVALID, "element %d of the pipeline is bad", f->fail_at);
+}
+
+/* An input pipeline error in the middle of an epoch: fit stops with it, its
+ * message intact, after the steps before the failing batch, whichever thread
+ * assembled that batch (one_device takes the next batch beside the optimizer
+ * update, on one of its threads; mirrored on the caller's). */
+static bool test_pipeline_error(run r) {
+  st_model *m = make_model("mlp", r);
+  st_tensor x = {ST_U8, 4, {256, 28, 28, 1}, X}, y = {ST_U8, 1, {256}, Y};
+  st_dataset *ds = NULL;
+  CHECK_OK(st_dataset_from_tensor_slices(&x, &y, 1.0f / 255, false, &ds));
+  failing_map f = {0, 100, pthread_self(), false};
+  ds = st_dataset_batch(st_dataset_map(st_dataset_shuffle(ds, 256, 3, true), fail_map, &f), 32,
+                        false);
+  st_fit_options fo = st_fit_default_options();
+  st_history h = {0};
+  st_clear_error();
+  st_status s = st_model_fit(m, ds, &fo, &h);
+  CHECK_MSG(s == ST_ERR_INVALID, "%s: fit returned %d", st_strategy_kind_name(r.kind), (int)s);
+  CHECK_MSG(strstr(st_last_error(), "element 100 of the pipeline is bad") != NULL,
+            "error message: '%s'", st_last_error());
+  CHECK_MSG(m->step == 3, "%lld steps before the failing batch (elements 96..127), want 3",
+            (long long)m->step);
+  CHECK(f.calls == 101); /* nothing read past the failure */
+  st_history_free(&h);
+  st_dataset_destroy(ds);
+  st_model_destroy(m);
+  return f.failed_elsewhere;
+}
+
 int main(void) {
   make_data();
+  /* which thread takes the next batch is a race: try until a worker did */
+  int on_worker = 0, tries = 0;
+  for (; tries < 20 && !on_worker; tries++)
+    on_worker += test_pipeline_error((run){ST_STRATEGY_ONE_DEVICE, 2, 0, false});
+  printf("pipeline error: failing batch assembled on a pool thread in %d of %d fits\n",
+         on_worker, tries);
+  test_pipeline_error((run){ST_STRATEGY_ONE_DEVICE, 1, 0, false});
+  test_pipeline_error((run){ST_STRATEGY_MIRRORED, 2, 0, false});
   test_equivalence("mlp");
   test_equivalence("cnn");
   test_uneven_and_copies();

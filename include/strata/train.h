@@ -97,7 +97,10 @@ typedef struct st_fit_options {
   int64_t backup_every_steps;
 } st_fit_options;
 st_fit_options st_fit_default_options(void);
-/* Train on batches of `train` (must be batched). */
+/* Train on batches of `train` (must be batched). While a step's optimizer
+ * update runs, the strategy may take the next batch from `train` on one of
+ * its threads (one_device, central_storage): the same batches in the same
+ * order, but map functions may run on a thread other than the caller's. */
 st_status st_model_fit(st_model *m, st_dataset *train, st_fit_options *o,
                        st_history *out);
 

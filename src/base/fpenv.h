@@ -19,9 +19,14 @@ static inline unsigned st__ftz_enter(void) {
   return old;
 }
 static inline void st__ftz_leave(unsigned old) { _mm_setcsr(old); }
+/* The calling thread's whole floating-point control state, and setting it. */
+static inline unsigned st__fp_state(void) { return _mm_getcsr(); }
+static inline void st__fp_set_state(unsigned state) { _mm_setcsr(state); }
 #else
 static inline unsigned st__ftz_enter(void) { return 0; }
 static inline void st__ftz_leave(unsigned old) { (void)old; }
+static inline unsigned st__fp_state(void) { return 0; }
+static inline void st__fp_set_state(unsigned state) { (void)state; }
 #endif
 
 #endif

@@ -31,7 +31,7 @@ void st__shared_detach(st_strategy *s) {
 st_status st__shared_train_step(st_strategy *s, st_model *m, const st_batch *b,
                                st_step_stats *out) {
   st_replica_group *g = s->impl;
-  st_status st = st__group_train(g, m, b, out);
+  st_status st = st__group_train(g, m, b, out, &s->side);
   if (st != ST_OK) return st;
   st__group_sync_state(g, m);
   m->step++;

@@ -86,11 +86,16 @@ void st__group_destroy(st_replica_group *g) {
  * duration (the pool's threads always do), and give the caller its own
  * floating-point state back. */
 void st__group_run(st_replica_group *g, void (*fn)(void *arg, int i), void *arg) {
+  st__group_run_tasks(g, g->n, fn, arg);
+}
+
+void st__group_run_tasks(st_replica_group *g, int ntasks, void (*fn)(void *arg, int i),
+                         void *arg) {
   unsigned fp = st__ftz_enter();
   if (g->pool)
-    st_threadpool_run(g->pool, g->n, fn, arg);
+    st_threadpool_run(g->pool, ntasks, fn, arg);
   else
-    fn(arg, 0);
+    for (int t = 0; t < ntasks; t++) fn(arg, t);
   st__ftz_leave(fp);
 }
 
@@ -155,11 +160,14 @@ void st__group_sync_state(st_replica_group *g, st_model *m) {
     m->be->to_device(g->reps[i]->state, dst, m->n_state * sizeof(float));
 }
 
-/* The gradient buffer cut into one chunk per thread. */
+/* The gradient buffer cut into chunks, and the step's side task (task 0
+ * when there is one). */
 typedef struct chunked {
   st_replica_group *g;
   st_model *m;
   size_t chunk;
+  const st__side_task *side;
+  unsigned caller_fp; /* the caller's floating-point state, for the side task */
 } chunked;
 
 /* Floats summed and updated at a time: the summed gradient is still in L2
@@ -171,6 +179,16 @@ typedef struct chunked {
  * optimizer to it, block by block. */
 static void reduce_apply_task(void *arg, int t) {
   chunked *c = arg;
+  if (c->side) {
+    if (t == 0) {
+      unsigned fp = st__fp_state();
+      st__fp_set_state(c->caller_fp);
+      c->side->fn(c->side->arg);
+      st__fp_set_state(fp);
+      return;
+    }
+    t--;
+  }
   st_model *m = c->m;
   size_t lo = (size_t)t * c->chunk, n = m->n_params;
   if (lo >= n) return;
@@ -185,20 +203,31 @@ static void reduce_apply_task(void *arg, int t) {
   }
 }
 
-/* Chunks aligned to 16 floats, one per thread. */
-static chunked make_chunks(st_replica_group *g, st_model *m) {
-  size_t per = (m->n_params + (size_t)g->n - 1) / (size_t)g->n;
+/* `parts` chunks aligned to 16 floats. */
+static chunked make_chunks(st_replica_group *g, st_model *m, int parts) {
+  size_t per = (m->n_params + (size_t)parts - 1) / (size_t)parts;
   per = (per + 15) & ~(size_t)15;
-  return (chunked){g, m, per ? per : 16};
+  return (chunked){g, m, per ? per : 16, NULL, 0};
 }
 
+/* Chunks per thread when a side task shares the update. */
+#define SIDE_CHUNKS_PER_THREAD 4
+
 st_status st__group_train(st_replica_group *g, st_model *m, const st_batch *b,
-                          st_step_stats *out) {
+                          st_step_stats *out, const st__side_task *side) {
   pass p = {.g = g, .m = m, .b = b, .train = true};
   st_status s = run_pass(&p, out);
   if (s != ST_OK) return s;
-  chunked c = make_chunks(g, m);
-  st__group_run(g, reduce_apply_task, &c);
+  bool with_side = side && side->fn;
+  int parts = with_side && g->n > 1 ? g->n * SIDE_CHUNKS_PER_THREAD : g->n;
+  chunked c = make_chunks(g, m, parts);
+  int ntasks = parts;
+  if (with_side) {
+    c.side = side;
+    c.caller_fp = st__fp_state();
+    ntasks++;
+  }
+  st__group_run_tasks(g, ntasks, reduce_apply_task, &c);
   return ST_OK;
 }
 

@@ -47,10 +47,12 @@ static inline void st__split(int total, int n, int i, int *start, int *count) {
  * in parallel chunks the sum of all replicas' gradients into reps[0]->grads
  * (= the gradient of the mean loss over the global batch) and the optimizer
  * update of m->params with it: each thread applies the chunk it has just
- * summed, so the two need one hand-off, not two. Adds the batch's loss and
- * metric sums to out. */
+ * summed, so the two need one hand-off, not two. The side task (may be NULL)
+ * runs beside those chunks: the update is memory-bound and splits into more
+ * chunks than threads, so whichever thread does not run the side task takes
+ * more of them. Adds the batch's loss and metric sums to out. */
 st_status st__group_train(st_replica_group *g, st_model *m, const st_batch *b,
-                          st_step_stats *out);
+                          st_step_stats *out, const st__side_task *side);
 /* Inference on every replica's slice; pred (may be NULL) gets [b->size, out]. */
 st_status st__group_eval(st_replica_group *g, st_model *m, const st_batch *b,
                          st_step_stats *out, float *pred);
@@ -61,6 +63,9 @@ st_status st__group_eval(st_replica_group *g, st_model *m, const st_batch *b,
 void st__group_sync_state(st_replica_group *g, st_model *m);
 /* Run fn(arg, i) for every replica i in parallel. */
 void st__group_run(st_replica_group *g, void (*fn)(void *arg, int i), void *arg);
+/* The same with ntasks tasks (any number; the threads share them). */
+void st__group_run_tasks(st_replica_group *g, int ntasks, void (*fn)(void *arg, int i),
+                         void *arg);
 
 /* Usable CPU cores of this process (affinity mask), at least 1. */
 int st__cpu_count(void);

@@ -20,6 +20,16 @@ typedef struct st_step_stats {
   int64_t metric_count;  /* metric denominator */
 } st_step_stats;
 
+/* Work fit gives a training step to run beside the optimizer update, once
+ * the batch has been read (assembling the next batch); fn NULL: none. A
+ * strategy that cannot overlap it ignores it (fit then does the work itself:
+ * its function records that it ran). It runs on one of the strategy's threads
+ * with the floating-point state of the thread that called train_step. */
+typedef struct st__side_task {
+  void (*fn)(void *arg);
+  void *arg;
+} st__side_task;
+
 typedef struct st_strategy_vtable {
   const char *name;
   /* Create replicas for m (compiled: variables exist in m->params/state). */
@@ -50,6 +60,7 @@ struct st_strategy {
   void *impl;       /* strategy-specific state */
   struct st_replica_group *group; /* the replicas (set by attach) */
   bool mirrored_vars;             /* each replica owns a copy of the variables */
+  st__side_task side;             /* set by fit around each train_step */
   float **(*replica_slots)(struct st_strategy *s, int rank); /* optimizer slots */
 };
 

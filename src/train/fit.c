@@ -146,15 +146,47 @@ static st_status stop_here(st_model *m, fit_state *fs) {
                   "saved (with --backup-dir a rerun would resume from here)", fs->epoch + 1, step);
 }
 
+/* The next batch, taken while a step runs: the strategy calls take_next
+ * beside its optimizer update, when the step's batch has been read (its
+ * buffer is the one the next batch overwrites). The same calls to the
+ * iterator in the same order, so the same batches. */
+typedef struct lookahead {
+  st_iterator *it;
+  bool taken;        /* next_* hold the result of the next st_iterator_next */
+  st_batch next;
+  bool next_end;
+  st_status next_status;
+  char next_error[512]; /* the error message, from the thread that ran it */
+} lookahead;
+
+static void take_next(void *arg) {
+  lookahead *la = arg;
+  la->next_end = false;
+  la->next_status = st_iterator_next(la->it, &la->next, &la->next_end);
+  if (la->next_status != ST_OK)
+    snprintf(la->next_error, sizeof la->next_error, "%s", st_last_error());
+  la->taken = true;
+}
+
+static st_status next_batch(lookahead *la, st_batch *b, bool *end) {
+  if (!la->taken) return st_iterator_next(la->it, b, end);
+  la->taken = false;
+  if (la->next_status != ST_OK) return st_error(la->next_status, "%s", la->next_error);
+  *b = la->next;
+  *end = la->next_end;
+  return ST_OK;
+}
+
 /* One pass over the epoch's batches, skipping those a restored checkpoint
  * had already trained on; stops early when asked to (st_request_stop). */
 static st_status train_pass(st_model *m, st_dataset *ds, fit_state *fs, st_step_stats *tot) {
   st_iterator *it = NULL;
   st_status s = st_dataset_iterate_epoch(ds, (uint64_t)fs->epoch, &it);
+  lookahead la = {.it = it};
   for (int64_t skip = m->pos.step_in_epoch; s == ST_OK;) {
     st_batch b;
     bool end = false, go = false;
-    if ((s = st_iterator_next(it, &b, &end)) != ST_OK) break;
+    if ((s = next_batch(&la, &b, &end)) != ST_OK) break;
     if (skip > 0 && !end) { /* every worker skips the same (checked at start) */
       skip--;
       continue;
@@ -169,7 +201,9 @@ static st_status train_pass(st_model *m, st_dataset *ds, fit_state *fs, st_step_
     }
     if (!go) break;
     if ((s = check_labels(m, &b, tot->examples)) != ST_OK) break;
+    m->strategy->side = (st__side_task){take_next, &la};
     s = fit_step(m, &b, tot, fs);
+    m->strategy->side = (st__side_task){NULL, NULL};
   }
   st_iterator_destroy(it);
   return s;
