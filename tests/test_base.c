@@ -300,6 +300,7 @@ typedef struct ftz_job {
 static void ftz_task(void *arg, int t) {
   ftz_job *j = arg;
   (void)t;
+  sleep_us(100); /* long enough that the caller cannot take every task first */
   volatile float tiny = 1e-30f, scale = 1e-10f;
   float r = tiny * scale; /* 1e-40: subnormal in IEEE, 0 with FTZ */
   if (!pthread_equal(pthread_self(), j->caller)) {
