@@ -101,7 +101,9 @@ static inline float st_u32_to_unit(uint32_t w) {
 }
 
 /* ---- allocation ---------------------------------------------------------- */
-/* 64-byte aligned. On failure return NULL and set ST_ERR_NOMEM with the size. */
+/* 64-byte aligned (blocks of 4 MiB and more: 2 MiB-aligned and advised as
+ * transparent huge pages). On failure return NULL and set ST_ERR_NOMEM with
+ * the size. */
 void *st_alloc(size_t bytes);
 void *st_calloc(size_t count, size_t size); /* zeroed; checks count*size overflow */
 void st_free(void *p);                      /* accepts NULL */
@@ -113,7 +115,9 @@ st_status st_threadpool_create(int n, st_threadpool **out);
 void st_threadpool_destroy(st_threadpool *p); /* accepts NULL; joins workers */
 int st_threadpool_size(const st_threadpool *p); /* workers, not counting the caller */
 /* Run fn(arg, i) for i in [0, ntasks) across the pool and the calling thread;
- * returns when all are done. Only one thread may call it on a pool at a time. */
+ * returns when all are done. Only one thread may call it on a pool at a time.
+ * After a run the workers poll for the next one for up to 200 us (a training
+ * step's runs follow that closely), then sleep: an idle pool costs nothing. */
 void st_threadpool_run(st_threadpool *p, int ntasks,
                        void (*fn)(void *arg, int task), void *arg);
 

@@ -1,5 +1,7 @@
 /* Aligned host allocation: every block is 64-byte aligned (one cache line, the
- * widest SIMD load) via posix_memalign. Failures return NULL and record
+ * widest SIMD load) via posix_memalign; blocks of 4 MiB and more are 2 MiB
+ * aligned and advised as transparent huge pages (a dataset read at random
+ * rows would otherwise take a TLB miss per row). Failures return NULL and record
  * ST_ERR_NOMEM with the requested size as this thread's last error. The caller
  * owns the block and frees it with st_free. Thread-safe. */
 #define _GNU_SOURCE
