@@ -82,13 +82,13 @@ void st__group_destroy(st_replica_group *g) {
   free(g);
 }
 
-/* The caller's thread runs tasks too: flush subnormals there for the
- * duration (the pool's threads always do), and give the caller its own
- * floating-point state back. */
 void st__group_run(st_replica_group *g, void (*fn)(void *arg, int i), void *arg) {
   st__group_run_tasks(g, g->n, fn, arg);
 }
 
+/* The caller's thread runs tasks too: flush subnormals there for the
+ * duration (the pool's threads always do), and give the caller its own
+ * floating-point state back. */
 void st__group_run_tasks(st_replica_group *g, int ntasks, void (*fn)(void *arg, int i),
                          void *arg) {
   unsigned fp = st__ftz_enter();
