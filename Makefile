@@ -23,7 +23,8 @@ demo: build
 
 # The whole suite: the Release build's tests, then the same tests under
 # AddressSanitizer + UndefinedBehaviorSanitizer, then the threaded ones under
-# ThreadSanitizer (suppressions, if ever needed: tests/tsan.supp).
+# ThreadSanitizer. Only OpenMPI's own frames are suppressed (tests/tsan-mpi.supp,
+# tests/lsan-mpi.supp), by the multi-worker tests that run under mpirun.
 # OpenMPI and valgrind are installed too, so the multi-worker and valgrind
 # tests run; where they cannot be (no root or sudo) the suite still runs and
 # those tests skip, saying why.

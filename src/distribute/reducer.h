@@ -7,7 +7,8 @@
  * earlier layers (the model's params are laid out in layer order, so a bucket
  * is one contiguous range of the flat gradient buffer). With overlap off the
  * buckets are all-reduced one after another once backward is done. Either
- * way the reduced values are the same bytes: buckets only change when. */
+ * way the reduced values are the same bytes: buckets change only when each
+ * all-reduce starts, not what it sums or in which order. */
 #ifndef STRATA_DISTRIBUTE_REDUCER_H
 #define STRATA_DISTRIBUTE_REDUCER_H
 
