@@ -63,7 +63,8 @@ static int replay_dir(const char *dir, const fuzz_target *t) {
   return count;
 }
 
-int main(void) {
+/* Every target's seed corpus and regression inputs. */
+static void test_replay(void) {
   const char *src = getenv("STRATA_SOURCE_DIR");
   if (!src) src = ".";
   int total = 0;
@@ -78,5 +79,7 @@ int main(void) {
     total += seeds + regs;
   }
   CHECK(total > 0);
-  return check_report();
 }
+static const check_case cases[] = {CHECK_CASE(test_replay)};
+
+int main(int argc, char **argv) { return CHECK_MAIN(argc, argv, cases); }

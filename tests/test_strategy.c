@@ -439,9 +439,9 @@ static bool test_pipeline_error(run r) {
   return f.failed_elsewhere;
 }
 
-int main(void) {
-  make_data();
-  /* which thread takes the next batch is a race: try until a worker did */
+/* An input pipeline error: fits until a worker thread assembled the failing
+ * batch (which thread takes the next batch is a race), then the other runs. */
+static void test_pipeline_errors(void) {
   int on_worker = 0, tries = 0;
   for (; tries < 20 && !on_worker; tries++)
     on_worker += test_pipeline_error((run){ST_STRATEGY_ONE_DEVICE, 2, 0, false});
@@ -449,19 +449,31 @@ int main(void) {
          on_worker, tries);
   test_pipeline_error((run){ST_STRATEGY_ONE_DEVICE, 1, 0, false});
   test_pipeline_error((run){ST_STRATEGY_MIRRORED, 2, 0, false});
-  test_equivalence("mlp");
-  test_equivalence("cnn");
-  test_uneven_and_copies();
-  test_packs();
+}
+static void test_equivalence_mlp(void) { test_equivalence("mlp"); }
+static void test_equivalence_cnn(void) { test_equivalence("cnn"); }
+static void test_custom_loops(void) {
   test_custom_loop((run){ST_STRATEGY_MIRRORED, 2, 0, false});
   test_custom_loop((run){ST_STRATEGY_MIRRORED, 3, 0, false});
   test_custom_loop((run){ST_STRATEGY_CENTRAL_STORAGE, 2, 0, false});
   test_custom_loop((run){ST_STRATEGY_ONE_DEVICE, 1, 0, false});
+}
+static void test_batchnorms(void) {
   test_batchnorm(ST_STRATEGY_MIRRORED);
   test_batchnorm(ST_STRATEGY_CENTRAL_STORAGE);
+}
+static void test_sync_batchnorms(void) {
   test_sync_batchnorm(256, 64, 2);
   test_sync_batchnorm(20, 2, 3); /* one replica's slice is always empty */
-  test_options();
-  test_limits();
-  return check_report();
+}
+static const check_case cases[] = {
+    CHECK_CASE(test_pipeline_errors), CHECK_CASE(test_equivalence_mlp),
+    CHECK_CASE(test_equivalence_cnn), CHECK_CASE(test_uneven_and_copies),
+    CHECK_CASE(test_packs),           CHECK_CASE(test_custom_loops),
+    CHECK_CASE(test_batchnorms),      CHECK_CASE(test_sync_batchnorms),
+    CHECK_CASE(test_options),         CHECK_CASE(test_limits)};
+
+int main(int argc, char **argv) {
+  make_data();
+  return CHECK_MAIN(argc, argv, cases);
 }
