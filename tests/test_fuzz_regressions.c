@@ -8,6 +8,7 @@
 
 #include "check.h"
 #include "fuzz/checkpoint_fuzz.c"
+#include "fuzz/cli_args_fuzz.c"
 #include "fuzz/csv_fuzz.c"
 #include "fuzz/idx_fuzz.c"
 #include "fuzz/keras_json_fuzz.c"
@@ -24,6 +25,7 @@ static const fuzz_target targets[] = {
     {"keras_json_fuzz", st_fuzz_keras_json},
     {"safetensors_fuzz", st_fuzz_safetensors},
     {"checkpoint_fuzz", st_fuzz_checkpoint},
+    {"cli_args_fuzz", st_fuzz_cli_args},
 };
 
 static int by_name(const void *a, const void *b) {
