@@ -10,7 +10,7 @@
 
 typedef struct step_args {
   const st_batch *global;
-  float loss[64], correct[64]; /* per replica */
+  float loss[ST_MAX_REPLICAS], correct[ST_MAX_REPLICAS]; /* per replica */
 } step_args;
 
 /* Runs on every replica: its slice, its gradients, the synchronous update. */
@@ -67,7 +67,7 @@ int main(int argc, char **argv) {
       if (end) break;
       step_args a = {.global = &b};
       if (st_strategy_run(strategy, train_step, &a)) return fail("step");
-      float sum[2], per[2 * 64];
+      float sum[2], per[2 * ST_MAX_REPLICAS];
       for (int r = 0; r < replicas; r++) per[2 * r] = a.loss[r], per[2 * r + 1] = a.correct[r];
       st_strategy_reduce(strategy, ST_REDUCE_SUM, per, 2, sum);
       loss += sum[0], correct += sum[1], seen += b.size;

@@ -20,19 +20,19 @@
 #endif
 
 static void test_status(void) {
-  CHECK(strcmp(st_status_string(ST_OK), "ok") == 0);
+  CHECK_STREQ(st_status_string(ST_OK), "ok");
   for (int s = 0; s < ST_STATUS_COUNT; s++)
     CHECK(st_status_string((st_status)s) && *st_status_string((st_status)s));
   CHECK(st_status_string(ST_STATUS_COUNT) != NULL);
   st_clear_error();
-  CHECK(strcmp(st_last_error(), "") == 0);
+  CHECK_STREQ(st_last_error(), "");
   CHECK(st_error(ST_ERR_FORMAT, "%s: offset %d", "x.idx", 16) == ST_ERR_FORMAT);
-  CHECK(strcmp(st_last_error(), "x.idx: offset 16") == 0);
+  CHECK_STREQ(st_last_error(), "x.idx: offset 16");
   CHECK(st_error_prefix(ST_ERR_IO, "loading %s: ", "model") == ST_ERR_IO);
-  CHECK(strcmp(st_last_error(), "loading model: x.idx: offset 16") == 0);
+  CHECK_STREQ(st_last_error(), "loading model: x.idx: offset 16");
   /* the message may be an argument of itself */
   st_error(ST_ERR_INVALID, "[%s]", st_last_error());
-  CHECK(strcmp(st_last_error(), "[loading model: x.idx: offset 16]") == 0);
+  CHECK_STREQ(st_last_error(), "[loading model: x.idx: offset 16]");
   /* long messages are truncated, not overflowed */
   char big[3000];
   memset(big, 'a', sizeof big - 1);
@@ -42,7 +42,7 @@ static void test_status(void) {
   st_error_prefix(ST_ERR_INVALID, "%s", big);
   CHECK(strlen(st_last_error()) < 3000);
   st_clear_error();
-  CHECK(strcmp(st_last_error(), "") == 0);
+  CHECK_STREQ(st_last_error(), "");
 }
 
 static void *error_thread(void *arg) {
@@ -58,14 +58,14 @@ static void test_error_per_thread(void) {
   CHECK(pthread_create(&t, NULL, error_thread, NULL) == 0);
   pthread_join(t, &ok);
   CHECK(ok == (void *)1);
-  CHECK(strcmp(st_last_error(), "main error") == 0);
+  CHECK_STREQ(st_last_error(), "main error");
   st_clear_error();
 }
 
 static void test_log(void) {
   st_log_level old = st_log_get_level();
   st_log_set_level(ST_LOG_ERROR);
-  CHECK(st_log_get_level() == ST_LOG_ERROR);
+  CHECK_EQ(st_log_get_level(), ST_LOG_ERROR);
   st_log(ST_LOG_INFO, "this must not print %d", 1);
   st_log_set_level(ST_LOG_OFF);
   st_log(ST_LOG_ERROR, "this must not print either");
@@ -223,7 +223,7 @@ static void test_threadpool(void) {
   for (int s = 0; s < 2; s++) {
     CHECK_OK(st_threadpool_create(pool_sizes[s], &p));
     if (!p) continue;
-    CHECK(st_threadpool_size(p) == pool_sizes[s]);
+    CHECK_EQ(st_threadpool_size(p), pool_sizes[s]);
     for (int rep = 0; rep < 20; rep++) {
       for (size_t t = 0; t < sizeof task_counts / sizeof task_counts[0]; t++) {
         int nt = task_counts[t];
@@ -326,18 +326,8 @@ static void test_threadpool_ftz(void) {
 #endif
 }
 
-int main(void) {
-  test_status();
-  test_error_per_thread();
-  test_log();
-  test_philox_kat();
-  test_rng_sequence();
-  test_rng_distributions();
-  test_rng_below();
-  test_alloc();
-  test_threadpool();
-  test_threadpool_ftz();
-  test_threadpool_sleep_wake();
-  test_util();
-  return check_report();
+static const check_case cases[] = {CHECK_CASE(test_status), CHECK_CASE(test_error_per_thread), CHECK_CASE(test_log), CHECK_CASE(test_philox_kat), CHECK_CASE(test_rng_sequence), CHECK_CASE(test_rng_distributions), CHECK_CASE(test_rng_below), CHECK_CASE(test_alloc), CHECK_CASE(test_threadpool), CHECK_CASE(test_threadpool_ftz), CHECK_CASE(test_threadpool_sleep_wake), CHECK_CASE(test_util)};
+
+int main(int argc, char **argv) {
+  return CHECK_MAIN(argc, argv, cases);
 }

@@ -371,19 +371,20 @@ static void test_lr_scheduler(void) {
   }
 }
 
-int main(void) {
+static void test_csv_logger_header(void) { test_csv_logger(true); }
+static void test_csv_logger_plain(void) { test_csv_logger(false); }
+static const check_case cases[] = {
+    CHECK_CASE(test_csv_logger_header), CHECK_CASE(test_csv_logger_plain),
+    CHECK_CASE(test_csv_logger_resume), CHECK_CASE(test_csv_logger_io_error),
+    CHECK_CASE(test_early_stopping_stops), CHECK_CASE(test_early_stopping_restores),
+    CHECK_CASE(test_early_stopping_errors), CHECK_CASE(test_lr_scheduler)};
+
+int main(int argc, char **argv) {
   if (!mkdtemp(g_dir)) check_skip("cannot create a temporary directory");
   make_data();
-  test_csv_logger(true);
-  test_csv_logger(false);
-  test_csv_logger_resume();
-  test_csv_logger_io_error();
-  test_early_stopping_stops();
-  test_early_stopping_restores();
-  test_early_stopping_errors();
-  test_lr_scheduler();
+  int rc = CHECK_MAIN(argc, argv, cases);
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
-  return check_report();
+  return rc;
 }

@@ -340,19 +340,25 @@ static void test_nan_stops(void) {
   st_model_destroy(r);
 }
 
-int main(void) {
+static void test_resume_one_device(void) { test_resume(ST_STRATEGY_ONE_DEVICE); }
+static void test_resume_mirrored(void) { test_resume(ST_STRATEGY_MIRRORED); }
+static void test_preempt_one_device(void) { test_preempt(ST_STRATEGY_ONE_DEVICE); }
+static void test_preempt_mirrored(void) { test_preempt(ST_STRATEGY_MIRRORED); }
+static const check_case cases[] = {
+    CHECK_CASE(test_roundtrip_and_keep), CHECK_CASE(test_resume_one_device),
+    CHECK_CASE(test_resume_mirrored),    CHECK_CASE(test_preempt_one_device),
+    CHECK_CASE(test_preempt_mirrored),   CHECK_CASE(test_interrupted_writes),
+    CHECK_CASE(test_corruption),         CHECK_CASE(test_nan_stops)};
+
+int main(int argc, char **argv) {
   make_data();
   CHECK(mkdtemp(root) != NULL);
-  test_roundtrip_and_keep();
-  test_resume(ST_STRATEGY_ONE_DEVICE);
-  test_resume(ST_STRATEGY_MIRRORED);
-  test_preempt(ST_STRATEGY_ONE_DEVICE);
-  test_preempt(ST_STRATEGY_MIRRORED);
-  test_interrupted_writes();
-  test_corruption();
-  test_nan_stops();
+  int rc = CHECK_MAIN(argc, argv, cases);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", root);
-  CHECK(system(cmd) == 0);
-  return check_report();
+  if (system(cmd) != 0) {
+    fprintf(stderr, "could not remove %s\n", root);
+    rc = rc ? rc : 1;
+  }
+  return rc;
 }

@@ -395,17 +395,14 @@ static void test_repeat_determinism(void) {
   st_free(first);
 }
 
-int main(void) {
+static const check_case cases[] = {
+    CHECK_CASE(test_names),      CHECK_CASE(test_errors),         CHECK_CASE(test_barrier),
+    CHECK_CASE(test_all_reduce), CHECK_CASE(test_broadcast),      CHECK_CASE(test_all_gather),
+    CHECK_CASE(test_reduce_scatter), CHECK_CASE(test_sequence), CHECK_CASE(test_repeat_determinism)};
+
+int main(int argc, char **argv) {
   double t0 = st_now_seconds();
-  test_names();
-  test_errors();
-  test_barrier();
-  test_all_reduce();
-  test_broadcast();
-  test_all_gather();
-  test_reduce_scatter();
-  test_sequence();
-  test_repeat_determinism();
+  int rc = CHECK_MAIN(argc, argv, cases);
   fprintf(stderr, "test_collective: %.2f s\n", st_now_seconds() - t0);
-  return check_report();
+  return rc;
 }

@@ -143,7 +143,7 @@ static st_status identity_map(void *user, float *x, size_t xs, float *y, size_t 
 
 static void test_tensor_basics(void) {
   CHECK(st_dtype_size(ST_U8) == 1 && st_dtype_size(ST_F32) == 4 && st_dtype_size(ST_I32) == 4);
-  CHECK(strcmp(st_dtype_name(ST_U8), "uint8") == 0);
+  CHECK_STREQ(st_dtype_name(ST_U8), "uint8");
   st_tensor t = {ST_U8, 3, {2, 3, 4}, NULL};
   CHECK(st_tensor_count(&t) == 24);
   t.data = st_alloc(24);
@@ -162,9 +162,9 @@ static void test_slices(void) {
   px[0] = 99; /* copied: no effect */
   st_shape sh = st_dataset_x_shape(ds);
   CHECK(sh.rank == 2 && sh.dims[0] == 2 && sh.dims[1] == 3);
-  CHECK(st_dataset_y_size(ds) == 1);
-  CHECK(st_dataset_cardinality(ds) == 2);
-  CHECK(st_dataset_batch_size(ds) == 0);
+  CHECK_EQ(st_dataset_y_size(ds), 1);
+  CHECK_EQ(st_dataset_cardinality(ds), 2);
+  CHECK_EQ(st_dataset_batch_size(ds), 0);
   st_iterator *it = NULL;
   st_batch b;
   bool end = false;
@@ -173,10 +173,10 @@ static void test_slices(void) {
   CHECK(!end && b.size == 1);
   CHECK_NEAR(b.x[0], 0.0, 1e-7);
   CHECK_NEAR(b.x[5], 100.0 / 255, 1e-6);
-  CHECK(b.y[0] == 3.0f);
+  CHECK_EQ(b.y[0], 3.0f);
   CHECK_OK(st_iterator_next(it, &b, &end));
   CHECK_NEAR(b.x[0], 120.0 / 255, 1e-6);
-  CHECK(b.y[0] == 7.0f);
+  CHECK_EQ(b.y[0], 7.0f);
   CHECK_OK(st_iterator_next(it, &b, &end));
   CHECK(end);
   st_iterator_destroy(it);
@@ -188,7 +188,7 @@ static void test_slices(void) {
   CHECK_OK(st_dataset_from_tensor_slices(&x1, &y2, 2.0f, false, &ds));
   sh = st_dataset_x_shape(ds);
   CHECK(sh.rank == 1 && sh.dims[0] == 1);
-  CHECK(st_dataset_y_size(ds) == 2);
+  CHECK_EQ(st_dataset_y_size(ds), 2);
   CHECK_OK(st_dataset_iterate(ds, &it));
   CHECK_OK(st_iterator_next(it, &b, &end));
   CHECK(b.x[0] == 2.0f);
@@ -208,12 +208,12 @@ static int ids_a[4 * N], ids_b[4 * N];
 static void test_shuffle(void) {
   st_dataset *a = st_dataset_shuffle(seq_ds(N, g_x, g_y), N, 42, true);
   st_dataset *b = st_dataset_shuffle(seq_ds(N, g_x, g_y), N, 42, true);
-  CHECK(st_dataset_cardinality(a) == N);
-  CHECK(collect(a, ids_a, N, NULL, NULL) == N);
-  CHECK(collect(b, ids_b, N, NULL, NULL) == N);
+  CHECK_EQ(st_dataset_cardinality(a), N);
+  CHECK_EQ(collect(a, ids_a, N, NULL, NULL), N);
+  CHECK_EQ(collect(b, ids_b, N, NULL, NULL), N);
   CHECK(is_perm(ids_a, N) && !is_identity(ids_a, N));
   CHECK(memcmp(ids_a, ids_b, sizeof(int) * N) == 0); /* same seed, same epoch */
-  CHECK(collect(a, ids_b, N, NULL, NULL) == N);       /* epoch 1 */
+  CHECK_EQ(collect(a, ids_b, N, NULL, NULL), N);       /* epoch 1 */
   CHECK(is_perm(ids_b, N));
   CHECK(memcmp(ids_a, ids_b, sizeof(int) * N) != 0);
   st_dataset_destroy(a);
@@ -240,8 +240,8 @@ static void test_shuffle_paths(void) {
     st_dataset *gen = st_dataset_shuffle(
         st_dataset_map(seq_ds(N, g_x, g_y), identity_map, NULL), bufs[i], 7, true);
     for (int epoch = 0; epoch < 2; epoch++) {
-      CHECK(collect(fast, ids_a, N, NULL, NULL) == N);
-      CHECK(collect(gen, ids_b, N, NULL, NULL) == N);
+      CHECK_EQ(collect(fast, ids_a, N, NULL, NULL), N);
+      CHECK_EQ(collect(gen, ids_b, N, NULL, NULL), N);
       CHECK(is_perm(ids_a, N));
       CHECK(memcmp(ids_a, ids_b, sizeof(int) * N) == 0);
       CHECK(bufs[i] == 1 ? is_identity(ids_a, N) : !is_identity(ids_a, N));
@@ -261,9 +261,9 @@ static void test_shuffle_paths(void) {
       v[g] = st_dataset_shuffle(d, i == 2 ? 7 : N, 21, true);
     }
     int want = i == 0 ? 700 : i == 1 ? 330 : 120;
-    CHECK(st_dataset_cardinality(v[0]) == want);
-    CHECK(collect(v[0], ids_a, N, NULL, NULL) == want);
-    CHECK(collect(v[1], ids_b, N, NULL, NULL) == want);
+    CHECK_EQ(st_dataset_cardinality(v[0]), want);
+    CHECK_EQ(collect(v[0], ids_a, N, NULL, NULL), want);
+    CHECK_EQ(collect(v[1], ids_b, N, NULL, NULL), want);
     CHECK(memcmp(ids_a, ids_b, sizeof(int) * (size_t)want) == 0);
     int lo = i == 0 ? 100 : i == 1 ? 12 : 21, step = i == 0 ? 1 : i == 1 ? 3 : 4;
     int seen[N] = {0};
@@ -287,7 +287,7 @@ static void test_shuffle_paths(void) {
   s = st_dataset_shuffle(st_dataset_batch(seq_ds(10, g_x, g_y), 4, false), 5, 3, true);
   int sizes[8], nb = 0;
   CHECK(collect(s, ids_a, N, sizes, &nb) == 10 && nb == 3);
-  CHECK(sizes[0] + sizes[1] + sizes[2] == 10);
+  CHECK_EQ(sizes[0] + sizes[1] + sizes[2], 10);
   st_dataset_destroy(s);
 }
 
@@ -295,13 +295,13 @@ static void test_batch(void) {
   int sizes[8], nb = 0;
   st_dataset *d = st_dataset_batch(seq_ds(10, g_x, g_y), 4, false);
   CHECK(st_dataset_cardinality(d) == 3 && st_dataset_batch_size(d) == 4);
-  CHECK(collect(d, ids_a, N, sizes, &nb) == 10);
+  CHECK_EQ(collect(d, ids_a, N, sizes, &nb), 10);
   CHECK(nb == 3 && sizes[0] == 4 && sizes[1] == 4 && sizes[2] == 2);
   CHECK(is_identity(ids_a, 10));
   st_dataset_destroy(d);
   d = st_dataset_batch(seq_ds(10, g_x, g_y), 4, true);
-  CHECK(st_dataset_cardinality(d) == 2);
-  CHECK(collect(d, ids_a, N, sizes, &nb) == 8);
+  CHECK_EQ(st_dataset_cardinality(d), 2);
+  CHECK_EQ(collect(d, ids_a, N, sizes, &nb), 8);
   CHECK(nb == 2 && sizes[0] == 4 && sizes[1] == 4);
   /* a transform that fails destroys its input (ASan checks the leak) */
   CHECK(st_dataset_batch(d, 2, false) == NULL);
@@ -314,19 +314,19 @@ static void test_batch(void) {
 
 static void test_counts(void) {
   st_dataset *d = st_dataset_repeat(seq_ds(10, g_x, g_y), 3);
-  CHECK(st_dataset_cardinality(d) == 30);
-  CHECK(collect(d, ids_a, 4 * N, NULL, NULL) == 30);
+  CHECK_EQ(st_dataset_cardinality(d), 30);
+  CHECK_EQ(collect(d, ids_a, 4 * N, NULL, NULL), 30);
   CHECK(ids_a[10] == 0 && ids_a[29] == 9);
   st_dataset_destroy(d);
   d = st_dataset_take(st_dataset_repeat(seq_ds(10, g_x, g_y), -1), 25);
-  CHECK(st_dataset_cardinality(d) == 25);
-  CHECK(collect(d, ids_a, N, NULL, NULL) == 25);
+  CHECK_EQ(st_dataset_cardinality(d), 25);
+  CHECK_EQ(collect(d, ids_a, N, NULL, NULL), 25);
   st_dataset_destroy(d);
   d = st_dataset_repeat(seq_ds(10, g_x, g_y), -1);
-  CHECK(st_dataset_cardinality(d) == -1);
+  CHECK_EQ(st_dataset_cardinality(d), -1);
   st_dataset_destroy(d);
   d = st_dataset_skip(seq_ds(10, g_x, g_y), 3);
-  CHECK(st_dataset_cardinality(d) == 7);
+  CHECK_EQ(st_dataset_cardinality(d), 7);
   CHECK(collect(d, ids_a, N, NULL, NULL) == 7 && ids_a[0] == 3);
   st_dataset_destroy(d);
   struct { int64_t n; bool take; int64_t want; } cases[] = {
@@ -334,8 +334,8 @@ static void test_counts(void) {
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     d = cases[i].take ? st_dataset_take(seq_ds(10, g_x, g_y), cases[i].n)
                       : st_dataset_skip(seq_ds(10, g_x, g_y), cases[i].n);
-    CHECK(st_dataset_cardinality(d) == cases[i].want);
-    CHECK(collect(d, ids_a, N, NULL, NULL) == cases[i].want);
+    CHECK_EQ(st_dataset_cardinality(d), cases[i].want);
+    CHECK_EQ(collect(d, ids_a, N, NULL, NULL), cases[i].want);
     st_dataset_destroy(d);
   }
   d = st_dataset_repeat(seq_ds(10, g_x, g_y), 0);
@@ -343,11 +343,11 @@ static void test_counts(void) {
   st_dataset_destroy(d);
   /* repeat of an empty dataset forever ends */
   d = st_dataset_repeat(st_dataset_take(seq_ds(10, g_x, g_y), 0), -1);
-  CHECK(collect(d, ids_a, N, NULL, NULL) == 0);
+  CHECK_EQ(collect(d, ids_a, N, NULL, NULL), 0);
   st_dataset_destroy(d);
   /* repeat reshuffles each repetition */
   d = st_dataset_repeat(st_dataset_shuffle(seq_ds(N, g_x, g_y), N, 5, true), 2);
-  CHECK(collect(d, ids_a, 4 * N, NULL, NULL) == 2 * N);
+  CHECK_EQ(collect(d, ids_a, 4 * N, NULL, NULL), 2 * N);
   CHECK(is_perm(ids_a, N) && is_perm(ids_a + N, N));
   CHECK(memcmp(ids_a, ids_a + N, sizeof(int) * N) != 0);
   st_dataset_destroy(d);
@@ -364,7 +364,7 @@ static void test_shard(void) {
   int64_t want_card[S] = {4, 3, 3};
   for (int i = 0; i < S; i++) {
     st_dataset *d = st_dataset_shard(seq_ds(M, g_x, g_y), S, i);
-    CHECK(st_dataset_cardinality(d) == want_card[i]);
+    CHECK_EQ(st_dataset_cardinality(d), want_card[i]);
     int n = collect(d, ids_a, N, NULL, NULL);
     CHECK(n == want_card[i]);
     for (int k = 0; k < n; k++) {
@@ -409,7 +409,7 @@ static st_status add_map(void *user, float *x, size_t xs, float *y, size_t ys) {
 static void test_map(void) {
   map_state m = {0, -1};
   st_dataset *d = st_dataset_batch(st_dataset_map(seq_ds(10, g_x, g_y), add_map, &m), 4, false);
-  CHECK(collect(d, ids_a, N, NULL, NULL) == 10); /* collect checks y == 10 x, x1 == -x0 */
+  CHECK_EQ(collect(d, ids_a, N, NULL, NULL), 10); /* collect checks y == 10 x, x1 == -x0 */
   CHECK(m.calls == 10);
   CHECK(ids_a[3] == 6);
   st_dataset_destroy(d);
@@ -421,13 +421,13 @@ static void test_map(void) {
   /* a failing callback stops the pass with its error, also through shuffle */
   m = (map_state){0, 3};
   d = st_dataset_map(seq_ds(10, g_x, g_y), add_map, &m);
-  CHECK(collect(d, ids_a, N, NULL, NULL) == -1);
+  CHECK_EQ(collect(d, ids_a, N, NULL, NULL), -1);
   CHECK(has("element refused"));
   st_dataset_destroy(d);
   for (int fail_at = 2; fail_at <= 7; fail_at += 5) {
     m = (map_state){0, fail_at};
     d = st_dataset_shuffle(st_dataset_map(seq_ds(10, g_x, g_y), add_map, &m), 5, 1, true);
-    CHECK(collect(d, ids_a, N, NULL, NULL) == -1);
+    CHECK_EQ(collect(d, ids_a, N, NULL, NULL), -1);
     CHECK(has("element refused"));
     st_dataset_destroy(d);
   }
@@ -441,8 +441,8 @@ static void test_prefetch(void) {
   CHECK(st_dataset_cardinality(pre) == 32 && st_dataset_batch_size(pre) == 32);
   for (int epoch = 0; epoch < 3; epoch++) {
     int sa[64], sb[64], na, nb;
-    CHECK(collect(plain, ids_a, N, sa, &na) == N);
-    CHECK(collect(pre, ids_b, N, sb, &nb) == N);
+    CHECK_EQ(collect(plain, ids_a, N, sa, &na), N);
+    CHECK_EQ(collect(pre, ids_b, N, sb, &nb), N);
     CHECK(na == nb && memcmp(sa, sb, sizeof(int) * (size_t)na) == 0);
     CHECK(memcmp(ids_a, ids_b, sizeof(int) * N) == 0);
   }
@@ -473,7 +473,7 @@ static void test_prefetch(void) {
   map_state m = {0, 5};
   pre = st_dataset_prefetch(st_dataset_map(seq_ds(10, g_x, g_y), add_map, &m), 4);
   st_clear_error();
-  CHECK(collect(pre, ids_a, N, NULL, NULL) == -1);
+  CHECK_EQ(collect(pre, ids_a, N, NULL, NULL), -1);
   CHECK(has("element refused"));
   CHECK(ids_a[4] == 8);
   st_dataset_destroy(pre);
@@ -775,7 +775,7 @@ static void test_fashion_mnist(void) {
   st_dataset *ds = NULL;
   CHECK_OK(st_dataset_from_tensor_slices(&m.train_x, &m.train_y, 1.0f / 255, false, &ds));
   ds = st_dataset_batch(st_dataset_shuffle(ds, 60000, 1, true), 128, false);
-  CHECK(st_dataset_cardinality(ds) == 469);
+  CHECK_EQ(st_dataset_cardinality(ds), 469);
   int64_t n = 0;
   double best = 1e9;
   for (int e = 0; e < 3; e++) {
@@ -793,28 +793,21 @@ static void test_fashion_mnist(void) {
   st_mnist_free(&m);
 }
 
-int main(void) {
+static const check_case cases[] = {
+    CHECK_CASE(test_tensor_basics), CHECK_CASE(test_slices),    CHECK_CASE(test_shuffle),
+    CHECK_CASE(test_shuffle_paths), CHECK_CASE(test_batch),     CHECK_CASE(test_counts),
+    CHECK_CASE(test_shard),         CHECK_CASE(test_map),       CHECK_CASE(test_prefetch),
+    CHECK_CASE(test_idx_forged),    CHECK_CASE(test_idx_roundtrip), CHECK_CASE(test_idx_bad),
+    CHECK_CASE(test_mnist_dir),     CHECK_CASE(test_csv_good),  CHECK_CASE(test_csv_bad),
+    CHECK_CASE(test_fashion_mnist)};
+
+int main(int argc, char **argv) {
   snprintf(g_dir, sizeof g_dir, "/tmp/strata_test_data_XXXXXX");
   if (!mkdtemp(g_dir)) {
     perror("mkdtemp");
     return 1;
   }
-  test_tensor_basics();
-  test_slices();
-  test_shuffle();
-  test_shuffle_paths();
-  test_batch();
-  test_counts();
-  test_shard();
-  test_map();
-  test_prefetch();
-  test_idx_forged();
-  test_idx_roundtrip();
-  test_idx_bad();
-  test_mnist_dir();
-  test_csv_good();
-  test_csv_bad();
-  test_fashion_mnist();
+  int rc = CHECK_MAIN(argc, argv, cases);
   rm_tree(g_dir);
-  return check_report();
+  return rc;
 }

@@ -8,6 +8,7 @@
 
 #include "check.h"
 #include "fuzz/checkpoint_fuzz.c"
+#include "fuzz/cli_args_fuzz.c"
 #include "fuzz/csv_fuzz.c"
 #include "fuzz/idx_fuzz.c"
 #include "fuzz/keras_json_fuzz.c"
@@ -24,6 +25,7 @@ static const fuzz_target targets[] = {
     {"keras_json_fuzz", st_fuzz_keras_json},
     {"safetensors_fuzz", st_fuzz_safetensors},
     {"checkpoint_fuzz", st_fuzz_checkpoint},
+    {"cli_args_fuzz", st_fuzz_cli_args},
 };
 
 static int by_name(const void *a, const void *b) {
@@ -63,7 +65,8 @@ static int replay_dir(const char *dir, const fuzz_target *t) {
   return count;
 }
 
-int main(void) {
+/* Every target's seed corpus and regression inputs. */
+static void test_replay(void) {
   const char *src = getenv("STRATA_SOURCE_DIR");
   if (!src) src = ".";
   int total = 0;
@@ -78,5 +81,7 @@ int main(void) {
     total += seeds + regs;
   }
   CHECK(total > 0);
-  return check_report();
 }
+static const check_case cases[] = {CHECK_CASE(test_replay)};
+
+int main(int argc, char **argv) { return CHECK_MAIN(argc, argv, cases); }

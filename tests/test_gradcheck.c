@@ -520,28 +520,29 @@ static void test_adam_first_step(void) {
   CHECK_NEAR(p[1], 1.01, 1e-5);
 }
 
-int main(void) {
-  be = st_backend_reference();
+static void test_backend_get(void) {
   const st_backend *got = NULL;
   CHECK_OK(st_backend_get("reference", &got));
   CHECK(got == be);
   CHECK(st_backend_get("cuda", &got) == ST_ERR_NOT_BUILT);
   CHECK(st_backend_get("tpu", &got) == ST_ERR_INVALID);
-  test_dense();
-  test_conv2d();
-  test_pool();
-  test_simple_layers();
-  test_batchnorm_grad();
-  test_conv_direct();
-  test_batchnorm_forward();
-  test_maxpool_ties();
-  test_relu_pool_fold();
+}
+static void test_dy_kept(void) {
   check_dy_kept("dense relu", st_dense(4, ST_ACT_RELU), st_shape1(5));
   check_dy_kept("dense gelu", st_dense(4, ST_ACT_GELU), st_shape1(5));
   check_dy_kept("conv relu", st_conv2d(2, 3, ST_ACT_RELU), st_shape3(5, 5, 2));
-  test_conv_blocks();
-  test_losses();
-  test_loss_consistency();
-  test_adam_first_step();
-  return check_report();
+}
+static const check_case cases[] = {
+    CHECK_CASE(test_backend_get),     CHECK_CASE(test_dense),
+    CHECK_CASE(test_conv2d),          CHECK_CASE(test_pool),
+    CHECK_CASE(test_simple_layers),   CHECK_CASE(test_batchnorm_grad),
+    CHECK_CASE(test_conv_direct),     CHECK_CASE(test_batchnorm_forward),
+    CHECK_CASE(test_maxpool_ties),    CHECK_CASE(test_relu_pool_fold),
+    CHECK_CASE(test_dy_kept),         CHECK_CASE(test_conv_blocks),
+    CHECK_CASE(test_losses),          CHECK_CASE(test_loss_consistency),
+    CHECK_CASE(test_adam_first_step)};
+
+int main(int argc, char **argv) {
+  be = st_backend_reference();
+  return CHECK_MAIN(argc, argv, cases);
 }

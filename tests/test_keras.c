@@ -310,20 +310,19 @@ static void cleanup_tmp(void) {
   rmdir(g_tmp);
 }
 
-int main(void) {
+static const check_case cases[] = {
+    CHECK_CASE(test_cnn),       CHECK_CASE(test_mlp),               CHECK_CASE(test_mixed),
+    CHECK_CASE(test_bad_fixtures), CHECK_CASE(test_generated), CHECK_CASE(test_generated_options),
+    CHECK_CASE(test_limits)};
+
+int main(int argc, char **argv) {
   const char *src = getenv("STRATA_SOURCE_DIR");
   snprintf(g_dir, sizeof g_dir, "%s/tests/keras", src ? src : ".");
   if (access(g_dir, R_OK) != 0) check_skip("tests/keras not found (set STRATA_SOURCE_DIR)");
   const char *tmp = getenv("TMPDIR");
   snprintf(g_tmp, sizeof g_tmp, "%s/strata_keras_XXXXXX", tmp ? tmp : "/tmp");
   if (!mkdtemp(g_tmp)) check_skip("cannot create a temporary directory");
-  test_cnn();
-  test_mlp();
-  test_mixed();
-  test_bad_fixtures();
-  test_generated();
-  test_generated_options();
-  test_limits();
+  int rc = CHECK_MAIN(argc, argv, cases);
   cleanup_tmp();
-  return check_report();
+  return rc;
 }

@@ -617,7 +617,8 @@ static void run_backend(const st_backend *be) {
   }
 }
 
-int main(void) {
+/* Every kernel of every built backend against the reference. */
+static void test_backends(void) {
   for (size_t b = 0; b < sizeof k_backends / sizeof k_backends[0]; b++) {
     const st_backend *be = NULL;
     st_status s = st_backend_get(k_backends[b], &be);
@@ -628,7 +629,9 @@ int main(void) {
     CHECK_OK(s);
     if (s == ST_OK) run_backend(be);
   }
-  /* the baseline build of the hand-dispatched kernels, where AVX-512 hid it */
+}
+/* the baseline build of the hand-dispatched kernels, where AVX-512 hid it */
+static void test_baseline_maxpool(void) {
   const st_backend *cpu = st_backend_cpu();
   st__cpu_baseline_kernels = true;
   ctx c = {.be = cpu, .ref = st_backend_reference(), .ok = true};
@@ -640,5 +643,7 @@ int main(void) {
   CHECK_MSG(c.ok, "cpu baseline kernels: maxpool: %s", c.note);
   st__cpu_baseline_kernels = false;
   fflush(stdout);
-  return check_report();
 }
+static const check_case cases[] = {CHECK_CASE(test_backends), CHECK_CASE(test_baseline_maxpool)};
+
+int main(int argc, char **argv) { return CHECK_MAIN(argc, argv, cases); }

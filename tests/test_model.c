@@ -208,10 +208,11 @@ static void test_state_and_errors(void) {
   st_model_destroy(cm);
 }
 
-int main(void) {
+static const check_case cases[] = {CHECK_CASE(test_fit_predict_evaluate),
+                                   CHECK_CASE(test_split_equivalence),
+                                   CHECK_CASE(test_state_and_errors)};
+
+int main(int argc, char **argv) {
   make_data();
-  test_fit_predict_evaluate();
-  test_split_equivalence();
-  test_state_and_errors();
-  return check_report();
+  return CHECK_MAIN(argc, argv, cases);
 }

@@ -98,7 +98,7 @@ static void test_hierarchical(st_collective *net) {
   st__collective_destroy(h);
 }
 
-static int relaunch(char **argv) {
+static int relaunch(int argc, char **argv) {
   if (system("command -v mpirun >/dev/null 2>&1") != 0) {
     printf("SKIP: mpirun not found (apt-get install openmpi-bin libopenmpi-dev)\n");
     return 77;
@@ -122,24 +122,30 @@ static int relaunch(char **argv) {
     setenv("TSAN_OPTIONS", v, 1);
   }
   char cmd[4096];
-  snprintf(cmd, sizeof cmd, "timeout 120 mpirun -np 3 %s", argv[0]);
+  int len = snprintf(cmd, sizeof cmd, "timeout 120 mpirun -np 3 %s", argv[0]);
+  for (int a = 1; a < argc && len < (int)sizeof cmd; a++) /* case names: identifiers */
+    len += snprintf(cmd + len, sizeof cmd - (size_t)len, " '%s'", argv[a]);
   int rc = system(cmd);
   return rc == 0 ? 0 : 1;
 }
 
+static st_collective *g_coll; /* the MPI transport of this rank (main) */
+static void test_process_ops_mpi(void) { test_process_ops(g_coll); }
+static void test_hierarchical_mpi(void) { test_hierarchical(g_coll); }
+static const check_case cases[] = {CHECK_CASE(test_process_ops_mpi),
+                                   CHECK_CASE(test_hierarchical_mpi)};
+
+/* Outside mpirun: relaunches itself (with the case names) under mpirun -np 3. */
 int main(int argc, char **argv) {
-  (void)argc;
-  if (!getenv("OMPI_COMM_WORLD_SIZE")) return relaunch(argv);
+  if (argc == 2 && !strcmp(argv[1], "--list")) return CHECK_MAIN(argc, argv, cases);
+  if (!getenv("OMPI_COMM_WORLD_SIZE")) return relaunch(argc, argv);
   int rank = 0, size = 1;
   CHECK_OK(st__mpi_world(&rank, &size));
   CHECK(size == 3);
-  st_collective *c = NULL;
-  CHECK_OK(st__collective_mpi_create(30.0, NULL, &c));
-  if (c) {
-    CHECK(c->self == rank && c->size == size);
-    test_process_ops(c);
-    test_hierarchical(c);
-    st__collective_destroy(c);
-  }
-  return check_report();
+  CHECK_OK(st__collective_mpi_create(30.0, NULL, &g_coll));
+  if (!g_coll) return check_report();
+  CHECK(g_coll->self == rank && g_coll->size == size);
+  int rc = CHECK_MAIN(argc, argv, cases);
+  st__collective_destroy(g_coll);
+  return rc;
 }

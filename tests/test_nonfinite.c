@@ -182,17 +182,18 @@ static void test_mnist(void) {
   st_mnist_free(&m);
 }
 
-int main(void) {
+static const check_case cases[] = {CHECK_CASE(test_idx), CHECK_CASE(test_csv),
+                                   CHECK_CASE(test_mnist)};
+
+int main(int argc, char **argv) {
   snprintf(g_dir, sizeof g_dir, "/tmp/strata_test_nonfinite_XXXXXX");
   if (!mkdtemp(g_dir)) {
     perror("mkdtemp");
     return 1;
   }
-  test_idx();
-  test_csv();
-  test_mnist();
+  int rc = CHECK_MAIN(argc, argv, cases);
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
-  return check_report();
+  return rc;
 }

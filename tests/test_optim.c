@@ -302,13 +302,9 @@ static void test_metrics(void) {
                           sparse_y) == 0);
 }
 
-int main(void) {
-  test_sgd();
-  test_adam();
-  test_rmsprop();
-  test_optimizer_schedule_and_names();
-  test_names();
-  test_schedules();
-  test_metrics();
-  return check_report();
-}
+static const check_case cases[] = {
+    CHECK_CASE(test_sgd),   CHECK_CASE(test_adam),      CHECK_CASE(test_rmsprop),
+    CHECK_CASE(test_optimizer_schedule_and_names),      CHECK_CASE(test_names),
+    CHECK_CASE(test_schedules), CHECK_CASE(test_metrics)};
+
+int main(int argc, char **argv) { return CHECK_MAIN(argc, argv, cases); }

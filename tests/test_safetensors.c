@@ -342,16 +342,15 @@ static void remove_dir(void) {
   rmdir(g_dir);
 }
 
-int main(void) {
+static const check_case cases[] = {
+    CHECK_CASE(test_round_trip), CHECK_CASE(test_metadata_and_layout), CHECK_CASE(test_write_errors),
+    CHECK_CASE(test_truncation), CHECK_CASE(test_bad_headers),         CHECK_CASE(test_bit_flips)};
+
+int main(int argc, char **argv) {
   snprintf(g_dir, sizeof g_dir, "/tmp/strata_st_XXXXXX");
   if (!mkdtemp(g_dir)) check_skip("mkdtemp failed");
   make_tensors();
-  test_round_trip();
-  test_metadata_and_layout();
-  test_write_errors();
-  test_truncation();
-  test_bad_headers();
-  test_bit_flips();
+  int rc = CHECK_MAIN(argc, argv, cases);
   remove_dir();
-  return check_report();
+  return rc;
 }

@@ -358,6 +358,45 @@ static void test_options(void) {
   CHECK(st_strategy_create(&so, &s) == ST_ERR_NOT_BUILT);
 }
 
+/* "cpu:0,cpu:1,...": n entries (a heap string; the caller frees it). */
+static char *device_list(int n) {
+  char *list = malloc((size_t)n * 12 + 1), *p = list;
+  for (int i = 0; list && i < n; i++) p += sprintf(p, "%scpu:%d", i ? "," : "", i);
+  return list;
+}
+
+/* Over ST_MAX_REPLICAS devices or replicas: ST_ERR_INVALID naming the count
+ * and the limit, nothing created; 100,000 entries are counted, not walked
+ * quadratically. At the limit: created. */
+static void test_limits(void) {
+  static const int counts[] = {ST_MAX_REPLICAS + 1, 70, 1000, 100000};
+  st_strategy_options so = st_strategy_default_options(ST_STRATEGY_MIRRORED);
+  for (size_t k = 0; k < sizeof counts / sizeof *counts; k++) {
+    char *list = device_list(counts[k]), want[64];
+    st_strategy *s = (st_strategy *)&so; /* must come back NULL */
+    so.devices = list;
+    snprintf(want, sizeof want, "%d devices given, at most %d (ST_MAX_REPLICAS)", counts[k],
+             ST_MAX_REPLICAS);
+    CHECK(st_strategy_create(&so, &s) == ST_ERR_INVALID);
+    CHECK_MSG(strstr(st_last_error(), want) != NULL, "'%s'", st_last_error());
+    CHECK(s == NULL);
+    free(list);
+  }
+  char *list = device_list(ST_MAX_REPLICAS);
+  st_strategy *s = NULL;
+  so.devices = list;
+  CHECK_OK(st_strategy_create(&so, &s));
+  CHECK(st_strategy_num_replicas_in_sync(s) == ST_MAX_REPLICAS);
+  st_strategy_destroy(s);
+  free(list);
+  so.devices = NULL;
+  so.replicas = ST_MAX_REPLICAS + 1;
+  s = (st_strategy *)&so;
+  CHECK(st_strategy_create(&so, &s) == ST_ERR_INVALID && s == NULL);
+  CHECK_MSG(strstr(st_last_error(), "65 replicas given, at most 64 (ST_MAX_REPLICAS)") != NULL,
+            "'%s'", st_last_error());
+}
+
 /* A map that fails on its `fail_at`-th call (counting from 0). */
 typedef struct failing_map {
   int calls, fail_at;
@@ -400,9 +439,9 @@ static bool test_pipeline_error(run r) {
   return f.failed_elsewhere;
 }
 
-int main(void) {
-  make_data();
-  /* which thread takes the next batch is a race: try until a worker did */
+/* An input pipeline error: fits until a worker thread assembled the failing
+ * batch (which thread takes the next batch is a race), then the other runs. */
+static void test_pipeline_errors(void) {
   int on_worker = 0, tries = 0;
   for (; tries < 20 && !on_worker; tries++)
     on_worker += test_pipeline_error((run){ST_STRATEGY_ONE_DEVICE, 2, 0, false});
@@ -410,18 +449,31 @@ int main(void) {
          on_worker, tries);
   test_pipeline_error((run){ST_STRATEGY_ONE_DEVICE, 1, 0, false});
   test_pipeline_error((run){ST_STRATEGY_MIRRORED, 2, 0, false});
-  test_equivalence("mlp");
-  test_equivalence("cnn");
-  test_uneven_and_copies();
-  test_packs();
+}
+static void test_equivalence_mlp(void) { test_equivalence("mlp"); }
+static void test_equivalence_cnn(void) { test_equivalence("cnn"); }
+static void test_custom_loops(void) {
   test_custom_loop((run){ST_STRATEGY_MIRRORED, 2, 0, false});
   test_custom_loop((run){ST_STRATEGY_MIRRORED, 3, 0, false});
   test_custom_loop((run){ST_STRATEGY_CENTRAL_STORAGE, 2, 0, false});
   test_custom_loop((run){ST_STRATEGY_ONE_DEVICE, 1, 0, false});
+}
+static void test_batchnorms(void) {
   test_batchnorm(ST_STRATEGY_MIRRORED);
   test_batchnorm(ST_STRATEGY_CENTRAL_STORAGE);
+}
+static void test_sync_batchnorms(void) {
   test_sync_batchnorm(256, 64, 2);
   test_sync_batchnorm(20, 2, 3); /* one replica's slice is always empty */
-  test_options();
-  return check_report();
+}
+static const check_case cases[] = {
+    CHECK_CASE(test_pipeline_errors), CHECK_CASE(test_equivalence_mlp),
+    CHECK_CASE(test_equivalence_cnn), CHECK_CASE(test_uneven_and_copies),
+    CHECK_CASE(test_packs),           CHECK_CASE(test_custom_loops),
+    CHECK_CASE(test_batchnorms),      CHECK_CASE(test_sync_batchnorms),
+    CHECK_CASE(test_options),         CHECK_CASE(test_limits)};
+
+int main(int argc, char **argv) {
+  make_data();
+  return CHECK_MAIN(argc, argv, cases);
 }

@@ -310,10 +310,11 @@ static void check_open_errors(const char *tmp) {
   CHECK(st_tensorboard_open("", &tb) == ST_ERR_INVALID);
 }
 
-int main(void) {
-  test_crc();
+/* The API's and the callback's event files read back by tests/tb_decode.py
+ * (an independent decoder), then corruption and open errors. */
+static void test_decoded(void) {
   if (access(PYTHON, X_OK) != 0) {
-    if (check_failures_) return check_report();
+    if (check_failures_) return;
     check_skip(PYTHON " not found: cannot run the independent decoder tests/tb_decode.py");
   }
   char tmp[] = "/tmp/strata_tb_XXXXXX", dir_api[256], dir_cb[256], file[4096];
@@ -342,5 +343,7 @@ int main(void) {
   char cmd[512];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
   CHECK(system(cmd) == 0);
-  return check_report();
 }
+static const check_case cases[] = {CHECK_CASE(test_crc), CHECK_CASE(test_decoded)};
+
+int main(int argc, char **argv) { return CHECK_MAIN(argc, argv, cases); }

@@ -105,7 +105,7 @@ static bool parse_train(const cli_opt *o, train_cfg *c) {
   if ((v = cli_get(o, NTRAIN, "--batch-size")) && !cli_int(cmd, "--batch-size", v, 1, 1 << 20, &c->batch)) return false;
   if ((v = cli_get(o, NTRAIN, "--seed")) && !cli_int(cmd, "--seed", v, 0, 0x7fffffffL, &c->seed)) return false;
   if ((v = cli_get(o, NTRAIN, "--threads")) && !cli_int(cmd, "--threads", v, 1, 1024, &c->threads)) return false;
-  if ((v = cli_get(o, NTRAIN, "--replicas")) && !cli_int(cmd, "--replicas", v, 1, 64, &c->replicas)) return false;
+  if ((v = cli_get(o, NTRAIN, "--replicas")) && !cli_int(cmd, "--replicas", v, 1, ST_MAX_REPLICAS, &c->replicas)) return false;
   c->devices = cli_get(o, NTRAIN, "--devices");
   c->cross_ops = cli_get(o, NTRAIN, "--cross-device-ops");
   c->bytes_per_pack = -1;

@@ -37,6 +37,15 @@ typedef enum st_auto_shard {
 st_status st_auto_shard_parse(const char *name, st_auto_shard *out); /* "auto", "data", ... */
 #define ST_DEFAULT_COLLECTIVE_TIMEOUT 300.0
 
+/* Limits, checked by st_strategy_create (more is ST_ERR_INVALID naming the
+ * option, the count given and the limit). ST_MAX_REPLICAS: local replicas of
+ * one process (`devices` entries or `replicas`; one replica per core is capped
+ * there; one_device's compute threads too). ST_MAX_WORKERS: processes of a
+ * multi_worker_mirrored job (the MPI world size). Per-replica and per-worker
+ * tables inside Strata are sized by them. */
+#define ST_MAX_REPLICAS 64
+#define ST_MAX_WORKERS 64
+
 typedef struct st_strategy_options {
   st_strategy_kind kind;
   const char *device;   /* one_device: "cpu:0" (default) */

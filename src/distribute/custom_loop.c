@@ -18,7 +18,7 @@ struct st_replica_context {
 };
 
 typedef struct run_state {
-  st_replica_context ctx[64];
+  st_replica_context ctx[ST_MAX_REPLICAS];
 } run_state;
 
 static void run_task(void *arg, int i) {

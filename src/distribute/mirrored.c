@@ -18,12 +18,12 @@ typedef struct mirrored {
   st_replica_group *g;
   st_collective *coll; /* = g->coll */
   st_reducer *red;      /* gradient buckets and their all-reduce */
-  float *slots[64][4]; /* replica i's optimizer slots; [0] = the model's */
+  float *slots[ST_MAX_REPLICAS][4]; /* replica i's optimizer slots; [0] = the model's */
   /* the current step's arguments, read by the replica tasks */
   const st_batch *b;
   int global;          /* examples in the global batch (loss scale) */
-  st_step_stats stats[64];
-  st_error_slot status[64]; /* replica i's failure, message included */
+  st_step_stats stats[ST_MAX_REPLICAS];
+  st_error_slot status[ST_MAX_REPLICAS]; /* replica i's failure, message included */
 } mirrored;
 
 static void free_impl(const st_backend *be, mirrored *mi) {
@@ -81,7 +81,7 @@ st_status st__mirrored_attach(st_strategy *s, st_model *m, st_collective *net_gr
   if (st == ST_OK) mi->coll = mi->g->coll;
   if (st == ST_OK) st = alloc_slots(m, mi);
   if (st == ST_OK) {
-    float *grads[64];
+    float *grads[ST_MAX_REPLICAS];
     for (int i = 0; i < mi->g->n; i++) grads[i] = mi->g->reps[i]->grads;
     st = st__reducer_create(m, mi->g->n, grads, s->opts.bytes_per_pack, !s->opts.no_overlap,
                             (st_cross_device_ops)s->cross_device_ops, net_reducer, &mi->red);

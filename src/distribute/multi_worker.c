@@ -219,7 +219,7 @@ static st_status describe_difference(struct st_cluster *c, const st_model *m, in
                                      size_t n) {
   enum { W = sizeof(item_desc) / sizeof(float) };
   int mine = model_items(m);
-  float counts[64], send = 0;
+  float counts[ST_MAX_WORKERS], send = 0;
   memcpy(&send, &mine, sizeof mine);
   st_status s = c->ctl->vt->all_gather(c->ctl, c->rank, &send, 1, counts);
   int nz = 0, ny = 0;
@@ -332,7 +332,7 @@ st_status st__strategy_agree(st_strategy *s, int have_size, bool stop_here, bool
     return ST_OK;
   }
   /* per worker: its batch size, then whether it was asked to stop */
-  float mine[2] = {(float)have_size, stop_here ? 1.0f : 0.0f}, all[2 * 64];
+  float mine[2] = {(float)have_size, stop_here ? 1.0f : 0.0f}, all[2 * ST_MAX_WORKERS];
   st_status st = c->ctl->vt->all_gather(c->ctl, c->rank, mine, 2, all);
   if (st != ST_OK) return st;
   *go = true;
@@ -382,7 +382,10 @@ static void shard(const struct st_cluster *c, const st_model *m, const st_batch 
 /* out += every worker's stats, added in rank order (the same on every worker). */
 static st_status gather_stats(struct st_cluster *c, const st_step_stats *mine, st_step_stats *out) {
   enum { NF = sizeof(st_step_stats) / sizeof(float) };
-  float send[NF], all[64 * NF];
+  _Static_assert(sizeof(st_step_stats) % sizeof(float) == 0, "exchanged as floats");
+  _Static_assert(ST_MAX_WORKERS * sizeof(st_step_stats) <= 64 * 1024,
+                 "every worker's stats fit on the stack");
+  float send[NF], all[ST_MAX_WORKERS * NF];
   memcpy(send, mine, sizeof *mine);
   st_status s = c->ctl->vt->all_gather(c->ctl, c->rank, send, NF, all);
   for (int r = 0; s == ST_OK && r < c->size; r++) {
@@ -480,8 +483,9 @@ st_status st__cluster_create(const st_strategy_options *o, struct st_cluster **o
   int rank = 0, size = 1;
   st_status s = st__mpi_world(&rank, &size);
   if (s != ST_OK) return st_error_prefix(s, "multi_worker_mirrored: ");
-  if (size > 64)
-    return st_error(ST_ERR_INVALID, "multi_worker_mirrored: %d workers (at most 64)", size);
+  if (size > ST_MAX_WORKERS)
+    return st_error(ST_ERR_INVALID, "multi_worker_mirrored: %d workers (processes) given, at most "
+                    "%d (ST_MAX_WORKERS)", size, ST_MAX_WORKERS);
   if (o->auto_shard < 0 || o->auto_shard >= ST_AUTO_SHARD_COUNT)
     return st_error(ST_ERR_INVALID, "multi_worker_mirrored: auto_shard %d out of range",
                     (int)o->auto_shard);

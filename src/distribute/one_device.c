@@ -14,7 +14,7 @@
 static int worker_count(const st_strategy *s, const st_model *m) {
   int n = s->opts.threads > 0 ? s->opts.threads : st__cpu_count();
   if (m->n_state > 0) return 1;
-  return n > 64 ? 64 : n;
+  return n > ST_MAX_REPLICAS ? ST_MAX_REPLICAS : n;
 }
 
 static st_status od_attach(st_strategy *s, st_model *m) {

@@ -27,7 +27,7 @@ struct st_reducer {
   st_bucket *buckets; /* [nb], in the order backward completes them */
   bool overlap;
   st_collective *coll; /* the communication threads' own collective */
-  rank_state ranks[64];
+  rank_state ranks[ST_MAX_REPLICAS];
 };
 
 /* Buckets from the last layer backwards; a bucket closes at a layer with

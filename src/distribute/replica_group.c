@@ -107,8 +107,9 @@ typedef struct pass {
   const st_batch *b;
   bool train;
   float *pred;
-  st_step_stats stats[64];
+  st_step_stats stats[ST_MAX_REPLICAS];
 } pass;
+_Static_assert(sizeof(pass) <= 64 * 1024, "a pass (every replica's stats) fits on the stack");
 
 static void slice_task(void *arg, int i) {
   pass *p = arg;
@@ -135,7 +136,7 @@ static void slice_task(void *arg, int i) {
 
 static st_status run_pass(pass *p, st_step_stats *out) {
   st_replica_group *g = p->g;
-  ST_ASSERT(g->n <= 64);
+  ST_ASSERT(g->n <= ST_MAX_REPLICAS);
   for (int i = 0; i < g->n; i++) {
     int start, count;
     st__split(p->b->size, g->n, i, &start, &count);

@@ -23,7 +23,7 @@ typedef struct st_replica_group {
   st_collective *coll;  /* the replicas' collective (threads; hierarchical over
                            net when there is one) */
   st_collective *net;   /* process transport (borrowed) or NULL: one process */
-  st_group_rank ranks[64]; /* reps[i]->all_reduce_ctx = &ranks[i] */
+  st_group_rank ranks[ST_MAX_REPLICAS]; /* reps[i]->all_reduce_ctx = &ranks[i] */
   bool must_run;        /* the model runs collectives: no replica may skip */
 } st_replica_group;
 

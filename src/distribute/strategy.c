@@ -76,14 +76,41 @@ static st_status count_devices(const char *list, int *n) {
   return ST_OK;
 }
 
+/* Entries of a device list as count_devices walks it (a trailing comma ends
+ * the list), in one pass over the string: size_t, so any length is safe. */
+static size_t count_entries(const char *list) {
+  size_t n = *list != '\0';
+  for (const char *p = list; (p = strchr(p, ',')) != NULL; p++) n += p[1] != '\0';
+  return n;
+}
+
+/* The one check of the local replica count against ST_MAX_REPLICAS (the
+ * per-replica tables are sized by it), before anything walks the list. */
+static st_status check_replica_limit(const st_strategy_options *o) {
+  if (o->devices) {
+    size_t n = count_entries(o->devices);
+    if (n > ST_MAX_REPLICAS)
+      return st_error(ST_ERR_INVALID, "devices '%.32s%s': %zu devices given, at most %d "
+                      "(ST_MAX_REPLICAS)", o->devices, strlen(o->devices) > 32 ? "..." : "",
+                      n, ST_MAX_REPLICAS);
+  }
+  if (o->replicas > ST_MAX_REPLICAS)
+    return st_error(ST_ERR_INVALID, "replicas: %d replicas given, at most %d (ST_MAX_REPLICAS)",
+                    o->replicas, ST_MAX_REPLICAS);
+  if (o->replicas < 0)
+    return st_error(ST_ERR_INVALID, "replicas: %d given, expected 1..%d (ST_MAX_REPLICAS; 0 = one "
+                    "per core)", o->replicas, ST_MAX_REPLICAS);
+  return ST_OK;
+}
+
 static st_status replica_count(const st_strategy_options *o, int *n) {
   if (o->devices && o->replicas)
     return st_error(ST_ERR_INVALID, "strategy: give devices or replicas, not both");
+  st_status s = check_replica_limit(o);
+  if (s != ST_OK) return s;
   if (o->devices) return count_devices(o->devices, n);
-  if (o->replicas < 0 || o->replicas > 64)
-    return st_error(ST_ERR_INVALID, "strategy: %d replicas (expected 1..64)", o->replicas);
   *n = o->replicas ? o->replicas : st__cpu_count();
-  if (*n > 64) *n = 64;
+  if (*n > ST_MAX_REPLICAS) *n = ST_MAX_REPLICAS;
   return ST_OK;
 }
 

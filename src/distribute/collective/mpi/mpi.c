@@ -316,8 +316,8 @@ static st_status mpi_all_reduce(st_collective *cc, int rank, float *buf, size_t 
   c->ops++;
   int me = c->base.self, size = c->base.size;
   if (size == 1 || n == 0) return ST_OK;
-  const float *send_to[64];
-  size_t send_len[64], lo[64];
+  const float *send_to[ST_MAX_WORKERS];
+  size_t send_len[ST_MAX_WORKERS], lo[ST_MAX_WORKERS];
   for (int j = 0; j < size; j++) {
     int start, count;
     st__split((int)n, size, j, &start, &count);
@@ -379,8 +379,8 @@ static st_status mpi_reduce_scatter(st_collective *cc, int rank, const float *se
     memmove(recv, send, n * sizeof(float));
     return ST_OK;
   }
-  const float *send_to[64];
-  size_t send_len[64];
+  const float *send_to[ST_MAX_WORKERS];
+  size_t send_len[ST_MAX_WORKERS];
   for (int j = 0; j < size; j++) send_to[j] = send + (size_t)j * n, send_len[j] = n;
   st_status s = gather_and_sum(c, OP_REDUCE_SCATTER, send + (size_t)me * n, recv, n, send_to,
                                send_len);
@@ -390,7 +390,7 @@ static st_status mpi_reduce_scatter(st_collective *cc, int rank, const float *se
 
 static st_status mpi_barrier(st_collective *cc, int rank) {
   mpi_coll *c = (mpi_coll *)cc;
-  float one = 1.0f, all[64];
+  float one = 1.0f, all[ST_MAX_WORKERS];
   if (c->broken) return fail_broken(c, OP_BARRIER);
   return mpi_all_gather(cc, rank, &one, 1, all);
 }
@@ -445,7 +445,9 @@ st_status st__collective_mpi_create(double timeout_s, const int64_t *step, st_co
   int rank = 0, size = 1;
   st_status s = st__mpi_world(&rank, &size);
   if (s != ST_OK) return s;
-  if (size > 64) return st_error(ST_ERR_INVALID, "MPI transport: %d processes (at most 64)", size);
+  if (size > ST_MAX_WORKERS) /* the per-process tables above are sized by it */
+    return st_error(ST_ERR_INVALID, "MPI transport: %d processes given, at most %d (ST_MAX_WORKERS)",
+                    size, ST_MAX_WORKERS);
   if (!(timeout_s > 0)) return st_error(ST_ERR_INVALID, "collective timeout %g s (must be > 0)", timeout_s);
   mpi_coll *c = calloc(1, sizeof *c);
   if (c) {
