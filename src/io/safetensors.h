@@ -9,8 +9,8 @@
  * product without overflow equal to the byte range, ranges inside the buffer,
  * not overlapping and covering it exactly. Errors name the file, the tensor and
  * the field or byte offset at fault. */
-#ifndef STRATA_TRAIN_SAFETENSORS_H
-#define STRATA_TRAIN_SAFETENSORS_H
+#ifndef STRATA_IO_SAFETENSORS_H
+#define STRATA_IO_SAFETENSORS_H
 
 #include "strata/data.h"
 

@@ -1,10 +1,10 @@
-/* Internal to src/train: checkpoint helpers and the variable naming shared by
+/* Internal to src/io: checkpoint helpers and the variable naming shared by
  * weights.c (save/load_weights) and checkpoint.c. */
-#ifndef STRATA_TRAIN_CHECKPOINT_H
-#define STRATA_TRAIN_CHECKPOINT_H
+#ifndef STRATA_IO_CHECKPOINT_H
+#define STRATA_IO_CHECKPOINT_H
 
 #include "distribute/strategy.h"
-#include "train/safetensors.h"
+#include "io/safetensors.h"
 
 /* Variables of the model, in layer order. */
 int st__model_var_count(const st_model *m);

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/checkpoint.h"
-#include "train/checkpoint_io.h"
+#include "io/checkpoint.h"
+#include "io/checkpoint_io.h"
 
 /* state.json grows with the epoch history (~200 bytes an epoch). */
 #define STATE_MAX_BYTES ((size_t)256 << 20)

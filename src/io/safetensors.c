@@ -8,7 +8,7 @@
  * allocated, so no allocation is driven by an unchecked number. */
 #define _POSIX_C_SOURCE 200809L
 #include "base/fileio.h"
-#include "train/safetensors.h"
+#include "io/safetensors.h"
 
 #include <errno.h>
 #include <fcntl.h>

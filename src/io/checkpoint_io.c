@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "train/checkpoint_io.h"
+#include "io/checkpoint_io.h"
 
 st_status st__fsync_path(const char *path) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);

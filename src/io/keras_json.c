@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "strata/train.h"
-#include "train/keras.h"
+#include "io/keras.h"
 
 /* The whole file into *out (malloc'd, caller frees), at most the cap. */
 static st_status read_file(const char *path, char **out, size_t *len) {

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "distribute/strategy.h"
-#include "train/checkpoint.h"
+#include "io/checkpoint.h"
 
 int st__model_var_count(const st_model *m) {
   int n = 0;

@@ -13,8 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "train/checkpoint.h"
-#include "train/checkpoint_io.h"
+#include "io/checkpoint.h"
+#include "io/checkpoint_io.h"
 
 #define CKPT_FORMAT "strata-checkpoint"
 #define CKPT_VERSION 1
