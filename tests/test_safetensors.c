@@ -12,7 +12,7 @@
 
 #include "check.h"
 #include "strata/base.h"
-#include "train/safetensors.h"
+#include "io/safetensors.h"
 
 static char g_dir[64];
 

@@ -8,10 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/fileio.h"
 #include "cli.h"
 
 #define CMD "plot"
 #define USAGE "REPORT.json -o FILE.svg [--title T]"
+#define REPORT_MAX_BYTES ((size_t)256 << 20) /* ~200 bytes an epoch */
 
 /* A required number field: a JSON number, or null (a non-finite value the
  * report could not store; plotted as a gap). */
@@ -109,13 +111,15 @@ static void default_title(json_t *root, char *buf, size_t n) {
 
 static int plot(const char *file, const char *out, const char *title) {
   json_error_t jerr;
-  json_t *root = json_load_file(file, JSON_REJECT_DUPLICATES, &jerr);
+  char *text = NULL;
+  size_t len = 0;
+  st_status s = st__read_all(file, REPORT_MAX_BYTES, &text, &len);
+  if (s != ST_OK) return cli_fail(CMD, s), EXIT_USAGE; /* an unreadable report is bad input */
+  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+  free(text);
   if (!root) {
-    if (jerr.line < 0)
-      fprintf(stderr, "strata " CMD ": %s: %s\n", file, jerr.text);
-    else
-      fprintf(stderr, "strata " CMD ": %s: not valid JSON: line %d column %d: %s\n", file,
-              jerr.line, jerr.column, jerr.text);
+    fprintf(stderr, "strata " CMD ": %s: not valid JSON: line %d column %d: %s\n", file,
+            jerr.line, jerr.column, jerr.text);
     return EXIT_USAGE;
   }
   st_history h = {0};
@@ -123,7 +127,7 @@ static int plot(const char *file, const char *out, const char *title) {
   int rc = EXIT_USAGE;
   if (read_history(file, root, &h)) {
     if (!title) default_title(root, buf, sizeof buf), title = buf;
-    st_status s = st_plot_history_svg(&h, title, out);
+    s = st_plot_history_svg(&h, title, out);
     rc = s == ST_OK ? EXIT_OK : s == ST_ERR_IO ? (cli_fail(CMD, s), EXIT_WRITE) : cli_fail(CMD, s);
   }
   free(h.logs);

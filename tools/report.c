@@ -2,8 +2,8 @@
  * figures, timings, memory and per-epoch history), written atomically. */
 #include <jansson.h>
 #include <stdio.h>
-#include <unistd.h>
 
+#include "base/fileio.h"
 #include "report.h"
 
 static json_t *history_json(const st_history *h) {
@@ -20,6 +20,11 @@ static json_t *history_json(const st_history *h) {
     json_array_append_new(arr, o);
   }
   return arr;
+}
+
+/* st__atomic_write's fill: the report object o, indented. */
+static int dump_json(FILE *f, void *o) {
+  return json_dumpf(o, f, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
 }
 
 int report_write(const char *path, const report_info *r) {
@@ -39,13 +44,7 @@ int report_write(const char *path, const report_info *r) {
   json_object_set_new(o, "wall_seconds", json_real(r->wall_seconds));
   json_object_set_new(o, "peak_rss_bytes", json_integer((json_int_t)st_peak_rss_bytes()));
   json_object_set_new(o, "history", history_json(h));
-  char tmp[4096];
-  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-  int rc = json_dump_file(o, tmp, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
+  st_status s = st__atomic_write(path, dump_json, o);
   json_decref(o);
-  if (rc != 0 || rename(tmp, path) != 0) {
-    unlink(tmp);
-    return -1;
-  }
-  return 0;
+  return s == ST_OK ? 0 : -1;
 }

@@ -14,6 +14,8 @@ typedef struct report_info {
   double wall_seconds;
 } report_info;
 
-/* 0 on success; -1 (errno set) if the file could not be written. */
+/* Write the report over path atomically (base/fileio.h): 0 on success; -1 if
+ * the file could not be written (st_last_error says why; an old file at path
+ * is left as it was). */
 int report_write(const char *path, const report_info *r);
 #endif

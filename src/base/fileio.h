@@ -1,7 +1,58 @@
-/* Internal: small file-system helpers shared by the writers that replace a
- * file atomically (temp file, fsync, rename, fsync of the directory). */
+/* Internal: the two file helpers every reader and writer of Strata uses
+ * (fileio.c): replacing a file atomically (temp file beside it, fsync, rename,
+ * fsync of the directory) and reading a whole file under a size limit.
+ * Any thread; nothing is shared between calls but the temp-name counter. */
 #ifndef STRATA_BASE_FILEIO_H
 #define STRATA_BASE_FILEIO_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "strata/base.h"
+
+/* A file being replaced atomically. st__atomic_open creates the temp file
+ * "<path>.tmp.<pid>.<16 random hex digits>" beside path with
+ * O_CREAT|O_EXCL|O_NOFOLLOW (so a name planted in advance, a symlink
+ * included, is never written through; up to 16 names are tried) and mode
+ * 0666 less the umask, as fopen would. The caller writes into f (or into
+ * fileno(f) directly when it does not also use f's buffer), then calls
+ * st__atomic_commit or st__atomic_abort, exactly one of them. */
+typedef struct st__atomic_file {
+  FILE *f;          /* the temp file, open for writing */
+  const char *path; /* the target (borrowed; must outlive the st__atomic_file) */
+  char *tmp;        /* the temp file's path (owned) */
+} st__atomic_file;
+
+/* Create the temp file for path. ST_ERR_IO "<path>: cannot create <tmp>:
+ * <reason>" or ST_ERR_NOMEM; on failure nothing is left to release. */
+st_status st__atomic_open(st__atomic_file *a, const char *path);
+
+/* Finish: write_errno is 0 when every write into a->f succeeded, else the
+ * errno of the first that failed (ENOSPC, EFBIG under `ulimit -f`, ...).
+ * Flushes, fsyncs and closes the temp file, renames it over path, fsyncs the
+ * directory. ST_ERR_IO "<path>: writing <tmp>: <reason>" or "<path>: renaming
+ * <tmp>: <reason>" leaves the old file at path untouched and removes the temp
+ * file; "<path>: fsync of its directory: <reason>" means the new file is in
+ * place but its durability is unknown. Always releases a. */
+st_status st__atomic_commit(st__atomic_file *a, int write_errno);
+
+/* Give up (the writer failed with its own status): close and remove the
+ * temp file, release a. The file at path is untouched. */
+void st__atomic_abort(st__atomic_file *a);
+
+/* The whole of one replacement: open, fill(f, ctx), commit. fill returns 0,
+ * or -1 with errno set when a write failed (the commit then names the temp
+ * file and the reason). */
+st_status st__atomic_write(const char *path, int (*fill)(FILE *f, void *ctx), void *ctx);
+
+/* Read the regular file at path into *buf (malloc'd, NUL-terminated one byte
+ * past *len, so text users can treat it as a string; caller frees), at most
+ * max_bytes bytes. Errors name the path: ST_ERR_IO "cannot open: <reason>" or
+ * "offset N: read failed: <reason>"; ST_ERR_FORMAT "not a regular file",
+ * "file is N bytes, more than the <limit> limit" or "file grew while being
+ * read"; ST_ERR_NOMEM. On failure *buf is NULL. Opened O_NONBLOCK, so a FIFO
+ * put in the way does not block. */
+st_status st__read_all(const char *path, size_t max_bytes, char **buf, size_t *len);
 
 /* fsync the directory holding path so a rename into it is durable; 0 or -1
  * with errno set. */

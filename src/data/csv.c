@@ -11,6 +11,7 @@
  * limited to one pair of double quotes around a whole field. */
 #define _POSIX_C_SOURCE 200809L
 #include "strata/data.h"
+#include "base/fileio.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -43,36 +44,6 @@ typedef struct csv_line {
 st_csv_options st_csv_default_options(void) {
   st_csv_options o = {',', true, -1, NULL, false};
   return o;
-}
-
-static st_status read_whole(const char *path, csv_text *t) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return st_error(ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-  struct stat sb;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    close(fd);
-    return st_error(ST_ERR_IO, "%s: not a regular file", path);
-  }
-  size_t size = (size_t)sb.st_size, got = 0;
-  t->buf = malloc(size + 1);
-  if (!t->buf) {
-    close(fd);
-    return st_error(ST_ERR_NOMEM, "%s: cannot allocate %zu bytes to read it", path, size + 1);
-  }
-  while (got < size) {
-    ssize_t k = read(fd, t->buf + got, size - got);
-    if (k < 0 && errno == EINTR) continue;
-    if (k < 0) {
-      close(fd);
-      return st_error(ST_ERR_IO, "%s: offset %zu: read failed: %s", path, got, strerror(errno));
-    }
-    if (k == 0) break;
-    got += (size_t)k;
-  }
-  close(fd);
-  t->buf[got] = '\0';
-  t->len = got;
-  return ST_OK;
 }
 
 /* Next line at *pos (advanced past its end); false at the end of the text. */
@@ -296,7 +267,7 @@ st_status st_csv_read(const char *path, const st_csv_options *o, st_tensor *x,
     return st_error(ST_ERR_INVALID, "%s: unusable CSV delimiter 0x%02x", path, (unsigned char)d);
   csv_text t = {path, NULL, 0, d, o->allow_nonfinite};
   csv_layout L;
-  st_status s = read_whole(path, &t);
+  st_status s = st__read_all(path, SIZE_MAX, &t.buf, &t.len);
   if (s == ST_OK) s = layout(&t, o, &L);
   if (s == ST_OK) s = alloc_out(&t, &L, x, y);
   if (s == ST_OK) s = parse_rows(&t, &L, x->data, y->data);

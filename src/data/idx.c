@@ -7,10 +7,12 @@
  * inflating) the buffer grows as data actually arrives, so a forged header
  * cannot force a large allocation. Payloads are converted to host byte order;
  * NaN/Inf floats are rejected unless st_idx_options.allow_nonfinite is set.
- * Writing goes to a temp file that is fsynced and renamed over the target.
+ * Writing replaces the target atomically (st__atomic_open/commit,
+ * base/fileio.h).
  * Every error names the file and byte offset. */
 #define _POSIX_C_SOURCE 200809L
 #include "strata/data.h"
+#include "base/fileio.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -373,19 +375,6 @@ static bool ends_with(const char *s, const char *suffix) {
   return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-/* Best effort: make the rename durable by syncing the containing directory. */
-static void sync_parent_dir(const char *path) {
-  char dir[PATH_MAX];
-  const char *slash = strrchr(path, '/');
-  if (!slash) snprintf(dir, sizeof dir, ".");
-  else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path + (slash == path)), path);
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    fsync(fd);
-    close(fd);
-  }
-}
-
 static st_status write_file(idx_writer *w, const st_tensor *t, bool gzip) {
   st_status s = ST_OK;
   if (gzip) {
@@ -404,8 +393,6 @@ static st_status write_file(idx_writer *w, const st_tensor *t, bool gzip) {
       s = st_error(ST_ERR_IO, "%s: gzip close failed (zlib code %d): %s", w->path, rc,
                    strerror(errno));
   }
-  if (s == ST_OK && fsync(w->fd) != 0)
-    s = st_error(ST_ERR_IO, "%s: fsync failed: %s", w->path, strerror(errno));
   return s;
 }
 
@@ -413,25 +400,12 @@ st_status st_idx_write(const char *path, const st_tensor *t) {
   if (!path || !t) return st_error(ST_ERR_INVALID, "st_idx_write: NULL argument");
   st_status s = check_writable(path, t);
   if (s != ST_OK) return s;
-  size_t len = strlen(path);
-  char *tmp = malloc(len + 16);
-  if (!tmp) return st_error(ST_ERR_NOMEM, "%s: out of memory for the temp name", path);
-  snprintf(tmp, len + 16, "%s.tmp.XXXXXX", path);
-  idx_writer w = {path, mkstemp(tmp), NULL};
-  if (w.fd < 0) {
-    s = st_error(ST_ERR_IO, "%s: cannot create temp file %s: %s", path, tmp, strerror(errno));
-    free(tmp);
-    return s;
-  }
-  fchmod(w.fd, 0644); /* mkstemp makes 0600; best effort to the usual mode */
+  st__atomic_file a; /* fd writes only: a.f's buffer stays empty */
+  if ((s = st__atomic_open(&a, path)) != ST_OK) return s;
+  idx_writer w = {path, fileno(a.f), NULL};
   s = write_file(&w, t, ends_with(path, ".gz"));
-  if (close(w.fd) != 0 && s == ST_OK)
-    s = st_error(ST_ERR_IO, "%s: close failed: %s", path, strerror(errno));
-  if (s == ST_OK && rename(tmp, path) != 0)
-    s = st_error(ST_ERR_IO, "%s: rename from %s failed: %s", path, tmp, strerror(errno));
-  if (s != ST_OK) unlink(tmp);
-  else sync_parent_dir(path);
-  free(tmp);
+  if (s != ST_OK) st__atomic_abort(&a);
+  else s = st__atomic_commit(&a, 0);
   return s;
 }
 

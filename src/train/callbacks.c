@@ -1,5 +1,5 @@
 /* Keras callbacks in C: CSVLogger, EarlyStopping, LearningRateScheduler and
- * ModelCheckpoint (its files: checkpoint.c).
+ * ModelCheckpoint (its files: src/io/checkpoint.c).
  * Each keeps its memory in one struct that starts with a `cb_state` header
  * holding its destructor, so st_callback_free releases any of them. A state
  * belongs to one fit at a time (one thread). If allocating the state fails,
@@ -62,33 +62,16 @@ static st_status csv_append(csv_logger *c, const char *row) {
   return ST_OK;
 }
 
-/* Header + rows to "<path>.tmp.<pid>", fsync, rename over path. */
+/* Header + rows, replacing path atomically (base/fileio.h). */
 static st_status csv_write_file(const csv_logger *c) {
-  size_t tlen = strlen(c->path) + 32;
-  char *tmp = malloc(tlen);
-  if (!tmp) return st_error(ST_ERR_NOMEM, "CSVLogger: %s: out of memory", c->path);
-  snprintf(tmp, tlen, "%s.tmp.%ld", c->path, (long)getpid());
-  st_status s = ST_OK;
-  FILE *f = fopen(tmp, "wb");
-  if (!f) {
-    s = st_error(ST_ERR_IO, "CSVLogger: %s: cannot create %s: %s", c->path, tmp,
-                 strerror(errno));
-    free(tmp);
-    return s;
+  st__atomic_file a;
+  st_status s = st__atomic_open(&a, c->path);
+  if (s == ST_OK) {
+    bool ok = fwrite(csv_header, 1, sizeof csv_header - 1, a.f) == sizeof csv_header - 1 &&
+              (c->len == 0 || fwrite(c->rows, 1, c->len, a.f) == c->len);
+    s = st__atomic_commit(&a, ok ? 0 : errno);
   }
-  bool ok = fwrite(csv_header, 1, sizeof csv_header - 1, f) == sizeof csv_header - 1 &&
-            (c->len == 0 || fwrite(c->rows, 1, c->len, f) == c->len) &&
-            fflush(f) == 0 && fsync(fileno(f)) == 0;
-  int err = errno;
-  if (fclose(f) != 0 && ok) ok = false, err = errno;
-  if (!ok)
-    s = st_error(ST_ERR_IO, "CSVLogger: %s: writing %s: %s", c->path, tmp, strerror(err));
-  else if (rename(tmp, c->path) != 0)
-    s = st_error(ST_ERR_IO, "CSVLogger: %s: renaming %s: %s", c->path, tmp, strerror(errno));
-  if (s != ST_OK) unlink(tmp);
-  else (void)st__fsync_parent_dir(c->path);
-  free(tmp);
-  return s;
+  return s == ST_OK ? s : st_error_prefix(s, "CSVLogger: ");
 }
 
 /* Keep the rows of epochs before `epoch` from an existing file with our

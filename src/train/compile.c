@@ -108,3 +108,13 @@ void st_model_destroy(st_model *m) {
   free(m);
 }
 
+/* Training control read and set by callbacks during fit. */
+void st_model_stop_training(st_model *m) { m->stop_training = true; }
+
+double st_model_learning_rate(const st_model *m) {
+  return st_schedule_lr(&m->compile.optimizer.lr, m->step);
+}
+
+void st_model_set_learning_rate(st_model *m, double lr) {
+  m->compile.optimizer.lr = st_schedule_constant((float)lr);
+}

@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 
 #include "distribute/strategy.h"
-#include "train/checkpoint.h"
+#include "io/checkpoint.h"
 
 st_fit_options st_fit_default_options(void) {
   st_fit_options o;

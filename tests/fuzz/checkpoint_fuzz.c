@@ -20,7 +20,7 @@
 
 #include "fuzz_common.h"
 #include "strata/train.h"
-#include "train/checkpoint.h"
+#include "io/checkpoint.h"
 
 static const char *const ckpt_fuzz_names_[4] = {"weights.safetensors", "optimizer.safetensors",
                                                "state.json", "latest"};

@@ -14,7 +14,7 @@
 #include <zlib.h>
 
 #include "strata/train.h"
-#include "train/safetensors.h"
+#include "io/safetensors.h"
 
 static const char *root;
 

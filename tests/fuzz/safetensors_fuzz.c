@@ -2,7 +2,7 @@
  * weights file and checkpoint goes through. A file that reads is walked
  * (names looked up, every float touched) and freed. */
 #include "fuzz_common.h"
-#include "train/safetensors.h"
+#include "io/safetensors.h"
 
 static st_fuzz_file safetensors_fuzz_file_;
 

@@ -3,8 +3,8 @@
  * (position, logs, optimizer and schedule, a CRC32C per tensor and per file,
  * and a CRC32C of the state itself). Saving writes a temporary directory,
  * fsyncs it and renames it into place before `latest` moves; restoring checks
- * everything before the model changes. The ModelCheckpoint callback is here
- * too. */
+ * everything before the model changes (checkpoint_restore.c). The
+ * ModelCheckpoint callback over it is in src/train/callbacks.c. */
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -13,8 +13,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "train/checkpoint.h"
-#include "train/checkpoint_io.h"
+#include "base/fileio.h"
+#include "io/checkpoint.h"
+#include "io/checkpoint_io.h"
 
 #define CKPT_FORMAT "strata-checkpoint"
 #define CKPT_VERSION 1
@@ -74,28 +75,7 @@ static json_t *crc_map(const st_named_tensor *ts, int n) {
   return o;
 }
 
-st_status st__ckpt_read_file(const char *path, size_t cap, char **buf, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return st_error(ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-  struct stat sb;
-  if (fstat(fileno(f), &sb) != 0 || (size_t)sb.st_size > cap) {
-    fclose(f);
-    return st_error(ST_ERR_FORMAT, "%s: larger than %zu bytes", path, cap);
-  }
-  *len = (size_t)sb.st_size;
-  *buf = malloc(*len + 1);
-  bool ok = *buf && fread(*buf, 1, *len, f) == *len;
-  fclose(f);
-  if (!ok) {
-    free(*buf);
-    *buf = NULL;
-    return st_error(ST_ERR_IO, "%s: cannot read", path);
-  }
-  (*buf)[*len] = 0;
-  return ST_OK;
-}
-
-static st_status file_crc(const char *path, uint32_t *crc) {
+st_status st__ckpt_file_crc(const char *path, uint32_t *crc) {
   FILE *f = fopen(path, "rb");
   if (!f) return st_error(ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
   char buf[1 << 16];
@@ -152,16 +132,14 @@ char *st__ckpt_state_text(json_t *o) {
 static st_status write_json(const char *path, json_t *o) {
   char *text = st__ckpt_state_text(o);
   if (!text) return st_error(ST_ERR_NOMEM, "%s: out of memory", path);
-  FILE *f = fopen(path, "wb");
-  if (!f) {
-    free(text);
-    return st_error(ST_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+  st__atomic_file a;
+  st_status s = st__atomic_open(&a, path);
+  if (s == ST_OK) {
+    size_t len = strlen(text);
+    s = st__atomic_commit(&a, fwrite(text, 1, len, a.f) == len ? 0 : errno);
   }
-  size_t len = strlen(text);
-  bool ok = fwrite(text, 1, len, f) == len && fflush(f) == 0 && fsync(fileno(f)) == 0;
-  ok = fclose(f) == 0 && ok;
   free(text);
-  return ok ? ST_OK : st_error(ST_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+  return s;
 }
 
 /* Test hook: keep only the first `budget` bytes of the files, in write
@@ -192,12 +170,12 @@ static st_status write_files(st_model *m, const char *tmp, json_t *state) {
     s = st__safetensors_write(p, vt, nv, NULL, NULL, 0);
   }
   uint32_t wcrc = 0, ocrc = 0;
-  if (s == ST_OK) s = file_crc(p, &wcrc);
+  if (s == ST_OK) s = st__ckpt_file_crc(p, &wcrc);
   if (s == ST_OK) {
     snprintf(p, sizeof p, "%s/optimizer.safetensors", tmp);
     s = st__safetensors_write(p, stt, ns, NULL, NULL, 0);
   }
-  if (s == ST_OK) s = file_crc(p, &ocrc);
+  if (s == ST_OK) s = st__ckpt_file_crc(p, &ocrc);
   if (s == ST_OK) {
     json_object_set_new(state, "tensors", json_pack("{s:o, s:o}", "weights", crc_map(vt, nv),
                                                     "optimizer", crc_map(stt, ns)));

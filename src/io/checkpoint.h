@@ -1,10 +1,10 @@
-/* Internal to src/train: checkpoint helpers and the variable naming shared by
+/* Internal to src/io: checkpoint helpers and the variable naming shared by
  * weights.c (save/load_weights) and checkpoint.c. */
-#ifndef STRATA_TRAIN_CHECKPOINT_H
-#define STRATA_TRAIN_CHECKPOINT_H
+#ifndef STRATA_IO_CHECKPOINT_H
+#define STRATA_IO_CHECKPOINT_H
 
 #include "distribute/strategy.h"
-#include "train/safetensors.h"
+#include "io/safetensors.h"
 
 /* Variables of the model, in layer order. */
 int st__model_var_count(const st_model *m);
@@ -28,8 +28,8 @@ uint32_t st__ckpt_state_crc(struct json_t *o);
  * flipped bit that parses to the same values (a 17th digit, a space) is
  * caught as well as one the CRC sees. */
 char *st__ckpt_state_text(struct json_t *o);
-/* Read a whole file of at most cap bytes into *buf (NUL-terminated; caller
- * frees). */
-st_status st__ckpt_read_file(const char *path, size_t cap, char **buf, size_t *len);
+
+/* CRC32C of the bytes of the file at path, read in 64 KiB pieces. */
+st_status st__ckpt_file_crc(const char *path, uint32_t *crc);
 
 #endif

@@ -8,8 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/checkpoint.h"
-#include "train/checkpoint_io.h"
+#include "base/fileio.h"
+#include "io/checkpoint.h"
+#include "io/checkpoint_io.h"
 
 /* state.json grows with the epoch history (~200 bytes an epoch). */
 #define STATE_MAX_BYTES ((size_t)256 << 20)
@@ -33,7 +34,7 @@ static st_status load_state(loaded *L) {
   snprintf(p, sizeof p, "%s/state.json", L->dir);
   char *raw = NULL;
   size_t len = 0;
-  st_status s = st__ckpt_read_file(p, STATE_MAX_BYTES, &raw, &len);
+  st_status s = st__read_all(p, STATE_MAX_BYTES, &raw, &len);
   if (s != ST_OK) return s;
   json_error_t err;
   L->state = json_loadb(raw, len, JSON_REJECT_DUPLICATES, &err);
@@ -61,15 +62,12 @@ static st_status load_state(loaded *L) {
 static st_status check_file(loaded *L, const char *file, const char *group, st_safetensors *out) {
   char p[4200];
   snprintf(p, sizeof p, "%s/%s", L->dir, file);
-  FILE *f = fopen(p, "rb");
-  if (!f) return st_error(ST_ERR_IO, "%s: cannot open", p);
   uint32_t crc = 0;
-  char buf[1 << 16];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, f)) > 0;) crc = st_crc32c(crc, buf, n);
-  fclose(f);
+  st_status s = st__ckpt_file_crc(p, &crc);
+  if (s != ST_OK) return s;
   json_t *want = json_object_get(json_object_get(L->state, "files"), file);
   bool file_ok = json_is_integer(want) && (uint32_t)json_integer_value(want) == crc;
-  st_status s = st__safetensors_read(p, out);
+  s = st__safetensors_read(p, out);
   if (s != ST_OK) return file_ok ? s : st_error(ST_ERR_FORMAT, "%s: checksum mismatch: %s", p, st_last_error());
   json_t *crcs = json_object_get(json_object_get(L->state, "tensors"), group);
   for (int i = 0; i < out->n; i++) {

@@ -2,13 +2,14 @@
  * named "<layer>/<param>" with the Keras layout (Dense kernel [in, units],
  * Conv2D kernel [kh, kw, in, filters], BatchNormalization gamma, beta,
  * moving_mean, moving_variance). Loading checks every name and shape before
- * changing any variable, so a wrong file leaves the model as it was. */
+ * changing any variable, so a wrong file leaves the model as it was. Also the
+ * variables as one flat host array (get_weights / set_weights). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "distribute/strategy.h"
-#include "train/checkpoint.h"
+#include "io/checkpoint.h"
 
 int st__model_var_count(const st_model *m) {
   int n = 0;
@@ -124,14 +125,4 @@ st_status st_model_set_weights(st_model *m, const float *in) {
   m->be->to_device(m->state, in + m->n_params, m->n_state * sizeof(float));
   m->strategy->vt->sync_from_model(m->strategy, m);
   return ST_OK;
-}
-
-void st_model_stop_training(st_model *m) { m->stop_training = true; }
-
-double st_model_learning_rate(const st_model *m) {
-  return st_schedule_lr(&m->compile.optimizer.lr, m->step);
-}
-
-void st_model_set_learning_rate(st_model *m, double lr) {
-  m->compile.optimizer.lr = st_schedule_constant((float)lr);
 }

@@ -1,6 +1,6 @@
 /* Internal: the file-system side of checkpoints (checkpoint_io.c). */
-#ifndef STRATA_TRAIN_CHECKPOINT_IO_H
-#define STRATA_TRAIN_CHECKPOINT_IO_H
+#ifndef STRATA_IO_CHECKPOINT_IO_H
+#define STRATA_IO_CHECKPOINT_IO_H
 
 #include "strata/train.h"
 

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "train/keras.h"
+#include "io/keras.h"
 
 typedef st_status (*parse_fn)(const st__keras_ctx *c, const json_t *cfg,
                               st__keras_layer *k);

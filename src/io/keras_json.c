@@ -1,7 +1,8 @@
 /* st_model_from_keras_json: import a Keras `model.to_json()` Sequential.
  * Three steps, nothing created before the whole file is validated:
- *   1. read the file (size checked with fstat first, 16 MiB cap), parse it with
- *      jansson (duplicate keys rejected) and check the nesting depth (64);
+ *   1. read the file (st__read_all: size checked with fstat first, 16 MiB
+ *      cap), parse it with jansson (duplicate keys rejected) and check the
+ *      nesting depth (64);
  *   2. validate every layer config into an st__keras_layer (keras_layers.c)
  *      and find the input shape;
  *   3. create the model and add the layers, checking each layer's size.
@@ -17,41 +18,8 @@
 #include <unistd.h>
 
 #include "strata/train.h"
-#include "train/keras.h"
-
-/* The whole file into *out (malloc'd, caller frees), at most the cap. */
-static st_status read_file(const char *path, char **out, size_t *len) {
-  *out = NULL;
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return st_error(ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-  struct stat sb;
-  st_status s = ST_OK;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
-    s = st_error(ST_ERR_FORMAT, "%s: not a regular file", path);
-  else if (sb.st_size > (off_t)ST__KERAS_MAX_FILE)
-    s = st_error(ST_ERR_FORMAT, "%s: file is %lld bytes, more than the %u MiB limit "
-                 "for a model config", path, (long long)sb.st_size, ST__KERAS_MAX_FILE >> 20);
-  char *buf = s == ST_OK ? malloc((size_t)sb.st_size + 1) : NULL;
-  if (s == ST_OK && !buf) s = st_error(ST_ERR_NOMEM, "%s: out of memory", path);
-  size_t n = 0, want = s == ST_OK ? (size_t)sb.st_size + 1 : 0;
-  while (s == ST_OK && n < want) { /* one byte more than stat said: growth */
-    ssize_t r = read(fd, buf + n, want - n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) s = st_error(ST_ERR_IO, "%s: read failed: %s", path, strerror(errno));
-    if (r <= 0) break;
-    n += (size_t)r;
-  }
-  if (s == ST_OK && n == want)
-    s = st_error(ST_ERR_FORMAT, "%s: file grew while being read", path);
-  close(fd);
-  if (s != ST_OK) {
-    free(buf);
-    return s;
-  }
-  *out = buf;
-  *len = n;
-  return ST_OK;
-}
+#include "base/fileio.h"
+#include "io/keras.h"
 
 /* Bounded recursion: deeper documents are refused before any walking below. */
 static st_status depth_ok(const char *file, const json_t *v, int depth) {
@@ -324,7 +292,7 @@ st_status st_model_from_keras_json(const char *path, const st_model_options *o,
   *out = NULL;
   char *text = NULL;
   size_t len = 0;
-  st_status s = read_file(path, &text, &len);
+  st_status s = st__read_all(path, ST__KERAS_MAX_FILE, &text, &len);
   if (s != ST_OK) return s;
   json_error_t je;
   json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);

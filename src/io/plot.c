@@ -3,8 +3,8 @@
  * train curves solid and validation curves dashed (when present), a legend in
  * each panel's header row so it never covers the curves; the plot area keeps
  * an inset margin so markers never sit on its frame. Non-finite values are
- * skipped; one epoch or a constant series gets a padded range. The file is
- * written to "<path>.tmp.<pid>", fsynced and renamed over path. */
+ * skipped; one epoch or a constant series gets a padded range. The file
+ * replaces path atomically (st__atomic_open/commit, base/fileio.h). */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <fcntl.h>
@@ -261,26 +261,9 @@ st_status st_plot_history_svg(const st_history *h, const char *title, const char
   if (!h || !path || !path[0]) return st_error(ST_ERR_INVALID, "plot: no history or no path");
   if (h->epochs <= 0 || !h->logs)
     return st_error(ST_ERR_INVALID, "%s: nothing to plot (history has no epochs)", path);
-  size_t n = strlen(path) + 32;
-  char *tmp = malloc(n);
-  if (!tmp) return st_error(ST_ERR_NOMEM, "%s: temp file name", path);
-  snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
-  st_status s = ST_OK;
-  FILE *f = fopen(tmp, "w");
-  if (!f) {
-    s = st_error(ST_ERR_IO, "%s: cannot create %s: %s", path, tmp, strerror(errno));
-    goto done;
-  }
-  write_svg(f, h, title ? title : "");
-  int bad = ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0;
-  int err = errno;
-  if (fclose(f) != 0 && !bad) bad = 1, err = errno;
-  if (bad) s = st_error(ST_ERR_IO, "%s: writing %s: %s", path, tmp, strerror(err));
-  else if (rename(tmp, path) != 0)
-    s = st_error(ST_ERR_IO, "%s: renaming %s: %s", path, tmp, strerror(errno));
-  if (s) unlink(tmp);
-  else (void)st__fsync_parent_dir(path);
-done:
-  free(tmp);
-  return s;
+  st__atomic_file a;
+  st_status s = st__atomic_open(&a, path);
+  if (s != ST_OK) return s;
+  write_svg(a.f, h, title ? title : "");
+  return st__atomic_commit(&a, ferror(a.f) ? errno : 0); /* errno of the failed write */
 }

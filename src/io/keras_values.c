@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/keras.h"
+#include "io/keras.h"
 
 st_status st__keras_error(const st__keras_ctx *c, const char *fmt, ...) {
   char msg[512];

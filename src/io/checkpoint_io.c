@@ -13,7 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "train/checkpoint_io.h"
+#include "base/fileio.h"
+#include "io/checkpoint_io.h"
 
 st_status st__fsync_path(const char *path) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -113,32 +114,27 @@ void st__ckpt_prune(const char *dir, int keep, long current) {
 }
 
 st_status st__ckpt_write_latest(const char *dir, const char *name) {
-  char tmp[4096], dst[4096], line[64];
-  snprintf(tmp, sizeof tmp, "%s/latest.tmp.%d", dir, (int)getpid());
+  char dst[4096], line[64];
   snprintf(dst, sizeof dst, "%s/latest", dir);
   int len = snprintf(line, sizeof line, "%s %08x\n", name, st_crc32c(0, name, strlen(name)));
-  FILE *f = fopen(tmp, "wb");
-  if (!f) return st_error(ST_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-  bool ok = fwrite(line, 1, (size_t)len, f) == (size_t)len && fflush(f) == 0 && fsync(fileno(f)) == 0;
-  ok = (fclose(f) == 0) && ok;
-  if (!ok || rename(tmp, dst) != 0) {
-    st_status s = st_error(ST_ERR_IO, "%s: cannot write: %s", dst, strerror(errno));
-    unlink(tmp);
-    return s;
-  }
-  return st__fsync_path(dir);
+  st__atomic_file a;
+  st_status s = st__atomic_open(&a, dst); /* "latest.tmp.*": pruned if left behind */
+  if (s == ST_OK) s = st__atomic_commit(&a, fwrite(line, 1, (size_t)len, a.f) == (size_t)len ? 0 : errno);
+  return s;
 }
 
 st_status st_checkpoint_latest(const char *dir, char *out, size_t n) {
-  char path[4096], line[128] = {0}, name[32];
+  char path[4096], name[32], *line = NULL;
   unsigned crc = 0;
+  size_t got = 0;
   snprintf(path, sizeof path, "%s/latest", dir);
-  FILE *f = fopen(path, "rb");
-  if (!f) return st_error(ST_ERR_IO, "%s: no checkpoint (%s)", path, strerror(errno));
-  size_t got = fread(line, 1, sizeof line - 1, f);
-  fclose(f);
-  if (got == 0 || sscanf(line, "%31s %8x", name, &crc) != 2 || st__ckpt_seq(name) < 0 ||
-      crc != st_crc32c(0, name, strlen(name)) || strchr(line, '\n') != line + strlen(line) - 1)
+  st_status s = st__read_all(path, 127, &line, &got); /* "ckpt-NNNNNN xxxxxxxx\n" */
+  if (s == ST_ERR_IO) return st_error_prefix(s, "no checkpoint: ");
+  bool ok = s == ST_OK && got > 0 && sscanf(line, "%31s %8x", name, &crc) == 2 &&
+            st__ckpt_seq(name) >= 0 && crc == st_crc32c(0, name, strlen(name)) &&
+            strchr(line, '\n') == line + strlen(line) - 1;
+  free(line);
+  if (!ok)
     return st_error(ST_ERR_FORMAT, "%s: damaged checkpoint pointer (expected 'ckpt-NNNNNN <crc32c>')",
                     path);
   if ((size_t)snprintf(out, n, "%s/%s", dir, name) >= n)

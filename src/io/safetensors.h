@@ -2,15 +2,16 @@
  * 8-byte little-endian header length N, N bytes of JSON header
  * {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,
  *  "__metadata__": {"k": "v"}}, then the byte buffer. Only F32 tensors here.
- * Writing goes to "<path>.tmp.<pid>", fsync, rename, fsync of the directory:
- * never a half-written file at `path`.
+ * Writing goes through st__atomic_open/commit (base/fileio.h): a temp file
+ * beside `path`, fsync, rename, fsync of the directory: never a half-written
+ * file at `path`.
  * Reading validates everything before trusting it: header length within the
  * file and under 100 MB, valid JSON without duplicate keys, known dtype, shape
  * product without overflow equal to the byte range, ranges inside the buffer,
  * not overlapping and covering it exactly. Errors name the file, the tensor and
  * the field or byte offset at fault. */
-#ifndef STRATA_TRAIN_SAFETENSORS_H
-#define STRATA_TRAIN_SAFETENSORS_H
+#ifndef STRATA_IO_SAFETENSORS_H
+#define STRATA_IO_SAFETENSORS_H
 
 #include "strata/data.h"
 

@@ -8,7 +8,7 @@
  * allocated, so no allocation is driven by an unchecked number. */
 #define _POSIX_C_SOURCE 200809L
 #include "base/fileio.h"
-#include "train/safetensors.h"
+#include "io/safetensors.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -124,7 +124,8 @@ static st_status build_header(const char *path, const st_named_tensor *t,
 }
 
 
-/* Write header + tensors into an open stream; 0 or -1 with errno. */
+/* Write header + tensors into an open stream; 0 or -1 with errno (the
+ * atomic commit flushes and fsyncs). */
 static int write_body(FILE *f, const char *hdr, size_t hdr_len,
                       const st_named_tensor *t, int n) {
   unsigned char len8[8];
@@ -135,7 +136,7 @@ static int write_body(FILE *f, const char *hdr, size_t hdr_len,
     size_t count = (size_t)tensor_count(&t[i]);
     if (count && fwrite(t[i].data, sizeof(float), count, f) != count) return -1;
   }
-  return fflush(f) == 0 && fsync(fileno(f)) == 0 ? 0 : -1;
+  return 0;
 }
 
 st_status st__safetensors_write(const char *path, const st_named_tensor *t,
@@ -150,40 +151,9 @@ st_status st__safetensors_write(const char *path, const st_named_tensor *t,
   s = build_header(path, t, n, meta_keys, meta_values, nmeta, &hdr, &hdr_len);
   if (s) return s;
 
-  size_t tmp_len = strlen(path) + 32;
-  char *tmp = malloc(tmp_len);
-  if (!tmp) {
-    free(hdr);
-    return st_error(ST_ERR_NOMEM, "%s: temp file name", path);
-  }
-  snprintf(tmp, tmp_len, "%s.tmp.%ld", path, (long)getpid());
-  FILE *f = fopen(tmp, "wb");
-  if (!f) {
-    s = st_error(ST_ERR_IO, "%s: cannot create %s: %s", path, tmp, strerror(errno));
-    goto fail_open;
-  }
-  int rc = write_body(f, hdr, hdr_len, t, n);
-  int err = errno;
-  if (fclose(f) != 0 && rc == 0) rc = -1, err = errno;
-  if (rc != 0) {
-    s = st_error(ST_ERR_IO, "%s: writing %s: %s", path, tmp, strerror(err));
-    goto fail_written;
-  }
-  if (rename(tmp, path) != 0) {
-    s = st_error(ST_ERR_IO, "%s: renaming %s: %s", path, tmp, strerror(errno));
-    goto fail_written;
-  }
-  if (st__fsync_parent_dir(path) != 0) {
-    /* The file is complete and in place; only its durability is unknown. */
-    s = st_error(ST_ERR_IO, "%s: fsync of its directory: %s", path, strerror(errno));
-  }
-  free(tmp);
-  free(hdr);
-  return s;
-fail_written:
-  unlink(tmp);
-fail_open:
-  free(tmp);
+  st__atomic_file a;
+  s = st__atomic_open(&a, path);
+  if (s == ST_OK) s = st__atomic_commit(&a, write_body(a.f, hdr, hdr_len, t, n) == 0 ? 0 : errno);
   free(hdr);
   return s;
 }

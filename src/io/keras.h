@@ -3,8 +3,8 @@
  * config into a validated st__keras_layer (no layer is created there, nothing
  * is allocated in proportion to a claimed size). Not thread-safe per call
  * beyond the per-thread error message; no global state. */
-#ifndef STRATA_TRAIN_KERAS_H
-#define STRATA_TRAIN_KERAS_H
+#ifndef STRATA_IO_KERAS_H
+#define STRATA_IO_KERAS_H
 
 #include <jansson.h>
 

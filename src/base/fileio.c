@@ -1,0 +1,209 @@
+/* The file helpers of fileio.h: atomic replacement of a file (an unpredictable
+ * temp name created exclusively beside it, fsync, rename, fsync of the
+ * directory) and reading a whole regular file under a size limit. Every
+ * writer and reader of a whole file in Strata goes through these, so the
+ * durability and the error messages are the same everywhere.
+ * Any thread: the only shared state is an atomic counter for temp names. */
+#define _GNU_SOURCE
+#include "base/fileio.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TMP_TRIES 16 /* names tried before st__atomic_open gives up */
+
+/* ---- temp names ---------------------------------------------------------- */
+
+/* 64 unpredictable bits: the kernel's generator, or (where it is not ready)
+ * the clock mixed with a counter, so two calls never get the same bits. */
+static uint64_t temp_suffix(void) {
+  static atomic_uint_fast64_t counter;
+  uint64_t r = 0;
+  if (getrandom(&r, sizeof r, GRND_NONBLOCK) == (ssize_t)sizeof r) return r;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  r = (uint64_t)ts.tv_sec * 1000000007u ^ (uint64_t)ts.tv_nsec;
+  r ^= (atomic_fetch_add(&counter, 1) + 1) * 0x9e3779b97f4a7c15u; /* splitmix64 step */
+  r = (r ^ (r >> 30)) * 0xbf58476d1ce4e5b9u;
+  r = (r ^ (r >> 27)) * 0x94d049bb133111ebu;
+  return r ^ (r >> 31);
+}
+
+/* Create "<path>.tmp.<pid>.<hex>" exclusively; fd or -1 with errno set. */
+static int create_temp(const char *path, char *tmp, size_t cap) {
+  int fd = -1;
+  for (int i = 0; i < TMP_TRIES && fd < 0; i++) {
+    snprintf(tmp, cap, "%s.tmp.%ld.%016llx", path, (long)getpid(),
+             (unsigned long long)temp_suffix());
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd < 0 && errno != EEXIST) break;
+  }
+  return fd;
+}
+
+/* ---- atomic replacement -------------------------------------------------- */
+
+st_status st__atomic_open(st__atomic_file *a, const char *path) {
+  ST_ASSERT(a && path);
+  size_t cap = strlen(path) + 48; /* ".tmp." + pid + "." + 16 hex + NUL */
+  a->path = path;
+  a->f = NULL;
+  a->tmp = malloc(cap);
+  if (!a->tmp) return st_error(ST_ERR_NOMEM, "%s: out of memory for the temp file name", path);
+  int fd = create_temp(path, a->tmp, cap);
+  int err = errno;
+  a->f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+  if (fd >= 0 && !a->f) {
+    err = errno;
+    close(fd);
+    unlink(a->tmp);
+  }
+  if (a->f) return ST_OK;
+  st_status s = st_error(ST_ERR_IO, "%s: cannot create %s: %s", path, a->tmp, strerror(err));
+  free(a->tmp);
+  a->tmp = NULL;
+  return s;
+}
+
+void st__atomic_abort(st__atomic_file *a) {
+  if (!a->tmp) return;
+  if (a->f) fclose(a->f);
+  unlink(a->tmp);
+  free(a->tmp);
+  a->f = NULL;
+  a->tmp = NULL;
+}
+
+/* Push the temp file to the disk and close it; 0 or the errno at fault. */
+static int finish_temp(st__atomic_file *a, int err) {
+  if (!err && ferror(a->f)) err = EIO; /* a write the caller did not check */
+  if (!err && fflush(a->f) != 0) err = errno;
+  if (!err && fsync(fileno(a->f)) != 0) err = errno;
+  if (fclose(a->f) != 0 && !err) err = errno;
+  a->f = NULL;
+  return err;
+}
+
+st_status st__atomic_commit(st__atomic_file *a, int write_errno) {
+  ST_ASSERT(a && a->f && a->tmp);
+  st_status s = ST_OK;
+  int err = finish_temp(a, write_errno);
+  if (err)
+    s = st_error(ST_ERR_IO, "%s: writing %s: %s", a->path, a->tmp, strerror(err));
+  else if (rename(a->tmp, a->path) != 0)
+    s = st_error(ST_ERR_IO, "%s: renaming %s: %s", a->path, a->tmp, strerror(errno));
+  if (s != ST_OK) {
+    unlink(a->tmp);
+  } else if (st__fsync_parent_dir(a->path) != 0) {
+    /* The file is complete and in place; only its durability is unknown. */
+    s = st_error(ST_ERR_IO, "%s: fsync of its directory: %s", a->path, strerror(errno));
+  }
+  free(a->tmp);
+  a->tmp = NULL;
+  return s;
+}
+
+st_status st__atomic_write(const char *path, int (*fill)(FILE *f, void *ctx), void *ctx) {
+  st__atomic_file a;
+  st_status s = st__atomic_open(&a, path);
+  if (s != ST_OK) return s;
+  int err = fill(a.f, ctx) == 0 ? 0 : errno ? errno : EIO;
+  return st__atomic_commit(&a, err);
+}
+
+int st__fsync_parent_dir(const char *path) {
+  char *dir = strdup(path);
+  if (!dir) return -1;
+  char *slash = strrchr(dir, '/');
+  if (!slash)
+    strcpy(dir, ".");
+  else if (slash == dir)
+    slash[1] = '\0';
+  else
+    *slash = '\0';
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  free(dir);
+  if (fd < 0) return -1;
+  int rc = fsync(fd);
+  int saved = errno;
+  close(fd);
+  errno = saved;
+  return rc;
+}
+
+/* ---- reading a whole file ------------------------------------------------ */
+
+/* "16 MiB" when the limit is whole MiB, else "N bytes". */
+static const char *limit_text(size_t max_bytes, char *buf, size_t n) {
+  if (max_bytes >= (1u << 20) && max_bytes % (1u << 20) == 0)
+    snprintf(buf, n, "%zu MiB", max_bytes >> 20);
+  else
+    snprintf(buf, n, "%zu-byte", max_bytes);
+  return buf;
+}
+
+/* Read up to want bytes (one more than the size fstat gave, to see growth). */
+static st_status read_fd(int fd, const char *path, char *buf, size_t want, size_t *got) {
+  *got = 0;
+  while (*got < want) {
+    ssize_t k = read(fd, buf + *got, want - *got);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0)
+      return st_error(ST_ERR_IO, "%s: offset %zu: read failed: %s", path, *got, strerror(errno));
+    if (k == 0) break;
+    *got += (size_t)k;
+  }
+  return ST_OK;
+}
+
+/* Open path and check it is a regular file within the limit; its size in *size. */
+static st_status open_checked(const char *path, size_t max_bytes, int *fd, size_t *size) {
+  *fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (*fd < 0) return st_error(ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  struct stat sb;
+  char lim[48];
+  st_status s = ST_OK;
+  if (fstat(*fd, &sb) != 0 || !S_ISREG(sb.st_mode))
+    s = st_error(ST_ERR_FORMAT, "%s: not a regular file", path);
+  else if ((uint64_t)sb.st_size > (uint64_t)max_bytes)
+    s = st_error(ST_ERR_FORMAT, "%s: file is %lld bytes, more than the %s limit", path,
+                 (long long)sb.st_size, limit_text(max_bytes, lim, sizeof lim));
+  if (s != ST_OK) {
+    close(*fd);
+    *fd = -1;
+  }
+  *size = s == ST_OK ? (size_t)sb.st_size : 0;
+  return s;
+}
+
+st_status st__read_all(const char *path, size_t max_bytes, char **buf, size_t *len) {
+  ST_ASSERT(path && buf && len);
+  *buf = NULL;
+  *len = 0;
+  int fd = -1;
+  size_t size = 0, got = 0;
+  st_status s = open_checked(path, max_bytes, &fd, &size);
+  if (s != ST_OK) return s;
+  char *b = malloc(size + 1);
+  if (!b) s = st_error(ST_ERR_NOMEM, "%s: cannot allocate %zu bytes to read it", path, size + 1);
+  if (s == ST_OK) s = read_fd(fd, path, b, size + 1, &got);
+  if (s == ST_OK && got > size)
+    s = st_error(ST_ERR_FORMAT, "%s: file grew while being read", path);
+  close(fd);
+  if (s != ST_OK) {
+    free(b);
+    return s;
+  }
+  b[got] = '\0';
+  *buf = b;
+  *len = got;
+  return ST_OK;
+}
