@@ -147,13 +147,17 @@ static void test_read_all(void) {
   }
 }
 
-int main(void) {
+static const check_case cases[] = {CHECK_CASE(test_atomic_write), CHECK_CASE(test_temp_names),
+                                   CHECK_CASE(test_read_all)};
+
+int main(int argc, char **argv) {
   if (!mkdtemp(g_dir)) check_skip("cannot create a temporary directory");
-  test_atomic_write();
-  test_temp_names();
-  test_read_all();
+  int rc = CHECK_MAIN(argc, argv, cases);
   char cmd[256];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-  CHECK(system(cmd) == 0);
-  return check_report();
+  if (system(cmd) != 0) {
+    fprintf(stderr, "could not remove %s\n", g_dir);
+    rc = rc ? rc : 1;
+  }
+  return rc;
 }
