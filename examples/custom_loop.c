@@ -79,6 +79,6 @@ int main(int argc, char **argv) {
   st_model_destroy(model);
   st_strategy_destroy(strategy);
   st_dataset_destroy(train);
-  st_mnist_free(&data);
+  st_mnist_destroy(&data);
   return 0;
 }

@@ -69,12 +69,12 @@ int main(int argc, char **argv) {
   printf("test_loss: %.4f - test_accuracy: %.4f - samples/s: %.0f\n", r.loss, r.accuracy,
          history.samples_per_sec);
 
-  st_history_free(&history);
+  st_history_destroy(&history);
   st_progress_free(progress);
   st_model_destroy(model);
   st_strategy_destroy(strategy);
   st_dataset_destroy(train);
   st_dataset_destroy(test);
-  st_mnist_free(&data);
+  st_mnist_destroy(&data);
   return 0;
 }

@@ -131,10 +131,10 @@ static void test_csv_logger(bool validation) {
   CHECK(count_temp_files() == 0);
   /* A second fit with the same logger starts a new file. */
   fo.epochs = 2;
-  st_history_free(&h);
+  st_history_destroy(&h);
   CHECK_OK(st_model_fit(m, train, &fo, &h));
   check_csv(path, &h);
-  st_history_free(&h);
+  st_history_destroy(&h);
   st_callback_free(state);
   st_dataset_destroy(train);
   st_dataset_destroy(val);
@@ -179,7 +179,7 @@ static void test_csv_logger_io_error(void) {
   CHECK(st_model_fit(m, train, &fo, &h) == ST_ERR_IO);
   CHECK_MSG(strstr(st_last_error(), path) != NULL, "%s", st_last_error());
   CHECK(h.epochs <= 1); /* fit may keep the failed epoch's logs */
-  st_history_free(&h);
+  st_history_destroy(&h);
   st_callback_free(state);
   st_dataset_destroy(train);
   st_model_destroy(m);
@@ -204,7 +204,7 @@ static void test_early_stopping_stops(void) {
   st_history h;
   CHECK_OK(st_model_fit(m, train, &fo, &h));
   CHECK(h.epochs == 2);
-  st_history_free(&h);
+  st_history_destroy(&h);
   /* Without min_delta the loss keeps improving a little: no early stop. */
   st_callback_free(state);
   eo.min_delta = 0;
@@ -214,7 +214,7 @@ static void test_early_stopping_stops(void) {
   fo.epochs = 3;
   CHECK_OK(st_model_fit(m, train, &fo, &h));
   CHECK(h.epochs == 3);
-  st_history_free(&h);
+  st_history_destroy(&h);
   st_callback_free(state);
   st_dataset_destroy(train);
   st_model_destroy(m);
@@ -248,7 +248,7 @@ static void test_early_stopping_restores(void) {
   fo.epochs = 10;
   st_history h;
   CHECK_OK(st_model_fit(m, train, &fo, &h)); /* pre-train: the good weights */
-  st_history_free(&h);
+  st_history_destroy(&h);
   driver d = {.n = st_model_weights_size(m)};
   d.good = malloc(d.n * sizeof(float));
   d.bad = calloc(d.n, sizeof(float));
@@ -277,7 +277,7 @@ static void test_early_stopping_restores(void) {
   for (int i = 0; i < 8; i++) free(d.seen[i]);
   free(d.good);
   free(d.bad);
-  st_history_free(&h);
+  st_history_destroy(&h);
   st_callback_free(state);
   st_dataset_destroy(train);
   st_dataset_destroy(val);
@@ -299,14 +299,14 @@ static void test_early_stopping_errors(void) {
                    "EarlyStopping monitors val_loss but fit has no validation data") == 0,
             "%s", st_last_error());
   CHECK(h.epochs <= 1); /* fit may keep the failed epoch's logs */
-  st_history_free(&h);
+  st_history_destroy(&h);
   st_callback_free(state);
   st_early_stopping_options eo = st_early_stopping_default_options();
   eo.monitor = "val_acc";
   cb = st_early_stopping_callback(eo, &state);
   CHECK(st_model_fit(m, train, &fo, &h) == ST_ERR_INVALID);
   CHECK_MSG(strstr(st_last_error(), "'val_acc'") != NULL, "%s", st_last_error());
-  st_history_free(&h);
+  st_history_destroy(&h);
   st_callback_free(state);
   st_callback_free(NULL);
   st_dataset_destroy(train);
@@ -360,14 +360,14 @@ static void test_lr_scheduler(void) {
     CHECK_NEAR(h.logs[e].lr, want[e], 1e-10);
     CHECK_NEAR(sc.seen[e], want[e], 1e-10);
   }
-  st_history_free(&h);
+  st_history_destroy(&h);
   const double bad[3] = {NAN, 0.0, -1e-3};
   for (int i = 0; i < 3; i++) {
     sched b = {.bad_epoch = 1, .bad = bad[i]};
     CHECK(run_schedule(&b, &h) == ST_ERR_INVALID);
     CHECK(h.epochs == 1);
     CHECK_MSG(strstr(st_last_error(), "epoch 1") != NULL, "%s", st_last_error());
-    st_history_free(&h);
+    st_history_destroy(&h);
   }
 }
 

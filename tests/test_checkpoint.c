@@ -125,10 +125,10 @@ static void test_preempt(st_strategy_kind kind) {
               "%s: preempted at step %lld: weights differ", st_strategy_kind_name(kind),
               (long long)at[i]);
     free(got);
-    st_history_free(&h1), st_history_free(&h2);
+    st_history_destroy(&h1), st_history_destroy(&h2);
     st_model_destroy(a), st_model_destroy(b);
   }
-  st_history_free(&href);
+  st_history_destroy(&href);
   free(want);
   st_model_destroy(ref);
 }
@@ -158,10 +158,10 @@ static void test_resume(st_strategy_kind kind) {
     struct stat sb;
     CHECK_MSG(stat(dir, &sb) != 0, "backup %s not removed after completion", dir);
     free(got);
-    st_history_free(&h1), st_history_free(&h2);
+    st_history_destroy(&h1), st_history_destroy(&h2);
     st_model_destroy(b);
   }
-  st_history_free(&href);
+  st_history_destroy(&href);
   free(want);
   st_model_destroy(ref);
 }
@@ -195,7 +195,7 @@ static void test_roundtrip_and_keep(void) {
   for (int k = 0; k < m->n_slots; k++)
     CHECK(memcmp(m->slots[k], r->slots[k], m->n_params * sizeof(float)) == 0);
   free(a), free(b);
-  st_history_free(&h);
+  st_history_destroy(&h);
   st_model_destroy(m);
   st_model_destroy(r);
 }
@@ -229,7 +229,7 @@ static void test_interrupted_writes(void) {
   for (struct dirent *e; d && (e = readdir(d)) != NULL;) CHECK(strncmp(e->d_name, ".tmp", 4) != 0);
   if (d) closedir(d);
   free(w0);
-  st_history_free(&h);
+  st_history_destroy(&h);
   st_model_destroy(m);
 }
 
@@ -313,7 +313,7 @@ static void test_corruption(void) {
   CHECK_MSG(rejected == (int)size, "%d of %zu truncations rejected", rejected, size);
   rename(bak, p);
   free(before), free(after);
-  st_history_free(&h);
+  st_history_destroy(&h);
   st_model_destroy(m);
   st_model_destroy(victim);
 }
@@ -335,7 +335,7 @@ static void test_nan_stops(void) {
   for (size_t i = 0; i < st_model_weights_size(r); i++) finite &= isfinite(w[i]) != 0;
   CHECK(finite && r->step >= 1);
   free(w);
-  st_history_free(&h);
+  st_history_destroy(&h);
   st_model_destroy(m);
   st_model_destroy(r);
 }

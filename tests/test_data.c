@@ -147,9 +147,9 @@ static void test_tensor_basics(void) {
   st_tensor t = {ST_U8, 3, {2, 3, 4}, NULL};
   CHECK(st_tensor_count(&t) == 24);
   t.data = st_alloc(24);
-  st_tensor_free(&t);
+  st_tensor_destroy(&t);
   CHECK(t.data == NULL && t.rank == 0);
-  st_tensor_free(NULL);
+  st_tensor_destroy(NULL);
 }
 
 static void test_slices(void) {
@@ -497,7 +497,7 @@ static void test_idx_roundtrip(void) {
     CHECK(r.dtype == t->dtype && r.rank == t->rank);
     CHECK(memcmp(r.dims, t->dims, sizeof(int64_t) * (size_t)t->rank) == 0);
     CHECK(r.data && memcmp(r.data, t->data, st_tensor_count(t) * st_dtype_size(t->dtype)) == 0);
-    st_tensor_free(&r);
+    st_tensor_destroy(&r);
   }
   /* the .gz one really is gzip; i32 round trip */
   FILE *f = fopen(tmp_path("rt_u8.idx.gz"), "rb");
@@ -507,7 +507,7 @@ static void test_idx_roundtrip(void) {
   CHECK_OK(st_idx_write(tmp_path("rt_i32.idx"), &ti));
   CHECK_OK(st_idx_read(tmp_path("rt_i32.idx"), &r));
   CHECK(r.dtype == ST_I32 && r.data && memcmp(r.data, iv, sizeof iv) == 0);
-  st_tensor_free(&r);
+  st_tensor_destroy(&r);
   /* no temp files left behind */
   DIR *d = opendir(g_dir);
   struct dirent *e;
@@ -559,7 +559,7 @@ static void test_idx_bad(void) {
             "trailing", "offset 24");
   write_bytes(tmp_path("ok.idx"), good, sizeof good);
   CHECK_OK(st_idx_read(tmp_path("ok.idx"), &t));
-  st_tensor_free(&t);
+  st_tensor_destroy(&t);
   unsigned char over[] = {0, 0, 0x0D, 0x04, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
                           0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 1, 2, 3, 4};
   write_bytes(tmp_path("over.idx"), over, sizeof over);
@@ -583,7 +583,7 @@ static void test_idx_bad(void) {
   }
   st_status s = st_idx_read(tmp_path("bad.idx.gz"), &t);
   CHECK_MSG(s == ST_ERR_FORMAT && has("bad.idx.gz"), "%s", st_last_error());
-  if (s == ST_OK) st_tensor_free(&t);
+  if (s == ST_OK) st_tensor_destroy(&t);
   /* writing bad tensors */
   st_tensor rank0t = {ST_U8, 0, {0}, good};
   CHECK_ERR(st_idx_write(tmp_path("w.idx"), &rank0t), ST_ERR_INVALID, "w.idx");
@@ -635,7 +635,7 @@ static void test_mnist_dir(void) {
   write_mnist(dir, 5, 5, true);
   CHECK_OK(st_mnist_load(dir, &m));
   CHECK(m.train_x.dims[0] == 5 && m.test_x.dims[0] == 3 && m.test_y.rank == 1);
-  st_mnist_free(&m);
+  st_mnist_destroy(&m);
   write_mnist(dir, 5, 4, false); /* plain files are preferred over .gz */
   CHECK_ERR(st_mnist_load(dir, &m), ST_ERR_FORMAT, "train-images-idx3-ubyte has 5",
             "train-labels-idx1-ubyte has 4");
@@ -658,8 +658,8 @@ static void test_csv_good(void) {
           xv[5] == -60);
     CHECK(yv[0] == 0 && yv[1] == 1);
   }
-  st_tensor_free(&x);
-  st_tensor_free(&y);
+  st_tensor_destroy(&x);
+  st_tensor_destroy(&y);
   /* BOM, CRLF, no final newline, default label = last column */
   write_text(tmp_path("crlf.csv"), "\xEF\xBB\xBF" "f1,f2,y\r\n1.5,2,1\r\n\r\n3,4e1,0");
   CHECK_OK(st_csv_read(tmp_path("crlf.csv"), NULL, &x, &y));
@@ -668,8 +668,8 @@ static void test_csv_good(void) {
     const float *xv = x.data, *yv = y.data;
     CHECK(xv[0] == 1.5f && xv[3] == 40.0f && yv[0] == 1 && yv[1] == 0);
   }
-  st_tensor_free(&x);
-  st_tensor_free(&y);
+  st_tensor_destroy(&x);
+  st_tensor_destroy(&y);
   /* no header, label column 0, other delimiter */
   write_text(tmp_path("nohdr.csv"), "7;1;2\n8;3;4\n");
   o = st_csv_default_options();
@@ -678,8 +678,8 @@ static void test_csv_good(void) {
   o.delimiter = ';';
   CHECK_OK(st_csv_read(tmp_path("nohdr.csv"), &o, &x, &y));
   CHECK(x.dims[0] == 2 && x.dims[1] == 2 && y.data && ((float *)y.data)[1] == 8);
-  st_tensor_free(&x);
-  st_tensor_free(&y);
+  st_tensor_destroy(&x);
+  st_tensor_destroy(&y);
   o = st_csv_default_options();
   o.label_name = "nope";
   CHECK_ERR(st_csv_read(tmp_path("good.csv"), &o, &x, &y), ST_ERR_INVALID, "good.csv", "nope");
@@ -790,7 +790,7 @@ static void test_fashion_mnist(void) {
   CHECK(n == 60000);
   fprintf(stderr, "fashion-mnist: same with prefetch(2): %.1f ms\n", dt * 1e3);
   st_dataset_destroy(ds);
-  st_mnist_free(&m);
+  st_mnist_destroy(&m);
 }
 
 int main(void) {

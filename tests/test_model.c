@@ -117,10 +117,10 @@ static void test_fit_predict_evaluate(void) {
   unlink(path);
   unlink(bad);
   rmdir(dir);
-  st_tensor_free(&pred);
-  st_tensor_free(&pred2);
-  st_tensor_free(&pred3);
-  st_history_free(&h);
+  st_tensor_destroy(&pred);
+  st_tensor_destroy(&pred2);
+  st_tensor_destroy(&pred3);
+  st_history_destroy(&h);
   st_model_destroy(m);
   st_model_destroy(m2);
   st_model_destroy(other);
@@ -140,7 +140,7 @@ static float *train_weights(int threads, int batch, int epochs, size_t *n) {
   *n = m->n_params;
   float *w = malloc(*n * sizeof(float));
   memcpy(w, m->params, *n * sizeof(float));
-  st_history_free(&h);
+  st_history_destroy(&h);
   st_dataset_destroy(ds);
   st_model_destroy(m);
   return w;
@@ -181,7 +181,7 @@ static void test_state_and_errors(void) {
   CHECK_OK(st_model_fit(m, ds, &fo, &h));
   CHECK(h.logs[2].loss < h.logs[0].loss);
   CHECK(memcmp(before, m->state, sizeof before) != 0);
-  st_history_free(&h);
+  st_history_destroy(&h);
   char *text = st_model_summary(m);
   CHECK(text && strstr(text, "batch_normalization (BatchNormalization)") &&
         strstr(text, "Non-trainable params: 32"));
@@ -193,7 +193,7 @@ static void test_state_and_errors(void) {
   st_dataset *bad = dataset(32, false, ybad);
   st_status s = st_model_fit(m, bad, &fo, &h);
   CHECK(s == ST_ERR_INVALID && strstr(st_last_error(), "label 10 of example 239"));
-  st_history_free(&h);
+  st_history_destroy(&h);
   st_dataset_destroy(bad);
   st_dataset_destroy(ds);
   st_model_destroy(m);

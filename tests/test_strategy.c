@@ -84,7 +84,7 @@ static float *train(const char *name, run r, int n, int batch, int epochs, size_
   *np = m->n_params;
   float *w = malloc(*np * sizeof(float));
   memcpy(w, m->params, *np * sizeof(float));
-  st_history_free(&h);
+  st_history_destroy(&h);
   st_dataset_destroy(ds);
   if (keep)
     *keep = m;
@@ -240,7 +240,7 @@ static void test_uneven_and_copies(void) {
   CHECK(memcmp(p1.data, p3.data, (size_t)N * 10 * sizeof(float)) == 0);
   unlink(path);
   rmdir(dir);
-  st_tensor_free(&p1), st_tensor_free(&p2), st_tensor_free(&p3);
+  st_tensor_destroy(&p1), st_tensor_destroy(&p2), st_tensor_destroy(&p3);
   st_dataset_destroy(ds);
   st_model_destroy(mm);
   st_model_destroy(od);
@@ -271,7 +271,7 @@ static void test_batchnorm(st_strategy_kind kind) {
   CHECK(h.logs[1].loss < h.logs[0].loss);
   float mean0 = m->state[0];
   CHECK(mean0 != 0.0f); /* moving mean moved */
-  st_history_free(&h);
+  st_history_destroy(&h);
   st_dataset_destroy(ds);
   st_model_destroy(m);
   st_strategy_destroy(s);
@@ -317,7 +317,7 @@ static void test_sync_batchnorm(int n, int batch, int replicas) {
     st_fit_options fo = st_fit_default_options();
     st_history h;
     CHECK_OK(st_model_fit(ms[k], ds, &fo, &h));
-    st_history_free(&h);
+    st_history_destroy(&h);
     st_dataset_destroy(ds);
   }
   double dp1 = check_rel_diff(ref->params, mir->params, ref->n_params);
@@ -394,7 +394,7 @@ static bool test_pipeline_error(run r) {
   CHECK_MSG(m->step == 3, "%lld steps before the failing batch (elements 96..127), want 3",
             (long long)m->step);
   CHECK(f.calls == 101); /* nothing read past the failure */
-  st_history_free(&h);
+  st_history_destroy(&h);
   st_dataset_destroy(ds);
   st_model_destroy(m);
   return f.failed_elsewhere;

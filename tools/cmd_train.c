@@ -247,7 +247,7 @@ static void free_callbacks(callbacks *k) {
   for (int i = 0; i < k->n; i++)
     if (k->state[i]) st_callback_free(k->state[i]);
   st_progress_free(k->progress);
-  st_tensorboard_close(k->tb);
+  st_tensorboard_destroy(k->tb);
 }
 
 /* Multi-worker: only the chief (rank 0) writes logs and checkpoints and shows
@@ -257,7 +257,7 @@ static st_status make_callbacks(const train_cfg *c, bool chief, callbacks *k) {
   memset(k, 0, sizeof *k);
   const char *mon = c->monitor ? c->monitor : "val_loss";
   if (c->log_dir && chief) {
-    st_status s = st_tensorboard_open(c->log_dir, &k->tb);
+    st_status s = st_tensorboard_create(c->log_dir, &k->tb);
     if (s != ST_OK) return s;
     k->cb[k->n] = st_tensorboard_callback(k->tb, (int)c->log_every, &k->state[k->n]);
     k->n++;
@@ -344,7 +344,7 @@ static int run_train(const train_cfg *c) {
 fail:
   rc = cli_fail("train", s);
 done:
-  st_history_free(&h);
+  st_history_destroy(&h);
   st_model_destroy(model);
   st_strategy_destroy(strategy);
   cli_free_data(&d);

@@ -88,6 +88,6 @@ void cli_free_data(cli_data *d) {
   st_dataset_destroy(d->train);
   st_dataset_destroy(d->val);
   st_dataset_destroy(d->test);
-  st_mnist_free(&d->raw);
+  st_mnist_destroy(&d->raw);
   memset(d, 0, sizeof *d);
 }

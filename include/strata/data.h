@@ -33,10 +33,10 @@ typedef struct st_tensor {
   void *data;   /* owned by whoever the function comment says */
 } st_tensor;
 size_t st_tensor_count(const st_tensor *t); /* product of dims */
-void st_tensor_free(st_tensor *t);          /* frees data, zeroes t */
+void st_tensor_destroy(st_tensor *t);       /* frees data, zeroes t; accepts NULL */
 
 /* ---- IDX files (MNIST format), plain or gzip (detected by magic) ---- */
-/* Read a whole IDX file into *out (out->data owned by caller, st_tensor_free).
+/* Read a whole IDX file into *out (out->data owned by caller, st_tensor_destroy).
  * Validates magic, dtype code, rank, dims (no overflow, product matches the
  * payload exactly) before allocating; errors name the file and byte offset.
  * A float32 payload with a NaN or Inf is rejected (ST_ERR_NONFINITE, naming
@@ -61,7 +61,7 @@ typedef struct st_mnist {
 st_status st_mnist_load(const char *dir, st_mnist *out);
 /* st_mnist_load with IDX reading options for all four files (o may be NULL). */
 st_status st_mnist_load_ex(const char *dir, const st_idx_options *o, st_mnist *out);
-void st_mnist_free(st_mnist *m);
+void st_mnist_destroy(st_mnist *m); /* frees the four tensors; accepts NULL */
 
 /* ---- CSV: numeric columns, one label column ---- */
 typedef struct st_csv_options {

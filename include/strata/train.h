@@ -75,12 +75,12 @@ typedef struct st_callback {
 
 typedef struct st_history {
   int epochs;
-  st_epoch_logs *logs; /* [epochs], malloc'd; st_history_free */
+  st_epoch_logs *logs; /* [epochs], malloc'd; st_history_destroy */
   double samples_per_sec; /* training only, first `warmup_steps` excluded */
   int64_t train_samples;
   double train_seconds;
 } st_history;
-void st_history_free(st_history *h);
+void st_history_destroy(st_history *h); /* frees logs, zeroes h; accepts NULL */
 
 typedef struct st_fit_options {
   int epochs;                  /* 1 */
@@ -110,7 +110,7 @@ typedef struct st_eval_result {
 } st_eval_result;
 st_status st_model_evaluate(st_model *m, st_dataset *ds, st_eval_result *out);
 /* Outputs for every example of ds: out is f32 [n, output size] (caller frees
- * with st_tensor_free). */
+ * with st_tensor_destroy). */
 st_status st_model_predict(st_model *m, st_dataset *ds, st_tensor *out);
 
 /* Keras-style progress ("Epoch 1/3", a bar with ETA when tty, else one line per
@@ -198,12 +198,12 @@ st_callback st_lr_scheduler_callback(st_lr_schedule_fn fn, void *user, void **st
 typedef struct st_tensorboard st_tensorboard;
 /* Checks that log_dir can be created (ST_ERR_IO naming the blocking path);
  * a run's directory and event file appear with its first scalar. */
-st_status st_tensorboard_open(const char *log_dir, st_tensorboard **out);
+st_status st_tensorboard_create(const char *log_dir, st_tensorboard **out);
 /* A scalar at step in the train (validation = false) or validation run. */
 st_status st_tensorboard_scalar(st_tensorboard *tb, bool validation, const char *tag,
                                 int64_t step, double value);
 st_status st_tensorboard_flush(st_tensorboard *tb);
-void st_tensorboard_close(st_tensorboard *tb); /* flushes; accepts NULL */
+void st_tensorboard_destroy(st_tensorboard *tb); /* flushes, closes; accepts NULL */
 /* Keras TensorBoard callback: per epoch epoch_loss, epoch_accuracy (train and
  * validation), epoch_learning_rate and epoch_samples_per_sec (train); every
  * update_freq steps (0 = never) batch_loss and batch_accuracy (train).

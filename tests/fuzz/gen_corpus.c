@@ -183,7 +183,7 @@ static void gen_checkpoint(const char *tmp) {
     fprintf(stderr, "%s\n", st_last_error());
     exit(1);
   }
-  st_history_free(&h);
+  st_history_destroy(&h);
   st_dataset_destroy(ds);
   char dir[1024], sub[1200], p[1400];
   snprintf(dir, sizeof dir, "%s/ckpt", tmp);
