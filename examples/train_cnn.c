@@ -49,15 +49,16 @@ int main(int argc, char **argv) {
   st_model_add(model, st_dense(128, ST_ACT_RELU));
   if (st_model_add(model, st_dense(10, ST_ACT_LINEAR))) return fail("building the model");
 
-  char *summary = st_model_summary(model);
-  if (summary) printf("%s", summary);
+  char *summary = NULL;
+  if (st_model_summary(model, &summary)) return fail("summary");
+  printf("%s", summary);
   free(summary);
 
   st_compile_options co = st_compile_default_options(); /* Adam, sparse CE from logits */
   if (st_model_compile(model, &co)) return fail("compile");
 
-  void *progress = NULL;
-  st_callback cb = st_progress_callback(stderr, false, epochs, &progress);
+  st_callback cb;
+  if (st_progress_create(stderr, false, epochs, &cb)) return fail("progress");
   st_fit_options fo = st_fit_default_options();
   fo.epochs = epochs;
   fo.callbacks = &cb;
@@ -70,7 +71,7 @@ int main(int argc, char **argv) {
          history.samples_per_sec);
 
   st_history_destroy(&history);
-  st_progress_free(progress);
+  st_callback_destroy(&cb);
   st_model_destroy(model);
   st_strategy_destroy(strategy);
   st_dataset_destroy(train);

@@ -116,9 +116,9 @@ static void test_csv_logger(bool validation) {
   st_dataset *train = dataset(16), *val = dataset(40);
   char path[256];
   snprintf(path, sizeof path, "%s/log%d.csv", g_dir, (int)validation);
-  void *state = NULL;
-  st_callback cb = st_csv_logger_callback(path, &state);
-  CHECK(state != NULL);
+  st_callback cb;
+  CHECK_OK(st_csv_logger_create(path, &cb));
+  CHECK(cb.user != NULL && cb.destroy != NULL);
   st_fit_options fo = st_fit_default_options();
   fo.epochs = 3;
   fo.validation = validation ? val : NULL;
@@ -135,7 +135,7 @@ static void test_csv_logger(bool validation) {
   CHECK_OK(st_model_fit(m, train, &fo, &h));
   check_csv(path, &h);
   st_history_destroy(&h);
-  st_callback_free(state);
+  st_callback_destroy(&cb);
   st_dataset_destroy(train);
   st_dataset_destroy(val);
   st_model_destroy(m);
@@ -152,8 +152,8 @@ static void test_csv_logger_resume(void) {
   fputs("epoch,loss,accuracy,val_loss,val_accuracy,lr\n0,1.5,0.25,,,0.01\n"
         "1,1.25,0.5,,,0.01\n2,9,9,,,9\n", f);
   fclose(f);
-  void *state = NULL;
-  st_callback cb = st_csv_logger_callback(path, &state);
+  st_callback cb;
+  CHECK_OK(st_csv_logger_create(path, &cb));
   st_epoch_logs l = {.epoch = 2, .loss = 1.0, .accuracy = 0.75, .lr = 0.005};
   CHECK_OK(cb.on_epoch_begin(cb.user, NULL, 2));
   CHECK_OK(cb.on_epoch_end(cb.user, NULL, &l));
@@ -161,7 +161,7 @@ static void test_csv_logger_resume(void) {
   CHECK_MSG(text && strcmp(text, "epoch,loss,accuracy,val_loss,val_accuracy,lr\n0,1.5,0.25,,,0.01\n"
                            "1,1.25,0.5,,,0.01\n2,1,0.75,,,0.005\n") == 0, "%s", text);
   free(text);
-  st_callback_free(state);
+  st_callback_destroy(&cb);
 }
 
 static void test_csv_logger_io_error(void) {
@@ -169,8 +169,8 @@ static void test_csv_logger_io_error(void) {
   st_dataset *train = dataset(16);
   char path[256];
   snprintf(path, sizeof path, "%s/no/such/dir/log.csv", g_dir);
-  void *state = NULL;
-  st_callback cb = st_csv_logger_callback(path, &state);
+  st_callback cb;
+  CHECK_OK(st_csv_logger_create(path, &cb));
   st_fit_options fo = st_fit_default_options();
   fo.epochs = 3;
   fo.callbacks = &cb;
@@ -180,7 +180,7 @@ static void test_csv_logger_io_error(void) {
   CHECK_MSG(strstr(st_last_error(), path) != NULL, "%s", st_last_error());
   CHECK(h.epochs <= 1); /* fit may keep the failed epoch's logs */
   st_history_destroy(&h);
-  st_callback_free(state);
+  st_callback_destroy(&cb);
   st_dataset_destroy(train);
   st_model_destroy(m);
 }
@@ -195,8 +195,8 @@ static void test_early_stopping_stops(void) {
   eo.monitor = "loss";
   eo.min_delta = 1.0;
   eo.patience = 1;
-  void *state = NULL;
-  st_callback cb = st_early_stopping_callback(eo, &state);
+  st_callback cb;
+  CHECK_OK(st_early_stopping_create(eo, &cb));
   st_fit_options fo = st_fit_default_options();
   fo.epochs = 10;
   fo.callbacks = &cb;
@@ -206,16 +206,16 @@ static void test_early_stopping_stops(void) {
   CHECK(h.epochs == 2);
   st_history_destroy(&h);
   /* Without min_delta the loss keeps improving a little: no early stop. */
-  st_callback_free(state);
+  st_callback_destroy(&cb);
   eo.min_delta = 0;
   eo.monitor = "accuracy";
   eo.patience = 100;
-  cb = st_early_stopping_callback(eo, &state);
+  CHECK_OK(st_early_stopping_create(eo, &cb));
   fo.epochs = 3;
   CHECK_OK(st_model_fit(m, train, &fo, &h));
   CHECK(h.epochs == 3);
   st_history_destroy(&h);
-  st_callback_free(state);
+  st_callback_destroy(&cb);
   st_dataset_destroy(train);
   st_model_destroy(m);
 }
@@ -253,15 +253,14 @@ static void test_early_stopping_restores(void) {
   d.good = malloc(d.n * sizeof(float));
   d.bad = calloc(d.n, sizeof(float));
   CHECK_OK(st_model_get_weights(m, d.good));
-  st_model_set_learning_rate(m, 1e-12);
+  CHECK_OK(st_model_set_learning_rate(m, 1e-12));
   static const bool plan[8] = {false, true, false, false, false, false, false, false};
   d.use_good = plan;
   st_early_stopping_options eo = st_early_stopping_default_options();
   eo.patience = 2;
   eo.restore_best_weights = true;
-  void *state = NULL;
-  st_callback cbs[2] = {{&d, drive_begin, NULL, drive_end},
-                        st_early_stopping_callback(eo, &state)};
+  st_callback cbs[2] = {{&d, drive_begin, NULL, drive_end, NULL}, {0}};
+  CHECK_OK(st_early_stopping_create(eo, &cbs[1]));
   fo.validation = val;
   fo.callbacks = cbs;
   fo.ncallbacks = 2;
@@ -278,7 +277,7 @@ static void test_early_stopping_restores(void) {
   free(d.good);
   free(d.bad);
   st_history_destroy(&h);
-  st_callback_free(state);
+  st_callback_destroy(&cbs[1]);
   st_dataset_destroy(train);
   st_dataset_destroy(val);
   st_model_destroy(m);
@@ -287,8 +286,8 @@ static void test_early_stopping_restores(void) {
 static void test_early_stopping_errors(void) {
   st_model *m = model(0.01f);
   st_dataset *train = dataset(16);
-  void *state = NULL;
-  st_callback cb = st_early_stopping_callback(st_early_stopping_default_options(), &state);
+  st_callback cb;
+  CHECK_OK(st_early_stopping_create(st_early_stopping_default_options(), &cb));
   st_fit_options fo = st_fit_default_options();
   fo.epochs = 3;
   fo.callbacks = &cb;
@@ -300,15 +299,15 @@ static void test_early_stopping_errors(void) {
             "%s", st_last_error());
   CHECK(h.epochs <= 1); /* fit may keep the failed epoch's logs */
   st_history_destroy(&h);
-  st_callback_free(state);
+  st_callback_destroy(&cb);
+  /* an unknown monitor is refused when the callback is created */
   st_early_stopping_options eo = st_early_stopping_default_options();
   eo.monitor = "val_acc";
-  cb = st_early_stopping_callback(eo, &state);
-  CHECK(st_model_fit(m, train, &fo, &h) == ST_ERR_INVALID);
+  CHECK(st_early_stopping_create(eo, &cb) == ST_ERR_INVALID);
   CHECK_MSG(strstr(st_last_error(), "'val_acc'") != NULL, "%s", st_last_error());
-  st_history_destroy(&h);
-  st_callback_free(state);
-  st_callback_free(NULL);
+  CHECK(cb.user == NULL && cb.destroy == NULL);
+  st_callback_destroy(&cb);
+  st_callback_destroy(NULL);
   st_dataset_destroy(train);
   st_model_destroy(m);
 }
@@ -335,16 +334,15 @@ static st_status record_lr(void *user, st_model *m, int epoch) {
 static st_status run_schedule(sched *sc, st_history *h) {
   st_model *m = model(1e-3f);
   st_dataset *train = dataset(16);
-  void *state = NULL;
-  st_callback cbs[2] = {st_lr_scheduler_callback(halve, sc, &state),
-                        {sc, record_lr, NULL, NULL}};
+  st_callback cbs[2] = {{0}, {sc, record_lr, NULL, NULL, NULL}};
+  CHECK_OK(st_lr_scheduler_create(halve, sc, &cbs[0]));
   st_fit_options fo = st_fit_default_options();
   fo.epochs = 3;
   fo.callbacks = cbs;
   fo.ncallbacks = 2;
   st_status s = st_model_fit(m, train, &fo, h);
   if (s == ST_OK) CHECK_NEAR(st_model_learning_rate(m), 2.5e-4, 1e-10);
-  st_callback_free(state);
+  st_callback_destroy(&cbs[0]);
   st_dataset_destroy(train);
   st_model_destroy(m);
   return s;

@@ -78,7 +78,7 @@ static st_status fit_ex(st_model *m, const char *backup, int64_t every, int64_t 
                         bool preempt, st_history *h) {
   st_dataset *ds = dataset();
   stopper sp = {crash_at, 0, preempt};
-  st_callback cb = {&sp, NULL, stop_at, NULL};
+  st_callback cb = {&sp, NULL, stop_at, NULL, NULL};
   st_fit_options fo = st_fit_default_options();
   fo.epochs = 3;
   fo.backup_dir = backup;
@@ -324,7 +324,7 @@ static void test_nan_stops(void) {
   char dir[256];
   snprintf(dir, sizeof dir, "%s/nan", root);
   st_model *m = model(ST_STRATEGY_ONE_DEVICE);
-  st_model_set_learning_rate(m, 1e30);
+  CHECK_OK(st_model_set_learning_rate(m, 1e30));
   st_history h;
   st_status s = fit(m, dir, 1, 0, &h);
   CHECK_MSG(s == ST_ERR_NONFINITE && strstr(st_last_error(), "step"), "%s", st_last_error());

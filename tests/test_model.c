@@ -182,7 +182,8 @@ static void test_state_and_errors(void) {
   CHECK(h.logs[2].loss < h.logs[0].loss);
   CHECK(memcmp(before, m->state, sizeof before) != 0);
   st_history_destroy(&h);
-  char *text = st_model_summary(m);
+  char *text = NULL;
+  CHECK_OK(st_model_summary(m, &text));
   CHECK(text && strstr(text, "batch_normalization (BatchNormalization)") &&
         strstr(text, "Non-trainable params: 32"));
   free(text);

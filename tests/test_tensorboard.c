@@ -231,9 +231,9 @@ static void write_callback(const char *dir) {
   st_tensorboard *tb = NULL;
   CHECK_OK(st_tensorboard_create(dir, &tb));
   if (!tb) return;
-  void *state = NULL;
-  st_callback cb = st_tensorboard_callback(tb, 3, &state);
-  CHECK(state != NULL && cb.on_batch_end && cb.on_epoch_end);
+  st_callback cb;
+  CHECK_OK(st_tensorboard_callback_create(tb, 3, &cb));
+  CHECK(cb.user != NULL && cb.destroy && cb.on_batch_end && cb.on_epoch_end);
   for (int e = 0; e < 2; e++) {
     if (cb.on_epoch_begin) CHECK_OK(cb.on_epoch_begin(cb.user, NULL, e));
     for (int s = 0; s < 4; s++) { /* global steps 1..8; written at 3 and 6 */
@@ -246,7 +246,7 @@ static void write_callback(const char *dir) {
                         .lr = 1e-3 / (e + 1), .seconds = 2.0, .steps = 4, .examples = 256};
     CHECK_OK(cb.on_epoch_end(cb.user, NULL, &el));
   }
-  st_callback_free(state);
+  st_callback_destroy(&cb);
   st_tensorboard_destroy(tb);
 }
 

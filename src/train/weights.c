@@ -3,6 +3,8 @@
  * Conv2D kernel [kh, kw, in, filters], BatchNormalization gamma, beta,
  * moving_mean, moving_variance). Loading checks every name and shape before
  * changing any variable, so a wrong file leaves the model as it was. */
+#include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,6 +134,10 @@ double st_model_learning_rate(const st_model *m) {
   return st_schedule_lr(&m->compile.optimizer.lr, m->step);
 }
 
-void st_model_set_learning_rate(st_model *m, double lr) {
+/* The optimizer keeps the rate as a float: it must stay finite and > 0. */
+st_status st_model_set_learning_rate(st_model *m, double lr) {
+  if (!isfinite(lr) || lr <= 0 || lr > FLT_MAX || (float)lr <= 0.0f)
+    return st_error(ST_ERR_INVALID, "learning rate %g (must be finite and > 0 as a float)", lr);
   m->compile.optimizer.lr = st_schedule_constant((float)lr);
+  return ST_OK;
 }
