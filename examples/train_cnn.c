@@ -24,11 +24,11 @@ int main(int argc, char **argv) {
   data.train_x.dims[3] = data.test_x.dims[3] = 1;
   st_dataset *train = NULL, *test = NULL;
   if (st_dataset_from_tensor_slices(&data.train_x, &data.train_y, 1.0f / 255, false, &train) ||
-      !(train = st_dataset_shuffle(train, 60000, 42, true)) ||
-      !(train = st_dataset_batch(train, 128, false)))
+      st_dataset_shuffle(train, 60000, 42, true, &train) ||
+      st_dataset_batch(train, 128, false, &train))
     return fail("train pipeline");
   if (st_dataset_from_tensor_slices(&data.test_x, &data.test_y, 1.0f / 255, false, &test) ||
-      !(test = st_dataset_batch(test, 256, false)))
+      st_dataset_batch(test, 256, false, &test))
     return fail("test pipeline");
 
   /* The one line to change for another strategy: ST_STRATEGY_MIRRORED, ... */

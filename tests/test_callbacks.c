@@ -37,7 +37,8 @@ static st_dataset *dataset(int batch) {
   st_tensor x = {ST_F32, 2, {N, D}, X}, t = {ST_F32, 1, {N}, Y};
   st_dataset *ds = NULL;
   if (st_dataset_from_tensor_slices(&x, &t, 1.0f, false, &ds) != ST_OK) return NULL;
-  return st_dataset_batch(ds, batch, false);
+  (void)st_dataset_batch(ds, batch, false, &ds); /* NULL on failure */
+  return ds;
 }
 
 /* Dense 8 relu -> Dense 3 logits, Adam at lr, compiled. */

@@ -29,8 +29,9 @@ static st_dataset *dataset(void) {
   st_tensor x = {ST_F32, 2, {N, D}, X}, y = {ST_F32, 1, {N}, Y};
   st_dataset *ds = NULL;
   if (st_dataset_from_tensor_slices(&x, &y, 1.0f, false, &ds) != ST_OK) return NULL;
-  ds = st_dataset_shuffle(ds, N, 8, true);
-  return ds ? st_dataset_batch(ds, 16, false) : NULL; /* 13 steps per epoch */
+  if (st_dataset_shuffle(ds, N, 8, true, &ds) != ST_OK) return NULL;
+  (void)st_dataset_batch(ds, 16, false, &ds); /* 13 steps per epoch; NULL on failure */
+  return ds;
 }
 
 static st_model *model(st_strategy_kind kind) {

@@ -37,8 +37,9 @@ static st_dataset *dataset(int batch, bool shuffle, const float *y) {
   st_tensor x = {ST_F32, 2, {N, D}, X}, t = {ST_F32, 1, {N}, (void *)y};
   st_dataset *ds = NULL;
   if (st_dataset_from_tensor_slices(&x, &t, 1.0f, false, &ds) != ST_OK) return NULL;
-  if (shuffle) ds = st_dataset_shuffle(ds, N, 5, true);
-  return ds ? st_dataset_batch(ds, batch, false) : NULL;
+  if (shuffle && st_dataset_shuffle(ds, N, 5, true, &ds) != ST_OK) return NULL;
+  (void)st_dataset_batch(ds, batch, false, &ds); /* NULL on failure */
+  return ds;
 }
 
 /* Dense 16 relu -> Dense 10 (+ optional BatchNorm/Dropout), compiled. */

@@ -34,8 +34,9 @@ static st_dataset *dataset(int n, int batch) {
   st_tensor x = {ST_U8, 4, {n, 28, 28, 1}, X}, y = {ST_U8, 1, {n}, Y};
   st_dataset *ds = NULL;
   if (st_dataset_from_tensor_slices(&x, &y, 1.0f / 255, false, &ds) != ST_OK) return NULL;
-  ds = st_dataset_shuffle(ds, n, 3, true);
-  return ds ? st_dataset_batch(ds, batch, false) : NULL;
+  if (st_dataset_shuffle(ds, n, 3, true, &ds) != ST_OK) return NULL;
+  (void)st_dataset_batch(ds, batch, false, &ds); /* NULL on failure */
+  return ds;
 }
 
 typedef struct run {
@@ -228,7 +229,7 @@ static void test_uneven_and_copies(void) {
   st_tensor x = {ST_U8, 4, {N, 28, 28, 1}, X}, y = {ST_U8, 1, {N}, Y};
   st_dataset *ds = NULL;
   CHECK_OK(st_dataset_from_tensor_slices(&x, &y, 1.0f / 255, false, &ds));
-  ds = st_dataset_batch(ds, 99, false);
+  CHECK_OK(st_dataset_batch(ds, 99, false, &ds));
   st_tensor p1, p2;
   CHECK_OK(st_model_predict(mm, ds, &p1));
   CHECK_OK(st_model_predict(od, ds, &p2));
@@ -382,8 +383,9 @@ static bool test_pipeline_error(run r) {
   st_dataset *ds = NULL;
   CHECK_OK(st_dataset_from_tensor_slices(&x, &y, 1.0f / 255, false, &ds));
   failing_map f = {0, 100, pthread_self(), false};
-  ds = st_dataset_batch(st_dataset_map(st_dataset_shuffle(ds, 256, 3, true), fail_map, &f), 32,
-                        false);
+  CHECK_OK(st_dataset_shuffle(ds, 256, 3, true, &ds));
+  CHECK_OK(st_dataset_map(ds, fail_map, &f, &ds));
+  CHECK_OK(st_dataset_batch(ds, 32, false, &ds));
   st_fit_options fo = st_fit_default_options();
   st_history h = {0};
   st_clear_error();

@@ -175,7 +175,7 @@ static void gen_checkpoint(const char *tmp) {
   st_tensor x = {.dtype = ST_F32, .rank = 2, .dims = {16, 5}, .data = xs};
   st_tensor y = {.dtype = ST_F32, .rank = 1, .dims = {16}, .data = ys};
   st_dataset *ds = NULL;
-  if (st_dataset_from_tensor_slices(&x, &y, 1.f, false, &ds) || !(ds = st_dataset_batch(ds, 4, false))) exit(1);
+  if (st_dataset_from_tensor_slices(&x, &y, 1.f, false, &ds) || st_dataset_batch(ds, 4, false, &ds)) exit(1);
   st_fit_options fo = st_fit_default_options();
   fo.epochs = 2;
   st_history h = {0};
