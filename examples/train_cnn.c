@@ -41,13 +41,15 @@ int main(int argc, char **argv) {
   mo.strategy = strategy;
   st_model *model = NULL;
   if (st_sequential_create(&mo, &model)) return fail("model");
-  st_model_add(model, st_conv2d(32, 3, ST_ACT_RELU));
-  st_model_add(model, st_maxpool2d(2));
-  st_model_add(model, st_conv2d(64, 3, ST_ACT_RELU));
-  st_model_add(model, st_maxpool2d(2));
-  st_model_add(model, st_flatten());
-  st_model_add(model, st_dense(128, ST_ACT_RELU));
-  if (st_model_add(model, st_dense(10, ST_ACT_LINEAR))) return fail("building the model");
+  st_layer *l = NULL; /* each constructor's layer, owned by the model once added */
+  if (st_conv2d(32, 3, ST_ACT_RELU, &l) || st_model_add(model, l) ||
+      st_maxpool2d(2, &l) || st_model_add(model, l) ||
+      st_conv2d(64, 3, ST_ACT_RELU, &l) || st_model_add(model, l) ||
+      st_maxpool2d(2, &l) || st_model_add(model, l) ||
+      st_flatten(&l) || st_model_add(model, l) ||
+      st_dense(128, ST_ACT_RELU, &l) || st_model_add(model, l) ||
+      st_dense(10, ST_ACT_LINEAR, &l) || st_model_add(model, l))
+    return fail("building the model");
 
   char *summary = NULL;
   if (st_model_summary(model, &summary)) return fail("summary");

@@ -160,7 +160,9 @@ static void test_model_calls(void) {
   st_model *m = NULL;
   CHECK_OK(st_sequential_create(&mo, &m));
   if (!m) return;
-  CHECK_OK(st_model_add(m, st_dense(2, ST_ACT_LINEAR)));
+  st_layer *l = NULL;
+  CHECK_OK(st_dense(2, ST_ACT_LINEAR, &l));
+  CHECK_OK(st_model_add(m, l));
   st_compile_options co = st_compile_default_options();
   CHECK_OK(st_model_compile(m, &co));
   CHECK_OK(st_model_summary(m, &text));

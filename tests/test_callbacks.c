@@ -47,8 +47,11 @@ static st_model *model(float lr) {
   mo.seed = 3;
   st_model *m = NULL;
   CHECK_OK(st_sequential_create(&mo, &m));
-  CHECK_OK(st_model_add(m, st_dense(8, ST_ACT_RELU)));
-  CHECK_OK(st_model_add(m, st_dense(C, ST_ACT_LINEAR)));
+  st_layer *l = NULL;
+  CHECK_OK(st_dense(8, ST_ACT_RELU, &l));
+  CHECK_OK(st_model_add(m, l));
+  CHECK_OK(st_dense(C, ST_ACT_LINEAR, &l));
+  CHECK_OK(st_model_add(m, l));
   st_compile_options co = st_compile_default_options();
   co.optimizer.lr = st_schedule_constant(lr);
   CHECK_OK(st_model_compile(m, &co));

@@ -53,12 +53,17 @@ static st_model *model(int threads, uint64_t seed, int hidden, bool extras) {
   mo.strategy = s;
   st_model *m = NULL;
   CHECK_OK(st_sequential_create(&mo, &m));
-  CHECK_OK(st_model_add(m, st_dense(hidden, ST_ACT_RELU)));
+  st_layer *l = NULL;
+  CHECK_OK(st_dense(hidden, ST_ACT_RELU, &l));
+  CHECK_OK(st_model_add(m, l));
   if (extras) {
-    CHECK_OK(st_model_add(m, st_batchnorm()));
-    CHECK_OK(st_model_add(m, st_dropout(0.2f)));
+    CHECK_OK(st_batchnorm(&l));
+    CHECK_OK(st_model_add(m, l));
+    CHECK_OK(st_dropout(0.2f, &l));
+    CHECK_OK(st_model_add(m, l));
   }
-  CHECK_OK(st_model_add(m, st_dense(C, ST_ACT_LINEAR)));
+  CHECK_OK(st_dense(C, ST_ACT_LINEAR, &l));
+  CHECK_OK(st_model_add(m, l));
   st_compile_options co = st_compile_default_options();
   co.optimizer.lr = st_schedule_constant(0.01f);
   CHECK_OK(st_model_compile(m, &co));
@@ -203,7 +208,9 @@ static void test_state_and_errors(void) {
   st_model *cm = NULL;
   st_model_options mo = st_model_default_options(st_shape1(D));
   CHECK_OK(st_sequential_create(&mo, &cm));
-  s = st_model_add(cm, st_conv2d(4, 3, ST_ACT_RELU));
+  st_layer *conv = NULL;
+  CHECK_OK(st_conv2d(4, 3, ST_ACT_RELU, &conv));
+  s = st_model_add(cm, conv);
   CHECK(s == ST_ERR_INVALID && strstr(st_last_error(), "conv2d"));
   st_compile_options co = st_compile_default_options();
   CHECK(st_model_compile(cm, &co) == ST_ERR_INVALID); /* no layers */
