@@ -4,8 +4,9 @@
  * ModelCheckpoint and TensorBoard callbacks, on a hand-made one, on a zeroed
  * one and on NULL (valgrind/ASan builds catch a leak or a bad free); (2) a
  * fallible call returns st_status with a message and writes its result through
- * an out-pointer (zeroed on failure): every callback constructor on bad input,
- * st_model_summary, st_model_set_learning_rate; every _destroy accepts NULL. */
+ * an out-pointer (zeroed on failure): every callback constructor and every
+ * layer constructor on bad input, st_model_summary, st_model_set_learning_rate
+ * (the dataset transforms: test_data.c); every _destroy accepts NULL. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -179,6 +180,39 @@ static void test_model_calls(void) {
   st_model_destroy(m);
 }
 
+/* Each layer constructor refuses a bad option with ST_ERR_INVALID, a message
+ * naming it, and *out = NULL. */
+static void check_layer_refused(st_status s, st_layer *l, const char *needle, const char *what) {
+  CHECK_MSG(s == ST_ERR_INVALID, "%s: got %s", what, st_status_string(s));
+  CHECK_MSG(strstr(st_last_error(), needle) != NULL, "%s: message '%s' lacks '%s'", what,
+            st_last_error(), needle);
+  CHECK_MSG(l == NULL, "%s: *out not NULL on failure", what);
+}
+
+static void test_layer_constructors(void) {
+  st_layer *l = NULL;
+  check_layer_refused(st_dense(0, ST_ACT_RELU, &l), l, "units", "Dense units 0");
+  check_layer_refused(st_conv2d(0, 3, ST_ACT_RELU, &l), l, "filters", "Conv2D filters 0");
+  check_layer_refused(st_maxpool2d(0, &l), l, "pool size", "MaxPooling2D pool 0");
+  check_layer_refused(st_avgpool2d(-1, &l), l, "pool size", "AveragePooling2D pool -1");
+  check_layer_refused(st_dropout(1.5f, &l), l, "rate", "Dropout rate 1.5");
+  check_layer_refused(st_activation_layer((st_activation)999, &l), l, "999", "Activation 999");
+  st_shape bad = {.rank = 0};
+  check_layer_refused(st_reshape(bad, &l), l, "rank", "Reshape rank 0");
+  st_batchnorm_options bo = st_batchnorm_default_options();
+  bo.epsilon = 0;
+  check_layer_refused(st_batchnorm_ex(bo, &l), l, "epsilon", "BatchNormalization epsilon 0");
+  st_dense_options dn = st_dense_default_options(4);
+  char longname[200];
+  memset(longname, 'n', sizeof longname - 1);
+  longname[sizeof longname - 1] = 0;
+  dn.name = longname;
+  check_layer_refused(st_dense_ex(dn, &l), l, "longer than", "Dense long name");
+  CHECK_OK(st_flatten(&l));
+  CHECK(l != NULL);
+  st_layer_destroy(l);
+}
+
 /* Every destroy of the public API accepts NULL. */
 static void test_destroy_null(void) {
   st_threadpool_destroy(NULL);
@@ -205,6 +239,7 @@ int main(void) {
   test_constructors_refuse_bad_input();
   test_csv_logger_missing_dir();
   test_model_calls();
+  test_layer_constructors();
   test_destroy_null();
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
