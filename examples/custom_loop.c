@@ -40,8 +40,8 @@ int main(int argc, char **argv) {
   data.train_x.dims[3] = 1;
   st_dataset *train = NULL;
   if (st_dataset_from_tensor_slices(&data.train_x, &data.train_y, 1.0f / 255, false, &train) ||
-      !(train = st_dataset_shuffle(train, data.train_x.dims[0], 1, true)) ||
-      !(train = st_dataset_batch(train, 128, false)))
+      st_dataset_shuffle(train, data.train_x.dims[0], 1, true, &train) ||
+      st_dataset_batch(train, 128, false, &train))
     return fail("pipeline");
 
   st_strategy_options so = st_strategy_default_options(ST_STRATEGY_MIRRORED);
@@ -79,6 +79,6 @@ int main(int argc, char **argv) {
   st_model_destroy(model);
   st_strategy_destroy(strategy);
   st_dataset_destroy(train);
-  st_mnist_free(&data);
+  st_mnist_destroy(&data);
   return 0;
 }

@@ -24,11 +24,11 @@ int main(int argc, char **argv) {
   data.train_x.dims[3] = data.test_x.dims[3] = 1;
   st_dataset *train = NULL, *test = NULL;
   if (st_dataset_from_tensor_slices(&data.train_x, &data.train_y, 1.0f / 255, false, &train) ||
-      !(train = st_dataset_shuffle(train, 60000, 42, true)) ||
-      !(train = st_dataset_batch(train, 128, false)))
+      st_dataset_shuffle(train, 60000, 42, true, &train) ||
+      st_dataset_batch(train, 128, false, &train))
     return fail("train pipeline");
   if (st_dataset_from_tensor_slices(&data.test_x, &data.test_y, 1.0f / 255, false, &test) ||
-      !(test = st_dataset_batch(test, 256, false)))
+      st_dataset_batch(test, 256, false, &test))
     return fail("test pipeline");
 
   /* The one line to change for another strategy: ST_STRATEGY_MIRRORED, ... */
@@ -41,23 +41,26 @@ int main(int argc, char **argv) {
   mo.strategy = strategy;
   st_model *model = NULL;
   if (st_sequential_create(&mo, &model)) return fail("model");
-  st_model_add(model, st_conv2d(32, 3, ST_ACT_RELU));
-  st_model_add(model, st_maxpool2d(2));
-  st_model_add(model, st_conv2d(64, 3, ST_ACT_RELU));
-  st_model_add(model, st_maxpool2d(2));
-  st_model_add(model, st_flatten());
-  st_model_add(model, st_dense(128, ST_ACT_RELU));
-  if (st_model_add(model, st_dense(10, ST_ACT_LINEAR))) return fail("building the model");
+  st_layer *l = NULL; /* each constructor's layer, owned by the model once added */
+  if (st_conv2d(32, 3, ST_ACT_RELU, &l) || st_model_add(model, l) ||
+      st_maxpool2d(2, &l) || st_model_add(model, l) ||
+      st_conv2d(64, 3, ST_ACT_RELU, &l) || st_model_add(model, l) ||
+      st_maxpool2d(2, &l) || st_model_add(model, l) ||
+      st_flatten(&l) || st_model_add(model, l) ||
+      st_dense(128, ST_ACT_RELU, &l) || st_model_add(model, l) ||
+      st_dense(10, ST_ACT_LINEAR, &l) || st_model_add(model, l))
+    return fail("building the model");
 
-  char *summary = st_model_summary(model);
-  if (summary) printf("%s", summary);
+  char *summary = NULL;
+  if (st_model_summary(model, &summary)) return fail("summary");
+  printf("%s", summary);
   free(summary);
 
   st_compile_options co = st_compile_default_options(); /* Adam, sparse CE from logits */
   if (st_model_compile(model, &co)) return fail("compile");
 
-  void *progress = NULL;
-  st_callback cb = st_progress_callback(stderr, false, epochs, &progress);
+  st_callback cb;
+  if (st_progress_create(stderr, false, epochs, &cb)) return fail("progress");
   st_fit_options fo = st_fit_default_options();
   fo.epochs = epochs;
   fo.callbacks = &cb;
@@ -69,12 +72,12 @@ int main(int argc, char **argv) {
   printf("test_loss: %.4f - test_accuracy: %.4f - samples/s: %.0f\n", r.loss, r.accuracy,
          history.samples_per_sec);
 
-  st_history_free(&history);
-  st_progress_free(progress);
+  st_history_destroy(&history);
+  st_callback_destroy(&cb);
   st_model_destroy(model);
   st_strategy_destroy(strategy);
   st_dataset_destroy(train);
   st_dataset_destroy(test);
-  st_mnist_free(&data);
+  st_mnist_destroy(&data);
   return 0;
 }

@@ -37,7 +37,8 @@ static st_dataset *dataset(int batch) {
   st_tensor x = {ST_F32, 2, {N, D}, X}, t = {ST_F32, 1, {N}, Y};
   st_dataset *ds = NULL;
   if (st_dataset_from_tensor_slices(&x, &t, 1.0f, false, &ds) != ST_OK) return NULL;
-  return st_dataset_batch(ds, batch, false);
+  (void)st_dataset_batch(ds, batch, false, &ds); /* NULL on failure */
+  return ds;
 }
 
 /* Dense 8 relu -> Dense 3 logits, Adam at lr, compiled. */
@@ -46,8 +47,11 @@ static st_model *model(float lr) {
   mo.seed = 3;
   st_model *m = NULL;
   CHECK_OK(st_sequential_create(&mo, &m));
-  CHECK_OK(st_model_add(m, st_dense(8, ST_ACT_RELU)));
-  CHECK_OK(st_model_add(m, st_dense(C, ST_ACT_LINEAR)));
+  st_layer *l = NULL;
+  CHECK_OK(st_dense(8, ST_ACT_RELU, &l));
+  CHECK_OK(st_model_add(m, l));
+  CHECK_OK(st_dense(C, ST_ACT_LINEAR, &l));
+  CHECK_OK(st_model_add(m, l));
   st_compile_options co = st_compile_default_options();
   co.optimizer.lr = st_schedule_constant(lr);
   CHECK_OK(st_model_compile(m, &co));
@@ -116,9 +120,9 @@ static void test_csv_logger(bool validation) {
   st_dataset *train = dataset(16), *val = dataset(40);
   char path[256];
   snprintf(path, sizeof path, "%s/log%d.csv", g_dir, (int)validation);
-  void *state = NULL;
-  st_callback cb = st_csv_logger_callback(path, &state);
-  CHECK(state != NULL);
+  st_callback cb;
+  CHECK_OK(st_csv_logger_create(path, &cb));
+  CHECK(cb.user != NULL && cb.destroy != NULL);
   st_fit_options fo = st_fit_default_options();
   fo.epochs = 3;
   fo.validation = validation ? val : NULL;
@@ -131,11 +135,11 @@ static void test_csv_logger(bool validation) {
   CHECK(count_temp_files() == 0);
   /* A second fit with the same logger starts a new file. */
   fo.epochs = 2;
-  st_history_free(&h);
+  st_history_destroy(&h);
   CHECK_OK(st_model_fit(m, train, &fo, &h));
   check_csv(path, &h);
-  st_history_free(&h);
-  st_callback_free(state);
+  st_history_destroy(&h);
+  st_callback_destroy(&cb);
   st_dataset_destroy(train);
   st_dataset_destroy(val);
   st_model_destroy(m);
@@ -152,8 +156,8 @@ static void test_csv_logger_resume(void) {
   fputs("epoch,loss,accuracy,val_loss,val_accuracy,lr\n0,1.5,0.25,,,0.01\n"
         "1,1.25,0.5,,,0.01\n2,9,9,,,9\n", f);
   fclose(f);
-  void *state = NULL;
-  st_callback cb = st_csv_logger_callback(path, &state);
+  st_callback cb;
+  CHECK_OK(st_csv_logger_create(path, &cb));
   st_epoch_logs l = {.epoch = 2, .loss = 1.0, .accuracy = 0.75, .lr = 0.005};
   CHECK_OK(cb.on_epoch_begin(cb.user, NULL, 2));
   CHECK_OK(cb.on_epoch_end(cb.user, NULL, &l));
@@ -161,7 +165,7 @@ static void test_csv_logger_resume(void) {
   CHECK_MSG(text && strcmp(text, "epoch,loss,accuracy,val_loss,val_accuracy,lr\n0,1.5,0.25,,,0.01\n"
                            "1,1.25,0.5,,,0.01\n2,1,0.75,,,0.005\n") == 0, "%s", text);
   free(text);
-  st_callback_free(state);
+  st_callback_destroy(&cb);
 }
 
 static void test_csv_logger_io_error(void) {
@@ -169,8 +173,8 @@ static void test_csv_logger_io_error(void) {
   st_dataset *train = dataset(16);
   char path[256];
   snprintf(path, sizeof path, "%s/no/such/dir/log.csv", g_dir);
-  void *state = NULL;
-  st_callback cb = st_csv_logger_callback(path, &state);
+  st_callback cb;
+  CHECK_OK(st_csv_logger_create(path, &cb));
   st_fit_options fo = st_fit_default_options();
   fo.epochs = 3;
   fo.callbacks = &cb;
@@ -179,8 +183,8 @@ static void test_csv_logger_io_error(void) {
   CHECK(st_model_fit(m, train, &fo, &h) == ST_ERR_IO);
   CHECK_MSG(strstr(st_last_error(), path) != NULL, "%s", st_last_error());
   CHECK(h.epochs <= 1); /* fit may keep the failed epoch's logs */
-  st_history_free(&h);
-  st_callback_free(state);
+  st_history_destroy(&h);
+  st_callback_destroy(&cb);
   st_dataset_destroy(train);
   st_model_destroy(m);
 }
@@ -195,8 +199,8 @@ static void test_early_stopping_stops(void) {
   eo.monitor = "loss";
   eo.min_delta = 1.0;
   eo.patience = 1;
-  void *state = NULL;
-  st_callback cb = st_early_stopping_callback(eo, &state);
+  st_callback cb;
+  CHECK_OK(st_early_stopping_create(eo, &cb));
   st_fit_options fo = st_fit_default_options();
   fo.epochs = 10;
   fo.callbacks = &cb;
@@ -204,18 +208,18 @@ static void test_early_stopping_stops(void) {
   st_history h;
   CHECK_OK(st_model_fit(m, train, &fo, &h));
   CHECK(h.epochs == 2);
-  st_history_free(&h);
+  st_history_destroy(&h);
   /* Without min_delta the loss keeps improving a little: no early stop. */
-  st_callback_free(state);
+  st_callback_destroy(&cb);
   eo.min_delta = 0;
   eo.monitor = "accuracy";
   eo.patience = 100;
-  cb = st_early_stopping_callback(eo, &state);
+  CHECK_OK(st_early_stopping_create(eo, &cb));
   fo.epochs = 3;
   CHECK_OK(st_model_fit(m, train, &fo, &h));
   CHECK(h.epochs == 3);
-  st_history_free(&h);
-  st_callback_free(state);
+  st_history_destroy(&h);
+  st_callback_destroy(&cb);
   st_dataset_destroy(train);
   st_model_destroy(m);
 }
@@ -248,20 +252,19 @@ static void test_early_stopping_restores(void) {
   fo.epochs = 10;
   st_history h;
   CHECK_OK(st_model_fit(m, train, &fo, &h)); /* pre-train: the good weights */
-  st_history_free(&h);
+  st_history_destroy(&h);
   driver d = {.n = st_model_weights_size(m)};
   d.good = malloc(d.n * sizeof(float));
   d.bad = calloc(d.n, sizeof(float));
   CHECK_OK(st_model_get_weights(m, d.good));
-  st_model_set_learning_rate(m, 1e-12);
+  CHECK_OK(st_model_set_learning_rate(m, 1e-12));
   static const bool plan[8] = {false, true, false, false, false, false, false, false};
   d.use_good = plan;
   st_early_stopping_options eo = st_early_stopping_default_options();
   eo.patience = 2;
   eo.restore_best_weights = true;
-  void *state = NULL;
-  st_callback cbs[2] = {{&d, drive_begin, NULL, drive_end},
-                        st_early_stopping_callback(eo, &state)};
+  st_callback cbs[2] = {{&d, drive_begin, NULL, drive_end, NULL}, {0}};
+  CHECK_OK(st_early_stopping_create(eo, &cbs[1]));
   fo.validation = val;
   fo.callbacks = cbs;
   fo.ncallbacks = 2;
@@ -277,8 +280,8 @@ static void test_early_stopping_restores(void) {
   for (int i = 0; i < 8; i++) free(d.seen[i]);
   free(d.good);
   free(d.bad);
-  st_history_free(&h);
-  st_callback_free(state);
+  st_history_destroy(&h);
+  st_callback_destroy(&cbs[1]);
   st_dataset_destroy(train);
   st_dataset_destroy(val);
   st_model_destroy(m);
@@ -287,8 +290,8 @@ static void test_early_stopping_restores(void) {
 static void test_early_stopping_errors(void) {
   st_model *m = model(0.01f);
   st_dataset *train = dataset(16);
-  void *state = NULL;
-  st_callback cb = st_early_stopping_callback(st_early_stopping_default_options(), &state);
+  st_callback cb;
+  CHECK_OK(st_early_stopping_create(st_early_stopping_default_options(), &cb));
   st_fit_options fo = st_fit_default_options();
   fo.epochs = 3;
   fo.callbacks = &cb;
@@ -299,16 +302,16 @@ static void test_early_stopping_errors(void) {
                    "EarlyStopping monitors val_loss but fit has no validation data") == 0,
             "%s", st_last_error());
   CHECK(h.epochs <= 1); /* fit may keep the failed epoch's logs */
-  st_history_free(&h);
-  st_callback_free(state);
+  st_history_destroy(&h);
+  st_callback_destroy(&cb);
+  /* an unknown monitor is refused when the callback is created */
   st_early_stopping_options eo = st_early_stopping_default_options();
   eo.monitor = "val_acc";
-  cb = st_early_stopping_callback(eo, &state);
-  CHECK(st_model_fit(m, train, &fo, &h) == ST_ERR_INVALID);
+  CHECK(st_early_stopping_create(eo, &cb) == ST_ERR_INVALID);
   CHECK_MSG(strstr(st_last_error(), "'val_acc'") != NULL, "%s", st_last_error());
-  st_history_free(&h);
-  st_callback_free(state);
-  st_callback_free(NULL);
+  CHECK(cb.user == NULL && cb.destroy == NULL);
+  st_callback_destroy(&cb);
+  st_callback_destroy(NULL);
   st_dataset_destroy(train);
   st_model_destroy(m);
 }
@@ -335,16 +338,15 @@ static st_status record_lr(void *user, st_model *m, int epoch) {
 static st_status run_schedule(sched *sc, st_history *h) {
   st_model *m = model(1e-3f);
   st_dataset *train = dataset(16);
-  void *state = NULL;
-  st_callback cbs[2] = {st_lr_scheduler_callback(halve, sc, &state),
-                        {sc, record_lr, NULL, NULL}};
+  st_callback cbs[2] = {{0}, {sc, record_lr, NULL, NULL, NULL}};
+  CHECK_OK(st_lr_scheduler_create(halve, sc, &cbs[0]));
   st_fit_options fo = st_fit_default_options();
   fo.epochs = 3;
   fo.callbacks = cbs;
   fo.ncallbacks = 2;
   st_status s = st_model_fit(m, train, &fo, h);
   if (s == ST_OK) CHECK_NEAR(st_model_learning_rate(m), 2.5e-4, 1e-10);
-  st_callback_free(state);
+  st_callback_destroy(&cbs[0]);
   st_dataset_destroy(train);
   st_model_destroy(m);
   return s;
@@ -360,14 +362,14 @@ static void test_lr_scheduler(void) {
     CHECK_NEAR(h.logs[e].lr, want[e], 1e-10);
     CHECK_NEAR(sc.seen[e], want[e], 1e-10);
   }
-  st_history_free(&h);
+  st_history_destroy(&h);
   const double bad[3] = {NAN, 0.0, -1e-3};
   for (int i = 0; i < 3; i++) {
     sched b = {.bad_epoch = 1, .bad = bad[i]};
     CHECK(run_schedule(&b, &h) == ST_ERR_INVALID);
     CHECK(h.epochs == 1);
     CHECK_MSG(strstr(st_last_error(), "epoch 1") != NULL, "%s", st_last_error());
-    st_history_free(&h);
+    st_history_destroy(&h);
   }
 }
 

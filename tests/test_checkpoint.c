@@ -29,8 +29,9 @@ static st_dataset *dataset(void) {
   st_tensor x = {ST_F32, 2, {N, D}, X}, y = {ST_F32, 1, {N}, Y};
   st_dataset *ds = NULL;
   if (st_dataset_from_tensor_slices(&x, &y, 1.0f, false, &ds) != ST_OK) return NULL;
-  ds = st_dataset_shuffle(ds, N, 8, true);
-  return ds ? st_dataset_batch(ds, 16, false) : NULL; /* 13 steps per epoch */
+  if (st_dataset_shuffle(ds, N, 8, true, &ds) != ST_OK) return NULL;
+  (void)st_dataset_batch(ds, 16, false, &ds); /* 13 steps per epoch; NULL on failure */
+  return ds;
 }
 
 static st_model *model(st_strategy_kind kind) {
@@ -43,10 +44,15 @@ static st_model *model(st_strategy_kind kind) {
   mo.strategy = s;
   st_model *m = NULL;
   CHECK_OK(st_sequential_create(&mo, &m));
-  CHECK_OK(st_model_add(m, st_dense(12, ST_ACT_RELU)));
-  CHECK_OK(st_model_add(m, st_batchnorm()));
-  CHECK_OK(st_model_add(m, st_dropout(0.1f)));
-  CHECK_OK(st_model_add(m, st_dense(C, ST_ACT_LINEAR)));
+  st_layer *l = NULL;
+  CHECK_OK(st_dense(12, ST_ACT_RELU, &l));
+  CHECK_OK(st_model_add(m, l));
+  CHECK_OK(st_batchnorm(&l));
+  CHECK_OK(st_model_add(m, l));
+  CHECK_OK(st_dropout(0.1f, &l));
+  CHECK_OK(st_model_add(m, l));
+  CHECK_OK(st_dense(C, ST_ACT_LINEAR, &l));
+  CHECK_OK(st_model_add(m, l));
   st_compile_options co = st_compile_default_options();
   CHECK_OK(st_model_compile(m, &co));
   m->owns_strategy = true;
@@ -78,7 +84,7 @@ static st_status fit_ex(st_model *m, const char *backup, int64_t every, int64_t 
                         bool preempt, st_history *h) {
   st_dataset *ds = dataset();
   stopper sp = {crash_at, 0, preempt};
-  st_callback cb = {&sp, NULL, stop_at, NULL};
+  st_callback cb = {&sp, NULL, stop_at, NULL, NULL};
   st_fit_options fo = st_fit_default_options();
   fo.epochs = 3;
   fo.backup_dir = backup;
@@ -125,10 +131,10 @@ static void test_preempt(st_strategy_kind kind) {
               "%s: preempted at step %lld: weights differ", st_strategy_kind_name(kind),
               (long long)at[i]);
     free(got);
-    st_history_free(&h1), st_history_free(&h2);
+    st_history_destroy(&h1), st_history_destroy(&h2);
     st_model_destroy(a), st_model_destroy(b);
   }
-  st_history_free(&href);
+  st_history_destroy(&href);
   free(want);
   st_model_destroy(ref);
 }
@@ -158,10 +164,10 @@ static void test_resume(st_strategy_kind kind) {
     struct stat sb;
     CHECK_MSG(stat(dir, &sb) != 0, "backup %s not removed after completion", dir);
     free(got);
-    st_history_free(&h1), st_history_free(&h2);
+    st_history_destroy(&h1), st_history_destroy(&h2);
     st_model_destroy(b);
   }
-  st_history_free(&href);
+  st_history_destroy(&href);
   free(want);
   st_model_destroy(ref);
 }
@@ -195,7 +201,7 @@ static void test_roundtrip_and_keep(void) {
   for (int k = 0; k < m->n_slots; k++)
     CHECK(memcmp(m->slots[k], r->slots[k], m->n_params * sizeof(float)) == 0);
   free(a), free(b);
-  st_history_free(&h);
+  st_history_destroy(&h);
   st_model_destroy(m);
   st_model_destroy(r);
 }
@@ -229,7 +235,7 @@ static void test_interrupted_writes(void) {
   for (struct dirent *e; d && (e = readdir(d)) != NULL;) CHECK(strncmp(e->d_name, ".tmp", 4) != 0);
   if (d) closedir(d);
   free(w0);
-  st_history_free(&h);
+  st_history_destroy(&h);
   st_model_destroy(m);
 }
 
@@ -313,7 +319,7 @@ static void test_corruption(void) {
   CHECK_MSG(rejected == (int)size, "%d of %zu truncations rejected", rejected, size);
   rename(bak, p);
   free(before), free(after);
-  st_history_free(&h);
+  st_history_destroy(&h);
   st_model_destroy(m);
   st_model_destroy(victim);
 }
@@ -324,7 +330,7 @@ static void test_nan_stops(void) {
   char dir[256];
   snprintf(dir, sizeof dir, "%s/nan", root);
   st_model *m = model(ST_STRATEGY_ONE_DEVICE);
-  st_model_set_learning_rate(m, 1e30);
+  CHECK_OK(st_model_set_learning_rate(m, 1e30));
   st_history h;
   st_status s = fit(m, dir, 1, 0, &h);
   CHECK_MSG(s == ST_ERR_NONFINITE && strstr(st_last_error(), "step"), "%s", st_last_error());
@@ -335,7 +341,7 @@ static void test_nan_stops(void) {
   for (size_t i = 0; i < st_model_weights_size(r); i++) finite &= isfinite(w[i]) != 0;
   CHECK(finite && r->step >= 1);
   free(w);
-  st_history_free(&h);
+  st_history_destroy(&h);
   st_model_destroy(m);
   st_model_destroy(r);
 }

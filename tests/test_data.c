@@ -91,6 +91,42 @@ static st_dataset *seq_ds(int n, float *xbuf, float *ybuf) {
   return ds;
 }
 
+/* The transforms as expressions, for the pipelines below: each CHECKs the
+ * status and returns the new handle (NULL after a failure, which the next
+ * transform reports as a NULL input). */
+static st_dataset *t_map(st_dataset *d, st_map_fn fn, void *user) {
+  CHECK_OK(st_dataset_map(d, fn, user, &d));
+  return d;
+}
+static st_dataset *t_shuffle(st_dataset *d, int64_t buffer, uint64_t seed, bool reshuffle) {
+  CHECK_OK(st_dataset_shuffle(d, buffer, seed, reshuffle, &d));
+  return d;
+}
+static st_dataset *t_batch(st_dataset *d, int batch, bool drop_remainder) {
+  CHECK_OK(st_dataset_batch(d, batch, drop_remainder, &d));
+  return d;
+}
+static st_dataset *t_repeat(st_dataset *d, int64_t count) {
+  CHECK_OK(st_dataset_repeat(d, count, &d));
+  return d;
+}
+static st_dataset *t_take(st_dataset *d, int64_t count) {
+  CHECK_OK(st_dataset_take(d, count, &d));
+  return d;
+}
+static st_dataset *t_skip(st_dataset *d, int64_t count) {
+  CHECK_OK(st_dataset_skip(d, count, &d));
+  return d;
+}
+static st_dataset *t_shard(st_dataset *d, int num_shards, int index) {
+  CHECK_OK(st_dataset_shard(d, num_shards, index, &d));
+  return d;
+}
+static st_dataset *t_prefetch(st_dataset *d, int buffer) {
+  CHECK_OK(st_dataset_prefetch(d, buffer, &d));
+  return d;
+}
+
 /* One pass: ids[k] = x[0] of the k-th example (checking x and y agree), batch
  * sizes into sizes (if set). Returns examples seen, or -1 on error. */
 static int collect(st_dataset *ds, int *ids, int cap, int *sizes, int *nbatches) {
@@ -147,9 +183,9 @@ static void test_tensor_basics(void) {
   st_tensor t = {ST_U8, 3, {2, 3, 4}, NULL};
   CHECK(st_tensor_count(&t) == 24);
   t.data = st_alloc(24);
-  st_tensor_free(&t);
+  st_tensor_destroy(&t);
   CHECK(t.data == NULL && t.rank == 0);
-  st_tensor_free(NULL);
+  st_tensor_destroy(NULL);
 }
 
 static void test_slices(void) {
@@ -206,8 +242,8 @@ static float g_x[2 * N], g_y[N];
 static int ids_a[4 * N], ids_b[4 * N];
 
 static void test_shuffle(void) {
-  st_dataset *a = st_dataset_shuffle(seq_ds(N, g_x, g_y), N, 42, true);
-  st_dataset *b = st_dataset_shuffle(seq_ds(N, g_x, g_y), N, 42, true);
+  st_dataset *a = t_shuffle(seq_ds(N, g_x, g_y), N, 42, true);
+  st_dataset *b = t_shuffle(seq_ds(N, g_x, g_y), N, 42, true);
   CHECK_EQ(st_dataset_cardinality(a), N);
   CHECK_EQ(collect(a, ids_a, N, NULL, NULL), N);
   CHECK_EQ(collect(b, ids_b, N, NULL, NULL), N);
@@ -220,12 +256,12 @@ static void test_shuffle(void) {
   st_dataset_destroy(b);
 
   /* no reshuffle: every epoch the same; another seed: another order */
-  a = st_dataset_shuffle(seq_ds(N, g_x, g_y), 1 << 30, 42, false);
+  a = t_shuffle(seq_ds(N, g_x, g_y), 1 << 30, 42, false);
   collect(a, ids_a, N, NULL, NULL);
   collect(a, ids_b, N, NULL, NULL);
   CHECK(memcmp(ids_a, ids_b, sizeof(int) * N) == 0);
   st_dataset_destroy(a);
-  a = st_dataset_shuffle(seq_ds(N, g_x, g_y), N, 43, false);
+  a = t_shuffle(seq_ds(N, g_x, g_y), N, 43, false);
   collect(a, ids_b, N, NULL, NULL);
   CHECK(memcmp(ids_a, ids_b, sizeof(int) * N) != 0);
   st_dataset_destroy(a);
@@ -236,9 +272,9 @@ static void test_shuffle(void) {
 static void test_shuffle_paths(void) {
   int64_t bufs[3] = {N, 10, 1};
   for (int i = 0; i < 3; i++) {
-    st_dataset *fast = st_dataset_shuffle(seq_ds(N, g_x, g_y), bufs[i], 7, true);
-    st_dataset *gen = st_dataset_shuffle(
-        st_dataset_map(seq_ds(N, g_x, g_y), identity_map, NULL), bufs[i], 7, true);
+    st_dataset *fast = t_shuffle(seq_ds(N, g_x, g_y), bufs[i], 7, true);
+    st_dataset *gen = t_shuffle(
+        t_map(seq_ds(N, g_x, g_y), identity_map, NULL), bufs[i], 7, true);
     for (int epoch = 0; epoch < 2; epoch++) {
       CHECK_EQ(collect(fast, ids_a, N, NULL, NULL), N);
       CHECK_EQ(collect(gen, ids_b, N, NULL, NULL), N);
@@ -254,11 +290,11 @@ static void test_shuffle_paths(void) {
     st_dataset *v[2];
     for (int g = 0; g < 2; g++) {
       st_dataset *d = seq_ds(N, g_x, g_y);
-      if (g) d = st_dataset_map(d, identity_map, NULL);
-      if (i == 0) d = st_dataset_take(st_dataset_skip(d, 100), 700);   /* 100..799 */
-      if (i == 1) d = st_dataset_shard(st_dataset_skip(d, 10), 3, 2);  /* 12, 15, ... */
-      if (i == 2) d = st_dataset_skip(st_dataset_shard(st_dataset_take(d, 500), 4, 1), 5);
-      v[g] = st_dataset_shuffle(d, i == 2 ? 7 : N, 21, true);
+      if (g) d = t_map(d, identity_map, NULL);
+      if (i == 0) d = t_take(t_skip(d, 100), 700);   /* 100..799 */
+      if (i == 1) d = t_shard(t_skip(d, 10), 3, 2);  /* 12, 15, ... */
+      if (i == 2) d = t_skip(t_shard(t_take(d, 500), 4, 1), 5);
+      v[g] = t_shuffle(d, i == 2 ? 7 : N, 21, true);
     }
     int want = i == 0 ? 700 : i == 1 ? 330 : 120;
     CHECK_EQ(st_dataset_cardinality(v[0]), want);
@@ -277,14 +313,14 @@ static void test_shuffle_paths(void) {
     st_dataset_destroy(v[1]);
   }
   /* a small buffer only moves elements a bounded distance ahead */
-  st_dataset *s = st_dataset_shuffle(seq_ds(N, g_x, g_y), 10, 1, true);
+  st_dataset *s = t_shuffle(seq_ds(N, g_x, g_y), 10, 1, true);
   collect(s, ids_a, N, NULL, NULL);
   bool bounded = true;
   for (int k = 0; k < N; k++) bounded = bounded && ids_a[k] <= k + 9;
   CHECK(bounded);
   st_dataset_destroy(s);
   /* shuffling batches (general path over a batched input) */
-  s = st_dataset_shuffle(st_dataset_batch(seq_ds(10, g_x, g_y), 4, false), 5, 3, true);
+  s = t_shuffle(t_batch(seq_ds(10, g_x, g_y), 4, false), 5, 3, true);
   int sizes[8], nb = 0;
   CHECK(collect(s, ids_a, N, sizes, &nb) == 10 && nb == 3);
   CHECK_EQ(sizes[0] + sizes[1] + sizes[2], 10);
@@ -293,66 +329,70 @@ static void test_shuffle_paths(void) {
 
 static void test_batch(void) {
   int sizes[8], nb = 0;
-  st_dataset *d = st_dataset_batch(seq_ds(10, g_x, g_y), 4, false);
+  st_dataset *d = t_batch(seq_ds(10, g_x, g_y), 4, false);
   CHECK(st_dataset_cardinality(d) == 3 && st_dataset_batch_size(d) == 4);
   CHECK_EQ(collect(d, ids_a, N, sizes, &nb), 10);
   CHECK(nb == 3 && sizes[0] == 4 && sizes[1] == 4 && sizes[2] == 2);
   CHECK(is_identity(ids_a, 10));
   st_dataset_destroy(d);
-  d = st_dataset_batch(seq_ds(10, g_x, g_y), 4, true);
+  d = t_batch(seq_ds(10, g_x, g_y), 4, true);
   CHECK_EQ(st_dataset_cardinality(d), 2);
   CHECK_EQ(collect(d, ids_a, N, sizes, &nb), 8);
   CHECK(nb == 2 && sizes[0] == 4 && sizes[1] == 4);
-  /* a transform that fails destroys its input (ASan checks the leak) */
-  CHECK(st_dataset_batch(d, 2, false) == NULL);
+  /* a transform that fails destroys its input (ASan checks the leak) and
+   * writes NULL, even over the input's handle */
+  CHECK(st_dataset_batch(d, 2, false, &d) == ST_ERR_INVALID && d == NULL);
   CHECK(has("already batched"));
-  CHECK(st_dataset_batch(seq_ds(3, g_x, g_y), 0, false) == NULL);
-  CHECK(st_dataset_shuffle(NULL, 3, 1, true) == NULL);
-  CHECK(st_dataset_repeat(seq_ds(3, g_x, g_y), -5) == NULL);
-  CHECK(st_dataset_shard(seq_ds(3, g_x, g_y), 2, 2) == NULL);
+  st_dataset *out = (st_dataset *)g_x; /* a stale handle: overwritten with NULL */
+  CHECK(st_dataset_batch(seq_ds(3, g_x, g_y), 0, false, &out) == ST_ERR_INVALID && !out);
+  CHECK(has("batch_size 0"));
+  CHECK(st_dataset_shuffle(NULL, 3, 1, true, &out) == ST_ERR_INVALID && !out);
+  CHECK(has("input dataset is NULL"));
+  CHECK(st_dataset_repeat(seq_ds(3, g_x, g_y), -5, &out) == ST_ERR_INVALID && !out);
+  CHECK(st_dataset_shard(seq_ds(3, g_x, g_y), 2, 2, &out) == ST_ERR_INVALID && !out);
 }
 
 static void test_counts(void) {
-  st_dataset *d = st_dataset_repeat(seq_ds(10, g_x, g_y), 3);
+  st_dataset *d = t_repeat(seq_ds(10, g_x, g_y), 3);
   CHECK_EQ(st_dataset_cardinality(d), 30);
   CHECK_EQ(collect(d, ids_a, 4 * N, NULL, NULL), 30);
   CHECK(ids_a[10] == 0 && ids_a[29] == 9);
   st_dataset_destroy(d);
-  d = st_dataset_take(st_dataset_repeat(seq_ds(10, g_x, g_y), -1), 25);
+  d = t_take(t_repeat(seq_ds(10, g_x, g_y), -1), 25);
   CHECK_EQ(st_dataset_cardinality(d), 25);
   CHECK_EQ(collect(d, ids_a, N, NULL, NULL), 25);
   st_dataset_destroy(d);
-  d = st_dataset_repeat(seq_ds(10, g_x, g_y), -1);
+  d = t_repeat(seq_ds(10, g_x, g_y), -1);
   CHECK_EQ(st_dataset_cardinality(d), -1);
   st_dataset_destroy(d);
-  d = st_dataset_skip(seq_ds(10, g_x, g_y), 3);
+  d = t_skip(seq_ds(10, g_x, g_y), 3);
   CHECK_EQ(st_dataset_cardinality(d), 7);
   CHECK(collect(d, ids_a, N, NULL, NULL) == 7 && ids_a[0] == 3);
   st_dataset_destroy(d);
   struct { int64_t n; bool take; int64_t want; } cases[] = {
       {-1, false, 0}, {20, false, 0}, {-1, true, 10}, {0, true, 0}, {20, true, 10}};
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-    d = cases[i].take ? st_dataset_take(seq_ds(10, g_x, g_y), cases[i].n)
-                      : st_dataset_skip(seq_ds(10, g_x, g_y), cases[i].n);
+    d = cases[i].take ? t_take(seq_ds(10, g_x, g_y), cases[i].n)
+                      : t_skip(seq_ds(10, g_x, g_y), cases[i].n);
     CHECK_EQ(st_dataset_cardinality(d), cases[i].want);
     CHECK_EQ(collect(d, ids_a, N, NULL, NULL), cases[i].want);
     st_dataset_destroy(d);
   }
-  d = st_dataset_repeat(seq_ds(10, g_x, g_y), 0);
+  d = t_repeat(seq_ds(10, g_x, g_y), 0);
   CHECK(st_dataset_cardinality(d) == 0 && collect(d, ids_a, N, NULL, NULL) == 0);
   st_dataset_destroy(d);
   /* repeat of an empty dataset forever ends */
-  d = st_dataset_repeat(st_dataset_take(seq_ds(10, g_x, g_y), 0), -1);
+  d = t_repeat(t_take(seq_ds(10, g_x, g_y), 0), -1);
   CHECK_EQ(collect(d, ids_a, N, NULL, NULL), 0);
   st_dataset_destroy(d);
   /* repeat reshuffles each repetition */
-  d = st_dataset_repeat(st_dataset_shuffle(seq_ds(N, g_x, g_y), N, 5, true), 2);
+  d = t_repeat(t_shuffle(seq_ds(N, g_x, g_y), N, 5, true), 2);
   CHECK_EQ(collect(d, ids_a, 4 * N, NULL, NULL), 2 * N);
   CHECK(is_perm(ids_a, N) && is_perm(ids_a + N, N));
   CHECK(memcmp(ids_a, ids_a + N, sizeof(int) * N) != 0);
   st_dataset_destroy(d);
   /* batch after repeat crosses pass boundaries like tf.data */
-  d = st_dataset_batch(st_dataset_repeat(seq_ds(10, g_x, g_y), 2), 4, false);
+  d = t_batch(t_repeat(seq_ds(10, g_x, g_y), 2), 4, false);
   int sizes[8], nb;
   CHECK(collect(d, ids_a, N, sizes, &nb) == 20 && nb == 5 && sizes[4] == 4);
   st_dataset_destroy(d);
@@ -363,7 +403,7 @@ static void test_shard(void) {
   int count[M] = {0};
   int64_t want_card[S] = {4, 3, 3};
   for (int i = 0; i < S; i++) {
-    st_dataset *d = st_dataset_shard(seq_ds(M, g_x, g_y), S, i);
+    st_dataset *d = t_shard(seq_ds(M, g_x, g_y), S, i);
     CHECK_EQ(st_dataset_cardinality(d), want_card[i]);
     int n = collect(d, ids_a, N, NULL, NULL);
     CHECK(n == want_card[i]);
@@ -377,9 +417,9 @@ static void test_shard(void) {
   /* shard of a shuffle: fast (skip) and general paths agree, shards cover */
   int all[N] = {0};
   for (int i = 0; i < 4; i++) {
-    st_dataset *f = st_dataset_shard(st_dataset_shuffle(seq_ds(N, g_x, g_y), N, 9, false), 4, i);
-    st_dataset *g = st_dataset_shard(
-        st_dataset_shuffle(st_dataset_map(seq_ds(N, g_x, g_y), identity_map, NULL), N, 9, false),
+    st_dataset *f = t_shard(t_shuffle(seq_ds(N, g_x, g_y), N, 9, false), 4, i);
+    st_dataset *g = t_shard(
+        t_shuffle(t_map(seq_ds(N, g_x, g_y), identity_map, NULL), N, 9, false),
         4, i);
     int n = collect(f, ids_a, N, NULL, NULL);
     CHECK(n == N / 4 && collect(g, ids_b, N, NULL, NULL) == n);
@@ -408,25 +448,25 @@ static st_status add_map(void *user, float *x, size_t xs, float *y, size_t ys) {
 
 static void test_map(void) {
   map_state m = {0, -1};
-  st_dataset *d = st_dataset_batch(st_dataset_map(seq_ds(10, g_x, g_y), add_map, &m), 4, false);
+  st_dataset *d = t_batch(t_map(seq_ds(10, g_x, g_y), add_map, &m), 4, false);
   CHECK_EQ(collect(d, ids_a, N, NULL, NULL), 10); /* collect checks y == 10 x, x1 == -x0 */
   CHECK(m.calls == 10);
   CHECK(ids_a[3] == 6);
   st_dataset_destroy(d);
   /* map after batch: per example */
   m.calls = 0;
-  d = st_dataset_map(st_dataset_batch(seq_ds(10, g_x, g_y), 4, false), add_map, &m);
+  d = t_map(t_batch(seq_ds(10, g_x, g_y), 4, false), add_map, &m);
   CHECK(collect(d, ids_a, N, NULL, NULL) == 10 && m.calls == 10 && ids_a[9] == 18);
   st_dataset_destroy(d);
   /* a failing callback stops the pass with its error, also through shuffle */
   m = (map_state){0, 3};
-  d = st_dataset_map(seq_ds(10, g_x, g_y), add_map, &m);
+  d = t_map(seq_ds(10, g_x, g_y), add_map, &m);
   CHECK_EQ(collect(d, ids_a, N, NULL, NULL), -1);
   CHECK(has("element refused"));
   st_dataset_destroy(d);
   for (int fail_at = 2; fail_at <= 7; fail_at += 5) {
     m = (map_state){0, fail_at};
-    d = st_dataset_shuffle(st_dataset_map(seq_ds(10, g_x, g_y), add_map, &m), 5, 1, true);
+    d = t_shuffle(t_map(seq_ds(10, g_x, g_y), add_map, &m), 5, 1, true);
     CHECK_EQ(collect(d, ids_a, N, NULL, NULL), -1);
     CHECK(has("element refused"));
     st_dataset_destroy(d);
@@ -434,10 +474,10 @@ static void test_map(void) {
 }
 
 static void test_prefetch(void) {
-  st_dataset *plain = st_dataset_batch(st_dataset_shuffle(seq_ds(N, g_x, g_y), N, 11, true),
+  st_dataset *plain = t_batch(t_shuffle(seq_ds(N, g_x, g_y), N, 11, true),
                                        32, false);
-  st_dataset *pre = st_dataset_prefetch(
-      st_dataset_batch(st_dataset_shuffle(seq_ds(N, g_x, g_y), N, 11, true), 32, false), 3);
+  st_dataset *pre = t_prefetch(
+      t_batch(t_shuffle(seq_ds(N, g_x, g_y), N, 11, true), 32, false), 3);
   CHECK(st_dataset_cardinality(pre) == 32 && st_dataset_batch_size(pre) == 32);
   for (int epoch = 0; epoch < 3; epoch++) {
     int sa[64], sb[64], na, nb;
@@ -458,7 +498,7 @@ static void test_prefetch(void) {
   st_dataset_destroy(plain);
   st_dataset_destroy(pre);
   /* unbatched prefetch of an infinite stream, destroyed early */
-  pre = st_dataset_prefetch(st_dataset_repeat(seq_ds(10, g_x, g_y), -1), 1);
+  pre = t_prefetch(t_repeat(seq_ds(10, g_x, g_y), -1), 1);
   st_iterator *it;
   CHECK_OK(st_dataset_iterate(pre, &it));
   st_batch b;
@@ -471,7 +511,7 @@ static void test_prefetch(void) {
   st_dataset_destroy(pre);
   /* errors cross the thread, after the items produced before them */
   map_state m = {0, 5};
-  pre = st_dataset_prefetch(st_dataset_map(seq_ds(10, g_x, g_y), add_map, &m), 4);
+  pre = t_prefetch(t_map(seq_ds(10, g_x, g_y), add_map, &m), 4);
   st_clear_error();
   CHECK_EQ(collect(pre, ids_a, N, NULL, NULL), -1);
   CHECK(has("element refused"));
@@ -497,7 +537,7 @@ static void test_idx_roundtrip(void) {
     CHECK(r.dtype == t->dtype && r.rank == t->rank);
     CHECK(memcmp(r.dims, t->dims, sizeof(int64_t) * (size_t)t->rank) == 0);
     CHECK(r.data && memcmp(r.data, t->data, st_tensor_count(t) * st_dtype_size(t->dtype)) == 0);
-    st_tensor_free(&r);
+    st_tensor_destroy(&r);
   }
   /* the .gz one really is gzip; i32 round trip */
   FILE *f = fopen(tmp_path("rt_u8.idx.gz"), "rb");
@@ -507,7 +547,7 @@ static void test_idx_roundtrip(void) {
   CHECK_OK(st_idx_write(tmp_path("rt_i32.idx"), &ti));
   CHECK_OK(st_idx_read(tmp_path("rt_i32.idx"), &r));
   CHECK(r.dtype == ST_I32 && r.data && memcmp(r.data, iv, sizeof iv) == 0);
-  st_tensor_free(&r);
+  st_tensor_destroy(&r);
   /* no temp files left behind */
   DIR *d = opendir(g_dir);
   struct dirent *e;
@@ -559,7 +599,7 @@ static void test_idx_bad(void) {
             "trailing", "offset 24");
   write_bytes(tmp_path("ok.idx"), good, sizeof good);
   CHECK_OK(st_idx_read(tmp_path("ok.idx"), &t));
-  st_tensor_free(&t);
+  st_tensor_destroy(&t);
   unsigned char over[] = {0, 0, 0x0D, 0x04, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
                           0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 1, 2, 3, 4};
   write_bytes(tmp_path("over.idx"), over, sizeof over);
@@ -583,7 +623,7 @@ static void test_idx_bad(void) {
   }
   st_status s = st_idx_read(tmp_path("bad.idx.gz"), &t);
   CHECK_MSG(s == ST_ERR_FORMAT && has("bad.idx.gz"), "%s", st_last_error());
-  if (s == ST_OK) st_tensor_free(&t);
+  if (s == ST_OK) st_tensor_destroy(&t);
   /* writing bad tensors */
   st_tensor rank0t = {ST_U8, 0, {0}, good};
   CHECK_ERR(st_idx_write(tmp_path("w.idx"), &rank0t), ST_ERR_INVALID, "w.idx");
@@ -635,7 +675,7 @@ static void test_mnist_dir(void) {
   write_mnist(dir, 5, 5, true);
   CHECK_OK(st_mnist_load(dir, &m));
   CHECK(m.train_x.dims[0] == 5 && m.test_x.dims[0] == 3 && m.test_y.rank == 1);
-  st_mnist_free(&m);
+  st_mnist_destroy(&m);
   write_mnist(dir, 5, 4, false); /* plain files are preferred over .gz */
   CHECK_ERR(st_mnist_load(dir, &m), ST_ERR_FORMAT, "train-images-idx3-ubyte has 5",
             "train-labels-idx1-ubyte has 4");
@@ -658,8 +698,8 @@ static void test_csv_good(void) {
           xv[5] == -60);
     CHECK(yv[0] == 0 && yv[1] == 1);
   }
-  st_tensor_free(&x);
-  st_tensor_free(&y);
+  st_tensor_destroy(&x);
+  st_tensor_destroy(&y);
   /* BOM, CRLF, no final newline, default label = last column */
   write_text(tmp_path("crlf.csv"), "\xEF\xBB\xBF" "f1,f2,y\r\n1.5,2,1\r\n\r\n3,4e1,0");
   CHECK_OK(st_csv_read(tmp_path("crlf.csv"), NULL, &x, &y));
@@ -668,8 +708,8 @@ static void test_csv_good(void) {
     const float *xv = x.data, *yv = y.data;
     CHECK(xv[0] == 1.5f && xv[3] == 40.0f && yv[0] == 1 && yv[1] == 0);
   }
-  st_tensor_free(&x);
-  st_tensor_free(&y);
+  st_tensor_destroy(&x);
+  st_tensor_destroy(&y);
   /* no header, label column 0, other delimiter */
   write_text(tmp_path("nohdr.csv"), "7;1;2\n8;3;4\n");
   o = st_csv_default_options();
@@ -678,8 +718,8 @@ static void test_csv_good(void) {
   o.delimiter = ';';
   CHECK_OK(st_csv_read(tmp_path("nohdr.csv"), &o, &x, &y));
   CHECK(x.dims[0] == 2 && x.dims[1] == 2 && y.data && ((float *)y.data)[1] == 8);
-  st_tensor_free(&x);
-  st_tensor_free(&y);
+  st_tensor_destroy(&x);
+  st_tensor_destroy(&y);
   o = st_csv_default_options();
   o.label_name = "nope";
   CHECK_ERR(st_csv_read(tmp_path("good.csv"), &o, &x, &y), ST_ERR_INVALID, "good.csv", "nope");
@@ -774,7 +814,7 @@ static void test_fashion_mnist(void) {
   CHECK(labels_ok);
   st_dataset *ds = NULL;
   CHECK_OK(st_dataset_from_tensor_slices(&m.train_x, &m.train_y, 1.0f / 255, false, &ds));
-  ds = st_dataset_batch(st_dataset_shuffle(ds, 60000, 1, true), 128, false);
+  ds = t_batch(t_shuffle(ds, 60000, 1, true), 128, false);
   CHECK_EQ(st_dataset_cardinality(ds), 469);
   int64_t n = 0;
   double best = 1e9;
@@ -785,12 +825,12 @@ static void test_fashion_mnist(void) {
   }
   fprintf(stderr, "fashion-mnist: shuffled epoch of 469 batches of 128 in %.1f ms (best of 3)\n",
           best * 1e3);
-  ds = st_dataset_prefetch(ds, 2);
+  ds = t_prefetch(ds, 2);
   double dt = time_epoch(ds, &n);
   CHECK(n == 60000);
   fprintf(stderr, "fashion-mnist: same with prefetch(2): %.1f ms\n", dt * 1e3);
   st_dataset_destroy(ds);
-  st_mnist_free(&m);
+  st_mnist_destroy(&m);
 }
 
 static const check_case cases[] = {

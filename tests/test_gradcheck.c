@@ -49,6 +49,17 @@ static void fill_uniform(float *v, size_t n, float lo, float hi, st_rng *rng) {
   for (size_t i = 0; i < n; i++) v[i] = lo + (hi - lo) * st_rng_uniform(rng);
 }
 
+/* A constructor's layer as an argument: made(st_dense(4, act, &g_made)).
+ * CHECKs the constructor's status; NULL on failure (h_init then fails). Use
+ * once per full expression. */
+static st_layer *g_made;
+static st_layer *made(st_status s) {
+  CHECK_OK(s);
+  st_layer *l = g_made;
+  g_made = NULL;
+  return l;
+}
+
 /* Builds l for `in` and allocates and initialises everything a call needs. */
 static bool h_init(harness *h, st_layer *l, st_shape in, int batch,
                    uint64_t seed) {
@@ -170,12 +181,12 @@ static void test_dense(void) {
   char label[64];
   for (int a = 0; a < ST_ACT_COUNT; a++) {
     snprintf(label, sizeof label, "dense %s", st_activation_name(a));
-    gradcheck(label, st_dense(4, (st_activation)a), st_shape1(5), 3);
+    gradcheck(label, made(st_dense(4, (st_activation)a, &g_made)), st_shape1(5), 3);
   }
   st_dense_options o = st_dense_default_options(3);
   o.use_bias = false;
   o.activation = ST_ACT_TANH;
-  gradcheck("dense no bias", st_dense_ex(o), st_shape1(4), 2);
+  gradcheck("dense no bias", made(st_dense_ex(o, &g_made)), st_shape1(4), 2);
 }
 
 static void conv_case(const char *label, int k_h, int k_w, int s_h, int s_w,
@@ -183,7 +194,7 @@ static void conv_case(const char *label, int k_h, int k_w, int s_h, int s_w,
   st_conv2d_options o = st_conv2d_default_options(3, k_h, k_w);
   o.sh = s_h, o.sw = s_w, o.padding = pad, o.activation = act;
   o.bias_init = ST_INIT_ONES; /* nonzero bias */
-  gradcheck(label, st_conv2d_ex(o), st_shape3(6, 5, 2), 2);
+  gradcheck(label, made(st_conv2d_ex(o, &g_made)), st_shape3(6, 5, 2), 2);
 }
 
 static void test_conv2d(void) {
@@ -200,23 +211,24 @@ static void test_pool(void) {
   st_pool2d_options o = st_pool2d_default_options(3);
   o.sh = o.sw = 2;
   o.padding = ST_PAD_SAME;
-  gradcheck("maxpool 2 valid", st_maxpool2d(2), st_shape3(5, 5, 2), 2);
-  gradcheck("maxpool 3 s2 same", st_maxpool2d_ex(o), st_shape3(5, 6, 2), 2);
-  gradcheck("avgpool 2 valid", st_avgpool2d(2), st_shape3(5, 5, 2), 2);
-  gradcheck("avgpool 3 s2 same", st_avgpool2d_ex(o), st_shape3(5, 6, 2), 2);
+  gradcheck("maxpool 2 valid", made(st_maxpool2d(2, &g_made)), st_shape3(5, 5, 2), 2);
+  gradcheck("maxpool 3 s2 same", made(st_maxpool2d_ex(o, &g_made)), st_shape3(5, 6, 2), 2);
+  gradcheck("avgpool 2 valid", made(st_avgpool2d(2, &g_made)), st_shape3(5, 5, 2), 2);
+  gradcheck("avgpool 3 s2 same", made(st_avgpool2d_ex(o, &g_made)), st_shape3(5, 6, 2), 2);
   o = st_pool2d_default_options(2);
   o.padding = ST_PAD_SAME;
-  gradcheck("avgpool 2 same", st_avgpool2d_ex(o), st_shape3(5, 5, 1), 2);
+  gradcheck("avgpool 2 same", made(st_avgpool2d_ex(o, &g_made)), st_shape3(5, 5, 1), 2);
 }
 
 static void test_simple_layers(void) {
-  gradcheck("flatten", st_flatten(), st_shape3(3, 2, 2), 2);
-  gradcheck("reshape", st_reshape(st_shape3(2, 3, 2)), st_shape1(12), 2);
-  gradcheck("dropout 0.3", st_dropout(0.3f), st_shape1(20), 3);
+  gradcheck("flatten", made(st_flatten(&g_made)), st_shape3(3, 2, 2), 2);
+  gradcheck("reshape", made(st_reshape(st_shape3(2, 3, 2), &g_made)), st_shape1(12), 2);
+  gradcheck("dropout 0.3", made(st_dropout(0.3f, &g_made)), st_shape1(20), 3);
   char label[64];
   for (int a = 0; a < ST_ACT_COUNT; a++) {
     snprintf(label, sizeof label, "activation %s", st_activation_name(a));
-    gradcheck(label, st_activation_layer((st_activation)a), st_shape3(2, 2, 4), 2);
+    gradcheck(label, made(st_activation_layer((st_activation)a, &g_made)), st_shape3(2, 2, 4),
+              2);
   }
 }
 
@@ -226,16 +238,16 @@ static void identity_reduce(void *ctx, float *buf, size_t n) {
 }
 
 static void test_batchnorm_grad(void) {
-  gradcheck("batchnorm rank1", st_batchnorm(), st_shape1(4), 5);
-  gradcheck("batchnorm rank3", st_batchnorm(), st_shape3(3, 3, 2), 2);
+  gradcheck("batchnorm rank1", made(st_batchnorm(&g_made)), st_shape1(4), 5);
+  gradcheck("batchnorm rank3", made(st_batchnorm(&g_made)), st_shape3(3, 3, 2), 2);
   st_batchnorm_options o = st_batchnorm_default_options();
   o.center = o.scale = false;
-  gradcheck("batchnorm no affine", st_batchnorm_ex(o), st_shape1(3), 4);
+  gradcheck("batchnorm no affine", made(st_batchnorm_ex(o, &g_made)), st_shape1(3), 4);
   /* synchronized path (host loops) with one replica */
   o = st_batchnorm_default_options();
   o.synchronized = true;
   harness h;
-  st_layer *l = st_batchnorm_ex(o);
+  st_layer *l = made(st_batchnorm_ex(o, &g_made));
   if (!h_init(&h, l, st_shape1(4), 5, 42)) return;
   h.all_reduce_sum = identity_reduce;
   h_backward(&h, false);
@@ -256,7 +268,7 @@ static void test_conv_direct(void) {
   st_conv2d_options o = st_conv2d_default_options(F, KH, KW);
   o.sh = SH, o.sw = SW, o.padding = ST_PAD_SAME, o.bias_init = ST_INIT_ONES;
   harness h;
-  if (!h_init(&h, st_conv2d_ex(o), st_shape3(H, W, C), N, 7)) return;
+  if (!h_init(&h, made(st_conv2d_ex(o, &g_made)), st_shape3(H, W, C), N, 7)) return;
   int oh = (H + SH - 1) / SH, ow = (W + SW - 1) / SW;
   int pt = ((oh - 1) * SH + KH - H) / 2, pl = ((ow - 1) * SW + KW - W) / 2;
   CHECK(st_shape_equal(h.l->out_shape, st_shape3(oh, ow, F)));
@@ -287,7 +299,7 @@ static void test_conv_direct(void) {
  * moving statistics with the biased batch variance. */
 static void test_batchnorm_forward(void) {
   harness h;
-  if (!h_init(&h, st_batchnorm(), st_shape1(3), 4, 9)) return;
+  if (!h_init(&h, made(st_batchnorm(&g_made)), st_shape1(3), 4, 9)) return;
   st_rng rng = st_rng_make(5, 5);
   fill_uniform(h.w[0], 3, 0.5f, 1.5f, &rng); /* gamma */
   fill_uniform(h.w[1], 3, -1.0f, 1.0f, &rng); /* beta */
@@ -337,10 +349,15 @@ static void test_maxpool_ties(void) {
 static void test_relu_pool_fold(void) {
   st_model *m = NULL;
   CHECK_OK(st_sequential_create(&(st_model_options){.input_shape = st_shape3(6, 6, 2)}, &m));
-  CHECK_OK(st_model_add(m, st_conv2d(3, 3, ST_ACT_RELU)));
-  CHECK_OK(st_model_add(m, st_maxpool2d(2)));
-  CHECK_OK(st_model_add(m, st_conv2d(2, 1, ST_ACT_TANH)));
-  CHECK_OK(st_model_add(m, st_maxpool2d(2)));
+  st_layer *l = NULL;
+  CHECK_OK(st_conv2d(3, 3, ST_ACT_RELU, &l));
+  CHECK_OK(st_model_add(m, l));
+  CHECK_OK(st_maxpool2d(2, &l));
+  CHECK_OK(st_model_add(m, l));
+  CHECK_OK(st_conv2d(2, 1, ST_ACT_TANH, &l));
+  CHECK_OK(st_model_add(m, l));
+  CHECK_OK(st_maxpool2d(2, &l));
+  CHECK_OK(st_model_add(m, l));
   CHECK(st_model_layer(m, 0)->act_grad_folded && st_model_layer(m, 1)->input_relu_folded);
   CHECK(!st_model_layer(m, 2)->act_grad_folded && !st_model_layer(m, 3)->input_relu_folded);
   st_model_destroy(m);
@@ -349,8 +366,12 @@ static void test_relu_pool_fold(void) {
   for (int bi = 0; bi < 2; bi++) {
     be = backends[bi];
     harness conv, pool;
-    if (!h_init(&conv, st_conv2d(3, 3, ST_ACT_RELU), st_shape3(7, 6, 2), 3, 5)) break;
-    if (!h_init(&pool, st_maxpool2d(2), conv.l->out_shape, 3, 6)) { h_free(&conv); break; }
+    if (!h_init(&conv, made(st_conv2d(3, 3, ST_ACT_RELU, &g_made)), st_shape3(7, 6, 2), 3, 5))
+      break;
+    if (!h_init(&pool, made(st_maxpool2d(2, &g_made)), conv.l->out_shape, 3, 6)) {
+      h_free(&conv);
+      break;
+    }
     float *dx[2], *dk[2];
     size_t nk = st_shape_size(conv.l->params[0].shape);
     for (int fold = 0; fold < 2; fold++) {
@@ -408,7 +429,7 @@ static void test_conv_blocks(void) {
   st_conv2d_options o = st_conv2d_default_options(16, 3, 3);
   o.padding = ST_PAD_SAME, o.activation = ST_ACT_RELU;
   harness h;
-  if (!h_init(&h, st_conv2d_ex(o), st_shape3(24, 24, 4), N, 3)) return;
+  if (!h_init(&h, made(st_conv2d_ex(o, &g_made)), st_shape3(24, 24, 4), N, 3)) return;
   /* past one block only the dz part of the workspace grows with the batch */
   CHECK(h.l->vt->workspace_floats(h.l, N) - h.l->vt->workspace_floats(h.l, N - 1) ==
         (size_t)24 * 24 * 16);
@@ -528,9 +549,9 @@ static void test_backend_get(void) {
   CHECK(st_backend_get("tpu", &got) == ST_ERR_INVALID);
 }
 static void test_dy_kept(void) {
-  check_dy_kept("dense relu", st_dense(4, ST_ACT_RELU), st_shape1(5));
-  check_dy_kept("dense gelu", st_dense(4, ST_ACT_GELU), st_shape1(5));
-  check_dy_kept("conv relu", st_conv2d(2, 3, ST_ACT_RELU), st_shape3(5, 5, 2));
+  check_dy_kept("dense relu", made(st_dense(4, ST_ACT_RELU, &g_made)), st_shape1(5));
+  check_dy_kept("dense gelu", made(st_dense(4, ST_ACT_GELU, &g_made)), st_shape1(5));
+  check_dy_kept("conv relu", made(st_conv2d(2, 3, ST_ACT_RELU, &g_made)), st_shape3(5, 5, 2));
 }
 static const check_case cases[] = {
     CHECK_CASE(test_backend_get),     CHECK_CASE(test_dense),

@@ -37,8 +37,9 @@ static st_dataset *dataset(int batch, bool shuffle, const float *y) {
   st_tensor x = {ST_F32, 2, {N, D}, X}, t = {ST_F32, 1, {N}, (void *)y};
   st_dataset *ds = NULL;
   if (st_dataset_from_tensor_slices(&x, &t, 1.0f, false, &ds) != ST_OK) return NULL;
-  if (shuffle) ds = st_dataset_shuffle(ds, N, 5, true);
-  return ds ? st_dataset_batch(ds, batch, false) : NULL;
+  if (shuffle && st_dataset_shuffle(ds, N, 5, true, &ds) != ST_OK) return NULL;
+  (void)st_dataset_batch(ds, batch, false, &ds); /* NULL on failure */
+  return ds;
 }
 
 /* Dense 16 relu -> Dense 10 (+ optional BatchNorm/Dropout), compiled. */
@@ -52,12 +53,17 @@ static st_model *model(int threads, uint64_t seed, int hidden, bool extras) {
   mo.strategy = s;
   st_model *m = NULL;
   CHECK_OK(st_sequential_create(&mo, &m));
-  CHECK_OK(st_model_add(m, st_dense(hidden, ST_ACT_RELU)));
+  st_layer *l = NULL;
+  CHECK_OK(st_dense(hidden, ST_ACT_RELU, &l));
+  CHECK_OK(st_model_add(m, l));
   if (extras) {
-    CHECK_OK(st_model_add(m, st_batchnorm()));
-    CHECK_OK(st_model_add(m, st_dropout(0.2f)));
+    CHECK_OK(st_batchnorm(&l));
+    CHECK_OK(st_model_add(m, l));
+    CHECK_OK(st_dropout(0.2f, &l));
+    CHECK_OK(st_model_add(m, l));
   }
-  CHECK_OK(st_model_add(m, st_dense(C, ST_ACT_LINEAR)));
+  CHECK_OK(st_dense(C, ST_ACT_LINEAR, &l));
+  CHECK_OK(st_model_add(m, l));
   st_compile_options co = st_compile_default_options();
   co.optimizer.lr = st_schedule_constant(0.01f);
   CHECK_OK(st_model_compile(m, &co));
@@ -117,10 +123,10 @@ static void test_fit_predict_evaluate(void) {
   unlink(path);
   unlink(bad);
   rmdir(dir);
-  st_tensor_free(&pred);
-  st_tensor_free(&pred2);
-  st_tensor_free(&pred3);
-  st_history_free(&h);
+  st_tensor_destroy(&pred);
+  st_tensor_destroy(&pred2);
+  st_tensor_destroy(&pred3);
+  st_history_destroy(&h);
   st_model_destroy(m);
   st_model_destroy(m2);
   st_model_destroy(other);
@@ -140,7 +146,7 @@ static float *train_weights(int threads, int batch, int epochs, size_t *n) {
   *n = m->n_params;
   float *w = malloc(*n * sizeof(float));
   memcpy(w, m->params, *n * sizeof(float));
-  st_history_free(&h);
+  st_history_destroy(&h);
   st_dataset_destroy(ds);
   st_model_destroy(m);
   return w;
@@ -181,8 +187,9 @@ static void test_state_and_errors(void) {
   CHECK_OK(st_model_fit(m, ds, &fo, &h));
   CHECK(h.logs[2].loss < h.logs[0].loss);
   CHECK(memcmp(before, m->state, sizeof before) != 0);
-  st_history_free(&h);
-  char *text = st_model_summary(m);
+  st_history_destroy(&h);
+  char *text = NULL;
+  CHECK_OK(st_model_summary(m, &text));
   CHECK(text && strstr(text, "batch_normalization (BatchNormalization)") &&
         strstr(text, "Non-trainable params: 32"));
   free(text);
@@ -193,7 +200,7 @@ static void test_state_and_errors(void) {
   st_dataset *bad = dataset(32, false, ybad);
   st_status s = st_model_fit(m, bad, &fo, &h);
   CHECK(s == ST_ERR_INVALID && strstr(st_last_error(), "label 10 of example 239"));
-  st_history_free(&h);
+  st_history_destroy(&h);
   st_dataset_destroy(bad);
   st_dataset_destroy(ds);
   st_model_destroy(m);
@@ -201,7 +208,9 @@ static void test_state_and_errors(void) {
   st_model *cm = NULL;
   st_model_options mo = st_model_default_options(st_shape1(D));
   CHECK_OK(st_sequential_create(&mo, &cm));
-  s = st_model_add(cm, st_conv2d(4, 3, ST_ACT_RELU));
+  st_layer *conv = NULL;
+  CHECK_OK(st_conv2d(4, 3, ST_ACT_RELU, &conv));
+  s = st_model_add(cm, conv);
   CHECK(s == ST_ERR_INVALID && strstr(st_last_error(), "conv2d"));
   st_compile_options co = st_compile_default_options();
   CHECK(st_model_compile(cm, &co) == ST_ERR_INVALID); /* no layers */

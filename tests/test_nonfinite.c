@@ -60,7 +60,7 @@ static void test_idx(void) {
     CHECK(r.dtype == ST_F32 && r.rank == 1 && r.dims[0] == 4);
     CHECK(f[0] == 1.5f && isnan(f[1]) && isinf(f[2]) && f[2] < 0 && f[3] == 2.0f);
   }
-  st_tensor_free(&r);
+  st_tensor_destroy(&r);
   /* Inf alone, plain file */
   float w[2] = {0.0f, INFINITY};
   st_tensor ti = {ST_F32, 1, {2}, w};
@@ -96,8 +96,8 @@ static void test_csv(void) {
     CHECK(xv[0] == 1 && xv[1] == 2 && xv[2] == 3 && isnan(xv[3]) && isinf(xv[4]) && xv[4] < 0);
     CHECK(yv[0] == 0 && yv[1] == 1 && yv[2] == 2);
   }
-  st_tensor_free(&x);
-  st_tensor_free(&y);
+  st_tensor_destroy(&x);
+  st_tensor_destroy(&y);
   /* a label cell too */
   write_text(tmp_path("nfl.csv"), "1,2,inf\n");
   o = st_csv_default_options();
@@ -109,8 +109,8 @@ static void test_csv(void) {
   o.allow_nonfinite = true;
   CHECK_OK(st_csv_read(tmp_path("nfl.csv"), &o, &x, &y));
   if (y.data) CHECK(isinf(((const float *)y.data)[0]));
-  st_tensor_free(&x);
-  st_tensor_free(&y);
+  st_tensor_destroy(&x);
+  st_tensor_destroy(&y);
   write_text(tmp_path("big.csv"), "1,1e50,0\n");
   check_err(st_csv_read(tmp_path("big.csv"), &o, &x, &y), ST_ERR_FORMAT, "row 1, column 2",
             "out of float32 range");
@@ -161,7 +161,7 @@ static void test_mnist(void) {
   CHECK(m.train_x.dtype == ST_F32 && m.test_x.dtype == ST_F32 && m.train_x.dims[0] == 3);
   if (m.train_x.data) CHECK(((const float *)m.train_x.data)[3 * 784 - 1] == 1.75f);
   CHECK(m.train_y.dtype == ST_U8);
-  st_mnist_free(&m);
+  st_mnist_destroy(&m);
   /* NaN: rejected by default naming the file, element and offset; allowed with the option */
   snprintf(dir, sizeof dir, "%s/nan", g_dir);
   CHECK(mkdir(dir, 0755) == 0);
@@ -172,14 +172,14 @@ static void test_mnist(void) {
   st_idx_options o = {.allow_nonfinite = true};
   CHECK_OK(st_mnist_load_ex(dir, &o, &m));
   if (m.test_x.data) CHECK(isnan(((const float *)m.test_x.data)[2 * 784 - 1]));
-  st_mnist_free(&m);
+  st_mnist_destroy(&m);
   /* u8 images still load, through both entry points */
   snprintf(dir, sizeof dir, "%s/u8", g_dir);
   CHECK(mkdir(dir, 0755) == 0);
   write_mnist(dir, ST_U8, 2, 0);
   CHECK_OK(st_mnist_load_ex(dir, NULL, &m));
   CHECK(m.train_x.dtype == ST_U8 && m.test_x.dims[0] == 2);
-  st_mnist_free(&m);
+  st_mnist_destroy(&m);
 }
 
 static const check_case cases[] = {CHECK_CASE(test_idx), CHECK_CASE(test_csv),

@@ -34,8 +34,9 @@ static st_dataset *dataset(int n, int batch) {
   st_tensor x = {ST_U8, 4, {n, 28, 28, 1}, X}, y = {ST_U8, 1, {n}, Y};
   st_dataset *ds = NULL;
   if (st_dataset_from_tensor_slices(&x, &y, 1.0f / 255, false, &ds) != ST_OK) return NULL;
-  ds = st_dataset_shuffle(ds, n, 3, true);
-  return ds ? st_dataset_batch(ds, batch, false) : NULL;
+  if (st_dataset_shuffle(ds, n, 3, true, &ds) != ST_OK) return NULL;
+  (void)st_dataset_batch(ds, batch, false, &ds); /* NULL on failure */
+  return ds;
 }
 
 typedef struct run {
@@ -84,7 +85,7 @@ static float *train(const char *name, run r, int n, int batch, int epochs, size_
   *np = m->n_params;
   float *w = malloc(*np * sizeof(float));
   memcpy(w, m->params, *np * sizeof(float));
-  st_history_free(&h);
+  st_history_destroy(&h);
   st_dataset_destroy(ds);
   if (keep)
     *keep = m;
@@ -228,7 +229,7 @@ static void test_uneven_and_copies(void) {
   st_tensor x = {ST_U8, 4, {N, 28, 28, 1}, X}, y = {ST_U8, 1, {N}, Y};
   st_dataset *ds = NULL;
   CHECK_OK(st_dataset_from_tensor_slices(&x, &y, 1.0f / 255, false, &ds));
-  ds = st_dataset_batch(ds, 99, false);
+  CHECK_OK(st_dataset_batch(ds, 99, false, &ds));
   st_tensor p1, p2;
   CHECK_OK(st_model_predict(mm, ds, &p1));
   CHECK_OK(st_model_predict(od, ds, &p2));
@@ -240,7 +241,7 @@ static void test_uneven_and_copies(void) {
   CHECK(memcmp(p1.data, p3.data, (size_t)N * 10 * sizeof(float)) == 0);
   unlink(path);
   rmdir(dir);
-  st_tensor_free(&p1), st_tensor_free(&p2), st_tensor_free(&p3);
+  st_tensor_destroy(&p1), st_tensor_destroy(&p2), st_tensor_destroy(&p3);
   st_dataset_destroy(ds);
   st_model_destroy(mm);
   st_model_destroy(od);
@@ -257,10 +258,15 @@ static void test_batchnorm(st_strategy_kind kind) {
   mo.strategy = s;
   st_model *m = NULL;
   CHECK_OK(st_sequential_create(&mo, &m));
-  CHECK_OK(st_model_add(m, st_flatten()));
-  CHECK_OK(st_model_add(m, st_dense(32, ST_ACT_RELU)));
-  CHECK_OK(st_model_add(m, st_batchnorm()));
-  CHECK_OK(st_model_add(m, st_dense(10, ST_ACT_LINEAR)));
+  st_layer *l = NULL;
+  CHECK_OK(st_flatten(&l));
+  CHECK_OK(st_model_add(m, l));
+  CHECK_OK(st_dense(32, ST_ACT_RELU, &l));
+  CHECK_OK(st_model_add(m, l));
+  CHECK_OK(st_batchnorm(&l));
+  CHECK_OK(st_model_add(m, l));
+  CHECK_OK(st_dense(10, ST_ACT_LINEAR, &l));
+  CHECK_OK(st_model_add(m, l));
   st_compile_options co = st_compile_default_options();
   CHECK_OK(st_model_compile(m, &co));
   st_dataset *ds = dataset(640, 64);
@@ -271,7 +277,7 @@ static void test_batchnorm(st_strategy_kind kind) {
   CHECK(h.logs[1].loss < h.logs[0].loss);
   float mean0 = m->state[0];
   CHECK(mean0 != 0.0f); /* moving mean moved */
-  st_history_free(&h);
+  st_history_destroy(&h);
   st_dataset_destroy(ds);
   st_model_destroy(m);
   st_strategy_destroy(s);
@@ -296,11 +302,17 @@ static st_model *sync_bn_model(st_strategy_kind kind, int replicas) {
    * that Adam would amplify to full steps */
   st_conv2d_options cv = st_conv2d_default_options(4, 3, 3);
   cv.use_bias = false;
-  CHECK_OK(st_model_add(m, st_conv2d_ex(cv)));
-  CHECK_OK(st_model_add(m, st_batchnorm_ex(bo)));
-  CHECK_OK(st_model_add(m, st_activation_layer(ST_ACT_RELU)));
-  CHECK_OK(st_model_add(m, st_flatten()));
-  CHECK_OK(st_model_add(m, st_dense(10, ST_ACT_LINEAR)));
+  st_layer *l = NULL;
+  CHECK_OK(st_conv2d_ex(cv, &l));
+  CHECK_OK(st_model_add(m, l));
+  CHECK_OK(st_batchnorm_ex(bo, &l));
+  CHECK_OK(st_model_add(m, l));
+  CHECK_OK(st_activation_layer(ST_ACT_RELU, &l));
+  CHECK_OK(st_model_add(m, l));
+  CHECK_OK(st_flatten(&l));
+  CHECK_OK(st_model_add(m, l));
+  CHECK_OK(st_dense(10, ST_ACT_LINEAR, &l));
+  CHECK_OK(st_model_add(m, l));
   st_compile_options co = st_compile_default_options();
   CHECK_OK(st_model_compile(m, &co));
   m->owns_strategy = true;
@@ -317,7 +329,7 @@ static void test_sync_batchnorm(int n, int batch, int replicas) {
     st_fit_options fo = st_fit_default_options();
     st_history h;
     CHECK_OK(st_model_fit(ms[k], ds, &fo, &h));
-    st_history_free(&h);
+    st_history_destroy(&h);
     st_dataset_destroy(ds);
   }
   double dp1 = check_rel_diff(ref->params, mir->params, ref->n_params);
@@ -421,8 +433,9 @@ static bool test_pipeline_error(run r) {
   st_dataset *ds = NULL;
   CHECK_OK(st_dataset_from_tensor_slices(&x, &y, 1.0f / 255, false, &ds));
   failing_map f = {0, 100, pthread_self(), false};
-  ds = st_dataset_batch(st_dataset_map(st_dataset_shuffle(ds, 256, 3, true), fail_map, &f), 32,
-                        false);
+  CHECK_OK(st_dataset_shuffle(ds, 256, 3, true, &ds));
+  CHECK_OK(st_dataset_map(ds, fail_map, &f, &ds));
+  CHECK_OK(st_dataset_batch(ds, 32, false, &ds));
   st_fit_options fo = st_fit_default_options();
   st_history h = {0};
   st_clear_error();
@@ -433,7 +446,7 @@ static bool test_pipeline_error(run r) {
   CHECK_MSG(m->step == 3, "%lld steps before the failing batch (elements 96..127), want 3",
             (long long)m->step);
   CHECK(f.calls == 101); /* nothing read past the failure */
-  st_history_free(&h);
+  st_history_destroy(&h);
   st_dataset_destroy(ds);
   st_model_destroy(m);
   return f.failed_elsewhere;

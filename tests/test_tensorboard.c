@@ -195,7 +195,7 @@ static bool event_file(const char *dir, const char *run, long long t0, long long
 /* ---- writing ------------------------------------------------------------- */
 static void write_api(const char *dir) {
   st_tensorboard *tb = NULL;
-  CHECK_OK(st_tensorboard_open(dir, &tb));
+  CHECK_OK(st_tensorboard_create(dir, &tb));
   if (!tb) return;
   CHECK_OK(st_tensorboard_scalar(tb, false, "loss", 0, 0.5));
   CHECK_OK(st_tensorboard_scalar(tb, false, "loss", 1, 0.25));
@@ -209,8 +209,8 @@ static void write_api(const char *dir) {
   memset(longtag, 'x', sizeof longtag - 1);
   longtag[sizeof longtag - 1] = 0;
   CHECK(st_tensorboard_scalar(tb, false, longtag, 1, 1.0) == ST_ERR_INVALID);
-  st_tensorboard_close(tb);
-  st_tensorboard_close(NULL);
+  st_tensorboard_destroy(tb);
+  st_tensorboard_destroy(NULL);
 }
 
 static void check_api(const char *dir, rec *recs, int n) {
@@ -229,11 +229,11 @@ static void check_api(const char *dir, rec *recs, int n) {
 
 static void write_callback(const char *dir) {
   st_tensorboard *tb = NULL;
-  CHECK_OK(st_tensorboard_open(dir, &tb));
+  CHECK_OK(st_tensorboard_create(dir, &tb));
   if (!tb) return;
-  void *state = NULL;
-  st_callback cb = st_tensorboard_callback(tb, 3, &state);
-  CHECK(state != NULL && cb.on_batch_end && cb.on_epoch_end);
+  st_callback cb;
+  CHECK_OK(st_tensorboard_callback_create(tb, 3, &cb));
+  CHECK(cb.user != NULL && cb.destroy && cb.on_batch_end && cb.on_epoch_end);
   for (int e = 0; e < 2; e++) {
     if (cb.on_epoch_begin) CHECK_OK(cb.on_epoch_begin(cb.user, NULL, e));
     for (int s = 0; s < 4; s++) { /* global steps 1..8; written at 3 and 6 */
@@ -246,8 +246,8 @@ static void write_callback(const char *dir) {
                         .lr = 1e-3 / (e + 1), .seconds = 2.0, .steps = 4, .examples = 256};
     CHECK_OK(cb.on_epoch_end(cb.user, NULL, &el));
   }
-  st_callback_free(state);
-  st_tensorboard_close(tb);
+  st_callback_destroy(&cb);
+  st_tensorboard_destroy(tb);
 }
 
 static void check_callback(rec *recs, int n) {
@@ -304,10 +304,10 @@ static void check_open_errors(const char *tmp) {
   if (f) fclose(f);
   snprintf(sub, sizeof sub, "%s/logs", file);
   st_tensorboard *tb = (st_tensorboard *)1;
-  CHECK(st_tensorboard_open(sub, &tb) == ST_ERR_IO);
+  CHECK(st_tensorboard_create(sub, &tb) == ST_ERR_IO);
   CHECK(tb == NULL);
   CHECK_MSG(strstr(st_last_error(), "plainfile") != NULL, "%s", st_last_error());
-  CHECK(st_tensorboard_open("", &tb) == ST_ERR_INVALID);
+  CHECK(st_tensorboard_create("", &tb) == ST_ERR_INVALID);
 }
 
 /* The API's and the callback's event files read back by tests/tb_decode.py

@@ -234,20 +234,17 @@ static st_status build_model(const char *name, const st_strategy_options *so, ui
   return st_model_compile(*model, &co);
 }
 
-/* The callbacks the flags ask for, and their states. */
+/* The callbacks the flags ask for (each owns its state) and the event writer
+ * the TensorBoard one borrows. */
 typedef struct callbacks {
   st_callback cb[8];
-  void *state[8];
   int n;
-  void *progress;
   st_tensorboard *tb;
 } callbacks;
 
 static void free_callbacks(callbacks *k) {
-  for (int i = 0; i < k->n; i++)
-    if (k->state[i]) st_callback_free(k->state[i]);
-  st_progress_free(k->progress);
-  st_tensorboard_close(k->tb);
+  for (int i = 0; i < k->n; i++) st_callback_destroy(&k->cb[i]);
+  st_tensorboard_destroy(k->tb); /* after the callback that borrows it */
 }
 
 /* Multi-worker: only the chief (rank 0) writes logs and checkpoints and shows
@@ -256,26 +253,38 @@ static void free_callbacks(callbacks *k) {
 static st_status make_callbacks(const train_cfg *c, bool chief, callbacks *k) {
   memset(k, 0, sizeof *k);
   const char *mon = c->monitor ? c->monitor : "val_loss";
+  st_status s = ST_OK;
   if (c->log_dir && chief) {
-    st_status s = st_tensorboard_open(c->log_dir, &k->tb);
-    if (s != ST_OK) return s;
-    k->cb[k->n] = st_tensorboard_callback(k->tb, (int)c->log_every, &k->state[k->n]);
+    if ((s = st_tensorboard_create(c->log_dir, &k->tb)) != ST_OK) goto fail;
+    if ((s = st_tensorboard_callback_create(k->tb, (int)c->log_every, &k->cb[k->n])) != ST_OK)
+      goto fail;
     k->n++;
   }
-  if (c->csv && chief) k->cb[k->n] = st_csv_logger_callback(c->csv, &k->state[k->n]), k->n++;
-  if (c->ckpt_dir && chief)
-    k->cb[k->n] = st_model_checkpoint_callback(c->ckpt_dir, mon, c->best_only, (int)c->keep,
-                                               &k->state[k->n]),
+  if (c->csv && chief) {
+    if ((s = st_csv_logger_create(c->csv, &k->cb[k->n])) != ST_OK) goto fail;
     k->n++;
+  }
+  if (c->ckpt_dir && chief) {
+    s = st_model_checkpoint_create(c->ckpt_dir, mon, c->best_only, (int)c->keep, &k->cb[k->n]);
+    if (s != ST_OK) goto fail;
+    k->n++;
+  }
   if (c->patience >= 0) {
     st_early_stopping_options eo = st_early_stopping_default_options();
     eo.monitor = mon;
     eo.patience = (int)c->patience;
-    k->cb[k->n] = st_early_stopping_callback(eo, &k->state[k->n]), k->n++;
+    if ((s = st_early_stopping_create(eo, &k->cb[k->n])) != ST_OK) goto fail;
+    k->n++;
   }
-  if (!c->quiet && chief) /* last: the progress line comes after the other epoch-end work */
-    k->cb[k->n++] = st_progress_callback(stderr, isatty(2), (int)c->epochs, &k->progress);
+  if (!c->quiet && chief) { /* last: the progress line comes after the other epoch-end work */
+    if ((s = st_progress_create(stderr, isatty(2), (int)c->epochs, &k->cb[k->n])) != ST_OK)
+      goto fail;
+    k->n++;
+  }
   return ST_OK;
+fail:
+  free_callbacks(k);
+  return s;
 }
 
 static int run_train(const train_cfg *c) {
@@ -344,7 +353,7 @@ static int run_train(const train_cfg *c) {
 fail:
   rc = cli_fail("train", s);
 done:
-  st_history_free(&h);
+  st_history_destroy(&h);
   st_model_destroy(model);
   st_strategy_destroy(strategy);
   cli_free_data(&d);
@@ -421,9 +430,10 @@ int cmd_summary(int argc, char **argv) {
     return EXIT_USAGE;
   st_status s = create_model(name, mo, &m);
   if (s != ST_OK) return cli_fail("summary", s);
-  char *text = st_model_summary(m);
-  if (text) fputs(text, stdout);
-  rc = text ? EXIT_OK : cli_fail("summary", ST_ERR_NOMEM);
+  char *text = NULL;
+  s = st_model_summary(m, &text);
+  if (s == ST_OK) fputs(text, stdout);
+  rc = s == ST_OK ? EXIT_OK : cli_fail("summary", s);
   free(text);
   st_model_destroy(m);
   return rc;

@@ -28,13 +28,13 @@ static void shape_images(st_tensor *t) {
   t->rank = 4;
 }
 
-static st_dataset *slices(const st_tensor *x, const st_tensor *y, int64_t skip, int64_t take) {
-  st_dataset *ds = NULL;
+static st_status slices(const st_tensor *x, const st_tensor *y, int64_t skip, int64_t take,
+                        st_dataset **out) {
   float scale = x->dtype == ST_U8 ? 1.0f / 255.0f : 1.0f;
-  if (st_dataset_from_tensor_slices(x, y, scale, false, &ds) != ST_OK) return NULL;
-  if (skip > 0) ds = ds ? st_dataset_skip(ds, skip) : NULL;
-  if (take >= 0) ds = ds ? st_dataset_take(ds, take) : NULL;
-  return ds;
+  st_status s = st_dataset_from_tensor_slices(x, y, scale, false, out);
+  if (s == ST_OK && skip > 0) s = st_dataset_skip(*out, skip, out);
+  if (s == ST_OK && take >= 0) s = st_dataset_take(*out, take, out);
+  return s;
 }
 
 int cli_load_data(const char *cmd, const char *spec, double val_split, int64_t train_examples,
@@ -67,17 +67,17 @@ int cli_load_data(const char *cmd, const char *spec, double val_split, int64_t t
     return EXIT_USAGE;
   }
   /* Keras takes the validation split from the end, before shuffling. */
-  d->train = slices(&d->raw.train_x, &d->raw.train_y, 0, d->n_train);
-  if (d->train) d->train = st_dataset_shuffle(d->train, d->n_train, seed, true);
-  if (d->train) d->train = st_dataset_batch(d->train, batch, false);
-  if (d->n_val > 0) {
-    d->val = slices(&d->raw.train_x, &d->raw.train_y, d->n_train, d->n_val);
-    if (d->val) d->val = st_dataset_batch(d->val, batch > 256 ? batch : 256, false);
+  s = slices(&d->raw.train_x, &d->raw.train_y, 0, d->n_train, &d->train);
+  if (s == ST_OK) s = st_dataset_shuffle(d->train, d->n_train, seed, true, &d->train);
+  if (s == ST_OK) s = st_dataset_batch(d->train, batch, false, &d->train);
+  if (s == ST_OK && d->n_val > 0) {
+    s = slices(&d->raw.train_x, &d->raw.train_y, d->n_train, d->n_val, &d->val);
+    if (s == ST_OK) s = st_dataset_batch(d->val, batch > 256 ? batch : 256, false, &d->val);
   }
-  d->test = slices(&d->raw.test_x, &d->raw.test_y, 0, -1);
-  if (d->test) d->test = st_dataset_batch(d->test, batch > 256 ? batch : 256, false);
-  if (!d->train || !d->test || (d->n_val > 0 && !d->val)) {
-    int rc = cli_fail(cmd, ST_ERR_INTERNAL);
+  if (s == ST_OK) s = slices(&d->raw.test_x, &d->raw.test_y, 0, -1, &d->test);
+  if (s == ST_OK) s = st_dataset_batch(d->test, batch > 256 ? batch : 256, false, &d->test);
+  if (s != ST_OK) {
+    int rc = cli_fail(cmd, s);
     cli_free_data(d);
     return rc;
   }
@@ -88,6 +88,6 @@ void cli_free_data(cli_data *d) {
   st_dataset_destroy(d->train);
   st_dataset_destroy(d->val);
   st_dataset_destroy(d->test);
-  st_mnist_free(&d->raw);
+  st_mnist_destroy(&d->raw);
   memset(d, 0, sizeof *d);
 }

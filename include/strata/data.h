@@ -8,9 +8,10 @@
  * After st_dataset_batch the dataset yields batches instead of elements.
  *
  * Ownership: each transform takes ownership of its input dataset
- * (st_dataset_shuffle(ds, ...) returns a new handle that owns ds; on failure ds
- * is destroyed too), so a pipeline is destroyed with one call on the last
- * handle. A dataset may be iterated many times (one pass = one epoch); an
+ * (st_dataset_shuffle(ds, ..., &out) writes a new handle that owns ds to *out;
+ * on failure ds is destroyed too and *out is NULL), so a pipeline is destroyed
+ * with one call on the last handle, and `st_dataset_batch(ds, 32, false, &ds)`
+ * replaces a handle by the next stage. A dataset may be iterated many times (one pass = one epoch); an
  * iterator is used by one thread at a time. */
 #ifndef STRATA_DATA_H
 #define STRATA_DATA_H
@@ -33,10 +34,10 @@ typedef struct st_tensor {
   void *data;   /* owned by whoever the function comment says */
 } st_tensor;
 size_t st_tensor_count(const st_tensor *t); /* product of dims */
-void st_tensor_free(st_tensor *t);          /* frees data, zeroes t */
+void st_tensor_destroy(st_tensor *t);       /* frees data, zeroes t; accepts NULL */
 
 /* ---- IDX files (MNIST format), plain or gzip (detected by magic) ---- */
-/* Read a whole IDX file into *out (out->data owned by caller, st_tensor_free).
+/* Read a whole IDX file into *out (out->data owned by caller, st_tensor_destroy).
  * Validates magic, dtype code, rank, dims (no overflow, product matches the
  * payload exactly) before allocating; errors name the file and byte offset.
  * A float32 payload with a NaN or Inf is rejected (ST_ERR_NONFINITE, naming
@@ -61,7 +62,7 @@ typedef struct st_mnist {
 st_status st_mnist_load(const char *dir, st_mnist *out);
 /* st_mnist_load with IDX reading options for all four files (o may be NULL). */
 st_status st_mnist_load_ex(const char *dir, const st_idx_options *o, st_mnist *out);
-void st_mnist_free(st_mnist *m);
+void st_mnist_destroy(st_mnist *m); /* frees the four tensors; accepts NULL */
 
 /* ---- CSV: numeric columns, one label column ---- */
 typedef struct st_csv_options {
@@ -91,25 +92,27 @@ st_status st_dataset_from_tensor_slices(const st_tensor *x, const st_tensor *y,
                                         st_dataset **out);
 
 /* Per-element callback, in place, on float features and labels. */
+/* Transforms: each takes ownership of ds and writes the new handle to *out
+ * (which may be &ds). On a NULL ds, bad arguments or allocation failure they
+ * return the error (ST_ERR_INVALID, ST_ERR_NOMEM; message set), destroy ds
+ * and write NULL. */
 typedef st_status (*st_map_fn)(void *user, float *x, size_t x_size, float *y,
                                size_t y_size);
-st_dataset *st_dataset_map(st_dataset *ds, st_map_fn fn, void *user);
+st_status st_dataset_map(st_dataset *ds, st_map_fn fn, void *user, st_dataset **out);
 /* Shuffle with a buffer of buffer_size elements (>= dataset size = full
  * shuffle), seeded; reshuffle_each_iteration gives a new order per epoch
  * (deterministic given seed and epoch number). */
-st_dataset *st_dataset_shuffle(st_dataset *ds, int64_t buffer_size,
-                               uint64_t seed, bool reshuffle_each_iteration);
-st_dataset *st_dataset_batch(st_dataset *ds, int batch_size,
-                             bool drop_remainder);
-st_dataset *st_dataset_repeat(st_dataset *ds, int64_t count); /* -1 = forever */
-st_dataset *st_dataset_take(st_dataset *ds, int64_t count);
-st_dataset *st_dataset_skip(st_dataset *ds, int64_t count);
+st_status st_dataset_shuffle(st_dataset *ds, int64_t buffer_size, uint64_t seed,
+                             bool reshuffle_each_iteration, st_dataset **out);
+st_status st_dataset_batch(st_dataset *ds, int batch_size, bool drop_remainder,
+                           st_dataset **out);
+st_status st_dataset_repeat(st_dataset *ds, int64_t count, st_dataset **out); /* -1 = forever */
+st_status st_dataset_take(st_dataset *ds, int64_t count, st_dataset **out);
+st_status st_dataset_skip(st_dataset *ds, int64_t count, st_dataset **out);
 /* Keep elements i with i % num_shards == index. */
-st_dataset *st_dataset_shard(st_dataset *ds, int num_shards, int index);
+st_status st_dataset_shard(st_dataset *ds, int num_shards, int index, st_dataset **out);
 /* Produce up to buffer_size items ahead on a background thread. */
-st_dataset *st_dataset_prefetch(st_dataset *ds, int buffer_size);
-/* Transforms return NULL on bad arguments or allocation failure (error set,
- * input destroyed). */
+st_status st_dataset_prefetch(st_dataset *ds, int buffer_size, st_dataset **out);
 void st_dataset_destroy(st_dataset *ds); /* accepts NULL */
 
 st_shape st_dataset_x_shape(const st_dataset *ds); /* per example */

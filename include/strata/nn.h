@@ -35,8 +35,11 @@ const char *st_init_name(st_init i);
 st_status st_init_parse(const char *name, st_init *out);
 
 /* ---- layers ------------------------------------------------------------- */
-/* Layers are created unbuilt; st_model_add takes ownership and builds them when
- * the input shape is known. st_layer_destroy frees an unowned layer. */
+/* Layers are created unbuilt: each constructor below writes the new layer to
+ * *out and returns ST_OK, or returns ST_ERR_INVALID (an option out of range,
+ * naming it) or ST_ERR_NOMEM with *out = NULL. st_model_add takes ownership
+ * and builds the layer when the input shape is known. st_layer_destroy frees
+ * an unowned layer (accepts NULL). */
 typedef struct st_layer st_layer;
 void st_layer_destroy(st_layer *l);
 const char *st_layer_name(const st_layer *l);       /* "dense_1" */
@@ -57,8 +60,8 @@ typedef struct st_dense_options {
   const char *name; /* NULL: automatic "dense", "dense_1", ... */
 } st_dense_options;
 st_dense_options st_dense_default_options(int units);
-st_layer *st_dense_ex(st_dense_options o);
-st_layer *st_dense(int units, st_activation act);
+st_status st_dense_ex(st_dense_options o, st_layer **out);
+st_status st_dense(int units, st_activation act, st_layer **out);
 
 typedef struct st_conv2d_options {
   int filters;
@@ -71,8 +74,8 @@ typedef struct st_conv2d_options {
   const char *name;
 } st_conv2d_options;
 st_conv2d_options st_conv2d_default_options(int filters, int kh, int kw);
-st_layer *st_conv2d_ex(st_conv2d_options o);
-st_layer *st_conv2d(int filters, int k, st_activation act);
+st_status st_conv2d_ex(st_conv2d_options o, st_layer **out);
+st_status st_conv2d(int filters, int k, st_activation act, st_layer **out);
 
 typedef struct st_pool2d_options {
   int ph, pw;
@@ -81,16 +84,16 @@ typedef struct st_pool2d_options {
   const char *name;
 } st_pool2d_options;
 st_pool2d_options st_pool2d_default_options(int pool);
-st_layer *st_maxpool2d_ex(st_pool2d_options o);
-st_layer *st_avgpool2d_ex(st_pool2d_options o);
-st_layer *st_maxpool2d(int pool);
-st_layer *st_avgpool2d(int pool);
+st_status st_maxpool2d_ex(st_pool2d_options o, st_layer **out);
+st_status st_avgpool2d_ex(st_pool2d_options o, st_layer **out);
+st_status st_maxpool2d(int pool, st_layer **out);
+st_status st_avgpool2d(int pool, st_layer **out);
 
-st_layer *st_flatten(void);
-st_layer *st_dropout(float rate);
-st_layer *st_activation_layer(st_activation act);
+st_status st_flatten(st_layer **out);
+st_status st_dropout(float rate, st_layer **out);
+st_status st_activation_layer(st_activation act, st_layer **out);
 /* Reshape to a target per-example shape with the same size. */
-st_layer *st_reshape(st_shape target);
+st_status st_reshape(st_shape target, st_layer **out);
 
 typedef struct st_batchnorm_options {
   float momentum; /* 0.99 (Keras) */
@@ -100,8 +103,8 @@ typedef struct st_batchnorm_options {
   const char *name;
 } st_batchnorm_options;
 st_batchnorm_options st_batchnorm_default_options(void);
-st_layer *st_batchnorm_ex(st_batchnorm_options o);
-st_layer *st_batchnorm(void);
+st_status st_batchnorm_ex(st_batchnorm_options o, st_layer **out);
+st_status st_batchnorm(st_layer **out);
 
 /* ---- learning-rate schedules ---- */
 typedef enum st_schedule_kind {

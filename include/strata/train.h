@@ -44,8 +44,9 @@ st_compile_options st_compile_default_options(void);
 /* Allocates variables, initialises them (seeded) and binds the strategy. */
 st_status st_model_compile(st_model *m, const st_compile_options *o);
 
-/* Keras-like summary table as a malloc'd string (caller frees). */
-char *st_model_summary(const st_model *m);
+/* Keras-like summary table: *out receives a malloc'd string (caller frees it
+ * with free()); NULL on failure (ST_ERR_NOMEM). */
+st_status st_model_summary(const st_model *m, char **out);
 
 /* ---- logs and callbacks ---- */
 typedef struct st_epoch_logs {
@@ -65,22 +66,29 @@ typedef struct st_batch_logs {
   double loss, accuracy; /* running means over the epoch so far */
 } st_batch_logs;
 
+/* A callback owns its state `user`: destroy(user) frees it (NULL when there
+ * is nothing to free, e.g. a callback whose user is borrowed). Every callback,
+ * made by the library or by hand, is freed with st_callback_destroy. */
 typedef struct st_callback {
   void *user;
   /* Each hook may be NULL. Returning non-OK stops fit with that status. */
   st_status (*on_epoch_begin)(void *user, st_model *m, int epoch);
   st_status (*on_batch_end)(void *user, st_model *m, const st_batch_logs *l);
   st_status (*on_epoch_end)(void *user, st_model *m, const st_epoch_logs *l);
+  void (*destroy)(void *user);
 } st_callback;
+/* Calls cb->destroy(cb->user) when set, then zeroes *cb. Accepts NULL and a
+ * zeroed callback; destroying twice is harmless. */
+void st_callback_destroy(st_callback *cb);
 
 typedef struct st_history {
   int epochs;
-  st_epoch_logs *logs; /* [epochs], malloc'd; st_history_free */
+  st_epoch_logs *logs; /* [epochs], malloc'd; st_history_destroy */
   double samples_per_sec; /* training only, first `warmup_steps` excluded */
   int64_t train_samples;
   double train_seconds;
 } st_history;
-void st_history_free(st_history *h);
+void st_history_destroy(st_history *h); /* frees logs, zeroes h; accepts NULL */
 
 typedef struct st_fit_options {
   int epochs;                  /* 1 */
@@ -110,14 +118,12 @@ typedef struct st_eval_result {
 } st_eval_result;
 st_status st_model_evaluate(st_model *m, st_dataset *ds, st_eval_result *out);
 /* Outputs for every example of ds: out is f32 [n, output size] (caller frees
- * with st_tensor_free). */
+ * with st_tensor_destroy). */
 st_status st_model_predict(st_model *m, st_dataset *ds, st_tensor *out);
 
 /* Keras-style progress ("Epoch 1/3", a bar with ETA when tty, else one line per
- * epoch) written to `stream` (the CLI passes stderr). *state receives the
- * callback's memory, freed with st_progress_free. */
-st_callback st_progress_callback(FILE *stream, bool tty, int epochs, void **state);
-void st_progress_free(void *state);
+ * epoch) written to `stream` (borrowed; the CLI passes stderr). */
+st_status st_progress_create(FILE *stream, bool tty, int epochs, st_callback *out);
 
 /* safetensors: one tensor per variable named "<layer>/<param>", e.g.
  * "dense/kernel" [in, out], "conv2d/kernel" [kh, kw, in, out] (Keras layout).
@@ -152,9 +158,11 @@ st_status st_checkpoint_restore(st_model *m, const char *dir);
 /* The directory dir/latest names; ST_ERR_IO if there is none. */
 st_status st_checkpoint_latest(const char *dir, char *out, size_t n);
 /* Keras ModelCheckpoint: a checkpoint in dir at each epoch end, or only when
- * the monitored value improved (save_best_only; monitor as EarlyStopping). */
-st_callback st_model_checkpoint_callback(const char *dir, const char *monitor, bool save_best_only,
-                                         int keep, void **state);
+ * the monitored value improved (save_best_only; monitor as EarlyStopping,
+ * NULL = "val_loss"). ST_ERR_INVALID for no dir, a dir over 4095 bytes, or
+ * (save_best_only) an unknown monitor. */
+st_status st_model_checkpoint_create(const char *dir, const char *monitor, bool save_best_only,
+                                     int keep, st_callback *out);
 
 /* ---- weights as one host vector, stopping, learning rate ---- */
 /* Floats of all variables: trainable params then non-trainable state. */
@@ -164,17 +172,20 @@ st_status st_model_get_weights(const st_model *m, float *out);
 st_status st_model_set_weights(st_model *m, const float *in);
 /* Ask fit to stop after the current epoch (Keras model.stop_training). */
 void st_model_stop_training(st_model *m);
-/* Current learning rate, and replacing it by a constant (LearningRateScheduler). */
+/* Current learning rate, and replacing it by a constant (LearningRateScheduler).
+ * The optimizer keeps the rate as a float: ST_ERR_INVALID (model unchanged)
+ * unless lr is finite, > 0 and stays > 0 as a float. */
 double st_model_learning_rate(const st_model *m);
-void st_model_set_learning_rate(st_model *m, double lr);
+st_status st_model_set_learning_rate(st_model *m, double lr);
 
-/* ---- more callbacks (Keras names); each returns the callback and, in *state,
- * memory freed with st_callback_free ---- */
-void st_callback_free(void *state);
+/* ---- more callbacks (Keras names); each writes the callback to *out (zeroed
+ * on failure), to be freed with st_callback_destroy ---- */
 /* CSVLogger: one row per epoch: epoch,loss,accuracy,val_loss,val_accuracy,lr
  * (val_* empty without validation). The file is created at the first epoch's
- * end and rewritten atomically after each epoch. */
-st_callback st_csv_logger_callback(const char *path, void **state);
+ * end and rewritten atomically after each epoch, so a path in a missing
+ * directory is reported then (ST_ERR_IO), not here; ST_ERR_INVALID for a NULL
+ * or empty path. */
+st_status st_csv_logger_create(const char *path, st_callback *out);
 typedef struct st_early_stopping_options {
   const char *monitor;      /* "val_loss" (default), "loss", "val_accuracy", "accuracy" */
   double min_delta;         /* 0 */
@@ -183,11 +194,13 @@ typedef struct st_early_stopping_options {
 } st_early_stopping_options;
 st_early_stopping_options st_early_stopping_default_options(void);
 /* Stops training when the monitored value has not improved by min_delta for
- * patience epochs ("accuracy" metrics improve upwards, losses downwards). */
-st_callback st_early_stopping_callback(st_early_stopping_options o, void **state);
-/* LearningRateScheduler: lr for epoch (0-based) from the current lr. */
+ * patience epochs ("accuracy" metrics improve upwards, losses downwards).
+ * ST_ERR_INVALID for an unknown monitor or a negative patience. */
+st_status st_early_stopping_create(st_early_stopping_options o, st_callback *out);
+/* LearningRateScheduler: lr for epoch (0-based) from the current lr. user is
+ * borrowed (passed to fn). ST_ERR_INVALID when fn is NULL. */
 typedef double (*st_lr_schedule_fn)(void *user, int epoch, double lr);
-st_callback st_lr_scheduler_callback(st_lr_schedule_fn fn, void *user, void **state);
+st_status st_lr_scheduler_create(st_lr_schedule_fn fn, void *user, st_callback *out);
 
 /* ---- TensorBoard ---- */
 /* Event files as TensorBoard reads them: <dir>/train/ and <dir>/validation/,
@@ -198,17 +211,18 @@ st_callback st_lr_scheduler_callback(st_lr_schedule_fn fn, void *user, void **st
 typedef struct st_tensorboard st_tensorboard;
 /* Checks that log_dir can be created (ST_ERR_IO naming the blocking path);
  * a run's directory and event file appear with its first scalar. */
-st_status st_tensorboard_open(const char *log_dir, st_tensorboard **out);
+st_status st_tensorboard_create(const char *log_dir, st_tensorboard **out);
 /* A scalar at step in the train (validation = false) or validation run. */
 st_status st_tensorboard_scalar(st_tensorboard *tb, bool validation, const char *tag,
                                 int64_t step, double value);
 st_status st_tensorboard_flush(st_tensorboard *tb);
-void st_tensorboard_close(st_tensorboard *tb); /* flushes; accepts NULL */
+void st_tensorboard_destroy(st_tensorboard *tb); /* flushes, closes; accepts NULL */
 /* Keras TensorBoard callback: per epoch epoch_loss, epoch_accuracy (train and
  * validation), epoch_learning_rate and epoch_samples_per_sec (train); every
  * update_freq steps (0 = never) batch_loss and batch_accuracy (train).
- * tb is borrowed; *state is freed with st_callback_free. */
-st_callback st_tensorboard_callback(st_tensorboard *tb, int update_freq, void **state);
+ * tb is borrowed (destroy it after the callback); ST_ERR_INVALID when tb is
+ * NULL or update_freq < 0. */
+st_status st_tensorboard_callback_create(st_tensorboard *tb, int update_freq, st_callback *out);
 
 /* ---- pictures ---- */
 /* Loss and accuracy curves (train and, if present, validation per epoch) as a

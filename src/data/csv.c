@@ -273,8 +273,8 @@ st_status st_csv_read(const char *path, const st_csv_options *o, st_tensor *x,
   if (s == ST_OK) s = parse_rows(&t, &L, x->data, y->data);
   free(t.buf);
   if (s != ST_OK) {
-    st_tensor_free(x);
-    st_tensor_free(y);
+    st_tensor_destroy(x);
+    st_tensor_destroy(y);
   }
   return s;
 }

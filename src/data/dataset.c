@@ -23,21 +23,19 @@ void st__ds_init(st_dataset *ds, const st__ds_ops *ops, st_dataset *in) {
   ds->next_epoch = 0;
 }
 
-st_dataset *st__ds_fail(st_dataset *in, st_status s, const char *fmt, ...) {
+st_status st__ds_fail(st_dataset *in, st_status s, const char *fmt, ...) {
   char msg[512];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   st_dataset_destroy(in);
-  st_error(s, "%s", msg);
-  return NULL;
+  return st_error(s, "%s", msg);
 }
 
 bool st__ds_null_input(const st_dataset *in, const char *fn) {
   if (in) return false;
-  if (!st_last_error()[0])
-    st_error(ST_ERR_INVALID, "%s: input dataset is NULL (an earlier step failed?)", fn);
+  st_error(ST_ERR_INVALID, "%s: input dataset is NULL", fn);
   return true;
 }
 

@@ -46,10 +46,10 @@ struct st_dataset {
 
 /* Initialise a transform node over `in`, copying its shape and counts. */
 void st__ds_init(st_dataset *ds, const st__ds_ops *ops, st_dataset *in);
-/* A transform failed: destroy `in` (may be NULL), keep the error, return NULL. */
-st_dataset *st__ds_fail(st_dataset *in, st_status s, const char *fmt, ...)
+/* A transform failed: destroy `in` (may be NULL), set the error, return s. */
+st_status st__ds_fail(st_dataset *in, st_status s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* Checks for transform entry: NULL input (keeps an earlier error). */
+/* Checks for transform entry: true (error set) when the input is NULL. */
 bool st__ds_null_input(const st_dataset *in, const char *fn);
 /* Start a pass over ds at the given epoch (used by nodes on their input). */
 st_status st__ds_iterate(st_dataset *ds, uint64_t epoch, st_iterator **out);

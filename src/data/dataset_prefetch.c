@@ -164,8 +164,9 @@ static st_status prefetch_iterate(st_dataset *ds, uint64_t epoch, st_iterator **
 
 static const st__ds_ops prefetch_ops = {"prefetch", prefetch_iterate, NULL};
 
-st_dataset *st_dataset_prefetch(st_dataset *ds, int buffer_size) {
-  if (st__ds_null_input(ds, "st_dataset_prefetch")) return NULL;
+st_status st_dataset_prefetch(st_dataset *ds, int buffer_size, st_dataset **out) {
+  *out = NULL;
+  if (st__ds_null_input(ds, "st_dataset_prefetch")) return ST_ERR_INVALID;
   if (buffer_size == -1) buffer_size = PREFETCH_AUTOTUNE;
   if (buffer_size < 1 || buffer_size > 1 << 20)
     return st__ds_fail(ds, ST_ERR_INVALID, "prefetch: buffer_size %d must be in 1..%d or -1 "
@@ -174,5 +175,6 @@ st_dataset *st_dataset_prefetch(st_dataset *ds, int buffer_size) {
   if (!p) return st__ds_fail(ds, ST_ERR_NOMEM, "prefetch: out of memory");
   st__ds_init(&p->base, &prefetch_ops, ds);
   p->buffer_size = buffer_size;
-  return &p->base;
+  *out = &p->base;
+  return ST_OK;
 }

@@ -259,9 +259,10 @@ static st_status shuffle_iterate(st_dataset *ds, uint64_t epoch, st_iterator **o
 
 static const st__ds_ops shuffle_ops = {"shuffle", shuffle_iterate, NULL};
 
-st_dataset *st_dataset_shuffle(st_dataset *ds, int64_t buffer_size, uint64_t seed,
-                               bool reshuffle_each_iteration) {
-  if (st__ds_null_input(ds, "st_dataset_shuffle")) return NULL;
+st_status st_dataset_shuffle(st_dataset *ds, int64_t buffer_size, uint64_t seed,
+                             bool reshuffle_each_iteration, st_dataset **out) {
+  *out = NULL;
+  if (st__ds_null_input(ds, "st_dataset_shuffle")) return ST_ERR_INVALID;
   if (buffer_size < 1)
     return st__ds_fail(ds, ST_ERR_INVALID, "shuffle: buffer_size %lld must be >= 1",
                        (long long)buffer_size);
@@ -271,5 +272,6 @@ st_dataset *st_dataset_shuffle(st_dataset *ds, int64_t buffer_size, uint64_t see
   sh->buffer_size = buffer_size;
   sh->seed = seed;
   sh->reshuffle = reshuffle_each_iteration;
-  return &sh->base;
+  *out = &sh->base;
+  return ST_OK;
 }

@@ -40,9 +40,13 @@ static void pass_destroy(st_iterator *base) {
   free(it);
 }
 
+/* NULL (error set, in destroyed) when out of memory. */
 static st_dataset *new_node(st_dataset *in, const st__ds_ops *ops, size_t size) {
   st_dataset *ds = calloc(1, size);
-  if (!ds) return st__ds_fail(in, ST_ERR_NOMEM, "%s: out of memory", ops->name);
+  if (!ds) {
+    st__ds_fail(in, ST_ERR_NOMEM, "%s: out of memory", ops->name);
+    return NULL;
+  }
   st__ds_init(ds, ops, in);
   return ds;
 }
@@ -121,14 +125,16 @@ static st_status map_iterate(st_dataset *ds, uint64_t epoch, st_iterator **out) 
 
 static const st__ds_ops map_ops = {"map", map_iterate, NULL};
 
-st_dataset *st_dataset_map(st_dataset *ds, st_map_fn fn, void *user) {
-  if (st__ds_null_input(ds, "st_dataset_map")) return NULL;
+st_status st_dataset_map(st_dataset *ds, st_map_fn fn, void *user, st_dataset **out) {
+  *out = NULL;
+  if (st__ds_null_input(ds, "st_dataset_map")) return ST_ERR_INVALID;
   if (!fn) return st__ds_fail(ds, ST_ERR_INVALID, "map: callback is NULL");
   map_node *m = (map_node *)new_node(ds, &map_ops, sizeof *m);
-  if (!m) return NULL;
+  if (!m) return ST_ERR_NOMEM;
   m->fn = fn;
   m->user = user;
-  return &m->base;
+  *out = &m->base;
+  return ST_OK;
 }
 
 /* ---- batch ---------------------------------------------------------------- */
@@ -188,21 +194,24 @@ static st_status batch_iterate(st_dataset *ds, uint64_t epoch, st_iterator **out
 
 static const st__ds_ops batch_ops = {"batch", batch_iterate, NULL};
 
-st_dataset *st_dataset_batch(st_dataset *ds, int batch_size, bool drop_remainder) {
-  if (st__ds_null_input(ds, "st_dataset_batch")) return NULL;
+st_status st_dataset_batch(st_dataset *ds, int batch_size, bool drop_remainder,
+                           st_dataset **out) {
+  *out = NULL;
+  if (st__ds_null_input(ds, "st_dataset_batch")) return ST_ERR_INVALID;
   if (batch_size < 1)
     return st__ds_fail(ds, ST_ERR_INVALID, "batch: batch_size %d must be >= 1", batch_size);
   if (ds->batch > 0)
     return st__ds_fail(ds, ST_ERR_INVALID, "batch: the dataset is already batched (size %d)",
                        ds->batch);
   batch_node *b = (batch_node *)new_node(ds, &batch_ops, sizeof *b);
-  if (!b) return NULL;
+  if (!b) return ST_ERR_NOMEM;
   b->drop_remainder = drop_remainder;
   b->base.batch = batch_size;
   int64_t c = ds->cardinality;
   if (c >= 0) b->base.cardinality = drop_remainder ? c / batch_size
                                                    : (c + batch_size - 1) / batch_size;
-  return &b->base;
+  *out = &b->base;
+  return ST_OK;
 }
 
 /* ---- repeat --------------------------------------------------------------- */
@@ -294,16 +303,18 @@ static int64_t repeat_cardinality(int64_t c, int64_t count) {
   return __builtin_mul_overflow(c, count, &r) ? -2 : r;
 }
 
-st_dataset *st_dataset_repeat(st_dataset *ds, int64_t count) {
-  if (st__ds_null_input(ds, "st_dataset_repeat")) return NULL;
+st_status st_dataset_repeat(st_dataset *ds, int64_t count, st_dataset **out) {
+  *out = NULL;
+  if (st__ds_null_input(ds, "st_dataset_repeat")) return ST_ERR_INVALID;
   if (count < -1)
     return st__ds_fail(ds, ST_ERR_INVALID, "repeat: count %lld must be >= 0 or -1 (forever)",
                        (long long)count);
   repeat_node *n = (repeat_node *)new_node(ds, &repeat_ops, sizeof *n);
-  if (!n) return NULL;
+  if (!n) return ST_ERR_NOMEM;
   n->count = count;
   n->base.cardinality = repeat_cardinality(ds->cardinality, count);
-  return &n->base;
+  *out = &n->base;
+  return ST_OK;
 }
 
 /* ---- take, skip, shard ---------------------------------------------------- */
@@ -386,45 +397,50 @@ static const st__ds_ops take_ops = {"take", count_iterate, NULL};
 static const st__ds_ops skip_ops = {"skip", count_iterate, NULL};
 static const st__ds_ops shard_ops = {"shard", count_iterate, NULL};
 
-static st_dataset *count_node_new(st_dataset *ds, const st__ds_ops *ops, count_kind kind,
-                                  int64_t count, int64_t index, int64_t cardinality) {
+static st_status count_node_new(st_dataset *ds, const st__ds_ops *ops, count_kind kind,
+                                int64_t count, int64_t index, int64_t cardinality,
+                                st_dataset **out) {
   count_node *n = (count_node *)new_node(ds, ops, sizeof *n);
-  if (!n) return NULL;
+  if (!n) return ST_ERR_NOMEM;
   n->kind = kind;
   n->count = count;
   n->index = index;
   n->base.cardinality = cardinality;
-  return &n->base;
+  *out = &n->base;
+  return ST_OK;
 }
 
-st_dataset *st_dataset_take(st_dataset *ds, int64_t count) {
-  if (st__ds_null_input(ds, "st_dataset_take")) return NULL;
+st_status st_dataset_take(st_dataset *ds, int64_t count, st_dataset **out) {
+  *out = NULL;
+  if (st__ds_null_input(ds, "st_dataset_take")) return ST_ERR_INVALID;
   if (count < -1)
     return st__ds_fail(ds, ST_ERR_INVALID, "take: count %lld must be >= 0 or -1 (all)",
                        (long long)count);
   int64_t c = ds->cardinality;
   int64_t card = count < 0 ? c : c == -1 ? count : c == -2 ? -2 : c < count ? c : count;
-  return count_node_new(ds, &take_ops, COUNT_TAKE, count, 0, card);
+  return count_node_new(ds, &take_ops, COUNT_TAKE, count, 0, card, out);
 }
 
-st_dataset *st_dataset_skip(st_dataset *ds, int64_t count) {
-  if (st__ds_null_input(ds, "st_dataset_skip")) return NULL;
+st_status st_dataset_skip(st_dataset *ds, int64_t count, st_dataset **out) {
+  *out = NULL;
+  if (st__ds_null_input(ds, "st_dataset_skip")) return ST_ERR_INVALID;
   if (count < -1)
     return st__ds_fail(ds, ST_ERR_INVALID, "skip: count %lld must be >= 0 or -1 (all)",
                        (long long)count);
   int64_t c = ds->cardinality;
   int64_t card = count < 0 ? 0 : c < 0 ? c : c > count ? c - count : 0;
-  return count_node_new(ds, &skip_ops, COUNT_SKIP, count, 0, card);
+  return count_node_new(ds, &skip_ops, COUNT_SKIP, count, 0, card, out);
 }
 
-st_dataset *st_dataset_shard(st_dataset *ds, int num_shards, int index) {
-  if (st__ds_null_input(ds, "st_dataset_shard")) return NULL;
+st_status st_dataset_shard(st_dataset *ds, int num_shards, int index, st_dataset **out) {
+  *out = NULL;
+  if (st__ds_null_input(ds, "st_dataset_shard")) return ST_ERR_INVALID;
   if (num_shards < 1 || index < 0 || index >= num_shards)
     return st__ds_fail(ds, ST_ERR_INVALID, "shard: index %d out of range for %d shards "
                        "(need num_shards >= 1 and 0 <= index < num_shards)", index, num_shards);
   int64_t c = ds->cardinality;
   int64_t card = c < 0 ? c : c > index ? (c - index - 1) / num_shards + 1 : 0;
-  return count_node_new(ds, &shard_ops, COUNT_SHARD, num_shards, index, card);
+  return count_node_new(ds, &shard_ops, COUNT_SHARD, num_shards, index, card, out);
 }
 
 /* Compose one take/skip/shard step onto the view of its input. */

@@ -458,14 +458,14 @@ st_status st_mnist_load_ex(const char *dir, const st_idx_options *o, st_mnist *o
   if (s == ST_OK)
     s = mnist_pair(dir, "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte", o, &out->test_x,
                    &out->test_y);
-  if (s != ST_OK) st_mnist_free(out);
+  if (s != ST_OK) st_mnist_destroy(out);
   return s;
 }
 
-void st_mnist_free(st_mnist *m) {
+void st_mnist_destroy(st_mnist *m) {
   if (!m) return;
-  st_tensor_free(&m->train_x);
-  st_tensor_free(&m->train_y);
-  st_tensor_free(&m->test_x);
-  st_tensor_free(&m->test_y);
+  st_tensor_destroy(&m->train_x);
+  st_tensor_destroy(&m->train_y);
+  st_tensor_destroy(&m->test_x);
+  st_tensor_destroy(&m->test_y);
 }

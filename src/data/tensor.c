@@ -1,7 +1,7 @@
 /* Host tensors of the data layer: element sizes and names of the dtypes, the
  * element count of a tensor and its release. A tensor's data buffer is always
  * allocated with st_alloc (64-byte aligned) by the readers that fill it, so
- * st_tensor_free releases it with st_free. */
+ * st_tensor_destroy releases it with st_free. */
 #include "strata/data.h"
 
 #include <string.h>
@@ -36,7 +36,7 @@ size_t st_tensor_count(const st_tensor *t) {
   return n;
 }
 
-void st_tensor_free(st_tensor *t) {
+void st_tensor_destroy(st_tensor *t) {
   if (!t) return;
   st_free(t->data);
   memset(t, 0, sizeof *t);

@@ -172,13 +172,14 @@ static st_status reshape_target(const st__keras_ctx *c, const st__keras_layer *k
                          st_shape_format(in, b, sizeof b), size);
 }
 
-/* Name a layer whose constructor takes no options (Flatten, Dropout, ...). */
-static st_layer *named(st_layer *l, const char *name) {
-  if (l && name[0]) {
-    snprintf(l->name, sizeof l->name, "%s", name);
-    l->named_by_user = true;
+/* Name a layer whose constructor takes no options (Flatten, Dropout, ...);
+ * passes the constructor's status through. */
+static st_status named(st_status s, st_layer **l, const char *name) {
+  if (s == ST_OK && name[0]) {
+    snprintf((*l)->name, sizeof (*l)->name, "%s", name);
+    (*l)->named_by_user = true;
   }
-  return l;
+  return s;
 }
 
 static st_status make_layer(const st__keras_ctx *c, const st__keras_layer *k,
@@ -191,21 +192,21 @@ static st_status make_layer(const st__keras_ctx *c, const st__keras_layer *k,
   st_shape t;
   st_status s = ST_OK;
   switch (k->kind) {
-  case ST__K_DENSE: d.name = nm; *out = st_dense_ex(d); break;
-  case ST__K_CONV2D: cv.name = nm; *out = st_conv2d_ex(cv); break;
-  case ST__K_MAXPOOL: p.name = nm; *out = st_maxpool2d_ex(p); break;
-  case ST__K_AVGPOOL: p.name = nm; *out = st_avgpool2d_ex(p); break;
-  case ST__K_BATCHNORM: bn.name = nm; *out = st_batchnorm_ex(bn); break;
-  case ST__K_FLATTEN: *out = named(st_flatten(), k->name); break;
-  case ST__K_DROPOUT: *out = named(st_dropout(k->u.rate), k->name); break;
-  case ST__K_ACTIVATION: *out = named(st_activation_layer(k->u.act), k->name); break;
+  case ST__K_DENSE: d.name = nm; s = st_dense_ex(d, out); break;
+  case ST__K_CONV2D: cv.name = nm; s = st_conv2d_ex(cv, out); break;
+  case ST__K_MAXPOOL: p.name = nm; s = st_maxpool2d_ex(p, out); break;
+  case ST__K_AVGPOOL: p.name = nm; s = st_avgpool2d_ex(p, out); break;
+  case ST__K_BATCHNORM: bn.name = nm; s = st_batchnorm_ex(bn, out); break;
+  case ST__K_FLATTEN: s = named(st_flatten(out), out, k->name); break;
+  case ST__K_DROPOUT: s = named(st_dropout(k->u.rate, out), out, k->name); break;
+  case ST__K_ACTIVATION: s = named(st_activation_layer(k->u.act, out), out, k->name); break;
   case ST__K_RESHAPE:
     if ((s = reshape_target(c, k, in, &t)) != ST_OK) return s;
-    *out = named(st_reshape(t), k->name);
+    s = named(st_reshape(t, out), out, k->name);
     break;
   default: return st__keras_error(c, "internal: unexpected layer kind %d", (int)k->kind);
   }
-  return *out ? ST_OK : rethrow(c);
+  return s == ST_OK ? ST_OK : rethrow(c);
 }
 
 static st_status add_layer(const st__keras_ctx *c, st_model *m, const st__keras_layer *k) {

@@ -1,4 +1,4 @@
-/* TensorBoard event files (the writer behind st_tensorboard_open/scalar/flush/close;
+/* TensorBoard event files (the writer behind st_tensorboard_create/scalar/flush/destroy;
  * the Keras-style TensorBoard callback over it is src/train/tensorboard.c).
  *
  * Layout: <log_dir>/train/events.out.tfevents.<unix seconds>.<host> and the same
@@ -18,7 +18,7 @@
  * (proto3 default); simple_value, in a oneof, is always written.
  *
  * An st_tensorboard is used by one thread at a time. Writes go through stdio
- * buffers, pushed to the OS by st_tensorboard_flush/close (the callback flushes
+ * buffers, pushed to the OS by st_tensorboard_flush/destroy (the callback flushes
  * at every epoch end). */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -233,7 +233,7 @@ static void host_name(char *buf, size_t cap) {
 }
 
 /* ---- public API ---------------------------------------------------------- */
-st_status st_tensorboard_open(const char *log_dir, st_tensorboard **out) {
+st_status st_tensorboard_create(const char *log_dir, st_tensorboard **out) {
   *out = NULL;
   if (!log_dir || !log_dir[0])
     return st_error(ST_ERR_INVALID, "TensorBoard: empty log directory");
@@ -251,7 +251,7 @@ st_status st_tensorboard_open(const char *log_dir, st_tensorboard **out) {
    * scalar, so a run that fails before writing any leaves nothing behind */
   st_status s = check_creatable(log_dir);
   if (s != ST_OK) {
-    st_tensorboard_close(tb);
+    st_tensorboard_destroy(tb);
     return s;
   }
   *out = tb;
@@ -289,7 +289,7 @@ st_status st_tensorboard_flush(st_tensorboard *tb) {
   return ST_OK;
 }
 
-void st_tensorboard_close(st_tensorboard *tb) {
+void st_tensorboard_destroy(st_tensorboard *tb) {
   if (!tb) return;
   for (int r = 0; r < RUN_COUNT; r++) {
     if (tb->f[r]) fclose(tb->f[r]);

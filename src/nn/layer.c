@@ -8,27 +8,25 @@
 
 #include "nn/layer.h"
 
-/* Returns a new unbuilt layer owning a copy of config, or NULL + error. The
- * name (NULL or "" = automatic, chosen by the model) is copied. */
-st_layer *st__layer_new(const st_layer_vtable *vt, const void *config,
-                        size_t config_size, const char *name) {
+/* Writes a new unbuilt layer owning a copy of config to *out (NULL on
+ * failure). The name (NULL or "" = automatic, chosen by the model) is copied. */
+st_status st__layer_new(const st_layer_vtable *vt, const void *config,
+                        size_t config_size, const char *name, st_layer **out) {
+  *out = NULL;
   if (name && strlen(name) >= ST_NAME_MAX) {
-    st_error(ST_ERR_INVALID, "%s: layer name '%.20s...' is longer than %d bytes",
-             vt->class_name, name, ST_NAME_MAX - 1);
-    return NULL;
+    return st_error(ST_ERR_INVALID, "%s: layer name '%.20s...' is longer than %d bytes",
+                    vt->class_name, name, ST_NAME_MAX - 1);
   }
   st_layer *l = calloc(1, sizeof *l);
   if (!l) {
-    st_error(ST_ERR_NOMEM, "%s: out of memory creating layer", vt->class_name);
-    return NULL;
+    return st_error(ST_ERR_NOMEM, "%s: out of memory creating layer", vt->class_name);
   }
   l->vt = vt;
   if (config_size) {
     l->config = malloc(config_size);
     if (!l->config) {
       free(l);
-      st_error(ST_ERR_NOMEM, "%s: out of memory creating layer", vt->class_name);
-      return NULL;
+      return st_error(ST_ERR_NOMEM, "%s: out of memory creating layer", vt->class_name);
     }
     memcpy(l->config, config, config_size);
   }
@@ -36,7 +34,8 @@ st_layer *st__layer_new(const st_layer_vtable *vt, const void *config,
     snprintf(l->name, sizeof l->name, "%s", name);
     l->named_by_user = true;
   }
-  return l;
+  *out = l;
+  return ST_OK;
 }
 
 /* Declares the next parameter; returns its index. Too many is a bug. */

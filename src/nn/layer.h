@@ -83,10 +83,10 @@ struct st_layer {
   void *config;                 /* layer-kind options, owned */
 };
 
-/* Allocate a layer with a copy of config (config_size bytes); NULL + error on
- * failure. name may be NULL. */
-st_layer *st__layer_new(const st_layer_vtable *vt, const void *config,
-                        size_t config_size, const char *name);
+/* Allocate a layer with a copy of config (config_size bytes) into *out (NULL
+ * on failure, error returned). name may be NULL. */
+st_status st__layer_new(const st_layer_vtable *vt, const void *config,
+                        size_t config_size, const char *name, st_layer **out);
 /* Declare parameter i (in order); returns its index. */
 int st__layer_add_param(st_layer *l, const char *name, st_shape shape,
                         st_init init, bool trainable);

@@ -44,11 +44,11 @@ static const st_layer_vtable activation_vtable = {
 };
 
 /* New unbuilt layer (caller owns it until st_model_add), or NULL + error. */
-st_layer *st_activation_layer(st_activation act) {
+st_status st_activation_layer(st_activation act, st_layer **out) {
+  *out = NULL;
   if ((int)act < 0 || act >= ST_ACT_COUNT) {
-    st_error(ST_ERR_INVALID, "Activation: invalid activation %d", (int)act);
-    return NULL;
+    return st_error(ST_ERR_INVALID, "Activation: invalid activation %d", (int)act);
   }
   activation_config ac = {.act = act};
-  return st__layer_new(&activation_vtable, &ac, sizeof ac, NULL);
+  return st__layer_new(&activation_vtable, &ac, sizeof ac, NULL, out);
 }

@@ -224,16 +224,18 @@ st_batchnorm_options st_batchnorm_default_options(void) {
 }
 
 /* New unbuilt layer (caller owns it until st_model_add), or NULL + error. */
-st_layer *st_batchnorm_ex(st_batchnorm_options o) {
+st_status st_batchnorm_ex(st_batchnorm_options o, st_layer **out) {
+  *out = NULL;
   if (!(o.momentum >= 0.0f && o.momentum <= 1.0f) || !(o.epsilon > 0.0f)) {
-    st_error(ST_ERR_INVALID,
-             "BatchNormalization: momentum must be in [0, 1] and epsilon > 0 "
-             "(momentum %g, epsilon %g)", (double)o.momentum, (double)o.epsilon);
-    return NULL;
+    return st_error(ST_ERR_INVALID,
+                    "BatchNormalization: momentum must be in [0, 1] and epsilon > 0 "
+                    "(momentum %g, epsilon %g)", (double)o.momentum, (double)o.epsilon);
   }
   bn_config bc = {.o = o, .i_gamma = -1, .i_beta = -1, .i_mean = -1, .i_var = -1};
   bc.o.name = NULL; /* the config copy must not point at the caller's string */
-  return st__layer_new(&bn_vtable, &bc, sizeof bc, o.name);
+  return st__layer_new(&bn_vtable, &bc, sizeof bc, o.name, out);
 }
 
-st_layer *st_batchnorm(void) { return st_batchnorm_ex(st_batchnorm_default_options()); }
+st_status st_batchnorm(st_layer **out) {
+  return st_batchnorm_ex(st_batchnorm_default_options(), out);
+}

@@ -217,28 +217,27 @@ st_conv2d_options st_conv2d_default_options(int filters, int kh, int kw) {
 }
 
 /* New unbuilt Conv2D layer (caller owns it until st_model_add), or NULL + error. */
-st_layer *st_conv2d_ex(st_conv2d_options o) {
+st_status st_conv2d_ex(st_conv2d_options o, st_layer **out) {
+  *out = NULL;
   if (o.filters <= 0 || o.kh <= 0 || o.kw <= 0 || o.sh <= 0 || o.sw <= 0) {
-    st_error(ST_ERR_INVALID,
-             "Conv2D: filters, kernel size and strides must be positive "
-             "(filters %d, kernel %dx%d, strides %dx%d)",
-             o.filters, o.kh, o.kw, o.sh, o.sw);
-    return NULL;
+    return st_error(ST_ERR_INVALID,
+                    "Conv2D: filters, kernel size and strides must be positive "
+                    "(filters %d, kernel %dx%d, strides %dx%d)",
+                    o.filters, o.kh, o.kw, o.sh, o.sw);
   }
   if ((int)o.activation < 0 || o.activation >= ST_ACT_COUNT ||
       (o.padding != ST_PAD_VALID && o.padding != ST_PAD_SAME) ||
       (int)o.kernel_init < 0 || o.kernel_init >= ST_INIT_COUNT ||
       (int)o.bias_init < 0 || o.bias_init >= ST_INIT_COUNT) {
-    st_error(ST_ERR_INVALID, "Conv2D: invalid activation, padding or initializer");
-    return NULL;
+    return st_error(ST_ERR_INVALID, "Conv2D: invalid activation, padding or initializer");
   }
   conv_config cf = {.o = o};
   cf.o.name = NULL; /* the config copy must not point at the caller's string */
-  return st__layer_new(&conv_vtable, &cf, sizeof cf, o.name);
+  return st__layer_new(&conv_vtable, &cf, sizeof cf, o.name, out);
 }
 
-st_layer *st_conv2d(int filters, int k, st_activation act) {
+st_status st_conv2d(int filters, int k, st_activation act, st_layer **out) {
   st_conv2d_options o = st_conv2d_default_options(filters, k, k);
   o.activation = act;
-  return st_conv2d_ex(o);
+  return st_conv2d_ex(o, out);
 }

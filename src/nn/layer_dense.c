@@ -97,24 +97,23 @@ st_dense_options st_dense_default_options(int units) {
 }
 
 /* New unbuilt Dense layer (caller owns it until st_model_add), or NULL + error. */
-st_layer *st_dense_ex(st_dense_options o) {
+st_status st_dense_ex(st_dense_options o, st_layer **out) {
+  *out = NULL;
   if (o.units <= 0) {
-    st_error(ST_ERR_INVALID, "Dense: units must be positive, got %d", o.units);
-    return NULL;
+    return st_error(ST_ERR_INVALID, "Dense: units must be positive, got %d", o.units);
   }
   if ((int)o.activation < 0 || o.activation >= ST_ACT_COUNT ||
       (int)o.kernel_init < 0 || o.kernel_init >= ST_INIT_COUNT ||
       (int)o.bias_init < 0 || o.bias_init >= ST_INIT_COUNT) {
-    st_error(ST_ERR_INVALID, "Dense: invalid activation or initializer");
-    return NULL;
+    return st_error(ST_ERR_INVALID, "Dense: invalid activation or initializer");
   }
   const char *name = o.name;
   o.name = NULL; /* the config copy must not point at the caller's string */
-  return st__layer_new(&dense_vtable, &o, sizeof o, name);
+  return st__layer_new(&dense_vtable, &o, sizeof o, name, out);
 }
 
-st_layer *st_dense(int units, st_activation act) {
+st_status st_dense(int units, st_activation act, st_layer **out) {
   st_dense_options o = st_dense_default_options(units);
   o.activation = act;
-  return st_dense_ex(o);
+  return st_dense_ex(o, out);
 }

@@ -41,12 +41,12 @@ static const st_layer_vtable dropout_vtable = {
 };
 
 /* New unbuilt layer (caller owns it until st_model_add), or NULL + error. */
-st_layer *st_dropout(float rate) {
+st_status st_dropout(float rate, st_layer **out) {
+  *out = NULL;
   if (!(rate >= 0.0f && rate < 1.0f)) {
-    st_error(ST_ERR_INVALID, "Dropout: rate must be in [0, 1), got %g",
-             (double)rate);
-    return NULL;
+    return st_error(ST_ERR_INVALID, "Dropout: rate must be in [0, 1), got %g",
+                    (double)rate);
   }
   dropout_config dc = {.rate = rate};
-  return st__layer_new(&dropout_vtable, &dc, sizeof dc, NULL);
+  return st__layer_new(&dropout_vtable, &dc, sizeof dc, NULL, out);
 }

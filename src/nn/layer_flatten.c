@@ -61,19 +61,19 @@ static const st_layer_vtable reshape_vtable = {
 };
 
 /* New unbuilt layers (caller owns them until st_model_add), or NULL + error. */
-st_layer *st_flatten(void) {
-  return st__layer_new(&flatten_vtable, NULL, 0, NULL);
+st_status st_flatten(st_layer **out) {
+  return st__layer_new(&flatten_vtable, NULL, 0, NULL, out);
 }
 
-st_layer *st_reshape(st_shape target) {
+st_status st_reshape(st_shape target, st_layer **out) {
+  *out = NULL;
   bool ok = target.rank >= 1 && target.rank <= ST_MAX_RANK;
   for (int i = 0; ok && i < target.rank; i++) ok = target.dims[i] > 0;
   if (!ok) {
-    st_error(ST_ERR_INVALID,
-             "Reshape: target must have rank 1..%d and positive dims",
-             ST_MAX_RANK);
-    return NULL;
+    return st_error(ST_ERR_INVALID,
+                    "Reshape: target must have rank 1..%d and positive dims",
+                    ST_MAX_RANK);
   }
   reshape_config rc = {.target = target};
-  return st__layer_new(&reshape_vtable, &rc, sizeof rc, NULL);
+  return st__layer_new(&reshape_vtable, &rc, sizeof rc, NULL, out);
 }

@@ -94,30 +94,30 @@ st_pool2d_options st_pool2d_default_options(int pool) {
   return o;
 }
 
-static st_layer *pool_new(const st_layer_vtable *vt, st_pool2d_options o) {
+static st_status pool_new(const st_layer_vtable *vt, st_pool2d_options o, st_layer **out) {
+  *out = NULL;
   if (o.ph <= 0 || o.pw <= 0 || o.sh < 0 || o.sw < 0 ||
       (o.padding != ST_PAD_VALID && o.padding != ST_PAD_SAME)) {
-    st_error(ST_ERR_INVALID,
-             "%s: pool size must be positive and strides >= 0 (pool %dx%d, "
-             "strides %dx%d)", vt->class_name, o.ph, o.pw, o.sh, o.sw);
-    return NULL;
+    return st_error(ST_ERR_INVALID,
+                    "%s: pool size must be positive and strides >= 0 (pool %dx%d, "
+                    "strides %dx%d)", vt->class_name, o.ph, o.pw, o.sh, o.sw);
   }
   pool_config pc = {.o = o, .is_max = vt == &maxpool_vtable};
   if (pc.o.sh == 0) pc.o.sh = o.ph; /* Keras strides=None */
   if (pc.o.sw == 0) pc.o.sw = o.pw;
   pc.o.name = NULL; /* the config copy must not point at the caller's string */
-  return st__layer_new(vt, &pc, sizeof pc, o.name);
+  return st__layer_new(vt, &pc, sizeof pc, o.name, out);
 }
 
-st_layer *st_maxpool2d_ex(st_pool2d_options o) {
-  return pool_new(&maxpool_vtable, o);
+st_status st_maxpool2d_ex(st_pool2d_options o, st_layer **out) {
+  return pool_new(&maxpool_vtable, o, out);
 }
-st_layer *st_avgpool2d_ex(st_pool2d_options o) {
-  return pool_new(&avgpool_vtable, o);
+st_status st_avgpool2d_ex(st_pool2d_options o, st_layer **out) {
+  return pool_new(&avgpool_vtable, o, out);
 }
-st_layer *st_maxpool2d(int pool) {
-  return st_maxpool2d_ex(st_pool2d_default_options(pool));
+st_status st_maxpool2d(int pool, st_layer **out) {
+  return st_maxpool2d_ex(st_pool2d_default_options(pool), out);
 }
-st_layer *st_avgpool2d(int pool) {
-  return st_avgpool2d_ex(st_pool2d_default_options(pool));
+st_status st_avgpool2d(int pool, st_layer **out) {
+  return st_avgpool2d_ex(st_pool2d_default_options(pool), out);
 }

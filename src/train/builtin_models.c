@@ -8,15 +8,10 @@ static const char *const names[] = {"mlp", "cnn", NULL};
 
 const char *const *st_builtin_model_names(void) { return names; }
 
-static st_status add_all(st_model *m, st_layer *const *layers, int n) {
-  st_status s = ST_OK;
-  for (int i = 0; i < n; i++) {
-    if (s == ST_OK)
-      s = st_model_add(m, layers[i]); /* takes ownership even on failure */
-    else
-      st_layer_destroy(layers[i]);
-  }
-  return s;
+/* Add the layer a constructor made (made: its status; *l: the layer). */
+static st_status add(st_model *m, st_status made, st_layer **l) {
+  if (made != ST_OK) return made;
+  return st_model_add(m, *l); /* takes ownership even on failure */
 }
 
 st_status st_builtin_model_create(const char *name, const st_model_options *o,
@@ -30,15 +25,20 @@ st_status st_builtin_model_create(const char *name, const st_model_options *o,
   st_model *m = NULL;
   st_status s = st_sequential_create(&mo, &m);
   if (s != ST_OK) return s;
+  st_layer *l = NULL;
   if (mlp) {
-    st_layer *l[] = {st_flatten(), st_dense(256, ST_ACT_RELU), st_dense(128, ST_ACT_RELU),
-                     st_dense(10, ST_ACT_LINEAR)};
-    s = add_all(m, l, 4);
+    s = add(m, st_flatten(&l), &l);
+    if (s == ST_OK) s = add(m, st_dense(256, ST_ACT_RELU, &l), &l);
+    if (s == ST_OK) s = add(m, st_dense(128, ST_ACT_RELU, &l), &l);
+    if (s == ST_OK) s = add(m, st_dense(10, ST_ACT_LINEAR, &l), &l);
   } else {
-    st_layer *l[] = {st_conv2d(32, 3, ST_ACT_RELU), st_maxpool2d(2),
-                     st_conv2d(64, 3, ST_ACT_RELU), st_maxpool2d(2), st_flatten(),
-                     st_dense(128, ST_ACT_RELU), st_dense(10, ST_ACT_LINEAR)};
-    s = add_all(m, l, 7);
+    s = add(m, st_conv2d(32, 3, ST_ACT_RELU, &l), &l);
+    if (s == ST_OK) s = add(m, st_maxpool2d(2, &l), &l);
+    if (s == ST_OK) s = add(m, st_conv2d(64, 3, ST_ACT_RELU, &l), &l);
+    if (s == ST_OK) s = add(m, st_maxpool2d(2, &l), &l);
+    if (s == ST_OK) s = add(m, st_flatten(&l), &l);
+    if (s == ST_OK) s = add(m, st_dense(128, ST_ACT_RELU, &l), &l);
+    if (s == ST_OK) s = add(m, st_dense(10, ST_ACT_LINEAR, &l), &l);
   }
   if (s != ST_OK) {
     st_model_destroy(m);

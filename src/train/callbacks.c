@@ -1,13 +1,12 @@
 /* Keras callbacks in C: CSVLogger, EarlyStopping, LearningRateScheduler and
- * ModelCheckpoint (its files: src/io/checkpoint.c).
- * Each keeps its memory in one struct that starts with a `cb_state` header
- * holding its destructor, so st_callback_free releases any of them. A state
- * belongs to one fit at a time (one thread). If allocating the state fails,
- * the callback is still returned (with *state = NULL) and its first hook
- * reports ST_ERR_NOMEM, which stops fit. */
+ * ModelCheckpoint (its files: src/io/checkpoint.c), and st_callback_destroy,
+ * which frees any callback.
+ * Each keeps its memory in one struct, owned by the callback (st_callback's
+ * user) and freed by its destroy member. A state belongs to one fit at a time
+ * (one thread). A constructor checks its options and allocates the state, and
+ * returns the failure (the callback zeroed) instead of deferring it to fit. */
 #include <errno.h>
 #include <fcntl.h>
-#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,15 +15,15 @@
 
 #include "strata/train.h"
 #include "base/fileio.h"
-#include "train/callback_state.h"
 
-typedef st__cb_state cb_state;
-
-void st_callback_free(void *state) {
-  if (state) ((cb_state *)state)->destroy(state);
+void st_callback_destroy(st_callback *cb) {
+  if (!cb) return;
+  if (cb->destroy) cb->destroy(cb->user);
+  memset(cb, 0, sizeof *cb);
 }
 
-static st_status no_state(const char *who) {
+static st_status no_state(const char *who, st_callback *out) {
+  memset(out, 0, sizeof *out);
   return st_error(ST_ERR_NOMEM, "%s: out of memory for the callback's state", who);
 }
 
@@ -33,7 +32,6 @@ static st_status no_state(const char *who) {
 static const char csv_header[] = "epoch,loss,accuracy,val_loss,val_accuracy,lr\n";
 
 typedef struct csv_logger {
-  cb_state base;
   char *path;  /* owned copy */
   char *rows;  /* rows[len]: the data rows written so far (no header) */
   size_t len, cap;
@@ -97,7 +95,6 @@ static st_status csv_load_previous(csv_logger *c, int epoch) {
 static st_status csv_epoch_begin(void *user, st_model *m, int epoch) {
   csv_logger *c = user;
   (void)m;
-  if (!c) return no_state("CSVLogger");
   bool new_fit = c->last_epoch < 0 || epoch <= c->last_epoch;
   c->last_epoch = epoch;
   if (!new_fit) return ST_OK;
@@ -108,7 +105,6 @@ static st_status csv_epoch_begin(void *user, st_model *m, int epoch) {
 static st_status csv_epoch_end(void *user, st_model *m, const st_epoch_logs *l) {
   csv_logger *c = user;
   (void)m;
-  if (!c) return no_state("CSVLogger");
   char vl[40] = "", va[40] = "", row[256];
   if (l->has_validation) {
     snprintf(vl, sizeof vl, "%.9g", l->val_loss);
@@ -120,21 +116,20 @@ static st_status csv_epoch_end(void *user, st_model *m, const st_epoch_logs *l) 
   return s != ST_OK ? s : csv_write_file(c);
 }
 
-st_callback st_csv_logger_callback(const char *path, void **state) {
-  ST_ASSERT(path && state);
-  st_callback cb = {NULL, csv_epoch_begin, NULL, csv_epoch_end};
+st_status st_csv_logger_create(const char *path, st_callback *out) {
+  ST_ASSERT(out);
+  memset(out, 0, sizeof *out);
+  if (!path || !path[0]) return st_error(ST_ERR_INVALID, "CSVLogger: no file path");
   csv_logger *c = calloc(1, sizeof *c);
-  if (c && !(c->path = strdup(path))) {
+  if (!c) return no_state("CSVLogger", out);
+  if (!(c->path = strdup(path))) {
     free(c);
-    c = NULL;
+    return no_state("CSVLogger", out);
   }
-  if (c) {
-    c->base.destroy = csv_destroy;
-    c->last_epoch = -1;
-  }
-  cb.user = c;
-  *state = c;
-  return cb;
+  c->last_epoch = -1;
+  *out = (st_callback){.user = c, .on_epoch_begin = csv_epoch_begin,
+                       .on_epoch_end = csv_epoch_end, .destroy = csv_destroy};
+  return ST_OK;
 }
 
 /* ---- EarlyStopping ------------------------------------------------------ */
@@ -144,8 +139,7 @@ static const char *const monitor_names[MON_COUNT] = {"loss", "accuracy", "val_lo
                                                      "val_accuracy"};
 
 typedef struct early_stopping {
-  cb_state base;
-  int monitor;          /* monitor_kind, or -1 when the name was not recognised */
+  int monitor;          /* monitor_kind (checked by st_early_stopping_create) */
   char monitor_name[32];/* as given (truncated), for messages */
   double min_delta;     /* >= 0 */
   int patience;
@@ -187,12 +181,6 @@ static st_status es_snapshot(early_stopping *e, st_model *m) {
 static st_status es_epoch_begin(void *user, st_model *m, int epoch) {
   early_stopping *e = user;
   (void)m;
-  if (!e) return no_state("EarlyStopping");
-  if (e->monitor < 0)
-    return st_error(ST_ERR_INVALID, "EarlyStopping: unknown monitor '%s' (use loss, accuracy, "
-                    "val_loss or val_accuracy)", e->monitor_name);
-  if (e->patience < 0)
-    return st_error(ST_ERR_INVALID, "EarlyStopping: patience %d (must be >= 0)", e->patience);
   if (e->last_epoch < 0 || epoch <= e->last_epoch) {
     e->best = e->maximize ? -INFINITY : INFINITY;
     e->wait = 0;
@@ -217,11 +205,9 @@ static bool es_improved(const early_stopping *e, double cur) {
 }
 
 /* Keras 3's EarlyStopping.on_epoch_end; restores the best weights when it
- * stops training (see st_early_stopping_callback). */
+ * stops training (see st_early_stopping_create). */
 static st_status es_epoch_end(void *user, st_model *m, const st_epoch_logs *l) {
   early_stopping *e = user;
-  if (!e) return no_state("EarlyStopping");
-  if (e->monitor < 0) return es_epoch_begin(e, m, l->epoch); /* the option error */
   bool val = e->monitor == MON_VAL_LOSS || e->monitor == MON_VAL_ACCURACY;
   if (val && !l->has_validation)
     return st_error(ST_ERR_INVALID, "EarlyStopping monitors %s but fit has no validation data",
@@ -255,30 +241,33 @@ static int monitor_index(const char *name) {
  * its on_epoch_end: callbacks after it in the array see the restored weights.
  * Keras 3 also restores at the end of a run that did not stop early; st_callback
  * has no train-end hook, so here such a run keeps its last weights. */
-st_callback st_early_stopping_callback(st_early_stopping_options o, void **state) {
-  ST_ASSERT(state);
-  st_callback cb = {NULL, es_epoch_begin, NULL, es_epoch_end};
+st_status st_early_stopping_create(st_early_stopping_options o, st_callback *out) {
+  ST_ASSERT(out);
+  memset(out, 0, sizeof *out);
+  const char *name = o.monitor ? o.monitor : "val_loss";
+  int monitor = monitor_index(name);
+  if (monitor < 0)
+    return st_error(ST_ERR_INVALID, "EarlyStopping: unknown monitor '%s' (use loss, accuracy, "
+                    "val_loss or val_accuracy)", name);
+  if (o.patience < 0)
+    return st_error(ST_ERR_INVALID, "EarlyStopping: patience %d (must be >= 0)", o.patience);
   early_stopping *e = calloc(1, sizeof *e);
-  if (e) {
-    const char *name = o.monitor ? o.monitor : "val_loss";
-    e->base.destroy = es_destroy;
-    e->monitor = monitor_index(name);
-    snprintf(e->monitor_name, sizeof e->monitor_name, "%s", name);
-    e->min_delta = fabs(o.min_delta);
-    e->patience = o.patience;
-    e->restore = o.restore_best_weights;
-    e->maximize = e->monitor == MON_ACCURACY || e->monitor == MON_VAL_ACCURACY;
-    e->last_epoch = -1;
-  }
-  cb.user = e;
-  *state = e;
-  return cb;
+  if (!e) return no_state("EarlyStopping", out);
+  e->monitor = monitor;
+  snprintf(e->monitor_name, sizeof e->monitor_name, "%s", name);
+  e->min_delta = fabs(o.min_delta);
+  e->patience = o.patience;
+  e->restore = o.restore_best_weights;
+  e->maximize = e->monitor == MON_ACCURACY || e->monitor == MON_VAL_ACCURACY;
+  e->last_epoch = -1;
+  *out = (st_callback){.user = e, .on_epoch_begin = es_epoch_begin,
+                       .on_epoch_end = es_epoch_end, .destroy = es_destroy};
+  return ST_OK;
 }
 
 /* ---- LearningRateScheduler ---------------------------------------------- */
 
 typedef struct lr_scheduler {
-  cb_state base;
   st_lr_schedule_fn fn;
   void *user;  /* borrowed, passed to fn */
 } lr_scheduler;
@@ -287,37 +276,28 @@ static void lr_destroy(void *self) { free(self); }
 
 static st_status lr_epoch_begin(void *user, st_model *m, int epoch) {
   lr_scheduler *r = user;
-  if (!r) return no_state("LearningRateScheduler");
-  if (!r->fn) return st_error(ST_ERR_INVALID, "LearningRateScheduler: no schedule function");
   double lr = r->fn(r->user, epoch, st_model_learning_rate(m));
-  /* The optimizer keeps the rate as a float: it must stay finite and > 0. */
-  if (!isfinite(lr) || lr <= 0 || lr > FLT_MAX || (float)lr <= 0.0f)
-    return st_error(ST_ERR_INVALID, "LearningRateScheduler: the schedule returned %g for "
-                    "epoch %d (a learning rate must be finite and > 0)", lr, epoch);
-  st_model_set_learning_rate(m, lr);
-  return ST_OK;
+  st_status s = st_model_set_learning_rate(m, lr);
+  return s == ST_OK ? s : st_error_prefix(s, "LearningRateScheduler: epoch %d: ", epoch);
 }
 
-st_callback st_lr_scheduler_callback(st_lr_schedule_fn fn, void *user, void **state) {
-  ST_ASSERT(state);
-  st_callback cb = {NULL, lr_epoch_begin, NULL, NULL};
+st_status st_lr_scheduler_create(st_lr_schedule_fn fn, void *user, st_callback *out) {
+  ST_ASSERT(out);
+  memset(out, 0, sizeof *out);
+  if (!fn) return st_error(ST_ERR_INVALID, "LearningRateScheduler: no schedule function");
   lr_scheduler *r = calloc(1, sizeof *r);
-  if (r) {
-    r->base.destroy = lr_destroy;
-    r->fn = fn;
-    r->user = user;
-  }
-  cb.user = r;
-  *state = r;
-  return cb;
+  if (!r) return no_state("LearningRateScheduler", out);
+  r->fn = fn;
+  r->user = user;
+  *out = (st_callback){.user = r, .on_epoch_begin = lr_epoch_begin, .destroy = lr_destroy};
+  return ST_OK;
 }
 
 /* ---- ModelCheckpoint ------------------------------------------------------ */
 
 typedef struct model_checkpoint {
-  cb_state base;
   char dir[4096];
-  int monitor;       /* monitor_kind, -1 unknown */
+  int monitor;       /* monitor_kind, -1 unknown (allowed unless best_only) */
   char monitor_name[32];
   bool best_only, maximize;
   int keep;
@@ -328,10 +308,7 @@ static void mc_destroy(void *self) { free(self); }
 
 static st_status mc_epoch_end(void *user, st_model *m, const st_epoch_logs *l) {
   model_checkpoint *c = user;
-  if (!c) return no_state("ModelCheckpoint");
   if (c->best_only) {
-    if (c->monitor < 0)
-      return st_error(ST_ERR_INVALID, "ModelCheckpoint: unknown monitor '%s'", c->monitor_name);
     bool val = c->monitor == MON_VAL_LOSS || c->monitor == MON_VAL_ACCURACY;
     if (val && !l->has_validation)
       return st_error(ST_ERR_INVALID, "ModelCheckpoint monitors %s but fit has no validation data",
@@ -348,23 +325,27 @@ static st_status mc_epoch_end(void *user, st_model *m, const st_epoch_logs *l) {
   return s == ST_OK ? s : st_error_prefix(s, "ModelCheckpoint: ");
 }
 
-st_callback st_model_checkpoint_callback(const char *dir, const char *monitor, bool save_best_only,
-                                         int keep, void **state) {
-  ST_ASSERT(state);
-  st_callback cb = {NULL, NULL, NULL, mc_epoch_end};
+st_status st_model_checkpoint_create(const char *dir, const char *monitor, bool save_best_only,
+                                     int keep, st_callback *out) {
+  ST_ASSERT(out);
+  memset(out, 0, sizeof *out);
+  const char *name = monitor ? monitor : "val_loss";
+  if (!dir || !dir[0]) return st_error(ST_ERR_INVALID, "ModelCheckpoint: no directory");
+  if (strlen(dir) >= sizeof ((model_checkpoint *)0)->dir)
+    return st_error(ST_ERR_INVALID, "ModelCheckpoint: directory '%.60s...' is %zu bytes "
+                    "(at most %zu)", dir, strlen(dir), sizeof ((model_checkpoint *)0)->dir - 1);
+  if (save_best_only && monitor_index(name) < 0)
+    return st_error(ST_ERR_INVALID, "ModelCheckpoint: unknown monitor '%s' (use loss, accuracy, "
+                    "val_loss or val_accuracy)", name);
   model_checkpoint *c = calloc(1, sizeof *c);
-  if (c) {
-    const char *name = monitor ? monitor : "val_loss";
-    c->base.destroy = mc_destroy;
-    snprintf(c->dir, sizeof c->dir, "%s", dir);
-    c->monitor = monitor_index(name);
-    snprintf(c->monitor_name, sizeof c->monitor_name, "%s", name);
-    c->best_only = save_best_only;
-    c->maximize = c->monitor == MON_ACCURACY || c->monitor == MON_VAL_ACCURACY;
-    c->keep = keep;
-    c->best = c->maximize ? -INFINITY : INFINITY;
-  }
-  cb.user = c;
-  *state = c;
-  return cb;
+  if (!c) return no_state("ModelCheckpoint", out);
+  snprintf(c->dir, sizeof c->dir, "%s", dir);
+  c->monitor = monitor_index(name);
+  snprintf(c->monitor_name, sizeof c->monitor_name, "%s", name);
+  c->best_only = save_best_only;
+  c->maximize = c->monitor == MON_ACCURACY || c->monitor == MON_VAL_ACCURACY;
+  c->keep = keep;
+  c->best = c->maximize ? -INFINITY : INFINITY;
+  *out = (st_callback){.user = c, .on_epoch_end = mc_epoch_end, .destroy = mc_destroy};
+  return ST_OK;
 }

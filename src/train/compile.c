@@ -1,6 +1,8 @@
 /* compile: validate the loss against the model's output, allocate the variables
  * and optimizer slots, initialise the weights from the seed, and attach the
  * strategy (creating the default one-device strategy when none was given). */
+#include <float.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -115,6 +117,10 @@ double st_model_learning_rate(const st_model *m) {
   return st_schedule_lr(&m->compile.optimizer.lr, m->step);
 }
 
-void st_model_set_learning_rate(st_model *m, double lr) {
+/* The optimizer keeps the rate as a float: it must stay finite and > 0. */
+st_status st_model_set_learning_rate(st_model *m, double lr) {
+  if (!isfinite(lr) || lr <= 0 || lr > FLT_MAX || (float)lr <= 0.0f)
+    return st_error(ST_ERR_INVALID, "learning rate %g (must be finite and > 0 as a float)", lr);
   m->compile.optimizer.lr = st_schedule_constant((float)lr);
+  return ST_OK;
 }

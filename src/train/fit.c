@@ -19,7 +19,7 @@ st_fit_options st_fit_default_options(void) {
   return o;
 }
 
-void st_history_free(st_history *h) {
+void st_history_destroy(st_history *h) {
   if (!h) return;
   free(h->logs);
   memset(h, 0, sizeof *h);

@@ -72,20 +72,19 @@ static st_status on_epoch_end(void *user, st_model *m, const st_epoch_logs *l) {
   return ST_OK;
 }
 
-st_callback st_progress_callback(FILE *stream, bool tty, int epochs, void **state) {
-  st_callback cb;
-  memset(&cb, 0, sizeof cb);
-  progress *p = calloc(1, sizeof *p);
-  *state = p;
-  if (!p) return cb; /* all hooks NULL: no progress, nothing breaks */
+static void progress_destroy(void *user) { free(user); }
+
+st_status st_progress_create(FILE *stream, bool tty, int epochs, st_callback *out) {
+  ST_ASSERT(out);
+  memset(out, 0, sizeof *out);
+  if (!stream) return st_error(ST_ERR_INVALID, "progress: no output stream");
+  progress *p = calloc(1, sizeof *p); /* freed by progress_destroy */
+  if (!p) return st_error(ST_ERR_NOMEM, "progress: out of memory for the callback's state");
   p->f = stream;
   p->tty = tty;
   p->epochs_hint = epochs;
-  cb.user = p;
-  cb.on_epoch_begin = on_epoch_begin;
-  cb.on_batch_end = on_batch_end;
-  cb.on_epoch_end = on_epoch_end;
-  return cb;
+  *out = (st_callback){.user = p, .on_epoch_begin = on_epoch_begin,
+                       .on_batch_end = on_batch_end, .on_epoch_end = on_epoch_end,
+                       .destroy = progress_destroy};
+  return ST_OK;
 }
-
-void st_progress_free(void *state) { free(state); }

@@ -44,7 +44,10 @@ static const char *grouped(size_t v, char *buf) {
   return buf;
 }
 
-char *st_model_summary(const st_model *m) {
+st_status st_model_summary(const st_model *m, char **out) {
+  ST_ASSERT(out);
+  *out = NULL;
+  if (!m) return st_error(ST_ERR_INVALID, "summary: no model");
   sbuf b = {0};
   const char *rule = "______________________________________________________________________";
   const char *dbl = "======================================================================";
@@ -68,8 +71,8 @@ char *st_model_summary(const st_model *m) {
   sb_printf(&b, "Non-trainable params: %s\n%s\n", grouped(total - trainable, g), rule);
   if (b.failed) {
     free(b.s);
-    st_error(ST_ERR_NOMEM, "summary: out of memory");
-    return NULL;
+    return st_error(ST_ERR_NOMEM, "summary: out of memory");
   }
-  return b.s;
+  *out = b.s;
+  return ST_OK;
 }

@@ -5,14 +5,12 @@
 #include <string.h>
 
 #include "strata/train.h"
-#include "train/callback_state.h"
 
 /* ---- the callback ------------------------------------------------------------ */
 /* Tags as Keras writes them: epoch_* per epoch (validation under the same tags
  * in the validation run), batch_* every update_freq steps; speed as
  * epoch_samples_per_sec. */
 typedef struct tb_callback {
-  st__cb_state base; /* first: st_callback_free calls base.destroy */
   st_tensorboard *tb; /* borrowed */
   int update_freq;
   int64_t global_step; /* last batch step written or seen, 1-based */
@@ -20,14 +18,9 @@ typedef struct tb_callback {
 
 static void tb_destroy(void *self) { free(self); }
 
-static st_status no_state(void) {
-  return st_error(ST_ERR_NOMEM, "TensorBoard: out of memory for the callback's state");
-}
-
 static st_status tb_on_batch_end(void *user, st_model *m, const st_batch_logs *l) {
   tb_callback *c = user;
   (void)m;
-  if (!c) return no_state();
   /* Derived from (epoch, step) when steps per epoch is known, so a resumed fit
    * continues the same step axis; else counted. */
   int64_t g = l->steps > 0 ? (int64_t)l->epoch * l->steps + l->step + 1 : c->global_step + 1;
@@ -41,7 +34,6 @@ static st_status tb_on_batch_end(void *user, st_model *m, const st_batch_logs *l
 static st_status tb_on_epoch_end(void *user, st_model *m, const st_epoch_logs *l) {
   tb_callback *c = user;
   (void)m;
-  if (!c) return no_state();
   st_tensorboard *tb = c->tb;
   int64_t e = l->epoch;
   st_status s = st_tensorboard_scalar(tb, false, "epoch_loss", e, l->loss);
@@ -58,18 +50,18 @@ static st_status tb_on_epoch_end(void *user, st_model *m, const st_epoch_logs *l
   return s;
 }
 
-st_callback st_tensorboard_callback(st_tensorboard *tb, int update_freq, void **state) {
-  st_callback cb;
-  memset(&cb, 0, sizeof cb);
-  tb_callback *c = calloc(1, sizeof *c);
-  *state = c; /* freed with st_callback_free */
-  /* Without state the hooks still run and report ST_ERR_NOMEM, stopping fit. */
-  cb.on_batch_end = tb_on_batch_end;
-  cb.on_epoch_end = tb_on_epoch_end;
-  if (!c) return cb;
-  c->base.destroy = tb_destroy;
+st_status st_tensorboard_callback_create(st_tensorboard *tb, int update_freq, st_callback *out) {
+  ST_ASSERT(out);
+  memset(out, 0, sizeof *out);
+  if (!tb) return st_error(ST_ERR_INVALID, "TensorBoard callback: no event writer");
+  if (update_freq < 0)
+    return st_error(ST_ERR_INVALID, "TensorBoard callback: update_freq %d (must be >= 0)",
+                    update_freq);
+  tb_callback *c = calloc(1, sizeof *c); /* freed by tb_destroy */
+  if (!c) return st_error(ST_ERR_NOMEM, "TensorBoard: out of memory for the callback's state");
   c->tb = tb;
   c->update_freq = update_freq;
-  cb.user = c;
-  return cb;
+  *out = (st_callback){.user = c, .on_batch_end = tb_on_batch_end,
+                       .on_epoch_end = tb_on_epoch_end, .destroy = tb_destroy};
+  return ST_OK;
 }

@@ -89,8 +89,10 @@ static void ckpt_fuzz_setup_(void) {
   st_model *m = NULL;
   st_compile_options co = st_compile_default_options();
   st_checkpoint_options ko = st_checkpoint_default_options();
-  if (st_sequential_create(&mo, &m) != ST_OK || st_model_add(m, st_dense(4, ST_ACT_RELU)) != ST_OK ||
-      st_model_add(m, st_dense(3, ST_ACT_LINEAR)) != ST_OK || st_model_compile(m, &co) != ST_OK ||
+  st_layer *l = NULL;
+  if (st_sequential_create(&mo, &m) != ST_OK || st_dense(4, ST_ACT_RELU, &l) != ST_OK ||
+      st_model_add(m, l) != ST_OK || st_dense(3, ST_ACT_LINEAR, &l) != ST_OK ||
+      st_model_add(m, l) != ST_OK || st_model_compile(m, &co) != ST_OK ||
       st_checkpoint_save(m, ckpt_fuzz_.root, &ko) != ST_OK) {
     fprintf(stderr, "checkpoint_fuzz setup: %s\n", st_last_error());
     abort();

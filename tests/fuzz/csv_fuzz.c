@@ -31,8 +31,8 @@ int st_fuzz_csv(const uint8_t *data, size_t size) {
     if (ny) sink += ((float *)y.data)[0] + ((float *)y.data)[ny - 1];
     (void)sink;
   }
-  st_tensor_free(&x);
-  st_tensor_free(&y);
+  st_tensor_destroy(&x);
+  st_tensor_destroy(&y);
   return 0;
 }
 

@@ -164,8 +164,9 @@ static void gen_checkpoint(const char *tmp) {
   mo.seed = 1;
   st_model *m = NULL;
   st_compile_options co = st_compile_default_options();
-  if (st_sequential_create(&mo, &m) || st_model_add(m, st_dense(4, ST_ACT_RELU)) ||
-      st_model_add(m, st_dense(3, ST_ACT_LINEAR)) || st_model_compile(m, &co)) {
+  st_layer *l = NULL;
+  if (st_sequential_create(&mo, &m) || st_dense(4, ST_ACT_RELU, &l) || st_model_add(m, l) ||
+      st_dense(3, ST_ACT_LINEAR, &l) || st_model_add(m, l) || st_model_compile(m, &co)) {
     fprintf(stderr, "%s\n", st_last_error());
     exit(1);
   }
@@ -175,7 +176,7 @@ static void gen_checkpoint(const char *tmp) {
   st_tensor x = {.dtype = ST_F32, .rank = 2, .dims = {16, 5}, .data = xs};
   st_tensor y = {.dtype = ST_F32, .rank = 1, .dims = {16}, .data = ys};
   st_dataset *ds = NULL;
-  if (st_dataset_from_tensor_slices(&x, &y, 1.f, false, &ds) || !(ds = st_dataset_batch(ds, 4, false))) exit(1);
+  if (st_dataset_from_tensor_slices(&x, &y, 1.f, false, &ds) || st_dataset_batch(ds, 4, false, &ds)) exit(1);
   st_fit_options fo = st_fit_default_options();
   fo.epochs = 2;
   st_history h = {0};
@@ -183,7 +184,7 @@ static void gen_checkpoint(const char *tmp) {
     fprintf(stderr, "%s\n", st_last_error());
     exit(1);
   }
-  st_history_free(&h);
+  st_history_destroy(&h);
   st_dataset_destroy(ds);
   char dir[1024], sub[1200], p[1400];
   snprintf(dir, sizeof dir, "%s/ckpt", tmp);

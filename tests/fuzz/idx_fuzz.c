@@ -20,7 +20,7 @@ static void idx_fuzz_read_(void) {
     if (bytes) sink ^= ((unsigned char *)t.data)[0] ^ ((unsigned char *)t.data)[bytes - 1];
     (void)sink;
   }
-  st_tensor_free(&t);
+  st_tensor_destroy(&t);
 }
 
 int st_fuzz_idx(const uint8_t *data, size_t size) {

@@ -12,7 +12,8 @@ int st_fuzz_keras_json(const uint8_t *data, size_t size) {
   st_model_options o = st_model_default_options(st_shape1(1));
   st_model *m = NULL;
   if (st_model_from_keras_json(keras_fuzz_file_.path, &o, &m) == ST_OK) {
-    char *summary = st_model_summary(m);
+    char *summary = NULL;
+    (void)st_model_summary(m, &summary);
     free(summary);
   }
   st_model_destroy(m);
