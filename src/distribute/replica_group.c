@@ -1,18 +1,10 @@
 /* The replica group: lock-step forward/backward over batch slices, the
  * fixed-order gradient sum, and the chunked parallel optimizer update. */
-#define _GNU_SOURCE
 #include "distribute/replica_group.h"
 #include "base/fpenv.h"
 
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-
-int st__cpu_count(void) {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
-  return 1;
-}
 
 /* Replica i's own state (and params when own_params), or NULL when shared. */
 static st_status make_replica(st_model *m, int i, bool own_params, st_replica **out) {

@@ -8,6 +8,8 @@
 #ifndef STRATA_DISTRIBUTE_REPLICA_GROUP_H
 #define STRATA_DISTRIBUTE_REPLICA_GROUP_H
 
+#include "base/split.h"   /* st__split */
+#include "base/sysinfo.h" /* st__cpu_count */
 #include "distribute/collective/collective.h"
 #include "distribute/strategy.h"
 
@@ -36,13 +38,6 @@ st_status st__group_create(st_model *m, int n, bool own_params, st_cross_device_
                            st_collective *net, st_replica_group **out);
 void st__group_destroy(st_replica_group *g); /* accepts NULL */
 
-/* Slice i of a batch of `total` examples over n replicas. */
-static inline void st__split(int total, int n, int i, int *start, int *count) {
-  int lo = (int)((int64_t)total * i / n), hi = (int)((int64_t)total * (i + 1) / n);
-  *start = lo;
-  *count = hi - lo;
-}
-
 /* One training step: forward + backward of every replica on its slice, then
  * in parallel chunks the sum of all replicas' gradients into reps[0]->grads
  * (= the gradient of the mean loss over the global batch) and the optimizer
@@ -67,8 +62,6 @@ void st__group_run(st_replica_group *g, void (*fn)(void *arg, int i), void *arg)
 void st__group_run_tasks(st_replica_group *g, int ntasks, void (*fn)(void *arg, int i),
                          void *arg);
 
-/* Usable CPU cores of this process (affinity mask), at least 1. */
-int st__cpu_count(void);
 /* BLAS threads for a group of n replicas: one each, or every core (or
  * `threads` when > 0) for a single replica. */
 void st__group_set_blas_threads(int n, int threads);
