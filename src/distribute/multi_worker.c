@@ -307,30 +307,21 @@ static config_record model_record(const st_strategy *s, const st_model *m) {
                          .seed = (int64_t)m->seed, .dtype_bytes = (int64_t)sizeof(float)};
 }
 
-st_status st__strategy_check_fit(st_strategy *s, const st_model *m, int64_t global_batch,
-                                 int64_t steps_per_epoch, int epochs) {
-  struct st_cluster *c = s->cluster;
-  if (!c) return ST_OK;
+st_status st__cluster_check_fit(st_strategy *s, const st_model *m, int64_t global_batch,
+                                int64_t steps_per_epoch, int epochs, int64_t resume_epoch,
+                                int64_t resume_step) {
   config_record r = model_record(s, m);
   r.global_batch = global_batch;
   r.steps_per_epoch = steps_per_epoch;
   r.epochs = epochs;
-  r.resume_epoch = m->pos.epoch;
-  r.resume_step = m->pos.step_in_epoch;
-  return compare_records(c, m, &r, "fit");
+  r.resume_epoch = resume_epoch;
+  r.resume_step = resume_step;
+  return compare_records(s->cluster, m, &r, "fit");
 }
 
 /* ---- per-step agreement ------------------------------------------------------ */
-st_status st__strategy_agree(st_strategy *s, int have_size, bool stop_here, bool *go,
-                             bool *stop) {
-  struct st_cluster *c = s->cluster;
-  bool unused;
-  if (!stop) stop = &unused;
-  if (!c) {
-    *go = have_size >= 0;
-    *stop = stop_here;
-    return ST_OK;
-  }
+st_status st__cluster_agree(struct st_cluster *c, int have_size, bool stop_here, bool *go,
+                            bool *stop) {
   /* per worker: its batch size, then whether it was asked to stop */
   float mine[2] = {(float)have_size, stop_here ? 1.0f : 0.0f}, all[2 * 64];
   st_status st = c->ctl->vt->all_gather(c->ctl, c->rank, mine, 2, all);
@@ -359,12 +350,7 @@ st_status st__strategy_agree(st_strategy *s, int have_size, bool stop_here, bool
   return ST_OK;
 }
 
-st_status st__strategy_barrier(st_strategy *s) {
-  struct st_cluster *c = s->cluster;
-  return c ? c->ctl->vt->barrier(c->ctl, c->rank) : ST_OK;
-}
-
-bool st__strategy_is_chief(const st_strategy *s) { return !s->cluster || s->cluster->rank == 0; }
+st_status st__cluster_barrier(struct st_cluster *c) { return c->ctl->vt->barrier(c->ctl, c->rank); }
 
 /* This worker's examples of a global batch: its contiguous share, the rows
  * st__split gives it (no copy). */
@@ -509,6 +495,5 @@ void st__cluster_destroy(struct st_cluster *c) {
   free(c);
 }
 
-int st_strategy_worker_rank(const st_strategy *s) { return s->cluster ? s->cluster->rank : 0; }
-int st_strategy_worker_count(const st_strategy *s) { return s->cluster ? s->cluster->size : 1; }
-bool st_strategy_is_chief(const st_strategy *s) { return st__strategy_is_chief(s); }
+int st__cluster_rank(const struct st_cluster *c) { return c->rank; }
+int st__cluster_size(const struct st_cluster *c) { return c->size; }

@@ -1,5 +1,8 @@
 /* Strategy registry: names, default options, creation and the pieces every
- * strategy shares. */
+ * strategy shares: the step metrics, and the worker-level calls fit makes
+ * (agree on the next step, barrier, check fit's arguments, who is chief),
+ * which are trivial in one process and go to the cluster (multi_worker.c)
+ * otherwise. */
 #include "distribute/collective/collective.h"
 #include "distribute/replica_group.h"
 
@@ -159,4 +162,35 @@ void st__step_metrics(const st_model *m, const float *pred, const float *y,
                 (k == ST_METRIC_ACCURACY && (m->compile.loss == ST_LOSS_BCE ||
                                              m->compile.loss == ST_LOSS_BCE_LOGITS));
   out->metric_count += binary ? (int64_t)rows * cols : rows;
+}
+
+int st_strategy_worker_rank(const st_strategy *s) {
+  return s->cluster ? st__cluster_rank(s->cluster) : 0;
+}
+int st_strategy_worker_count(const st_strategy *s) {
+  return s->cluster ? st__cluster_size(s->cluster) : 1;
+}
+bool st_strategy_is_chief(const st_strategy *s) { return st__strategy_is_chief(s); }
+bool st__strategy_is_chief(const st_strategy *s) { return st_strategy_worker_rank(s) == 0; }
+
+st_status st__strategy_agree(st_strategy *s, int have_size, bool stop_here, bool *go,
+                             bool *stop) {
+  bool unused;
+  if (!stop) stop = &unused;
+  if (s->cluster) return st__cluster_agree(s->cluster, have_size, stop_here, go, stop);
+  *go = have_size >= 0;
+  *stop = stop_here;
+  return ST_OK;
+}
+
+st_status st__strategy_barrier(st_strategy *s) {
+  return s->cluster ? st__cluster_barrier(s->cluster) : ST_OK;
+}
+
+st_status st__strategy_check_fit(st_strategy *s, const st_model *m, int64_t global_batch,
+                                 int64_t steps_per_epoch, int epochs, int64_t resume_epoch,
+                                 int64_t resume_step) {
+  if (!s->cluster) return ST_OK;
+  return st__cluster_check_fit(s, m, global_batch, steps_per_epoch, epochs, resume_epoch,
+                               resume_step);
 }

@@ -86,10 +86,22 @@ st_status st__shared_eval_step(st_strategy *s, st_model *m, const st_batch *b,
 void st__shared_sync_to_model(st_strategy *s, st_model *m);
 void st__shared_sync_from_model(st_strategy *s, st_model *m);
 
-/* multi_worker.c: the processes of a multi-worker strategy. */
+/* multi_worker.c: the processes of a multi-worker strategy, and the
+ * cluster side of the st__strategy_* calls below (c not NULL). */
 st_status st__cluster_create(const st_strategy_options *o, struct st_cluster **out);
 void st__cluster_destroy(struct st_cluster *c); /* accepts NULL */
-/* Before each step or inference batch (every worker, caller's thread):
+int st__cluster_rank(const struct st_cluster *c);
+int st__cluster_size(const struct st_cluster *c);
+st_status st__cluster_agree(struct st_cluster *c, int have_size, bool stop_here, bool *go,
+                            bool *stop);
+st_status st__cluster_barrier(struct st_cluster *c);
+st_status st__cluster_check_fit(st_strategy *s, const st_model *m, int64_t global_batch,
+                                int64_t steps_per_epoch, int epochs, int64_t resume_epoch,
+                                int64_t resume_step);
+
+/* strategy.c: what fit asks of the workers, the same call with or without a
+ * cluster (caller's thread).
+ * Before each step or inference batch (every worker, caller's thread):
  * have_size = this worker's batch size, or -1 when its pass is over; *go is
  * false on every worker once one has no batch. stop_here: this worker was
  * asked to stop (st_request_stop); *stop (may be NULL) is true on every
@@ -100,9 +112,11 @@ st_status st__strategy_agree(st_strategy *s, int have_size, bool stop_here, bool
 /* Every worker waits for the others (OK at once without a cluster). */
 st_status st__strategy_barrier(st_strategy *s);
 /* Start of fit: every worker was given the same batch size, steps, epochs and
- * resume position (names the rank and field otherwise). OK without a cluster. */
+ * resume position (epoch, step in that epoch) (names the rank and field
+ * otherwise). OK without a cluster. */
 st_status st__strategy_check_fit(st_strategy *s, const st_model *m, int64_t global_batch,
-                                 int64_t steps_per_epoch, int epochs);
+                                 int64_t steps_per_epoch, int epochs, int64_t resume_epoch,
+                                 int64_t resume_step);
 bool st__strategy_is_chief(const st_strategy *s);
 
 extern const st_strategy_vtable st__one_device_vtable;

@@ -311,7 +311,8 @@ st_status st_model_fit(st_model *m, st_dataset *train, st_fit_options *o, st_his
   reset_position(m);
   if ((s = maybe_restore(m, o)) != ST_OK) return s;
   if ((s = st__strategy_check_fit(m->strategy, m, st_dataset_batch_size(train),
-                                  st_dataset_cardinality(train), o->epochs)) != ST_OK)
+                                  st_dataset_cardinality(train), o->epochs, m->pos.epoch,
+                                  m->pos.step_in_epoch)) != ST_OK)
     return s;
   m->stop_training = false;
   fit_state fs = {.o = o, .steps_per_epoch = st_dataset_cardinality(train)};
