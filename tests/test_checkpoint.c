@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "nn/model.h"
+#include "nn/net.h"
 #include "strata/strata.h"
 
 enum { N = 200, D = 6, C = 4 };

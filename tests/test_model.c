@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "nn/model.h"
+#include "nn/net.h"
 #include "strata/strata.h"
 
 enum { N = 240, D = 8, C = 10 };

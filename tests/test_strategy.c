@@ -15,7 +15,7 @@
 
 #include "check.h"
 #include "distribute/reducer.h"
-#include "nn/model.h"
+#include "nn/net.h"
 #include "strata/strata.h"
 
 enum { N = 1280 + 40, PIX = 28 * 28 };

@@ -12,7 +12,7 @@
 #define STRATA_DISTRIBUTE_REDUCER_H
 
 #include "distribute/collective/collective.h"
-#include "nn/model.h"
+#include "nn/net.h"
 
 typedef struct st_bucket {
   size_t lo, len;  /* floats of the gradient buffer */

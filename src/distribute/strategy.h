@@ -9,7 +9,7 @@
 #ifndef STRATA_DISTRIBUTE_STRATEGY_H
 #define STRATA_DISTRIBUTE_STRATEGY_H
 
-#include "nn/model.h"
+#include "nn/net.h"
 #include "strata/distribute.h"
 
 /* Sums over one global batch, reduced across replicas. */

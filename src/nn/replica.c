@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nn/model.h"
+#include "nn/net.h"
 
 static void free_buffers(const st_backend *be, st_replica *r, int nlayers) {
   if (r->acts)

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nn/model.h"
+#include "nn/net.h"
 
 typedef struct sbuf {
   char *s;

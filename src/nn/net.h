@@ -9,8 +9,8 @@
  * of a batch: gradients, activations, caches, scratch; its variables are either
  * its own copy (mirrored) or borrowed from the model (one-device, central
  * storage). The strategy decides which. */
-#ifndef STRATA_NN_MODEL_H
-#define STRATA_NN_MODEL_H
+#ifndef STRATA_NN_NET_H
+#define STRATA_NN_NET_H
 
 #include "nn/layer.h"
 #include "strata/train.h"

@@ -2,7 +2,7 @@
  * building each layer against the previous output shape, and laying out every
  * parameter in the flat params/state buffers. Compile, fit and friends live in
  * src/train/. */
-#include "nn/model.h"
+#include "nn/net.h"
 
 #include <stdio.h>
 #include <stdlib.h>
