@@ -23,7 +23,7 @@ typedef struct st_reducer st_reducer;
 
 /* For n replicas of m; grads[i] is replica i's gradient buffer. net (borrowed,
  * may be NULL): a process transport the buckets are also reduced across. */
-st_status st__reducer_create(const st_model *m, int n, float *const *grads, size_t bytes_per_pack,
+st_status st__reducer_create(const st_net *m, int n, float *const *grads, size_t bytes_per_pack,
                              bool overlap, st_cross_device_ops algo, st_collective *net,
                              st_reducer **out);
 void st__reducer_destroy(st_reducer *r); /* accepts NULL; joins the threads */

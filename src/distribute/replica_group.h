@@ -34,7 +34,7 @@ typedef struct st_replica_group {
  * own zeroed copy for the strategy to fill; each has its own copy of the
  * non-trainable state (BatchNorm moving statistics, updated in forward), kept
  * equal by st__group_sync_state. */
-st_status st__group_create(st_model *m, int n, bool own_params, st_cross_device_ops algo,
+st_status st__group_create(st_net *m, int n, bool own_params, st_cross_device_ops algo,
                            st_collective *net, st_replica_group **out);
 void st__group_destroy(st_replica_group *g); /* accepts NULL */
 
@@ -46,16 +46,16 @@ void st__group_destroy(st_replica_group *g); /* accepts NULL */
  * runs beside those chunks: the update is memory-bound and splits into more
  * chunks than threads, so whichever thread does not run the side task takes
  * more of them. Adds the batch's loss and metric sums to out. */
-st_status st__group_train(st_replica_group *g, st_model *m, const st_batch *b,
+st_status st__group_train(st_replica_group *g, st_net *m, const st_batch *b,
                           st_step_stats *out, const st__side_task *side);
 /* Inference on every replica's slice; pred (may be NULL) gets [b->size, out]. */
-st_status st__group_eval(st_replica_group *g, st_model *m, const st_batch *b,
+st_status st__group_eval(st_replica_group *g, st_net *m, const st_batch *b,
                          st_step_stats *out, float *pred);
 /* After a training step: every replica's state := the mean over replicas (in
  * replica order), as TensorFlow aggregates ON_READ variables. No-op without
  * state or with one replica. With a process transport, the mean is taken
  * over every replica of every process. Call outside the parallel section. */
-void st__group_sync_state(st_replica_group *g, st_model *m);
+void st__group_sync_state(st_replica_group *g, st_net *m);
 /* Run fn(arg, i) for every replica i in parallel. */
 void st__group_run(st_replica_group *g, void (*fn)(void *arg, int i), void *arg);
 /* The same with ntasks tasks (any number; the threads share them). */
