@@ -4,10 +4,11 @@
  * them in that order. With overlap on, each replica has a communication thread
  * with its own collective: a bucket's all-reduce (SUM) starts as soon as
  * backward has finished the bucket's first layer, while backward goes on with
- * earlier layers (the model's params are laid out in layer order, so a bucket
+ * earlier layers (the net's params are laid out in layer order, so a bucket
  * is one contiguous range of the flat gradient buffer). With overlap off the
  * buckets are all-reduced one after another once backward is done. Either
- * way the reduced values are the same bytes: buckets only change when. */
+ * way the reduced values are the same bytes: buckets and overlap only change
+ * when each sum is taken, never which values are added nor in what order. */
 #ifndef STRATA_DISTRIBUTE_REDUCER_H
 #define STRATA_DISTRIBUTE_REDUCER_H
 

@@ -46,7 +46,7 @@ typedef struct st_replica {
   int max_batch;              /* buffers below hold this many examples */
   float *params, *state;      /* own (owns_vars) or borrowed */
   bool owns_vars;
-  bool params_borrowed;       /* owns_vars but params belong to the model */
+  bool params_borrowed;       /* owns_vars but params belong to the net */
   float *grads;               /* [n_params] */
   float **acts;               /* acts[i]: output of layer i [max_batch, out_i] */
   float **caches;             /* caches[i]: [max_batch * cache_per_example_i] */

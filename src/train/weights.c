@@ -102,7 +102,7 @@ st_status st_model_load_weights(st_model *m, const char *path) {
       st__describe_var(l, p, &want);
       const st_named_tensor *got = st__safetensors_find(&f, want.name);
       m->net.be->to_device(st__var_ptr(l, p, m->net.params, m->net.state), got->data,
-                       st_shape_size(l->params[p].shape) * sizeof(float));
+                           st_shape_size(l->params[p].shape) * sizeof(float));
     }
   if (s == ST_OK) m->strategy->vt->sync_from_model(m->strategy, &m->net);
   st__safetensors_free(&f);
