@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "nn/model.h"
+#include "model/model.h"
 #include "strata/strata.h"
 
 enum { N = 200, D = 6, C = 4 };
@@ -117,12 +117,12 @@ static void test_preempt(st_strategy_kind kind) {
     st_history h1, h2;
     CHECK(fit_ex(a, dir, 4, at[i], true, &h1) == ST_ERR_STOPPED);
     CHECK_MSG(strstr(st_last_error(), "stopped on request") != NULL, "%s", st_last_error());
-    CHECK(a->step == at[i]);
+    CHECK(a->net.step == at[i]);
     st_clear_stop_request();
     st_model *b = model(kind);
     CHECK_OK(st_checkpoint_restore(b, dir));
-    CHECK_MSG(b->step == at[i], "preempted at %lld, backup at %lld", (long long)at[i],
-              (long long)b->step);
+    CHECK_MSG(b->net.step == at[i], "preempted at %lld, backup at %lld", (long long)at[i],
+              (long long)b->net.step);
     st_model_destroy(b);
     b = model(kind);
     CHECK_OK(fit(b, dir, 4, 0, &h2));
@@ -158,7 +158,7 @@ static void test_resume(st_strategy_kind kind) {
     float *got = weights(b);
     CHECK_MSG(memcmp(want, got, nw * sizeof(float)) == 0, "%s: crash at step %lld: weights differ",
               st_strategy_kind_name(kind), (long long)crashes[i]);
-    CHECK(b->step == ref->step && h2.epochs == 3);
+    CHECK(b->net.step == ref->net.step && h2.epochs == 3);
     for (int e = 0; e < 3 && h2.epochs == 3; e++)
       CHECK(h2.logs[e].loss == href.logs[e].loss && h2.logs[e].accuracy == href.logs[e].accuracy);
     struct stat sb;
@@ -197,9 +197,9 @@ static void test_roundtrip_and_keep(void) {
   CHECK_OK(st_checkpoint_restore(r, dir));
   float *a = weights(m), *b = weights(r);
   CHECK(memcmp(a, b, st_model_weights_size(m) * sizeof(float)) == 0);
-  CHECK(r->step == m->step && r->pos.epoch == 3 && r->pos.nlogs == 3);
-  for (int k = 0; k < m->n_slots; k++)
-    CHECK(memcmp(m->slots[k], r->slots[k], m->n_params * sizeof(float)) == 0);
+  CHECK(r->net.step == m->net.step && r->last_pos.epoch == 3 && r->last_pos.nlogs == 3);
+  for (int k = 0; k < m->net.n_slots; k++)
+    CHECK(memcmp(m->net.slots[k], r->net.slots[k], m->net.n_params * sizeof(float)) == 0);
   free(a), free(b);
   st_history_destroy(&h);
   st_model_destroy(m);
@@ -299,7 +299,7 @@ static void test_corruption(void) {
   CHECK(ssize > 100 && missed == 0);
   float *after = weights(victim);
   CHECK(memcmp(before, after, nw * sizeof(float)) == 0);
-  CHECK(victim->step == 0);
+  CHECK(victim->net.step == 0);
   CHECK_OK(st_checkpoint_restore(victim, dir)); /* intact again */
   /* every truncation of the weights file is rejected */
   char p[700], bak[720];
@@ -339,7 +339,7 @@ static void test_nan_stops(void) {
   float *w = weights(r);
   bool finite = true;
   for (size_t i = 0; i < st_model_weights_size(r); i++) finite &= isfinite(w[i]) != 0;
-  CHECK(finite && r->step >= 1);
+  CHECK(finite && r->net.step >= 1);
   free(w);
   st_history_destroy(&h);
   st_model_destroy(m);

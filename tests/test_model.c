@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "nn/model.h"
+#include "model/model.h"
 #include "strata/strata.h"
 
 enum { N = 240, D = 8, C = 10 };
@@ -143,9 +143,9 @@ static float *train_weights(int threads, int batch, int epochs, size_t *n) {
   fo.epochs = epochs;
   st_history h;
   CHECK_OK(st_model_fit(m, ds, &fo, &h));
-  *n = m->n_params;
+  *n = m->net.n_params;
   float *w = malloc(*n * sizeof(float));
-  memcpy(w, m->params, *n * sizeof(float));
+  memcpy(w, m->net.params, *n * sizeof(float));
   st_history_destroy(&h);
   st_dataset_destroy(ds);
   st_model_destroy(m);
@@ -177,16 +177,16 @@ static void test_split_equivalence(void) {
 static void test_state_and_errors(void) {
   /* BatchNorm + Dropout: trains, moving statistics move */
   st_model *m = model(0, 2, 16, true);
-  CHECK(m->n_state == 32);
+  CHECK(m->net.n_state == 32);
   float before[32];
-  memcpy(before, m->state, sizeof before);
+  memcpy(before, m->net.state, sizeof before);
   st_dataset *ds = dataset(32, true, Y);
   st_fit_options fo = st_fit_default_options();
   fo.epochs = 3;
   st_history h;
   CHECK_OK(st_model_fit(m, ds, &fo, &h));
   CHECK(h.logs[2].loss < h.logs[0].loss);
-  CHECK(memcmp(before, m->state, sizeof before) != 0);
+  CHECK(memcmp(before, m->net.state, sizeof before) != 0);
   st_history_destroy(&h);
   char *text = NULL;
   CHECK_OK(st_model_summary(m, &text));

@@ -15,7 +15,7 @@
 
 #include "check.h"
 #include "distribute/reducer.h"
-#include "nn/model.h"
+#include "model/model.h"
 #include "strata/strata.h"
 
 enum { N = 1280 + 40, PIX = 28 * 28 };
@@ -81,10 +81,10 @@ static float *train(const char *name, run r, int n, int batch, int epochs, size_
   fo.epochs = epochs;
   st_history h;
   CHECK_OK(st_model_fit(m, ds, &fo, &h));
-  CHECK(m->step == (int64_t)epochs * ((n + batch - 1) / batch));
-  *np = m->n_params;
+  CHECK(m->net.step == (int64_t)epochs * ((n + batch - 1) / batch));
+  *np = m->net.n_params;
   float *w = malloc(*np * sizeof(float));
-  memcpy(w, m->params, *np * sizeof(float));
+  memcpy(w, m->net.params, *np * sizeof(float));
   st_history_destroy(&h);
   st_dataset_destroy(ds);
   if (keep)
@@ -149,16 +149,16 @@ static void test_packs(void) {
   }
   free(ref);
   st_model *m = make_model("cnn", (run){ST_STRATEGY_ONE_DEVICE, 1, 0, false});
-  float *grads[2] = {m->params, m->params};
+  float *grads[2] = {m->net.params, m->net.params};
   size_t sizes[] = {0, 4096, 65536};
   int expect[] = {1, 4, 3}; /* 64 KiB: dense_1+dense | conv2d_1 (74 KB) | conv2d */
   for (int t = 0; t < 3; t++) {
     st_reducer *r = NULL;
-    CHECK_OK(st__reducer_create(m, 2, grads, sizes[t], true, ST_CROSS_ALL_REDUCE, NULL, &r));
+    CHECK_OK(st__reducer_create(&m->net, 2, grads, sizes[t], true, ST_CROSS_ALL_REDUCE, NULL, &r));
     int nb = st__reducer_bucket_count(r);
     CHECK_MSG(nb == expect[t], "bytes_per_pack %zu: %d buckets", sizes[t], nb);
-    size_t hi = m->n_params;
-    int last_layer = m->nlayers;
+    size_t hi = m->net.n_params;
+    int last_layer = m->net.nlayers;
     for (int k = 0; k < nb; k++) { /* contiguous, descending, layers in backward order */
       const st_bucket *b = st__reducer_bucket(r, k);
       CHECK(b->lo + b->len == hi && b->first_layer < last_layer);
@@ -200,8 +200,8 @@ static void test_custom_loop(run r) {
     CHECK_OK(st_strategy_run(m->strategy, loop_step, &a));
     for (int i = 0; i < st_strategy_num_replicas_in_sync(m->strategy); i++) total += a.loss[i];
   }
-  CHECK(m->step == 10 && total > 0);
-  CHECK_MSG(memcmp(ref, m->params, n * sizeof(float)) == 0, "custom loop (%s, %d) != fit",
+  CHECK(m->net.step == 10 && total > 0);
+  CHECK_MSG(memcmp(ref, m->net.params, n * sizeof(float)) == 0, "custom loop (%s, %d) != fit",
             st_strategy_kind_name(r.kind), r.replicas);
   float per[3] = {1, 2, 4}, out;
   CHECK_OK(st_strategy_reduce(m->strategy, ST_REDUCE_SUM, per, 1, &out));
@@ -275,7 +275,7 @@ static void test_batchnorm(st_strategy_kind kind) {
   st_history h;
   CHECK_OK(st_model_fit(m, ds, &fo, &h));
   CHECK(h.logs[1].loss < h.logs[0].loss);
-  float mean0 = m->state[0];
+  float mean0 = m->net.state[0];
   CHECK(mean0 != 0.0f); /* moving mean moved */
   st_history_destroy(&h);
   st_dataset_destroy(ds);
@@ -332,10 +332,10 @@ static void test_sync_batchnorm(int n, int batch, int replicas) {
     st_history_destroy(&h);
     st_dataset_destroy(ds);
   }
-  double dp1 = check_rel_diff(ref->params, mir->params, ref->n_params);
-  double dp2 = check_rel_diff(ref->params, cen->params, ref->n_params);
-  double ds1 = check_rel_diff(ref->state, mir->state, ref->n_state);
-  double ds2 = check_rel_diff(ref->state, cen->state, ref->n_state);
+  double dp1 = check_rel_diff(ref->net.params, mir->net.params, ref->net.n_params);
+  double dp2 = check_rel_diff(ref->net.params, cen->net.params, ref->net.n_params);
+  double ds1 = check_rel_diff(ref->net.state, mir->net.state, ref->net.n_state);
+  double ds2 = check_rel_diff(ref->net.state, cen->net.state, ref->net.n_state);
   fprintf(stderr, "sync BN, %d replicas, batch %d: params %.3g %.3g, moving stats %.3g %.3g\n",
           replicas, batch, dp1, dp2, ds1, ds2);
   CHECK(dp1 <= 1e-4 && dp2 <= 1e-4 && ds1 <= 1e-4 && ds2 <= 1e-4);
@@ -443,8 +443,8 @@ static bool test_pipeline_error(run r) {
   CHECK_MSG(s == ST_ERR_INVALID, "%s: fit returned %d", st_strategy_kind_name(r.kind), (int)s);
   CHECK_MSG(strstr(st_last_error(), "element 100 of the pipeline is bad") != NULL,
             "error message: '%s'", st_last_error());
-  CHECK_MSG(m->step == 3, "%lld steps before the failing batch (elements 96..127), want 3",
-            (long long)m->step);
+  CHECK_MSG(m->net.step == 3, "%lld steps before the failing batch (elements 96..127), want 3",
+            (long long)m->net.step);
   CHECK(f.calls == 101); /* nothing read past the failure */
   st_history_destroy(&h);
   st_dataset_destroy(ds);

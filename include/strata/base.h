@@ -131,6 +131,21 @@ static inline uint32_t st_crc32c_mask(uint32_t crc) {
   return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
 }
 
+/* ---- shapes (base/shape.c) ----------------------------------------------- */
+/* Per-example shape (no batch dimension): [d] for vectors, [h,w,c] images.
+ * Here, below data and nn, because both describe their tensors with it. */
+#define ST_MAX_RANK 4
+typedef struct st_shape {
+  int rank;
+  int dims[ST_MAX_RANK];
+} st_shape;
+st_shape st_shape1(int d0);
+st_shape st_shape3(int h, int w, int c);
+size_t st_shape_size(st_shape s);                 /* product of dims */
+bool st_shape_equal(st_shape a, st_shape b);
+/* "(None, 13, 13, 32)" into buf (Keras style with the batch dimension). */
+const char *st_shape_format(st_shape s, char *buf, size_t n);
+
 /* ---- small utilities ----------------------------------------------------- */
 double st_now_seconds(void);       /* monotonic clock */
 size_t st_peak_rss_bytes(void);    /* ru_maxrss of this process */

@@ -16,7 +16,7 @@
 #ifndef STRATA_DATA_H
 #define STRATA_DATA_H
 
-#include "strata/nn.h"
+#include "strata/base.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,27 +1,14 @@
-/* Strata nn layer: shapes, layers, initializers, optimizers, learning-rate
+/* Strata nn layer: layers, initializers, optimizers, learning-rate
  * schedules and metrics — the pieces a Sequential model is made of. The model
  * itself (compile / fit / evaluate / predict) is in strata/train.h. */
 #ifndef STRATA_NN_H
 #define STRATA_NN_H
 
-#include "strata/backend.h"
+#include "strata/backend.h" /* st_loss_kind, st_activation; st_shape via base.h */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* Per-example shape (no batch dimension): [d] for vectors, [h,w,c] images. */
-#define ST_MAX_RANK 4
-typedef struct st_shape {
-  int rank;
-  int dims[ST_MAX_RANK];
-} st_shape;
-st_shape st_shape1(int d0);
-st_shape st_shape3(int h, int w, int c);
-size_t st_shape_size(st_shape s);                 /* product of dims */
-bool st_shape_equal(st_shape a, st_shape b);
-/* "(None, 13, 13, 32)" into buf (Keras style with the batch dimension). */
-const char *st_shape_format(st_shape s, char *buf, size_t n);
 
 /* ---- initializers (Keras names) ---- */
 typedef enum st_init {

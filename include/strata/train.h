@@ -8,6 +8,7 @@
 
 #include "strata/data.h"
 #include "strata/distribute.h"
+#include "strata/nn.h"
 
 #ifdef __cplusplus
 extern "C" {

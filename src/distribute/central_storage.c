@@ -9,7 +9,7 @@
 
 #include "distribute/replica_group.h"
 
-static st_status cs_attach(st_strategy *s, st_model *m) {
+static st_status cs_attach(st_strategy *s, st_net *m) {
   st_replica_group *g = NULL;
   st_status st = st__group_create(m, s->local_replicas, false,
                                   (st_cross_device_ops)s->cross_device_ops, NULL, &g);
@@ -17,7 +17,7 @@ static st_status cs_attach(st_strategy *s, st_model *m) {
   st__group_set_blas_threads(s->local_replicas, s->opts.threads);
   s->impl = g;
   s->group = g;
-  s->model = m;
+  s->net = m;
   return ST_OK;
 }
 
@@ -25,10 +25,10 @@ void st__shared_detach(st_strategy *s) {
   st__group_destroy(s->impl);
   s->impl = NULL;
   s->group = NULL;
-  s->model = NULL;
+  s->net = NULL;
 }
 
-st_status st__shared_train_step(st_strategy *s, st_model *m, const st_batch *b,
+st_status st__shared_train_step(st_strategy *s, st_net *m, const st_batch *b,
                                st_step_stats *out) {
   st_replica_group *g = s->impl;
   st_status st = st__group_train(g, m, b, out, &s->side);
@@ -38,15 +38,15 @@ st_status st__shared_train_step(st_strategy *s, st_model *m, const st_batch *b,
   return ST_OK;
 }
 
-st_status st__shared_eval_step(st_strategy *s, st_model *m, const st_batch *b,
+st_status st__shared_eval_step(st_strategy *s, st_net *m, const st_batch *b,
                               st_step_stats *out, float *pred) {
   return st__group_eval(s->impl, m, b, out, pred);
 }
 
-void st__shared_sync_to_model(st_strategy *s, st_model *m) { (void)s, (void)m; }
+void st__shared_sync_to_model(st_strategy *s, st_net *m) { (void)s, (void)m; }
 
 /* Weights were loaded into the model: refresh the replicas' state copies. */
-void st__shared_sync_from_model(st_strategy *s, st_model *m) {
+void st__shared_sync_from_model(st_strategy *s, st_net *m) {
   st_replica_group *g = s->impl;
   for (int i = 1; i < g->n && m->n_state; i++)
     m->be->to_device(g->reps[i]->state, m->state, m->n_state * sizeof(float));

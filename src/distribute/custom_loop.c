@@ -9,7 +9,7 @@
 
 struct st_replica_context {
   st_strategy *s;
-  st_model *m;
+  st_net *m;
   int rank, count;
   bool applied;
   st_status status;
@@ -28,7 +28,7 @@ static void run_task(void *arg, int i) {
 }
 
 st_status st_strategy_run(st_strategy *s, st_replica_fn fn, void *arg) {
-  if (!s->model || !s->group)
+  if (!s->net || !s->group)
     return st_error(ST_ERR_INVALID, "strategy_run: the strategy is not bound to a compiled model");
   if (s->cluster)
     return st_error(ST_ERR_NOT_BUILT, "strategy_run: custom training loops are not supported "
@@ -36,7 +36,7 @@ st_status st_strategy_run(st_strategy *s, st_replica_fn fn, void *arg) {
   run_state *rs = calloc(1, sizeof *rs);
   if (!rs) return st_error(ST_ERR_NOMEM, "strategy_run: out of memory");
   int n = s->local_replicas;
-  for (int i = 0; i < n; i++) rs->ctx[i] = (st_replica_context){s, s->model, i, n, false, ST_OK, fn, arg};
+  for (int i = 0; i < n; i++) rs->ctx[i] = (st_replica_context){s, s->net, i, n, false, ST_OK, fn, arg};
   if (n == 1)
     run_task(rs, 0);
   else
@@ -44,8 +44,8 @@ st_status st_strategy_run(st_strategy *s, st_replica_fn fn, void *arg) {
   st_status st = ST_OK;
   for (int i = 0; i < n && st == ST_OK; i++) st = rs->ctx[i].status;
   if (st == ST_OK && rs->ctx[0].applied) {
-    st__group_sync_state(s->group, s->model);
-    s->model->step++;
+    st__group_sync_state(s->group, s->net);
+    s->net->step++;
   }
   free(rs);
   return st;
@@ -69,7 +69,7 @@ st_batch st_replica_slice(const st_replica_context *c, const st_batch *global) {
   int start, count;
   st__split(global->size, c->count, c->rank, &start, &count);
   size_t xs = st_shape_size(c->m->input_shape);
-  size_t ys = st_loss_is_sparse(c->m->compile.loss) ? 1 : st__model_output_size(c->m);
+  size_t ys = st_loss_is_sparse(c->m->loss) ? 1 : st__net_output_size(c->m);
   return (st_batch){count, global->x + (size_t)start * xs, global->y + (size_t)start * ys};
 }
 
@@ -100,7 +100,7 @@ st_status st_replica_all_reduce(st_replica_context *c, st_reduce_op op, float *b
 /* Shared variables: after the all-reduce every replica holds the summed
  * gradients; each updates its own chunk of the variables. */
 st_status st_replica_apply_gradients(st_replica_context *c) {
-  st_model *m = c->m;
+  st_net *m = c->m;
   st_replica *r = c->s->group->reps[c->rank];
   st_status s = st_replica_all_reduce(c, ST_REDUCE_SUM, r->grads, m->n_params);
   if (s != ST_OK) return s;
@@ -113,7 +113,7 @@ st_status st_replica_apply_gradients(st_replica_context *c) {
   float **src = c->s->replica_slots ? c->s->replica_slots(c->s, c->rank) : m->slots, *slots[4];
   for (int k = 0; k < m->n_slots; k++) slots[k] = src[k] + lo;
   if (len)
-    st_optimizer_apply(&m->compile.optimizer, m->be, m->step, len, r->params + lo, r->grads + lo,
+    st_optimizer_apply(&m->optimizer, m->be, m->step, len, r->params + lo, r->grads + lo,
                        slots);
   c->applied = true;
   /* no replica may read the shared variables of the next step before all

@@ -39,7 +39,7 @@ static void free_impl(const st_backend *be, mirrored *mi) {
 static void broadcast_task(void *arg, int i) {
   st_strategy *s = arg;
   mirrored *mi = s->impl;
-  st_model *m = s->model;
+  st_net *m = s->net;
   st_replica *r = mi->g->reps[i];
   mi->status[i].status = ST_OK;
   st_status st = mi->coll->vt->broadcast(mi->coll, i, r->params, m->n_params, 0);
@@ -55,7 +55,7 @@ static st_status first_error(const mirrored *mi) {
   return ST_OK;
 }
 
-static st_status alloc_slots(st_model *m, mirrored *mi) {
+static st_status alloc_slots(st_net *m, mirrored *mi) {
   size_t bytes = (m->n_params ? m->n_params : 1) * sizeof(float);
   for (int k = 0; k < m->n_slots; k++) mi->slots[0][k] = m->slots[k];
   for (int i = 1; i < mi->g->n; i++)
@@ -72,7 +72,7 @@ static float **mr_slots(st_strategy *s, int rank) {
   return mi->slots[rank];
 }
 
-st_status st__mirrored_attach(st_strategy *s, st_model *m, st_collective *net_group,
+st_status st__mirrored_attach(st_strategy *s, st_net *m, st_collective *net_group,
                               st_collective *net_reducer) {
   mirrored *mi = calloc(1, sizeof *mi);
   if (!mi) return st_error(ST_ERR_NOMEM, "mirrored: out of memory");
@@ -87,7 +87,7 @@ st_status st__mirrored_attach(st_strategy *s, st_model *m, st_collective *net_gr
                             (st_cross_device_ops)s->cross_device_ops, net_reducer, &mi->red);
   }
   s->impl = mi;
-  s->model = m;
+  s->net = m;
   if (st == ST_OK) {
     st__group_run(mi->g, broadcast_task, s);
     st = first_error(mi);
@@ -95,7 +95,7 @@ st_status st__mirrored_attach(st_strategy *s, st_model *m, st_collective *net_gr
   if (st != ST_OK) {
     free_impl(m->be, mi);
     s->impl = NULL;
-    s->model = NULL;
+    s->net = NULL;
     return st;
   }
   st__group_set_blas_threads(s->local_replicas, s->opts.threads);
@@ -105,28 +105,28 @@ st_status st__mirrored_attach(st_strategy *s, st_model *m, st_collective *net_gr
   return ST_OK;
 }
 
-static st_status mr_attach(st_strategy *s, st_model *m) {
+static st_status mr_attach(st_strategy *s, st_net *m) {
   return st__mirrored_attach(s, m, NULL, NULL);
 }
 
 void st__mirrored_detach(st_strategy *s) {
-  free_impl(s->model->be, s->impl);
+  free_impl(s->net->be, s->impl);
   s->impl = NULL;
   s->group = NULL;
-  s->model = NULL;
+  s->net = NULL;
 }
 
 /* Task: forward + backward on replica i's slice, all-reduce, apply. */
 static void step_task(void *arg, int i) {
   st_strategy *s = arg;
   mirrored *mi = s->impl;
-  st_model *m = s->model;
+  st_net *m = s->net;
   st_replica *r = mi->g->reps[i];
   const st_batch *b = mi->b;
   int start, count;
   st__split(b->size, mi->g->n, i, &start, &count);
   size_t xs = st_shape_size(m->input_shape);
-  size_t ys = st_loss_is_sparse(m->compile.loss) ? 1 : st__model_output_size(m);
+  size_t ys = st_loss_is_sparse(m->loss) ? 1 : st__net_output_size(m);
   const float *x = b->x + (size_t)start * xs, *y = b->y + (size_t)start * ys;
   st_step_stats *st = &mi->stats[i];
   if (count || mi->g->must_run) {
@@ -138,11 +138,11 @@ static void step_task(void *arg, int i) {
   st->examples = count;
   mi->status[i].status = ST_OK;
   if (st__error_keep(&mi->status[i], st__reducer_finish(mi->red, i)) == ST_OK)
-    st_optimizer_apply(&m->compile.optimizer, m->be, m->step, m->n_params, r->params, r->grads,
+    st_optimizer_apply(&m->optimizer, m->be, m->step, m->n_params, r->params, r->grads,
                        mi->slots[i]);
 }
 
-st_status st__mirrored_train_step(st_strategy *s, st_model *m, const st_batch *b, int global,
+st_status st__mirrored_train_step(st_strategy *s, st_net *m, const st_batch *b, int global,
                                   st_step_stats *out) {
   mirrored *mi = s->impl;
   for (int i = 0; i < mi->g->n; i++) {
@@ -163,19 +163,19 @@ st_status st__mirrored_train_step(st_strategy *s, st_model *m, const st_batch *b
   return ST_OK;
 }
 
-static st_status mr_train_step(st_strategy *s, st_model *m, const st_batch *b,
+static st_status mr_train_step(st_strategy *s, st_net *m, const st_batch *b,
                                st_step_stats *out) {
   return st__mirrored_train_step(s, m, b, b->size, out);
 }
 
-static st_status mr_eval_step(st_strategy *s, st_model *m, const st_batch *b,
+static st_status mr_eval_step(st_strategy *s, st_net *m, const st_batch *b,
                               st_step_stats *out, float *pred) {
   mirrored *mi = s->impl;
   return st__group_eval(mi->g, m, b, out, pred);
 }
 
 /* Replica 0's variables are the model's: nothing to gather. */
-static void mr_sync_to_model(st_strategy *s, st_model *m) { (void)s, (void)m; }
+static void mr_sync_to_model(st_strategy *s, st_net *m) { (void)s, (void)m; }
 
 st_status st__mirrored_sync_from_model(st_strategy *s) {
   mirrored *mi = s->impl;
@@ -184,7 +184,7 @@ st_status st__mirrored_sync_from_model(st_strategy *s) {
 }
 
 /* Weights were loaded into the model (replica 0): broadcast them. */
-static void mr_sync_from_model(st_strategy *s, st_model *m) {
+static void mr_sync_from_model(st_strategy *s, st_net *m) {
   (void)m;
   st__mirrored_sync_from_model(s);
 }

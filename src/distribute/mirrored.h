@@ -12,12 +12,12 @@
  * replica group and of the gradient reducer: with them every all-reduce and
  * broadcast spans all processes (hier.c). Variables start as process 0's
  * replica 0's (broadcast). */
-st_status st__mirrored_attach(st_strategy *s, st_model *m, st_collective *net_group,
+st_status st__mirrored_attach(st_strategy *s, st_net *m, st_collective *net_group,
                               st_collective *net_reducer);
 void st__mirrored_detach(st_strategy *s);
 /* One step on this process's share b of a global batch of `global` examples
  * (the loss is scaled by 1/global); out gets this process's sums. */
-st_status st__mirrored_train_step(st_strategy *s, st_model *m, const st_batch *b, int global,
+st_status st__mirrored_train_step(st_strategy *s, st_net *m, const st_batch *b, int global,
                                   st_step_stats *out);
 /* Broadcast the model's variables and slots (replica 0 of process 0). */
 st_status st__mirrored_sync_from_model(st_strategy *s);

@@ -108,7 +108,7 @@ typedef struct item_desc {
 } item_desc;
 _Static_assert(sizeof(item_desc) % sizeof(float) == 0, "exchanged as floats");
 
-static int model_items(const st_model *m) {
+static int model_items(const st_net *m) {
   int n = m->nlayers;
   for (int i = 0; i < m->nlayers; i++) n += m->layers[i]->nparams;
   return n;
@@ -122,7 +122,7 @@ static void set_item(item_desc *d, bool layer, const char *tag, st_shape sh) {
 }
 
 /* out[model_items(m)]: every tensor in layer order, then every layer. */
-static void describe_model(const st_model *m, item_desc *out) {
+static void describe_model(const st_net *m, item_desc *out) {
   int n = 0;
   for (int i = 0; i < m->nlayers; i++)
     for (int p = 0; p < m->layers[i]->nparams; p++, n++) {
@@ -215,7 +215,7 @@ static int count_tensors(const item_desc *d, int n) {
 /* Every worker: exchange the descriptions of rank 0 and rank r (broadcasts,
  * the same calls everywhere) and write their first difference to msg ("" when
  * the lists agree). */
-static st_status describe_difference(struct st_cluster *c, const st_model *m, int r, char *msg,
+static st_status describe_difference(struct st_cluster *c, const st_net *m, int r, char *msg,
                                      size_t n) {
   enum { W = sizeof(item_desc) / sizeof(float) };
   int mine = model_items(m);
@@ -248,7 +248,7 @@ static st_status describe_difference(struct st_cluster *c, const st_model *m, in
 /* Gather every worker's record; fail (same verdict everywhere) on the first
  * field, by rank, that differs from rank 0's. A difference in the model's
  * structure names the first tensor (or layer) that differs. */
-static st_status compare_records(struct st_cluster *c, const st_model *m,
+static st_status compare_records(struct st_cluster *c, const st_net *m,
                                  const config_record *mine, const char *when) {
   size_t nf = sizeof *mine / sizeof(float);
   float *all = malloc((size_t)c->size * sizeof *mine);
@@ -281,7 +281,7 @@ static st_status compare_records(struct st_cluster *c, const st_model *m,
                   (long long)field(&a, bad));
 }
 
-static uint32_t structure_crc(const st_model *m) {
+static uint32_t structure_crc(const st_net *m) {
   uint32_t crc = 0;
   for (int i = 0; i < m->nlayers; i++) {
     const st_layer *l = m->layers[i];
@@ -296,41 +296,32 @@ static uint32_t structure_crc(const st_model *m) {
   return crc;
 }
 
-static config_record model_record(const st_strategy *s, const st_model *m) {
-  float lr = m->compile.optimizer.lr.initial;
+static config_record model_record(const st_strategy *s, const st_net *m) {
+  float lr = m->optimizer.lr.initial;
   int32_t lr_bits;
   memcpy(&lr_bits, &lr, sizeof lr_bits);
   return (config_record){.layers = m->nlayers, .structure_crc = structure_crc(m),
                          .params = (int64_t)m->n_params, .state = (int64_t)m->n_state,
-                         .optimizer = m->compile.optimizer.kind, .loss = m->compile.loss,
+                         .optimizer = m->optimizer.kind, .loss = m->loss,
                          .learning_rate_bits = lr_bits, .local_replicas = s->local_replicas,
                          .seed = (int64_t)m->seed, .dtype_bytes = (int64_t)sizeof(float)};
 }
 
-st_status st__strategy_check_fit(st_strategy *s, const st_model *m, int64_t global_batch,
-                                 int64_t steps_per_epoch, int epochs) {
-  struct st_cluster *c = s->cluster;
-  if (!c) return ST_OK;
+st_status st__cluster_check_fit(st_strategy *s, const st_net *m, int64_t global_batch,
+                                int64_t steps_per_epoch, int epochs, int64_t resume_epoch,
+                                int64_t resume_step) {
   config_record r = model_record(s, m);
   r.global_batch = global_batch;
   r.steps_per_epoch = steps_per_epoch;
   r.epochs = epochs;
-  r.resume_epoch = m->pos.epoch;
-  r.resume_step = m->pos.step_in_epoch;
-  return compare_records(c, m, &r, "fit");
+  r.resume_epoch = resume_epoch;
+  r.resume_step = resume_step;
+  return compare_records(s->cluster, m, &r, "fit");
 }
 
 /* ---- per-step agreement ------------------------------------------------------ */
-st_status st__strategy_agree(st_strategy *s, int have_size, bool stop_here, bool *go,
-                             bool *stop) {
-  struct st_cluster *c = s->cluster;
-  bool unused;
-  if (!stop) stop = &unused;
-  if (!c) {
-    *go = have_size >= 0;
-    *stop = stop_here;
-    return ST_OK;
-  }
+st_status st__cluster_agree(struct st_cluster *c, int have_size, bool stop_here, bool *go,
+                            bool *stop) {
   /* per worker: its batch size, then whether it was asked to stop */
   float mine[2] = {(float)have_size, stop_here ? 1.0f : 0.0f}, all[2 * ST_MAX_WORKERS];
   st_status st = c->ctl->vt->all_gather(c->ctl, c->rank, mine, 2, all);
@@ -359,21 +350,16 @@ st_status st__strategy_agree(st_strategy *s, int have_size, bool stop_here, bool
   return ST_OK;
 }
 
-st_status st__strategy_barrier(st_strategy *s) {
-  struct st_cluster *c = s->cluster;
-  return c ? c->ctl->vt->barrier(c->ctl, c->rank) : ST_OK;
-}
-
-bool st__strategy_is_chief(const st_strategy *s) { return !s->cluster || s->cluster->rank == 0; }
+st_status st__cluster_barrier(struct st_cluster *c) { return c->ctl->vt->barrier(c->ctl, c->rank); }
 
 /* This worker's examples of a global batch: its contiguous share, the rows
  * st__split gives it (no copy). */
-static void shard(const struct st_cluster *c, const st_model *m, const st_batch *b,
+static void shard(const struct st_cluster *c, const st_net *m, const st_batch *b,
                   st_batch *out) {
   *out = *b;
   if (c->shard == ST_AUTO_SHARD_OFF || c->size == 1) return;
   size_t xs = st_shape_size(m->input_shape);
-  size_t ys = st_loss_is_sparse(m->compile.loss) ? 1 : st__model_output_size(m);
+  size_t ys = st_loss_is_sparse(m->loss) ? 1 : st__net_output_size(m);
   int start, count;
   st__split(b->size, c->size, c->rank, &start, &count);
   *out = (st_batch){count, b->x + (size_t)start * xs, b->y + (size_t)start * ys};
@@ -409,7 +395,7 @@ static void destroy_transports(struct st_cluster *c, const char *why) {
   c->net_reducer = c->net_group = c->ctl = NULL;
 }
 
-static st_status mw_attach(st_strategy *s, st_model *m) {
+static st_status mw_attach(st_strategy *s, st_net *m) {
   struct st_cluster *c = s->cluster;
   /* a single local replica uses its share of the machine's cores */
   if (!s->opts.threads) s->opts.threads = st__cpu_count() / c->node_procs;
@@ -436,7 +422,7 @@ static void mw_detach(st_strategy *s) {
   destroy_transports(s->cluster, why);
 }
 
-static st_status mw_train_step(st_strategy *s, st_model *m, const st_batch *b,
+static st_status mw_train_step(st_strategy *s, st_net *m, const st_batch *b,
                                st_step_stats *out) {
   struct st_cluster *c = s->cluster;
   st_batch local;
@@ -448,7 +434,7 @@ static st_status mw_train_step(st_strategy *s, st_model *m, const st_batch *b,
 
 /* Evaluation: each worker its shard, sums gathered. Predictions (pred set):
  * every worker computes the whole batch, so each has all of them. */
-static st_status mw_eval_step(st_strategy *s, st_model *m, const st_batch *b, st_step_stats *out,
+static st_status mw_eval_step(st_strategy *s, st_net *m, const st_batch *b, st_step_stats *out,
                               float *pred) {
   struct st_cluster *c = s->cluster;
   if (pred) return st__group_eval(s->group, m, b, out, pred);
@@ -459,11 +445,11 @@ static st_status mw_eval_step(st_strategy *s, st_model *m, const st_batch *b, st
   return st == ST_OK ? gather_stats(c, &mine, out) : st;
 }
 
-static void mw_sync_to_model(st_strategy *s, st_model *m) { (void)s, (void)m; }
+static void mw_sync_to_model(st_strategy *s, st_net *m) { (void)s, (void)m; }
 
 /* Weights were loaded into the model: every worker loaded the same file, the
  * broadcast from rank 0 makes sure the replicas agree bit for bit. */
-static void mw_sync_from_model(st_strategy *s, st_model *m) {
+static void mw_sync_from_model(st_strategy *s, st_net *m) {
   (void)m;
   (void)st__mirrored_sync_from_model(s);
 }
@@ -513,6 +499,5 @@ void st__cluster_destroy(struct st_cluster *c) {
   free(c);
 }
 
-int st_strategy_worker_rank(const st_strategy *s) { return s->cluster ? s->cluster->rank : 0; }
-int st_strategy_worker_count(const st_strategy *s) { return s->cluster ? s->cluster->size : 1; }
-bool st_strategy_is_chief(const st_strategy *s) { return st__strategy_is_chief(s); }
+int st__cluster_rank(const struct st_cluster *c) { return c->rank; }
+int st__cluster_size(const struct st_cluster *c) { return c->size; }

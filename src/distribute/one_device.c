@@ -11,13 +11,13 @@
 
 #include "distribute/replica_group.h"
 
-static int worker_count(const st_strategy *s, const st_model *m) {
+static int worker_count(const st_strategy *s, const st_net *m) {
   int n = s->opts.threads > 0 ? s->opts.threads : st__cpu_count();
   if (m->n_state > 0) return 1;
   return n > ST_MAX_REPLICAS ? ST_MAX_REPLICAS : n;
 }
 
-static st_status od_attach(st_strategy *s, st_model *m) {
+static st_status od_attach(st_strategy *s, st_net *m) {
   int n = worker_count(s, m);
   st_replica_group *g = NULL;
   st_status st = st__group_create(m, n, false, ST_CROSS_ALL_REDUCE, NULL, &g);
@@ -25,7 +25,7 @@ static st_status od_attach(st_strategy *s, st_model *m) {
   st__group_set_blas_threads(n, s->opts.threads);
   s->impl = g;
   s->group = g;
-  s->model = m;
+  s->net = m;
   return ST_OK;
 }
 

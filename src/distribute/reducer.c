@@ -32,7 +32,7 @@ struct st_reducer {
 
 /* Buckets from the last layer backwards; a bucket closes at a layer with
  * trainable params once it holds bytes_per_pack bytes (0: never). */
-static st_status plan(st_reducer *r, const st_model *m, size_t bytes_per_pack) {
+static st_status plan(st_reducer *r, const st_net *m, size_t bytes_per_pack) {
   r->buckets = calloc((size_t)m->nlayers + 1, sizeof *r->buckets);
   if (!r->buckets) return st_error(ST_ERR_NOMEM, "reducer: out of memory");
   size_t hi = m->n_params, lo = hi;
@@ -69,7 +69,7 @@ static void *comm_main(void *arg) {
   return NULL;
 }
 
-st_status st__reducer_create(const st_model *m, int n, float *const *grads, size_t bytes_per_pack,
+st_status st__reducer_create(const st_net *m, int n, float *const *grads, size_t bytes_per_pack,
                              bool overlap, st_cross_device_ops algo, st_collective *net,
                              st_reducer **out) {
   *out = NULL;

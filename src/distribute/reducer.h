@@ -4,16 +4,16 @@
  * them in that order. With overlap on, each replica has a communication thread
  * with its own collective: a bucket's all-reduce (SUM) starts as soon as
  * backward has finished the bucket's first layer, while backward goes on with
- * earlier layers (the model's params are laid out in layer order, so a bucket
+ * earlier layers (the net's params are laid out in layer order, so a bucket
  * is one contiguous range of the flat gradient buffer). With overlap off the
  * buckets are all-reduced one after another once backward is done. Either
- * way the reduced values are the same bytes: buckets change only when each
- * all-reduce starts, not what it sums or in which order. */
+ * way the reduced values are the same bytes: buckets and overlap only change
+ * when each sum is taken, never which values are added nor in what order. */
 #ifndef STRATA_DISTRIBUTE_REDUCER_H
 #define STRATA_DISTRIBUTE_REDUCER_H
 
 #include "distribute/collective/collective.h"
-#include "nn/model.h"
+#include "nn/net.h"
 
 typedef struct st_bucket {
   size_t lo, len;  /* floats of the gradient buffer */
@@ -24,7 +24,7 @@ typedef struct st_reducer st_reducer;
 
 /* For n replicas of m; grads[i] is replica i's gradient buffer. net (borrowed,
  * may be NULL): a process transport the buckets are also reduced across. */
-st_status st__reducer_create(const st_model *m, int n, float *const *grads, size_t bytes_per_pack,
+st_status st__reducer_create(const st_net *m, int n, float *const *grads, size_t bytes_per_pack,
                              bool overlap, st_cross_device_ops algo, st_collective *net,
                              st_reducer **out);
 void st__reducer_destroy(st_reducer *r); /* accepts NULL; joins the threads */

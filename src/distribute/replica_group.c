@@ -1,21 +1,13 @@
 /* The replica group: lock-step forward/backward over batch slices, the
  * fixed-order gradient sum, and the chunked parallel optimizer update. */
-#define _GNU_SOURCE
 #include "distribute/replica_group.h"
 #include "base/fpenv.h"
 
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
-int st__cpu_count(void) {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
-  return 1;
-}
-
 /* Replica i's own state (and params when own_params), or NULL when shared. */
-static st_status make_replica(st_model *m, int i, bool own_params, st_replica **out) {
+static st_status make_replica(st_net *m, int i, bool own_params, st_replica **out) {
   st_status s = st__replica_create(m, m->be, i, 1, m->params, m->state, out);
   if (s != ST_OK || i == 0) return s;
   st_replica *r = *out;
@@ -41,7 +33,7 @@ void st__group_set_blas_threads(int n, int threads) {
   st_blas_set_threads(n > 1 ? 1 : (threads > 0 ? threads : st__cpu_count()));
 }
 
-st_status st__group_create(st_model *m, int n, bool own_params, st_cross_device_ops algo,
+st_status st__group_create(st_net *m, int n, bool own_params, st_cross_device_ops algo,
                            st_collective *net, st_replica_group **out) {
   *out = NULL;
   st_replica_group *g = calloc(1, sizeof *g);
@@ -64,7 +56,7 @@ st_status st__group_create(st_model *m, int n, bool own_params, st_cross_device_
     g->reps[i]->all_reduce_sum = all_reduce_sum;
     g->reps[i]->all_reduce_ctx = &g->ranks[i];
   }
-  g->must_run = total > 1 && st__model_uses_collectives(m);
+  g->must_run = total > 1 && st__net_uses_collectives(m);
   if (s != ST_OK) {
     st__group_destroy(g);
     return s;
@@ -103,7 +95,7 @@ void st__group_run_tasks(st_replica_group *g, int ntasks, void (*fn)(void *arg, 
  * for each task's own stats slot. */
 typedef struct pass {
   st_replica_group *g;
-  st_model *m;
+  st_net *m;
   const st_batch *b;
   bool train;
   float *pred;
@@ -116,8 +108,8 @@ static void slice_task(void *arg, int i) {
   st_replica *r = p->g->reps[i];
   int start, count;
   st__split(p->b->size, p->g->n, i, &start, &count);
-  size_t xs = st_shape_size(p->m->input_shape), outs = st__model_output_size(p->m);
-  size_t ys = st_loss_is_sparse(p->m->compile.loss) ? 1 : outs;
+  size_t xs = st_shape_size(p->m->input_shape), outs = st__net_output_size(p->m);
+  size_t ys = st_loss_is_sparse(p->m->loss) ? 1 : outs;
   const float *x = p->b->x + (size_t)start * xs, *y = p->b->y + (size_t)start * ys;
   st_step_stats *s = &p->stats[i];
   bool run = count || (p->train && p->g->must_run);
@@ -149,7 +141,7 @@ static st_status run_pass(pass *p, st_step_stats *out) {
   return ST_OK;
 }
 
-void st__group_sync_state(st_replica_group *g, st_model *m) {
+void st__group_sync_state(st_replica_group *g, st_net *m) {
   int workers = g->net ? g->net->size : 1;
   if (g->n * workers == 1 || m->n_state == 0) return;
   float *dst = g->reps[0]->state;
@@ -165,7 +157,7 @@ void st__group_sync_state(st_replica_group *g, st_model *m) {
  * when there is one). */
 typedef struct chunked {
   st_replica_group *g;
-  st_model *m;
+  st_net *m;
   size_t chunk;
   const st__side_task *side;
   unsigned caller_fp; /* the caller's floating-point state, for the side task */
@@ -190,7 +182,7 @@ static void reduce_apply_task(void *arg, int t) {
     }
     t--;
   }
-  st_model *m = c->m;
+  st_net *m = c->m;
   size_t lo = (size_t)t * c->chunk, n = m->n_params;
   if (lo >= n) return;
   size_t end = n - lo < c->chunk ? n : lo + c->chunk;
@@ -200,12 +192,12 @@ static void reduce_apply_task(void *arg, int t) {
     for (int i = 1; i < c->g->n; i++) m->be->axpy(len, 1.0f, c->g->reps[i]->grads + b, dst);
     float *slots[4];
     for (int i = 0; i < m->n_slots; i++) slots[i] = m->slots[i] + b;
-    st_optimizer_apply(&m->compile.optimizer, m->be, m->step, len, m->params + b, dst, slots);
+    st_optimizer_apply(&m->optimizer, m->be, m->step, len, m->params + b, dst, slots);
   }
 }
 
 /* `parts` chunks aligned to 16 floats. */
-static chunked make_chunks(st_replica_group *g, st_model *m, int parts) {
+static chunked make_chunks(st_replica_group *g, st_net *m, int parts) {
   size_t per = (m->n_params + (size_t)parts - 1) / (size_t)parts;
   per = (per + 15) & ~(size_t)15;
   return (chunked){g, m, per ? per : 16, NULL, 0};
@@ -214,7 +206,7 @@ static chunked make_chunks(st_replica_group *g, st_model *m, int parts) {
 /* Chunks per thread when a side task shares the update. */
 #define SIDE_CHUNKS_PER_THREAD 4
 
-st_status st__group_train(st_replica_group *g, st_model *m, const st_batch *b,
+st_status st__group_train(st_replica_group *g, st_net *m, const st_batch *b,
                           st_step_stats *out, const st__side_task *side) {
   pass p = {.g = g, .m = m, .b = b, .train = true};
   st_status s = run_pass(&p, out);
@@ -232,7 +224,7 @@ st_status st__group_train(st_replica_group *g, st_model *m, const st_batch *b,
   return ST_OK;
 }
 
-st_status st__group_eval(st_replica_group *g, st_model *m, const st_batch *b,
+st_status st__group_eval(st_replica_group *g, st_net *m, const st_batch *b,
                          st_step_stats *out, float *pred) {
   pass p = {.g = g, .m = m, .b = b, .train = false, .pred = pred};
   return run_pass(&p, out);

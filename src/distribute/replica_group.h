@@ -8,6 +8,8 @@
 #ifndef STRATA_DISTRIBUTE_REPLICA_GROUP_H
 #define STRATA_DISTRIBUTE_REPLICA_GROUP_H
 
+#include "base/split.h"   /* st__split */
+#include "base/sysinfo.h" /* st__cpu_count */
 #include "distribute/collective/collective.h"
 #include "distribute/strategy.h"
 
@@ -32,16 +34,9 @@ typedef struct st_replica_group {
  * own zeroed copy for the strategy to fill; each has its own copy of the
  * non-trainable state (BatchNorm moving statistics, updated in forward), kept
  * equal by st__group_sync_state. */
-st_status st__group_create(st_model *m, int n, bool own_params, st_cross_device_ops algo,
+st_status st__group_create(st_net *m, int n, bool own_params, st_cross_device_ops algo,
                            st_collective *net, st_replica_group **out);
 void st__group_destroy(st_replica_group *g); /* accepts NULL */
-
-/* Slice i of a batch of `total` examples over n replicas. */
-static inline void st__split(int total, int n, int i, int *start, int *count) {
-  int lo = (int)((int64_t)total * i / n), hi = (int)((int64_t)total * (i + 1) / n);
-  *start = lo;
-  *count = hi - lo;
-}
 
 /* One training step: forward + backward of every replica on its slice, then
  * in parallel chunks the sum of all replicas' gradients into reps[0]->grads
@@ -51,24 +46,22 @@ static inline void st__split(int total, int n, int i, int *start, int *count) {
  * runs beside those chunks: the update is memory-bound and splits into more
  * chunks than threads, so whichever thread does not run the side task takes
  * more of them. Adds the batch's loss and metric sums to out. */
-st_status st__group_train(st_replica_group *g, st_model *m, const st_batch *b,
+st_status st__group_train(st_replica_group *g, st_net *m, const st_batch *b,
                           st_step_stats *out, const st__side_task *side);
 /* Inference on every replica's slice; pred (may be NULL) gets [b->size, out]. */
-st_status st__group_eval(st_replica_group *g, st_model *m, const st_batch *b,
+st_status st__group_eval(st_replica_group *g, st_net *m, const st_batch *b,
                          st_step_stats *out, float *pred);
 /* After a training step: every replica's state := the mean over replicas (in
  * replica order), as TensorFlow aggregates ON_READ variables. No-op without
  * state or with one replica. With a process transport, the mean is taken
  * over every replica of every process. Call outside the parallel section. */
-void st__group_sync_state(st_replica_group *g, st_model *m);
+void st__group_sync_state(st_replica_group *g, st_net *m);
 /* Run fn(arg, i) for every replica i in parallel. */
 void st__group_run(st_replica_group *g, void (*fn)(void *arg, int i), void *arg);
 /* The same with ntasks tasks (any number; the threads share them). */
 void st__group_run_tasks(st_replica_group *g, int ntasks, void (*fn)(void *arg, int i),
                          void *arg);
 
-/* Usable CPU cores of this process (affinity mask), at least 1. */
-int st__cpu_count(void);
 /* BLAS threads for a group of n replicas: one each, or every core (or
  * `threads` when > 0) for a single replica. */
 void st__group_set_blas_threads(int n, int threads);

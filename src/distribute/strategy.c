@@ -1,5 +1,8 @@
 /* Strategy registry: names, default options, creation and the pieces every
- * strategy shares. */
+ * strategy shares: the step metrics, and the worker-level calls fit makes
+ * (agree on the next step, barrier, check fit's arguments, who is chief),
+ * which are trivial in one process and go to the cluster (multi_worker.c)
+ * otherwise. */
 #include "distribute/collective/collective.h"
 #include "distribute/replica_group.h"
 
@@ -168,7 +171,7 @@ st_status st_strategy_create(const st_strategy_options *o, st_strategy **out) {
 
 void st_strategy_destroy(st_strategy *s) {
   if (!s) return;
-  if (s->model) s->vt->detach(s);
+  if (s->net) s->vt->detach(s);
   st__cluster_destroy(s->cluster);
   free(s);
 }
@@ -176,14 +179,45 @@ void st_strategy_destroy(st_strategy *s) {
 st_strategy_kind st_strategy_kind_of(const st_strategy *s) { return s->opts.kind; }
 int st_strategy_num_replicas_in_sync(const st_strategy *s) { return s->num_replicas; }
 
-void st__step_metrics(const st_model *m, const float *pred, const float *y,
+void st__step_metrics(const st_net *m, const float *pred, const float *y,
                       int rows, st_step_stats *out) {
-  if (rows <= 0 || m->compile.nmetrics == 0) return;
-  int cols = (int)st__model_output_size(m);
-  st_metric_kind k = m->compile.metrics[0];
-  out->correct += st_metric_correct(k, m->compile.loss, rows, cols, pred, y);
+  if (rows <= 0 || m->nmetrics == 0) return;
+  int cols = (int)st__net_output_size(m);
+  st_metric_kind k = m->metrics[0];
+  out->correct += st_metric_correct(k, m->loss, rows, cols, pred, y);
   bool binary = k == ST_METRIC_BINARY_ACCURACY ||
-                (k == ST_METRIC_ACCURACY && (m->compile.loss == ST_LOSS_BCE ||
-                                             m->compile.loss == ST_LOSS_BCE_LOGITS));
+                (k == ST_METRIC_ACCURACY && (m->loss == ST_LOSS_BCE ||
+                                             m->loss == ST_LOSS_BCE_LOGITS));
   out->metric_count += binary ? (int64_t)rows * cols : rows;
+}
+
+int st_strategy_worker_rank(const st_strategy *s) {
+  return s->cluster ? st__cluster_rank(s->cluster) : 0;
+}
+int st_strategy_worker_count(const st_strategy *s) {
+  return s->cluster ? st__cluster_size(s->cluster) : 1;
+}
+bool st_strategy_is_chief(const st_strategy *s) { return st__strategy_is_chief(s); }
+bool st__strategy_is_chief(const st_strategy *s) { return st_strategy_worker_rank(s) == 0; }
+
+st_status st__strategy_agree(st_strategy *s, int have_size, bool stop_here, bool *go,
+                             bool *stop) {
+  bool unused;
+  if (!stop) stop = &unused;
+  if (s->cluster) return st__cluster_agree(s->cluster, have_size, stop_here, go, stop);
+  *go = have_size >= 0;
+  *stop = stop_here;
+  return ST_OK;
+}
+
+st_status st__strategy_barrier(st_strategy *s) {
+  return s->cluster ? st__cluster_barrier(s->cluster) : ST_OK;
+}
+
+st_status st__strategy_check_fit(st_strategy *s, const st_net *m, int64_t global_batch,
+                                 int64_t steps_per_epoch, int epochs, int64_t resume_epoch,
+                                 int64_t resume_step) {
+  if (!s->cluster) return ST_OK;
+  return st__cluster_check_fit(s, m, global_batch, steps_per_epoch, epochs, resume_epoch,
+                               resume_step);
 }

@@ -1,15 +1,27 @@
-/* Internal: the strategy table. A strategy is attached to a model when the
- * model is compiled; from then on fit / evaluate / predict hand it global
- * batches and it decides how they are split across replicas, where the
- * variables live and how gradients become updates.
+/* Internal: the strategy table. A strategy is attached to a model's network
+ * (st_net, nn/net.h) when the model is compiled; from then on fit / evaluate /
+ * predict hand it global batches and it decides how they are split across
+ * replicas, where the variables live and how gradients become updates.
+ * distribute/ works on the st_net only: it never sees the model around it
+ * (src/model/), which sits a layer above.
  *
- * Adding a strategy: a file src/distribute/<kind>.c exporting its vtable, a case
- * in st_strategy_create (strategy.c), and the equivalence test in
- * tests/test_strategy.c. */
+ * Adding a strategy (the compiler catches 2-4 when one is missed):
+ *  1. the kind: an ST_STRATEGY_* value before ST_STRATEGY_COUNT in
+ *     include/strata/distribute.h;
+ *  2. its name in kind_names[] (strategy.c; a _Static_assert counts them);
+ *  3. a file src/distribute/<kind>.c exporting its table
+ *     (st__<kind>_vtable: attach, detach, train_step, eval_step,
+ *     sync_to_model, sync_from_model);
+ *  4. the extern declaration of that table at the end of this header;
+ *  5. a case in st_strategy_create (strategy.c) choosing the table and
+ *     checking the options it uses;
+ *  6. the equivalence test in tests/test_strategy.c (N replicas give the
+ *     one-device weights), and the CLI's --strategy help and checks in
+ *     tools/cmd_train.c. */
 #ifndef STRATA_DISTRIBUTE_STRATEGY_H
 #define STRATA_DISTRIBUTE_STRATEGY_H
 
-#include "nn/model.h"
+#include "nn/net.h"
 #include "strata/distribute.h"
 
 /* Sums over one global batch, reduced across replicas. */
@@ -33,20 +45,20 @@ typedef struct st__side_task {
 typedef struct st_strategy_vtable {
   const char *name;
   /* Create replicas for m (compiled: variables exist in m->params/state). */
-  st_status (*attach)(st_strategy *s, st_model *m);
+  st_status (*attach)(st_strategy *s, st_net *m);
   void (*detach)(st_strategy *s);
   /* One training step on a global batch: forward, backward, reduce, apply. */
-  st_status (*train_step)(st_strategy *s, st_model *m, const st_batch *b,
+  st_status (*train_step)(st_strategy *s, st_net *m, const st_batch *b,
                           st_step_stats *out);
   /* Inference on a global batch; pred (may be NULL) receives [b->size, out]
    * in batch order. */
-  st_status (*eval_step)(st_strategy *s, st_model *m, const st_batch *b,
+  st_status (*eval_step)(st_strategy *s, st_net *m, const st_batch *b,
                          st_step_stats *out, float *pred);
   /* Make m->params/m->state hold the current values (mirrored copies are
-   * always in sync; a no-op for strategies that use the model's buffers). */
-  void (*sync_to_model)(st_strategy *s, st_model *m);
+   * always in sync; a no-op for strategies that use the net's buffers). */
+  void (*sync_to_model)(st_strategy *s, st_net *m);
   /* After m->params/state were changed (weights loaded): push to replicas. */
-  void (*sync_from_model)(st_strategy *s, st_model *m);
+  void (*sync_from_model)(st_strategy *s, st_net *m);
 } st_strategy_vtable;
 
 struct st_strategy {
@@ -56,7 +68,7 @@ struct st_strategy {
   int local_replicas;         /* this process's replicas */
   struct st_cluster *cluster; /* multi-worker: the processes; NULL otherwise */
   int cross_device_ops;       /* st_cross_device_ops (mirrored) */
-  st_model *model;  /* attached model, or NULL */
+  st_net *net;     /* the attached (compiled) network, or NULL */
   void *impl;       /* strategy-specific state */
   struct st_replica_group *group; /* the replicas (set by attach) */
   bool mirrored_vars;             /* each replica owns a copy of the variables */
@@ -73,23 +85,35 @@ static inline void st__step_stats_add(st_step_stats *out, const st_step_stats *i
 }
 
 /* Shared helper: metric numerator/denominator for rows of pred against y. */
-void st__step_metrics(const st_model *m, const float *pred, const float *y,
+void st__step_metrics(const st_net *m, const float *pred, const float *y,
                       int rows, st_step_stats *out);
 
 /* central_storage.c: the table entries of strategies whose replicas share the
- * model's variables (central storage, and one device's worker threads). */
+ * net's variables (central storage, and one device's worker threads). */
 void st__shared_detach(st_strategy *s);
-st_status st__shared_train_step(st_strategy *s, st_model *m, const st_batch *b,
+st_status st__shared_train_step(st_strategy *s, st_net *m, const st_batch *b,
                                 st_step_stats *out);
-st_status st__shared_eval_step(st_strategy *s, st_model *m, const st_batch *b,
+st_status st__shared_eval_step(st_strategy *s, st_net *m, const st_batch *b,
                                st_step_stats *out, float *pred);
-void st__shared_sync_to_model(st_strategy *s, st_model *m);
-void st__shared_sync_from_model(st_strategy *s, st_model *m);
+void st__shared_sync_to_model(st_strategy *s, st_net *m);
+void st__shared_sync_from_model(st_strategy *s, st_net *m);
 
-/* multi_worker.c: the processes of a multi-worker strategy. */
+/* multi_worker.c: the processes of a multi-worker strategy, and the
+ * cluster side of the st__strategy_* calls below (c not NULL). */
 st_status st__cluster_create(const st_strategy_options *o, struct st_cluster **out);
 void st__cluster_destroy(struct st_cluster *c); /* accepts NULL */
-/* Before each step or inference batch (every worker, caller's thread):
+int st__cluster_rank(const struct st_cluster *c);
+int st__cluster_size(const struct st_cluster *c);
+st_status st__cluster_agree(struct st_cluster *c, int have_size, bool stop_here, bool *go,
+                            bool *stop);
+st_status st__cluster_barrier(struct st_cluster *c);
+st_status st__cluster_check_fit(st_strategy *s, const st_net *m, int64_t global_batch,
+                                int64_t steps_per_epoch, int epochs, int64_t resume_epoch,
+                                int64_t resume_step);
+
+/* strategy.c: what fit asks of the workers, the same call with or without a
+ * cluster (caller's thread).
+ * Before each step or inference batch (every worker, caller's thread):
  * have_size = this worker's batch size, or -1 when its pass is over; *go is
  * false on every worker once one has no batch. stop_here: this worker was
  * asked to stop (st_request_stop); *stop (may be NULL) is true on every
@@ -100,9 +124,11 @@ st_status st__strategy_agree(st_strategy *s, int have_size, bool stop_here, bool
 /* Every worker waits for the others (OK at once without a cluster). */
 st_status st__strategy_barrier(st_strategy *s);
 /* Start of fit: every worker was given the same batch size, steps, epochs and
- * resume position (names the rank and field otherwise). OK without a cluster. */
-st_status st__strategy_check_fit(st_strategy *s, const st_model *m, int64_t global_batch,
-                                 int64_t steps_per_epoch, int epochs);
+ * resume position (epoch, step in that epoch) (names the rank and field
+ * otherwise). OK without a cluster. */
+st_status st__strategy_check_fit(st_strategy *s, const st_net *m, int64_t global_batch,
+                                 int64_t steps_per_epoch, int epochs, int64_t resume_epoch,
+                                 int64_t resume_step);
 bool st__strategy_is_chief(const st_strategy *s);
 
 extern const st_strategy_vtable st__one_device_vtable;

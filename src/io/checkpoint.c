@@ -22,7 +22,7 @@
 #define STATE_MAX (64u << 20)
 
 static const char *slot_name(const st_model *m, int k) {
-  switch (m->compile.optimizer.kind) {
+  switch (m->net.optimizer.kind) {
     case ST_OPT_ADAM:
     case ST_OPT_ADAMW: return k == 0 ? "m" : "v";
     case ST_OPT_RMSPROP: return k == 0 ? "rms" : "momentum";
@@ -40,19 +40,19 @@ st_checkpoint_options st_checkpoint_default_options(void) {
 /* Slot tensors "<layer>/<param>/<slot>" over a host copy of all slots. */
 static st_status gather_slots(const st_model *m, st_named_tensor **ts, int *n, float **blob) {
   int nv = 0;
-  for (int i = 0; i < m->nlayers; i++)
-    for (int p = 0; p < m->layers[i]->nparams; p++) nv += m->layers[i]->params[p].trainable;
-  *n = nv * m->n_slots;
+  for (int i = 0; i < m->net.nlayers; i++)
+    for (int p = 0; p < m->net.layers[i]->nparams; p++) nv += m->net.layers[i]->params[p].trainable;
+  *n = nv * m->net.n_slots;
   *ts = calloc((size_t)*n + 1, sizeof **ts);
-  *blob = malloc(((size_t)m->n_slots * m->n_params + 1) * sizeof(float));
+  *blob = malloc(((size_t)m->net.n_slots * m->net.n_params + 1) * sizeof(float));
   if (!*ts || !*blob) return st_error(ST_ERR_NOMEM, "checkpoint: out of memory");
   int t = 0;
-  for (int k = 0; k < m->n_slots; k++) {
-    float *host = *blob + (size_t)k * m->n_params;
-    m->be->to_host(host, m->slots[k], m->n_params * sizeof(float));
-    for (int i = 0; i < m->nlayers; i++)
-      for (int p = 0; p < m->layers[i]->nparams; p++) {
-        const st_layer *l = m->layers[i];
+  for (int k = 0; k < m->net.n_slots; k++) {
+    float *host = *blob + (size_t)k * m->net.n_params;
+    m->net.be->to_host(host, m->net.slots[k], m->net.n_params * sizeof(float));
+    for (int i = 0; i < m->net.nlayers; i++)
+      for (int p = 0; p < m->net.layers[i]->nparams; p++) {
+        const st_layer *l = m->net.layers[i];
         if (!l->params[p].trainable) continue;
         st__describe_var(l, p, &(*ts)[t]);
         size_t len = strlen((*ts)[t].name);
@@ -86,10 +86,10 @@ st_status st__ckpt_file_crc(const char *path, uint32_t *crc) {
   return ok ? ST_OK : st_error(ST_ERR_IO, "%s: cannot read", path);
 }
 
-static json_t *logs_json(const st_model *m) {
+static json_t *logs_json(const st_train_position *p) {
   json_t *a = json_array();
-  for (int i = 0; i < m->pos.nlogs; i++) {
-    const st_epoch_logs *l = &m->pos.logs[i];
+  for (int i = 0; i < p->nlogs; i++) {
+    const st_epoch_logs *l = &p->logs[i];
     json_array_append_new(a, json_pack("{s:i, s:f, s:f, s:b, s:f, s:f, s:f, s:f, s:I}", "epoch",
                                        l->epoch, "loss", l->loss, "accuracy", l->accuracy,
                                        "has_validation", l->has_validation, "val_loss",
@@ -99,20 +99,19 @@ static json_t *logs_json(const st_model *m) {
   return a;
 }
 
-static json_t *state_json(const st_model *m) {
-  const st_schedule *lr = &m->compile.optimizer.lr;
-  const struct st_train_position *p = &m->pos;
+static json_t *state_json(const st_model *m, const st_train_position *p) {
+  const st_schedule *lr = &m->net.optimizer.lr;
   return json_pack(
       "{s:s, s:i, s:s, s:I, s:I, s:I, s:I, s:f, s:I, s:I, s:I, s:s, s:{s:i, s:f, s:I, s:f, s:b, "
       "s:f}, s:o}",
       "format", CKPT_FORMAT, "version", CKPT_VERSION, "model", m->name, "seed",
-      (json_int_t)m->seed, "step", (json_int_t)m->step, "epoch", (json_int_t)p->epoch,
+      (json_int_t)m->net.seed, "step", (json_int_t)m->net.step, "epoch", (json_int_t)p->epoch,
       "step_in_epoch", (json_int_t)p->step_in_epoch, "loss_sum", p->loss_sum, "examples",
       (json_int_t)p->examples, "correct", (json_int_t)p->correct, "metric_count",
-      (json_int_t)p->metric_count, "optimizer", st_optimizer_name(m->compile.optimizer.kind),
+      (json_int_t)p->metric_count, "optimizer", st_optimizer_name(m->net.optimizer.kind),
       "lr_schedule", "kind", (int)lr->kind, "initial", (double)lr->initial, "decay_steps",
       (json_int_t)lr->decay_steps, "decay_rate", (double)lr->decay_rate, "staircase",
-      lr->staircase, "alpha", (double)lr->alpha, "history", logs_json(m));
+      lr->staircase, "alpha", (double)lr->alpha, "history", logs_json(p));
 }
 
 uint32_t st__ckpt_state_crc(json_t *o) {
@@ -191,11 +190,16 @@ static st_status write_files(st_model *m, const char *tmp, json_t *state) {
 }
 
 st_status st_checkpoint_save(st_model *m, const char *dir, const st_checkpoint_options *o) {
+  return st__checkpoint_save_at(m, dir, o, st__model_position(m));
+}
+
+st_status st__checkpoint_save_at(st_model *m, const char *dir, const st_checkpoint_options *o,
+                                 const st_train_position *pos) {
   if (!m->compiled) return st_error(ST_ERR_INVALID, "checkpoint: model is not compiled");
   if (!st__strategy_is_chief(m->strategy)) return ST_OK; /* multi-worker: the chief writes */
   st_status s = st__mkdir_p(dir);
   if (s != ST_OK) return s;
-  m->strategy->vt->sync_to_model(m->strategy, m);
+  m->strategy->vt->sync_to_model(m->strategy, &m->net);
   long seq = st__ckpt_next_seq(dir);
   char name[32], tmp[4096], dst[4096];
   snprintf(name, sizeof name, "ckpt-%06ld", seq);
@@ -204,7 +208,7 @@ st_status st_checkpoint_save(st_model *m, const char *dir, const st_checkpoint_o
   st__remove_tree(tmp); /* left by an interrupted save of this process */
   if (mkdir(tmp, 0777) != 0)
     return st_error(ST_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-  json_t *state = state_json(m);
+  json_t *state = state_json(m, pos);
   s = state ? write_files(m, tmp, state) : st_error(ST_ERR_NOMEM, "checkpoint: out of memory");
   json_decref(state);
   if (s == ST_OK && o->test_fail_after_bytes > 0) return simulate_crash(tmp, o->test_fail_after_bytes);

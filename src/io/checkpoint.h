@@ -4,7 +4,17 @@
 #define STRATA_IO_CHECKPOINT_H
 
 #include "distribute/strategy.h"
+#include "model/model.h"
 #include "io/safetensors.h"
+
+/* st_checkpoint_save / st_checkpoint_restore with the training position
+ * given: the writer saves *pos (fit's position, or the model's last one);
+ * the reader replaces *at (its logs freed) with the position it read, only
+ * when everything checked out. Variables, step and learning rate go to and
+ * come from the model as in the public functions. Caller's thread. */
+st_status st__checkpoint_save_at(st_model *m, const char *dir, const st_checkpoint_options *o,
+                                 const st_train_position *pos);
+st_status st__checkpoint_restore_at(st_model *m, const char *dir, st_train_position *at);
 
 /* Variables of the model, in layer order. */
 int st__model_var_count(const st_model *m);

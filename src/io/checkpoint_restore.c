@@ -92,32 +92,32 @@ static st_status check_model(const loaded *L, const st_model *m) {
     return st_error(ST_ERR_FORMAT, "%s: %d tensors, the model has %d variables", wp, L->w.n,
                     st__model_var_count(m));
   json_t *opt = json_object_get(L->state, "optimizer");
-  if (!json_is_string(opt) || strcmp(json_string_value(opt), st_optimizer_name(m->compile.optimizer.kind)))
+  if (!json_is_string(opt) || strcmp(json_string_value(opt), st_optimizer_name(m->net.optimizer.kind)))
     return st_error(ST_ERR_FORMAT, "%s/state.json: optimizer '%s', the model uses '%s'", L->dir,
                     json_is_string(opt) ? json_string_value(opt) : "?",
-                    st_optimizer_name(m->compile.optimizer.kind));
+                    st_optimizer_name(m->net.optimizer.kind));
   int nslot = 0;
-  for (int i = 0; i < m->nlayers; i++)
-    for (int p = 0; p < m->layers[i]->nparams; p++) {
+  for (int i = 0; i < m->net.nlayers; i++)
+    for (int p = 0; p < m->net.layers[i]->nparams; p++) {
       st_named_tensor want;
-      st__describe_var(m->layers[i], p, &want);
+      st__describe_var(m->net.layers[i], p, &want);
       st_status s = st__check_tensor(wp, &want, st__safetensors_find(&L->w, want.name));
       if (s != ST_OK) return s;
-      nslot += m->layers[i]->params[p].trainable * m->n_slots;
+      nslot += m->net.layers[i]->params[p].trainable * m->net.n_slots;
     }
   if (L->o.n != nslot)
     return st_error(ST_ERR_FORMAT, "%s: %d slot tensors, the optimizer needs %d", op, L->o.n, nslot);
   /* apply_vars takes slots by position (slot-major, variables in model
    * order): each must be "<variable>/<slot>" with the variable's shape, or a
    * forged file would make it copy past a smaller tensor's data. */
-  int per = m->n_slots ? nslot / m->n_slots : 0, t = 0;
-  for (int i = 0; i < m->nlayers; i++)
-    for (int p = 0; p < m->layers[i]->nparams; p++) {
-      if (!m->layers[i]->params[p].trainable) continue;
+  int per = m->net.n_slots ? nslot / m->net.n_slots : 0, t = 0;
+  for (int i = 0; i < m->net.nlayers; i++)
+    for (int p = 0; p < m->net.layers[i]->nparams; p++) {
+      if (!m->net.layers[i]->params[p].trainable) continue;
       st_named_tensor want;
-      st__describe_var(m->layers[i], p, &want);
+      st__describe_var(m->net.layers[i], p, &want);
       size_t len = strlen(want.name);
-      for (int k = 0; k < m->n_slots; k++) {
+      for (int k = 0; k < m->net.n_slots; k++) {
         const st_named_tensor *got = &L->o.tensors[(size_t)k * (size_t)per + (size_t)t];
         if (strncmp(got->name, want.name, len) != 0 || got->name[len] != '/')
           return st_error(ST_ERR_FORMAT, "%s: slot tensor %d is '%s', expected a slot of '%s'", op,
@@ -134,25 +134,25 @@ static st_status check_model(const loaded *L, const st_model *m) {
 
 static void apply_vars(const loaded *L, st_model *m) {
   int t = 0;
-  for (int i = 0; i < m->nlayers; i++)
-    for (int p = 0; p < m->layers[i]->nparams; p++) {
-      const st_layer *l = m->layers[i];
+  for (int i = 0; i < m->net.nlayers; i++)
+    for (int p = 0; p < m->net.layers[i]->nparams; p++) {
+      const st_layer *l = m->net.layers[i];
       st_named_tensor want;
       st__describe_var(l, p, &want);
       size_t bytes = st_shape_size(l->params[p].shape) * sizeof(float);
-      m->be->to_device(st__var_ptr(l, p, m->params, m->state),
-                       st__safetensors_find(&L->w, want.name)->data, bytes);
+      m->net.be->to_device(st__var_ptr(l, p, m->net.params, m->net.state),
+                           st__safetensors_find(&L->w, want.name)->data, bytes);
       if (!l->params[p].trainable) continue;
-      for (int k = 0; k < m->n_slots; k++) /* slots in file order: slot-major */
-        m->be->to_device(m->slots[k] + l->params[p].offset,
-                         L->o.tensors[(size_t)k * (size_t)(L->o.n / (m->n_slots ? m->n_slots : 1)) + t].data,
-                         bytes);
+      for (int k = 0; k < m->net.n_slots; k++) /* slots in file order: slot-major */
+        m->net.be->to_device(m->net.slots[k] + l->params[p].offset,
+                             L->o.tensors[(size_t)k * (size_t)(L->o.n / (m->net.n_slots ? m->net.n_slots : 1)) + t].data,
+                             bytes);
       t++;
     }
 }
 
 typedef struct position {
-  struct st_train_position p;
+  st_train_position p;
   int64_t step;
   st_schedule lr;
 } position;
@@ -223,6 +223,10 @@ static st_status resolve(const char *dir, loaded *L) {
 }
 
 st_status st_checkpoint_restore(st_model *m, const char *dir) {
+  return st__checkpoint_restore_at(m, dir, &m->last_pos);
+}
+
+st_status st__checkpoint_restore_at(st_model *m, const char *dir, st_train_position *at) {
   if (!m->compiled) return st_error(ST_ERR_INVALID, "checkpoint: model is not compiled");
   loaded L;
   memset(&L, 0, sizeof L);
@@ -235,11 +239,11 @@ st_status st_checkpoint_restore(st_model *m, const char *dir) {
   if (s == ST_OK) s = read_position(&L, &pos);
   if (s == ST_OK) { /* all checked: now the model changes */
     apply_vars(&L, m);
-    free(m->pos.logs);
-    m->pos = pos.p;
-    m->step = pos.step;
-    m->compile.optimizer.lr = pos.lr;
-    m->strategy->vt->sync_from_model(m->strategy, m);
+    st__train_position_clear(at);
+    *at = pos.p;
+    m->net.step = pos.step;
+    m->net.optimizer.lr = pos.lr;
+    m->strategy->vt->sync_from_model(m->strategy, &m->net);
   }
   json_decref(L.state);
   st__safetensors_free(&L.w);

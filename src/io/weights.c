@@ -10,10 +10,11 @@
 
 #include "distribute/strategy.h"
 #include "io/checkpoint.h"
+#include "model/model.h"
 
 int st__model_var_count(const st_model *m) {
   int n = 0;
-  for (int i = 0; i < m->nlayers; i++) n += m->layers[i]->nparams;
+  for (int i = 0; i < m->net.nlayers; i++) n += m->net.layers[i]->nparams;
   return n;
 }
 
@@ -25,17 +26,17 @@ void st__describe_var(const st_layer *l, int p, st_named_tensor *t) {
 
 /* Host copies of every variable, in layer order (one allocation in *blob). */
 st_status st__gather_vars(const st_model *m, st_named_tensor *ts, float **blob) {
-  size_t total = m->n_params + m->n_state;
+  size_t total = m->net.n_params + m->net.n_state;
   float *hp = malloc((total + 1) * sizeof(float));
   if (!hp) return st_error(ST_ERR_NOMEM, "save_weights: out of memory");
-  m->be->to_host(hp, m->params, m->n_params * sizeof(float));
-  m->be->to_host(hp + m->n_params, m->state, m->n_state * sizeof(float));
+  m->net.be->to_host(hp, m->net.params, m->net.n_params * sizeof(float));
+  m->net.be->to_host(hp + m->net.n_params, m->net.state, m->net.n_state * sizeof(float));
   int k = 0;
-  for (int i = 0; i < m->nlayers; i++) {
-    const st_layer *l = m->layers[i];
+  for (int i = 0; i < m->net.nlayers; i++) {
+    const st_layer *l = m->net.layers[i];
     for (int p = 0; p < l->nparams; p++, k++) {
       st__describe_var(l, p, &ts[k]);
-      ts[k].data = st__var_ptr(l, p, hp, hp + m->n_params);
+      ts[k].data = st__var_ptr(l, p, hp, hp + m->net.n_params);
     }
   }
   *blob = hp;
@@ -44,7 +45,7 @@ st_status st__gather_vars(const st_model *m, st_named_tensor *ts, float **blob) 
 
 st_status st_model_save_weights(const st_model *m, const char *path) {
   if (!m->compiled) return st_error(ST_ERR_INVALID, "save_weights: model is not compiled");
-  m->strategy->vt->sync_to_model(m->strategy, (st_model *)m);
+  m->strategy->vt->sync_to_model(m->strategy, (st_net *)&m->net);
   int n = st__model_var_count(m);
   st_named_tensor *ts = calloc((size_t)n + 1, sizeof *ts);
   float *blob = NULL;
@@ -89,40 +90,40 @@ st_status st_model_load_weights(st_model *m, const char *path) {
   int n = st__model_var_count(m);
   if (f.n != n)
     s = st_error(ST_ERR_FORMAT, "%s: %d tensors, the model has %d variables", path, f.n, n);
-  for (int i = 0; s == ST_OK && i < m->nlayers; i++)
-    for (int p = 0; s == ST_OK && p < m->layers[i]->nparams; p++) {
+  for (int i = 0; s == ST_OK && i < m->net.nlayers; i++)
+    for (int p = 0; s == ST_OK && p < m->net.layers[i]->nparams; p++) {
       st_named_tensor want;
-      st__describe_var(m->layers[i], p, &want);
+      st__describe_var(m->net.layers[i], p, &want);
       s = st__check_tensor(path, &want, st__safetensors_find(&f, want.name));
     }
-  for (int i = 0; s == ST_OK && i < m->nlayers; i++)
-    for (int p = 0; p < m->layers[i]->nparams; p++) {
-      const st_layer *l = m->layers[i];
+  for (int i = 0; s == ST_OK && i < m->net.nlayers; i++)
+    for (int p = 0; p < m->net.layers[i]->nparams; p++) {
+      const st_layer *l = m->net.layers[i];
       st_named_tensor want;
       st__describe_var(l, p, &want);
       const st_named_tensor *got = st__safetensors_find(&f, want.name);
-      m->be->to_device(st__var_ptr(l, p, m->params, m->state), got->data,
-                       st_shape_size(l->params[p].shape) * sizeof(float));
+      m->net.be->to_device(st__var_ptr(l, p, m->net.params, m->net.state), got->data,
+                           st_shape_size(l->params[p].shape) * sizeof(float));
     }
-  if (s == ST_OK) m->strategy->vt->sync_from_model(m->strategy, m);
+  if (s == ST_OK) m->strategy->vt->sync_from_model(m->strategy, &m->net);
   st__safetensors_free(&f);
   return s;
 }
 
-size_t st_model_weights_size(const st_model *m) { return m->n_params + m->n_state; }
+size_t st_model_weights_size(const st_model *m) { return m->net.n_params + m->net.n_state; }
 
 st_status st_model_get_weights(const st_model *m, float *out) {
   if (!m->compiled) return st_error(ST_ERR_INVALID, "get_weights: model is not compiled");
-  m->strategy->vt->sync_to_model(m->strategy, (st_model *)m);
-  m->be->to_host(out, m->params, m->n_params * sizeof(float));
-  m->be->to_host(out + m->n_params, m->state, m->n_state * sizeof(float));
+  m->strategy->vt->sync_to_model(m->strategy, (st_net *)&m->net);
+  m->net.be->to_host(out, m->net.params, m->net.n_params * sizeof(float));
+  m->net.be->to_host(out + m->net.n_params, m->net.state, m->net.n_state * sizeof(float));
   return ST_OK;
 }
 
 st_status st_model_set_weights(st_model *m, const float *in) {
   if (!m->compiled) return st_error(ST_ERR_INVALID, "set_weights: model is not compiled");
-  m->be->to_device(m->params, in, m->n_params * sizeof(float));
-  m->be->to_device(m->state, in + m->n_params, m->n_state * sizeof(float));
-  m->strategy->vt->sync_from_model(m->strategy, m);
+  m->net.be->to_device(m->net.params, in, m->net.n_params * sizeof(float));
+  m->net.be->to_device(m->net.state, in + m->net.n_params, m->net.n_state * sizeof(float));
+  m->strategy->vt->sync_from_model(m->strategy, &m->net);
   return ST_OK;
 }

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nn/model.h"
+#include "nn/net.h"
 
 static void free_buffers(const st_backend *be, st_replica *r, int nlayers) {
   if (r->acts)
@@ -31,7 +31,7 @@ static st_status alloc_floats(const st_backend *be, size_t per, int n, float **o
   return *out ? ST_OK : ST_ERR_NOMEM;
 }
 
-static st_status alloc_buffers(const st_model *m, st_replica *r, int n) {
+static st_status alloc_buffers(const st_net *m, st_replica *r, int n) {
   const st_backend *be = r->be;
   size_t ws = 1;
   for (int i = 0; i < m->nlayers; i++) {
@@ -42,7 +42,7 @@ static st_status alloc_buffers(const st_model *m, st_replica *r, int n) {
     size_t w = l->vt->workspace_floats ? l->vt->workspace_floats(l, n) : 0;
     if (w > ws) ws = w;
   }
-  size_t mx = st__model_max_activation(m);
+  size_t mx = st__net_max_activation(m);
   if (alloc_floats(be, ws, 1, &r->workspace) || alloc_floats(be, mx, n, &r->dbuf[0]) ||
       alloc_floats(be, mx, n, &r->dbuf[1]) || alloc_floats(be, 1, n, &r->loss_rows))
     return ST_ERR_NOMEM;
@@ -50,7 +50,7 @@ static st_status alloc_buffers(const st_model *m, st_replica *r, int n) {
   return ST_OK;
 }
 
-st_status st__replica_reserve(const st_model *m, st_replica *r, int n) {
+st_status st__replica_reserve(const st_net *m, st_replica *r, int n) {
   if (n <= r->max_batch) return ST_OK;
   free_buffers(r->be, r, m->nlayers);
   st_status s = alloc_buffers(m, r, n);
@@ -61,7 +61,7 @@ st_status st__replica_reserve(const st_model *m, st_replica *r, int n) {
   return s;
 }
 
-st_status st__replica_create(const st_model *m, const st_backend *be, int index,
+st_status st__replica_create(const st_net *m, const st_backend *be, int index,
                              int max_batch, float *params, float *state,
                              st_replica **out) {
   *out = NULL;
@@ -106,7 +106,7 @@ void st__replica_destroy(st_replica *r) {
 }
 
 /* The arguments every layer call shares. */
-static st_layer_call make_call(const st_model *m, st_replica *r, int i, int n,
+static st_layer_call make_call(const st_net *m, st_replica *r, int i, int n,
                                bool training, int64_t step) {
   const st_layer *l = m->layers[i];
   st_layer_call c;
@@ -129,7 +129,7 @@ static st_layer_call make_call(const st_model *m, st_replica *r, int i, int n,
   return c;
 }
 
-const float *st__replica_forward(const st_model *m, st_replica *r,
+const float *st__replica_forward(const st_net *m, st_replica *r,
                                  const float *x, int n, bool training,
                                  int64_t step) {
   ST_ASSERT(n <= r->max_batch);
@@ -144,11 +144,11 @@ const float *st__replica_forward(const st_model *m, st_replica *r,
   return in;
 }
 
-double st__replica_loss(const st_model *m, st_replica *r, const float *y, int n) {
+double st__replica_loss(const st_net *m, st_replica *r, const float *y, int n) {
   if (n == 0) return 0.0;
   const float *out = m->nlayers ? r->acts[m->nlayers - 1] : NULL;
-  int cols = (int)st__model_output_size(m);
-  r->be->loss(m->compile.loss, n, cols, out, y, 1.0f, r->loss_rows, NULL);
+  int cols = (int)st__net_output_size(m);
+  r->be->loss(m->loss, n, cols, out, y, 1.0f, r->loss_rows, NULL);
   double sum = 0.0;
   for (int i = 0; i < n; i++) sum += r->loss_rows[i];
   return sum;
@@ -158,29 +158,29 @@ double st__replica_loss(const st_model *m, st_replica *r, const float *y, int n)
  * before it needs a gradient, so its input gradient (e.g. Dense after
  * Flatten: a [batch, 784] x [784, 256] gemm, ~30% of an mlp step) and the
  * backward passes before it are skipped. */
-static int first_trainable_layer(const st_model *m) {
+static int first_trainable_layer(const st_net *m) {
   for (int i = 0; i < m->nlayers; i++)
     for (int p = 0; p < m->layers[i]->nparams; p++)
       if (m->layers[i]->params[p].trainable) return i;
   return m->nlayers;
 }
 
-double st__replica_loss_backward(const st_model *m, st_replica *r,
+double st__replica_loss_backward(const st_net *m, st_replica *r,
                                  const float *x, const float *y, int n,
                                  int64_t global_batch, int64_t step,
                                  st_grads_ready_fn ready, void *ready_ctx) {
   const st_backend *be = r->be;
-  bool must_run = r->all_reduce_sum && st__model_uses_collectives(m);
+  bool must_run = r->all_reduce_sum && st__net_uses_collectives(m);
   if ((n == 0 && !must_run) || m->nlayers == 0) {
     be->fill(m->n_params, 0.0f, r->grads);
     for (int i = m->nlayers - 1; i >= 0; i--)
       if (ready) ready(ready_ctx, i);
     return 0.0;
   }
-  int cols = (int)st__model_output_size(m);
+  int cols = (int)st__net_output_size(m);
   const float *out = r->acts[m->nlayers - 1];
   if (n == 0) be->fill(m->n_params, 0.0f, r->grads); /* runs only for the collectives */
-  be->loss(m->compile.loss, n, cols, out, y, 1.0f / (float)global_batch,
+  be->loss(m->loss, n, cols, out, y, 1.0f / (float)global_batch,
            r->loss_rows, r->dbuf[0]);
   int cur = 0, first = first_trainable_layer(m);
   for (int i = m->nlayers - 1; i >= 0; i--) {

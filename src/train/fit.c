@@ -1,7 +1,9 @@
 /* fit / evaluate / predict: the training loop. Each global batch from the
  * dataset goes to the model's strategy, which splits it across replicas, runs
  * forward and backward, reduces gradients and applies the update; the loop
- * keeps the epoch's running figures, calls the callbacks and times training. */
+ * keeps the epoch's running figures and the training position (its own
+ * state: it hands the position to the checkpoint writer and reader, and
+ * leaves the model where it ended), calls the callbacks and times training. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "distribute/strategy.h"
+#include "model/model.h"
 #include "io/checkpoint.h"
 
 st_fit_options st_fit_default_options(void) {
@@ -31,25 +34,25 @@ static st_status check_data(const st_model *m, st_dataset *ds, const char *what)
   if (st_dataset_batch_size(ds) <= 0)
     return st_error(ST_ERR_INVALID, "%s: dataset must be batched (st_dataset_batch)", what);
   st_shape xs = st_dataset_x_shape(ds);
-  if (st_shape_size(xs) != st_shape_size(m->input_shape)) {
+  if (st_shape_size(xs) != st_shape_size(m->net.input_shape)) {
     char a[64], b[64];
     return st_error(ST_ERR_INVALID, "%s: dataset features %s do not fit model input %s", what,
-                    st_shape_format(xs, a, sizeof a), st_shape_format(m->input_shape, b, sizeof b));
+                    st_shape_format(xs, a, sizeof a), st_shape_format(m->net.input_shape, b, sizeof b));
   }
-  size_t ys = st_dataset_y_size(ds), out = st__model_output_size(m);
-  size_t want = st_loss_is_sparse(m->compile.loss) ? 1 : out;
+  size_t ys = st_dataset_y_size(ds), out = st__net_output_size(&m->net);
+  size_t want = st_loss_is_sparse(m->net.loss) ? 1 : out;
   if (ys != want)
     return st_error(ST_ERR_INVALID, "%s: dataset labels have %zu values per example; loss %s "
                     "on a model with %zu outputs needs %zu", what, ys,
-                    st_loss_name(m->compile.loss), out, want);
+                    st_loss_name(m->net.loss), out, want);
   return ST_OK;
 }
 
 /* Sparse labels must be class indices within the model's outputs (checked
  * before any kernel uses them as an index). */
 static st_status check_labels(const st_model *m, const st_batch *b, int64_t first) {
-  if (!st_loss_is_sparse(m->compile.loss)) return ST_OK;
-  int64_t classes = (int64_t)st__model_output_size(m);
+  if (!st_loss_is_sparse(m->net.loss)) return ST_OK;
+  int64_t classes = (int64_t)st__net_output_size(&m->net);
   for (int i = 0; i < b->size; i++) {
     float v = b->y[i];
     if (!(v >= 0.0f && v < (float)classes) || v != (float)(int64_t)v)
@@ -85,6 +88,7 @@ static st_status run_pass(st_model *m, st_dataset *ds, step_fn step, void *arg,
 /* ---- fit ---- */
 typedef struct fit_state {
   const st_fit_options *o;
+  st_train_position pos; /* where training stands (saved in backups) */
   int epoch;
   int64_t steps_per_epoch, global_step;
   double timed_seconds, t_last;
@@ -94,16 +98,16 @@ typedef struct fit_state {
 static double ratio(int64_t a, int64_t b) { return b ? (double)a / (double)b : 0.0; }
 
 /* Multi-worker: the chief writes (st_checkpoint_save does nothing elsewhere). */
-static st_status save_backup(st_model *m, const st_fit_options *o) {
+static st_status save_backup(st_model *m, const fit_state *fs) {
   st_checkpoint_options co = st_checkpoint_default_options();
   co.keep = 2;
-  st_status s = st_checkpoint_save(m, o->backup_dir, &co);
+  st_status s = st__checkpoint_save_at(m, fs->o->backup_dir, &co, &fs->pos);
   return s == ST_OK ? s : st_error_prefix(s, "backup: ");
 }
 
 static st_status fit_step(st_model *m, const st_batch *b, st_step_stats *tot, void *arg) {
   fit_state *fs = arg;
-  st_status s = m->strategy->vt->train_step(m->strategy, m, b, tot);
+  st_status s = m->strategy->vt->train_step(m->strategy, &m->net, b, tot);
   if (s != ST_OK) return s;
   double now = st_now_seconds();
   if (fs->global_step >= fs->o->warmup_steps) {
@@ -112,7 +116,7 @@ static st_status fit_step(st_model *m, const st_batch *b, st_step_stats *tot, vo
   }
   fs->t_last = now;
   fs->global_step++;
-  struct st_train_position *p = &m->pos;
+  st_train_position *p = &fs->pos;
   p->step_in_epoch++;
   p->loss_sum = tot->loss_sum, p->examples = tot->examples;
   p->correct = tot->correct, p->metric_count = tot->metric_count;
@@ -125,8 +129,8 @@ static st_status fit_step(st_model *m, const st_batch *b, st_step_stats *tot, vo
     if (fs->o->callbacks[c].on_batch_end &&
         (s = fs->o->callbacks[c].on_batch_end(fs->o->callbacks[c].user, m, &bl)) != ST_OK)
       return s;
-  if (fs->o->backup_dir && fs->o->backup_every_steps > 0 && m->step % fs->o->backup_every_steps == 0)
-    return save_backup(m, fs->o);
+  if (fs->o->backup_dir && fs->o->backup_every_steps > 0 && m->net.step % fs->o->backup_every_steps == 0)
+    return save_backup(m, fs);
   return ST_OK;
 }
 
@@ -134,10 +138,10 @@ static st_status fit_step(st_model *m, const st_batch *b, st_step_stats *tot, vo
  * takes this position; the workers wait for the chief to have written it
  * before any returns (a launcher may kill the rest when one exits). */
 static st_status stop_here(st_model *m, fit_state *fs) {
-  st_status s = fs->o->backup_dir ? save_backup(m, fs->o) : ST_OK;
+  st_status s = fs->o->backup_dir ? save_backup(m, fs) : ST_OK;
   if (s == ST_OK) s = st__strategy_barrier(m->strategy);
   if (s != ST_OK) return s;
-  long long step = (long long)m->pos.step_in_epoch;
+  long long step = (long long)fs->pos.step_in_epoch;
   if (fs->o->backup_dir)
     return st_error(ST_ERR_STOPPED, "stopped on request at epoch %d after step %lld; the "
                     "backup in %s holds this point: the same command resumes from it",
@@ -183,7 +187,7 @@ static st_status train_pass(st_model *m, st_dataset *ds, fit_state *fs, st_step_
   st_iterator *it = NULL;
   st_status s = st_dataset_iterate_epoch(ds, (uint64_t)fs->epoch, &it);
   lookahead la = {.it = it};
-  for (int64_t skip = m->pos.step_in_epoch; s == ST_OK;) {
+  for (int64_t skip = fs->pos.step_in_epoch; s == ST_OK;) {
     st_batch b;
     bool end = false, go = false;
     if ((s = next_batch(&la, &b, &end)) != ST_OK) break;
@@ -217,8 +221,7 @@ static st_status call_epoch_end(st_model *m, const st_fit_options *o, const st_e
 }
 
 /* The epoch is done: it joins the logs and the position moves to the next. */
-static st_status close_epoch(st_model *m, const st_epoch_logs *lg) {
-  struct st_train_position *p = &m->pos;
+static st_status close_epoch(st_train_position *p, const st_epoch_logs *lg) {
   st_epoch_logs *grown = realloc(p->logs, (size_t)(p->nlogs + 1) * sizeof *grown);
   if (!grown) return st_error(ST_ERR_NOMEM, "fit: out of memory");
   p->logs = grown;
@@ -238,10 +241,10 @@ static st_status fit_epoch(st_model *m, st_dataset *train, fit_state *fs) {
       return s;
   double t0 = st_now_seconds();
   fs->t_last = t0;
-  struct st_train_position *p = &m->pos;
+  st_train_position *p = &fs->pos;
   st_step_stats tot = {p->loss_sum, p->examples, p->correct, p->metric_count};
   st_epoch_logs lg = {.epoch = fs->epoch};
-  lg.lr = st_schedule_lr(&m->compile.optimizer.lr, m->step);
+  lg.lr = st_schedule_lr(&m->net.optimizer.lr, m->net.step);
   if ((s = train_pass(m, train, fs, &tot)) != ST_OK) return s;
   if (tot.examples == 0)
     return st_error(ST_ERR_INVALID, "fit: the training dataset yielded no examples");
@@ -258,19 +261,14 @@ static st_status fit_epoch(st_model *m, st_dataset *train, fit_state *fs) {
     lg.val_loss = ev.loss;
     lg.val_accuracy = ev.accuracy;
   }
-  if ((s = close_epoch(m, &lg)) != ST_OK || (s = call_epoch_end(m, o, &lg)) != ST_OK) return s;
-  return o->backup_dir ? save_backup(m, o) : ST_OK;
+  if ((s = close_epoch(p, &lg)) != ST_OK || (s = call_epoch_end(m, o, &lg)) != ST_OK) return s;
+  return o->backup_dir ? save_backup(m, fs) : ST_OK;
 }
 
-static void reset_position(st_model *m) {
-  free(m->pos.logs);
-  memset(&m->pos, 0, sizeof m->pos);
-}
-
-/* BackupAndRestore: resume from the backup when there is one. No `latest`
- * file is a fresh start; a damaged or unreadable one is an error (a fresh
- * start would end by deleting the backup). */
-static st_status maybe_restore(st_model *m, const st_fit_options *o) {
+/* BackupAndRestore: resume from the backup when there is one (its position
+ * goes to *pos). No `latest` file is a fresh start; a damaged or unreadable
+ * one is an error (a fresh start would end by deleting the backup). */
+static st_status maybe_restore(st_model *m, const st_fit_options *o, st_train_position *pos) {
   char latest[4096];
   if (!o->backup_dir) return ST_OK;
   st_status s = st_checkpoint_latest(o->backup_dir, latest, sizeof latest);
@@ -283,22 +281,43 @@ static st_status maybe_restore(st_model *m, const st_fit_options *o) {
     }
     return st_error_prefix(s, "backup: cannot resume: ");
   }
-  s = st_checkpoint_restore(m, o->backup_dir);
+  s = st__checkpoint_restore_at(m, o->backup_dir, pos);
   if (s != ST_OK) return st_error_prefix(s, "backup: cannot resume: ");
   st_log(ST_LOG_INFO, "resuming from %s at epoch %lld, step %lld", latest,
-         (long long)m->pos.epoch + 1, (long long)m->pos.step_in_epoch);
+         (long long)pos->epoch + 1, (long long)pos->step_in_epoch);
   return ST_OK;
 }
 
-static st_status copy_history(const st_model *m, const fit_state *fs, st_history *out) {
-  out->logs = calloc((size_t)m->pos.nlogs + 1, sizeof *out->logs);
+static st_status copy_history(const fit_state *fs, st_history *out) {
+  const st_train_position *p = &fs->pos;
+  out->logs = calloc((size_t)p->nlogs + 1, sizeof *out->logs);
   if (!out->logs) return st_error(ST_ERR_NOMEM, "fit: out of memory");
-  if (m->pos.nlogs) memcpy(out->logs, m->pos.logs, (size_t)m->pos.nlogs * sizeof *out->logs);
-  out->epochs = m->pos.nlogs;
+  if (p->nlogs) memcpy(out->logs, p->logs, (size_t)p->nlogs * sizeof *out->logs);
+  out->epochs = p->nlogs;
   out->train_seconds = fs->timed_seconds;
   out->train_samples = fs->timed_samples;
   out->samples_per_sec = fs->timed_seconds > 0 ? (double)fs->timed_samples / fs->timed_seconds : 0;
   return ST_OK;
+}
+
+/* The epochs from the position on; callbacks that save a checkpoint save
+ * fit's position (m->fit_pos) meanwhile. */
+static st_status fit_epochs(st_model *m, st_dataset *train, fit_state *fs) {
+  st_status s = ST_OK;
+  m->stop_training = false;
+  m->fit_pos = &fs->pos;
+  for (fs->epoch = (int)fs->pos.epoch; fs->epoch < fs->o->epochs && !m->stop_training; fs->epoch++)
+    if ((s = fit_epoch(m, train, fs)) != ST_OK) break;
+  m->fit_pos = NULL;
+  return s;
+}
+
+/* The model keeps where this fit ended (takes p's logs), for
+ * st_checkpoint_save called after fit. */
+static void keep_position(st_model *m, st_train_position *p) {
+  st__train_position_clear(&m->last_pos);
+  m->last_pos = *p;
+  memset(p, 0, sizeof *p);
 }
 
 st_status st_model_fit(st_model *m, st_dataset *train, st_fit_options *o, st_history *out) {
@@ -308,16 +327,18 @@ st_status st_model_fit(st_model *m, st_dataset *train, st_fit_options *o, st_his
   if (o->validation && (s = check_data(m, o->validation, "fit: validation data")) != ST_OK)
     return s;
   if (o->epochs < 0) return st_error(ST_ERR_INVALID, "fit: epochs %d (must be >= 0)", o->epochs);
-  reset_position(m);
-  if ((s = maybe_restore(m, o)) != ST_OK) return s;
-  if ((s = st__strategy_check_fit(m->strategy, m, st_dataset_batch_size(train),
-                                  st_dataset_cardinality(train), o->epochs)) != ST_OK)
-    return s;
-  m->stop_training = false;
   fit_state fs = {.o = o, .steps_per_epoch = st_dataset_cardinality(train)};
-  for (fs.epoch = (int)m->pos.epoch; fs.epoch < o->epochs && !m->stop_training; fs.epoch++)
-    if ((s = fit_epoch(m, train, &fs)) != ST_OK) break;
-  st_status hs = copy_history(m, &fs, out);
+  if ((s = maybe_restore(m, o, &fs.pos)) == ST_OK)
+    s = st__strategy_check_fit(m->strategy, &m->net, st_dataset_batch_size(train),
+                               st_dataset_cardinality(train), o->epochs, fs.pos.epoch,
+                               fs.pos.step_in_epoch);
+  if (s != ST_OK) {
+    keep_position(m, &fs.pos);
+    return s;
+  }
+  s = fit_epochs(m, train, &fs);
+  st_status hs = copy_history(&fs, out);
+  keep_position(m, &fs.pos);
   if (s == ST_OK && o->backup_dir && st__strategy_is_chief(m->strategy))
     st__checkpoint_remove_all(o->backup_dir);
   return s != ST_OK ? s : hs;
@@ -326,8 +347,8 @@ st_status st_model_fit(st_model *m, st_dataset *train, st_fit_options *o, st_his
 /* ---- evaluate / predict ---- */
 static st_status eval_step(st_model *m, const st_batch *b, st_step_stats *tot, void *arg) {
   float **pred = arg;
-  st_status s = m->strategy->vt->eval_step(m->strategy, m, b, tot, pred ? *pred : NULL);
-  if (s == ST_OK && pred) *pred += (size_t)b->size * st__model_output_size(m);
+  st_status s = m->strategy->vt->eval_step(m->strategy, &m->net, b, tot, pred ? *pred : NULL);
+  if (s == ST_OK && pred) *pred += (size_t)b->size * st__net_output_size(&m->net);
   return s;
 }
 
@@ -361,7 +382,7 @@ st_status st_model_predict(st_model *m, st_dataset *ds, st_tensor *out) {
   st_status s = check_data(m, ds, "predict");
   int64_t n = 0;
   if (s != ST_OK || (s = count_examples(ds, &n)) != ST_OK) return s;
-  size_t cols = st__model_output_size(m);
+  size_t cols = st__net_output_size(&m->net);
   float *buf = calloc((size_t)n * cols + 1, sizeof(float));
   if (!buf) return st_error(ST_ERR_NOMEM, "predict: out of memory for %lld rows", (long long)n);
   float *cursor = buf;

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nn/model.h"
+#include "model/model.h"
 
 typedef struct sbuf {
   char *s;
@@ -54,8 +54,8 @@ st_status st_model_summary(const st_model *m, char **out) {
   sb_printf(&b, "Model: \"%s\"\n%s\n", m->name, rule);
   sb_printf(&b, " %-33s %-24s %s\n%s\n", "Layer (type)", "Output Shape", "Param #", dbl);
   size_t trainable = 0, total = 0;
-  for (int i = 0; i < m->nlayers; i++) {
-    const st_layer *l = m->layers[i];
+  for (int i = 0; i < m->net.nlayers; i++) {
+    const st_layer *l = m->net.layers[i];
     char nm[160], shp[64];
     snprintf(nm, sizeof nm, "%s (%s)", l->name, l->vt->class_name);
     size_t n = st_layer_param_count(l);
@@ -63,7 +63,7 @@ st_status st_model_summary(const st_model *m, char **out) {
       if (l->params[p].trainable) trainable += st_shape_size(l->params[p].shape);
     total += n;
     sb_printf(&b, " %-33s %-24s %zu\n", nm, st_shape_format(l->out_shape, shp, sizeof shp), n);
-    sb_printf(&b, "%s\n", i + 1 < m->nlayers ? "" : dbl);
+    sb_printf(&b, "%s\n", i + 1 < m->net.nlayers ? "" : dbl);
   }
   char g[48];
   sb_printf(&b, "Total params: %s\n", grouped(total, g));

@@ -39,8 +39,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/split.h" /* st__split */
 #include "distribute/collective/collective.h"
-#include "distribute/replica_group.h" /* st__split */
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static st_status g_init_status = ST_OK;

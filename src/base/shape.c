@@ -2,7 +2,7 @@
  * Keras-style text form "(None, 13, 13, 32)". Pure functions, any thread. */
 #include <stdio.h>
 
-#include "strata/nn.h"
+#include "strata/base.h"
 
 st_shape st_shape1(int d0) {
   st_shape s = {.rank = 1, .dims = {d0}};

@@ -1,8 +1,8 @@
 /* The Sequential model's structure: layers in order, automatic Keras-style names,
  * building each layer against the previous output shape, and laying out every
- * parameter in the flat params/state buffers. Compile, fit and friends live in
- * src/train/. */
-#include "nn/model.h"
+ * parameter in the net's flat params/state buffers. Compile is compile.c; fit
+ * and friends live in src/train/. */
+#include "model/model.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,8 +28,8 @@ st_status st_sequential_create(const st_model_options *o, st_model **out) {
   st_model *m = calloc(1, sizeof *m);
   if (!m) return st_error(ST_ERR_NOMEM, "model: out of memory");
   snprintf(m->name, sizeof m->name, "%s", o->name ? o->name : "sequential");
-  m->input_shape = o->input_shape;
-  m->seed = o->seed;
+  m->net.input_shape = o->input_shape;
+  m->net.seed = o->seed;
   m->strategy = o->strategy;
   *out = m;
   return ST_OK;
@@ -39,8 +39,8 @@ st_status st_sequential_create(const st_model_options *o, st_model **out) {
 static void auto_name(st_model *m, st_layer *l) {
   const char *base = l->vt->base_name;
   int count = 0;
-  for (int i = 0; i < m->nlayers; i++)
-    if (!m->layers[i]->named_by_user && strcmp(m->layers[i]->vt->base_name, base) == 0)
+  for (int i = 0; i < m->net.nlayers; i++)
+    if (!m->net.layers[i]->named_by_user && strcmp(m->net.layers[i]->vt->base_name, base) == 0)
       count++;
   if (count == 0)
     snprintf(l->name, sizeof l->name, "%s", base);
@@ -49,10 +49,10 @@ static void auto_name(st_model *m, st_layer *l) {
 }
 
 static st_status check_unique_name(const st_model *m, const st_layer *l) {
-  for (int i = 0; i < m->nlayers; i++)
-    if (strcmp(m->layers[i]->name, l->name) == 0)
+  for (int i = 0; i < m->net.nlayers; i++)
+    if (strcmp(m->net.layers[i]->name, l->name) == 0)
       return st_error(ST_ERR_INVALID, "model: layer %d: duplicate layer name '%s'",
-                      m->nlayers, l->name);
+                      m->net.nlayers, l->name);
   return ST_OK;
 }
 
@@ -64,71 +64,40 @@ st_status st_model_add(st_model *m, st_layer *l) {
     s = st_error(ST_ERR_INVALID, "model: cannot add layer after compile");
     goto fail;
   }
-  if (m->nlayers == m->cap) {
-    int cap = m->cap ? m->cap * 2 : 8;
-    st_layer **grown = realloc(m->layers, (size_t)cap * sizeof *grown);
+  if (m->net.nlayers == m->net.cap) {
+    int cap = m->net.cap ? m->net.cap * 2 : 8;
+    st_layer **grown = realloc(m->net.layers, (size_t)cap * sizeof *grown);
     if (!grown) { s = st_error(ST_ERR_NOMEM, "model: out of memory"); goto fail; }
-    m->layers = grown;
-    m->cap = cap;
+    m->net.layers = grown;
+    m->net.cap = cap;
   }
   if (!l->named_by_user) auto_name(m, l);
   if ((s = check_unique_name(m, l)) != ST_OK) goto fail;
   st_shape in = st_model_output_shape(m);
   if ((s = st__layer_build(l, in)) != ST_OK) {
-    st_error_prefix(s, "layer %d ('%s'): ", m->nlayers, l->name);
+    st_error_prefix(s, "layer %d ('%s'): ", m->net.nlayers, l->name);
     goto fail;
   }
   for (int p = 0; p < l->nparams; p++) {
-    size_t *total = l->params[p].trainable ? &m->n_params : &m->n_state;
+    size_t *total = l->params[p].trainable ? &m->net.n_params : &m->net.n_state;
     l->params[p].offset = *total;
     *total += st_shape_size(l->params[p].shape);
   }
-  st_layer *prev = m->nlayers ? m->layers[m->nlayers - 1] : NULL;
+  st_layer *prev = m->net.nlayers ? m->net.layers[m->net.nlayers - 1] : NULL;
   if (l->folds_input_relu && prev && prev->out_activation == ST_ACT_RELU)
     l->input_relu_folded = prev->act_grad_folded = true;
-  m->layers[m->nlayers++] = l;
+  m->net.layers[m->net.nlayers++] = l;
   return ST_OK;
 fail:
   st_layer_destroy(l);
   return s;
 }
 
-int st_model_layer_count(const st_model *m) { return m->nlayers; }
+int st_model_layer_count(const st_model *m) { return m->net.nlayers; }
 const st_layer *st_model_layer(const st_model *m, int i) {
-  return (i >= 0 && i < m->nlayers) ? m->layers[i] : NULL;
+  return (i >= 0 && i < m->net.nlayers) ? m->net.layers[i] : NULL;
 }
 size_t st_model_param_count(const st_model *m, bool trainable_only) {
-  return trainable_only ? m->n_params : m->n_params + m->n_state;
+  return trainable_only ? m->net.n_params : m->net.n_params + m->net.n_state;
 }
-st_shape st_model_output_shape(const st_model *m) {
-  return m->nlayers ? m->layers[m->nlayers - 1]->out_shape : m->input_shape;
-}
-size_t st__model_output_size(const st_model *m) {
-  return st_shape_size(st_model_output_shape(m));
-}
-
-bool st__model_uses_collectives(const st_model *m) {
-  for (int i = 0; i < m->nlayers; i++)
-    if (m->layers[i]->uses_collectives) return true;
-  return false;
-}
-
-size_t st__model_max_activation(const st_model *m) {
-  size_t mx = st_shape_size(m->input_shape);
-  for (int i = 0; i < m->nlayers; i++) {
-    size_t s = st_shape_size(m->layers[i]->out_shape);
-    if (s > mx) mx = s;
-  }
-  return mx;
-}
-
-void st__model_init_variables(const st_model *m, float *params, float *state) {
-  for (int i = 0; i < m->nlayers; i++) {
-    const st_layer *l = m->layers[i];
-    for (int p = 0; p < l->nparams; p++) {
-      st_rng rng = st_rng_make(m->seed, (uint64_t)i * ST_LAYER_MAX_PARAMS + (uint64_t)p);
-      st__init_fill(l->params[p].init, l->params[p].shape,
-                    st__var_ptr(l, p, params, state), &rng);
-    }
-  }
-}
+st_shape st_model_output_shape(const st_model *m) { return st__net_output_shape(&m->net); }

@@ -1,12 +1,14 @@
-/* compile: validate the loss against the model's output, allocate the variables
- * and optimizer slots, initialise the weights from the seed, and attach the
- * strategy (creating the default one-device strategy when none was given). */
+/* compile: validate the loss against the model's output, allocate the net's
+ * variables and optimizer slots, initialise the weights from the seed, and
+ * attach the strategy to the net (creating the default one-device strategy
+ * when none was given); destroy, which undoes it. */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "distribute/strategy.h"
+#include "model/model.h"
 
 st_compile_options st_compile_default_options(void) {
   st_compile_options o;
@@ -19,7 +21,7 @@ st_compile_options st_compile_default_options(void) {
 }
 
 static st_status check_compile(const st_model *m, const st_compile_options *o) {
-  if (m->nlayers == 0) return st_error(ST_ERR_INVALID, "compile: the model has no layers");
+  if (m->net.nlayers == 0) return st_error(ST_ERR_INVALID, "compile: the model has no layers");
   if (m->compiled) return st_error(ST_ERR_INVALID, "compile: model already compiled");
   if (o->loss < 0 || o->loss >= ST_LOSS_COUNT)
     return st_error(ST_ERR_INVALID, "compile: loss kind %d out of range", (int)o->loss);
@@ -38,14 +40,15 @@ static st_status check_compile(const st_model *m, const st_compile_options *o) {
   return ST_OK;
 }
 
-static st_status alloc_vars(st_model *m) {
+/* The net's variables and optimizer slots (kind from m->optimizer). */
+static st_status alloc_vars(st_net *m) {
   const st_backend *be = m->be;
   size_t np = (m->n_params ? m->n_params : 1) * sizeof(float);
   size_t ns = (m->n_state ? m->n_state : 1) * sizeof(float);
   m->params = be->alloc(np);
   m->state = be->alloc(ns);
   if (!m->params || !m->state) return ST_ERR_NOMEM;
-  m->n_slots = st_optimizer_slot_count(&m->compile.optimizer);
+  m->n_slots = st_optimizer_slot_count(&m->optimizer);
   for (int i = 0; i < m->n_slots; i++) {
     m->slots[i] = be->alloc(np);
     if (!m->slots[i]) return ST_ERR_NOMEM;
@@ -59,7 +62,7 @@ static st_status alloc_vars(st_model *m) {
     free(hs);
     return ST_ERR_NOMEM;
   }
-  st__model_init_variables(m, hp, hs);
+  st__net_init_variables(m, hp, hs);
   be->to_device(m->params, hp, m->n_params * sizeof(float));
   be->to_device(m->state, hs, m->n_state * sizeof(float));
   free(hp);
@@ -67,7 +70,7 @@ static st_status alloc_vars(st_model *m) {
   return ST_OK;
 }
 
-static st_status pick_backend(st_model *m) {
+static st_status pick_backend(st_net *m) {
   const char *name = getenv("STRATA_BACKEND");
   return st_backend_get(name && *name ? name : "cpu", &m->be);
 }
@@ -76,28 +79,29 @@ st_status st_model_compile(st_model *m, const st_compile_options *o) {
   st_status s = check_compile(m, o);
   if (s != ST_OK) return s;
   m->compile = *o;
-  if ((s = pick_backend(m)) != ST_OK) return s;
-  if ((s = alloc_vars(m)) != ST_OK)
-    return st_error(s, "compile: out of memory for %zu parameters", m->n_params);
+  m->net.optimizer = o->optimizer;
+  m->net.loss = o->loss;
+  m->net.nmetrics = o->nmetrics;
+  memcpy(m->net.metrics, o->metrics, sizeof m->net.metrics);
+  if ((s = pick_backend(&m->net)) != ST_OK) return s;
+  if ((s = alloc_vars(&m->net)) != ST_OK)
+    return st_error(s, "compile: out of memory for %zu parameters", m->net.n_params);
   if (!m->strategy) {
     st_strategy_options so = st_strategy_default_options(ST_STRATEGY_ONE_DEVICE);
     if ((s = st_strategy_create(&so, &m->strategy)) != ST_OK) return s;
     m->owns_strategy = true;
   }
-  if (m->strategy->model)
+  if (m->strategy->net)
     return st_error(ST_ERR_INVALID, "compile: the strategy is already bound to another model");
   int threads = m->strategy->opts.threads;
   st_blas_init(threads);
-  if ((s = m->strategy->vt->attach(m->strategy, m)) != ST_OK) return s;
+  if ((s = m->strategy->vt->attach(m->strategy, &m->net)) != ST_OK) return s;
   m->compiled = true;
   return ST_OK;
 }
 
-/* Unbinds the strategy first (its replicas reference the model's variables),
- * so model and strategy may be destroyed in either order. */
-void st_model_destroy(st_model *m) {
-  if (!m) return;
-  if (m->strategy && m->strategy->model == m) m->strategy->vt->detach(m->strategy);
+/* The net's layers and variables. */
+static void free_net(st_net *m) {
   for (int i = 0; i < m->nlayers; i++) st_layer_destroy(m->layers[i]);
   free(m->layers);
   if (m->be) {
@@ -105,8 +109,16 @@ void st_model_destroy(st_model *m) {
     m->be->free(m->state);
     for (int i = 0; i < m->n_slots; i++) m->be->free(m->slots[i]);
   }
+}
+
+/* Unbinds the strategy first (its replicas reference the net's variables),
+ * so model and strategy may be destroyed in either order. */
+void st_model_destroy(st_model *m) {
+  if (!m) return;
+  if (m->strategy && m->strategy->net == &m->net) m->strategy->vt->detach(m->strategy);
+  free_net(&m->net);
   if (m->owns_strategy) st_strategy_destroy(m->strategy);
-  free(m->pos.logs);
+  st__train_position_clear(&m->last_pos);
   free(m);
 }
 
@@ -114,13 +126,18 @@ void st_model_destroy(st_model *m) {
 void st_model_stop_training(st_model *m) { m->stop_training = true; }
 
 double st_model_learning_rate(const st_model *m) {
-  return st_schedule_lr(&m->compile.optimizer.lr, m->step);
+  return st_schedule_lr(&m->net.optimizer.lr, m->net.step);
 }
 
 /* The optimizer keeps the rate as a float: it must stay finite and > 0. */
 st_status st_model_set_learning_rate(st_model *m, double lr) {
   if (!isfinite(lr) || lr <= 0 || lr > FLT_MAX || (float)lr <= 0.0f)
     return st_error(ST_ERR_INVALID, "learning rate %g (must be finite and > 0 as a float)", lr);
-  m->compile.optimizer.lr = st_schedule_constant((float)lr);
+  m->net.optimizer.lr = st_schedule_constant((float)lr);
   return ST_OK;
+}
+
+void st__train_position_clear(st_train_position *p) {
+  free(p->logs);
+  memset(p, 0, sizeof *p);
 }
