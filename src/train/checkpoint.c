@@ -48,7 +48,7 @@ static st_status gather_slots(const st_model *m, st_named_tensor **ts, int *n, f
   int t = 0;
   for (int k = 0; k < m->n_slots; k++) {
     float *host = *blob + (size_t)k * m->n_params;
-    m->be->to_host(host, m->slots[k], m->n_params * sizeof(float));
+    st__be_to_host(m->be_ctx, host, m->slots[k], m->n_params * sizeof(float));
     for (int i = 0; i < m->nlayers; i++)
       for (int p = 0; p < m->layers[i]->nparams; p++) {
         const st_layer *l = m->layers[i];

@@ -27,8 +27,8 @@ st_status st__gather_vars(const st_model *m, st_named_tensor *ts, float **blob) 
   size_t total = m->n_params + m->n_state;
   float *hp = malloc((total + 1) * sizeof(float));
   if (!hp) return st_error(ST_ERR_NOMEM, "save_weights: out of memory");
-  m->be->to_host(hp, m->params, m->n_params * sizeof(float));
-  m->be->to_host(hp + m->n_params, m->state, m->n_state * sizeof(float));
+  st__be_to_host(m->be_ctx, hp, m->params, m->n_params * sizeof(float));
+  st__be_to_host(m->be_ctx, hp + m->n_params, m->state, m->n_state * sizeof(float));
   int k = 0;
   for (int i = 0; i < m->nlayers; i++) {
     const st_layer *l = m->layers[i];
@@ -100,7 +100,7 @@ st_status st_model_load_weights(st_model *m, const char *path) {
       st_named_tensor want;
       st__describe_var(l, p, &want);
       const st_named_tensor *got = st__safetensors_find(&f, want.name);
-      m->be->to_device(st__var_ptr(l, p, m->params, m->state), got->data,
+      st__be_to_device(m->be_ctx, st__var_ptr(l, p, m->params, m->state), got->data,
                        st_shape_size(l->params[p].shape) * sizeof(float));
     }
   if (s == ST_OK) m->strategy->vt->sync_from_model(m->strategy, m);
@@ -113,15 +113,15 @@ size_t st_model_weights_size(const st_model *m) { return m->n_params + m->n_stat
 st_status st_model_get_weights(const st_model *m, float *out) {
   if (!m->compiled) return st_error(ST_ERR_INVALID, "get_weights: model is not compiled");
   m->strategy->vt->sync_to_model(m->strategy, (st_model *)m);
-  m->be->to_host(out, m->params, m->n_params * sizeof(float));
-  m->be->to_host(out + m->n_params, m->state, m->n_state * sizeof(float));
+  st__be_to_host(m->be_ctx, out, m->params, m->n_params * sizeof(float));
+  st__be_to_host(m->be_ctx, out + m->n_params, m->state, m->n_state * sizeof(float));
   return ST_OK;
 }
 
 st_status st_model_set_weights(st_model *m, const float *in) {
   if (!m->compiled) return st_error(ST_ERR_INVALID, "set_weights: model is not compiled");
-  m->be->to_device(m->params, in, m->n_params * sizeof(float));
-  m->be->to_device(m->state, in + m->n_params, m->n_state * sizeof(float));
+  st__be_to_device(m->be_ctx, m->params, in, m->n_params * sizeof(float));
+  st__be_to_device(m->be_ctx, m->state, in + m->n_params, m->n_state * sizeof(float));
   m->strategy->vt->sync_from_model(m->strategy, m);
   return ST_OK;
 }
