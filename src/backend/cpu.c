@@ -20,7 +20,8 @@
  * its loading (blas.c) is process-wide by nature. */
 static st_status cpu_ctx_create(int device_index, int threads, void **impl) {
   st__cpu_state *cs = calloc(1, sizeof *cs);
-  if (!cs) return st_error(ST_ERR_NOMEM, "cpu:%d: out of memory for a backend context", device_index);
+  if (!cs)
+    return st_error(ST_ERR_NOMEM, "cpu:%d: out of memory for a backend context", device_index);
   *impl = cs;
   return ST_OK;
 }

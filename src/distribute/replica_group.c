@@ -128,7 +128,8 @@ static void slice_task(void *arg, int i) {
   } else if (count) {
     s->loss_sum = st__replica_loss(p->m, r, y, count);
     if (p->pred)
-      st__be_to_host(r->ctx, p->pred + (size_t)start * outs, pred, (size_t)count * outs * sizeof(float));
+      st__be_to_host(r->ctx, p->pred + (size_t)start * outs, pred,
+                     (size_t)count * outs * sizeof(float));
   }
   s->examples = count;
 }
@@ -199,7 +200,8 @@ static void reduce_apply_task(void *arg, int t) {
   for (size_t b = lo; b < end; b += APPLY_BLOCK) {
     size_t len = end - b < APPLY_BLOCK ? end - b : APPLY_BLOCK;
     float *dst = c->g->reps[0]->grads + b;
-    for (int i = 1; i < c->g->n; i++) m->be->axpy(m->be_ctx, len, 1.0f, c->g->reps[i]->grads + b, dst);
+    for (int i = 1; i < c->g->n; i++)
+      m->be->axpy(m->be_ctx, len, 1.0f, c->g->reps[i]->grads + b, dst);
     float *slots[4];
     for (int i = 0; i < m->n_slots; i++) slots[i] = m->slots[i] + b;
     st_optimizer_apply(&m->compile.optimizer, m->be_ctx, m->step, len, m->params + b, dst, slots);
