@@ -23,7 +23,7 @@ static const st_backend *be;
 static st_backend_ctx *bctx(void) {
   static st_backend_ctx *made[2];
   int i = be == st_backend_cpu();
-  if (!made[i]) CHECK_OK(st__backend_ctx_create(be, 0, 0, &made[i]));
+  if (!made[i]) CHECK_OK(st_backend_ctx_create(be, 0, 0, &made[i]));
   return made[i];
 }
 

@@ -35,7 +35,7 @@ typedef struct ctx {
 
 /* A context of backend be, made on first use (release() destroys it). */
 static st_backend_ctx *lazy_ctx(const st_backend *be, st_backend_ctx **slot) {
-  if (!*slot && st__backend_ctx_create(be, 0, 0, slot) != ST_OK) {
+  if (!*slot && st_backend_ctx_create(be, 0, 0, slot) != ST_OK) {
     fprintf(stderr, "test_kernels: %s: %s\n", be->name, st_last_error());
     exit(1);
   }
@@ -105,8 +105,8 @@ static void release(ctx *c) {
   for (int i = 0; i < c->nhost; i++) free(c->host[i]);
   for (int i = 0; i < c->ndev; i++) c->be->free(be_ctx(c), c->dev[i]);
   c->nhost = c->ndev = 0;
-  st__backend_ctx_destroy(c->made_be);
-  st__backend_ctx_destroy(c->made_ref);
+  st_backend_ctx_destroy(c->made_be);
+  st_backend_ctx_destroy(c->made_ref);
   c->made_be = c->made_ref = NULL;
 }
 

@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "check.h"
-#include "backend/impl.h"
 #include "strata/nn.h"
 
 #define N 3
@@ -13,10 +12,20 @@ static const double k_p0[N] = {1.0, -2.0, 0.5};
 /* gradient of element i at step t (varies with both) */
 static double grad_at(int t, int i) { return 0.3 * (i + 1) - 0.2 * t + 0.05 * i * t; }
 
-/* A reference-backend context, made on first use and kept until exit. */
+/* A reference-backend context through the public API, made on first use
+ * (after checking that bad arguments are refused) and kept until exit. */
 static st_backend_ctx *ref_ctx(void) {
   static st_backend_ctx *made;
-  if (!made) CHECK_OK(st__backend_ctx_create(st_backend_reference(), 0, 0, &made));
+  const st_backend *be = NULL;
+  if (!made) {
+    CHECK_OK(st_backend_get("reference", &be));
+    st_backend_ctx *bad = (st_backend_ctx *)&made;
+    CHECK(st_backend_ctx_create(NULL, 0, 0, &bad) == ST_ERR_INVALID);
+    CHECK(st_backend_ctx_create(be, -1, 0, &bad) == ST_ERR_INVALID && bad == NULL);
+    CHECK(st_backend_ctx_create(be, 0, 0, NULL) == ST_ERR_INVALID);
+    st_backend_ctx_destroy(NULL);
+    CHECK_OK(st_backend_ctx_create(be, 0, 0, &made));
+  }
   return made;
 }
 

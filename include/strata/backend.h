@@ -52,6 +52,15 @@ typedef struct st_backend_ctx st_backend_ctx;
 /* Backend by name ("cpu", "reference", "cuda"); ST_ERR_NOT_BUILT if absent. */
 st_status st_backend_get(const char *name, const st_backend **out);
 
+/* A context of backend be for one user of its device `device_index` (the
+ * stream, handles and scratch a replica needs; threads: the kernel threads it
+ * may use, 0 = the backend's default). Kernels run through a context, e.g.
+ * st_optimizer_apply. The caller owns *out and frees it with
+ * st_backend_ctx_destroy once no kernel runs on it. Any thread. */
+st_status st_backend_ctx_create(const st_backend *be, int device_index,
+                                int threads, st_backend_ctx **out);
+void st_backend_ctx_destroy(st_backend_ctx *ctx); /* accepts NULL */
+
 /* Configure the BLAS library before first use: pick the right OpenBLAS core on
  * machines where its detection falls back to a generic one, and set its thread
  * count (0 = leave as is). Safe to call more than once. */

@@ -7,7 +7,8 @@
  * Layouts: row-major; images NHWC (Keras's channels_last); all float32.
  * Pointers are device pointers of the backend (host pointers for cpu/reference).
  *
- * Context: whoever runs kernels owns an st_backend_ctx (st__backend_ctx_create):
+ * Context: whoever runs kernels owns an st_backend_ctx (st_backend_ctx_create,
+ * public: strata/backend.h):
  * each replica one (src/nn/replica.c), the model one for host-side work on its
  * own variables (compile, checkpoints, central storage's update). A context
  * holds what a device needs per user of it: for CUDA a stream, a cuBLASLt
@@ -201,13 +202,6 @@ typedef void (*st__any_fn)(void);
 #define ST__BACKEND_SLOTS \
   ((sizeof(st_backend) - offsetof(st_backend, alloc)) / sizeof(st__any_fn))
 bool st__backend_table_complete(const st_backend *be);
-
-/* A context for one user of device `device_index` of backend be (threads: 0 =
- * the backend's default). The caller owns *out and frees it with
- * st__backend_ctx_destroy. Any thread. */
-st_status st__backend_ctx_create(const st_backend *be, int device_index,
-                                 int threads, st_backend_ctx **out);
-void st__backend_ctx_destroy(st_backend_ctx *ctx); /* accepts NULL */
 
 /* The optional slots with their fallbacks applied. Same threads as the
  * context. */

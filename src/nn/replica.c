@@ -71,7 +71,7 @@ st_status st__replica_create(const st_model *m, const st_backend *be, int index,
   r->index = index;
   r->nlayers = m->nlayers;
   r->be = be;
-  st_status s = st__backend_ctx_create(be, index, 0, &r->ctx);
+  st_status s = st_backend_ctx_create(be, index, 0, &r->ctx);
   if (s != ST_OK) {
     free(r);
     return s;
@@ -108,7 +108,7 @@ void st__replica_destroy(st_replica *r) {
   be->free(r->ctx, r->grads);
   free(r->acts);
   free(r->caches);
-  st__backend_ctx_destroy(r->ctx);
+  st_backend_ctx_destroy(r->ctx);
   free(r);
 }
 

@@ -71,7 +71,7 @@ static st_status pick_backend(st_model *m) {
   const char *name = getenv("STRATA_BACKEND");
   st_status s = st_backend_get(name && *name ? name : "cpu", &m->be);
   if (s != ST_OK) return s;
-  return st__backend_ctx_create(m->be, 0, 0, &m->be_ctx);
+  return st_backend_ctx_create(m->be, 0, 0, &m->be_ctx);
 }
 
 st_status st_model_compile(st_model *m, const st_compile_options *o) {
@@ -106,7 +106,7 @@ void st_model_destroy(st_model *m) {
     m->be->free(m->be_ctx, m->params);
     m->be->free(m->be_ctx, m->state);
     for (int i = 0; i < m->n_slots; i++) m->be->free(m->be_ctx, m->slots[i]);
-    st__backend_ctx_destroy(m->be_ctx);
+    st_backend_ctx_destroy(m->be_ctx);
   }
   if (m->owns_strategy) st_strategy_destroy(m->strategy);
   free(m->pos.logs);
