@@ -19,6 +19,14 @@
 
 static const st_backend *be;
 
+/* be's context: one per backend, made on first use and kept until exit. */
+static st_backend_ctx *bctx(void) {
+  static st_backend_ctx *made[2];
+  int i = be == st_backend_cpu();
+  if (!made[i]) CHECK_OK(st_backend_ctx_create(be, 0, 0, &made[i]));
+  return made[i];
+}
+
 /* ---- a layer with its own buffers ---------------------------------------- */
 
 typedef struct harness {
@@ -99,6 +107,7 @@ static st_layer_call h_call(harness *h, bool training) {
   st_layer_call c;
   memset(&c, 0, sizeof c);
   c.be = be;
+  c.ctx = bctx();
   c.batch = h->batch;
   c.training = training;
   c.x = h->x, c.y = h->y, c.dy = h->dy, c.dx = h->dx;
@@ -335,9 +344,9 @@ static void test_maxpool_ties(void) {
   st_pool_geom g = {.n = 1, .h = 2, .w = 3, .c = 1, .ph = 2, .pw = 2, .sh = 2,
                     .sw = 2, .pad_top = 0, .pad_left = 0, .oh = 1, .ow = 2};
   float x[6] = {-2, -2, -5, -2, -2, -6}, y[2], dy[2] = {1, 3}, dx[6];
-  be->maxpool_forward(&g, x, y);
+  be->maxpool_forward(bctx(), &g, x, y);
   CHECK(y[0] == -2.0f && y[1] == -5.0f); /* second window is half padding */
-  be->maxpool_backward(&g, x, y, dy, dx);
+  be->maxpool_backward(bctx(), &g, x, y, dy, dx);
   const float want[6] = {1, 0, 3, 0, 0, 0};
   CHECK(memcmp(dx, want, sizeof want) == 0);
 }
@@ -481,7 +490,7 @@ static void loss_inputs(st_loss_kind k, float *pred, float *y, st_rng *rng) {
 static double loss_sum(st_loss_kind k, const float *pred, const float *y,
                        float scale) {
   float loss[4];
-  be->loss(k, 4, 5, pred, y, scale, loss, NULL);
+  be->loss(bctx(), k, 4, 5, pred, y, scale, loss, NULL);
   double s = 0.0;
   for (int r = 0; r < 4; r++) s += loss[r];
   return s * scale;
@@ -493,7 +502,7 @@ static void test_losses(void) {
     float pred[20], y[20], loss[4], d[20];
     st_rng rng = st_rng_make(100 + k, 0);
     loss_inputs((st_loss_kind)k, pred, y, &rng);
-    be->loss((st_loss_kind)k, 4, 5, pred, y, scale, loss, d);
+    be->loss(bctx(), (st_loss_kind)k, 4, 5, pred, y, scale, loss, d);
     double worst = 0.0;
     for (int i = 0; i < 20; i++) {
       float orig = pred[i], vp = orig + EPS, vm = orig - EPS;
@@ -514,29 +523,29 @@ static void test_loss_consistency(void) {
   float z[20], p[20], lab[4], onehot[20] = {0}, t[20], a[4], b[4];
   st_rng rng = st_rng_make(8, 8);
   fill_uniform(z, 20, -2.0f, 2.0f, &rng);
-  be->act_forward(ST_ACT_SOFTMAX, 4, 5, z, p);
+  be->act_forward(bctx(), ST_ACT_SOFTMAX, 4, 5, z, p);
   for (int r = 0; r < 4; r++) lab[r] = (float)r, onehot[r * 5 + r] = 1.0f;
-  be->loss(ST_LOSS_SPARSE_CE_LOGITS, 4, 5, z, lab, 1.0f, a, NULL);
-  be->loss(ST_LOSS_CE_LOGITS, 4, 5, z, onehot, 1.0f, b, NULL);
+  be->loss(bctx(), ST_LOSS_SPARSE_CE_LOGITS, 4, 5, z, lab, 1.0f, a, NULL);
+  be->loss(bctx(), ST_LOSS_CE_LOGITS, 4, 5, z, onehot, 1.0f, b, NULL);
   for (int r = 0; r < 4; r++) CHECK_NEAR(a[r], b[r], 1e-6);
-  be->loss(ST_LOSS_SPARSE_CE, 4, 5, p, lab, 1.0f, b, NULL);
+  be->loss(bctx(), ST_LOSS_SPARSE_CE, 4, 5, p, lab, 1.0f, b, NULL);
   for (int r = 0; r < 4; r++) CHECK_NEAR(a[r], b[r], 1e-5);
-  be->loss(ST_LOSS_CE, 4, 5, p, onehot, 1.0f, b, NULL);
+  be->loss(bctx(), ST_LOSS_CE, 4, 5, p, onehot, 1.0f, b, NULL);
   for (int r = 0; r < 4; r++) CHECK_NEAR(a[r], -log(p[r * 5 + r]), 1e-5);
   fill_uniform(t, 20, 0.0f, 1.0f, &rng);
-  be->act_forward(ST_ACT_SIGMOID, 4, 5, z, p);
-  be->loss(ST_LOSS_BCE_LOGITS, 4, 5, z, t, 1.0f, a, NULL);
-  be->loss(ST_LOSS_BCE, 4, 5, p, t, 1.0f, b, NULL);
+  be->act_forward(bctx(), ST_ACT_SIGMOID, 4, 5, z, p);
+  be->loss(bctx(), ST_LOSS_BCE_LOGITS, 4, 5, z, t, 1.0f, a, NULL);
+  be->loss(bctx(), ST_LOSS_BCE, 4, 5, p, t, 1.0f, b, NULL);
   for (int r = 0; r < 4; r++) CHECK_NEAR(a[r], b[r], 1e-5);
   lab[0] = 7.0f; /* out of range */
-  be->loss(ST_LOSS_SPARSE_CE_LOGITS, 4, 5, z, lab, 1.0f, a, NULL);
+  be->loss(bctx(), ST_LOSS_SPARSE_CE_LOGITS, 4, 5, z, lab, 1.0f, a, NULL);
   CHECK(isnan(a[0]));
 }
 
 /* First Adam step moves each weight by about lr against its gradient. */
 static void test_adam_first_step(void) {
   float p[2] = {1.0f, 1.0f}, g[2] = {0.5f, -3.0f}, m[2] = {0}, v[2] = {0};
-  be->adam_update(2, 0.01f, 0.9f, 0.999f, 1e-7f, 0.0f, 1, p, g, m, v);
+  be->adam_update(bctx(), 2, 0.01f, 0.9f, 0.999f, 1e-7f, 0.0f, 1, p, g, m, v);
   CHECK_NEAR(p[0], 0.99, 1e-5);
   CHECK_NEAR(p[1], 1.01, 1e-5);
 }

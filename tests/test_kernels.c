@@ -11,7 +11,6 @@
 
 #include "backend/cpu.h"
 #include "check.h"
-#include "strata/backend.h"
 
 #define TOL_EXACT 0.0
 #define TOL_EW 1e-5   /* elementwise kernels */
@@ -22,6 +21,7 @@
 /* State of one (backend, case) run: RNG, buffers to free, worst error. */
 typedef struct ctx {
   const st_backend *be, *ref;
+  st_backend_ctx *made_be, *made_ref; /* their contexts: be_ctx(), ref_ctx() */
   st_rng rng;
   void *host[MAX_BUFS];
   void *dev[MAX_BUFS];
@@ -31,7 +31,18 @@ typedef struct ctx {
   char note[256]; /* first failure */
 } ctx;
 
-/* ---- buffers ---------------------------------------------------------------- */
+/* ---- contexts and buffers --------------------------------------------------- */
+
+/* A context of backend be, made on first use (release() destroys it). */
+static st_backend_ctx *lazy_ctx(const st_backend *be, st_backend_ctx **slot) {
+  if (!*slot && st_backend_ctx_create(be, 0, 0, slot) != ST_OK) {
+    fprintf(stderr, "test_kernels: %s: %s\n", be->name, st_last_error());
+    exit(1);
+  }
+  return *slot;
+}
+static st_backend_ctx *be_ctx(ctx *c) { return lazy_ctx(c->be, &c->made_be); }
+static st_backend_ctx *ref_ctx(ctx *c) { return lazy_ctx(c->ref, &c->made_ref); }
 
 static float *host_alloc(ctx *c, size_t n) {
   float *p = malloc(sizeof(float) * (n ? n : 1));
@@ -72,28 +83,31 @@ static float *filled(ctx *c, size_t n, float v) {
 /* Device copy of host[n] on the backend under test (NULL stays NULL). */
 static float *up(ctx *c, const float *host, size_t n) {
   if (!host) return NULL;
-  float *d = c->be->alloc(sizeof(float) * (n ? n : 1));
+  float *d = c->be->alloc(be_ctx(c), sizeof(float) * (n ? n : 1));
   if (!d || c->ndev == MAX_BUFS) {
     fprintf(stderr, "test_kernels: device alloc failed\n");
     exit(1);
   }
   c->dev[c->ndev++] = d;
-  if (n) c->be->to_device(d, host, sizeof(float) * n);
+  if (n) st__be_to_device(be_ctx(c), d, host, sizeof(float) * n);
   return d;
 }
 
 /* Host copy of device[n]. */
 static float *down(ctx *c, const float *dev, size_t n) {
   float *h = host_alloc(c, n);
-  c->be->synchronize();
-  if (n) c->be->to_host(h, dev, sizeof(float) * n);
+  st__be_synchronize(be_ctx(c));
+  if (n) st__be_to_host(be_ctx(c), h, dev, sizeof(float) * n);
   return h;
 }
 
 static void release(ctx *c) {
   for (int i = 0; i < c->nhost; i++) free(c->host[i]);
-  for (int i = 0; i < c->ndev; i++) c->be->free(c->dev[i]);
+  for (int i = 0; i < c->ndev; i++) c->be->free(be_ctx(c), c->dev[i]);
   c->nhost = c->ndev = 0;
+  st_backend_ctx_destroy(c->made_be);
+  st_backend_ctx_destroy(c->made_ref);
+  c->made_be = c->made_ref = NULL;
 }
 
 /* ---- comparison ------------------------------------------------------------- */
@@ -139,9 +153,9 @@ static void gemm_one(ctx *c, bool ta, bool tb, int m, int n, int k, float beta) 
   float *a = rnd(c, na ? na : 1, -1, 1), *b = rnd(c, nb ? nb : 1, -1, 1);
   float *c0 = beta == 0.0f ? filled(c, nc, NAN) : rnd(c, nc, -1, 1);
   float *want = dup(c, c0, nc);
-  c->ref->gemm(ta, tb, m, n, k, 0.7f, a, lda, b, ldb, beta, want, ldc);
+  c->ref->gemm(ref_ctx(c), ta, tb, m, n, k, 0.7f, a, lda, b, ldb, beta, want, ldc);
   float *dc = up(c, c0, nc);
-  c->be->gemm(ta, tb, m, n, k, 0.7f, up(c, a, na ? na : 1), lda,
+  c->be->gemm(be_ctx(c), ta, tb, m, n, k, 0.7f, up(c, a, na ? na : 1), lda,
               up(c, b, nb ? nb : 1), ldb, beta, dc, ldc);
   char what[64];
   snprintf(what, sizeof what, "gemm %c%c %dx%dx%d b%g", ta ? 'T' : 'N',
@@ -167,14 +181,14 @@ static void case_axpy_scale_fill(ctx *c) {
     size_t n = sizes[s];
     float *x = rnd(c, n, -2, 2), *y = rnd(c, n, -2, 2);
     float *w = dup(c, y, n), *dy = up(c, y, n);
-    c->ref->axpy(n, -0.3f, x, w);
-    c->be->axpy(n, -0.3f, up(c, x, n), dy);
+    c->ref->axpy(ref_ctx(c), n, -0.3f, x, w);
+    c->be->axpy(be_ctx(c), n, -0.3f, up(c, x, n), dy);
     cmp(c, "axpy", down(c, dy, n), w, n, TOL_EW);
-    c->ref->scale(n, 1.7f, w);
-    c->be->scale(n, 1.7f, dy);
+    c->ref->scale(ref_ctx(c), n, 1.7f, w);
+    c->be->scale(be_ctx(c), n, 1.7f, dy);
     cmp(c, "scale", down(c, dy, n), w, n, TOL_EW);
-    c->ref->fill(n, 0.25f, w);
-    c->be->fill(n, 0.25f, dy);
+    c->ref->fill(ref_ctx(c), n, 0.25f, w);
+    c->be->fill(be_ctx(c), n, 0.25f, dy);
     cmp(c, "fill", down(c, dy, n), w, n, TOL_EXACT);
     release(c);
   }
@@ -189,12 +203,12 @@ static void case_bias(ctx *c) {
     size_t n = (size_t)rows * cols;
     float *bias = rnd(c, cols, -1, 1), *y = rnd(c, n, -1, 1);
     float *w = dup(c, y, n), *dy = up(c, y, n);
-    c->ref->bias_add(rows, cols, bias, w);
-    c->be->bias_add(rows, cols, up(c, bias, cols), dy);
+    c->ref->bias_add(ref_ctx(c), rows, cols, bias, w);
+    c->be->bias_add(be_ctx(c), rows, cols, up(c, bias, cols), dy);
     cmp(c, "bias_add", down(c, dy, n), w, n, TOL_EW);
     float *db_want = filled(c, cols, NAN), *ddb = up(c, db_want, cols);
-    c->ref->bias_grad(rows, cols, y, db_want);
-    c->be->bias_grad(rows, cols, up(c, y, n), ddb);
+    c->ref->bias_grad(ref_ctx(c), rows, cols, y, db_want);
+    c->be->bias_grad(be_ctx(c), rows, cols, up(c, y, n), ddb);
     cmp(c, "bias_grad", down(c, ddb, cols), db_want, cols, TOL_SUM);
     release(c);
   }
@@ -207,16 +221,16 @@ static void act_forward_one(ctx *c, st_activation act, int rows, int cols) {
   size_t n = (size_t)rows * cols;
   float *x = rnd(c, n, -4, 4), *want = host_alloc(c, n);
   x[n - 1] = NAN;
-  c->ref->act_forward(act, rows, cols, x, want);
+  c->ref->act_forward(ref_ctx(c), act, rows, cols, x, want);
   if (!isnan(want[n - 1]) && c->ok) {
     c->ok = false;
     snprintf(c->note, sizeof c->note, "%s(NaN) = %g in the reference",
              st_activation_name(act), want[n - 1]);
   }
   float *dx = up(c, x, n), *dy = up(c, want, n);
-  c->be->act_forward(act, rows, cols, dx, dy);
+  c->be->act_forward(be_ctx(c), act, rows, cols, dx, dy);
   cmp(c, st_activation_name(act), down(c, dy, n), want, n, TOL_EW);
-  c->be->act_forward(act, rows, cols, dx, dx);
+  c->be->act_forward(be_ctx(c), act, rows, cols, dx, dx);
   cmp(c, st_activation_name(act), down(c, dx, n), want, n, TOL_EW);
 }
 
@@ -233,18 +247,18 @@ static void act_backward_one(ctx *c, st_activation act, int rows, int cols) {
   size_t n = (size_t)rows * cols;
   float *x = rnd(c, n, -4, 4), *y = host_alloc(c, n), *g = rnd(c, n, -1, 1);
   float *want = host_alloc(c, n);
-  c->ref->act_forward(act, rows, cols, x, y);
-  c->ref->act_backward(act, rows, cols, x, y, g, want);
+  c->ref->act_forward(ref_ctx(c), act, rows, cols, x, y);
+  c->ref->act_backward(ref_ctx(c), act, rows, cols, x, y, g, want);
   float *dx = up(c, x, n), *dy = up(c, y, n), *dg = up(c, g, n);
   float *dout = up(c, want, n);
   const char *name = st_activation_name(act);
-  c->be->act_backward(act, rows, cols, dx, dy, dg, dout);
+  c->be->act_backward(be_ctx(c), act, rows, cols, dx, dy, dg, dout);
   cmp(c, name, down(c, dout, n), want, n, TOL_EW);
   if (!st_activation_needs_input(act)) {
-    c->be->act_backward(act, rows, cols, NULL, dy, dg, dout);
+    c->be->act_backward(be_ctx(c), act, rows, cols, NULL, dy, dg, dout);
     cmp(c, name, down(c, dout, n), want, n, TOL_EW);
   }
-  c->be->act_backward(act, rows, cols, dx, dy, dg, dg);
+  c->be->act_backward(be_ctx(c), act, rows, cols, dx, dy, dg, dg);
   cmp(c, name, down(c, dg, n), want, n, TOL_EW);
 }
 
@@ -292,8 +306,8 @@ static void case_im2col(ctx *c) {
     size_t ncol = (size_t)g.oh * g.ow * g.kh * g.kw * g.c;
     float *x = rnd(c, nx, -1, 1), *want = filled(c, ncol, NAN);
     float *dcol = up(c, want, ncol);
-    c->ref->im2col(&g, x, want);
-    c->be->im2col(&g, up(c, x, nx), dcol);
+    c->ref->im2col(ref_ctx(c), &g, x, want);
+    c->be->im2col(be_ctx(c), &g, up(c, x, nx), dcol);
     cmp(c, "im2col", down(c, dcol, ncol), want, ncol, TOL_EXACT);
     release(c);
   }
@@ -308,8 +322,8 @@ static void case_col2im(ctx *c) {
     size_t ncol = (size_t)g.oh * g.ow * g.kh * g.kw * g.c;
     float *col = rnd(c, ncol, -1, 1), *dx0 = rnd(c, nx, -1, 1);
     float *want = dup(c, dx0, nx), *ddx = up(c, dx0, nx);
-    c->ref->col2im(&g, col, want);
-    c->be->col2im(&g, up(c, col, ncol), ddx);
+    c->ref->col2im(ref_ctx(c), &g, col, want);
+    c->be->col2im(be_ctx(c), &g, up(c, col, ncol), ddx);
     cmp(c, "col2im", down(c, ddx, nx), want, nx, TOL_SUM);
     release(c);
   }
@@ -345,18 +359,18 @@ static void pool_one(ctx *c, const st_pool_geom *g, bool is_max, bool nans) {
   float *dx = filled(c, nx, NAN);
   float *d_x = up(c, x, nx), *d_y = up(c, y, ny), *d_dx = up(c, dx, nx);
   if (is_max) {
-    c->ref->maxpool_forward(g, x, y);
-    c->ref->maxpool_backward(g, x, y, gy, dx);
-    c->be->maxpool_forward(g, d_x, d_y);
+    c->ref->maxpool_forward(ref_ctx(c), g, x, y);
+    c->ref->maxpool_backward(ref_ctx(c), g, x, y, gy, dx);
+    c->be->maxpool_forward(be_ctx(c), g, d_x, d_y);
     cmp(c, "maxpool_forward", down(c, d_y, ny), y, ny, TOL_EXACT);
-    c->be->maxpool_backward(g, d_x, d_y, up(c, gy, ny), d_dx);
+    c->be->maxpool_backward(be_ctx(c), g, d_x, d_y, up(c, gy, ny), d_dx);
     cmp(c, "maxpool_backward", down(c, d_dx, nx), dx, nx, TOL_SUM);
   } else {
-    c->ref->avgpool_forward(g, x, y);
-    c->ref->avgpool_backward(g, gy, dx);
-    c->be->avgpool_forward(g, d_x, d_y);
+    c->ref->avgpool_forward(ref_ctx(c), g, x, y);
+    c->ref->avgpool_backward(ref_ctx(c), g, gy, dx);
+    c->be->avgpool_forward(be_ctx(c), g, d_x, d_y);
     cmp(c, "avgpool_forward", down(c, d_y, ny), y, ny, TOL_SUM);
-    c->be->avgpool_backward(g, up(c, gy, ny), d_dx);
+    c->be->avgpool_backward(be_ctx(c), g, up(c, gy, ny), d_dx);
     cmp(c, "avgpool_backward", down(c, d_dx, nx), dx, nx, TOL_SUM);
   }
 }
@@ -388,22 +402,22 @@ static void bn_one(ctx *c, int rows, int ch) {
   float *x = rnd(c, n, -2, 3), *gam = rnd(c, ch, 0.5f, 1.5f);
   float *bet = rnd(c, ch, -1, 1), *gy = rnd(c, n, -1, 1);
   float *mean = host_alloc(c, ch), *inv = host_alloc(c, ch), *y = host_alloc(c, n);
-  c->ref->batchnorm_forward_train(rows, ch, x, gam, bet, eps, mean, inv, y);
+  c->ref->batchnorm_forward_train(ref_ctx(c), rows, ch, x, gam, bet, eps, mean, inv, y);
   float *d_x = up(c, x, n), *d_g = up(c, gam, ch), *d_b = up(c, bet, ch);
   float *d_m = up(c, mean, ch), *d_i = up(c, inv, ch), *d_y = up(c, y, n);
-  c->be->batchnorm_forward_train(rows, ch, d_x, d_g, d_b, eps, d_m, d_i, d_y);
+  c->be->batchnorm_forward_train(be_ctx(c), rows, ch, d_x, d_g, d_b, eps, d_m, d_i, d_y);
   cmp(c, "bn_train mean", down(c, d_m, ch), mean, ch, TOL_SUM);
   cmp(c, "bn_train invstd", down(c, d_i, ch), inv, ch, TOL_SUM);
   cmp(c, "bn_train y", down(c, d_y, n), y, n, TOL_SUM);
   float *mm = rnd(c, ch, -1, 1), *mv = rnd(c, ch, 0.1f, 2.0f);
-  c->ref->batchnorm_forward_infer(rows, ch, x, gam, bet, mm, mv, eps, y);
-  c->be->batchnorm_forward_infer(rows, ch, d_x, d_g, d_b, up(c, mm, ch),
+  c->ref->batchnorm_forward_infer(ref_ctx(c), rows, ch, x, gam, bet, mm, mv, eps, y);
+  c->be->batchnorm_forward_infer(be_ctx(c), rows, ch, d_x, d_g, d_b, up(c, mm, ch),
                                  up(c, mv, ch), eps, d_y);
   cmp(c, "bn_infer y", down(c, d_y, n), y, n, TOL_SUM);
   float *dx = host_alloc(c, n), *dg = host_alloc(c, ch), *db = host_alloc(c, ch);
-  c->ref->batchnorm_backward(rows, ch, x, gam, mean, inv, gy, dx, dg, db);
+  c->ref->batchnorm_backward(ref_ctx(c), rows, ch, x, gam, mean, inv, gy, dx, dg, db);
   float *d_dx = up(c, dx, n), *d_dg = up(c, dg, ch), *d_db = up(c, db, ch);
-  c->be->batchnorm_backward(rows, ch, d_x, d_g, up(c, mean, ch), up(c, inv, ch),
+  c->be->batchnorm_backward(be_ctx(c), rows, ch, d_x, d_g, up(c, mean, ch), up(c, inv, ch),
                             up(c, gy, n), d_dx, d_dg, d_db);
   cmp(c, "bn_backward dx", down(c, d_dx, n), dx, n, TOL_SUM);
   cmp(c, "bn_backward dgamma", down(c, d_dg, ch), dg, ch, TOL_SUM);
@@ -428,12 +442,12 @@ static void case_dropout(ctx *c) {
       size_t n = sizes[s];
       uint64_t seed = 1234 + s, stream = 7 * r;
       float *x = rnd(c, n, -1, 1), *y = host_alloc(c, n), *dx = host_alloc(c, n);
-      c->ref->dropout_forward(n, rates[r], seed, stream, x, y);
-      c->ref->dropout_backward(n, rates[r], seed, stream, x, dx);
+      c->ref->dropout_forward(ref_ctx(c), n, rates[r], seed, stream, x, y);
+      c->ref->dropout_backward(ref_ctx(c), n, rates[r], seed, stream, x, dx);
       float *d_x = up(c, x, n), *d_y = up(c, y, n);
-      c->be->dropout_forward(n, rates[r], seed, stream, d_x, d_y);
+      c->be->dropout_forward(be_ctx(c), n, rates[r], seed, stream, d_x, d_y);
       cmp(c, "dropout_forward", down(c, d_y, n), y, n, TOL_EXACT);
-      c->be->dropout_backward(n, rates[r], seed, stream, d_x, d_x);
+      c->be->dropout_backward(be_ctx(c), n, rates[r], seed, stream, d_x, d_x);
       cmp(c, "dropout_backward", down(c, d_x, n), dx, n, TOL_EXACT);
       release(c);
     }
@@ -448,8 +462,8 @@ static void loss_inputs(ctx *c, st_loss_kind k, int rows, int cols,
   size_t n = (size_t)rows * cols;
   float *p = rnd(c, n, -4, 4);
   if (k == ST_LOSS_SPARSE_CE || k == ST_LOSS_CE)
-    c->ref->act_forward(ST_ACT_SOFTMAX, rows, cols, p, p);
-  if (k == ST_LOSS_BCE) c->ref->act_forward(ST_ACT_SIGMOID, rows, cols, p, p);
+    c->ref->act_forward(ref_ctx(c), ST_ACT_SOFTMAX, rows, cols, p, p);
+  if (k == ST_LOSS_BCE) c->ref->act_forward(ref_ctx(c), ST_ACT_SIGMOID, rows, cols, p, p);
   if (k == ST_LOSS_BCE || k == ST_LOSS_SPARSE_CE) {
     p[0] = 0.0f; /* exercise the clipping */
     p[n - 1] = 1.0f;
@@ -461,7 +475,7 @@ static void loss_inputs(ctx *c, st_loss_kind k, int rows, int cols,
     if (rows > 2) (*y)[1] = (float)cols; /* invalid label: NaN, zero grad */
   } else if (k == ST_LOSS_CE || k == ST_LOSS_CE_LOGITS) {
     *y = rnd(c, n, 0, 1);
-    c->ref->act_forward(ST_ACT_SOFTMAX, rows, cols, *y, *y); /* soft labels */
+    c->ref->act_forward(ref_ctx(c), ST_ACT_SOFTMAX, rows, cols, *y, *y); /* soft labels */
   } else {
     *y = rnd(c, n, 0, 1);
   }
@@ -472,16 +486,16 @@ static void loss_one(ctx *c, st_loss_kind k, int rows, int cols) {
   float *pred, *y;
   loss_inputs(c, k, rows, cols, &pred, &y);
   float *loss = filled(c, rows, 0), *dp = filled(c, n, 0);
-  c->ref->loss(k, rows, cols, pred, y, 0.125f, loss, dp);
+  c->ref->loss(ref_ctx(c), k, rows, cols, pred, y, 0.125f, loss, dp);
   float *d_p = up(c, pred, n), *d_y = up(c, y, ny);
   float *d_l = up(c, loss, rows), *d_dp = up(c, dp, n);
-  c->be->loss(k, rows, cols, d_p, d_y, 0.125f, d_l, d_dp);
+  c->be->loss(be_ctx(c), k, rows, cols, d_p, d_y, 0.125f, d_l, d_dp);
   char what[64];
   snprintf(what, sizeof what, "%s loss", st_loss_name(k));
   cmp(c, what, down(c, d_l, rows), loss, rows, TOL_SUM);
   snprintf(what, sizeof what, "%s dpred", st_loss_name(k));
   cmp(c, what, down(c, d_dp, n), dp, n, TOL_SUM);
-  c->be->loss(k, rows, cols, d_p, d_y, 0.125f, d_l, NULL);
+  c->be->loss(be_ctx(c), k, rows, cols, d_p, d_y, 0.125f, d_l, NULL);
   snprintf(what, sizeof what, "%s loss (no dpred)", st_loss_name(k));
   cmp(c, what, down(c, d_l, rows), loss, rows, TOL_SUM);
 }
@@ -536,8 +550,8 @@ static void case_sgd(ctx *c) {
     for (int t = 1; t <= 3; t++) {
       float *dg;
       const float *g = opt_grad(c, o.n, &dg);
-      c->ref->sgd_update(o.n, 0.05f, v[i].mom, v[i].nest, o.p, g, o.s1);
-      c->be->sgd_update(o.n, 0.05f, v[i].mom, v[i].nest, o.dp, dg, o.ds1);
+      c->ref->sgd_update(ref_ctx(c), o.n, 0.05f, v[i].mom, v[i].nest, o.p, g, o.s1);
+      c->be->sgd_update(be_ctx(c), o.n, 0.05f, v[i].mom, v[i].nest, o.dp, dg, o.ds1);
     }
     opt_check(c, "sgd", &o);
     release(c);
@@ -551,9 +565,9 @@ static void case_adam(ctx *c) {
     for (int64_t t = 1; t <= 3; t++) {
       float *dg;
       const float *g = opt_grad(c, o.n, &dg);
-      c->ref->adam_update(o.n, 1e-3f, 0.9f, 0.999f, 1e-7f, wds[i], t, o.p, g,
+      c->ref->adam_update(ref_ctx(c), o.n, 1e-3f, 0.9f, 0.999f, 1e-7f, wds[i], t, o.p, g,
                           o.s1, o.s2);
-      c->be->adam_update(o.n, 1e-3f, 0.9f, 0.999f, 1e-7f, wds[i], t, o.dp, dg,
+      c->be->adam_update(be_ctx(c), o.n, 1e-3f, 0.9f, 0.999f, 1e-7f, wds[i], t, o.dp, dg,
                          o.ds1, o.ds2);
     }
     opt_check(c, wds[i] > 0 ? "adamw" : "adam", &o);
@@ -568,8 +582,8 @@ static void case_rmsprop(ctx *c) {
     for (int t = 1; t <= 3; t++) {
       float *dg;
       const float *g = opt_grad(c, o.n, &dg);
-      c->ref->rmsprop_update(o.n, 1e-3f, 0.9f, moms[i], 1e-7f, o.p, g, o.s1, o.s2);
-      c->be->rmsprop_update(o.n, 1e-3f, 0.9f, moms[i], 1e-7f, o.dp, dg, o.ds1,
+      c->ref->rmsprop_update(ref_ctx(c), o.n, 1e-3f, 0.9f, moms[i], 1e-7f, o.p, g, o.s1, o.s2);
+      c->be->rmsprop_update(be_ctx(c), o.n, 1e-3f, 0.9f, moms[i], 1e-7f, o.dp, dg, o.ds1,
                             o.ds2);
     }
     opt_check(c, "rmsprop", &o);
@@ -633,15 +647,14 @@ static void test_backends(void) {
 /* the baseline build of the hand-dispatched kernels, where AVX-512 hid it */
 static void test_baseline_maxpool(void) {
   const st_backend *cpu = st_backend_cpu();
-  st__cpu_baseline_kernels = true;
   ctx c = {.be = cpu, .ref = st_backend_reference(), .ok = true};
+  ((st__cpu_state *)be_ctx(&c)->impl)->baseline_kernels = true;
   c.rng = st_rng_make(43, 0);
   case_maxpool(&c);
   release(&c);
   printf("cpu (baseline kernels): maxpool %s (worst error %.3g of tolerance)\n",
          c.ok ? "ok" : "MISMATCH", c.worst);
   CHECK_MSG(c.ok, "cpu baseline kernels: maxpool: %s", c.note);
-  st__cpu_baseline_kernels = false;
   fflush(stdout);
 }
 static const check_case cases[] = {CHECK_CASE(test_backends), CHECK_CASE(test_baseline_maxpool)};

@@ -12,15 +12,32 @@ static const double k_p0[N] = {1.0, -2.0, 0.5};
 /* gradient of element i at step t (varies with both) */
 static double grad_at(int t, int i) { return 0.3 * (i + 1) - 0.2 * t + 0.05 * i * t; }
 
+/* A reference-backend context through the public API, made on first use
+ * (after checking that bad arguments are refused) and kept until exit. */
+static st_backend_ctx *ref_ctx(void) {
+  static st_backend_ctx *made;
+  const st_backend *be = NULL;
+  if (!made) {
+    CHECK_OK(st_backend_get("reference", &be));
+    st_backend_ctx *bad = (st_backend_ctx *)&made;
+    CHECK(st_backend_ctx_create(NULL, 0, 0, &bad) == ST_ERR_INVALID);
+    CHECK(st_backend_ctx_create(be, -1, 0, &bad) == ST_ERR_INVALID && bad == NULL);
+    CHECK(st_backend_ctx_create(be, 0, 0, NULL) == ST_ERR_INVALID);
+    st_backend_ctx_destroy(NULL);
+    CHECK_OK(st_backend_ctx_create(be, 0, 0, &made));
+  }
+  return made;
+}
+
 /* Run `steps` updates of o through the reference backend and return params. */
 static void run_opt(const st_optimizer_options *o, int steps, float out[N]) {
-  const st_backend *be = st_backend_reference();
+  st_backend_ctx *ctx = ref_ctx();
   float p[N], g[N], s0[N] = {0}, s1[N] = {0};
   float *slots[2] = {s0, s1};
   for (int i = 0; i < N; i++) p[i] = (float)k_p0[i];
   for (int t = 0; t < steps; t++) {
     for (int i = 0; i < N; i++) g[i] = (float)grad_at(t, i);
-    st_optimizer_apply(o, be, t, N, p, g, slots);
+    st_optimizer_apply(o, ctx, t, N, p, g, slots);
   }
   memcpy(out, p, sizeof p);
 }
@@ -58,21 +75,21 @@ static void test_sgd(void) {
                  got, want, 1e-5);
   }
   /* fully by hand: p=1, g=1, lr=0.1, momentum 0.9 for 3 steps */
-  const st_backend *be = st_backend_reference();
+  st_backend_ctx *ctx = ref_ctx();
   st_optimizer_options o = st_optimizer_default_options(ST_OPT_SGD);
   o.lr = st_schedule_constant(0.1f);
   o.momentum = 0.9f;
   float p = 1, g = 1, v = 0, *slots[1] = {&v};
-  for (int t = 0; t < 3; t++) st_optimizer_apply(&o, be, t, 1, &p, &g, slots);
+  for (int t = 0; t < 3; t++) st_optimizer_apply(&o, ctx, t, 1, &p, &g, slots);
   CHECK_NEAR(p, 0.439, 1e-6); /* v: -0.1, -0.19, -0.271 */
   o.nesterov = true;
   p = 1, v = 0;
-  for (int t = 0; t < 2; t++) st_optimizer_apply(&o, be, t, 1, &p, &g, slots);
+  for (int t = 0; t < 2; t++) st_optimizer_apply(&o, ctx, t, 1, &p, &g, slots);
   CHECK_NEAR(p, 0.539, 1e-6); /* p += 0.9v - 0.1: 0.81, 0.539 */
   /* momentum 0 with nesterov: plain step, no slot touched */
   o.momentum = 0.0f;
   p = 1;
-  st_optimizer_apply(&o, be, 0, 1, &p, &g, NULL);
+  st_optimizer_apply(&o, ctx, 0, 1, &p, &g, NULL);
   CHECK_NEAR(p, 0.9, 1e-7);
 }
 
@@ -116,7 +133,7 @@ static void test_adam(void) {
   /* by hand: zero gradient leaves only the decay, p = 1 - lr*wd*1 */
   o = st_optimizer_default_options(ST_OPT_ADAMW);
   float p = 1, g = 0, m = 0, v = 0, *slots[2] = {&m, &v};
-  st_optimizer_apply(&o, st_backend_reference(), 0, 1, &p, &g, slots);
+  st_optimizer_apply(&o, ref_ctx(), 0, 1, &p, &g, slots);
   CHECK_NEAR(p, 1.0 - 1e-3 * 0.004, 1e-7);
 }
 
@@ -163,7 +180,7 @@ static void test_rmsprop(void) {
   /* by hand: g=1, rho .9 -> ms .1, step lr/sqrt(.1) */
   o = st_optimizer_default_options(ST_OPT_RMSPROP);
   float p = 0, g = 1, ms = 0, *slots[1] = {&ms};
-  st_optimizer_apply(&o, st_backend_reference(), 0, 1, &p, &g, slots);
+  st_optimizer_apply(&o, ref_ctx(), 0, 1, &p, &g, slots);
   CHECK_NEAR(p, -1e-3 / sqrt(0.1), 1e-7);
 }
 
@@ -173,7 +190,7 @@ static void test_optimizer_schedule_and_names(void) {
   o.lr = (st_schedule){.kind = ST_SCHEDULE_EXPONENTIAL, .initial = 0.1f,
                        .decay_steps = 1, .decay_rate = 0.5f};
   float p = 0, g = 1;
-  st_optimizer_apply(&o, st_backend_reference(), 3, 1, &p, &g, NULL);
+  st_optimizer_apply(&o, ref_ctx(), 3, 1, &p, &g, NULL);
   CHECK_NEAR(p, -0.0125, 1e-7);
 
   st_optimizer_options d = st_optimizer_default_options(ST_OPT_SGD);

@@ -1,10 +1,12 @@
-/* Backend registry: st_backend_get maps a name to a backend table. To add a
- * backend: write its table in its own file(s), add a row here, and a case in
- * tests/test_kernels.c. A backend that was not built answers ST_ERR_NOT_BUILT. */
+/* Backend registry: st_backend_get maps a name to a backend table; contexts
+ * are made here (st_backend_ctx_create), with the optional ctx_create slot's
+ * fallback. To add a backend: write its table (backend/impl.h) in its own
+ * file(s), add a row here, and a case in tests/test_kernels.c. A backend that
+ * was not built answers ST_ERR_NOT_BUILT. */
+#include <stdlib.h>
 #include <string.h>
 
-#include "backend/table.h"
-#include "strata/backend.h"
+#include "backend/impl.h"
 
 /* "cuda" is listed so the user gets "not built" rather than "unknown". */
 static st_status get_cuda(const st_backend **out) {
@@ -51,4 +53,38 @@ bool st__backend_table_complete(const st_backend *be) {
     if (!f) return false;
   }
   return true;
+}
+
+/* Any thread. *out is NULL on failure. The common part is ours; the
+ * backend's own part (the optional ctx_create slot) hangs from ctx->impl. */
+st_status st_backend_ctx_create(const st_backend *be, int device_index,
+                                int threads, st_backend_ctx **out) {
+  if (!be || !out)
+    return st_error(ST_ERR_INVALID, "st_backend_ctx_create: NULL backend or out");
+  *out = NULL;
+  if (device_index < 0 || threads < 0)
+    return st_error(ST_ERR_INVALID, "st_backend_ctx_create: device %d, threads %d (must be >= 0)",
+                    device_index, threads);
+  st_backend_ctx *ctx = calloc(1, sizeof *ctx);
+  if (!ctx)
+    return st_error(ST_ERR_NOMEM, "%s:%d: out of memory for a backend context",
+                    be->name, device_index);
+  ctx->be = be;
+  ctx->device_index = device_index;
+  ctx->threads = threads;
+  st_status s = ST_OK;
+  if (be->ctx_create && (s = be->ctx_create(device_index, threads, &ctx->impl)) != ST_OK)
+    goto fail_impl;
+  *out = ctx;
+  return ST_OK;
+fail_impl:
+  free(ctx);
+  return s;
+}
+
+/* The thread that owns ctx, once no kernel runs on it. */
+void st_backend_ctx_destroy(st_backend_ctx *ctx) {
+  if (!ctx) return;
+  if (ctx->be->ctx_destroy) ctx->be->ctx_destroy(ctx->impl);
+  free(ctx);
 }

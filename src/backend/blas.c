@@ -4,7 +4,12 @@
  * overrides that choice but is read only at load time, so Strata does not link
  * OpenBLAS: the first BLAS use sets the variable from the CPU's features (unless
  * the user set it) and then dlopen()s the library. Without OpenBLAS, gemm falls
- * back to a portable loop and a warning is logged once. */
+ * back to a portable loop and a warning is logged once.
+ *
+ * The state below is process-wide by nature, not per backend context: a
+ * process loads OpenBLAS once, and OpenBLAS keeps one thread count for the
+ * whole process (st_blas_set_threads). It is written once inside
+ * pthread_once and read-only afterwards. */
 #define _GNU_SOURCE
 #include "backend/blas.h"
 

@@ -2,54 +2,62 @@
  * the other kernels as simple restrict-pointer loops that GCC vectorises. This
  * file holds memory, BLAS-like, bias and activation kernels and the table;
  * cpu_conv.c and cpu_train.c hold the rest. Results match the reference backend
- * up to float rounding (the reference accumulates in double). Stateless: any
- * thread may call any kernel at once on disjoint buffers. */
+ * up to float rounding (the reference accumulates in double). A context holds
+ * only the kernel choices, read-only once created: any thread may call any
+ * kernel at once on disjoint buffers. */
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
-
-#include "backend/table.h"
 
 #include "backend/blas.h"
 #include "backend/cpu.h"
 
 /* ---- memory --------------------------------------------------------------- */
 
-static void *cpu_alloc(size_t bytes) { return st_alloc(bytes); }
-static void cpu_free(void *p) { st_free(p); }
-static void cpu_copy(void *dst, const void *src, size_t bytes) {
-  if (bytes && dst != src) memcpy(dst, src, bytes);
+/* A context's state: the kernel choices (st__cpu_state). The OpenBLAS thread
+ * count is not here: OpenBLAS has one per process (st_blas_set_threads), and
+ * its loading (blas.c) is process-wide by nature. */
+static st_status cpu_ctx_create(int device_index, int threads, void **impl) {
+  st__cpu_state *cs = calloc(1, sizeof *cs);
+  if (!cs)
+    return st_error(ST_ERR_NOMEM, "cpu:%d: out of memory for a backend context", device_index);
+  *impl = cs;
+  return ST_OK;
 }
-static void cpu_sync(void) {}
+static void cpu_ctx_destroy(void *impl) { free(impl); }
+
+static void *cpu_alloc(st_backend_ctx *ctx, size_t bytes) { return st_alloc(bytes); }
+static void cpu_free(st_backend_ctx *ctx, void *p) { st_free(p); }
 
 /* ---- BLAS-like ------------------------------------------------------------ */
 
 /* st__sgemm loads OpenBLAS on first use (st_blas_init's pthread_once). */
-static void cpu_gemm(bool trans_a, bool trans_b, int m, int n, int k,
+static void cpu_gemm(st_backend_ctx *ctx, bool trans_a, bool trans_b, int m, int n, int k,
                      float alpha, const float *a, int lda, const float *b,
                      int ldb, float beta, float *c, int ldc) {
   st__sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 ST__SIMD_CLONES
-static void cpu_axpy(size_t n, float alpha, const float *restrict x,
+static void cpu_axpy(st_backend_ctx *ctx, size_t n, float alpha, const float *restrict x,
                      float *restrict y) {
   for (size_t i = 0; i < n; i++) y[i] += alpha * x[i];
 }
 
 ST__SIMD_CLONES
-static void cpu_scale(size_t n, float alpha, float *restrict x) {
+static void cpu_scale(st_backend_ctx *ctx, size_t n, float alpha, float *restrict x) {
   for (size_t i = 0; i < n; i++) x[i] *= alpha;
 }
 
-static void cpu_fill(size_t n, float value, float *restrict x) {
+static void cpu_fill(st_backend_ctx *ctx, size_t n, float value, float *restrict x) {
   for (size_t i = 0; i < n; i++) x[i] = value;
 }
 
 /* ---- bias ----------------------------------------------------------------- */
 
 ST__SIMD_CLONES
-static void cpu_bias_add(int rows, int cols, const float *restrict bias,
+static void cpu_bias_add(st_backend_ctx *ctx, int rows, int cols, const float *restrict bias,
                          float *restrict y) {
   for (int r = 0; r < rows; r++) {
     float *restrict yr = y + (size_t)r * cols;
@@ -61,7 +69,7 @@ static void cpu_bias_add(int rows, int cols, const float *restrict bias,
  * vector adds), added in double per chunk of columns, so the result stays
  * within a few float roundings of the reference's all-double sum. */
 ST__SIMD_CLONES
-static void cpu_bias_grad(int rows, int cols, const float *restrict dy,
+static void cpu_bias_grad(st_backend_ctx *ctx, int rows, int cols, const float *restrict dy,
                           float *restrict db) {
   double acc[ST__CPU_CHUNK];
   float part[ST__CPU_CHUNK];
@@ -135,7 +143,7 @@ static void act_elementwise(st_activation act, size_t n, const float *x,
   }
 }
 
-static void cpu_act_forward(st_activation act, int rows, int cols,
+static void cpu_act_forward(st_backend_ctx *ctx, st_activation act, int rows, int cols,
                             const float *x, float *y) {
   if (act == ST_ACT_SOFTMAX)
     softmax_rows(rows, cols, x, y);
@@ -168,7 +176,7 @@ static void gelu_backward(size_t n, const float *x, const float *dy,
 
 /* dx = dy * act'(.) from y (GELU from x); dx == dy allowed. */
 ST__SIMD_CLONES
-static void cpu_act_backward(st_activation act, int rows, int cols,
+static void cpu_act_backward(st_backend_ctx *ctx, st_activation act, int rows, int cols,
                              const float *x, const float *y, const float *dy,
                              float *dx) {
   size_t n = (size_t)rows * cols;
@@ -201,11 +209,12 @@ static void cpu_act_backward(st_activation act, int rows, int cols,
 
 static const st_backend cpu_backend = {
     .name = "cpu",
+    .ctx_create = cpu_ctx_create,
+    .ctx_destroy = cpu_ctx_destroy,
+    /* to_device, to_host, synchronize: NULL (host memory, memcpy; kernels
+     * are synchronous). */
     .alloc = cpu_alloc,
     .free = cpu_free,
-    .to_device = cpu_copy,
-    .to_host = cpu_copy,
-    .synchronize = cpu_sync,
     .gemm = cpu_gemm,
     .axpy = cpu_axpy,
     .scale = cpu_scale,
@@ -231,9 +240,9 @@ static const st_backend cpu_backend = {
     .rmsprop_update = st__cpu_rmsprop,
 };
 
-/* Completeness (backend/table.h): 28 slots filled above; update the count
+/* Completeness (backend/impl.h): 25 required slots filled above; update the count
  * after filling a new slot. */
-_Static_assert(ST__BACKEND_SLOTS == 28, "st_backend changed: fill the new slot here");
+_Static_assert(ST__BACKEND_SLOTS == 25, "st_backend changed: fill the new slot here");
 
 /* Any thread. The table is immutable; OpenBLAS loads on the first gemm. */
 const st_backend *st_backend_cpu(void) {

@@ -1,11 +1,12 @@
 /* Internal: the fast CPU kernels, split over cpu.c (memory, BLAS-like, bias,
  * activations, the table), cpu_conv.c (im2col/col2im, pooling) and cpu_train.c
  * (batchnorm, dropout, losses, optimizer updates). Signatures are those of the
- * st_backend slots; the same thread rules apply (any thread, disjoint buffers). */
+ * st_backend slots (backend/impl.h); the same thread rules apply (any thread,
+ * disjoint buffers; a cpu context is read-only after creation). */
 #ifndef STRATA_SRC_BACKEND_CPU_H
 #define STRATA_SRC_BACKEND_CPU_H
 
-#include "strata/backend.h"
+#include "backend/impl.h"
 
 /* The cpu*.c kernels are compiled at -O3 when optimising: GCC's -O2 uses the
  * "very-cheap" vectoriser cost model, which vectorises no loop whose trip count
@@ -30,45 +31,48 @@
 #define ST__SIMD_CLONES
 #endif
 
-/* Tests set it to run the kernels dispatched by hand (2x2 max pooling) in
- * their baseline build even where the CPU has AVX-512. */
-extern bool st__cpu_baseline_kernels;
+/* A cpu context's own state (st_backend_ctx.impl), set at its creation. */
+typedef struct st__cpu_state {
+  /* Run the kernels dispatched by hand (2x2 max pooling) in their baseline
+   * build even where the CPU has AVX-512 (tests set it). */
+  bool baseline_kernels;
+} st__cpu_state;
 
 /* Channels processed per chunk by kernels that keep per-channel state on the
  * stack (pooling argmax, batchnorm sums). */
 #define ST__CPU_CHUNK 256
 
-void st__cpu_im2col(const st_conv_geom *g, const float *x, float *col);
-void st__cpu_col2im(const st_conv_geom *g, const float *col, float *dx);
-void st__cpu_maxpool_forward(const st_pool_geom *g, const float *x, float *y);
-void st__cpu_maxpool_backward(const st_pool_geom *g, const float *x,
+void st__cpu_im2col(st_backend_ctx *ctx, const st_conv_geom *g, const float *x, float *col);
+void st__cpu_col2im(st_backend_ctx *ctx, const st_conv_geom *g, const float *col, float *dx);
+void st__cpu_maxpool_forward(st_backend_ctx *ctx, const st_pool_geom *g, const float *x, float *y);
+void st__cpu_maxpool_backward(st_backend_ctx *ctx, const st_pool_geom *g, const float *x,
                               const float *y, const float *dy, float *dx);
-void st__cpu_avgpool_forward(const st_pool_geom *g, const float *x, float *y);
-void st__cpu_avgpool_backward(const st_pool_geom *g, const float *dy,
+void st__cpu_avgpool_forward(st_backend_ctx *ctx, const st_pool_geom *g, const float *x, float *y);
+void st__cpu_avgpool_backward(st_backend_ctx *ctx, const st_pool_geom *g, const float *dy,
                               float *dx);
 
-void st__cpu_bn_train(int rows, int c, const float *x, const float *gamma,
+void st__cpu_bn_train(st_backend_ctx *ctx, int rows, int c, const float *x, const float *gamma,
                       const float *beta, float eps, float *mean, float *invstd,
                       float *y);
-void st__cpu_bn_infer(int rows, int c, const float *x, const float *gamma,
+void st__cpu_bn_infer(st_backend_ctx *ctx, int rows, int c, const float *x, const float *gamma,
                       const float *beta, const float *moving_mean,
                       const float *moving_var, float eps, float *y);
-void st__cpu_bn_backward(int rows, int c, const float *x, const float *gamma,
+void st__cpu_bn_backward(st_backend_ctx *ctx, int rows, int c, const float *x, const float *gamma,
                          const float *mean, const float *invstd,
                          const float *dy, float *dx, float *dgamma,
                          float *dbeta);
-void st__cpu_dropout_forward(size_t n, float rate, uint64_t seed,
+void st__cpu_dropout_forward(st_backend_ctx *ctx, size_t n, float rate, uint64_t seed,
                              uint64_t stream, const float *x, float *y);
-void st__cpu_dropout_backward(size_t n, float rate, uint64_t seed,
+void st__cpu_dropout_backward(st_backend_ctx *ctx, size_t n, float rate, uint64_t seed,
                               uint64_t stream, const float *dy, float *dx);
-void st__cpu_loss(st_loss_kind kind, int rows, int cols, const float *pred,
+void st__cpu_loss(st_backend_ctx *ctx, st_loss_kind kind, int rows, int cols, const float *pred,
                   const float *y, float scale, float *loss, float *dpred);
-void st__cpu_sgd(size_t n, float lr, float momentum, bool nesterov, float *p,
+void st__cpu_sgd(st_backend_ctx *ctx, size_t n, float lr, float momentum, bool nesterov, float *p,
                  const float *g, float *v);
-void st__cpu_adam(size_t n, float lr, float beta1, float beta2, float eps,
+void st__cpu_adam(st_backend_ctx *ctx, size_t n, float lr, float beta1, float beta2, float eps,
                   float weight_decay, int64_t t, float *p, const float *g,
                   float *m, float *v);
-void st__cpu_rmsprop(size_t n, float lr, float rho, float momentum, float eps,
+void st__cpu_rmsprop(st_backend_ctx *ctx, size_t n, float lr, float rho, float momentum, float eps,
                      float *p, const float *g, float *ms, float *mom);
 
 #endif

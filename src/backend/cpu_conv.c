@@ -47,7 +47,7 @@ static void im2col_inside(const st_conv_geom *g, const float *x, int y0,
 }
 
 /* col[oh*ow, kh*kw*c] from x[h,w,c]; row (oy*ow+ox), column (ky*kw+kx)*c+ci. */
-void st__cpu_im2col(const st_conv_geom *g, const float *x, float *col) {
+void st__cpu_im2col(st_backend_ctx *ctx, const st_conv_geom *g, const float *x, float *col) {
   const size_t c = (size_t)g->c, run = (size_t)g->kw * c;
   for (int oy = 0; oy < g->oh; oy++) {
     int y0 = oy * g->sh - g->pad_top;
@@ -76,7 +76,7 @@ void st__cpu_im2col(const st_conv_geom *g, const float *x, float *col) {
 }
 
 /* dx[h,w,c] += the adjoint scatter of col (same order as im2col). */
-void st__cpu_col2im(const st_conv_geom *g, const float *col, float *dx) {
+void st__cpu_col2im(st_backend_ctx *ctx, const st_conv_geom *g, const float *col, float *dx) {
   const size_t c = (size_t)g->c, run = (size_t)g->kw * c;
   for (int oy = 0; oy < g->oh; oy++) {
     int y0 = oy * g->sh - g->pad_top;
@@ -184,18 +184,18 @@ typedef int v16i __attribute__((vector_size(64)));
 #undef POOL2X2_TARGET
 #endif
 
-bool st__cpu_baseline_kernels = false;
-
 #ifdef POOL2X2_V4
-static bool pool2x2_v4(void) {
-  return !st__cpu_baseline_kernels && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+static bool pool2x2_v4(st_backend_ctx *ctx) {
+  const st__cpu_state *cs = ctx->impl;
+  return !cs->baseline_kernels && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
 }
 #endif
 
-static void maxpool_2x2_image(const st_pool_geom *g, const float *x, float *y) {
+static void maxpool_2x2_image(st_backend_ctx *ctx, const st_pool_geom *g, const float *x,
+                              float *y) {
 #ifdef POOL2X2_V4
-  if (pool2x2_v4()) {
+  if (pool2x2_v4(ctx)) {
     maxpool_2x2_image_v4(g, x, y);
     return;
   }
@@ -203,10 +203,10 @@ static void maxpool_2x2_image(const st_pool_geom *g, const float *x, float *y) {
   maxpool_2x2_image_base(g, x, y);
 }
 
-static void maxpool_2x2_backward(const st_pool_geom *g, const float *x, const float *dy,
-                                 float *dx) {
+static void maxpool_2x2_backward(st_backend_ctx *ctx, const st_pool_geom *g, const float *x,
+                                 const float *dy, float *dx) {
 #ifdef POOL2X2_V4
-  if (pool2x2_v4()) {
+  if (pool2x2_v4(ctx)) {
     maxpool_2x2_backward_v4(g, x, dy, dx);
     return;
   }
@@ -234,13 +234,13 @@ static void window_max(const st_pool_geom *g, const float *img, int oy, int ox,
     }
 }
 
-void st__cpu_maxpool_forward(const st_pool_geom *g, const float *x, float *y) {
+void st__cpu_maxpool_forward(st_backend_ctx *ctx, const st_pool_geom *g, const float *x, float *y) {
   const size_t c = (size_t)g->c, in = image_floats(g),
                out = (size_t)g->oh * g->ow * c;
   int arg[ST__CPU_CHUNK];
   for (int n = 0; n < g->n; n++, x += in, y += out) {
     if (is_2x2_s2_valid(g)) {
-      maxpool_2x2_image(g, x, y);
+      maxpool_2x2_image(ctx, g, x, y);
       continue;
     }
     for (int oy = 0; oy < g->oh; oy++)
@@ -273,7 +273,7 @@ static void maxpool_backward_image(const st_pool_geom *g, const float *x,
       }
 }
 
-void st__cpu_maxpool_backward(const st_pool_geom *g, const float *x,
+void st__cpu_maxpool_backward(st_backend_ctx *ctx, const st_pool_geom *g, const float *x,
                               const float *y, const float *dy, float *dx) {
   const size_t in = image_floats(g), out = (size_t)g->oh * g->ow * g->c;
   (void)y;
@@ -287,7 +287,7 @@ void st__cpu_maxpool_backward(const st_pool_geom *g, const float *x,
    * an odd last row/column (outside every window) needs zeros. */
   const size_t c = (size_t)g->c, row = (size_t)g->w * c;
   for (int n = 0; n < g->n; n++, x += in, dy += out, dx += in) {
-    maxpool_2x2_backward(g, x, dy, dx);
+    maxpool_2x2_backward(ctx, g, x, dy, dx);
     for (int yy = 0; yy < 2 * g->oh && g->w > 2 * g->ow; yy++)
       memset(dx + yy * row + (size_t)2 * g->ow * c, 0, sizeof(float) * (g->w - 2 * g->ow) * c);
     if (g->h > 2 * g->oh)
@@ -296,7 +296,7 @@ void st__cpu_maxpool_backward(const st_pool_geom *g, const float *x,
 }
 
 /* Mean over the in-image cells of each window (padding excluded). */
-void st__cpu_avgpool_forward(const st_pool_geom *g, const float *x, float *y) {
+void st__cpu_avgpool_forward(st_backend_ctx *ctx, const st_pool_geom *g, const float *x, float *y) {
   const size_t c = (size_t)g->c, in = image_floats(g);
   for (int n = 0; n < g->n; n++, x += in)
     for (int oy = 0; oy < g->oh; oy++)
@@ -315,7 +315,7 @@ void st__cpu_avgpool_forward(const st_pool_geom *g, const float *x, float *y) {
       }
 }
 
-void st__cpu_avgpool_backward(const st_pool_geom *g, const float *dy,
+void st__cpu_avgpool_backward(st_backend_ctx *ctx, const st_pool_geom *g, const float *dy,
                               float *dx) {
   const size_t c = (size_t)g->c, in = image_floats(g);
   memset(dx, 0, sizeof(float) * in * g->n);

@@ -45,7 +45,7 @@ static void bn_apply(int rows, int c, int c0, int nc, const float *x,
   }
 }
 
-void st__cpu_bn_train(int rows, int c, const float *x, const float *gamma,
+void st__cpu_bn_train(st_backend_ctx *ctx, int rows, int c, const float *x, const float *gamma,
                       const float *beta, float eps, float *mean, float *invstd,
                       float *y) {
   float scl[ST__CPU_CHUNK];
@@ -57,7 +57,7 @@ void st__cpu_bn_train(int rows, int c, const float *x, const float *gamma,
   }
 }
 
-void st__cpu_bn_infer(int rows, int c, const float *x, const float *gamma,
+void st__cpu_bn_infer(st_backend_ctx *ctx, int rows, int c, const float *x, const float *gamma,
                       const float *beta, const float *moving_mean,
                       const float *moving_var, float eps, float *y) {
   float scl[ST__CPU_CHUNK];
@@ -103,7 +103,7 @@ static void bn_backward_chunk(int rows, int c, int c0, int nc,
   }
 }
 
-void st__cpu_bn_backward(int rows, int c, const float *x, const float *gamma,
+void st__cpu_bn_backward(st_backend_ctx *ctx, int rows, int c, const float *x, const float *gamma,
                          const float *mean, const float *invstd,
                          const float *dy, float *dx, float *dgamma,
                          float *dbeta) {
@@ -155,7 +155,7 @@ static uint32_t dropout_threshold(float rate) {
 
 /* y = x * mask / (1 - rate), element i kept iff
  * unit(philox(seed, stream, i/4)[i%4]) >= rate. x == y allowed. */
-void st__cpu_dropout_forward(size_t n, float rate, uint64_t seed,
+void st__cpu_dropout_forward(st_backend_ctx *ctx, size_t n, float rate, uint64_t seed,
                              uint64_t stream, const float *x, float *y) {
   enum { SPAN = 4 * PHILOX_LANES };
   const float keep_scale = 1.0f / (1.0f - rate);
@@ -176,9 +176,9 @@ void st__cpu_dropout_forward(size_t n, float rate, uint64_t seed,
   }
 }
 
-void st__cpu_dropout_backward(size_t n, float rate, uint64_t seed,
+void st__cpu_dropout_backward(st_backend_ctx *ctx, size_t n, float rate, uint64_t seed,
                               uint64_t stream, const float *dy, float *dx) {
-  st__cpu_dropout_forward(n, rate, seed, stream, dy, dx);
+  st__cpu_dropout_forward(ctx, n, rate, seed, stream, dy, dx);
 }
 
 /* ---- losses --------------------------------------------------------------- */
@@ -209,10 +209,11 @@ static float sparse_ce_logits_row(int cols, const float *restrict z,
   return mx + logf(se) - z[label];
 }
 
-void st__cpu_loss(st_loss_kind kind, int rows, int cols, const float *pred,
+void st__cpu_loss(st_backend_ctx *ctx, st_loss_kind kind, int rows, int cols, const float *pred,
                   const float *y, float scale, float *loss, float *dpred) {
   if (kind != ST_LOSS_SPARSE_CE_LOGITS) {
-    st_backend_reference()->loss(kind, rows, cols, pred, y, scale, loss, dpred);
+    /* the reference reads nothing from its context: ours will do */
+    st_backend_reference()->loss(ctx, kind, rows, cols, pred, y, scale, loss, dpred);
     return;
   }
   for (int r = 0; r < rows; r++) {
@@ -226,7 +227,7 @@ void st__cpu_loss(st_loss_kind kind, int rows, int cols, const float *pred,
 /* v = momentum*v - lr*g; p += v (nesterov: p += momentum*v - lr*g);
  * v == NULL: p -= lr*g. */
 ST__SIMD_CLONES
-void st__cpu_sgd(size_t n, float lr, float momentum, bool nesterov,
+void st__cpu_sgd(st_backend_ctx *ctx, size_t n, float lr, float momentum, bool nesterov,
                  float *restrict p, const float *restrict g,
                  float *restrict v) {
   if (!v) {
@@ -247,7 +248,7 @@ void st__cpu_sgd(size_t n, float lr, float momentum, bool nesterov,
 /* Adam/AdamW in one pass with alpha = lr*sqrt(1-b2^t)/(1-b1^t) precomputed;
  * eps is added to sqrt(v) (Keras), weight decay first (p -= lr*wd*p). */
 ST__SIMD_CLONES
-void st__cpu_adam(size_t n, float lr, float beta1, float beta2, float eps,
+void st__cpu_adam(st_backend_ctx *ctx, size_t n, float lr, float beta1, float beta2, float eps,
                   float weight_decay, int64_t t, float *restrict p,
                   const float *restrict g, float *restrict m,
                   float *restrict v) {
@@ -269,7 +270,7 @@ void st__cpu_adam(size_t n, float lr, float beta1, float beta2, float eps,
  * momentum > 0 (and mom given): mom = momentum*mom + inc, p -= mom; else
  * p -= inc. */
 ST__SIMD_CLONES
-void st__cpu_rmsprop(size_t n, float lr, float rho, float momentum, float eps,
+void st__cpu_rmsprop(st_backend_ctx *ctx, size_t n, float lr, float rho, float momentum, float eps,
                      float *restrict p, const float *restrict g,
                      float *restrict ms, float *restrict mom) {
   const float c = 1.0f - rho;

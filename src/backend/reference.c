@@ -2,35 +2,29 @@
  * C, accumulating in double where it helps. These are the ground truth that
  * tests/test_kernels.c compares the fast backends against and that
  * tests/test_gradcheck.c differentiates numerically; speed is not a goal.
- * Host memory only. Stateless, so any thread may call any kernel at once on
- * disjoint buffers. */
+ * Host memory only. Stateless (its contexts carry nothing), so any thread may
+ * call any kernel at once on disjoint buffers. */
 #include <assert.h>
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
 
-#include "backend/table.h"
-
-#include "strata/backend.h"
+#include "backend/impl.h"
 
 /* Keras backend epsilon: probabilities are clipped to [EPS, 1-EPS]. */
 #define PROB_EPS 1e-7
 
 /* ---- memory --------------------------------------------------------------- */
 
-static void *ref_alloc(size_t bytes) { return st_alloc(bytes); }
-static void ref_free(void *p) { st_free(p); }
-static void ref_copy(void *dst, const void *src, size_t bytes) {
-  if (bytes) memcpy(dst, src, bytes);
-}
-static void ref_sync(void) {}
+static void *ref_alloc(st_backend_ctx *ctx, size_t bytes) { return st_alloc(bytes); }
+static void ref_free(st_backend_ctx *ctx, void *p) { st_free(p); }
 
 /* ---- BLAS-like ------------------------------------------------------------ */
 
 /* C[m,n] = alpha * op(A)[m,k] op(B)[k,n] + beta * C. A is [m,lda] (or [k,lda]
  * when trans_a), B is [k,ldb] (or [n,ldb] when trans_b). beta == 0 does not
  * read C (BLAS convention: C may hold garbage). */
-static void ref_gemm(bool trans_a, bool trans_b, int m, int n, int k,
+static void ref_gemm(st_backend_ctx *ctx, bool trans_a, bool trans_b, int m, int n, int k,
                      float alpha, const float *a, int lda, const float *b,
                      int ldb, float beta, float *c, int ldc) {
   for (int i = 0; i < m; i++) {
@@ -48,26 +42,26 @@ static void ref_gemm(bool trans_a, bool trans_b, int m, int n, int k,
   }
 }
 
-static void ref_axpy(size_t n, float alpha, const float *x, float *y) {
+static void ref_axpy(st_backend_ctx *ctx, size_t n, float alpha, const float *x, float *y) {
   for (size_t i = 0; i < n; i++) y[i] += alpha * x[i];
 }
 
-static void ref_scale(size_t n, float alpha, float *x) {
+static void ref_scale(st_backend_ctx *ctx, size_t n, float alpha, float *x) {
   for (size_t i = 0; i < n; i++) x[i] *= alpha;
 }
 
-static void ref_fill(size_t n, float value, float *x) {
+static void ref_fill(st_backend_ctx *ctx, size_t n, float value, float *x) {
   for (size_t i = 0; i < n; i++) x[i] = value;
 }
 
 /* ---- bias and activations ------------------------------------------------- */
 
-static void ref_bias_add(int rows, int cols, const float *bias, float *y) {
+static void ref_bias_add(st_backend_ctx *ctx, int rows, int cols, const float *bias, float *y) {
   for (int r = 0; r < rows; r++)
     for (int j = 0; j < cols; j++) y[(size_t)r * cols + j] += bias[j];
 }
 
-static void ref_bias_grad(int rows, int cols, const float *dy, float *db) {
+static void ref_bias_grad(st_backend_ctx *ctx, int rows, int cols, const float *dy, float *db) {
   for (int j = 0; j < cols; j++) {
     double acc = 0.0;
     for (int r = 0; r < rows; r++) acc += dy[(size_t)r * cols + j];
@@ -96,7 +90,7 @@ static double act_scalar(st_activation act, double x) {
 }
 
 /* y[rows,cols] = act(x[rows,cols]); x == y allowed. */
-static void ref_act_forward(st_activation act, int rows, int cols,
+static void ref_act_forward(st_backend_ctx *ctx, st_activation act, int rows, int cols,
                             const float *x, float *y) {
   if (act == ST_ACT_SOFTMAX) {
     for (int r = 0; r < rows; r++)
@@ -123,7 +117,7 @@ static double act_deriv(st_activation act, double x, double y) {
 }
 
 /* dx = dy * act'(.) (softmax: full Jacobian per row); dx == dy allowed. */
-static void ref_act_backward(st_activation act, int rows, int cols,
+static void ref_act_backward(st_backend_ctx *ctx, st_activation act, int rows, int cols,
                              const float *x, const float *y, const float *dy,
                              float *dx) {
   if (act == ST_ACT_SOFTMAX) {
@@ -156,7 +150,7 @@ static long conv_src(const st_conv_geom *g, int oy, int ox, int ky, int kx) {
 
 /* col[oh*ow, kh*kw*c] from x[h,w,c]; padding cells are 0. Row (oy*ow + ox),
  * column (ky*kw + kx)*c + ci. */
-static void ref_im2col(const st_conv_geom *g, const float *x, float *col) {
+static void ref_im2col(st_backend_ctx *ctx, const st_conv_geom *g, const float *x, float *col) {
   for (int oy = 0; oy < g->oh; oy++)
     for (int ox = 0; ox < g->ow; ox++)
       for (int ky = 0; ky < g->kh; ky++)
@@ -168,7 +162,7 @@ static void ref_im2col(const st_conv_geom *g, const float *x, float *col) {
 }
 
 /* dx[h,w,c] += adjoint scatter of col[oh*ow, kh*kw*c] (same order as above). */
-static void ref_col2im(const st_conv_geom *g, const float *col, float *dx) {
+static void ref_col2im(st_backend_ctx *ctx, const st_conv_geom *g, const float *col, float *dx) {
   for (int oy = 0; oy < g->oh; oy++)
     for (int ox = 0; ox < g->ow; ox++)
       for (int ky = 0; ky < g->kh; ky++)
@@ -212,7 +206,7 @@ static size_t pool_argmax(const st_pool_geom *g, const float *x, int n, int oy,
 }
 
 /* y[n,oh,ow,c] = max over each window of x[n,h,w,c]. */
-static void ref_maxpool_forward(const st_pool_geom *g, const float *x,
+static void ref_maxpool_forward(st_backend_ctx *ctx, const st_pool_geom *g, const float *x,
                                 float *y) {
   size_t o = 0;
   for (int n = 0; n < g->n; n++)
@@ -221,7 +215,7 @@ static void ref_maxpool_forward(const st_pool_geom *g, const float *x,
         for (int c = 0; c < g->c; c++) y[o++] = x[pool_argmax(g, x, n, oy, ox, c)];
 }
 
-static void ref_maxpool_backward(const st_pool_geom *g, const float *x,
+static void ref_maxpool_backward(st_backend_ctx *ctx, const st_pool_geom *g, const float *x,
                                  const float *y, const float *dy, float *dx) {
   memset(dx, 0, sizeof(float) * (size_t)g->n * g->h * g->w * g->c);
   size_t o = 0;
@@ -236,7 +230,7 @@ static void ref_maxpool_backward(const st_pool_geom *g, const float *x,
 }
 
 /* Mean over the in-image cells of each window (padding excluded). */
-static void ref_avgpool_forward(const st_pool_geom *g, const float *x,
+static void ref_avgpool_forward(st_backend_ctx *ctx, const st_pool_geom *g, const float *x,
                                 float *y) {
   size_t o = 0;
   for (int n = 0; n < g->n; n++)
@@ -254,7 +248,7 @@ static void ref_avgpool_forward(const st_pool_geom *g, const float *x,
       }
 }
 
-static void ref_avgpool_backward(const st_pool_geom *g, const float *dy,
+static void ref_avgpool_backward(st_backend_ctx *ctx, const st_pool_geom *g, const float *dy,
                                  float *dx) {
   memset(dx, 0, sizeof(float) * (size_t)g->n * g->h * g->w * g->c);
   size_t o = 0;
@@ -275,7 +269,7 @@ static void ref_avgpool_backward(const st_pool_geom *g, const float *dy,
 
 /* mean[c], invstd[c] = 1/sqrt(biased var + eps) over rows of x[rows,c]; then
  * y = gamma * (x - mean) * invstd + beta. rows == 0 gives mean 0, var 0. */
-static void ref_bn_train(int rows, int c, const float *x, const float *gamma,
+static void ref_bn_train(st_backend_ctx *ctx, int rows, int c, const float *x, const float *gamma,
                          const float *beta, float eps, float *mean,
                          float *invstd, float *y) {
   for (int j = 0; j < c; j++) {
@@ -296,7 +290,7 @@ static void ref_bn_train(int rows, int c, const float *x, const float *gamma,
   }
 }
 
-static void ref_bn_infer(int rows, int c, const float *x, const float *gamma,
+static void ref_bn_infer(st_backend_ctx *ctx, int rows, int c, const float *x, const float *gamma,
                          const float *beta, const float *moving_mean,
                          const float *moving_var, float eps, float *y) {
   for (int j = 0; j < c; j++) {
@@ -311,7 +305,7 @@ static void ref_bn_infer(int rows, int c, const float *x, const float *gamma,
 /* With xhat = (x - mean) * invstd over N = rows:
  * dbeta = sum dy, dgamma = sum dy*xhat,
  * dx = gamma*invstd/N * (N*dy - dbeta - xhat*dgamma). */
-static void ref_bn_backward(int rows, int c, const float *x,
+static void ref_bn_backward(st_backend_ctx *ctx, int rows, int c, const float *x,
                             const float *gamma, const float *mean,
                             const float *invstd, const float *dy, float *dx,
                             float *dgamma, float *dbeta) {
@@ -342,16 +336,16 @@ static bool dropout_kept(uint64_t seed, uint64_t stream, size_t i, float rate) {
 }
 
 /* y = x * mask / (1 - rate); the same function serves backward (dy -> dx). */
-static void ref_dropout_forward(size_t n, float rate, uint64_t seed,
+static void ref_dropout_forward(st_backend_ctx *ctx, size_t n, float rate, uint64_t seed,
                                 uint64_t stream, const float *x, float *y) {
   float keep_scale = 1.0f / (1.0f - rate);
   for (size_t i = 0; i < n; i++)
     y[i] = dropout_kept(seed, stream, i, rate) ? x[i] * keep_scale : 0.0f;
 }
 
-static void ref_dropout_backward(size_t n, float rate, uint64_t seed,
+static void ref_dropout_backward(st_backend_ctx *ctx, size_t n, float rate, uint64_t seed,
                                  uint64_t stream, const float *dy, float *dx) {
-  ref_dropout_forward(n, rate, seed, stream, dy, dx);
+  ref_dropout_forward(ctx, n, rate, seed, stream, dy, dx);
 }
 
 /* ---- losses --------------------------------------------------------------- */
@@ -481,7 +475,7 @@ static double loss_row(st_loss_kind kind, int cols, const float *pred,
 /* loss[rows] per example; dpred[rows,cols] = scale * dloss/dpred (or NULL).
  * A sparse label that is not an integer in [0, cols) gives loss NaN and a zero
  * gradient row (callers validate labels; this keeps the kernel total). */
-static void ref_loss(st_loss_kind kind, int rows, int cols, const float *pred,
+static void ref_loss(st_backend_ctx *ctx, st_loss_kind kind, int rows, int cols, const float *pred,
                      const float *y, float scale, float *loss, float *dpred) {
   bool sparse = kind == ST_LOSS_SPARSE_CE_LOGITS || kind == ST_LOSS_SPARSE_CE;
   for (int r = 0; r < rows; r++) {
@@ -495,7 +489,7 @@ static void ref_loss(st_loss_kind kind, int rows, int cols, const float *pred,
 
 /* v = momentum*v - lr*g; p += v, or nesterov p += momentum*v - lr*g.
  * v == NULL (no momentum slot): p -= lr*g. */
-static void ref_sgd(size_t n, float lr, float momentum, bool nesterov,
+static void ref_sgd(st_backend_ctx *ctx, size_t n, float lr, float momentum, bool nesterov,
                     float *p, const float *g, float *v) {
   for (size_t i = 0; i < n; i++) {
     if (!v) {
@@ -510,7 +504,7 @@ static void ref_sgd(size_t n, float lr, float momentum, bool nesterov,
 /* Keras Adam: alpha = lr*sqrt(1-b2^t)/(1-b1^t); m += (g-m)(1-b1);
  * v += (g^2-v)(1-b2); p -= alpha*m/(sqrt(v)+eps) — eps is added to sqrt(v),
  * not to sqrt(v_hat). AdamW first does p -= lr*wd*p. */
-static void ref_adam(size_t n, float lr, float beta1, float beta2, float eps,
+static void ref_adam(st_backend_ctx *ctx, size_t n, float lr, float beta1, float beta2, float eps,
                      float weight_decay, int64_t t, float *p, const float *g,
                      float *m, float *v) {
   double alpha = lr * sqrt(1.0 - pow(beta2, (double)t)) /
@@ -526,7 +520,7 @@ static void ref_adam(size_t n, float lr, float beta1, float beta2, float eps,
 /* Keras RMSprop: ms = rho*ms + (1-rho) g^2; inc = lr*g/sqrt(ms + eps) (Keras
  * puts eps INSIDE the sqrt); momentum > 0: mom = momentum*mom + inc, p -= mom;
  * else p -= inc (mom unused, may be NULL). */
-static void ref_rmsprop(size_t n, float lr, float rho, float momentum,
+static void ref_rmsprop(st_backend_ctx *ctx, size_t n, float lr, float rho, float momentum,
                         float eps, float *p, const float *g, float *ms,
                         float *mom) {
   for (size_t i = 0; i < n; i++) {
@@ -545,11 +539,10 @@ static void ref_rmsprop(size_t n, float lr, float rho, float momentum,
 
 static const st_backend reference_backend = {
     .name = "reference",
+    /* ctx_create, ctx_destroy, to_device, to_host, synchronize: NULL (no
+     * per-context state, host memory, synchronous kernels). */
     .alloc = ref_alloc,
     .free = ref_free,
-    .to_device = ref_copy,
-    .to_host = ref_copy,
-    .synchronize = ref_sync,
     .gemm = ref_gemm,
     .axpy = ref_axpy,
     .scale = ref_scale,
@@ -575,9 +568,9 @@ static const st_backend reference_backend = {
     .rmsprop_update = ref_rmsprop,
 };
 
-/* Completeness (backend/table.h): 28 slots filled above; update the count
+/* Completeness (backend/impl.h): 25 required slots filled above; update the count
  * after filling a new slot. */
-_Static_assert(ST__BACKEND_SLOTS == 28, "st_backend changed: fill the new slot here");
+_Static_assert(ST__BACKEND_SLOTS == 25, "st_backend changed: fill the new slot here");
 
 /* Any thread. The table is immutable. */
 const st_backend *st_backend_reference(void) {

@@ -49,7 +49,7 @@ void st__shared_sync_to_model(st_strategy *s, st_net *m) { (void)s, (void)m; }
 void st__shared_sync_from_model(st_strategy *s, st_net *m) {
   st_replica_group *g = s->impl;
   for (int i = 1; i < g->n && m->n_state; i++)
-    m->be->to_device(g->reps[i]->state, m->state, m->n_state * sizeof(float));
+    st__be_to_device(g->reps[i]->ctx, g->reps[i]->state, m->state, m->n_state * sizeof(float));
 }
 
 const st_strategy_vtable st__central_storage_vtable = {

@@ -113,7 +113,7 @@ st_status st_replica_apply_gradients(st_replica_context *c) {
   float **src = c->s->replica_slots ? c->s->replica_slots(c->s, c->rank) : m->slots, *slots[4];
   for (int k = 0; k < m->n_slots; k++) slots[k] = src[k] + lo;
   if (len)
-    st_optimizer_apply(&m->optimizer, m->be, m->step, len, r->params + lo, r->grads + lo,
+    st_optimizer_apply(&m->optimizer, r->ctx, m->step, len, r->params + lo, r->grads + lo,
                        slots);
   c->applied = true;
   /* no replica may read the shared variables of the next step before all

@@ -26,10 +26,11 @@ typedef struct mirrored {
   st_error_slot status[ST_MAX_REPLICAS]; /* replica i's failure, message included */
 } mirrored;
 
-static void free_impl(const st_backend *be, mirrored *mi) {
+/* Replica i's slots were made with its context: freed with it. */
+static void free_impl(mirrored *mi) {
   if (!mi) return;
   for (int i = 1; mi->g && i < mi->g->n; i++)
-    for (int k = 0; k < 4; k++) be->free(mi->slots[i][k]);
+    for (int k = 0; k < 4; k++) mi->g->reps[i]->be->free(mi->g->reps[i]->ctx, mi->slots[i][k]);
   st__reducer_destroy(mi->red);
   st__group_destroy(mi->g);
   free(mi);
@@ -60,9 +61,10 @@ static st_status alloc_slots(st_net *m, mirrored *mi) {
   for (int k = 0; k < m->n_slots; k++) mi->slots[0][k] = m->slots[k];
   for (int i = 1; i < mi->g->n; i++)
     for (int k = 0; k < m->n_slots; k++) {
-      if (!(mi->slots[i][k] = m->be->alloc(bytes)))
+      st_backend_ctx *ctx = mi->g->reps[i]->ctx;
+      if (!(mi->slots[i][k] = ctx->be->alloc(ctx, bytes)))
         return st_error(ST_ERR_NOMEM, "mirrored: out of memory for replica %d's slots", i);
-      m->be->fill(m->n_params, 0.0f, mi->slots[i][k]);
+      ctx->be->fill(ctx, m->n_params, 0.0f, mi->slots[i][k]);
     }
   return ST_OK;
 }
@@ -93,7 +95,7 @@ st_status st__mirrored_attach(st_strategy *s, st_net *m, st_collective *net_grou
     st = first_error(mi);
   }
   if (st != ST_OK) {
-    free_impl(m->be, mi);
+    free_impl(mi);
     s->impl = NULL;
     s->net = NULL;
     return st;
@@ -110,7 +112,7 @@ static st_status mr_attach(st_strategy *s, st_net *m) {
 }
 
 void st__mirrored_detach(st_strategy *s) {
-  free_impl(s->net->be, s->impl);
+  free_impl(s->impl);
   s->impl = NULL;
   s->group = NULL;
   s->net = NULL;
@@ -138,7 +140,7 @@ static void step_task(void *arg, int i) {
   st->examples = count;
   mi->status[i].status = ST_OK;
   if (st__error_keep(&mi->status[i], st__reducer_finish(mi->red, i)) == ST_OK)
-    st_optimizer_apply(&m->optimizer, m->be, m->step, m->n_params, r->params, r->grads,
+    st_optimizer_apply(&m->optimizer, r->ctx, m->step, m->n_params, r->params, r->grads,
                        mi->slots[i]);
 }
 

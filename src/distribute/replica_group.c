@@ -14,13 +14,13 @@ static st_status make_replica(st_net *m, int i, bool own_params, st_replica **ou
   size_t ps = (m->n_params ? m->n_params : 1) * sizeof(float);
   size_t ss = (m->n_state ? m->n_state : 1) * sizeof(float);
   r->owns_vars = true;
-  r->params = own_params ? m->be->alloc(ps) : NULL;
-  r->state = m->be->alloc(ss);
+  r->params = own_params ? r->be->alloc(r->ctx, ps) : NULL;
+  r->state = r->be->alloc(r->ctx, ss);
   r->params_borrowed = !own_params;
   if ((own_params && !r->params) || !r->state)
     return st_error(ST_ERR_NOMEM, "replica %d: out of memory for variables", i);
   if (!own_params) r->params = m->params;
-  if (m->n_state) m->be->to_device(r->state, m->state, m->n_state * sizeof(float));
+  if (m->n_state) st__be_to_device(r->ctx, r->state, m->state, m->n_state * sizeof(float));
   return ST_OK;
 }
 
@@ -121,7 +121,8 @@ static void slice_task(void *arg, int i) {
   } else if (count) {
     s->loss_sum = st__replica_loss(p->m, r, y, count);
     if (p->pred)
-      r->be->to_host(p->pred + (size_t)start * outs, pred, (size_t)count * outs * sizeof(float));
+      st__be_to_host(r->ctx, p->pred + (size_t)start * outs, pred,
+                     (size_t)count * outs * sizeof(float));
   }
   s->examples = count;
 }
@@ -145,12 +146,13 @@ void st__group_sync_state(st_replica_group *g, st_net *m) {
   int workers = g->net ? g->net->size : 1;
   if (g->n * workers == 1 || m->n_state == 0) return;
   float *dst = g->reps[0]->state;
-  for (int i = 1; i < g->n; i++) m->be->axpy(m->n_state, 1.0f, g->reps[i]->state, dst);
-  m->be->scale(m->n_state, 1.0f / (float)g->n, dst);
+  st_backend_ctx *ctx = g->reps[0]->ctx; /* dst is replica 0's */
+  for (int i = 1; i < g->n; i++) m->be->axpy(ctx, m->n_state, 1.0f, g->reps[i]->state, dst);
+  m->be->scale(ctx, m->n_state, 1.0f / (float)g->n, dst);
   /* a failure here resurfaces in the next step's first collective */
   if (workers > 1) (void)g->net->vt->all_reduce(g->net, g->net->self, dst, m->n_state, ST_REDUCE_MEAN);
   for (int i = 1; i < g->n; i++)
-    m->be->to_device(g->reps[i]->state, dst, m->n_state * sizeof(float));
+    st__be_to_device(g->reps[i]->ctx, g->reps[i]->state, dst, m->n_state * sizeof(float));
 }
 
 /* The gradient buffer cut into chunks, and the step's side task (task 0
@@ -169,7 +171,9 @@ typedef struct chunked {
 #define APPLY_BLOCK 4096
 
 /* Sum the replicas' gradients into reps[0] over chunk t, then apply the
- * optimizer to it, block by block. */
+ * optimizer to it, block by block. The update is host-side work on the
+ * model's variables: the model's context, shared by the pool's threads on
+ * disjoint chunks (backend/impl.h: cpu and reference contexts allow it). */
 static void reduce_apply_task(void *arg, int t) {
   chunked *c = arg;
   if (c->side) {
@@ -189,10 +193,11 @@ static void reduce_apply_task(void *arg, int t) {
   for (size_t b = lo; b < end; b += APPLY_BLOCK) {
     size_t len = end - b < APPLY_BLOCK ? end - b : APPLY_BLOCK;
     float *dst = c->g->reps[0]->grads + b;
-    for (int i = 1; i < c->g->n; i++) m->be->axpy(len, 1.0f, c->g->reps[i]->grads + b, dst);
+    for (int i = 1; i < c->g->n; i++)
+      m->be->axpy(m->be_ctx, len, 1.0f, c->g->reps[i]->grads + b, dst);
     float *slots[4];
     for (int i = 0; i < m->n_slots; i++) slots[i] = m->slots[i] + b;
-    st_optimizer_apply(&m->optimizer, m->be, m->step, len, m->params + b, dst, slots);
+    st_optimizer_apply(&m->optimizer, m->be_ctx, m->step, len, m->params + b, dst, slots);
   }
 }
 

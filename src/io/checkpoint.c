@@ -49,7 +49,7 @@ static st_status gather_slots(const st_model *m, st_named_tensor **ts, int *n, f
   int t = 0;
   for (int k = 0; k < m->net.n_slots; k++) {
     float *host = *blob + (size_t)k * m->net.n_params;
-    m->net.be->to_host(host, m->net.slots[k], m->net.n_params * sizeof(float));
+    st__be_to_host(m->net.be_ctx, host, m->net.slots[k], m->net.n_params * sizeof(float));
     for (int i = 0; i < m->net.nlayers; i++)
       for (int p = 0; p < m->net.layers[i]->nparams; p++) {
         const st_layer *l = m->net.layers[i];

@@ -140,13 +140,13 @@ static void apply_vars(const loaded *L, st_model *m) {
       st_named_tensor want;
       st__describe_var(l, p, &want);
       size_t bytes = st_shape_size(l->params[p].shape) * sizeof(float);
-      m->net.be->to_device(st__var_ptr(l, p, m->net.params, m->net.state),
-                           st__safetensors_find(&L->w, want.name)->data, bytes);
+      st__be_to_device(m->net.be_ctx, st__var_ptr(l, p, m->net.params, m->net.state),
+                       st__safetensors_find(&L->w, want.name)->data, bytes);
       if (!l->params[p].trainable) continue;
       for (int k = 0; k < m->net.n_slots; k++) /* slots in file order: slot-major */
-        m->net.be->to_device(m->net.slots[k] + l->params[p].offset,
-                             L->o.tensors[(size_t)k * (size_t)(L->o.n / (m->net.n_slots ? m->net.n_slots : 1)) + t].data,
-                             bytes);
+        st__be_to_device(m->net.be_ctx, m->net.slots[k] + l->params[p].offset,
+                         L->o.tensors[(size_t)k * (size_t)(L->o.n / (m->net.n_slots ? m->net.n_slots : 1)) + t].data,
+                         bytes);
       t++;
     }
 }

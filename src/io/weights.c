@@ -29,8 +29,8 @@ st_status st__gather_vars(const st_model *m, st_named_tensor *ts, float **blob) 
   size_t total = m->net.n_params + m->net.n_state;
   float *hp = malloc((total + 1) * sizeof(float));
   if (!hp) return st_error(ST_ERR_NOMEM, "save_weights: out of memory");
-  m->net.be->to_host(hp, m->net.params, m->net.n_params * sizeof(float));
-  m->net.be->to_host(hp + m->net.n_params, m->net.state, m->net.n_state * sizeof(float));
+  st__be_to_host(m->net.be_ctx, hp, m->net.params, m->net.n_params * sizeof(float));
+  st__be_to_host(m->net.be_ctx, hp + m->net.n_params, m->net.state, m->net.n_state * sizeof(float));
   int k = 0;
   for (int i = 0; i < m->net.nlayers; i++) {
     const st_layer *l = m->net.layers[i];
@@ -102,8 +102,8 @@ st_status st_model_load_weights(st_model *m, const char *path) {
       st_named_tensor want;
       st__describe_var(l, p, &want);
       const st_named_tensor *got = st__safetensors_find(&f, want.name);
-      m->net.be->to_device(st__var_ptr(l, p, m->net.params, m->net.state), got->data,
-                           st_shape_size(l->params[p].shape) * sizeof(float));
+      st__be_to_device(m->net.be_ctx, st__var_ptr(l, p, m->net.params, m->net.state), got->data,
+                       st_shape_size(l->params[p].shape) * sizeof(float));
     }
   if (s == ST_OK) m->strategy->vt->sync_from_model(m->strategy, &m->net);
   st__safetensors_free(&f);
@@ -115,15 +115,15 @@ size_t st_model_weights_size(const st_model *m) { return m->net.n_params + m->ne
 st_status st_model_get_weights(const st_model *m, float *out) {
   if (!m->compiled) return st_error(ST_ERR_INVALID, "get_weights: model is not compiled");
   m->strategy->vt->sync_to_model(m->strategy, (st_net *)&m->net);
-  m->net.be->to_host(out, m->net.params, m->net.n_params * sizeof(float));
-  m->net.be->to_host(out + m->net.n_params, m->net.state, m->net.n_state * sizeof(float));
+  st__be_to_host(m->net.be_ctx, out, m->net.params, m->net.n_params * sizeof(float));
+  st__be_to_host(m->net.be_ctx, out + m->net.n_params, m->net.state, m->net.n_state * sizeof(float));
   return ST_OK;
 }
 
 st_status st_model_set_weights(st_model *m, const float *in) {
   if (!m->compiled) return st_error(ST_ERR_INVALID, "set_weights: model is not compiled");
-  m->net.be->to_device(m->net.params, in, m->net.n_params * sizeof(float));
-  m->net.be->to_device(m->net.state, in + m->net.n_params, m->net.n_state * sizeof(float));
+  st__be_to_device(m->net.be_ctx, m->net.params, in, m->net.n_params * sizeof(float));
+  st__be_to_device(m->net.be_ctx, m->net.state, in + m->net.n_params, m->net.n_state * sizeof(float));
   m->strategy->vt->sync_from_model(m->strategy, &m->net);
   return ST_OK;
 }

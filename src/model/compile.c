@@ -45,14 +45,14 @@ static st_status alloc_vars(st_net *m) {
   const st_backend *be = m->be;
   size_t np = (m->n_params ? m->n_params : 1) * sizeof(float);
   size_t ns = (m->n_state ? m->n_state : 1) * sizeof(float);
-  m->params = be->alloc(np);
-  m->state = be->alloc(ns);
+  m->params = be->alloc(m->be_ctx, np);
+  m->state = be->alloc(m->be_ctx, ns);
   if (!m->params || !m->state) return ST_ERR_NOMEM;
   m->n_slots = st_optimizer_slot_count(&m->optimizer);
   for (int i = 0; i < m->n_slots; i++) {
-    m->slots[i] = be->alloc(np);
+    m->slots[i] = be->alloc(m->be_ctx, np);
     if (!m->slots[i]) return ST_ERR_NOMEM;
-    be->fill(m->n_params, 0.0f, m->slots[i]);
+    be->fill(m->be_ctx, m->n_params, 0.0f, m->slots[i]);
   }
   /* Initialise on the host, then copy to the device. */
   float *hp = calloc(m->n_params + 1, sizeof(float));
@@ -63,16 +63,20 @@ static st_status alloc_vars(st_net *m) {
     return ST_ERR_NOMEM;
   }
   st__net_init_variables(m, hp, hs);
-  be->to_device(m->params, hp, m->n_params * sizeof(float));
-  be->to_device(m->state, hs, m->n_state * sizeof(float));
+  st__be_to_device(m->be_ctx, m->params, hp, m->n_params * sizeof(float));
+  st__be_to_device(m->be_ctx, m->state, hs, m->n_state * sizeof(float));
   free(hp);
   free(hs);
   return ST_OK;
 }
 
+/* The backend and the net's own context (device 0) for host-side work on
+ * its variables; each replica makes its own. */
 static st_status pick_backend(st_net *m) {
   const char *name = getenv("STRATA_BACKEND");
-  return st_backend_get(name && *name ? name : "cpu", &m->be);
+  st_status s = st_backend_get(name && *name ? name : "cpu", &m->be);
+  if (s != ST_OK) return s;
+  return st_backend_ctx_create(m->be, 0, 0, &m->be_ctx);
 }
 
 st_status st_model_compile(st_model *m, const st_compile_options *o) {
@@ -104,10 +108,11 @@ st_status st_model_compile(st_model *m, const st_compile_options *o) {
 static void free_net(st_net *m) {
   for (int i = 0; i < m->nlayers; i++) st_layer_destroy(m->layers[i]);
   free(m->layers);
-  if (m->be) {
-    m->be->free(m->params);
-    m->be->free(m->state);
-    for (int i = 0; i < m->n_slots; i++) m->be->free(m->slots[i]);
+  if (m->be_ctx) {
+    m->be->free(m->be_ctx, m->params);
+    m->be->free(m->be_ctx, m->state);
+    for (int i = 0; i < m->n_slots; i++) m->be->free(m->be_ctx, m->slots[i]);
+    st_backend_ctx_destroy(m->be_ctx);
   }
 }
 

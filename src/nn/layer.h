@@ -10,6 +10,7 @@
 #ifndef STRATA_NN_LAYER_H
 #define STRATA_NN_LAYER_H
 
+#include "backend/impl.h"
 #include "strata/nn.h"
 
 #define ST_LAYER_MAX_PARAMS 4
@@ -27,6 +28,7 @@ typedef struct st_param_spec {
 /* Arguments of one forward or backward call over a batch. */
 typedef struct st_layer_call {
   const st_backend *be;
+  st_backend_ctx *ctx; /* be's context of the replica (first argument of every slot) */
   int batch;           /* examples in this call; may be 0 */
   bool training;
   const float *x;      /* [batch, in_shape] */

@@ -23,7 +23,7 @@ static void activation_forward(const st_layer *l, st_layer_call *c) {
   const activation_config *ac = l->config;
   int rows, cols;
   act_view(l, c->batch, &rows, &cols);
-  c->be->act_forward(ac->act, rows, cols, c->x, c->y);
+  c->be->act_forward(c->ctx, ac->act, rows, cols, c->x, c->y);
 }
 
 static void activation_backward(const st_layer *l, st_layer_call *c) {
@@ -31,7 +31,7 @@ static void activation_backward(const st_layer *l, st_layer_call *c) {
   if (!c->dx) return;
   int rows, cols;
   act_view(l, c->batch, &rows, &cols);
-  c->be->act_backward(st__layer_grad_act(l, ac->act), rows, cols, c->x, c->y,
+  c->be->act_backward(c->ctx, st__layer_grad_act(l, ac->act), rows, cols, c->x, c->y,
                       c->dy, c->dx);
 }
 

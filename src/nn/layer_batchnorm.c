@@ -68,8 +68,8 @@ static int bn_rows(const st_layer *l, int batch) {
 /* gamma (or ones) and beta (or zeros) for the kernels. */
 static void bn_affine(const bn_config *bc, const st_layer_call *c,
                       const float **gamma, const float **beta) {
-  if (bc->i_gamma < 0) c->be->fill((size_t)bc->c, 1.0f, ws(bc, c, WS_ONES));
-  if (bc->i_beta < 0) c->be->fill((size_t)bc->c, 0.0f, ws(bc, c, WS_ZEROS));
+  if (bc->i_gamma < 0) c->be->fill(c->ctx, (size_t)bc->c, 1.0f, ws(bc, c, WS_ONES));
+  if (bc->i_beta < 0) c->be->fill(c->ctx, (size_t)bc->c, 0.0f, ws(bc, c, WS_ZEROS));
   *gamma = bc->i_gamma >= 0 ? c->w[bc->i_gamma] : ws(bc, c, WS_ONES);
   *beta = bc->i_beta >= 0 ? c->w[bc->i_beta] : ws(bc, c, WS_ZEROS);
 }
@@ -136,14 +136,14 @@ static void bn_forward_train(const st_layer *l, st_layer_call *c,
   float *invstd = c->batch > 0 ? c->cache + C : ws(bc, c, WS_DBETA);
   if (!bn_is_sync(bc, c)) {
     if (rows == 0) return; /* no statistics from an empty batch */
-    c->be->batchnorm_forward_train(rows, C, c->x, gamma, beta, bc->o.epsilon,
+    c->be->batchnorm_forward_train(c->ctx, rows, C, c->x, gamma, beta, bc->o.epsilon,
                                    mean, invstd, c->y);
     bn_update_moving(bc, c, mean, invstd);
     return;
   }
   float *var = ws(bc, c, WS_RED) + C + 1; /* [c] */
   if (!bn_sync_stats(bc, c, rows, mean, var, invstd)) return;
-  c->be->batchnorm_forward_infer(rows, C, c->x, gamma, beta, mean, var,
+  c->be->batchnorm_forward_infer(c->ctx, rows, C, c->x, gamma, beta, mean, var,
                                  bc->o.epsilon, c->y);
   bn_update_moving(bc, c, mean, invstd);
 }
@@ -155,7 +155,7 @@ static void bn_forward(const st_layer *l, st_layer_call *c) {
   if (c->training)
     bn_forward_train(l, c, gamma, beta);
   else
-    c->be->batchnorm_forward_infer(bn_rows(l, c->batch), bc->c, c->x, gamma,
+    c->be->batchnorm_forward_infer(c->ctx, bn_rows(l, c->batch), bc->c, c->x, gamma,
                                    beta, c->w[bc->i_mean], c->w[bc->i_var],
                                    bc->o.epsilon, c->y);
 }
@@ -199,11 +199,11 @@ static void bn_backward(const st_layer *l, st_layer_call *c) {
   if (bn_is_sync(bc, c)) {
     bn_sync_backward(bc, c, rows, gamma, dgamma, dbeta);
   } else if (rows == 0) {
-    c->be->fill((size_t)C, 0.0f, dgamma);
-    c->be->fill((size_t)C, 0.0f, dbeta);
+    c->be->fill(c->ctx, (size_t)C, 0.0f, dgamma);
+    c->be->fill(c->ctx, (size_t)C, 0.0f, dbeta);
   } else {
     float *dx = c->dx ? c->dx : ws_dx(bc, c);
-    c->be->batchnorm_backward(rows, C, c->x, gamma, c->cache, c->cache + C,
+    c->be->batchnorm_backward(c->ctx, rows, C, c->x, gamma, c->cache, c->cache + C,
                               c->dy, dx, dgamma, dbeta);
   }
 }

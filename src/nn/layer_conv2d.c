@@ -104,7 +104,7 @@ static void unroll_block(const conv_config *cf, const st_layer_call *c, int b0,
                          int cnt, float *col) {
   conv_sizes s = sizes_of(cf);
   for (int i = 0; i < cnt; i++)
-    c->be->im2col(&cf->g, c->x + (size_t)(b0 + i) * s.X,
+    c->be->im2col(c->ctx, &cf->g, c->x + (size_t)(b0 + i) * s.X,
                   col + (size_t)i * s.P * s.K);
 }
 
@@ -120,12 +120,12 @@ static void conv_forward(const st_layer *l, st_layer_call *c) {
     int cnt = c->batch - b0 < nb ? c->batch - b0 : nb, rows = (int)(cnt * s.P);
     size_t off = (size_t)b0 * s.P * s.F; /* block start in z and y */
     unroll_block(cf, c, b0, cnt, col);
-    be->gemm(false, false, rows, (int)s.F, (int)s.K, 1.0f, col, (int)s.K,
+    be->gemm(c->ctx, false, false, rows, (int)s.F, (int)s.K, 1.0f, col, (int)s.K,
              c->w[KERNEL], (int)s.F, 0.0f, z + off, (int)s.F);
     /* bias and activation while the block is still in cache */
-    if (cf->o.use_bias) be->bias_add(rows, (int)s.F, c->w[BIAS], z + off);
+    if (cf->o.use_bias) be->bias_add(c->ctx, rows, (int)s.F, c->w[BIAS], z + off);
     if (act != ST_ACT_LINEAR)
-      be->act_forward(act, rows, (int)s.F, z + off, c->y + off);
+      be->act_forward(c->ctx, act, rows, (int)s.F, z + off, c->y + off);
   }
 }
 
@@ -149,7 +149,7 @@ static void conv_dz_block(const st_layer *l, st_layer_call *c, int b0,
   conv_sizes s = sizes_of(cf);
   size_t off = (size_t)b0 * s.P * s.F;
   const float *z = st_activation_needs_input(act) ? c->cache + off : NULL;
-  c->be->act_backward(act, (int)(cnt * s.P), (int)s.F, z, c->y + off,
+  c->be->act_backward(c->ctx, act, (int)(cnt * s.P), (int)s.F, z, c->y + off,
                       c->dy + off, dz + off);
 }
 
@@ -158,13 +158,13 @@ static void conv_dx_block(const conv_config *cf, st_layer_call *c, int b0,
                           int cnt, const float *dz, float *col) {
   const st_backend *be = c->be;
   conv_sizes s = sizes_of(cf);
-  be->gemm(false, true, (int)(cnt * s.P), (int)s.K, (int)s.F, 1.0f,
+  be->gemm(c->ctx, false, true, (int)(cnt * s.P), (int)s.K, (int)s.F, 1.0f,
            dz + (size_t)b0 * s.P * s.F, (int)s.F, c->w[KERNEL], (int)s.F, 0.0f,
            col, (int)s.K);
   float *dx = c->dx + (size_t)b0 * s.X; /* [cnt, h, w, c] */
-  be->fill((size_t)cnt * s.X, 0.0f, dx);
+  be->fill(c->ctx, (size_t)cnt * s.X, 0.0f, dx);
   for (int i = 0; i < cnt; i++)
-    be->col2im(&cf->g, col + (size_t)i * s.P * s.K, dx + (size_t)i * s.X);
+    be->col2im(c->ctx, &cf->g, col + (size_t)i * s.P * s.K, dx + (size_t)i * s.X);
 }
 
 /* Per block: dz, dkernel (+)= col^T . dz, dbias (+)= column sums of dz
@@ -178,20 +178,20 @@ static void conv_backward(const st_layer *l, st_layer_call *c) {
   int nb = block_images(cf, c->batch);
   float *dbias_block = c->workspace + conv_workspace(l, c->batch) - s.F;
   if (c->batch == 0) {
-    be->fill(s.K * s.F, 0.0f, c->dw[KERNEL]);
-    if (cf->o.use_bias) be->fill(s.F, 0.0f, c->dw[BIAS]);
+    be->fill(c->ctx, s.K * s.F, 0.0f, c->dw[KERNEL]);
+    if (cf->o.use_bias) be->fill(c->ctx, s.F, 0.0f, c->dw[BIAS]);
   }
   for (int b0 = 0; b0 < c->batch; b0 += nb) {
     int cnt = c->batch - b0 < nb ? c->batch - b0 : nb;
     const float *dzb = dz + (size_t)b0 * s.P * s.F;
     conv_dz_block(l, c, b0, cnt, dz);
     unroll_block(cf, c, b0, cnt, col);
-    be->gemm(true, false, (int)s.K, (int)s.F, (int)(cnt * s.P), 1.0f, col,
+    be->gemm(c->ctx, true, false, (int)s.K, (int)s.F, (int)(cnt * s.P), 1.0f, col,
              (int)s.K, dzb, (int)s.F, b0 == 0 ? 0.0f : 1.0f, c->dw[KERNEL],
              (int)s.F);
     if (cf->o.use_bias) {
-      be->bias_grad((int)(cnt * s.P), (int)s.F, dzb, b0 == 0 ? c->dw[BIAS] : dbias_block);
-      if (b0 > 0) be->axpy(s.F, 1.0f, dbias_block, c->dw[BIAS]);
+      be->bias_grad(c->ctx, (int)(cnt * s.P), (int)s.F, dzb, b0 == 0 ? c->dw[BIAS] : dbias_block);
+      if (b0 > 0) be->axpy(c->ctx, s.F, 1.0f, dbias_block, c->dw[BIAS]);
     }
     if (c->dx) conv_dx_block(cf, c, b0, cnt, dz, col);
   }

@@ -41,11 +41,11 @@ static void dense_forward(const st_layer *l, st_layer_call *c) {
   int in = l->in_shape.dims[0], units = o->units;
   bool keep_z = st_activation_needs_input(o->activation);
   float *z = keep_z ? c->cache : c->y; /* [batch, units] pre-activation */
-  be->gemm(false, false, c->batch, units, in, 1.0f, c->x, in, c->w[KERNEL],
+  be->gemm(c->ctx, false, false, c->batch, units, in, 1.0f, c->x, in, c->w[KERNEL],
            units, 0.0f, z, units);
-  if (o->use_bias) be->bias_add(c->batch, units, c->w[BIAS], z);
+  if (o->use_bias) be->bias_add(c->ctx, c->batch, units, c->w[BIAS], z);
   if (o->activation != ST_ACT_LINEAR)
-    be->act_forward(o->activation, c->batch, units, z, c->y);
+    be->act_forward(c->ctx, o->activation, c->batch, units, z, c->y);
 }
 
 /* dz[batch, units] = dy * act'(.): dy itself when linear, computed in place
@@ -56,7 +56,7 @@ static const float *dense_dz(const st_layer *l, st_layer_call *c) {
   if (act == ST_ACT_LINEAR) return c->dy;
   float *dz = c->dy_writable ? (float *)c->dy : c->workspace;
   const float *z = st_activation_needs_input(act) ? c->cache : NULL;
-  c->be->act_backward(act, c->batch, o->units, z, c->y, c->dy, dz);
+  c->be->act_backward(c->ctx, act, c->batch, o->units, z, c->y, c->dy, dz);
   return dz;
 }
 
@@ -66,12 +66,12 @@ static void dense_backward(const st_layer *l, st_layer_call *c) {
   int in = l->in_shape.dims[0], units = o->units;
   const float *dz = dense_dz(l, c);
   /* dkernel[in, units] = x^T . dz */
-  be->gemm(true, false, in, units, c->batch, 1.0f, c->x, in, dz, units, 0.0f,
+  be->gemm(c->ctx, true, false, in, units, c->batch, 1.0f, c->x, in, dz, units, 0.0f,
            c->dw[KERNEL], units);
-  if (o->use_bias) be->bias_grad(c->batch, units, dz, c->dw[BIAS]);
+  if (o->use_bias) be->bias_grad(c->ctx, c->batch, units, dz, c->dw[BIAS]);
   /* dx[batch, in] = dz . kernel^T */
   if (c->dx)
-    be->gemm(false, true, c->batch, in, units, 1.0f, dz, units, c->w[KERNEL],
+    be->gemm(c->ctx, false, true, c->batch, in, units, 1.0f, dz, units, c->w[KERNEL],
              units, 0.0f, c->dx, in);
 }
 

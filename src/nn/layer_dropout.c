@@ -16,9 +16,9 @@ static void dropout_forward(const st_layer *l, st_layer_call *c) {
   const dropout_config *dc = l->config;
   size_t size = st_shape_size(l->in_shape), n = (size_t)c->batch * size;
   if (c->training && dc->rate > 0.0f)
-    c->be->dropout_forward(n, dc->rate, c->seed, c->stream, c->x, c->y);
+    c->be->dropout_forward(c->ctx, n, dc->rate, c->seed, c->stream, c->x, c->y);
   else /* identity copy */
-    c->be->act_forward(ST_ACT_LINEAR, c->batch, (int)size, c->x, c->y);
+    c->be->act_forward(c->ctx, ST_ACT_LINEAR, c->batch, (int)size, c->x, c->y);
 }
 
 /* Backward is only called after a training forward with the same seed/stream. */
@@ -27,9 +27,9 @@ static void dropout_backward(const st_layer *l, st_layer_call *c) {
   if (!c->dx) return;
   size_t size = st_shape_size(l->in_shape), n = (size_t)c->batch * size;
   if (dc->rate > 0.0f)
-    c->be->dropout_backward(n, dc->rate, c->seed, c->stream, c->dy, c->dx);
+    c->be->dropout_backward(c->ctx, n, dc->rate, c->seed, c->stream, c->dy, c->dx);
   else
-    c->be->act_forward(ST_ACT_LINEAR, c->batch, (int)size, c->dy, c->dx);
+    c->be->act_forward(c->ctx, ST_ACT_LINEAR, c->batch, (int)size, c->dy, c->dx);
 }
 
 static const st_layer_vtable dropout_vtable = {

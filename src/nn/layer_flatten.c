@@ -31,17 +31,17 @@ static st_status reshape_build(st_layer *l) {
 }
 
 /* dst[batch, size] = src[batch, size]. */
-static void copy_rows(const st_backend *be, int batch, size_t size,
+static void copy_rows(st_backend_ctx *ctx, int batch, size_t size,
                       const float *src, float *dst) {
-  be->act_forward(ST_ACT_LINEAR, batch, (int)size, src, dst);
+  ctx->be->act_forward(ctx, ST_ACT_LINEAR, batch, (int)size, src, dst);
 }
 
 static void flat_forward(const st_layer *l, st_layer_call *c) {
-  copy_rows(c->be, c->batch, st_shape_size(l->in_shape), c->x, c->y);
+  copy_rows(c->ctx, c->batch, st_shape_size(l->in_shape), c->x, c->y);
 }
 
 static void flat_backward(const st_layer *l, st_layer_call *c) {
-  if (c->dx) copy_rows(c->be, c->batch, st_shape_size(l->in_shape), c->dy, c->dx);
+  if (c->dx) copy_rows(c->ctx, c->batch, st_shape_size(l->in_shape), c->dy, c->dx);
 }
 
 static const st_layer_vtable flatten_vtable = {

@@ -55,9 +55,9 @@ static void pool_forward(const st_layer *l, st_layer_call *c) {
   st_pool_geom g = pc->g;
   g.n = c->batch;
   if (pc->is_max)
-    c->be->maxpool_forward(&g, c->x, c->y);
+    c->be->maxpool_forward(c->ctx, &g, c->x, c->y);
   else
-    c->be->avgpool_forward(&g, c->x, c->y);
+    c->be->avgpool_forward(c->ctx, &g, c->x, c->y);
 }
 
 static void pool_backward(const st_layer *l, st_layer_call *c) {
@@ -67,9 +67,9 @@ static void pool_backward(const st_layer *l, st_layer_call *c) {
   g.n = c->batch;
   g.relu_input = l->input_relu_folded;
   if (pc->is_max)
-    c->be->maxpool_backward(&g, c->x, c->y, c->dy, c->dx);
+    c->be->maxpool_backward(c->ctx, &g, c->x, c->y, c->dy, c->dx);
   else
-    c->be->avgpool_backward(&g, c->dy, c->dx);
+    c->be->avgpool_backward(c->ctx, &g, c->dy, c->dx);
 }
 
 static const st_layer_vtable maxpool_vtable = {

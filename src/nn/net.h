@@ -18,6 +18,7 @@
 #ifndef STRATA_NN_NET_H
 #define STRATA_NN_NET_H
 
+#include "backend/impl.h"
 #include "nn/layer.h"
 
 typedef struct st_net {
@@ -28,6 +29,9 @@ typedef struct st_net {
   size_t n_params, n_state;   /* floats; fixed once compiled */
   /* set when compiled */
   const st_backend *be;
+  st_backend_ctx *be_ctx;     /* owned: host-side work on the variables below
+                                 (compile, weights, checkpoints, central
+                                 storage's update) */
   float *params, *state;      /* [n_params], [n_state]; backend memory */
   int n_slots;
   float *slots[4];            /* [n_params] each */
@@ -42,6 +46,7 @@ typedef struct st_net {
 typedef struct st_replica {
   int index;                  /* replica id within the strategy */
   const st_backend *be;
+  st_backend_ctx *ctx;        /* owned: every kernel call on this replica */
   int nlayers;
   int max_batch;              /* buffers below hold this many examples */
   float *params, *state;      /* own (owns_vars) or borrowed */
@@ -59,8 +64,9 @@ typedef struct st_replica {
   void *all_reduce_ctx;
 } st_replica;
 
-/* Create a replica able to run batches of up to max_batch examples. If
- * params/state are NULL the replica allocates its own copies (zeroed). */
+/* Create a replica able to run batches of up to max_batch examples, with its
+ * own context of backend be (device `index`). If params/state are NULL the
+ * replica allocates its own copies (zeroed). */
 st_status st__replica_create(const st_net *m, const st_backend *be, int index,
                              int max_batch, float *params, float *state,
                              st_replica **out);

@@ -12,6 +12,8 @@
  * apply here. Thread-safe: no state; calls on disjoint buffers may run at once. */
 #include "strata/nn.h"
 
+#include "backend/impl.h"
+
 #include <assert.h>
 #include <stdio.h>
 #include <strings.h>
@@ -72,33 +74,34 @@ int st_optimizer_slot_count(const st_optimizer_options *o) {
 }
 
 /* p *= (1 - lr*wd): Keras's decoupled weight decay, applied before the update. */
-static void decay_weights(const st_backend *be, size_t n, float lr, float wd,
+static void decay_weights(st_backend_ctx *ctx, size_t n, float lr, float wd,
                           float *p) {
-  if (wd > 0.0f) be->scale(n, 1.0f - lr * wd, p);
+  if (wd > 0.0f) ctx->be->scale(ctx, n, 1.0f - lr * wd, p);
 }
 
-void st_optimizer_apply(const st_optimizer_options *o, const st_backend *be,
+void st_optimizer_apply(const st_optimizer_options *o, st_backend_ctx *ctx,
                         int64_t step, size_t n, float *params,
                         const float *grads, float **slots) {
   if (n == 0) return;
+  const st_backend *be = ctx->be;
   float lr = st_schedule_lr(&o->lr, step);
   switch (o->kind) {
     case ST_OPT_SGD:
-      decay_weights(be, n, lr, o->weight_decay, params);
+      decay_weights(ctx, n, lr, o->weight_decay, params);
       if (o->momentum > 0.0f)
-        be->sgd_update(n, lr, o->momentum, o->nesterov, params, grads,
+        be->sgd_update(ctx, n, lr, o->momentum, o->nesterov, params, grads,
                        slots[0]);
       else /* momentum 0 (Nesterov or not): p -= lr*g, no slot */
-        be->axpy(n, -lr, grads, params);
+        be->axpy(ctx, n, -lr, grads, params);
       break;
     case ST_OPT_ADAM:
     case ST_OPT_ADAMW:
-      be->adam_update(n, lr, o->beta1, o->beta2, o->epsilon, o->weight_decay,
+      be->adam_update(ctx, n, lr, o->beta1, o->beta2, o->epsilon, o->weight_decay,
                       step + 1, params, grads, slots[0], slots[1]);
       break;
     case ST_OPT_RMSPROP:
-      decay_weights(be, n, lr, o->weight_decay, params);
-      be->rmsprop_update(n, lr, o->rho, o->momentum, o->epsilon, params, grads,
+      decay_weights(ctx, n, lr, o->weight_decay, params);
+      be->rmsprop_update(ctx, n, lr, o->rho, o->momentum, o->epsilon, params, grads,
                          slots[0], o->momentum > 0.0f ? slots[1] : NULL);
       break;
     default:

@@ -7,44 +7,45 @@
 
 #include "nn/net.h"
 
-static void free_buffers(const st_backend *be, st_replica *r, int nlayers) {
+static void free_buffers(st_replica *r, int nlayers) {
+  const st_backend *be = r->be;
   if (r->acts)
-    for (int i = 0; i < nlayers; i++) be->free(r->acts[i]);
+    for (int i = 0; i < nlayers; i++) be->free(r->ctx, r->acts[i]);
   if (r->caches)
-    for (int i = 0; i < nlayers; i++) be->free(r->caches[i]);
-  be->free(r->workspace);
-  be->free(r->dbuf[0]);
-  be->free(r->dbuf[1]);
-  be->free(r->loss_rows);
+    for (int i = 0; i < nlayers; i++) be->free(r->ctx, r->caches[i]);
+  be->free(r->ctx, r->workspace);
+  be->free(r->ctx, r->dbuf[0]);
+  be->free(r->ctx, r->dbuf[1]);
+  be->free(r->ctx, r->loss_rows);
   r->workspace = r->dbuf[0] = r->dbuf[1] = r->loss_rows = NULL;
   if (r->acts) memset(r->acts, 0, (size_t)nlayers * sizeof *r->acts);
   if (r->caches) memset(r->caches, 0, (size_t)nlayers * sizeof *r->caches);
 }
 
 /* Allocate floats*n (n >= 1 so every pointer is valid), or fail. */
-static st_status alloc_floats(const st_backend *be, size_t per, int n, float **out) {
+static st_status alloc_floats(st_backend_ctx *ctx, size_t per, int n, float **out) {
   size_t bytes;
   if (!st_mul_size(per, (size_t)(n > 0 ? n : 1), &bytes) ||
       !st_mul_size(bytes, sizeof(float), &bytes))
     return st_error(ST_ERR_NOMEM, "replica buffer size overflows");
-  *out = be->alloc(bytes ? bytes : sizeof(float));
+  *out = ctx->be->alloc(ctx, bytes ? bytes : sizeof(float));
   return *out ? ST_OK : ST_ERR_NOMEM;
 }
 
 static st_status alloc_buffers(const st_net *m, st_replica *r, int n) {
-  const st_backend *be = r->be;
+  st_backend_ctx *ctx = r->ctx;
   size_t ws = 1;
   for (int i = 0; i < m->nlayers; i++) {
     const st_layer *l = m->layers[i];
-    if (alloc_floats(be, st_shape_size(l->out_shape), n, &r->acts[i]) ||
-        alloc_floats(be, l->cache_per_example, n, &r->caches[i]))
+    if (alloc_floats(ctx, st_shape_size(l->out_shape), n, &r->acts[i]) ||
+        alloc_floats(ctx, l->cache_per_example, n, &r->caches[i]))
       return ST_ERR_NOMEM;
     size_t w = l->vt->workspace_floats ? l->vt->workspace_floats(l, n) : 0;
     if (w > ws) ws = w;
   }
   size_t mx = st__net_max_activation(m);
-  if (alloc_floats(be, ws, 1, &r->workspace) || alloc_floats(be, mx, n, &r->dbuf[0]) ||
-      alloc_floats(be, mx, n, &r->dbuf[1]) || alloc_floats(be, 1, n, &r->loss_rows))
+  if (alloc_floats(ctx, ws, 1, &r->workspace) || alloc_floats(ctx, mx, n, &r->dbuf[0]) ||
+      alloc_floats(ctx, mx, n, &r->dbuf[1]) || alloc_floats(ctx, 1, n, &r->loss_rows))
     return ST_ERR_NOMEM;
   r->max_batch = n;
   return ST_OK;
@@ -52,10 +53,10 @@ static st_status alloc_buffers(const st_net *m, st_replica *r, int n) {
 
 st_status st__replica_reserve(const st_net *m, st_replica *r, int n) {
   if (n <= r->max_batch) return ST_OK;
-  free_buffers(r->be, r, m->nlayers);
+  free_buffers(r, m->nlayers);
   st_status s = alloc_buffers(m, r, n);
   if (s != ST_OK) {
-    free_buffers(r->be, r, m->nlayers);
+    free_buffers(r, m->nlayers);
     r->max_batch = 0;
   }
   return s;
@@ -70,19 +71,24 @@ st_status st__replica_create(const st_net *m, const st_backend *be, int index,
   r->index = index;
   r->nlayers = m->nlayers;
   r->be = be;
+  st_status s = st_backend_ctx_create(be, index, 0, &r->ctx);
+  if (s != ST_OK) {
+    free(r);
+    return s;
+  }
   r->acts = calloc((size_t)m->nlayers + 1, sizeof *r->acts);
   r->caches = calloc((size_t)m->nlayers + 1, sizeof *r->caches);
   if (!r->acts || !r->caches) goto fail;
   r->owns_vars = params == NULL;
   if (r->owns_vars) {
-    if (alloc_floats(be, m->n_params, 1, &r->params) ||
-        alloc_floats(be, m->n_state, 1, &r->state))
+    if (alloc_floats(r->ctx, m->n_params, 1, &r->params) ||
+        alloc_floats(r->ctx, m->n_state, 1, &r->state))
       goto fail;
   } else {
     r->params = params;
     r->state = state;
   }
-  if (alloc_floats(be, m->n_params, 1, &r->grads)) goto fail;
+  if (alloc_floats(r->ctx, m->n_params, 1, &r->grads)) goto fail;
   if (st__replica_reserve(m, r, max_batch) != ST_OK) goto fail;
   *out = r;
   return ST_OK;
@@ -94,14 +100,15 @@ fail:
 void st__replica_destroy(st_replica *r) {
   if (!r) return;
   const st_backend *be = r->be;
-  free_buffers(be, r, r->nlayers);
+  free_buffers(r, r->nlayers);
   if (r->owns_vars) {
-    if (!r->params_borrowed) be->free(r->params);
-    be->free(r->state);
+    if (!r->params_borrowed) be->free(r->ctx, r->params);
+    be->free(r->ctx, r->state);
   }
-  be->free(r->grads);
+  be->free(r->ctx, r->grads);
   free(r->acts);
   free(r->caches);
+  st_backend_ctx_destroy(r->ctx);
   free(r);
 }
 
@@ -112,6 +119,7 @@ static st_layer_call make_call(const st_net *m, st_replica *r, int i, int n,
   st_layer_call c;
   memset(&c, 0, sizeof c);
   c.be = r->be;
+  c.ctx = r->ctx;
   c.batch = n;
   c.training = training;
   c.cache = r->caches[i];
@@ -148,7 +156,7 @@ double st__replica_loss(const st_net *m, st_replica *r, const float *y, int n) {
   if (n == 0) return 0.0;
   const float *out = m->nlayers ? r->acts[m->nlayers - 1] : NULL;
   int cols = (int)st__net_output_size(m);
-  r->be->loss(m->loss, n, cols, out, y, 1.0f, r->loss_rows, NULL);
+  r->be->loss(r->ctx, m->loss, n, cols, out, y, 1.0f, r->loss_rows, NULL);
   double sum = 0.0;
   for (int i = 0; i < n; i++) sum += r->loss_rows[i];
   return sum;
@@ -172,15 +180,15 @@ double st__replica_loss_backward(const st_net *m, st_replica *r,
   const st_backend *be = r->be;
   bool must_run = r->all_reduce_sum && st__net_uses_collectives(m);
   if ((n == 0 && !must_run) || m->nlayers == 0) {
-    be->fill(m->n_params, 0.0f, r->grads);
+    be->fill(r->ctx, m->n_params, 0.0f, r->grads);
     for (int i = m->nlayers - 1; i >= 0; i--)
       if (ready) ready(ready_ctx, i);
     return 0.0;
   }
   int cols = (int)st__net_output_size(m);
   const float *out = r->acts[m->nlayers - 1];
-  if (n == 0) be->fill(m->n_params, 0.0f, r->grads); /* runs only for the collectives */
-  be->loss(m->loss, n, cols, out, y, 1.0f / (float)global_batch,
+  if (n == 0) be->fill(r->ctx, m->n_params, 0.0f, r->grads); /* runs only for the collectives */
+  be->loss(r->ctx, m->loss, n, cols, out, y, 1.0f / (float)global_batch,
            r->loss_rows, r->dbuf[0]);
   int cur = 0, first = first_trainable_layer(m);
   for (int i = m->nlayers - 1; i >= 0; i--) {

@@ -1,0 +1,226 @@
+/* Internal: the backend table (one per device kind) and the per-device context
+ * its slots take first. nn/ and distribute/ call kernels only through this
+ * table, so a CUDA backend is one more table. Every kernel has a plain C
+ * reference version (st_backend_reference()); tests/test_kernels.c runs every
+ * kernel of every built backend against it.
+ *
+ * Layouts: row-major; images NHWC (Keras's channels_last); all float32.
+ * Pointers are device pointers of the backend (host pointers for cpu/reference).
+ *
+ * Context: whoever runs kernels owns an st_backend_ctx (st_backend_ctx_create,
+ * public: strata/backend.h): each replica one (src/nn/replica.c), the model
+ * one for host-side work on its own variables (compile, checkpoints, central
+ * storage's update). A context
+ * holds what a device needs per user of it: for CUDA a stream, a cuBLASLt
+ * handle and a workspace; for cpu the kernel choices; for reference nothing.
+ * A context is not locked: its owner says which threads use it. Different
+ * contexts may be used by different threads at once on disjoint buffers. The
+ * cpu and reference contexts are read-only after creation, so several threads
+ * may also share one on disjoint buffers (central storage's chunked update does).
+ *
+ * Optional slots may be NULL; callers go through the st__be_* helpers below,
+ * which apply the stated fallback. The required slots follow `alloc`.
+ *
+ * Adding a kernel: add the slot here (after `alloc`), write it in
+ * src/backend/reference.c, the fast version in src/backend/cpu*.c, and a case
+ * in tests/test_kernels.c. The static_assert in each backend file checks the
+ * table is filled. */
+#ifndef STRATA_SRC_BACKEND_IMPL_H
+#define STRATA_SRC_BACKEND_IMPL_H
+
+#include <string.h>
+
+#include "strata/backend.h"
+
+/* Convolution geometry for one image, NHWC. pad_* are the zero-padding rows/cols
+ * added before the first row/col ('same' padding as TensorFlow computes it). */
+typedef struct st_conv_geom {
+  int h, w, c;        /* input */
+  int kh, kw;         /* kernel */
+  int sh, sw;         /* strides */
+  int pad_top, pad_left;
+  int oh, ow;         /* output spatial size */
+} st_conv_geom;
+
+/* Pooling geometry for a batch, NHWC; 'valid' or 'same' via pads as above. For
+ * 'same' average pooling, padded cells are excluded from the mean (as Keras). */
+typedef struct st_pool_geom {
+  int n, h, w, c;
+  int ph, pw;   /* pool size */
+  int sh, sw;   /* strides */
+  int pad_top, pad_left;
+  int oh, ow;
+  /* maxpool_backward only: x is the output of a ReLU and dx also carries
+   * ReLU's derivative (a gradient reaches a max only if it is > 0), so the
+   * layer before skips its own pass over the activation. */
+  bool relu_input;
+} st_pool_geom;
+
+struct st_backend_ctx {
+  const st_backend *be; /* the table this context belongs to */
+  int device_index;     /* N of cpu:N / gpu:N (the replica index on cpu) */
+  int threads;          /* kernel threads this context may use; 0 = backend default */
+  void *impl;           /* the backend's own state (ctx_create); may be NULL */
+};
+
+struct st_backend {
+  const char *name; /* "reference", "cpu", "cuda" */
+
+  /* ---- context (optional) ---- */
+  /* optional: NULL falls back to a context with no private state (impl NULL).
+   * Creates the backend's own state for one user of device `device_index`. */
+  st_status (*ctx_create)(int device_index, int threads, void **impl);
+  /* optional: NULL = nothing to free. Receives what ctx_create made. */
+  void (*ctx_destroy)(void *impl);
+
+  /* ---- memory transfers (optional) ---- */
+  /* optional: NULL falls back to memcpy (host-memory backends). */
+  void (*to_device)(st_backend_ctx *ctx, void *dst, const void *host_src,
+                    size_t bytes);
+  /* optional: NULL falls back to memcpy (host-memory backends). */
+  void (*to_host)(st_backend_ctx *ctx, void *host_dst, const void *src,
+                  size_t bytes);
+  /* optional: NULL = kernels run synchronously, nothing to wait for. */
+  void (*synchronize)(st_backend_ctx *ctx);
+
+  /* ---- memory (required from here on) ---- */
+  void *(*alloc)(st_backend_ctx *ctx, size_t bytes); /* NULL + ST_ERR_NOMEM on failure */
+  void (*free)(st_backend_ctx *ctx, void *p);        /* accepts NULL */
+
+  /* ---- BLAS-like ---- */
+  /* C[m,n] = alpha * op(A) op(B) + beta * C; op(A) is [m,k], op(B) is [k,n]. */
+  void (*gemm)(st_backend_ctx *ctx, bool trans_a, bool trans_b, int m, int n,
+               int k, float alpha, const float *a, int lda, const float *b,
+               int ldb, float beta, float *c, int ldc);
+  void (*axpy)(st_backend_ctx *ctx, size_t n, float alpha, const float *x,
+               float *y);                                     /* y += a*x */
+  void (*scale)(st_backend_ctx *ctx, size_t n, float alpha, float *x); /* x *= a */
+  void (*fill)(st_backend_ctx *ctx, size_t n, float value, float *x);
+
+  /* ---- bias and activations ---- */
+  void (*bias_add)(st_backend_ctx *ctx, int rows, int cols,
+                   const float *bias /*[cols]*/, float *y /*[rows,cols]*/);
+  /* db[cols] = sum over rows of dy (overwrites db). */
+  void (*bias_grad)(st_backend_ctx *ctx, int rows, int cols, const float *dy,
+                    float *db);
+  /* y = act(x); x == y allowed. */
+  void (*act_forward)(st_backend_ctx *ctx, st_activation act, int rows,
+                      int cols, const float *x, float *y);
+  /* dx = dy * act'(.); x may be NULL unless st_activation_needs_input(act);
+   * dx == dy allowed. */
+  void (*act_backward)(st_backend_ctx *ctx, st_activation act, int rows,
+                       int cols, const float *x, const float *y,
+                       const float *dy, float *dx);
+
+  /* ---- convolution helpers (one image) ---- */
+  /* col[oh*ow, kh*kw*c] from x[h,w,c] (column order: kh, kw, c — so that the
+   * Keras kernel [kh,kw,c,oc] reshaped to [kh*kw*c, oc] multiplies it). */
+  void (*im2col)(st_backend_ctx *ctx, const st_conv_geom *g, const float *x,
+                 float *col);
+  /* dx[h,w,c] += scatter of col[oh*ow, kh*kw*c] (the adjoint of im2col). */
+  void (*col2im)(st_backend_ctx *ctx, const st_conv_geom *g, const float *col,
+                 float *dx);
+
+  /* ---- pooling (batch) ---- */
+  void (*maxpool_forward)(st_backend_ctx *ctx, const st_pool_geom *g,
+                          const float *x, float *y);
+  /* dx (overwritten) routes each dy to the first max of its window (a NaN
+   * is the max of any window holding one: NaN propagates, as in TF). */
+  void (*maxpool_backward)(st_backend_ctx *ctx, const st_pool_geom *g,
+                           const float *x, const float *y, const float *dy,
+                           float *dx);
+  void (*avgpool_forward)(st_backend_ctx *ctx, const st_pool_geom *g,
+                          const float *x, float *y);
+  void (*avgpool_backward)(st_backend_ctx *ctx, const st_pool_geom *g,
+                           const float *dy, float *dx);
+
+  /* ---- batch normalization over rows of x[rows, c] ---- */
+  /* Training: batch mean/variance (biased), writes mean[c], invstd[c]
+   * (1/sqrt(var+eps)) and y. */
+  void (*batchnorm_forward_train)(st_backend_ctx *ctx, int rows, int c,
+                                  const float *x, const float *gamma,
+                                  const float *beta, float eps, float *mean,
+                                  float *invstd, float *y);
+  void (*batchnorm_forward_infer)(st_backend_ctx *ctx, int rows, int c,
+                                  const float *x, const float *gamma,
+                                  const float *beta, const float *moving_mean,
+                                  const float *moving_var, float eps, float *y);
+  /* dx, dgamma, dbeta overwritten. */
+  void (*batchnorm_backward)(st_backend_ctx *ctx, int rows, int c,
+                             const float *x, const float *gamma,
+                             const float *mean, const float *invstd,
+                             const float *dy, float *dx, float *dgamma,
+                             float *dbeta);
+
+  /* ---- dropout: element i is kept iff unit(philox(seed, stream, i/4)[i%4])
+   * >= rate; kept elements are scaled by 1/(1-rate). Same mask in backward. */
+  void (*dropout_forward)(st_backend_ctx *ctx, size_t n, float rate,
+                          uint64_t seed, uint64_t stream, const float *x,
+                          float *y);
+  void (*dropout_backward)(st_backend_ctx *ctx, size_t n, float rate,
+                           uint64_t seed, uint64_t stream, const float *dy,
+                           float *dx);
+
+  /* ---- losses: pred[rows, cols] (logits or probabilities per kind), y is
+   * [rows] class indices for sparse kinds, else [rows, cols]. Writes
+   * loss[rows] (per-example loss, unscaled) and dpred = scale * d(loss)/d(pred)
+   * (scale is 1/global_batch); dpred may be NULL. Probabilities are clipped to
+   * [1e-7, 1-1e-7] as Keras does. */
+  void (*loss)(st_backend_ctx *ctx, st_loss_kind kind, int rows, int cols,
+               const float *pred, const float *y, float scale, float *loss,
+               float *dpred);
+
+  /* ---- optimizer updates over flat buffers of n floats ---- */
+  /* v = momentum*v - lr*g; p += v (nesterov: p += momentum*v - lr*g). Keras form. */
+  void (*sgd_update)(st_backend_ctx *ctx, size_t n, float lr, float momentum,
+                     bool nesterov, float *p, const float *g, float *v);
+  /* Adam (Keras form, bias-corrected lr, eps added to sqrt(v_hat)); t = step
+   * number starting at 1; weight_decay > 0 gives AdamW (p -= lr*wd*p first). */
+  void (*adam_update)(st_backend_ctx *ctx, size_t n, float lr, float beta1,
+                      float beta2, float eps, float weight_decay, int64_t t,
+                      float *p, const float *g, float *m, float *v);
+  /* RMSprop (Keras/TF form): ms = rho*ms + (1-rho) g^2;
+   * mom = momentum*mom + lr*g/sqrt(ms+eps); p -= mom (mom unused if 0). */
+  void (*rmsprop_update)(st_backend_ctx *ctx, size_t n, float lr, float rho,
+                         float momentum, float eps, float *p, const float *g,
+                         float *ms, float *mom);
+};
+
+/* The plain C reference table (always built). Any thread. */
+const st_backend *st_backend_reference(void);
+/* The fast CPU table (OpenBLAS sgemm, vectorised loops). Any thread. */
+const st_backend *st_backend_cpu(void);
+
+/* Completeness check every backend table runs. From `alloc` on, st_backend
+ * holds only required function pointers, so that part can be read as an array
+ * of them: ST__BACKEND_SLOTS is their count (a backend file static_asserts its
+ * own count against it, so adding a slot fails the build until each backend
+ * fills it), and st__backend_table_complete() checks at first use that no
+ * required slot was left NULL (each slot read with memcpy: no pointer is
+ * type-punned). */
+typedef void (*st__any_fn)(void);
+#define ST__BACKEND_SLOTS \
+  ((sizeof(st_backend) - offsetof(st_backend, alloc)) / sizeof(st__any_fn))
+bool st__backend_table_complete(const st_backend *be);
+
+/* The optional slots with their fallbacks applied. Same threads as the
+ * context. */
+static inline void st__be_to_device(st_backend_ctx *ctx, void *dst,
+                                    const void *host_src, size_t bytes) {
+  if (ctx->be->to_device)
+    ctx->be->to_device(ctx, dst, host_src, bytes);
+  else if (bytes && dst != host_src)
+    memcpy(dst, host_src, bytes);
+}
+static inline void st__be_to_host(st_backend_ctx *ctx, void *host_dst,
+                                  const void *src, size_t bytes) {
+  if (ctx->be->to_host)
+    ctx->be->to_host(ctx, host_dst, src, bytes);
+  else if (bytes && host_dst != src)
+    memcpy(host_dst, src, bytes);
+}
+static inline void st__be_synchronize(st_backend_ctx *ctx) {
+  if (ctx->be->synchronize) ctx->be->synchronize(ctx);
+}
+
+#endif
