@@ -8,10 +8,10 @@
  * Pointers are device pointers of the backend (host pointers for cpu/reference).
  *
  * Context: whoever runs kernels owns an st_backend_ctx (st_backend_ctx_create,
- * public: strata/backend.h): each replica one (src/nn/replica.c), the model
- * one for host-side work on its own variables (compile, checkpoints, central
- * storage's update). A context
- * holds what a device needs per user of it: for CUDA a stream, a cuBLASLt
+ * public: strata/backend.h): each replica one (src/nn/replica.c), the net one
+ * (st_net.be_ctx, src/nn/net.h) for host-side work on its own variables
+ * (compile, checkpoints, central storage's update). A context holds what a
+ * device needs per user of it: for CUDA a stream, a cuBLASLt
  * handle and a workspace; for cpu the kernel choices; for reference nothing.
  * A context is not locked: its owner says which threads use it. Different
  * contexts may be used by different threads at once on disjoint buffers. The
