@@ -99,8 +99,8 @@ st_status st_model_add(st_model *m, st_layer *l) {
                     "(a layer belongs to one model; create another)", l->name);
   m->adds++;
   if (!l)
-    return add_failed(m, NULL, st_error(ST_ERR_INVALID, "st_model_add: layer is NULL (its "
-                                        "constructor failed?) %s", st_last_error()));
+    return add_failed(m, NULL, st_error(ST_ERR_INVALID, "st_model_add: layer is NULL (did its "
+                                        "constructor fail? last error: %s)", st_last_error()));
   if (m->compiled)
     return add_failed(m, l, st_error(ST_ERR_INVALID, "model: cannot add layer after compile"));
   if (m->net.nlayers == m->net.cap) {
