@@ -4,7 +4,8 @@
  * asan-test), ThreadSanitizer (label "threaded") and valgrind
  * (tests/test_valgrind.sh).
  *  - custom loops: a step function that fails on one replica, returns early
- *    without st_replica_apply_gradients, or meets bad data on one replica
+ *    without st_replica_apply_gradients, or meets bad data (no features, a
+ *    label that is not a class index, as fit rejects) on one replica
  *    makes st_strategy_run return that failure within a second (2, 3 and 8
  *    mirrored replicas: threads, so 8 work on 2 cores) instead of hanging in
  *    the all-reduce barrier; the strategy runs normally afterwards;
@@ -65,7 +66,7 @@ static st_model *make_model(int replicas, st_strategy **sout) {
 }
 
 /* ---- 1. custom loops: a replica that leaves does not hang the others ------ */
-typedef enum mode { STEP_OK, STEP_FAIL, STEP_EARLY, STEP_BAD_DATA } mode;
+typedef enum mode { STEP_OK, STEP_FAIL, STEP_EARLY, STEP_BAD_DATA, STEP_BAD_LABEL } mode;
 typedef struct step_args {
   const st_batch *b;
   mode mode;
@@ -80,6 +81,12 @@ static st_status step(st_replica_context *ctx, void *arg) {
     return st_error(ST_ERR_IO, "replica %d: the step's own failure", id);
   st_batch local = st_replica_slice(ctx, a->b);
   if (me && a->mode == STEP_BAD_DATA) local.x = NULL; /* examples without data */
+  float y[ROWS];
+  if (me && a->mode == STEP_BAD_LABEL) { /* a label fit rejects: NaN loss before */
+    memcpy(y, local.y, (size_t)local.size * sizeof(float));
+    y[local.size - 1] = (float)CLASSES + 0.5f;
+    local.y = y;
+  }
   st_status s = st_replica_compute_gradients(ctx, &local, a->b->size, NULL, NULL);
   if (s != ST_OK) return s;
   if (me && a->mode == STEP_EARLY) return ST_OK; /* skips apply */
@@ -125,6 +132,10 @@ static void test_run_bad_data(void) {
   int ns[] = {2, 3, 8};
   for (int i = 0; i < 3; i++)
     check_leave(ns[i], STEP_BAD_DATA, ST_ERR_INVALID, "local->x is NULL with");
+  for (int i = 0; i < 3; i++)
+    check_leave(ns[i], STEP_BAD_LABEL, ST_ERR_INVALID,
+                "replica 1: local batch: label 3.5 of example");
+  check_leave(1, STEP_BAD_LABEL, ST_ERR_INVALID, "label 3.5 of example 63 is not a class index");
 }
 
 /* Every replica returning without a collective (an evaluation step) is fine,

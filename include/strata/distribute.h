@@ -139,7 +139,8 @@ st_batch st_replica_slice(const st_replica_context *c, const st_batch *global);
  * them and divided by global_batch; gradients stay in the replica. Writes the
  * sum of the per-example losses and the metric's correct count (loss_sum and
  * correct may be NULL). ST_ERR_INVALID (naming the replica) for a NULL c or
- * local, NULL data with examples, or global_batch below local->size. */
+ * local, NULL data with examples, global_batch below local->size, or (sparse
+ * losses) a label that is not a class index of the model, as fit checks. */
 st_status st_replica_compute_gradients(st_replica_context *c, const st_batch *local,
                                        int64_t global_batch, double *loss_sum,
                                        int64_t *correct);

@@ -143,6 +143,10 @@ st_status st_replica_compute_gradients(st_replica_context *c, const st_batch *lo
                                        int64_t *correct) {
   st_status s = check_local(c, local, global_batch);
   if (s != ST_OK) return s;
+  /* as fit: labels are checked before a kernel uses them as an index */
+  if ((s = st__net_check_labels(c->m, local->y, local->size, 0)) != ST_OK)
+    return st_error_prefix(s, "st_replica_compute_gradients: replica %d: local batch: ",
+                           c->rank);
   st_replica *r = c->s->group->reps[c->rank];
   s = st__replica_reserve(c->m, r, local->size);
   if (s != ST_OK) return s;

@@ -131,10 +131,8 @@ void st_model_destroy(st_model *m) {
   if (!m) return;
   if (m->strategy && m->strategy->net == &m->net) m->strategy->vt->detach(m->strategy);
   free_net(&m->net);
-  if (m->owns_strategy)
-    st_strategy_destroy(m->strategy);
-  else
-    st__strategy_release(m->strategy); /* frees it if it was destroyed first */
+  if (m->owns_strategy) st_strategy_destroy(m->strategy); /* freed once unheld */
+  if (m->holds_strategy) st__strategy_release(m->strategy); /* frees it if destroyed */
   st__train_position_clear(&m->last_pos);
   free(m);
 }

@@ -42,6 +42,7 @@ st_status st_sequential_create(const st_model_options *o, st_model **out) {
   m->net.input_shape = o->input_shape;
   m->net.seed = o->seed;
   m->strategy = o->strategy;
+  m->holds_strategy = o->strategy != NULL;
   *out = m;
   return ST_OK;
 }

@@ -39,6 +39,7 @@ struct st_model {
   st_strategy *strategy;      /* borrowed (held: st__strategy_hold), or owned
                                  when owns_strategy */
   bool owns_strategy;
+  bool holds_strategy;        /* created with it: released on destroy */
   bool compiled;
   bool stop_training;         /* set by a callback: fit ends after this epoch */
   int adds;                   /* st_model_add calls, failed ones included */

@@ -50,16 +50,7 @@ static st_status check_data(const st_model *m, st_dataset *ds, const char *what)
 /* Sparse labels must be class indices within the model's outputs (checked
  * before any kernel uses them as an index). */
 static st_status check_labels(const st_model *m, const st_batch *b, int64_t first) {
-  if (!st_loss_is_sparse(m->net.loss)) return ST_OK;
-  int64_t classes = (int64_t)st__net_output_size(&m->net);
-  for (int i = 0; i < b->size; i++) {
-    float v = b->y[i];
-    if (!(v >= 0.0f && v < (float)classes) || v != (float)(int64_t)v)
-      return st_error(ST_ERR_INVALID, "label %g of example %lld is not a class index in "
-                      "[0, %lld) for a model with %lld outputs", (double)v,
-                      (long long)(first + i), (long long)classes, (long long)classes);
-  }
-  return ST_OK;
+  return st__net_check_labels(&m->net, b->y, b->size, first);
 }
 
 typedef st_status (*step_fn)(st_model *m, const st_batch *b, st_step_stats *s, void *arg);
