@@ -2,7 +2,8 @@
 # RELIABILITY T2: valgrind memcheck over CLI runs end to end — training with
 # every output (weights, report, CSV, plot, TensorBoard, checkpoints, backup),
 # the mirrored strategy's threads, the cnn, evaluate, summary of a Keras JSON
-# and failing runs (bad data, a truncated weights file): no memory
+# and failing runs (bad data, a truncated weights file), and the C API
+# misuse suite (build/test_api_misuse): no memory
 # error and no "definitely lost" block (valgrind --error-exitcode).
 set -u
 cli=${STRATA_CLI:?set by CTest}
@@ -37,4 +38,8 @@ python3 "$src/tests/mkbad.py" "$tmp/d" "$tmp/bad" test-labels-out-of-range
 vg 2 "train on bad data" "$cli" train --model mlp --data "$tmp/bad" --epochs 1 --quiet
 head -c 3000 "$tmp/w.st" >"$tmp/cut.st"
 vg 2 "evaluate a truncated weights file" "$cli" evaluate --model mlp --weights "$tmp/cut.st" --data "$tmp/d"
+# the C API misuse suite (issue 21): NULLs, lifetimes, replicas leaving a run
+misuse="$(dirname "$cli")/test_api_misuse"
+if [ -x "$misuse" ]; then vg 0 "C API misuse suite" "$misuse"
+else echo "not ok - $misuse is missing"; fail=1; fi
 exit $fail

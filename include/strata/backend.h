@@ -24,6 +24,8 @@ typedef enum st_activation {
   ST_ACT_COUNT
 } st_activation;
 const char *st_activation_name(st_activation a);          /* "relu" */
+/* The activation named name ("relu", Keras names); ST_ERR_INVALID naming it
+ * when unknown or NULL. */
 st_status st_activation_parse(const char *name, st_activation *out);
 /* True when act_backward needs the pre-activation x (else y suffices). */
 bool st_activation_needs_input(st_activation a);
@@ -39,6 +41,8 @@ typedef enum st_loss_kind {
   ST_LOSS_MSE,                  /* mean squared error (mean over cols) */
   ST_LOSS_COUNT
 } st_loss_kind;
+/* The loss's name ("sparse_categorical_crossentropy_from_logits", ...), and the
+ * kind a name gives (ST_ERR_INVALID naming it when unknown). */
 const char *st_loss_name(st_loss_kind k);
 st_status st_loss_parse(const char *name, st_loss_kind *out);
 bool st_loss_is_sparse(st_loss_kind k); /* labels are [rows] class indices */

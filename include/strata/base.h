@@ -59,6 +59,7 @@ void st_clear_error(void);
   do {                                                                    \
     if (!(cond)) st__assert_fail(#cond, __FILE__, __LINE__);              \
   } while (0)
+/* Internal (through ST_ASSERT only): prints the failed check and aborts. */
 void st__assert_fail(const char *expr, const char *file, int line)
     __attribute__((noreturn));
 
@@ -70,6 +71,9 @@ typedef enum st_log_level {
   ST_LOG_ERROR,
   ST_LOG_OFF
 } st_log_level;
+/* The level below which st_log drops messages (default ST_LOG_WARN, or the
+ * environment's STRATA_LOG); st_log writes one printf-style line to stderr,
+ * never stdout. Any thread. */
 void st_log_set_level(st_log_level level); /* default ST_LOG_WARN; env STRATA_LOG */
 st_log_level st_log_get_level(void);
 void st_log(st_log_level level, const char *fmt, ...)
@@ -89,6 +93,8 @@ typedef struct st_rng {
   uint32_t buf[4];
   int pos; /* next unread word of buf; 4 = empty */
 } st_rng;
+/* A generator at the start of (seed, stream); the next 32 or 64 random bits
+ * (r may not be NULL). */
 st_rng st_rng_make(uint64_t seed, uint64_t stream);
 uint32_t st_rng_u32(st_rng *r);
 uint64_t st_rng_u64(st_rng *r);
@@ -139,6 +145,8 @@ typedef struct st_shape {
   int rank;
   int dims[ST_MAX_RANK];
 } st_shape;
+/* Shapes of rank 1 and 3 (h, w, c: channels last), their element count
+ * and equality (same rank and dims). */
 st_shape st_shape1(int d0);
 st_shape st_shape3(int h, int w, int c);
 size_t st_shape_size(st_shape s);                 /* product of dims */

@@ -23,6 +23,7 @@ extern "C" {
 #endif
 
 typedef enum st_dtype { ST_F32 = 0, ST_U8, ST_I32, ST_DTYPE_COUNT } st_dtype;
+/* Bytes per element and name ("f32", "u8", "i32") of a dtype. */
 size_t st_dtype_size(st_dtype t);
 const char *st_dtype_name(st_dtype t);
 
@@ -59,6 +60,8 @@ st_status st_idx_write(const char *path, const st_tensor *t);
 typedef struct st_mnist {
   st_tensor train_x, train_y, test_x, test_y; /* u8/f32 [n,h,w] and u8 [n] */
 } st_mnist;
+/* Loads the four files of dir into *out (freed with st_mnist_destroy);
+ * errors name the file and field. */
 st_status st_mnist_load(const char *dir, st_mnist *out);
 /* st_mnist_load with IDX reading options for all four files (o may be NULL). */
 st_status st_mnist_load_ex(const char *dir, const st_idx_options *o, st_mnist *out);
@@ -72,6 +75,7 @@ typedef struct st_csv_options {
   const char *label_name;/* if set (and header), overrides label_column */
   bool allow_nonfinite;  /* keep nan/inf cells (default false: rejected) */
 } st_csv_options;
+/* The defaults noted above. */
 st_csv_options st_csv_default_options(void);
 /* Reads into x f32 [rows, cols-1] and y f32 [rows]; errors name file, row and
  * column. Rejects ragged rows, non-numeric cells, empty files, and non-finite
@@ -98,15 +102,21 @@ st_status st_dataset_from_tensor_slices(const st_tensor *x, const st_tensor *y,
  * and write NULL. */
 typedef st_status (*st_map_fn)(void *user, float *x, size_t x_size, float *y,
                                size_t y_size);
+/* fn(user, x, y) on every element as it is produced (user is borrowed); a
+ * failing fn stops the pass with its status. */
 st_status st_dataset_map(st_dataset *ds, st_map_fn fn, void *user, st_dataset **out);
 /* Shuffle with a buffer of buffer_size elements (>= dataset size = full
  * shuffle), seeded; reshuffle_each_iteration gives a new order per epoch
  * (deterministic given seed and epoch number). */
 st_status st_dataset_shuffle(st_dataset *ds, int64_t buffer_size, uint64_t seed,
                              bool reshuffle_each_iteration, st_dataset **out);
+/* Batches of batch_size elements (the last one shorter unless
+ * drop_remainder). */
 st_status st_dataset_batch(st_dataset *ds, int batch_size, bool drop_remainder,
                            st_dataset **out);
 st_status st_dataset_repeat(st_dataset *ds, int64_t count, st_dataset **out); /* -1 = forever */
+/* The first count elements, and all but the first count (a validation split
+ * is take/skip on two datasets over the same tensors). */
 st_status st_dataset_take(st_dataset *ds, int64_t count, st_dataset **out);
 st_status st_dataset_skip(st_dataset *ds, int64_t count, st_dataset **out);
 /* Keep elements i with i % num_shards == index. */

@@ -20,6 +20,7 @@ typedef enum st_strategy_kind {
   ST_STRATEGY_COUNT
 } st_strategy_kind;
 const char *st_strategy_kind_name(st_strategy_kind k); /* "one_device", ... */
+/* The kind a name gives; ST_ERR_INVALID naming it when unknown or NULL. */
 st_status st_strategy_kind_parse(const char *name, st_strategy_kind *out);
 
 /* TensorFlow's AutoShardPolicy. DATA: every worker runs the same pipeline and
@@ -74,12 +75,23 @@ typedef struct st_strategy_options {
   st_auto_shard auto_shard;
   double collective_timeout;
 } st_strategy_options;
+/* The defaults noted above for a strategy of that kind. */
 st_strategy_options st_strategy_default_options(st_strategy_kind kind);
 
 typedef struct st_strategy st_strategy;
-/* ST_ERR_NOT_BUILT names the strategy when it is not available in this build. */
+/* A strategy from o (not retained: its strings may go after the call) into
+ * *out (NULL on failure). ST_ERR_INVALID names a bad option; ST_ERR_NOT_BUILT
+ * names the strategy when it is not available in this build. A strategy
+ * serves one compiled model at a time (compile refuses a second). */
 st_status st_strategy_create(const st_strategy_options *o, st_strategy **out);
-void st_strategy_destroy(st_strategy *s); /* accepts NULL */
+/* Accepts NULL. Destroying a strategy that models were created with does not
+ * pull it from under them: it stays allocated until the last of those models
+ * is destroyed, and those models refuse every verb (compile, fit, evaluate,
+ * predict, weights) with "its strategy was destroyed"; only st_model_destroy
+ * is left to call. A second destroy of the same strategy is ignored while it
+ * is kept alive that way. */
+void st_strategy_destroy(st_strategy *s);
+/* The strategy's kind (ST_STRATEGY_ONE_DEVICE for NULL). */
 st_strategy_kind st_strategy_kind_of(const st_strategy *s);
 /* Replicas of every worker together (global batch / per-replica batch). */
 int st_strategy_num_replicas_in_sync(const st_strategy *s);
@@ -100,27 +112,45 @@ bool st_strategy_is_chief(const st_strategy *s);
 typedef enum st_reduce_op { ST_REDUCE_SUM = 0, ST_REDUCE_MEAN, ST_REDUCE_COUNT } st_reduce_op;
 typedef struct st_replica_context st_replica_context;
 typedef st_status (*st_replica_fn)(st_replica_context *ctx, void *arg);
-/* Runs fn on every replica; returns the first failure (by replica id). */
+/* Runs fn(ctx, arg) on every replica (arg is borrowed, shared by all) and
+ * returns the failure of the replica that failed first (a status fn
+ * returned, with its message). A replica that fails or returns while others
+ * wait for it in a collective (st_replica_all_reduce, the all-reduce inside
+ * st_replica_apply_gradients) does not hang them: they wake within
+ * milliseconds with ST_ERR_PEER, and when the one that left had returned
+ * ST_OK the run fails with ST_ERR_INVALID "replica R returned while replica
+ * W still waited in a collective". The strategy can run again afterwards.
+ * ST_ERR_INVALID when s or fn is NULL or s is not bound to a compiled model.
+ * Counts one step when replica 0 applied gradients. */
 st_status st_strategy_run(st_strategy *s, st_replica_fn fn, void *arg);
 /* out[n] = reduction over replicas of per_replica[r*n .. r*n+n), in replica
- * order (for values collected per replica inside st_strategy_run). */
+ * order (for values collected per replica inside st_strategy_run).
+ * ST_ERR_INVALID for a NULL s, an unknown op, or NULL buffers with n > 0. */
 st_status st_strategy_reduce(const st_strategy *s, st_reduce_op op, const float *per_replica,
                              size_t n, float *out);
 
+/* This replica's id (0-based) and the replicas of the run (0 for NULL). */
 int st_replica_id(const st_replica_context *c);
 int st_replica_count(const st_replica_context *c);
-/* This replica's contiguous share of a global batch (as fit splits it). */
+/* This replica's contiguous share of a global batch (as fit splits it);
+ * an empty batch for NULL arguments. The batch points into global's data. */
 st_batch st_replica_slice(const st_replica_context *c, const st_batch *global);
 /* Forward and backward on this replica's examples with the loss summed over
  * them and divided by global_batch; gradients stay in the replica. Writes the
- * sum of the per-example losses and the metric's correct count (may be NULL). */
+ * sum of the per-example losses and the metric's correct count (loss_sum and
+ * correct may be NULL). ST_ERR_INVALID (naming the replica) for a NULL c or
+ * local, NULL data with examples, global_batch below local->size, or (sparse
+ * losses) a label that is not a class index of the model, as fit checks. */
 st_status st_replica_compute_gradients(st_replica_context *c, const st_batch *local,
                                        int64_t global_batch, double *loss_sum,
                                        int64_t *correct);
 /* Sum the replicas' gradients and apply the optimizer (to each replica's copy
- * for mirrored; once, to the shared variables, otherwise). Counts one step. */
+ * for mirrored; once, to the shared variables, otherwise). Counts one step.
+ * Every replica must call it (or none): ST_ERR_PEER when another replica
+ * left the run instead. */
 st_status st_replica_apply_gradients(st_replica_context *c);
-/* In-place all-reduce of n floats across the replicas. */
+/* In-place all-reduce of n floats across the replicas (buf may be NULL only
+ * when n is 0); ST_ERR_PEER when another replica left the run. */
 st_status st_replica_all_reduce(st_replica_context *c, st_reduce_op op, float *buf, size_t n);
 
 #ifdef __cplusplus

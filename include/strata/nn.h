@@ -18,6 +18,8 @@ typedef enum st_init {
   ST_INIT_ONES,
   ST_INIT_COUNT
 } st_init;
+/* An initializer's Keras name ("glorot_uniform"), and the initializer a name
+ * gives (ST_ERR_INVALID naming it when unknown). */
 const char *st_init_name(st_init i);
 st_status st_init_parse(const char *name, st_init *out);
 
@@ -25,12 +27,16 @@ st_status st_init_parse(const char *name, st_init *out);
 /* Layers are created unbuilt: each constructor below writes the new layer to
  * *out and returns ST_OK, or returns ST_ERR_INVALID (an option out of range,
  * naming it) or ST_ERR_NOMEM with *out = NULL. st_model_add takes ownership
- * and builds the layer when the input shape is known. st_layer_destroy frees
- * an unowned layer (accepts NULL). */
+ * and builds the layer when the input shape is known; a layer belongs to one
+ * model (adding it to a second is refused). The getters below return "", an
+ * empty shape or 0 for NULL. */
 typedef struct st_layer st_layer;
+/* Frees a layer that no model owns (accepts NULL); a layer added to a model
+ * is the model's: destroying it here is ignored. */
 void st_layer_destroy(st_layer *l);
 const char *st_layer_name(const st_layer *l);       /* "dense_1" */
 const char *st_layer_class(const st_layer *l);      /* "Dense" */
+/* Per-example output shape (set once the layer is built by st_model_add). */
 st_shape st_layer_output_shape(const st_layer *l);
 size_t st_layer_param_count(const st_layer *l);     /* trainable + not */
 /* The activation the layer applies last (Dense, Conv2D, Activation), else
@@ -46,6 +52,8 @@ typedef struct st_dense_options {
   st_init kernel_init, bias_init;
   const char *name; /* NULL: automatic "dense", "dense_1", ... */
 } st_dense_options;
+/* Dense (Keras defaults: linear, bias, glorot_uniform kernel, zero bias);
+ * ST_ERR_INVALID unless units > 0. */
 st_dense_options st_dense_default_options(int units);
 st_status st_dense_ex(st_dense_options o, st_layer **out);
 st_status st_dense(int units, st_activation act, st_layer **out);
@@ -60,6 +68,8 @@ typedef struct st_conv2d_options {
   st_init kernel_init, bias_init;
   const char *name;
 } st_conv2d_options;
+/* Conv2D on channels-last input [h, w, c] (stride 1, valid padding, Keras
+ * defaults); ST_ERR_INVALID for non-positive filters, kernel or strides. */
 st_conv2d_options st_conv2d_default_options(int filters, int kh, int kw);
 st_status st_conv2d_ex(st_conv2d_options o, st_layer **out);
 st_status st_conv2d(int filters, int k, st_activation act, st_layer **out);
@@ -70,12 +80,15 @@ typedef struct st_pool2d_options {
   st_padding padding;
   const char *name;
 } st_pool2d_options;
+/* MaxPooling2D / AveragePooling2D over [h, w, c]; ST_ERR_INVALID for a
+ * non-positive pool size or stride. */
 st_pool2d_options st_pool2d_default_options(int pool);
 st_status st_maxpool2d_ex(st_pool2d_options o, st_layer **out);
 st_status st_avgpool2d_ex(st_pool2d_options o, st_layer **out);
 st_status st_maxpool2d(int pool, st_layer **out);
 st_status st_avgpool2d(int pool, st_layer **out);
 
+/* Flatten; Dropout (rate in [0, 1), active in fit only); Activation. */
 st_status st_flatten(st_layer **out);
 st_status st_dropout(float rate, st_layer **out);
 st_status st_activation_layer(st_activation act, st_layer **out);
@@ -89,6 +102,8 @@ typedef struct st_batchnorm_options {
   bool synchronized; /* all-reduce batch statistics across replicas */
   const char *name;
 } st_batchnorm_options;
+/* BatchNormalization over the last axis (moving statistics are state, not
+ * trained; averaged across replicas after each step). */
 st_batchnorm_options st_batchnorm_default_options(void);
 st_status st_batchnorm_ex(st_batchnorm_options o, st_layer **out);
 st_status st_batchnorm(st_layer **out);
@@ -108,6 +123,7 @@ typedef struct st_schedule {
   bool staircase;   /* exponential */
   float alpha;      /* cosine: final fraction of initial */
 } st_schedule;
+/* A constant learning rate lr. */
 st_schedule st_schedule_constant(float lr);
 /* Learning rate at optimizer step `step` (0-based count of applied updates). */
 float st_schedule_lr(const st_schedule *s, int64_t step);

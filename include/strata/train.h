@@ -22,13 +22,25 @@ typedef struct st_model_options {
   uint64_t seed;          /* weights init, dropout, ... (default 0) */
   st_strategy *strategy;  /* borrowed; NULL = one-device default */
 } st_model_options;
+/* Options with that input shape, name "sequential", seed 0, no strategy. */
 st_model_options st_model_default_options(st_shape input_shape);
 
+/* An empty Sequential model into *out (NULL on failure). o and out may not
+ * be NULL (ST_ERR_INVALID naming them); o->strategy (may be NULL) is
+ * borrowed: a strategy destroyed before the model stays alive until the
+ * model goes (see st_strategy_destroy); ST_ERR_INVALID when it was already
+ * destroyed. */
 st_status st_sequential_create(const st_model_options *o, st_model **out);
 void st_model_destroy(st_model *m); /* accepts NULL; destroys its layers */
-/* Takes ownership of layer (destroyed on failure too); builds it against the
- * previous output shape; errors name the layer and shapes. */
+/* Takes ownership of layer (destroyed on failure too, and when m is NULL);
+ * builds it against the previous output shape; errors name the layer and
+ * shapes. A layer already in a model is refused (ST_ERR_INVALID) and left to
+ * that model. A failed add (a NULL layer, i.e. a constructor that failed,
+ * included) is recorded: st_model_compile then refuses the model with "layer
+ * N (Class) was not added: <why>", so checking only the last add is safe. */
 st_status st_model_add(st_model *m, st_layer *layer);
+/* Layers, the i-th layer (NULL out of range), parameter count and output
+ * shape; 0, NULL or an empty shape for a NULL m. */
 int st_model_layer_count(const st_model *m);
 const st_layer *st_model_layer(const st_model *m, int i);
 size_t st_model_param_count(const st_model *m, bool trainable_only);
@@ -42,11 +54,15 @@ typedef struct st_compile_options {
 } st_compile_options;
 /* Adam defaults, sparse CE from logits, metric accuracy. */
 st_compile_options st_compile_default_options(void);
-/* Allocates variables, initialises them (seeded) and binds the strategy. */
+/* Allocates variables, initialises them (seeded) and binds the strategy.
+ * ST_ERR_INVALID (naming the function and the field) for a NULL m or o, an
+ * option out of range, a model without layers or with a failed st_model_add,
+ * a second compile, a destroyed strategy or one bound to another model. */
 st_status st_model_compile(st_model *m, const st_compile_options *o);
 
 /* Keras-like summary table: *out receives a malloc'd string (caller frees it
- * with free()); NULL on failure (ST_ERR_NOMEM). */
+ * with free()); NULL on failure (ST_ERR_NOMEM; ST_ERR_INVALID for a NULL m
+ * or out). The model need not be compiled. */
 st_status st_model_summary(const st_model *m, char **out);
 
 /* ---- logs and callbacks ---- */
@@ -105,8 +121,12 @@ typedef struct st_fit_options {
   const char *backup_dir;
   int64_t backup_every_steps;
 } st_fit_options;
+/* One epoch, no validation, no callbacks, warmup 20, no backup. */
 st_fit_options st_fit_default_options(void);
-/* Train on batches of `train` (must be batched). While a step's optimizer
+/* Train on batches of `train` (must be batched). m, train, o and out may not
+ * be NULL, nor o->callbacks when o->ncallbacks > 0 (ST_ERR_INVALID naming
+ * the argument); m must be compiled. *out (st_history_destroy) holds the
+ * epochs' logs, also after a failure part-way. While a step's optimizer
  * update runs, the strategy may take the next batch from `train` on one of
  * its threads (one_device, central_storage): the same batches in the same
  * order, but map functions may run on a thread other than the caller's. */
@@ -117,9 +137,11 @@ typedef struct st_eval_result {
   double loss, accuracy;
   int64_t examples;
 } st_eval_result;
+/* Mean loss and metric over every example of ds (batched, labelled) into
+ * *out. m (compiled), ds and out may not be NULL (ST_ERR_INVALID). */
 st_status st_model_evaluate(st_model *m, st_dataset *ds, st_eval_result *out);
 /* Outputs for every example of ds: out is f32 [n, output size] (caller frees
- * with st_tensor_destroy). */
+ * with st_tensor_destroy). m (compiled), ds and out may not be NULL. */
 st_status st_model_predict(st_model *m, st_dataset *ds, st_tensor *out);
 
 /* Keras-style progress ("Epoch 1/3", a bar with ETA when tty, else one line per
@@ -128,9 +150,11 @@ st_status st_progress_create(FILE *stream, bool tty, int epochs, st_callback *ou
 
 /* safetensors: one tensor per variable named "<layer>/<param>", e.g.
  * "dense/kernel" [in, out], "conv2d/kernel" [kh, kw, in, out] (Keras layout).
- * Written to a temp file, fsynced and renamed. */
+ * Written to a temp file, fsynced and renamed. m must be compiled; a NULL m
+ * or path is ST_ERR_INVALID. */
 st_status st_model_save_weights(const st_model *m, const char *path);
-/* Checks every name, dtype and shape before changing anything. */
+/* Checks every name, dtype and shape before changing anything (m compiled,
+ * m and path not NULL). */
 st_status st_model_load_weights(st_model *m, const char *path);
 
 /* ---- checkpoints ----
@@ -147,6 +171,7 @@ typedef struct st_checkpoint_options {
   int64_t test_fail_after_bytes; /* test hook: the write stops after this many
                                     bytes, as a crash would (0 = off) */
 } st_checkpoint_options;
+/* keep 3, no test hook. */
 st_checkpoint_options st_checkpoint_default_options(void);
 /* Save variables, optimizer slots and the training position into dir. Under
  * multi_worker_mirrored only the chief writes; on other workers this returns
@@ -168,10 +193,12 @@ st_status st_model_checkpoint_create(const char *dir, const char *monitor, bool 
 /* ---- weights as one host vector, stopping, learning rate ---- */
 /* Floats of all variables: trainable params then non-trainable state. */
 size_t st_model_weights_size(const st_model *m);
-/* Copy every variable to/from host memory out[st_model_weights_size(m)]. */
+/* Copy every variable to/from host memory out[st_model_weights_size(m)]
+ * (m compiled; m and the buffer not NULL). */
 st_status st_model_get_weights(const st_model *m, float *out);
 st_status st_model_set_weights(st_model *m, const float *in);
-/* Ask fit to stop after the current epoch (Keras model.stop_training). */
+/* Ask fit to stop after the current epoch (Keras model.stop_training);
+ * ignores NULL. */
 void st_model_stop_training(st_model *m);
 /* Current learning rate, and replacing it by a constant (LearningRateScheduler).
  * The optimizer keeps the rate as a float: ST_ERR_INVALID (model unchanged)
@@ -193,14 +220,15 @@ typedef struct st_early_stopping_options {
   int patience;             /* 0 */
   bool restore_best_weights;/* false */
 } st_early_stopping_options;
+/* The defaults noted above. */
 st_early_stopping_options st_early_stopping_default_options(void);
 /* Stops training when the monitored value has not improved by min_delta for
  * patience epochs ("accuracy" metrics improve upwards, losses downwards).
  * ST_ERR_INVALID for an unknown monitor or a negative patience. */
 st_status st_early_stopping_create(st_early_stopping_options o, st_callback *out);
+typedef double (*st_lr_schedule_fn)(void *user, int epoch, double lr);
 /* LearningRateScheduler: lr for epoch (0-based) from the current lr. user is
  * borrowed (passed to fn). ST_ERR_INVALID when fn is NULL. */
-typedef double (*st_lr_schedule_fn)(void *user, int epoch, double lr);
 st_status st_lr_scheduler_create(st_lr_schedule_fn fn, void *user, st_callback *out);
 
 /* ---- TensorBoard ---- */

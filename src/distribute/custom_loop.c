@@ -1,10 +1,20 @@
 /* Custom training loops: st_strategy_run and the replica context. The replica
  * functions reuse the strategy's replica group: its replicas (buffers,
  * variables), its thread pool and its collective, so a hand-written step
- * computes exactly what fit's step computes. */
+ * computes exactly what fit's step computes.
+ *
+ * Leaving: a replica whose function returns (failed or not) aborts the
+ * group's collective. A replica that made the same calls as the others has
+ * passed every barrier they wait in, so the abort changes nothing for them;
+ * one that failed or returned early wakes every replica waiting for it, and
+ * they return ST_ERR_PEER. st_strategy_run then reports the first replica to
+ * fail (in time: the cause, not the replicas woken by it) and resets the
+ * collective, so the strategy can run again. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/error_slot.h"
 #include "distribute/replica_group.h"
 
 struct st_replica_context {
@@ -19,30 +29,57 @@ struct st_replica_context {
 
 typedef struct run_state {
   st_replica_context ctx[ST_MAX_REPLICAS];
+  atomic_int first_left;   /* id + 1 of the first replica to return; 0: none */
+  atomic_int first_failed; /* id + 1 of the first replica to fail; 0: none */
+  st_error_slot failure;   /* its failure (written by that replica only) */
 } run_state;
 
 static void run_task(void *arg, int i) {
   run_state *rs = arg;
   st_replica_context *c = &rs->ctx[i];
   c->status = c->fn(c, c->arg);
+  if (c->count == 1) return;
+  int none = 0;
+  atomic_compare_exchange_strong(&rs->first_left, &none, i + 1);
+  none = 0;
+  if (c->status != ST_OK && atomic_compare_exchange_strong(&rs->first_failed, &none, i + 1))
+    st__error_keep(&rs->failure, c->status);
+  st__collective_abort(c->s->group->coll); /* after the failure is kept */
+}
+
+/* The run's verdict: the first failure, or what made the peers fail. */
+static st_status run_result(run_state *rs, int n) {
+  int failed = atomic_load(&rs->first_failed), left = atomic_load(&rs->first_left);
+  if (n == 1) return rs->ctx[0].status;
+  if (!failed) return ST_OK;
+  if (rs->failure.status == ST_ERR_PEER && left && rs->ctx[left - 1].status == ST_OK)
+    return st_error(ST_ERR_INVALID,
+                    "st_strategy_run: replica %d returned while replica %d still waited in a "
+                    "collective (every replica must make the same calls in the same order, "
+                    "st_replica_apply_gradients included): %s",
+                    left - 1, failed - 1, rs->failure.msg);
+  return st__error_raise(&rs->failure);
 }
 
 st_status st_strategy_run(st_strategy *s, st_replica_fn fn, void *arg) {
+  if (!s) return st_error(ST_ERR_INVALID, "st_strategy_run: s is NULL");
+  if (!fn) return st_error(ST_ERR_INVALID, "st_strategy_run: fn is NULL");
   if (!s->net || !s->group)
-    return st_error(ST_ERR_INVALID, "strategy_run: the strategy is not bound to a compiled model");
+    return st_error(ST_ERR_INVALID, "st_strategy_run: the strategy is not bound to a compiled "
+                    "model");
   if (s->cluster)
-    return st_error(ST_ERR_NOT_BUILT, "strategy_run: custom training loops are not supported "
-                    "by multi_worker_mirrored yet (use fit)");
+    return st_error(ST_ERR_NOT_BUILT, "st_strategy_run: custom training loops are not "
+                    "supported by multi_worker_mirrored yet (use fit)");
   run_state *rs = calloc(1, sizeof *rs);
-  if (!rs) return st_error(ST_ERR_NOMEM, "strategy_run: out of memory");
+  if (!rs) return st_error(ST_ERR_NOMEM, "st_strategy_run: out of memory");
   int n = s->local_replicas;
   for (int i = 0; i < n; i++) rs->ctx[i] = (st_replica_context){s, s->net, i, n, false, ST_OK, fn, arg};
   if (n == 1)
     run_task(rs, 0);
   else
     st__group_run(s->group, run_task, rs);
-  st_status st = ST_OK;
-  for (int i = 0; i < n && st == ST_OK; i++) st = rs->ctx[i].status;
+  if (n > 1) st__collective_reset(s->group->coll); /* every replica has left */
+  st_status st = run_result(rs, n);
   if (st == ST_OK && rs->ctx[0].applied) {
     st__group_sync_state(s->group, s->net);
     s->net->step++;
@@ -53,6 +90,12 @@ st_status st_strategy_run(st_strategy *s, st_replica_fn fn, void *arg) {
 
 st_status st_strategy_reduce(const st_strategy *s, st_reduce_op op, const float *per_replica,
                              size_t n, float *out) {
+  if (!s) return st_error(ST_ERR_INVALID, "st_strategy_reduce: s is NULL");
+  if ((unsigned)op >= ST_REDUCE_COUNT)
+    return st_error(ST_ERR_INVALID, "st_strategy_reduce: op %d out of range", (int)op);
+  if (n && (!per_replica || !out))
+    return st_error(ST_ERR_INVALID, "st_strategy_reduce: %s is NULL (n = %zu)",
+                    per_replica ? "out" : "per_replica", n);
   int r = s->local_replicas;
   for (size_t j = 0; j < n; j++) {
     float acc = per_replica[j];
@@ -62,22 +105,50 @@ st_status st_strategy_reduce(const st_strategy *s, st_reduce_op op, const float 
   return ST_OK;
 }
 
-int st_replica_id(const st_replica_context *c) { return c->rank; }
-int st_replica_count(const st_replica_context *c) { return c->count; }
+int st_replica_id(const st_replica_context *c) { return c ? c->rank : 0; }
+int st_replica_count(const st_replica_context *c) { return c ? c->count : 0; }
 
 st_batch st_replica_slice(const st_replica_context *c, const st_batch *global) {
+  if (!c || !global) return (st_batch){0, NULL, NULL};
   int start, count;
   st__split(global->size, c->count, c->rank, &start, &count);
   size_t xs = st_shape_size(c->m->input_shape);
   size_t ys = st_loss_is_sparse(c->m->loss) ? 1 : st__net_output_size(c->m);
+  if (!global->x || !global->y) return (st_batch){count, NULL, NULL};
   return (st_batch){count, global->x + (size_t)start * xs, global->y + (size_t)start * ys};
+}
+
+/* The arguments of st_replica_compute_gradients. */
+static st_status check_local(const st_replica_context *c, const st_batch *local,
+                             int64_t global_batch) {
+  const char *fn = "st_replica_compute_gradients";
+  if (!c) return st_error(ST_ERR_INVALID, "%s: c is NULL", fn);
+  if (!local) return st_error(ST_ERR_INVALID, "%s: local is NULL", fn);
+  if (local->size < 0)
+    return st_error(ST_ERR_INVALID, "%s: local->size %d is negative", fn, local->size);
+  if (local->size && (!local->x || !local->y))
+    return st_error(ST_ERR_INVALID, "%s: replica %d: local->%s is NULL with %d examples", fn,
+                    c->rank, local->x ? "y" : "x", local->size);
+  if (global_batch < local->size)
+    return st_error(ST_ERR_INVALID, "%s: global_batch %lld is smaller than the replica's %d "
+                    "examples", fn, (long long)global_batch, local->size);
+  if (global_batch < 1)
+    return st_error(ST_ERR_INVALID, "%s: global_batch %lld must be positive", fn,
+                    (long long)global_batch);
+  return ST_OK;
 }
 
 st_status st_replica_compute_gradients(st_replica_context *c, const st_batch *local,
                                        int64_t global_batch, double *loss_sum,
                                        int64_t *correct) {
+  st_status s = check_local(c, local, global_batch);
+  if (s != ST_OK) return s;
+  /* as fit: labels are checked before a kernel uses them as an index */
+  if ((s = st__net_check_labels(c->m, local->y, local->size, 0)) != ST_OK)
+    return st_error_prefix(s, "st_replica_compute_gradients: replica %d: local batch: ",
+                           c->rank);
   st_replica *r = c->s->group->reps[c->rank];
-  st_status s = st__replica_reserve(c->m, r, local->size);
+  s = st__replica_reserve(c->m, r, local->size);
   if (s != ST_OK) return s;
   st_step_stats st = {0};
   if (local->size || c->s->group->must_run) {
@@ -92,6 +163,10 @@ st_status st_replica_compute_gradients(st_replica_context *c, const st_batch *lo
 }
 
 st_status st_replica_all_reduce(st_replica_context *c, st_reduce_op op, float *buf, size_t n) {
+  if (!c) return st_error(ST_ERR_INVALID, "st_replica_all_reduce: c is NULL");
+  if ((unsigned)op >= ST_REDUCE_COUNT)
+    return st_error(ST_ERR_INVALID, "st_replica_all_reduce: op %d out of range", (int)op);
+  if (n && !buf) return st_error(ST_ERR_INVALID, "st_replica_all_reduce: buf is NULL (n = %zu)", n);
   if (c->count == 1) return ST_OK;
   st_collective *coll = c->s->group->coll;
   return coll->vt->all_reduce(coll, c->rank, buf, n, op);
@@ -100,6 +175,7 @@ st_status st_replica_all_reduce(st_replica_context *c, st_reduce_op op, float *b
 /* Shared variables: after the all-reduce every replica holds the summed
  * gradients; each updates its own chunk of the variables. */
 st_status st_replica_apply_gradients(st_replica_context *c) {
+  if (!c) return st_error(ST_ERR_INVALID, "st_replica_apply_gradients: c is NULL");
   st_net *m = c->m;
   st_replica *r = c->s->group->reps[c->rank];
   st_status s = st_replica_all_reduce(c, ST_REDUCE_SUM, r->grads, m->n_params);

@@ -20,6 +20,8 @@ const char *st_strategy_kind_name(st_strategy_kind k) {
 }
 
 st_status st_strategy_kind_parse(const char *name, st_strategy_kind *out) {
+  if (!name || !out)
+    return st_error(ST_ERR_INVALID, "st_strategy_kind_parse: %s is NULL", name ? "out" : "name");
   for (int k = 0; k < ST_STRATEGY_COUNT; k++)
     if (strcmp(name, kind_names[k]) == 0) {
       *out = (st_strategy_kind)k;
@@ -34,6 +36,8 @@ st_status st_strategy_kind_parse(const char *name, st_strategy_kind *out) {
 st_status st_auto_shard_parse(const char *name, st_auto_shard *out) {
   static const char *const names[] = {"auto", "data", "off", "file"};
   _Static_assert(sizeof names / sizeof *names == ST_AUTO_SHARD_COUNT, "one name per policy");
+  if (!name || !out)
+    return st_error(ST_ERR_INVALID, "st_auto_shard_parse: %s is NULL", name ? "out" : "name");
   for (int k = 0; k < ST_AUTO_SHARD_COUNT; k++)
     if (strcmp(name, names[k]) == 0) {
       *out = (st_auto_shard)k;
@@ -118,7 +122,9 @@ static st_status replica_count(const st_strategy_options *o, int *n) {
 }
 
 st_status st_strategy_create(const st_strategy_options *o, st_strategy **out) {
+  if (!out) return st_error(ST_ERR_INVALID, "st_strategy_create: out is NULL");
   *out = NULL;
+  if (!o) return st_error(ST_ERR_INVALID, "st_strategy_create: o is NULL");
   const st_strategy_vtable *vt = NULL;
   int n = 1, cross = ST_CROSS_ALL_REDUCE;
   struct st_cluster *cluster = NULL;
@@ -169,15 +175,36 @@ st_status st_strategy_create(const st_strategy_options *o, st_strategy **out) {
   return ST_OK;
 }
 
-void st_strategy_destroy(st_strategy *s) {
-  if (!s) return;
+static void free_strategy(st_strategy *s) {
   if (s->net) s->vt->detach(s);
   st__cluster_destroy(s->cluster);
   free(s);
 }
 
-st_strategy_kind st_strategy_kind_of(const st_strategy *s) { return s->opts.kind; }
-int st_strategy_num_replicas_in_sync(const st_strategy *s) { return s->num_replicas; }
+/* With models still holding s: they keep it (and refuse their verbs, naming
+ * the destroyed strategy) until the last one is destroyed. */
+void st_strategy_destroy(st_strategy *s) {
+  if (!s || s->destroyed) return;
+  s->destroyed = true;
+  if (s->models == 0) free_strategy(s);
+}
+
+st_status st__strategy_hold(st_strategy *s) {
+  if (s->destroyed)
+    return st_error(ST_ERR_INVALID, "st_sequential_create: o->strategy was destroyed");
+  s->models++;
+  return ST_OK;
+}
+
+void st__strategy_release(st_strategy *s) {
+  if (!s) return;
+  if (--s->models == 0 && s->destroyed) free_strategy(s);
+}
+
+st_strategy_kind st_strategy_kind_of(const st_strategy *s) {
+  return s ? s->opts.kind : ST_STRATEGY_ONE_DEVICE;
+}
+int st_strategy_num_replicas_in_sync(const st_strategy *s) { return s ? s->num_replicas : 0; }
 
 void st__step_metrics(const st_net *m, const float *pred, const float *y,
                       int rows, st_step_stats *out) {
@@ -192,10 +219,10 @@ void st__step_metrics(const st_net *m, const float *pred, const float *y,
 }
 
 int st_strategy_worker_rank(const st_strategy *s) {
-  return s->cluster ? st__cluster_rank(s->cluster) : 0;
+  return s && s->cluster ? st__cluster_rank(s->cluster) : 0;
 }
 int st_strategy_worker_count(const st_strategy *s) {
-  return s->cluster ? st__cluster_size(s->cluster) : 1;
+  return s && s->cluster ? st__cluster_size(s->cluster) : 1;
 }
 bool st_strategy_is_chief(const st_strategy *s) { return st__strategy_is_chief(s); }
 bool st__strategy_is_chief(const st_strategy *s) { return st_strategy_worker_rank(s) == 0; }

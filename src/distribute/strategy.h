@@ -74,6 +74,13 @@ struct st_strategy {
   bool mirrored_vars;             /* each replica owns a copy of the variables */
   st__side_task side;             /* set by fit around each train_step */
   float **(*replica_slots)(struct st_strategy *s, int rank); /* optimizer slots */
+  /* Lifetime: models created with this strategy (st__strategy_hold) keep it
+   * alive. st_strategy_destroy with models left only marks it destroyed
+   * (those models then refuse their verbs); the last st__strategy_release
+   * frees it. Caller's thread (models and strategies are not shared by
+   * threads). */
+  int models;
+  bool destroyed;
 };
 
 /* out += in (callers add in a fixed order: replica, then worker). */
@@ -130,6 +137,10 @@ st_status st__strategy_check_fit(st_strategy *s, const st_net *m, int64_t global
                                  int64_t steps_per_epoch, int epochs, int64_t resume_epoch,
                                  int64_t resume_step);
 bool st__strategy_is_chief(const st_strategy *s);
+/* A model created with s holds it (fails once s was destroyed); its
+ * destroy releases it, freeing s when it was destroyed and no model is left. */
+st_status st__strategy_hold(st_strategy *s);
+void st__strategy_release(st_strategy *s); /* accepts NULL */
 
 extern const st_strategy_vtable st__one_device_vtable;
 extern const st_strategy_vtable st__multi_worker_vtable;

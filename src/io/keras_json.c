@@ -290,7 +290,10 @@ static st_status import(const st__keras_ctx *c, const json_t *root,
 
 st_status st_model_from_keras_json(const char *path, const st_model_options *o,
                                    st_model **out) {
+  if (!out) return st_error(ST_ERR_INVALID, "st_model_from_keras_json: out is NULL");
   *out = NULL;
+  if (!path || !o)
+    return st_error(ST_ERR_INVALID, "st_model_from_keras_json: %s is NULL", path ? "o" : "path");
   char *text = NULL;
   size_t len = 0;
   st_status s = st__read_all(path, ST__KERAS_MAX_FILE, &text, &len);

@@ -234,6 +234,7 @@ static void host_name(char *buf, size_t cap) {
 
 /* ---- public API ---------------------------------------------------------- */
 st_status st_tensorboard_create(const char *log_dir, st_tensorboard **out) {
+  if (!out) return st_error(ST_ERR_INVALID, "st_tensorboard_create: out is NULL");
   *out = NULL;
   if (!log_dir || !log_dir[0])
     return st_error(ST_ERR_INVALID, "TensorBoard: empty log directory");
@@ -266,6 +267,7 @@ static float to_float(double v) {
 
 st_status st_tensorboard_scalar(st_tensorboard *tb, bool validation, const char *tag,
                                 int64_t step, double value) {
+  if (!tb) return st_error(ST_ERR_INVALID, "st_tensorboard_scalar: tb is NULL");
   size_t tag_len = tag ? strlen(tag) : 0;
   if (tag_len == 0 || tag_len > TB_MAX_TAG)
     return st_error(ST_ERR_INVALID, "TensorBoard tag \"%.40s\": length %zu not in 1..%d",
@@ -281,6 +283,7 @@ st_status st_tensorboard_scalar(st_tensorboard *tb, bool validation, const char 
 }
 
 st_status st_tensorboard_flush(st_tensorboard *tb) {
+  if (!tb) return st_error(ST_ERR_INVALID, "st_tensorboard_flush: tb is NULL");
   for (int r = 0; r < RUN_COUNT; r++) {
     if (!tb->f[r]) continue;
     if (fflush(tb->f[r]) != 0 || ferror(tb->f[r]))

@@ -43,8 +43,18 @@ st_status st__gather_vars(const st_model *m, st_named_tensor *ts, float **blob) 
   return ST_OK;
 }
 
+/* m (compiled, strategy alive) and path of the weights functions. */
+static st_status check_path_args(const st_model *m, const char *path, const char *fn) {
+  st_status s = st__model_check(m, fn, true);
+  if (s != ST_OK) return s;
+  if (!path) return st_error(ST_ERR_INVALID, "%s: path is NULL", fn);
+  if (!path[0]) return st_error(ST_ERR_INVALID, "%s: path is empty", fn);
+  return ST_OK;
+}
+
 st_status st_model_save_weights(const st_model *m, const char *path) {
-  if (!m->compiled) return st_error(ST_ERR_INVALID, "save_weights: model is not compiled");
+  st_status s0 = check_path_args(m, path, "st_model_save_weights");
+  if (s0 != ST_OK) return s0;
   m->strategy->vt->sync_to_model(m->strategy, (st_net *)&m->net);
   int n = st__model_var_count(m);
   st_named_tensor *ts = calloc((size_t)n + 1, sizeof *ts);
@@ -83,9 +93,10 @@ st_status st__check_tensor(const char *path, const st_named_tensor *want,
 }
 
 st_status st_model_load_weights(st_model *m, const char *path) {
-  if (!m->compiled) return st_error(ST_ERR_INVALID, "load_weights: model is not compiled");
+  st_status s = check_path_args(m, path, "st_model_load_weights");
+  if (s != ST_OK) return s;
   st_safetensors f;
-  st_status s = st__safetensors_read(path, &f);
+  s = st__safetensors_read(path, &f);
   if (s != ST_OK) return s;
   int n = st__model_var_count(m);
   if (f.n != n)
@@ -110,10 +121,14 @@ st_status st_model_load_weights(st_model *m, const char *path) {
   return s;
 }
 
-size_t st_model_weights_size(const st_model *m) { return m->net.n_params + m->net.n_state; }
+size_t st_model_weights_size(const st_model *m) {
+  return m ? m->net.n_params + m->net.n_state : 0;
+}
 
 st_status st_model_get_weights(const st_model *m, float *out) {
-  if (!m->compiled) return st_error(ST_ERR_INVALID, "get_weights: model is not compiled");
+  st_status s = st__model_check(m, "st_model_get_weights", true);
+  if (s != ST_OK) return s;
+  if (!out) return st_error(ST_ERR_INVALID, "st_model_get_weights: out is NULL");
   m->strategy->vt->sync_to_model(m->strategy, (st_net *)&m->net);
   st__be_to_host(m->net.be_ctx, out, m->net.params, m->net.n_params * sizeof(float));
   st__be_to_host(m->net.be_ctx, out + m->net.n_params, m->net.state, m->net.n_state * sizeof(float));
@@ -121,7 +136,9 @@ st_status st_model_get_weights(const st_model *m, float *out) {
 }
 
 st_status st_model_set_weights(st_model *m, const float *in) {
-  if (!m->compiled) return st_error(ST_ERR_INVALID, "set_weights: model is not compiled");
+  st_status s = st__model_check(m, "st_model_set_weights", true);
+  if (s != ST_OK) return s;
+  if (!in) return st_error(ST_ERR_INVALID, "st_model_set_weights: in is NULL");
   st__be_to_device(m->net.be_ctx, m->net.params, in, m->net.n_params * sizeof(float));
   st__be_to_device(m->net.be_ctx, m->net.state, in + m->net.n_params, m->net.n_state * sizeof(float));
   m->strategy->vt->sync_from_model(m->strategy, &m->net);

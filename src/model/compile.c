@@ -21,6 +21,11 @@ st_compile_options st_compile_default_options(void) {
 }
 
 static st_status check_compile(const st_model *m, const st_compile_options *o) {
+  st_status s = st__model_check(m, "st_model_compile", false);
+  if (s != ST_OK) return s;
+  if (!o) return st_error(ST_ERR_INVALID, "st_model_compile: o is NULL");
+  if (m->add_error[0])
+    return st_error(ST_ERR_INVALID, "st_model_compile: %s", m->add_error);
   if (m->net.nlayers == 0) return st_error(ST_ERR_INVALID, "compile: the model has no layers");
   if (m->compiled) return st_error(ST_ERR_INVALID, "compile: model already compiled");
   if (o->loss < 0 || o->loss >= ST_LOSS_COUNT)
@@ -33,6 +38,10 @@ static st_status check_compile(const st_model *m, const st_compile_options *o) {
                     (double)o->optimizer.lr.initial);
   if (o->nmetrics < 0 || o->nmetrics > 4)
     return st_error(ST_ERR_INVALID, "compile: %d metrics (at most 4)", o->nmetrics);
+  for (int i = 0; i < o->nmetrics; i++)
+    if ((unsigned)o->metrics[i] >= ST_METRIC_COUNT)
+      return st_error(ST_ERR_INVALID, "st_model_compile: o->metrics[%d] = %d out of range", i,
+                      (int)o->metrics[i]);
   st_shape out = st_model_output_shape(m);
   if (out.rank != 1)
     return st_error(ST_ERR_INVALID, "compile: model output %s must be rank 1 (add Flatten)",
@@ -106,7 +115,7 @@ st_status st_model_compile(st_model *m, const st_compile_options *o) {
 
 /* The net's layers and variables. */
 static void free_net(st_net *m) {
-  for (int i = 0; i < m->nlayers; i++) st_layer_destroy(m->layers[i]);
+  for (int i = 0; i < m->nlayers; i++) st__layer_free(m->layers[i]);
   free(m->layers);
   if (m->be_ctx) {
     m->be->free(m->be_ctx, m->params);
@@ -122,20 +131,24 @@ void st_model_destroy(st_model *m) {
   if (!m) return;
   if (m->strategy && m->strategy->net == &m->net) m->strategy->vt->detach(m->strategy);
   free_net(&m->net);
-  if (m->owns_strategy) st_strategy_destroy(m->strategy);
+  if (m->owns_strategy) st_strategy_destroy(m->strategy); /* freed once unheld */
+  if (m->holds_strategy) st__strategy_release(m->strategy); /* frees it if destroyed */
   st__train_position_clear(&m->last_pos);
   free(m);
 }
 
 /* Training control read and set by callbacks during fit. */
-void st_model_stop_training(st_model *m) { m->stop_training = true; }
+void st_model_stop_training(st_model *m) {
+  if (m) m->stop_training = true;
+}
 
 double st_model_learning_rate(const st_model *m) {
-  return st_schedule_lr(&m->net.optimizer.lr, m->net.step);
+  return m ? st_schedule_lr(&m->net.optimizer.lr, m->net.step) : 0.0;
 }
 
 /* The optimizer keeps the rate as a float: it must stay finite and > 0. */
 st_status st_model_set_learning_rate(st_model *m, double lr) {
+  if (!m) return st_error(ST_ERR_INVALID, "st_model_set_learning_rate: m is NULL");
   if (!isfinite(lr) || lr <= 0 || lr > FLT_MAX || (float)lr <= 0.0f)
     return st_error(ST_ERR_INVALID, "learning rate %g (must be finite and > 0 as a float)", lr);
   m->net.optimizer.lr = st_schedule_constant((float)lr);

@@ -36,10 +36,15 @@ struct st_model {
   st_compile_options compile; /* as given to compile (the live optimizer
                                  options, learning rate included, are
                                  net.optimizer) */
-  st_strategy *strategy;      /* borrowed, or owned when owns_strategy */
+  st_strategy *strategy;      /* borrowed (held: st__strategy_hold), or owned
+                                 when owns_strategy */
   bool owns_strategy;
+  bool holds_strategy;        /* created with it: released on destroy */
   bool compiled;
   bool stop_training;         /* set by a callback: fit ends after this epoch */
+  int adds;                   /* st_model_add calls, failed ones included */
+  char add_error[512];        /* the first failed add ("" when none):
+                                 compile refuses the model */
   /* For st_checkpoint_save/restore outside fit's own calls (see above). */
   const st_train_position *fit_pos; /* fit's, while fit runs; else NULL */
   st_train_position last_pos;       /* owned logs */
@@ -50,6 +55,11 @@ struct st_model {
 static inline const st_train_position *st__model_position(const st_model *m) {
   return m->fit_pos ? m->fit_pos : &m->last_pos;
 }
+/* The checks a public model function starts with, fn naming it: m is not
+ * NULL, (need_compiled) the model is compiled, and its strategy was not
+ * destroyed. ST_ERR_INVALID with "fn: ..." otherwise. */
+st_status st__model_check(const st_model *m, const char *fn, bool need_compiled);
+
 /* Frees p's logs and zeroes it. */
 void st__train_position_clear(st_train_position *p);
 

@@ -65,8 +65,12 @@ st_status st__layer_build(st_layer *l, st_shape in) {
   return l->vt->build(l);
 }
 
-/* Frees an unowned layer (or is called by the model for owned ones). */
+/* Frees an unowned layer; one added to a model is the model's to free. */
 void st_layer_destroy(st_layer *l) {
+  if (l && !l->in_model) st__layer_free(l);
+}
+
+void st__layer_free(st_layer *l) {
   if (!l) return;
   if (l->vt && l->vt->destroy_config)
     l->vt->destroy_config(l);
@@ -75,14 +79,17 @@ void st_layer_destroy(st_layer *l) {
   free(l);
 }
 
-const char *st_layer_name(const st_layer *l) { return l->name; }
-const char *st_layer_class(const st_layer *l) { return l->vt->class_name; }
-st_shape st_layer_output_shape(const st_layer *l) { return l->out_shape; }
+const char *st_layer_name(const st_layer *l) { return l ? l->name : ""; }
+const char *st_layer_class(const st_layer *l) { return l ? l->vt->class_name : ""; }
+st_shape st_layer_output_shape(const st_layer *l) { return l ? l->out_shape : (st_shape){0}; }
 
 size_t st_layer_param_count(const st_layer *l) {
   size_t n = 0;
+  if (!l) return 0;
   for (int i = 0; i < l->nparams; i++) n += st_shape_size(l->params[i].shape);
   return n;
 }
 
-st_activation st_layer_output_activation(const st_layer *l) { return l->out_activation; }
+st_activation st_layer_output_activation(const st_layer *l) {
+  return l ? l->out_activation : ST_ACT_LINEAR;
+}

@@ -83,7 +83,12 @@ struct st_layer {
                                    BatchNorm): every replica must run them, even
                                    on an empty slice */
   void *config;                 /* layer-kind options, owned */
+  bool in_model;                /* owned by a model (st_model_add): only the
+                                   model frees it (st__layer_free) */
 };
+
+/* Frees l whoever owns it (st_layer_destroy ignores a layer in a model). */
+void st__layer_free(st_layer *l);
 
 /* Allocate a layer with a copy of config (config_size bytes) into *out (NULL
  * on failure, error returned). name may be NULL. */

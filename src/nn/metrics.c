@@ -65,7 +65,7 @@ static st_metric_kind resolve_accuracy(st_loss_kind loss, int cols) {
 
 int64_t st_metric_correct(st_metric_kind m, st_loss_kind loss, int rows,
                           int cols, const float *pred, const float *y) {
-  if (rows <= 0 || cols <= 0) return 0;
+  if (rows <= 0 || cols <= 0 || !pred || !y) return 0;
   if (m == ST_METRIC_ACCURACY) m = resolve_accuracy(loss, cols);
   switch (m) {
     case ST_METRIC_SPARSE_CATEGORICAL_ACCURACY:
@@ -75,8 +75,7 @@ int64_t st_metric_correct(st_metric_kind m, st_loss_kind loss, int rows,
     case ST_METRIC_BINARY_ACCURACY:
       return binary_correct(rows, cols, pred, y,
                             loss == ST_LOSS_BCE_LOGITS ? 0.0f : 0.5f);
-    default:
-      ST_ASSERT(!"unknown metric kind");
+    default: /* compile refuses unknown kinds; a direct call counts nothing */
       return 0;
   }
 }

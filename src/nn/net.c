@@ -11,6 +11,19 @@ size_t st__net_output_size(const st_net *m) {
   return st_shape_size(st__net_output_shape(m));
 }
 
+st_status st__net_check_labels(const st_net *m, const float *y, int n, int64_t first) {
+  if (!st_loss_is_sparse(m->loss)) return ST_OK;
+  int64_t classes = (int64_t)st__net_output_size(m);
+  for (int i = 0; i < n; i++) {
+    float v = y[i];
+    if (!(v >= 0.0f && v < (float)classes) || v != (float)(int64_t)v)
+      return st_error(ST_ERR_INVALID, "label %g of example %lld is not a class index in "
+                      "[0, %lld) for a model with %lld outputs", (double)v,
+                      (long long)(first + i), (long long)classes, (long long)classes);
+  }
+  return ST_OK;
+}
+
 bool st__net_uses_collectives(const st_net *m) {
   for (int i = 0; i < m->nlayers; i++)
     if (m->layers[i]->uses_collectives) return true;

@@ -102,6 +102,10 @@ static inline float *st__var_ptr(const st_layer *l, int p, float *params,
  * its size in floats. */
 st_shape st__net_output_shape(const st_net *m);
 size_t st__net_output_size(const st_net *m);
+/* Sparse losses: each of y[0..n) must be a class index in [0, outputs)
+ * (checked before a kernel uses it as an index); ST_ERR_INVALID naming the
+ * label and its example (first + i) otherwise. OK for the other losses. */
+st_status st__net_check_labels(const st_net *m, const float *y, int n, int64_t first);
 /* True if some layer runs collectives (every replica must then run forward and
  * backward each step, with an empty slice too). */
 bool st__net_uses_collectives(const st_net *m);

@@ -64,6 +64,7 @@ st_status st_optimizer_parse(const char *name, st_optimizer_kind *out) {
 }
 
 int st_optimizer_slot_count(const st_optimizer_options *o) {
+  if (!o) return 0;
   switch (o->kind) {
     case ST_OPT_SGD: return o->momentum > 0.0f ? 1 : 0;
     case ST_OPT_ADAM:
@@ -82,7 +83,9 @@ static void decay_weights(st_backend_ctx *ctx, size_t n, float lr, float wd,
 void st_optimizer_apply(const st_optimizer_options *o, st_backend_ctx *ctx,
                         int64_t step, size_t n, float *params,
                         const float *grads, float **slots) {
-  if (n == 0) return;
+  /* void: a NULL argument or an unknown kind changes nothing */
+  if (n == 0 || !o || !ctx || !params || !grads || (unsigned)o->kind >= ST_OPT_COUNT) return;
+  if (st_optimizer_slot_count(o) > 0 && !slots) return;
   const st_backend *be = ctx->be;
   float lr = st_schedule_lr(&o->lr, step);
   switch (o->kind) {

@@ -16,7 +16,10 @@ static st_status add(st_model *m, st_status made, st_layer **l) {
 
 st_status st_builtin_model_create(const char *name, const st_model_options *o,
                                   st_model **out) {
+  if (!out) return st_error(ST_ERR_INVALID, "st_builtin_model_create: out is NULL");
   *out = NULL;
+  if (!name || !o)
+    return st_error(ST_ERR_INVALID, "st_builtin_model_create: %s is NULL", name ? "o" : "name");
   st_model_options mo = *o;
   mo.input_shape = st_shape3(28, 28, 1);
   bool mlp = strcmp(name, "mlp") == 0, cnn = strcmp(name, "cnn") == 0;

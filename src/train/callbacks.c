@@ -117,7 +117,7 @@ static st_status csv_epoch_end(void *user, st_model *m, const st_epoch_logs *l) 
 }
 
 st_status st_csv_logger_create(const char *path, st_callback *out) {
-  ST_ASSERT(out);
+  if (!out) return st_error(ST_ERR_INVALID, "st_csv_logger_create: out is NULL");
   memset(out, 0, sizeof *out);
   if (!path || !path[0]) return st_error(ST_ERR_INVALID, "CSVLogger: no file path");
   csv_logger *c = calloc(1, sizeof *c);
@@ -242,7 +242,7 @@ static int monitor_index(const char *name) {
  * Keras 3 also restores at the end of a run that did not stop early; st_callback
  * has no train-end hook, so here such a run keeps its last weights. */
 st_status st_early_stopping_create(st_early_stopping_options o, st_callback *out) {
-  ST_ASSERT(out);
+  if (!out) return st_error(ST_ERR_INVALID, "st_early_stopping_create: out is NULL");
   memset(out, 0, sizeof *out);
   const char *name = o.monitor ? o.monitor : "val_loss";
   int monitor = monitor_index(name);
@@ -282,7 +282,7 @@ static st_status lr_epoch_begin(void *user, st_model *m, int epoch) {
 }
 
 st_status st_lr_scheduler_create(st_lr_schedule_fn fn, void *user, st_callback *out) {
-  ST_ASSERT(out);
+  if (!out) return st_error(ST_ERR_INVALID, "st_lr_scheduler_create: out is NULL");
   memset(out, 0, sizeof *out);
   if (!fn) return st_error(ST_ERR_INVALID, "LearningRateScheduler: no schedule function");
   lr_scheduler *r = calloc(1, sizeof *r);
@@ -327,7 +327,7 @@ static st_status mc_epoch_end(void *user, st_model *m, const st_epoch_logs *l) {
 
 st_status st_model_checkpoint_create(const char *dir, const char *monitor, bool save_best_only,
                                      int keep, st_callback *out) {
-  ST_ASSERT(out);
+  if (!out) return st_error(ST_ERR_INVALID, "st_model_checkpoint_create: out is NULL");
   memset(out, 0, sizeof *out);
   const char *name = monitor ? monitor : "val_loss";
   if (!dir || !dir[0]) return st_error(ST_ERR_INVALID, "ModelCheckpoint: no directory");

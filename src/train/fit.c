@@ -30,7 +30,6 @@ void st_history_destroy(st_history *h) {
 
 static st_status check_data(const st_model *m, st_dataset *ds, const char *what) {
   if (!ds) return st_error(ST_ERR_INVALID, "%s: no dataset", what);
-  if (!m->compiled) return st_error(ST_ERR_INVALID, "%s: model is not compiled", what);
   if (st_dataset_batch_size(ds) <= 0)
     return st_error(ST_ERR_INVALID, "%s: dataset must be batched (st_dataset_batch)", what);
   st_shape xs = st_dataset_x_shape(ds);
@@ -51,16 +50,7 @@ static st_status check_data(const st_model *m, st_dataset *ds, const char *what)
 /* Sparse labels must be class indices within the model's outputs (checked
  * before any kernel uses them as an index). */
 static st_status check_labels(const st_model *m, const st_batch *b, int64_t first) {
-  if (!st_loss_is_sparse(m->net.loss)) return ST_OK;
-  int64_t classes = (int64_t)st__net_output_size(&m->net);
-  for (int i = 0; i < b->size; i++) {
-    float v = b->y[i];
-    if (!(v >= 0.0f && v < (float)classes) || v != (float)(int64_t)v)
-      return st_error(ST_ERR_INVALID, "label %g of example %lld is not a class index in "
-                      "[0, %lld) for a model with %lld outputs", (double)v,
-                      (long long)(first + i), (long long)classes, (long long)classes);
-  }
-  return ST_OK;
+  return st__net_check_labels(&m->net, b->y, b->size, first);
 }
 
 typedef st_status (*step_fn)(st_model *m, const st_batch *b, st_step_stats *s, void *arg);
@@ -320,9 +310,28 @@ static void keep_position(st_model *m, st_train_position *p) {
   memset(p, 0, sizeof *p);
 }
 
+/* The pointers fit is given, checked before anything is touched. */
+static st_status check_fit_args(const st_model *m, const st_dataset *train,
+                                const st_fit_options *o, const st_history *out) {
+  const char *fn = "st_model_fit";
+  if (!out) return st_error(ST_ERR_INVALID, "%s: out is NULL", fn);
+  st_status s = st__model_check(m, fn, true);
+  if (s != ST_OK) return s;
+  if (!train) return st_error(ST_ERR_INVALID, "%s: train is NULL", fn);
+  if (!o) return st_error(ST_ERR_INVALID, "%s: o is NULL (st_fit_default_options)", fn);
+  if (o->ncallbacks < 0)
+    return st_error(ST_ERR_INVALID, "%s: o->ncallbacks %d is negative", fn, o->ncallbacks);
+  if (o->ncallbacks > 0 && !o->callbacks)
+    return st_error(ST_ERR_INVALID, "%s: o->callbacks is NULL with o->ncallbacks = %d", fn,
+                    o->ncallbacks);
+  return ST_OK;
+}
+
 st_status st_model_fit(st_model *m, st_dataset *train, st_fit_options *o, st_history *out) {
-  memset(out, 0, sizeof *out);
-  st_status s = check_data(m, train, "fit");
+  st_status s = check_fit_args(m, train, o, out);
+  if (out) memset(out, 0, sizeof *out);
+  if (s != ST_OK) return s;
+  s = check_data(m, train, "fit");
   if (s != ST_OK) return s;
   if (o->validation && (s = check_data(m, o->validation, "fit: validation data")) != ST_OK)
     return s;
@@ -352,9 +361,19 @@ static st_status eval_step(st_model *m, const st_batch *b, st_step_stats *tot, v
   return s;
 }
 
+/* m, ds and out of evaluate / predict (fn names the function). */
+static st_status check_pass_args(const st_model *m, const st_dataset *ds, const void *out,
+                                 const char *fn) {
+  if (!out) return st_error(ST_ERR_INVALID, "%s: out is NULL", fn);
+  st_status s = st__model_check(m, fn, true);
+  if (s != ST_OK) return s;
+  return ds ? ST_OK : st_error(ST_ERR_INVALID, "%s: ds is NULL", fn);
+}
+
 st_status st_model_evaluate(st_model *m, st_dataset *ds, st_eval_result *out) {
-  memset(out, 0, sizeof *out);
-  st_status s = check_data(m, ds, "evaluate");
+  st_status s = check_pass_args(m, ds, out, "st_model_evaluate");
+  if (out) memset(out, 0, sizeof *out);
+  if (s == ST_OK) s = check_data(m, ds, "evaluate");
   if (s != ST_OK) return s;
   st_step_stats tot = {0};
   if ((s = run_pass(m, ds, eval_step, NULL, &tot)) != ST_OK) return s;
@@ -378,8 +397,9 @@ static st_status count_examples(st_dataset *ds, int64_t *n) {
 }
 
 st_status st_model_predict(st_model *m, st_dataset *ds, st_tensor *out) {
-  memset(out, 0, sizeof *out);
-  st_status s = check_data(m, ds, "predict");
+  st_status s = check_pass_args(m, ds, out, "st_model_predict");
+  if (out) memset(out, 0, sizeof *out);
+  if (s == ST_OK) s = check_data(m, ds, "predict");
   int64_t n = 0;
   if (s != ST_OK || (s = count_examples(ds, &n)) != ST_OK) return s;
   size_t cols = st__net_output_size(&m->net);

@@ -75,7 +75,7 @@ static st_status on_epoch_end(void *user, st_model *m, const st_epoch_logs *l) {
 static void progress_destroy(void *user) { free(user); }
 
 st_status st_progress_create(FILE *stream, bool tty, int epochs, st_callback *out) {
-  ST_ASSERT(out);
+  if (!out) return st_error(ST_ERR_INVALID, "st_progress_create: out is NULL");
   memset(out, 0, sizeof *out);
   if (!stream) return st_error(ST_ERR_INVALID, "progress: no output stream");
   progress *p = calloc(1, sizeof *p); /* freed by progress_destroy */

@@ -45,9 +45,9 @@ static const char *grouped(size_t v, char *buf) {
 }
 
 st_status st_model_summary(const st_model *m, char **out) {
-  ST_ASSERT(out);
+  if (!out) return st_error(ST_ERR_INVALID, "st_model_summary: out is NULL");
   *out = NULL;
-  if (!m) return st_error(ST_ERR_INVALID, "summary: no model");
+  if (!m) return st_error(ST_ERR_INVALID, "st_model_summary: m is NULL");
   sbuf b = {0};
   const char *rule = "______________________________________________________________________";
   const char *dbl = "======================================================================";

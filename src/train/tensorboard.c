@@ -51,7 +51,7 @@ static st_status tb_on_epoch_end(void *user, st_model *m, const st_epoch_logs *l
 }
 
 st_status st_tensorboard_callback_create(st_tensorboard *tb, int update_freq, st_callback *out) {
-  ST_ASSERT(out);
+  if (!out) return st_error(ST_ERR_INVALID, "st_tensorboard_callback_create: out is NULL");
   memset(out, 0, sizeof *out);
   if (!tb) return st_error(ST_ERR_INVALID, "TensorBoard callback: no event writer");
   if (update_freq < 0)

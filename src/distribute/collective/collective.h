@@ -40,6 +40,12 @@ typedef struct st_collective_vtable {
   st_status (*reduce_scatter)(st_collective *c, int rank, const float *send, float *recv,
                               size_t n, st_reduce_op op);
   st_status (*barrier)(st_collective *c, int rank);
+  /* In-process transports (NULL otherwise): abort makes every rank waiting
+   * in an operation, or entering one later, return ST_ERR_PEER within
+   * microseconds (any thread: a replica that left calls it); reset, called
+   * once no rank is inside an operation, makes the transport usable again. */
+  void (*abort)(st_collective *c);
+  void (*reset)(st_collective *c);
   void (*destroy)(st_collective *c);
 } st_collective_vtable;
 
@@ -54,6 +60,9 @@ struct st_collective {
 /* In-process transport for `size` replica threads (size >= 1). */
 st_status st__collective_threads_create(int size, st_cross_device_ops algo, st_collective **out);
 void st__collective_destroy(st_collective *c); /* accepts NULL */
+/* vt->abort / vt->reset when the transport has them (accept NULL). */
+void st__collective_abort(st_collective *c);
+void st__collective_reset(st_collective *c);
 
 /* ---- processes (mpi/mpi.c; mpi/mpi_none.c returns ST_ERR_NOT_BUILT) ----
  * The MPI job this process belongs to. The first call initialises MPI

@@ -97,6 +97,10 @@ static void h_destroy(st_collective *c) {
   free(h);
 }
 
+/* The local replicas leave (the process transport has its own timeout). */
+static void h_abort(st_collective *c) { st__collective_abort(((hier *)c)->loc); }
+static void h_reset(st_collective *c) { st__collective_reset(((hier *)c)->loc); }
+
 static const st_collective_vtable hier_vtable = {
     .name = "hierarchical",
     .all_reduce = h_all_reduce,
@@ -104,6 +108,8 @@ static const st_collective_vtable hier_vtable = {
     .all_gather = h_all_gather,
     .reduce_scatter = h_reduce_scatter,
     .barrier = h_barrier,
+    .abort = h_abort,
+    .reset = h_reset,
     .destroy = h_destroy,
 };
 

@@ -26,6 +26,15 @@
  * another process), then they sleep on a futex. With more ranks than CPUs the
  * pause phase is cut short. Measured on a 2-vCPU VM: a 3-rank barrier took
  * ~31 us with pause-then-futex alone, ~1-3 us with the sched_yield phase.
+ * Leaving (abort): a replica that fails or returns early while the others
+ * wait in a collective calls st__collective_abort, which sets bit 0 of the
+ * generation word (a barrier completing adds 2, so the bit survives it) and
+ * wakes the sleepers. A waiter that sees the generation change by the abort
+ * bit alone returns ST_ERR_PEER; one whose barrier completed first finishes
+ * normally; a rank arriving after the abort returns ST_ERR_PEER at once
+ * (the bit is in the generation it reads on entry anyway: the fast path
+ * costs nothing more). st__collective_reset makes the transport usable
+ * again once every rank has left its operation.
  * Linux only (futex). Create/destroy: one thread; every op: each rank from its
  * own thread, as collective.h says. */
 #define _GNU_SOURCE
@@ -59,10 +68,13 @@ enum {
 /* ---- barrier ------------------------------------------------------------- */
 typedef struct barrier {
   alignas(64) atomic_uint count;   /* arrivals in this generation */
-  alignas(64) atomic_uint gen;     /* bumped by the last arrival (futex word) */
+  alignas(64) atomic_uint gen;     /* += 2 by the last arrival; bit 0: aborted
+                                      (the futex word) */
   atomic_int sleepers;             /* ranks inside futex_wait */
   int size, spin, yields;
 } barrier;
+
+enum { GEN_ABORTED = 1u, GEN_STEP = 2u };
 
 static void futex_wait(atomic_uint *w, unsigned old) {
   syscall(SYS_futex, (void *)w, FUTEX_WAIT_PRIVATE, old, NULL, NULL, 0);
@@ -71,30 +83,57 @@ static void futex_wake_all(atomic_uint *w) {
   syscall(SYS_futex, (void *)w, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
+/* Whether generation g, read by a waiter that entered at `old`, ends its
+ * wait: the barrier completed (true) or the group was aborted (false, *done
+ * set either way once the wait is over). */
+static bool gen_moved(unsigned g, unsigned old, bool *done) {
+  if (g == old) return false;
+  *done = (g & ~GEN_ABORTED) != (old & ~GEN_ABORTED);
+  return true;
+}
+
 /* Everything a rank wrote before barrier_wait is visible to every rank after
- * it (release by each arrival, acquire by each leaver). */
-static void barrier_wait(barrier *b) {
+ * it (release by each arrival, acquire by each leaver). Returns false when
+ * the group was aborted before the barrier completed (the rank must then
+ * leave its operation without touching the other ranks' buffers). */
+static bool barrier_wait(barrier *b) {
   unsigned old = atomic_load_explicit(&b->gen, memory_order_acquire);
+  if (old & GEN_ABORTED) return false;
   if (atomic_fetch_add_explicit(&b->count, 1, memory_order_acq_rel) + 1 ==
       (unsigned)b->size) {
     atomic_store_explicit(&b->count, 0, memory_order_relaxed);
-    atomic_fetch_add_explicit(&b->gen, 1, memory_order_seq_cst);
+    atomic_fetch_add_explicit(&b->gen, GEN_STEP, memory_order_seq_cst);
     if (atomic_load_explicit(&b->sleepers, memory_order_seq_cst) > 0)
       futex_wake_all(&b->gen);
-    return;
+    return true;
   }
+  bool done = false;
   for (int i = 0; i < b->spin; i++) {
-    if (atomic_load_explicit(&b->gen, memory_order_acquire) != old) return;
+    if (gen_moved(atomic_load_explicit(&b->gen, memory_order_acquire), old, &done)) return done;
     CPU_RELAX();
   }
   for (int i = 0; i < b->yields; i++) {
-    if (atomic_load_explicit(&b->gen, memory_order_acquire) != old) return;
+    if (gen_moved(atomic_load_explicit(&b->gen, memory_order_acquire), old, &done)) return done;
     sched_yield();
   }
   atomic_fetch_add_explicit(&b->sleepers, 1, memory_order_seq_cst);
-  while (atomic_load_explicit(&b->gen, memory_order_seq_cst) == old)
+  while (!gen_moved(atomic_load_explicit(&b->gen, memory_order_seq_cst), old, &done))
     futex_wait(&b->gen, old);
   atomic_fetch_sub_explicit(&b->sleepers, 1, memory_order_relaxed);
+  return done;
+}
+
+/* Any thread: every rank waiting in (or later entering) the barrier leaves
+ * it with false. */
+static void barrier_abort(barrier *b) {
+  atomic_fetch_or_explicit(&b->gen, GEN_ABORTED, memory_order_seq_cst);
+  if (atomic_load_explicit(&b->sleepers, memory_order_seq_cst) > 0) futex_wake_all(&b->gen);
+}
+
+/* Once no rank is inside: a fresh barrier (the generation keeps counting). */
+static void barrier_reset(barrier *b) {
+  atomic_store_explicit(&b->count, 0, memory_order_relaxed);
+  atomic_fetch_and_explicit(&b->gen, ~GEN_ABORTED, memory_order_seq_cst);
 }
 
 /* ---- the collective ------------------------------------------------------ */
@@ -120,10 +159,23 @@ static int usable_cpus(void) {
   return n > 0 ? (int)n : 1;
 }
 
-static void publish(thr *t, int rank, const float *src, float *dst, size_t n, int arg) {
+/* ST_ERR_PEER, named after the operation, when a peer left (aborted). */
+static st_status peer_left(const char *what, int rank) {
+  return st_error(ST_ERR_PEER, "collective %s: rank %d: another replica left the group "
+                  "(its step failed or returned early)", what, rank);
+}
+
+static st_status publish(thr *t, const char *what, int rank, const float *src, float *dst,
+                         size_t n, int arg) {
   ST_ASSERT(rank >= 0 && rank < t->base.size);
   t->slots[rank] = (slot){.src = src, .dst = dst, .n = n, .arg = arg};
-  barrier_wait(&t->bar);
+  return barrier_wait(&t->bar) ? ST_OK : peer_left(what, rank);
+}
+
+/* The barrier closing an operation (s: its status so far). */
+static st_status finish(thr *t, const char *what, int rank, st_status s) {
+  bool ok = barrier_wait(&t->bar);
+  return s != ST_OK || ok ? s : peer_left(what, rank);
 }
 
 /* Same verdict on every rank: compares all slots with rank 0's. `what` names
@@ -201,17 +253,17 @@ static st_status thr_all_reduce(st_collective *c, int rank, float *buf, size_t n
       return st_error(ST_ERR_INVALID, "collective all_reduce: reduce op %d out of range", op);
     return ST_OK; /* the sum (and the mean) of one buffer is itself */
   }
-  publish(t, rank, buf, buf, n, (int)op);
-  st_status s = check_slots(t, "all_reduce", true, ST_REDUCE_COUNT);
+  st_status s = publish(t, "all_reduce", rank, buf, buf, n, (int)op);
+  if (s != ST_OK) return s;
+  s = check_slots(t, "all_reduce", true, ST_REDUCE_COUNT);
   if (s == ST_OK && c->algo == ST_CROSS_REDUCTION_TO_ONE_DEVICE) {
     if (rank == 0) reduce_to_rank0(t, op);
-    barrier_wait(&t->bar);
+    if (!barrier_wait(&t->bar)) return peer_left("all_reduce", rank);
     if (rank != 0 && n) memcpy(buf, t->slots[0].dst, n * sizeof(float));
   } else if (s == ST_OK) {
     all_reduce_chunk(t, rank, op);
   }
-  barrier_wait(&t->bar);
-  return s;
+  return finish(t, "all_reduce", rank, s);
 }
 
 static st_status thr_broadcast(st_collective *c, int rank, float *buf, size_t n, int root) {
@@ -220,12 +272,12 @@ static st_status thr_broadcast(st_collective *c, int rank, float *buf, size_t n,
     return root == 0 ? ST_OK
                      : st_error(ST_ERR_INVALID, "collective broadcast: root %d out of range "
                                 "[0, 1)", root);
-  publish(t, rank, buf, buf, n, root);
-  st_status s = check_slots(t, "broadcast", true, c->size);
+  st_status s = publish(t, "broadcast", rank, buf, buf, n, root);
+  if (s != ST_OK) return s;
+  s = check_slots(t, "broadcast", true, c->size);
   if (s == ST_OK && rank != root && n)
     memcpy(buf, t->slots[root].src, n * sizeof(float));
-  barrier_wait(&t->bar);
-  return s;
+  return finish(t, "broadcast", rank, s);
 }
 
 static st_status thr_all_gather(st_collective *c, int rank, const float *send, size_t n,
@@ -235,15 +287,15 @@ static st_status thr_all_gather(st_collective *c, int rank, const float *send, s
     if (n && send != recv) memcpy(recv, send, n * sizeof(float));
     return ST_OK;
   }
-  publish(t, rank, send, recv, n, 0);
-  st_status s = check_slots(t, "all_gather", true, 1);
+  st_status s = publish(t, "all_gather", rank, send, recv, n, 0);
+  if (s != ST_OK) return s;
+  s = check_slots(t, "all_gather", true, 1);
   for (int r = 0; s == ST_OK && n && r < c->size; r++) {
     const float *src = t->slots[r].src;
     float *dst = recv + (size_t)r * n;
     if (src != dst) memcpy(dst, src, n * sizeof(float));
   }
-  barrier_wait(&t->bar);
-  return s;
+  return finish(t, "all_gather", rank, s);
 }
 
 static st_status thr_reduce_scatter(st_collective *c, int rank, const float *send,
@@ -256,8 +308,9 @@ static st_status thr_reduce_scatter(st_collective *c, int rank, const float *sen
     if (n && send != recv) memmove(recv, send, n * sizeof(float));
     return ST_OK;
   }
-  publish(t, rank, send, recv, n, (int)op);
-  st_status s = check_slots(t, "reduce_scatter", true, ST_REDUCE_COUNT);
+  st_status s = publish(t, "reduce_scatter", rank, send, recv, n, (int)op);
+  if (s != ST_OK) return s;
+  s = check_slots(t, "reduce_scatter", true, ST_REDUCE_COUNT);
   alignas(64) float tmp[BLOCK];
   size_t base = (size_t)rank * n;
   for (size_t off = 0; s == ST_OK && off < n; off += BLOCK) {
@@ -265,16 +318,18 @@ static st_status thr_reduce_scatter(st_collective *c, int rank, const float *sen
     reduce_block(t, tmp, base + off, len, op);
     memcpy(recv + off, tmp, len * sizeof(float)); /* recv may alias send + base */
   }
-  barrier_wait(&t->bar);
-  return s;
+  return finish(t, "reduce_scatter", rank, s);
 }
 
 static st_status thr_barrier(st_collective *c, int rank) {
   thr *t = (thr *)c;
   ST_ASSERT(rank >= 0 && rank < c->size);
-  if (c->size > 1) barrier_wait(&t->bar);
+  if (c->size > 1 && !barrier_wait(&t->bar)) return peer_left("barrier", rank);
   return ST_OK;
 }
+
+static void thr_abort(st_collective *c) { barrier_abort(&((thr *)c)->bar); }
+static void thr_reset(st_collective *c) { barrier_reset(&((thr *)c)->bar); }
 
 static void thr_destroy(st_collective *c) {
   thr *t = (thr *)c;
@@ -289,6 +344,8 @@ static const st_collective_vtable k_threads_vt = {
     .all_gather = thr_all_gather,
     .reduce_scatter = thr_reduce_scatter,
     .barrier = thr_barrier,
+    .abort = thr_abort,
+    .reset = thr_reset,
     .destroy = thr_destroy,
 };
 
@@ -320,6 +377,14 @@ fail_slots:
 
 void st__collective_destroy(st_collective *c) {
   if (c) c->vt->destroy(c);
+}
+
+void st__collective_abort(st_collective *c) {
+  if (c && c->vt->abort) c->vt->abort(c);
+}
+
+void st__collective_reset(st_collective *c) {
+  if (c && c->vt->reset) c->vt->reset(c);
 }
 
 /* ---- cross_device_ops names ---------------------------------------------- */
