@@ -24,6 +24,7 @@ for tool in cc cmake pkg-config nm readelf ldd /usr/bin/python3; do
   command -v "$tool" >/dev/null || { echo "SKIP: $tool not installed"; exit 77; }
 done
 
+ver=$("$cli" --version | awk '{ print $2 }') # the project() version, e.g. 0.1.0
 tmp=$(mktemp -d)
 # cmake --install (re)writes build/install_manifest.txt: keep the user's.
 manifest=$build/install_manifest.txt
@@ -40,7 +41,7 @@ check() { if eval "$2"; then echo "ok - $1"; else echo "not ok - $1"; fail=1; re
 p=$tmp/p
 cmake --install "$build" --prefix "$p" >"$tmp/install.log" 2>&1
 check "cmake --install exits 0" "[ $? -eq 0 ]" || cat "$tmp/install.log"
-for f in bin/strata lib/libstrata.a lib/libstrata.so lib/libstrata.so.0 lib/libstrata.so.0.1.0 \
+for f in bin/strata lib/libstrata.a lib/libstrata.so lib/libstrata.so.0 lib/libstrata.so.$ver \
     include/strata/strata.h include/strata/version.h include/strata/base.h \
     lib/pkgconfig/strata.pc lib/cmake/Strata/StrataConfig.cmake \
     lib/cmake/Strata/StrataConfigVersion.cmake lib/cmake/Strata/StrataTargets.cmake \
@@ -56,7 +57,7 @@ check "nm -D exports st_version and st_model_fit" \
 /usr/bin/python3 "$src/tests/mkidx.py" "$tmp/data"
 
 export PKG_CONFIG_PATH=$p/lib/pkgconfig
-check "pkg-config --modversion is 0.1.0" "[ \"\$(pkg-config --modversion strata)\" = 0.1.0 ]"
+check "pkg-config --modversion is $ver" "[ \"\$(pkg-config --modversion strata)\" = $ver ]"
 check "pkg-config --cflags names the prefix" "[ \"\$(pkg-config --cflags strata | tr -d ' ')\" = '-I$p/include' ]"
 cc -O2 -o "$tmp/cnn_pc" "$src/examples/train_cnn.c" $(pkg-config --cflags --libs strata) \
   -Wl,-rpath,"$p/lib" 2>"$tmp/cc.err"
@@ -72,7 +73,7 @@ cp "$src/examples/train_cnn.c" "$tmp/proj/"
 cat >"$tmp/proj/CMakeLists.txt" <<'CMAKE'
 cmake_minimum_required(VERSION 3.16)
 project(use_strata C)
-find_package(Strata 0.1 REQUIRED)
+find_package(Strata REQUIRED)
 add_executable(train_cnn train_cnn.c)
 target_link_libraries(train_cnn Strata::strata)
 CMAKE
@@ -103,7 +104,7 @@ q=$tmp/q
 # ---- the installed CLI and its man page ----
 (cd "$tmp" && "$q/bin/strata" --help >"$tmp/help.out")
 check "installed strata --help runs" "[ $? -eq 0 ] && grep -q '^usage: strata COMMAND' '$tmp/help.out'"
-check "installed strata --version is 0.1.0" "[ \"\$('$q/bin/strata' --version)\" = 'strata 0.1.0' ]"
+check "installed strata --version is $ver" "[ \"\$('$q/bin/strata' --version)\" = 'strata $ver' ]"
 (cd "$tmp" && "$q/bin/strata" train --model mlp --data "$tmp/data" --epochs 1 --quiet \
   --save "$tmp/w.safetensors" >"$tmp/train.out" 2>&1)
 check "installed strata trains" "[ $? -eq 0 ] && [ -s '$tmp/w.safetensors' ]" || cat "$tmp/train.out"
