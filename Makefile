@@ -29,8 +29,13 @@ install: build
 uninstall:
 	cmake -DMANIFEST=build/install_manifest.txt -P cmake/uninstall.cmake
 
+# cpack runs the install rules too, and would leave build/install_manifest.txt
+# listing the package's /usr paths for `make uninstall` to remove: keep the
+# manifest of the last `make install` instead.
 deb: build
-	cd build && cpack -G DEB
+	@m=build/install_manifest.txt; [ -e $$m ] && cp -p $$m $$m.keep; \
+	(cd build && cpack -G DEB); rc=$$?; \
+	if [ -e $$m.keep ]; then mv $$m.keep $$m; else rm -f $$m; fi; exit $$rc
 
 demo: build
 	./build/strata train --model cnn --epochs 3 --batch-size 128
