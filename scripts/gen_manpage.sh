@@ -9,8 +9,9 @@ cli=${1:?usage: gen_manpage.sh PATH/TO/strata}
 top=$("$cli" --help)
 
 # Roff escaping of one line of help text: backslashes, hyphens (so that options
-# stay copyable) and a leading dot or quote (which would start a request).
-esc='{ gsub(/\\/, "\\e"); gsub(/-/, "\\-"); sub(/^[.'"'"']/, "\\\\\\&&") }'
+# stay copyable), the em dash (troff reads bytes) and a leading dot or quote
+# (which would start a request).
+esc='{ gsub(/\\/, "\\e"); gsub(/-/, "\\-"); gsub(/—/, "\\(em"); sub(/^[.'"'"']/, "\\\\\\&&") }'
 
 # One help text as roff: "usage: ..." becomes a bold line, "NAME:" a heading
 # line, "Exit codes: ..." starts the EXIT STATUS section, "  OPTION   text"
