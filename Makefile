@@ -7,7 +7,12 @@ PYTHON ?= /usr/bin/python3
 BENCH_ARGS ?=
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all build deps demo test bench asan-test tsan-test clean fuzz fuzz-ci
+# `make install PREFIX=P` installs what `cmake --install build --prefix P` does
+# (default /usr/local); `make uninstall` removes the files the last install
+# listed in build/install_manifest.txt; `make deb` packs build/strata_<version>_amd64.deb.
+PREFIX ?= /usr/local
+
+.PHONY: all build deps demo test bench asan-test tsan-test clean fuzz fuzz-ci install uninstall deb
 
 all: build
 
@@ -17,6 +22,20 @@ deps:
 build: deps
 	cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 	cmake --build build -j$(JOBS)
+
+install: build
+	cmake --install build --prefix $(PREFIX)
+
+uninstall:
+	cmake -DMANIFEST=build/install_manifest.txt -P cmake/uninstall.cmake
+
+# cpack runs the install rules too, and would leave build/install_manifest.txt
+# listing the package's /usr paths for `make uninstall` to remove: keep the
+# manifest of the last `make install` instead.
+deb: build
+	@m=build/install_manifest.txt; [ -e $$m ] && cp -p $$m $$m.keep; \
+	(cd build && cpack -G DEB); rc=$$?; \
+	if [ -e $$m.keep ]; then mv $$m.keep $$m; else rm -f $$m; fi; exit $$rc
 
 demo: build
 	./build/strata train --model cnn --epochs 3 --batch-size 128

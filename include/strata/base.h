@@ -54,7 +54,8 @@ st_status st_error_prefix(st_status s, const char *fmt, ...)
 const char *st_last_error(void);
 void st_clear_error(void);
 
-/* Programmer errors only (never bad input): prints file:line and aborts. */
+/* Programmer errors only (never bad input): prints file:line and aborts. For the
+ * library's own code: st__assert_fail is not exported by libstrata.so. */
 #define ST_ASSERT(cond)                                                   \
   do {                                                                    \
     if (!(cond)) st__assert_fail(#cond, __FILE__, __LINE__);              \

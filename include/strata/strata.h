@@ -2,11 +2,11 @@
  * machines. Umbrella header: include this one. */
 #ifndef STRATA_H
 #define STRATA_H
+#include "strata/version.h"
 #include "strata/base.h"
 #include "strata/backend.h"
 #include "strata/nn.h"
 #include "strata/data.h"
 #include "strata/distribute.h"
 #include "strata/train.h"
-#define STRATA_VERSION "0.1.0"
 #endif
