@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/fileio.h"
 #include "cli.h"
 #include "report.h"
 
@@ -287,6 +288,25 @@ fail:
   return s;
 }
 
+/* The run's locks on --backup-dir and --checkpoint-dir (held until it ends,
+ * so a second run sharing one fails at once, exit 2 "DIR is in use by pid
+ * N"); the chief's only: the other workers do not write there. */
+typedef struct dir_locks {
+  st__dir_lock backup, ckpt;
+} dir_locks;
+
+static st_status lock_dirs(const train_cfg *c, dir_locks *l) {
+  l->backup.fd = l->ckpt.fd = -1;
+  st_status s = c->backup_dir ? st__dir_lock_acquire(&l->backup, c->backup_dir) : ST_OK;
+  if (s == ST_OK && c->ckpt_dir) s = st__dir_lock_acquire(&l->ckpt, c->ckpt_dir);
+  return s;
+}
+
+static void unlock_dirs(const train_cfg *c, dir_locks *l) {
+  st__dir_lock_release(&l->ckpt, c->ckpt_dir);
+  st__dir_lock_release(&l->backup, c->backup_dir);
+}
+
 static int run_train(const train_cfg *c) {
   double t0 = st_now_seconds();
   catch_stop_signals(); /* a signal while loading stops fit before its first step */
@@ -298,6 +318,7 @@ static int run_train(const train_cfg *c) {
   st_model *model = NULL;
   st_history h = {0};
   st_eval_result test = {0};
+  dir_locks locks = {{-1, 0}, {-1, 0}};
   st_strategy_options so = st_strategy_default_options(c->strategy);
   so.threads = (int)c->threads;
   so.devices = c->devices;
@@ -310,6 +331,11 @@ static int run_train(const train_cfg *c) {
   st_status s = build_model(c->model, &so, (uint64_t)c->seed, &c->opt, &strategy, &model);
   if (s != ST_OK) goto fail;
   bool chief = st_strategy_is_chief(strategy);
+  if (chief && (s = lock_dirs(c, &locks)) != ST_OK) {
+    rc = s == ST_ERR_IO ? EXIT_WRITE : cli_fail("train", s);
+    if (s == ST_ERR_IO) fprintf(stderr, "strata train: %s\n", st_last_error());
+    goto done;
+  }
   callbacks cbs;
   if ((s = make_callbacks(c, chief, &cbs)) != ST_OK) goto fail;
   st_fit_options fo = st_fit_default_options();
@@ -353,6 +379,7 @@ static int run_train(const train_cfg *c) {
 fail:
   rc = cli_fail("train", s);
 done:
+  unlock_dirs(c, &locks);
   st_history_destroy(&h);
   st_model_destroy(model);
   st_strategy_destroy(strategy);

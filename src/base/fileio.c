@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -24,7 +25,7 @@
 
 /* 64 unpredictable bits: the kernel's generator, or (where it is not ready)
  * the clock mixed with a counter, so two calls never get the same bits. */
-static uint64_t temp_suffix(void) {
+uint64_t st__random_u64(void) {
   static atomic_uint_fast64_t counter;
   uint64_t r = 0;
   if (getrandom(&r, sizeof r, GRND_NONBLOCK) == (ssize_t)sizeof r) return r;
@@ -42,7 +43,7 @@ static int create_temp(const char *path, char *tmp, size_t cap) {
   int fd = -1;
   for (int i = 0; i < TMP_TRIES && fd < 0; i++) {
     snprintf(tmp, cap, "%s.tmp.%ld.%016llx", path, (long)getpid(),
-             (unsigned long long)temp_suffix());
+             (unsigned long long)st__random_u64());
     fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
     if (fd < 0 && errno != EEXIST) break;
   }
@@ -137,6 +138,88 @@ int st__fsync_parent_dir(const char *path) {
   close(fd);
   errno = saved;
   return rc;
+}
+
+/* ---- directory locks ---------------------------------------------------- */
+
+/* The pid written in a held lock file (0 when unreadable). */
+static long lock_holder(int fd) {
+  char buf[32];
+  ssize_t k = pread(fd, buf, sizeof buf - 1, 0);
+  if (k <= 0) return 0;
+  buf[k] = 0;
+  return strtol(buf, NULL, 10);
+}
+
+/* One attempt on the lock file in dfd: ST_OK with the held fd in *out, or
+ * ST_OK with *again set when the file was removed or replaced between open
+ * and flock (by a holder releasing it), or an error. */
+static st_status lock_once(int dfd, const char *dir, int *out, int *again) {
+  struct stat sb, now;
+  *again = 0;
+  int fd = openat(dfd, ST__DIR_LOCK_NAME, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK,
+                  0644);
+  if (fd < 0)
+    return st_error(errno == ELOOP ? ST_ERR_INVALID : ST_ERR_IO, "%s/%s: cannot open the lock file: %s",
+                    dir, ST__DIR_LOCK_NAME, strerror(errno));
+  st_status s = ST_OK;
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
+    s = st_error(ST_ERR_INVALID, "%s/%s: not a regular file", dir, ST__DIR_LOCK_NAME);
+  else if (flock(fd, LOCK_EX | LOCK_NB) != 0)
+    s = errno == EWOULDBLOCK
+            ? st_error(ST_ERR_INVALID, "%s is in use by pid %ld (lock file %s/%s)", dir,
+                       lock_holder(fd), dir, ST__DIR_LOCK_NAME)
+            : st_error(ST_ERR_IO, "%s/%s: cannot lock: %s", dir, ST__DIR_LOCK_NAME, strerror(errno));
+  else if (fstatat(dfd, ST__DIR_LOCK_NAME, &now, AT_SYMLINK_NOFOLLOW) != 0 ||
+           now.st_ino != sb.st_ino || now.st_dev != sb.st_dev)
+    *again = 1; /* the previous holder removed it as we opened it */
+  if (s == ST_OK && !*again) {
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) == 0 && pwrite(fd, pid, (size_t)n, 0) == n) {
+      *out = fd;
+      return ST_OK;
+    }
+    s = st_error(ST_ERR_IO, "%s/%s: cannot write the pid: %s", dir, ST__DIR_LOCK_NAME, strerror(errno));
+  }
+  close(fd);
+  return s;
+}
+
+st_status st__dir_lock_acquire(st__dir_lock *l, const char *dir) {
+  ST_ASSERT(l && dir);
+  l->fd = -1;
+  l->created = mkdir(dir, 0777) == 0;
+  if (!l->created && errno != EEXIST)
+    return st_error(ST_ERR_IO, "%s: cannot create directory: %s", dir, strerror(errno));
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dfd < 0)
+    return st_error(errno == ELOOP || errno == ENOTDIR ? ST_ERR_INVALID : ST_ERR_IO,
+                    "%s: not a directory we can open: %s (a symbolic link is not followed)", dir,
+                    strerror(errno));
+  st_status s = ST_OK;
+  for (int i = 0, again = 1; i < 8 && again && s == ST_OK; i++)
+    s = lock_once(dfd, dir, &l->fd, &again);
+  if (s == ST_OK && l->fd < 0) s = st_error(ST_ERR_IO, "%s/%s: replaced while locking", dir, ST__DIR_LOCK_NAME);
+  close(dfd);
+  if (s != ST_OK && l->created) rmdir(dir);
+  if (s != ST_OK) l->created = 0;
+  return s;
+}
+
+void st__dir_lock_release(st__dir_lock *l, const char *dir) {
+  if (!l || l->fd < 0) return;
+  struct stat sb, now;
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dfd >= 0 && fstat(l->fd, &sb) == 0 &&
+      fstatat(dfd, ST__DIR_LOCK_NAME, &now, AT_SYMLINK_NOFOLLOW) == 0 &&
+      now.st_ino == sb.st_ino && now.st_dev == sb.st_dev)
+    unlinkat(dfd, ST__DIR_LOCK_NAME, 0); /* before unlocking: a waiter then retries */
+  if (dfd >= 0) close(dfd);
+  close(l->fd);
+  if (l->created) rmdir(dir); /* only if empty */
+  l->fd = -1;
+  l->created = 0;
 }
 
 /* ---- reading a whole file ------------------------------------------------ */

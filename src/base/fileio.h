@@ -6,6 +6,7 @@
 #define STRATA_BASE_FILEIO_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "strata/base.h"
@@ -53,6 +54,31 @@ st_status st__atomic_write(const char *path, int (*fill)(FILE *f, void *ctx), vo
  * read"; ST_ERR_NOMEM. On failure *buf is NULL. Opened O_NONBLOCK, so a FIFO
  * put in the way does not block. */
 st_status st__read_all(const char *path, size_t max_bytes, char **buf, size_t *len);
+
+/* A run's exclusive hold on a backup or checkpoint directory: the file
+ * "<dir>/.lock" (ST__DIR_LOCK_NAME), created O_NOFOLLOW, flock'ed
+ * LOCK_EX|LOCK_NB for as long as the run holds it, the holder's pid written
+ * in it. */
+#define ST__DIR_LOCK_NAME ".lock"
+typedef struct st__dir_lock {
+  int fd;       /* the locked file; -1 when nothing is held */
+  int created;  /* 1 when acquiring created dir (removed again on release if empty) */
+} st__dir_lock;
+
+/* Take the lock of dir, creating dir (one level) when missing. dir itself
+ * must be a directory, not a symlink. ST_ERR_INVALID "<dir> is in use by pid
+ * N (lock file <dir>/.lock)" when another process holds it (fails at once,
+ * never waits), "<dir>: not a directory (a symbolic link is not followed)",
+ * "<dir>/.lock: not a regular file"; ST_ERR_IO with the reason otherwise. On
+ * failure l->fd is -1 and nothing is left behind. Any thread. */
+st_status st__dir_lock_acquire(st__dir_lock *l, const char *dir);
+/* Release: remove the lock file if it is still ours, then dir if acquiring
+ * created it and it is empty. Accepts a lock never taken (fd -1). */
+void st__dir_lock_release(st__dir_lock *l, const char *dir);
+
+/* 64 unpredictable bits for temp names: getrandom, or (where the kernel's
+ * generator is not ready) the clock mixed with a counter. Any thread. */
+uint64_t st__random_u64(void);
 
 /* fsync the directory holding path so a rename into it is durable; 0 or -1
  * with errno set. */
