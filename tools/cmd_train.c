@@ -7,6 +7,7 @@
 
 #include "base/fileio.h"
 #include "cli.h"
+#include "outputs.h"
 #include "report.h"
 
 #define TRAIN_USAGE "[--model mlp|cnn] [--data fashion-mnist|DIR] [--epochs N] [--batch-size B] ..."
@@ -62,6 +63,18 @@ typedef struct train_cfg {
   bool quiet;
   bool allow_nonfinite; /* --allow-nonfinite */
 } train_cfg;
+
+/* Outputs of the right type, none an input or another output, backup and
+ * checkpoint directories apart (outputs.h); before anything is written. */
+static bool check_paths(const train_cfg *c) {
+  const cli_path files[] = {{"--save", c->save}, {"--report", c->report}, {"--csv", c->csv},
+                            {"--plot", c->plot}};
+  const cli_path dirs[] = {{"--backup-dir", c->backup_dir}, {"--checkpoint-dir", c->ckpt_dir},
+                           {"--log-dir", c->log_dir}};
+  const cli_path inputs[] = {{"--model", cli_is_json_model(c->model) ? c->model : NULL}};
+  const char *data = strcmp(c->data, "fashion-mnist") ? c->data : CLI_FASHION_MNIST_DIR;
+  return cli_check_outputs("train", files, 4, dirs, 3, inputs, 1, data);
+}
 
 /* Flags that only make sense together, and monitors that exist. */
 static bool check_callback_flags(const train_cfg *c) {
@@ -184,7 +197,7 @@ static bool parse_train(const cli_opt *o, train_cfg *c) {
            cli_check_writable(cmd, "--csv", c->csv) && cli_check_writable(cmd, "--plot", c->plot) &&
            cli_check_writable(cmd, "--backup-dir", c->backup_dir) &&
            cli_check_writable(cmd, "--checkpoint-dir", c->ckpt_dir) &&
-           cli_check_writable(cmd, "--log-dir", c->log_dir);
+           cli_check_writable(cmd, "--log-dir", c->log_dir) && check_paths(c);
   fprintf(stderr, "strata train: --model: unknown model '%s' (built-in models: mlp, cnn; or a "
           "Keras FILE.json)\n", c->model);
   return false;

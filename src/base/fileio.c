@@ -57,6 +57,10 @@ st_status st__atomic_open(st__atomic_file *a, const char *path) {
   size_t cap = strlen(path) + 48; /* ".tmp." + pid + "." + 16 hex + NUL */
   a->path = path;
   a->f = NULL;
+  a->tmp = NULL;
+  struct stat sb; /* a device, FIFO or socket (or a link to one) is never replaced */
+  if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+    return st_error(ST_ERR_INVALID, "%s: exists and is not a regular file: not replaced", path);
   a->tmp = malloc(cap);
   if (!a->tmp) return st_error(ST_ERR_NOMEM, "%s: out of memory for the temp file name", path);
   int fd = create_temp(path, a->tmp, cap);
@@ -247,16 +251,27 @@ static st_status read_fd(int fd, const char *path, char *buf, size_t want, size_
   return ST_OK;
 }
 
-/* Open path and check it is a regular file within the limit; its size in *size. */
-static st_status open_checked(const char *path, size_t max_bytes, int *fd, size_t *size) {
+st_status st__open_input(const char *path, int *fd, struct stat *sb) {
+  struct stat own;
+  if (!sb) sb = &own;
   *fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (*fd < 0) return st_error(ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  int fl = fcntl(*fd, F_GETFL);
+  if (fstat(*fd, sb) == 0 && S_ISREG(sb->st_mode) && fl >= 0 &&
+      fcntl(*fd, F_SETFL, fl & ~O_NONBLOCK) == 0)
+    return ST_OK;
+  close(*fd);
+  *fd = -1;
+  return st_error(ST_ERR_FORMAT, "%s: not a regular file", path);
+}
+
+/* Open path and check it is a regular file within the limit; its size in *size. */
+static st_status open_checked(const char *path, size_t max_bytes, int *fd, size_t *size) {
   struct stat sb;
   char lim[48];
-  st_status s = ST_OK;
-  if (fstat(*fd, &sb) != 0 || !S_ISREG(sb.st_mode))
-    s = st_error(ST_ERR_FORMAT, "%s: not a regular file", path);
-  else if ((uint64_t)sb.st_size > (uint64_t)max_bytes)
+  st_status s = st__open_input(path, fd, &sb);
+  if (s != ST_OK) return s;
+  if ((uint64_t)sb.st_size > (uint64_t)max_bytes)
     s = st_error(ST_ERR_FORMAT, "%s: file is %lld bytes, more than the %s limit", path,
                  (long long)sb.st_size, limit_text(max_bytes, lim, sizeof lim));
   if (s != ST_OK) {

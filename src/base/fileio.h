@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/stat.h>
 
 #include "strata/base.h"
 
@@ -24,7 +25,9 @@ typedef struct st__atomic_file {
   char *tmp;        /* the temp file's path (owned) */
 } st__atomic_file;
 
-/* Create the temp file for path. ST_ERR_IO "<path>: cannot create <tmp>:
+/* Create the temp file for path. ST_ERR_INVALID "<path>: exists and is not
+ * a regular file: not replaced" (a device node, FIFO, socket, directory, or a
+ * link to one); ST_ERR_IO "<path>: cannot create <tmp>:
  * <reason>" or ST_ERR_NOMEM; on failure nothing is left to release. */
 st_status st__atomic_open(st__atomic_file *a, const char *path);
 
@@ -45,6 +48,14 @@ void st__atomic_abort(st__atomic_file *a);
  * or -1 with errno set when a write failed (the commit then names the temp
  * file and the reason). */
 st_status st__atomic_write(const char *path, int (*fill)(FILE *f, void *ctx), void *ctx);
+
+/* Open the input file at path for reading without ever blocking in open()
+ * (O_NONBLOCK, then cleared), and require a regular file: a FIFO, device or
+ * socket is refused. The fd (O_CLOEXEC) in *fd, its stat in *sb (may be
+ * NULL). ST_ERR_IO "<path>: cannot open: <reason>" (the real reason:
+ * "Permission denied" is not "not found"); ST_ERR_FORMAT "<path>: not a
+ * regular file". On failure *fd is -1. */
+st_status st__open_input(const char *path, int *fd, struct stat *sb);
 
 /* Read the regular file at path into *buf (malloc'd, NUL-terminated one byte
  * past *len, so text users can treat it as a string; caller frees), at most

@@ -76,8 +76,14 @@ static json_t *crc_map(const st_named_tensor *ts, int n) {
 }
 
 st_status st__ckpt_file_crc(const char *path, uint32_t *crc) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return st_error(ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  int fd = -1;
+  st_status s = st__open_input(path, &fd, NULL);
+  if (s != ST_OK) return s;
+  FILE *f = fdopen(fd, "rb");
+  if (!f) {
+    close(fd);
+    return st_error(ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  }
   char buf[1 << 16];
   *crc = 0;
   for (size_t n; (n = fread(buf, 1, sizeof buf, f)) > 0;) *crc = st_crc32c(*crc, buf, n);
