@@ -1,4 +1,5 @@
 /* strata train / evaluate / summary. */
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,7 +140,7 @@ static bool parse_train(const cli_opt *o, train_cfg *c) {
   if ((v = cli_get(o, NTRAIN, "--backup-every")) && !cli_int(cmd, "--backup-every", v, 1, 1L << 40, &c->backup_every)) return false;
   if ((v = cli_get(o, NTRAIN, "--keep")) && !cli_int(cmd, "--keep", v, 0, 1000000, &c->keep)) return false;
   if ((v = cli_get(o, NTRAIN, "--early-stopping")) && !cli_int(cmd, "--early-stopping", v, 0, 1000000, &c->patience)) return false;
-  if ((v = cli_get(o, NTRAIN, "--log-every")) && !cli_int(cmd, "--log-every", v, 0, 1L << 40, &c->log_every)) return false;
+  if ((v = cli_get(o, NTRAIN, "--log-every")) && !cli_int(cmd, "--log-every", v, 0, INT_MAX, &c->log_every)) return false;
   if ((v = cli_get(o, NTRAIN, "--train-examples")) && !cli_int(cmd, "--train-examples", v, 1, 1L << 40, &c->train_examples)) return false;
   if ((v = cli_get(o, NTRAIN, "--validation-split")) && !cli_float(cmd, "--validation-split", v, 0.0, 0.99, &c->val_split)) return false;
   if ((v = cli_get(o, NTRAIN, "--optimizer")) && st_optimizer_parse(v, &ok) != ST_OK) {

@@ -8,6 +8,8 @@
 #include "base/fileio.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -38,12 +40,21 @@ uint64_t st__random_u64(void) {
   return r ^ (r >> 31);
 }
 
-/* Create "<path>.tmp.<pid>.<hex>" exclusively; fd or -1 with errno set. */
+/* Create "<path>.tmp.<pid>.<hex>" exclusively, or "<dir>/.st-tmp-<hex>"
+ * when the target's name is too long for the suffix (NAME_MAX); fd or -1
+ * with errno set. */
 static int create_temp(const char *path, char *tmp, size_t cap) {
   int fd = -1;
+  const char *slash = strrchr(path, '/');
+  const char *base = slash ? slash + 1 : path;
+  bool short_name = strlen(base) + 48 > NAME_MAX;
+  int dirlen = (int)(base - path);
   for (int i = 0; i < TMP_TRIES && fd < 0; i++) {
-    snprintf(tmp, cap, "%s.tmp.%ld.%016llx", path, (long)getpid(),
-             (unsigned long long)st__random_u64());
+    unsigned long long r = (unsigned long long)st__random_u64();
+    if (short_name)
+      snprintf(tmp, cap, "%.*s.st-tmp-%016llx", dirlen, path, r);
+    else
+      snprintf(tmp, cap, "%s.tmp.%ld.%016llx", path, (long)getpid(), r);
     fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
     if (fd < 0 && errno != EEXIST) break;
   }

@@ -13,7 +13,9 @@
 #include "strata/base.h"
 
 /* A file being replaced atomically. st__atomic_open creates the temp file
- * "<path>.tmp.<pid>.<16 random hex digits>" beside path with
+ * "<path>.tmp.<pid>.<16 random hex digits>" beside path (or, when path's
+ * last component is too long to take that suffix within NAME_MAX,
+ * ".st-tmp-<16 random hex digits>" in the same directory) with
  * O_CREAT|O_EXCL|O_NOFOLLOW (so a name planted in advance, a symlink
  * included, is never written through; up to 16 names are tried) and mode
  * 0666 less the umask, as fopen would. The caller writes into f (or into
