@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/fileio.h"
@@ -321,6 +322,14 @@ static void unlock_dirs(const train_cfg *c, dir_locks *l) {
   st__dir_lock_release(&l->backup, c->backup_dir);
 }
 
+/* After a successful run: temp files of its outputs left by earlier runs
+ * killed while writing them (base/fileio.h says which ones qualify). */
+static void clean_stale(const train_cfg *c, time_t start) {
+  const char *outs[] = {c->save, c->report, c->csv, c->plot};
+  for (int i = 0; i < 4; i++)
+    if (outs[i]) st__clean_stale_temps(outs[i], start);
+}
+
 static int run_train(const train_cfg *c) {
   double t0 = st_now_seconds();
   catch_stop_signals(); /* a signal while loading stops fit before its first step */
@@ -333,6 +342,8 @@ static int run_train(const train_cfg *c) {
   st_history h = {0};
   st_eval_result test = {0};
   dir_locks locks = {{-1, 0}, {-1, 0}};
+  bool chief = false;
+  time_t started = time(NULL);
   st_strategy_options so = st_strategy_default_options(c->strategy);
   so.threads = (int)c->threads;
   so.devices = c->devices;
@@ -344,7 +355,7 @@ static int run_train(const train_cfg *c) {
   so.collective_timeout = c->collective_timeout;
   st_status s = build_model(c->model, &so, (uint64_t)c->seed, &c->opt, &strategy, &model);
   if (s != ST_OK) goto fail;
-  bool chief = st_strategy_is_chief(strategy);
+  chief = st_strategy_is_chief(strategy);
   if (chief && (s = lock_dirs(c, &locks)) != ST_OK) {
     rc = s == ST_ERR_IO ? EXIT_WRITE : cli_fail("train", s);
     if (s == ST_ERR_IO) fprintf(stderr, "strata train: %s\n", st_last_error());
@@ -393,6 +404,7 @@ static int run_train(const train_cfg *c) {
 fail:
   rc = cli_fail("train", s);
 done:
+  if (rc == EXIT_OK && chief) clean_stale(c, started);
   unlock_dirs(c, &locks);
   st_history_destroy(&h);
   st_model_destroy(model);

@@ -7,7 +7,9 @@
 #define _GNU_SOURCE
 #include "base/fileio.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <fcntl.h>
@@ -153,6 +155,50 @@ int st__fsync_parent_dir(const char *path) {
   close(fd);
   errno = saved;
   return rc;
+}
+
+/* ---- stale temp files ---------------------------------------------------- */
+
+/* name is "<base>.tmp.<pid>.<16 hex>"; the pid in *pid. */
+static bool stale_name(const char *name, const char *base, long *pid) {
+  size_t n = strlen(base);
+  if (strncmp(name, base, n) != 0 || strncmp(name + n, ".tmp.", 5) != 0) return false;
+  const char *p = name + n + 5, *q = p;
+  while (*q >= '0' && *q <= '9') q++;
+  if (q == p || q - p > 10 || *q != '.') return false;
+  *pid = strtol(p, NULL, 10);
+  if (strlen(q + 1) != 16) return false;
+  for (const char *h = q + 1; *h; h++)
+    if (!((*h >= '0' && *h <= '9') || (*h >= 'a' && *h <= 'f'))) return false;
+  return true;
+}
+
+int st__clean_stale_temps(const char *path, time_t before) {
+  char *dir = strdup(path);
+  if (!dir) return 0;
+  char *slash = strrchr(dir, '/');
+  const char *base = slash ? path + (slash - dir) + 1 : path;
+  if (!slash) strcpy(dir, ".");
+  else if (slash == dir) slash[1] = '\0';
+  else *slash = '\0';
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), removed = 0;
+  free(dir);
+  int fd = dfd >= 0 ? dup(dfd) : -1;
+  DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+  if (!d && fd >= 0) close(fd);
+  for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
+    struct stat sb;
+    long pid = 0;
+    if (!stale_name(e->d_name, base, &pid) || pid == (long)getpid() ||
+        !(kill((pid_t)pid, 0) != 0 && errno == ESRCH))
+      continue; /* another name, or a process still alive that may be writing it */
+    if (fstatat(dfd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode) &&
+        sb.st_uid == geteuid() && sb.st_mtime < before && unlinkat(dfd, e->d_name, 0) == 0)
+      removed++;
+  }
+  if (d) closedir(d);
+  if (dfd >= 0) close(dfd);
+  return removed;
 }
 
 /* ---- directory locks ---------------------------------------------------- */

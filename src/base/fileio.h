@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "strata/base.h"
 
@@ -67,6 +68,15 @@ st_status st__open_input(const char *path, int *fd, struct stat *sb);
  * read"; ST_ERR_NOMEM. On failure *buf is NULL. Opened O_NONBLOCK, so a FIFO
  * put in the way does not block. */
 st_status st__read_all(const char *path, size_t max_bytes, char **buf, size_t *len);
+
+/* Remove temp files of path left by an earlier process killed while writing
+ * it (kill -9 during a save): only entries named exactly
+ * "<name>.tmp.<pid>.<16 hex>" beside path, whose pid is not this process and
+ * no longer alive, that are regular files owned by the effective user and
+ * last modified before `before` (the run's start); never through a link
+ * (fstatat AT_SYMLINK_NOFOLLOW, unlinkat on the opened directory). Returns
+ * how many were removed. Any thread. */
+int st__clean_stale_temps(const char *path, time_t before);
 
 /* A run's exclusive hold on a backup or checkpoint directory: the file
  * "<dir>/.lock" (ST__DIR_LOCK_NAME), created O_NOFOLLOW, flock'ed
