@@ -129,6 +129,16 @@ expect "--log-every 4294967297: exit 2" 2 "--log-every: '4294967297' is not an i
   "${T[@]}" --log-dir tb --log-every 4294967297
 expect "plot -o '': exit 2 with a message" 2 "-o: the output file name is empty" -- "$cli" plot r.json -o ""
 
+# ---- temp files left by a kill -9: cleaned only when exactly ours -----------
+stale=w.st.tmp.4194303.0123456789abcdef
+echo stale >"$stale"; touch -d '1 hour ago' "$stale"
+echo precious >victim; ln -s "$PWD/victim" w.st.tmp.4194302.fedcba9876543210
+echo other >w.st.tmp.4194303.0123456789abcdeg; touch -d '1 hour ago' w.st.tmp.4194303.0123456789abcdeg
+expect "--save after a killed run left its temp file: exit 0" 0 "" -- "${T[@]}" --save w.st
+check "... the dead run's temp file is removed" "[ ! -e $stale ]"
+check "... a link of that pattern and a near-miss name are left, the link's target intact" \
+  "[ -L w.st.tmp.4194302.fedcba9876543210 ] && [ -e w.st.tmp.4194303.0123456789abcdeg ] && [ \"\$(cat victim)\" = precious ]"
+
 # ---- permission denied is reported as such (an unprivileged user) -------------
 if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
   chmod 755 "$tmp"; cp -a good perm; chmod 600 perm/train-images-idx3-ubyte.gz
