@@ -46,8 +46,12 @@ static bool same(const ident *x, const ident *y) {
 }
 
 static const char *kind_of(mode_t m) {
-  return S_ISDIR(m) ? "a directory" : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device"
-         : S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket" : "not a regular file";
+  return S_ISDIR(m)    ? "a directory"
+         : S_ISCHR(m)  ? "a character device"
+         : S_ISBLK(m)  ? "a block device"
+         : S_ISFIFO(m) ? "a FIFO"
+         : S_ISSOCK(m) ? "a socket"
+                       : "not a regular file";
 }
 
 /* An existing output must be of the type we write (links followed: a link

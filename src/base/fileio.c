@@ -221,8 +221,9 @@ static st_status lock_once(int dfd, const char *dir, int *out, int *again) {
   int fd = openat(dfd, ST__DIR_LOCK_NAME, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK,
                   0644);
   if (fd < 0)
-    return st_error(errno == ELOOP ? ST_ERR_INVALID : ST_ERR_IO, "%s/%s: cannot open the lock file: %s",
-                    dir, ST__DIR_LOCK_NAME, strerror(errno));
+    return st_error(errno == ELOOP ? ST_ERR_INVALID : ST_ERR_IO,
+                    "%s/%s: cannot open the lock file: %s", dir, ST__DIR_LOCK_NAME,
+                    strerror(errno));
   st_status s = ST_OK;
   if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
     s = st_error(ST_ERR_INVALID, "%s/%s: not a regular file", dir, ST__DIR_LOCK_NAME);
@@ -230,7 +231,8 @@ static st_status lock_once(int dfd, const char *dir, int *out, int *again) {
     s = errno == EWOULDBLOCK
             ? st_error(ST_ERR_INVALID, "%s is in use by pid %ld (lock file %s/%s)", dir,
                        lock_holder(fd), dir, ST__DIR_LOCK_NAME)
-            : st_error(ST_ERR_IO, "%s/%s: cannot lock: %s", dir, ST__DIR_LOCK_NAME, strerror(errno));
+            : st_error(ST_ERR_IO, "%s/%s: cannot lock: %s", dir, ST__DIR_LOCK_NAME,
+                       strerror(errno));
   else if (fstatat(dfd, ST__DIR_LOCK_NAME, &now, AT_SYMLINK_NOFOLLOW) != 0 ||
            now.st_ino != sb.st_ino || now.st_dev != sb.st_dev)
     *again = 1; /* the previous holder removed it as we opened it */
@@ -241,7 +243,8 @@ static st_status lock_once(int dfd, const char *dir, int *out, int *again) {
       *out = fd;
       return ST_OK;
     }
-    s = st_error(ST_ERR_IO, "%s/%s: cannot write the pid: %s", dir, ST__DIR_LOCK_NAME, strerror(errno));
+    s = st_error(ST_ERR_IO, "%s/%s: cannot write the pid: %s", dir, ST__DIR_LOCK_NAME,
+                 strerror(errno));
   }
   close(fd);
   return s;
@@ -261,7 +264,8 @@ st_status st__dir_lock_acquire(st__dir_lock *l, const char *dir) {
   st_status s = ST_OK;
   for (int i = 0, again = 1; i < 8 && again && s == ST_OK; i++)
     s = lock_once(dfd, dir, &l->fd, &again);
-  if (s == ST_OK && l->fd < 0) s = st_error(ST_ERR_IO, "%s/%s: replaced while locking", dir, ST__DIR_LOCK_NAME);
+  if (s == ST_OK && l->fd < 0)
+    s = st_error(ST_ERR_IO, "%s/%s: replaced while locking", dir, ST__DIR_LOCK_NAME);
   close(dfd);
   if (s != ST_OK && l->created) rmdir(dir);
   if (s != ST_OK) l->created = 0;
