@@ -103,6 +103,10 @@ mkdir Y
 expect "--checkpoint-dir nested in --backup-dir: exit 2" 2 "--backup-dir Y and --checkpoint-dir Y/c are nested" -- \
   "${T[@]}" --backup-dir Y --checkpoint-dir Y/c
 check "... nothing created" "[ ! -e X ] && [ -z \"\$(ls -A Y)\" ]"
+expect "--plot and --checkpoint-dir the same new path: exit 2" 2 "--plot Z and --checkpoint-dir Z are the same path" -- \
+  "${T[@]}" --plot Z --checkpoint-dir Z --monitor loss
+expect "--plot inside --backup-dir: exit 2" 2 "--plot Y/p.svg is inside --backup-dir Y, which is deleted" -- \
+  "${T[@]}" --plot Y/p.svg --backup-dir Y
 
 # ---- 5. a lock on backup/checkpoint directories ------------------------------
 mkdir busy

@@ -100,6 +100,25 @@ static bool check_dirs_nested(const char *cmd, const cli_path *dirs, int ndirs) 
   return true;
 }
 
+/* No output file inside the backup directory (dirs[0]): it is deleted when
+ * training completes. */
+static bool check_not_in_backup(const char *cmd, const cli_path *files, int nfiles,
+                                const cli_path *backup) {
+  char *b = backup->path ? resolve_dir(backup->path) : NULL;
+  bool ok = true;
+  for (int i = 0; b && ok && i < nfiles; i++) {
+    char *f = files[i].path ? resolve_dir(files[i].path) : NULL;
+    if (f && within(f, b) && strcmp(f, b)) {
+      fprintf(stderr, "strata %s: %s %s is inside %s %s, which is deleted when training "
+              "completes\n", cmd, files[i].opt, files[i].path, backup->opt, backup->path);
+      ok = false;
+    }
+    free(f);
+  }
+  free(b);
+  return ok;
+}
+
 /* The inputs: those given plus the IDX files of data_dir that exist. */
 static int collect_inputs(const cli_path *inputs, int ninputs, const char *data_dir,
                           cli_path *in, char (*buf)[PATH_MAX], int cap) {
@@ -116,20 +135,20 @@ static int collect_inputs(const cli_path *inputs, int ninputs, const char *data_
   return n;
 }
 
-/* No output file is an input or another output. */
+/* No output file is an input, an output directory or another output file:
+ * in[0..nin) are the inputs, then come the ndirs directories. */
 static bool check_files_distinct(const char *cmd, const cli_path *files, int nfiles,
-                                 const cli_path *in, int nin) {
+                                 const cli_path *in, int nin, const cli_path *dirs, int ndirs) {
   for (int i = 0; i < nfiles; i++) {
     ident a, b;
     if (!files[i].path || !ident_of(files[i].path, &a)) continue;
-    for (int j = 0; j < nin + nfiles; j++) {
-      const cli_path *o = j < nin ? &in[j] : &files[j - nin];
-      if (o == &files[i] || (j >= nin && j - nin < i) || !o->path || !ident_of(o->path, &b))
-        continue;
-      if (!same(&a, &b)) continue;
-      fprintf(stderr, "strata %s: %s %s and %s %s are the same file: %s\n", cmd, files[i].opt,
-              files[i].path, o->opt, o->path,
-              j < nin ? "an output may not replace an input" : "two outputs may not share a file");
+    for (int j = 0; j < nin + ndirs + nfiles; j++) {
+      int k = j - nin - ndirs; /* index into files when >= 0 */
+      const cli_path *o = j < nin ? &in[j] : k < 0 ? &dirs[j - nin] : &files[k];
+      if ((k >= 0 && k <= i) || !o->path || !ident_of(o->path, &b) || !same(&a, &b)) continue;
+      fprintf(stderr, "strata %s: %s %s and %s %s are the same %s: %s\n", cmd, files[i].opt,
+              files[i].path, o->opt, o->path, j < nin || k >= 0 ? "file" : "path",
+              j < nin ? "an output may not replace an input" : "two outputs may not share it");
       return false;
     }
   }
@@ -145,6 +164,7 @@ bool cli_check_outputs(const char *cmd, const cli_path *files, int nfiles, const
   cli_path in[24];
   char buf[24][PATH_MAX];
   int nin = collect_inputs(inputs, ninputs < 16 ? ninputs : 16, data_dir, in, buf, 24);
-  return check_files_distinct(cmd, files, nfiles, in, nin) &&
-         check_dirs_nested(cmd, dirs, ndirs < 2 ? ndirs : 2);
+  return check_files_distinct(cmd, files, nfiles, in, nin, dirs, ndirs) &&
+         check_dirs_nested(cmd, dirs, ndirs < 2 ? ndirs : 2) &&
+         (ndirs < 1 || check_not_in_backup(cmd, files, nfiles, &dirs[0]));
 }

@@ -18,7 +18,8 @@ typedef struct cli_path {
 
 /* files: output files (replaced atomically at the end); dirs: output
  * directories, of which the first two (backup and checkpoint) may not be the
- * same or nested; inputs: files read (absent ones skipped); data_dir: a
+ * same or nested, and no file may be inside the first (the backup, deleted
+ * when training completes); inputs: files read (absent ones skipped); data_dir: a
  * directory of IDX inputs (its MNIST file names, plain and .gz, become
  * inputs) or NULL. Prints "strata CMD: OPT PATH: ..." naming both paths of a
  * clash and returns false on the first problem (exit 2: nothing written). */
