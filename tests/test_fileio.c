@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,8 +148,117 @@ static void test_read_all(void) {
   }
 }
 
-static const check_case cases[] = {CHECK_CASE(test_atomic_write), CHECK_CASE(test_temp_names),
-                                   CHECK_CASE(test_read_all)};
+
+/* st__open_input: a regular file opens (blocking reads again); a FIFO is
+ * refused at once, naming the path; a missing file gives the real reason. */
+static void test_open_input(void) {
+  char p[512], q[512];
+  int fd = -1;
+  path_of(p, sizeof p, "in.txt");
+  put(p, "x");
+  CHECK_OK(st__open_input(p, &fd, NULL));
+  CHECK(fd >= 0 && !(fcntl(fd, F_GETFL) & O_NONBLOCK));
+  if (fd >= 0) close(fd);
+  path_of(q, sizeof q, "in.fifo");
+  CHECK(mkfifo(q, 0600) == 0);
+  CHECK(st__open_input(q, &fd, NULL) == ST_ERR_FORMAT && fd == -1);
+  CHECK_MSG(strstr(st_last_error(), "in.fifo: not a regular file"), "%s", st_last_error());
+  unlink(q);
+  CHECK(st__open_input(q, &fd, NULL) == ST_ERR_IO);
+  CHECK_MSG(strstr(st_last_error(), "in.fifo: cannot open: No such file"), "%s", st_last_error());
+}
+
+/* The atomic writer never replaces a FIFO (or a link to one): it stays. */
+static void test_atomic_refuses_special(void) {
+  char p[512], l[512];
+  struct stat sb;
+  path_of(p, sizeof p, "out.fifo");
+  path_of(l, sizeof l, "out.link");
+  CHECK(mkfifo(p, 0600) == 0 && symlink(p, l) == 0);
+  CHECK(st__atomic_write(p, fill_hello, "x") == ST_ERR_INVALID);
+  CHECK_MSG(strstr(st_last_error(), "out.fifo: exists and is not a regular file"), "%s",
+            st_last_error());
+  CHECK(st__atomic_write(l, fill_hello, "x") == ST_ERR_INVALID);
+  CHECK(lstat(p, &sb) == 0 && S_ISFIFO(sb.st_mode));
+  CHECK(lstat(l, &sb) == 0 && S_ISLNK(sb.st_mode));
+  CHECK(!temps_left());
+  unlink(p), unlink(l);
+}
+
+/* Target names up to NAME_MAX work: the temp name is shortened. */
+static void test_long_name(void) {
+  char name[NAME_MAX + 1], p[1024];
+  for (int len = 200; len <= NAME_MAX; len += 11) {
+    memset(name, 'n', (size_t)len);
+    name[len] = 0;
+    path_of(p, sizeof p, name);
+    CHECK_MSG(st__atomic_write(p, fill_hello, "long\n") == ST_OK, "%d: %s", len, st_last_error());
+    CHECK(strcmp(text_of(p), "long\n") == 0);
+    unlink(p);
+  }
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, "ls -A '%s' | grep -q st-tmp", g_dir);
+  CHECK(system(cmd) != 0); /* no temp left */
+}
+
+/* A directory lock: a second holder fails at once naming our pid; release
+ * removes the lock file and the directory acquiring created. */
+static void test_dir_lock(void) {
+  char d[512], lockf[600], want[64];
+  path_of(d, sizeof d, "locked");
+  snprintf(lockf, sizeof lockf, "%s/.lock", d);
+  st__dir_lock a, b;
+  CHECK_OK(st__dir_lock_acquire(&a, d));
+  CHECK(a.fd >= 0 && a.created);
+  snprintf(want, sizeof want, "%ld\n", (long)getpid());
+  CHECK(strcmp(text_of(lockf), want) == 0);
+  CHECK(st__dir_lock_acquire(&b, d) == ST_ERR_INVALID && b.fd == -1);
+  snprintf(want, sizeof want, "is in use by pid %ld", (long)getpid());
+  CHECK_MSG(strstr(st_last_error(), want), "%s", st_last_error());
+  st__dir_lock_release(&b, d); /* never taken: a no-op */
+  CHECK(access(lockf, F_OK) == 0);
+  st__dir_lock_release(&a, d);
+  CHECK(access(d, F_OK) != 0); /* created by the lock, empty: removed */
+  /* A lock file planted as a symlink is not followed. */
+  char victim[512];
+  path_of(victim, sizeof victim, "lockvictim");
+  put(victim, "keep");
+  CHECK(mkdir(d, 0700) == 0 && symlink(victim, lockf) == 0);
+  CHECK(st__dir_lock_acquire(&a, d) == ST_ERR_INVALID && a.fd == -1);
+  CHECK(strcmp(text_of(victim), "keep") == 0);
+  unlink(lockf), rmdir(d);
+}
+
+/* A message longer than the buffer keeps its start and its reason. */
+static void test_long_error(void) {
+  char path[3001];
+  memset(path, 'p', 3000);
+  path[3000] = 0;
+  st_error(ST_ERR_IO, "/%s: cannot create /%s: %s", path, path, "Disk quota exceeded");
+  const char *e = st_last_error();
+  size_t n = strlen(e);
+  CHECK(n < 1024 && n > 900);
+  CHECK(e[0] == '/' && strstr(e, " ... "));
+  CHECK_MSG(n > 20 && !strcmp(e + n - 21, ": Disk quota exceeded"), "%s", e + n - 30);
+  st_error_prefix(ST_ERR_IO, "backup: ");
+  e = st_last_error();
+  n = strlen(e);
+  CHECK(!strncmp(e, "backup: /ppp", 12) && !strcmp(e + n - 21, ": Disk quota exceeded"));
+  /* a multi-byte character at the cut is never split */
+  char u[2400];
+  for (int i = 0; i < 1199; i++) memcpy(u + 2 * i, "\xc3\xa9", 2);
+  u[2398] = 0;
+  st_error(ST_ERR_IO, "%s", u);
+  e = st_last_error();
+  const char *mark = strstr(e, " ... ");
+  CHECK(mark && (mark - e) % 2 == 0 && strlen(mark + 5) % 2 == 0);
+}
+
+static const check_case cases[] = {
+    CHECK_CASE(test_atomic_write),  CHECK_CASE(test_temp_names),
+    CHECK_CASE(test_read_all),      CHECK_CASE(test_open_input),
+    CHECK_CASE(test_atomic_refuses_special), CHECK_CASE(test_long_name),
+    CHECK_CASE(test_dir_lock),      CHECK_CASE(test_long_error)};
 
 int main(int argc, char **argv) {
   if (!mkdtemp(g_dir)) check_skip("cannot create a temporary directory");

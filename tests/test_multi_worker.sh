@@ -162,27 +162,28 @@ check "... both stop at the same step with the same error" \
 check "... the backup's latest checkpoint is step 5, the last finite one, with finite weights" \
   "python3 '$src/tests/check_backup.py' '$tmp/nanbk' 5"
 
-# S5: the chief fails outside the collectives. A file where rank 0 creates
-# the temporary directory of its first backup (.tmp-ckpt-000001-<pid>; exec
-# keeps the pid) makes that backup, at step 5, fail: exit 4. Rank 1 then
+# S5: the chief fails outside the collectives. A file-size limit on rank 0
+# only (ulimit -f; strata ignores SIGXFSZ) makes its first backup, at step 5,
+# fail with EFBIG: exit 4. (The temp directory's name is random, so it can no
+# longer be blocked by planting a file under it.) Rank 1 then
 # waits in the next step's collective: it must fail at once (exit 3, naming
 # rank 0 and its error), not after the default 300 s --collective-timeout.
 cat >"$tmp/blockbackup.sh" <<'EOF'
 #!/bin/sh
-[ "$OMPI_COMM_WORLD_RANK" = 0 ] && mkdir -p "$BLOCKDIR" && touch "$BLOCKDIR/.tmp-ckpt-000001-$$"
+[ "$OMPI_COMM_WORLD_RANK" = 0 ] && ulimit -f 100
 exec "$@"
 EOF
 chmod +x "$tmp/blockbackup.sh"
 rm -f "$RANKDIR"/*
 t0=$(date +%s)
-BLOCKDIR="$tmp/blockbk" timeout 120 mpirun -np 2 "$tmp/rank.sh" "$tmp/blockbackup.sh" "$cli" "${args[@]}" \
+timeout 120 mpirun -np 2 "$tmp/rank.sh" "$tmp/blockbackup.sh" "$cli" "${args[@]}" \
   "${mw[@]}" --backup-dir "$tmp/blockbk" --backup-every 5 >/dev/null 2>"$tmp/leave.err"
 elapsed=$(( $(date +%s) - t0 ))
 grep "strata train" "$tmp/leave.err" | head -2
 check "S5 the chief's backup fails (exit 4); rank 1 exits 3 at once (${elapsed}s <= 30; timeout 300 s)" \
   "[ \"\$(cat $RANKDIR/rc.0 $RANKDIR/rc.1 | tr -d '\n')\" = 43 ] && [ $elapsed -le 30 ]"
 check "... rank 1 names rank 0 and its error" \
-  "grep -q 'strata train: rank 0 failed: backup: .*\\.tmp-ckpt-000001-.*File exists (it left the job after' $tmp/leave.err"
+  "grep -q 'strata train: rank 0 failed: backup: .*\\.tmp-ckpt-000001-.*File too large (it left the job after' $tmp/leave.err"
 
 unset OMPI_MCA_orte_abort_on_non_zero_status
 # S1/S2 + backup: kill rank 1 once a backup exists, then restart

@@ -151,6 +151,10 @@ int cmd_plot(int argc, char **argv) {
             npos != 1 ? "missing REPORT.json" : "missing -o FILE.svg");
     return EXIT_USAGE;
   }
-  if (!out[0] || !cli_check_writable(CMD, "-o", out)) return EXIT_USAGE;
+  if (!out[0]) {
+    fprintf(stderr, "strata " CMD ": -o: the output file name is empty\n");
+    return EXIT_USAGE;
+  }
+  if (!cli_check_writable(CMD, "-o", out)) return EXIT_USAGE;
   return plot(pos[0], out, cli_get(opts, nopts, "--title"));
 }

@@ -1,11 +1,15 @@
 /* strata train / evaluate / summary. */
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "base/fileio.h"
 #include "cli.h"
+#include "outputs.h"
 #include "report.h"
 
 #define TRAIN_USAGE "[--model mlp|cnn] [--data fashion-mnist|DIR] [--epochs N] [--batch-size B] ..."
@@ -61,6 +65,18 @@ typedef struct train_cfg {
   bool quiet;
   bool allow_nonfinite; /* --allow-nonfinite */
 } train_cfg;
+
+/* Outputs of the right type, none an input or another output, backup and
+ * checkpoint directories apart (outputs.h); before anything is written. */
+static bool check_paths(const train_cfg *c) {
+  const cli_path files[] = {{"--save", c->save}, {"--report", c->report}, {"--csv", c->csv},
+                            {"--plot", c->plot}};
+  const cli_path dirs[] = {{"--backup-dir", c->backup_dir}, {"--checkpoint-dir", c->ckpt_dir},
+                           {"--log-dir", c->log_dir}};
+  const cli_path inputs[] = {{"--model", cli_is_json_model(c->model) ? c->model : NULL}};
+  const char *data = strcmp(c->data, "fashion-mnist") ? c->data : CLI_FASHION_MNIST_DIR;
+  return cli_check_outputs("train", files, 4, dirs, 3, inputs, 1, data);
+}
 
 /* Flags that only make sense together, and monitors that exist. */
 static bool check_callback_flags(const train_cfg *c) {
@@ -125,7 +141,7 @@ static bool parse_train(const cli_opt *o, train_cfg *c) {
   if ((v = cli_get(o, NTRAIN, "--backup-every")) && !cli_int(cmd, "--backup-every", v, 1, 1L << 40, &c->backup_every)) return false;
   if ((v = cli_get(o, NTRAIN, "--keep")) && !cli_int(cmd, "--keep", v, 0, 1000000, &c->keep)) return false;
   if ((v = cli_get(o, NTRAIN, "--early-stopping")) && !cli_int(cmd, "--early-stopping", v, 0, 1000000, &c->patience)) return false;
-  if ((v = cli_get(o, NTRAIN, "--log-every")) && !cli_int(cmd, "--log-every", v, 0, 1L << 40, &c->log_every)) return false;
+  if ((v = cli_get(o, NTRAIN, "--log-every")) && !cli_int(cmd, "--log-every", v, 0, INT_MAX, &c->log_every)) return false;
   if ((v = cli_get(o, NTRAIN, "--train-examples")) && !cli_int(cmd, "--train-examples", v, 1, 1L << 40, &c->train_examples)) return false;
   if ((v = cli_get(o, NTRAIN, "--validation-split")) && !cli_float(cmd, "--validation-split", v, 0.0, 0.99, &c->val_split)) return false;
   if ((v = cli_get(o, NTRAIN, "--optimizer")) && st_optimizer_parse(v, &ok) != ST_OK) {
@@ -183,7 +199,7 @@ static bool parse_train(const cli_opt *o, train_cfg *c) {
            cli_check_writable(cmd, "--csv", c->csv) && cli_check_writable(cmd, "--plot", c->plot) &&
            cli_check_writable(cmd, "--backup-dir", c->backup_dir) &&
            cli_check_writable(cmd, "--checkpoint-dir", c->ckpt_dir) &&
-           cli_check_writable(cmd, "--log-dir", c->log_dir);
+           cli_check_writable(cmd, "--log-dir", c->log_dir) && check_paths(c);
   fprintf(stderr, "strata train: --model: unknown model '%s' (built-in models: mlp, cnn; or a "
           "Keras FILE.json)\n", c->model);
   return false;
@@ -287,6 +303,33 @@ fail:
   return s;
 }
 
+/* The run's locks on --backup-dir and --checkpoint-dir (held until it ends,
+ * so a second run sharing one fails at once, exit 2 "DIR is in use by pid
+ * N"); the chief's only: the other workers do not write there. */
+typedef struct dir_locks {
+  st__dir_lock backup, ckpt;
+} dir_locks;
+
+static st_status lock_dirs(const train_cfg *c, dir_locks *l) {
+  l->backup.fd = l->ckpt.fd = -1;
+  st_status s = c->backup_dir ? st__dir_lock_acquire(&l->backup, c->backup_dir) : ST_OK;
+  if (s == ST_OK && c->ckpt_dir) s = st__dir_lock_acquire(&l->ckpt, c->ckpt_dir);
+  return s;
+}
+
+static void unlock_dirs(const train_cfg *c, dir_locks *l) {
+  st__dir_lock_release(&l->ckpt, c->ckpt_dir);
+  st__dir_lock_release(&l->backup, c->backup_dir);
+}
+
+/* After a successful run: temp files of its outputs left by earlier runs
+ * killed while writing them (base/fileio.h says which ones qualify). */
+static void clean_stale(const train_cfg *c, time_t start) {
+  const char *outs[] = {c->save, c->report, c->csv, c->plot};
+  for (int i = 0; i < 4; i++)
+    if (outs[i]) st__clean_stale_temps(outs[i], start);
+}
+
 static int run_train(const train_cfg *c) {
   double t0 = st_now_seconds();
   catch_stop_signals(); /* a signal while loading stops fit before its first step */
@@ -298,6 +341,9 @@ static int run_train(const train_cfg *c) {
   st_model *model = NULL;
   st_history h = {0};
   st_eval_result test = {0};
+  dir_locks locks = {{-1, 0}, {-1, 0}};
+  bool chief = false;
+  time_t started = time(NULL);
   st_strategy_options so = st_strategy_default_options(c->strategy);
   so.threads = (int)c->threads;
   so.devices = c->devices;
@@ -309,7 +355,12 @@ static int run_train(const train_cfg *c) {
   so.collective_timeout = c->collective_timeout;
   st_status s = build_model(c->model, &so, (uint64_t)c->seed, &c->opt, &strategy, &model);
   if (s != ST_OK) goto fail;
-  bool chief = st_strategy_is_chief(strategy);
+  chief = st_strategy_is_chief(strategy);
+  if (chief && (s = lock_dirs(c, &locks)) != ST_OK) {
+    rc = s == ST_ERR_IO ? EXIT_WRITE : cli_fail("train", s);
+    if (s == ST_ERR_IO) fprintf(stderr, "strata train: %s\n", st_last_error());
+    goto done;
+  }
   callbacks cbs;
   if ((s = make_callbacks(c, chief, &cbs)) != ST_OK) goto fail;
   st_fit_options fo = st_fit_default_options();
@@ -353,6 +404,8 @@ static int run_train(const train_cfg *c) {
 fail:
   rc = cli_fail("train", s);
 done:
+  if (rc == EXIT_OK && chief) clean_stale(c, started);
+  unlock_dirs(c, &locks);
   st_history_destroy(&h);
   st_model_destroy(model);
   st_strategy_destroy(strategy);

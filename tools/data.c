@@ -5,8 +5,9 @@
 #include <string.h>
 
 #include "cli.h"
+#include "outputs.h"
 
-#define FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
+#define FASHION_MNIST_DIR CLI_FASHION_MNIST_DIR
 
 /* Labels must be class indices of the 10-way models: checked before training so
  * a bad file is rejected with nothing written. */

@@ -1,5 +1,7 @@
 /* strata: the command-line entry point. Dispatches to the commands and prints
  * the top-level help. */
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -23,7 +25,20 @@ static void usage(FILE *f) {
           STRATA_VERSION);
 }
 
-int main(int argc, char **argv) {
+/* The command's results on stdout must have reached it: a write error
+ * (a full disk, /dev/full, a closed pipe) turns a success into exit 4. */
+static int finish_stdout(int rc) {
+  errno = 0;
+  bool bad = fflush(stdout) != 0 || ferror(stdout);
+  int err = errno;
+  if (fclose(stdout) != 0 && !bad) bad = true, err = errno;
+  if (!bad) return rc;
+  fprintf(stderr, "strata: cannot write the results to stdout: %s\n",
+          err ? strerror(err) : "write error");
+  return rc == EXIT_OK ? EXIT_WRITE : rc;
+}
+
+static int dispatch(int argc, char **argv) {
   if (argc < 2) {
     usage(stderr);
     return EXIT_USAGE;
@@ -44,4 +59,11 @@ int main(int argc, char **argv) {
   fprintf(stderr, "strata: unknown command '%s'\n\n", cmd);
   usage(stderr);
   return EXIT_USAGE;
+}
+
+int main(int argc, char **argv) {
+  /* Past a file-size limit (ulimit -f) a write fails with EFBIG, reported as
+   * exit 4 with the temp file removed, instead of SIGXFSZ killing us. */
+  signal(SIGXFSZ, SIG_IGN);
+  return finish_stdout(dispatch(argc, argv));
 }

@@ -7,12 +7,17 @@
 #define _GNU_SOURCE
 #include "base/fileio.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
+#include <limits.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -24,7 +29,7 @@
 
 /* 64 unpredictable bits: the kernel's generator, or (where it is not ready)
  * the clock mixed with a counter, so two calls never get the same bits. */
-static uint64_t temp_suffix(void) {
+uint64_t st__random_u64(void) {
   static atomic_uint_fast64_t counter;
   uint64_t r = 0;
   if (getrandom(&r, sizeof r, GRND_NONBLOCK) == (ssize_t)sizeof r) return r;
@@ -37,12 +42,21 @@ static uint64_t temp_suffix(void) {
   return r ^ (r >> 31);
 }
 
-/* Create "<path>.tmp.<pid>.<hex>" exclusively; fd or -1 with errno set. */
+/* Create "<path>.tmp.<pid>.<hex>" exclusively, or "<dir>/.st-tmp-<hex>"
+ * when the target's name is too long for the suffix (NAME_MAX); fd or -1
+ * with errno set. */
 static int create_temp(const char *path, char *tmp, size_t cap) {
   int fd = -1;
+  const char *slash = strrchr(path, '/');
+  const char *base = slash ? slash + 1 : path;
+  bool short_name = strlen(base) + 48 > NAME_MAX;
+  int dirlen = (int)(base - path);
   for (int i = 0; i < TMP_TRIES && fd < 0; i++) {
-    snprintf(tmp, cap, "%s.tmp.%ld.%016llx", path, (long)getpid(),
-             (unsigned long long)temp_suffix());
+    unsigned long long r = (unsigned long long)st__random_u64();
+    if (short_name)
+      snprintf(tmp, cap, "%.*s.st-tmp-%016llx", dirlen, path, r);
+    else
+      snprintf(tmp, cap, "%s.tmp.%ld.%016llx", path, (long)getpid(), r);
     fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
     if (fd < 0 && errno != EEXIST) break;
   }
@@ -56,6 +70,10 @@ st_status st__atomic_open(st__atomic_file *a, const char *path) {
   size_t cap = strlen(path) + 48; /* ".tmp." + pid + "." + 16 hex + NUL */
   a->path = path;
   a->f = NULL;
+  a->tmp = NULL;
+  struct stat sb; /* a device, FIFO or socket (or a link to one) is never replaced */
+  if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+    return st_error(ST_ERR_INVALID, "%s: exists and is not a regular file: not replaced", path);
   a->tmp = malloc(cap);
   if (!a->tmp) return st_error(ST_ERR_NOMEM, "%s: out of memory for the temp file name", path);
   int fd = create_temp(path, a->tmp, cap);
@@ -139,6 +157,136 @@ int st__fsync_parent_dir(const char *path) {
   return rc;
 }
 
+/* ---- stale temp files ---------------------------------------------------- */
+
+/* name is "<base>.tmp.<pid>.<16 hex>"; the pid in *pid. */
+static bool stale_name(const char *name, const char *base, long *pid) {
+  size_t n = strlen(base);
+  if (strncmp(name, base, n) != 0 || strncmp(name + n, ".tmp.", 5) != 0) return false;
+  const char *p = name + n + 5, *q = p;
+  while (*q >= '0' && *q <= '9') q++;
+  if (q == p || q - p > 10 || *q != '.') return false;
+  *pid = strtol(p, NULL, 10);
+  if (strlen(q + 1) != 16) return false;
+  for (const char *h = q + 1; *h; h++)
+    if (!((*h >= '0' && *h <= '9') || (*h >= 'a' && *h <= 'f'))) return false;
+  return true;
+}
+
+int st__clean_stale_temps(const char *path, time_t before) {
+  char *dir = strdup(path);
+  if (!dir) return 0;
+  char *slash = strrchr(dir, '/');
+  const char *base = slash ? path + (slash - dir) + 1 : path;
+  if (!slash) strcpy(dir, ".");
+  else if (slash == dir) slash[1] = '\0';
+  else *slash = '\0';
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), removed = 0;
+  free(dir);
+  int fd = dfd >= 0 ? dup(dfd) : -1;
+  DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+  if (!d && fd >= 0) close(fd);
+  for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
+    struct stat sb;
+    long pid = 0;
+    if (!stale_name(e->d_name, base, &pid) || pid == (long)getpid() ||
+        !(kill((pid_t)pid, 0) != 0 && errno == ESRCH))
+      continue; /* another name, or a process still alive that may be writing it */
+    if (fstatat(dfd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode) &&
+        sb.st_uid == geteuid() && sb.st_mtime < before && unlinkat(dfd, e->d_name, 0) == 0)
+      removed++;
+  }
+  if (d) closedir(d);
+  if (dfd >= 0) close(dfd);
+  return removed;
+}
+
+/* ---- directory locks ---------------------------------------------------- */
+
+/* The pid written in a held lock file (0 when unreadable). */
+static long lock_holder(int fd) {
+  char buf[32];
+  ssize_t k = pread(fd, buf, sizeof buf - 1, 0);
+  if (k <= 0) return 0;
+  buf[k] = 0;
+  return strtol(buf, NULL, 10);
+}
+
+/* One attempt on the lock file in dfd: ST_OK with the held fd in *out, or
+ * ST_OK with *again set when the file was removed or replaced between open
+ * and flock (by a holder releasing it), or an error. */
+static st_status lock_once(int dfd, const char *dir, int *out, int *again) {
+  struct stat sb, now;
+  *again = 0;
+  int fd = openat(dfd, ST__DIR_LOCK_NAME, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK,
+                  0644);
+  if (fd < 0)
+    return st_error(errno == ELOOP ? ST_ERR_INVALID : ST_ERR_IO,
+                    "%s/%s: cannot open the lock file: %s", dir, ST__DIR_LOCK_NAME,
+                    strerror(errno));
+  st_status s = ST_OK;
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
+    s = st_error(ST_ERR_INVALID, "%s/%s: not a regular file", dir, ST__DIR_LOCK_NAME);
+  else if (flock(fd, LOCK_EX | LOCK_NB) != 0)
+    s = errno == EWOULDBLOCK
+            ? st_error(ST_ERR_INVALID, "%s is in use by pid %ld (lock file %s/%s)", dir,
+                       lock_holder(fd), dir, ST__DIR_LOCK_NAME)
+            : st_error(ST_ERR_IO, "%s/%s: cannot lock: %s", dir, ST__DIR_LOCK_NAME,
+                       strerror(errno));
+  else if (fstatat(dfd, ST__DIR_LOCK_NAME, &now, AT_SYMLINK_NOFOLLOW) != 0 ||
+           now.st_ino != sb.st_ino || now.st_dev != sb.st_dev)
+    *again = 1; /* the previous holder removed it as we opened it */
+  if (s == ST_OK && !*again) {
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) == 0 && pwrite(fd, pid, (size_t)n, 0) == n) {
+      *out = fd;
+      return ST_OK;
+    }
+    s = st_error(ST_ERR_IO, "%s/%s: cannot write the pid: %s", dir, ST__DIR_LOCK_NAME,
+                 strerror(errno));
+  }
+  close(fd);
+  return s;
+}
+
+st_status st__dir_lock_acquire(st__dir_lock *l, const char *dir) {
+  ST_ASSERT(l && dir);
+  l->fd = -1;
+  l->created = mkdir(dir, 0777) == 0;
+  if (!l->created && errno != EEXIST)
+    return st_error(ST_ERR_IO, "%s: cannot create directory: %s", dir, strerror(errno));
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dfd < 0)
+    return st_error(errno == ELOOP || errno == ENOTDIR ? ST_ERR_INVALID : ST_ERR_IO,
+                    "%s: not a directory we can open: %s (a symbolic link is not followed)", dir,
+                    strerror(errno));
+  st_status s = ST_OK;
+  for (int i = 0, again = 1; i < 8 && again && s == ST_OK; i++)
+    s = lock_once(dfd, dir, &l->fd, &again);
+  if (s == ST_OK && l->fd < 0)
+    s = st_error(ST_ERR_IO, "%s/%s: replaced while locking", dir, ST__DIR_LOCK_NAME);
+  close(dfd);
+  if (s != ST_OK && l->created) rmdir(dir);
+  if (s != ST_OK) l->created = 0;
+  return s;
+}
+
+void st__dir_lock_release(st__dir_lock *l, const char *dir) {
+  if (!l || l->fd < 0) return;
+  struct stat sb, now;
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dfd >= 0 && fstat(l->fd, &sb) == 0 &&
+      fstatat(dfd, ST__DIR_LOCK_NAME, &now, AT_SYMLINK_NOFOLLOW) == 0 &&
+      now.st_ino == sb.st_ino && now.st_dev == sb.st_dev)
+    unlinkat(dfd, ST__DIR_LOCK_NAME, 0); /* before unlocking: a waiter then retries */
+  if (dfd >= 0) close(dfd);
+  close(l->fd);
+  if (l->created) rmdir(dir); /* only if empty */
+  l->fd = -1;
+  l->created = 0;
+}
+
 /* ---- reading a whole file ------------------------------------------------ */
 
 /* "16 MiB" when the limit is whole MiB, else "N bytes". */
@@ -164,16 +312,27 @@ static st_status read_fd(int fd, const char *path, char *buf, size_t want, size_
   return ST_OK;
 }
 
-/* Open path and check it is a regular file within the limit; its size in *size. */
-static st_status open_checked(const char *path, size_t max_bytes, int *fd, size_t *size) {
+st_status st__open_input(const char *path, int *fd, struct stat *sb) {
+  struct stat own;
+  if (!sb) sb = &own;
   *fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (*fd < 0) return st_error(ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  int fl = fcntl(*fd, F_GETFL);
+  if (fstat(*fd, sb) == 0 && S_ISREG(sb->st_mode) && fl >= 0 &&
+      fcntl(*fd, F_SETFL, fl & ~O_NONBLOCK) == 0)
+    return ST_OK;
+  close(*fd);
+  *fd = -1;
+  return st_error(ST_ERR_FORMAT, "%s: not a regular file", path);
+}
+
+/* Open path and check it is a regular file within the limit; its size in *size. */
+static st_status open_checked(const char *path, size_t max_bytes, int *fd, size_t *size) {
   struct stat sb;
   char lim[48];
-  st_status s = ST_OK;
-  if (fstat(*fd, &sb) != 0 || !S_ISREG(sb.st_mode))
-    s = st_error(ST_ERR_FORMAT, "%s: not a regular file", path);
-  else if ((uint64_t)sb.st_size > (uint64_t)max_bytes)
+  st_status s = st__open_input(path, fd, &sb);
+  if (s != ST_OK) return s;
+  if ((uint64_t)sb.st_size > (uint64_t)max_bytes)
     s = st_error(ST_ERR_FORMAT, "%s: file is %lld bytes, more than the %s limit", path,
                  (long long)sb.st_size, limit_text(max_bytes, lim, sizeof lim));
   if (s != ST_OK) {

@@ -6,12 +6,17 @@
 #define STRATA_BASE_FILEIO_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include "strata/base.h"
 
 /* A file being replaced atomically. st__atomic_open creates the temp file
- * "<path>.tmp.<pid>.<16 random hex digits>" beside path with
+ * "<path>.tmp.<pid>.<16 random hex digits>" beside path (or, when path's
+ * last component is too long to take that suffix within NAME_MAX,
+ * ".st-tmp-<16 random hex digits>" in the same directory) with
  * O_CREAT|O_EXCL|O_NOFOLLOW (so a name planted in advance, a symlink
  * included, is never written through; up to 16 names are tried) and mode
  * 0666 less the umask, as fopen would. The caller writes into f (or into
@@ -23,7 +28,9 @@ typedef struct st__atomic_file {
   char *tmp;        /* the temp file's path (owned) */
 } st__atomic_file;
 
-/* Create the temp file for path. ST_ERR_IO "<path>: cannot create <tmp>:
+/* Create the temp file for path. ST_ERR_INVALID "<path>: exists and is not
+ * a regular file: not replaced" (a device node, FIFO, socket, directory, or a
+ * link to one); ST_ERR_IO "<path>: cannot create <tmp>:
  * <reason>" or ST_ERR_NOMEM; on failure nothing is left to release. */
 st_status st__atomic_open(st__atomic_file *a, const char *path);
 
@@ -45,6 +52,14 @@ void st__atomic_abort(st__atomic_file *a);
  * file and the reason). */
 st_status st__atomic_write(const char *path, int (*fill)(FILE *f, void *ctx), void *ctx);
 
+/* Open the input file at path for reading without ever blocking in open()
+ * (O_NONBLOCK, then cleared), and require a regular file: a FIFO, device or
+ * socket is refused. The fd (O_CLOEXEC) in *fd, its stat in *sb (may be
+ * NULL). ST_ERR_IO "<path>: cannot open: <reason>" (the real reason:
+ * "Permission denied" is not "not found"); ST_ERR_FORMAT "<path>: not a
+ * regular file". On failure *fd is -1. */
+st_status st__open_input(const char *path, int *fd, struct stat *sb);
+
 /* Read the regular file at path into *buf (malloc'd, NUL-terminated one byte
  * past *len, so text users can treat it as a string; caller frees), at most
  * max_bytes bytes. Errors name the path: ST_ERR_IO "cannot open: <reason>" or
@@ -53,6 +68,40 @@ st_status st__atomic_write(const char *path, int (*fill)(FILE *f, void *ctx), vo
  * read"; ST_ERR_NOMEM. On failure *buf is NULL. Opened O_NONBLOCK, so a FIFO
  * put in the way does not block. */
 st_status st__read_all(const char *path, size_t max_bytes, char **buf, size_t *len);
+
+/* Remove temp files of path left by an earlier process killed while writing
+ * it (kill -9 during a save): only entries named exactly
+ * "<name>.tmp.<pid>.<16 hex>" beside path, whose pid is not this process and
+ * no longer alive, that are regular files owned by the effective user and
+ * last modified before `before` (the run's start); never through a link
+ * (fstatat AT_SYMLINK_NOFOLLOW, unlinkat on the opened directory). Returns
+ * how many were removed. Any thread. */
+int st__clean_stale_temps(const char *path, time_t before);
+
+/* A run's exclusive hold on a backup or checkpoint directory: the file
+ * "<dir>/.lock" (ST__DIR_LOCK_NAME), created O_NOFOLLOW, flock'ed
+ * LOCK_EX|LOCK_NB for as long as the run holds it, the holder's pid written
+ * in it. */
+#define ST__DIR_LOCK_NAME ".lock"
+typedef struct st__dir_lock {
+  int fd;       /* the locked file; -1 when nothing is held */
+  int created;  /* 1 when acquiring created dir (removed again on release if empty) */
+} st__dir_lock;
+
+/* Take the lock of dir, creating dir (one level) when missing. dir itself
+ * must be a directory, not a symlink. ST_ERR_INVALID "<dir> is in use by pid
+ * N (lock file <dir>/.lock)" when another process holds it (fails at once,
+ * never waits), "<dir>: not a directory (a symbolic link is not followed)",
+ * "<dir>/.lock: not a regular file"; ST_ERR_IO with the reason otherwise. On
+ * failure l->fd is -1 and nothing is left behind. Any thread. */
+st_status st__dir_lock_acquire(st__dir_lock *l, const char *dir);
+/* Release: remove the lock file if it is still ours, then dir if acquiring
+ * created it and it is empty. Accepts a lock never taken (fd -1). */
+void st__dir_lock_release(st__dir_lock *l, const char *dir);
+
+/* 64 unpredictable bits for temp names: getrandom, or (where the kernel's
+ * generator is not ready) the clock mixed with a counter. Any thread. */
+uint64_t st__random_u64(void);
 
 /* fsync the directory holding path so a rename into it is durable; 0 or -1
  * with errno set. */

@@ -38,28 +38,67 @@ const char *st_status_string(st_status s) {
   return k_status_names[s];
 }
 
-/* Format into a local buffer first: the arguments may point into g_err
- * (e.g. st_error(s, "%s", st_last_error())). */
+/* Keep text (n bytes) as this thread's message. One longer than the buffer
+ * is elided in the middle ("head ... tail"), at UTF-8 character boundaries:
+ * long paths come first and the reason last, so the reason is never cut. */
+static void store(const char *text, size_t n) {
+  if (n < ERR_MAX) {
+    memcpy(g_err, text, n + 1);
+    return;
+  }
+  static const char mark[] = " ... ";
+  size_t head = (ERR_MAX - sizeof mark) / 2, tail = ERR_MAX - sizeof mark - head;
+  while (head > 0 && ((unsigned char)text[head] & 0xC0) == 0x80) head--;
+  size_t from = n - tail;
+  while (from < n && ((unsigned char)text[from] & 0xC0) == 0x80) from++;
+  memmove(g_err, text, head); /* text may be g_err itself */
+  memcpy(g_err + head, mark, sizeof mark - 1);
+  memmove(g_err + head + sizeof mark - 1, text + from, n - from);
+  g_err[head + sizeof mark - 1 + (n - from)] = '\0';
+}
+
+/* vsnprintf into a buffer big enough for the whole text (heap when it is
+ * long), append then (an earlier message, or NULL), and store it; the arguments may point into g_err
+ * (e.g. st_error(s, "%s", st_last_error())), so g_err is written last. */
+static void format_store(const char *then, const char *fmt, va_list ap) {
+  char local[ERR_MAX * 2], *buf = local;
+  size_t cap = sizeof local;
+  va_list again;
+  va_copy(again, ap);
+  int n = vsnprintf(buf, cap, fmt, ap);
+  if (n < 0) n = 0;
+  size_t extra = then ? strlen(then) : 0;
+  if ((size_t)n + extra >= cap) {
+    char *big = malloc((size_t)n + extra + 1);
+    if (big) {
+      buf = big, cap = (size_t)n + extra + 1;
+      vsnprintf(buf, cap, fmt, again);
+    } else {
+      n = (int)cap - 1; /* out of memory: cut (the best we can do) */
+      extra = 0;
+    }
+  }
+  va_end(again);
+  if (extra) memcpy(buf + n, then, extra + 1);
+  store(buf, (size_t)n + extra);
+  if (buf != local) free(buf);
+}
+
 st_status st_error(st_status s, const char *fmt, ...) {
-  char tmp[ERR_MAX];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(tmp, sizeof tmp, fmt, ap);
+  format_store(NULL, fmt, ap);
   va_end(ap);
-  memcpy(g_err, tmp, sizeof tmp);
   return s;
 }
 
 st_status st_error_prefix(st_status s, const char *fmt, ...) {
-  char tmp[ERR_MAX];
+  char old[ERR_MAX];
+  memcpy(old, g_err, sizeof old); /* the message the prefix goes before */
   va_list ap;
   va_start(ap, fmt);
-  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+  format_store(old, fmt, ap);
   va_end(ap);
-  if (n < 0) n = 0;
-  if ((size_t)n < sizeof tmp - 1)
-    snprintf(tmp + n, sizeof tmp - (size_t)n, "%s", g_err);
-  memcpy(g_err, tmp, sizeof tmp);
   return s;
 }
 

@@ -74,13 +74,10 @@ static void store_be32(unsigned char *p, uint32_t v) {
 static st_status rd_open(idx_reader *r, const char *path) {
   memset(r, 0, sizeof *r);
   r->path = path;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return st_error(ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  int fd = -1;
   struct stat sb;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    close(fd);
-    return st_error(ST_ERR_IO, "%s: not a regular file", path);
-  }
+  st_status s = st__open_input(path, &fd, &sb); /* never blocks on a FIFO */
+  if (s != ST_OK) return s;
   r->file_size = (uint64_t)sb.st_size;
   r->gz = gzdopen(fd, "rb");
   if (!r->gz) {
@@ -418,13 +415,13 @@ static st_status mnist_read(const char *dir, const char *name, const st_idx_opti
   int n = snprintf(path, cap, "%s/%s", dir, name);
   if (n < 0 || (size_t)n + 4 > cap)
     return st_error(ST_ERR_INVALID, "%s/%s: path too long", dir, name);
-  if (stat(path, &sb) != 0) {
+  if (stat(path, &sb) != 0 && errno == ENOENT) {
     strcat(path, ".gz");
-    if (stat(path, &sb) != 0) {
+    if (stat(path, &sb) != 0 && errno == ENOENT) {
       path[n] = '\0';
       return st_error(ST_ERR_IO, "%s: not found (also tried %s.gz)", path, path);
     }
-  }
+  } /* another reason (Permission denied) is reported by the open as it is */
   return st_idx_read_ex(path, o, t);
 }
 

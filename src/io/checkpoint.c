@@ -76,8 +76,14 @@ static json_t *crc_map(const st_named_tensor *ts, int n) {
 }
 
 st_status st__ckpt_file_crc(const char *path, uint32_t *crc) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return st_error(ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  int fd = -1;
+  st_status s = st__open_input(path, &fd, NULL);
+  if (s != ST_OK) return s;
+  FILE *f = fdopen(fd, "rb");
+  if (!f) {
+    close(fd);
+    return st_error(ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  }
   char buf[1 << 16];
   *crc = 0;
   for (size_t n; (n = fread(buf, 1, sizeof buf, f)) > 0;) *crc = st_crc32c(*crc, buf, n);
@@ -189,6 +195,20 @@ static st_status write_files(st_model *m, const char *tmp, json_t *state) {
   return s;
 }
 
+/* Create the temp directory "<dir>/.tmp-<name>-<16 random hex>" (mkdir is
+ * exclusive, so a name planted in advance is never used; up to 16 tried). */
+static st_status make_temp_dir(const char *dir, const char *name, char *tmpname, size_t tn,
+                               char *tmp, size_t n) {
+  for (int i = 0; i < 16; i++) {
+    snprintf(tmpname, tn, ".tmp-%s-%016llx", name, (unsigned long long)st__random_u64());
+    if ((size_t)snprintf(tmp, n, "%s/%s", dir, tmpname) >= n)
+      return st_error(ST_ERR_INVALID, "%s: path too long", dir);
+    if (mkdir(tmp, 0777) == 0) return ST_OK;
+    if (errno != EEXIST) break;
+  }
+  return st_error(ST_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+}
+
 st_status st_checkpoint_save(st_model *m, const char *dir, const st_checkpoint_options *o) {
   return st__checkpoint_save_at(m, dir, o, st__model_position(m));
 }
@@ -201,13 +221,10 @@ st_status st__checkpoint_save_at(st_model *m, const char *dir, const st_checkpoi
   if (s != ST_OK) return s;
   m->strategy->vt->sync_to_model(m->strategy, &m->net);
   long seq = st__ckpt_next_seq(dir);
-  char name[32], tmp[4096], dst[4096];
+  char name[32], tmpname[64], tmp[4096], dst[4096];
   snprintf(name, sizeof name, "ckpt-%06ld", seq);
-  snprintf(tmp, sizeof tmp, "%s/.tmp-%s-%d", dir, name, (int)getpid());
   snprintf(dst, sizeof dst, "%s/%s", dir, name);
-  st__remove_tree(tmp); /* left by an interrupted save of this process */
-  if (mkdir(tmp, 0777) != 0)
-    return st_error(ST_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+  if ((s = make_temp_dir(dir, name, tmpname, sizeof tmpname, tmp, sizeof tmp)) != ST_OK) return s;
   json_t *state = state_json(m, pos);
   s = state ? write_files(m, tmp, state) : st_error(ST_ERR_NOMEM, "checkpoint: out of memory");
   json_decref(state);
@@ -216,7 +233,7 @@ st_status st__checkpoint_save_at(st_model *m, const char *dir, const st_checkpoi
   if (s == ST_OK && rename(tmp, dst) != 0)
     s = st_error(ST_ERR_IO, "%s: cannot rename to %s: %s", tmp, dst, strerror(errno));
   if (s != ST_OK) {
-    st__remove_tree(tmp);
+    st__ckpt_remove(dir, tmpname);
     return s;
   }
   if ((s = st__fsync_path(dir)) != ST_OK || (s = st__ckpt_write_latest(dir, name)) != ST_OK)

@@ -5,6 +5,7 @@
  * checkpoint.c. */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <stdbool.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -50,67 +51,135 @@ long st__ckpt_seq(const char *name) {
   return strtol(name + 5, NULL, 10);
 }
 
-/* Sequence numbers of the ckpt-* directories in dir, ascending. */
-static int list_ckpts(const char *dir, long *seqs, int cap) {
+static int cmp_long(const void *a, const void *b) {
+  long x = *(const long *)a, y = *(const long *)b;
+  return (x > y) - (x < y);
+}
+
+/* Sequence numbers of every ckpt-* entry in dir, ascending: a full scan, no
+ * limit on their number. *seqs is malloc'd (caller frees; NULL for none). */
+static long list_ckpts(const char *dir, long **seqs) {
+  long n = 0, cap = 0;
+  *seqs = NULL;
   DIR *d = opendir(dir);
-  int n = 0;
   if (!d) return 0;
   for (struct dirent *e; (e = readdir(d)) != NULL;) {
     long s = st__ckpt_seq(e->d_name);
-    if (s >= 0 && n < cap) seqs[n++] = s;
+    if (s < 0) continue;
+    if (n == cap) {
+      long *g = realloc(*seqs, (size_t)(cap = cap ? 2 * cap : 64) * sizeof *g);
+      if (!g) break; /* keep what we have: pruning is best effort */
+      *seqs = g;
+    }
+    (*seqs)[n++] = s;
   }
   closedir(d);
-  for (int i = 1; i < n; i++) /* insertion sort: a handful of entries */
-    for (int j = i; j > 0 && seqs[j - 1] > seqs[j]; j--) {
-      long t = seqs[j];
-      seqs[j] = seqs[j - 1];
-      seqs[j - 1] = t;
-    }
+  if (n) qsort(*seqs, (size_t)n, sizeof **seqs, cmp_long);
   return n;
 }
 
 long st__ckpt_next_seq(const char *dir) {
-  long seqs[1024];
-  int n = list_ckpts(dir, seqs, 1024);
-  return n ? seqs[n - 1] + 1 : 1;
+  long next = 1;
+  DIR *d = opendir(dir);
+  if (!d) return next;
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    long s = st__ckpt_seq(e->d_name);
+    if (s >= next) next = s + 1;
+  }
+  closedir(d);
+  return next;
 }
 
-/* rm -r of a directory Strata wrote (files one level deep). */
-void st__remove_tree(const char *path) {
-  DIR *d = opendir(path);
-  if (d) {
-    for (struct dirent *e; (e = readdir(d)) != NULL;) {
-      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-      char f[4096];
-      snprintf(f, sizeof f, "%s/%s", path, e->d_name);
-      unlink(f);
-    }
-    closedir(d);
+/* ---- removal: never through a link, only what Strata created ------------- */
+
+/* name in dirfd, not followed, is of type (S_IFDIR, S_IFREG) and owned by
+ * this process's effective user; its stat in *sb. */
+static bool ours(int dirfd, const char *name, mode_t type, struct stat *sb) {
+  return fstatat(dirfd, name, sb, AT_SYMLINK_NOFOLLOW) == 0 && (sb->st_mode & S_IFMT) == type &&
+         sb->st_uid == geteuid();
+}
+
+/* The files a checkpoint holds, and their temporaries ("<file>.tmp.*"). */
+static bool ckpt_file_name(const char *name) {
+  static const char *const files[] = {"weights.safetensors", "optimizer.safetensors",
+                                      "state.json"};
+  for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+    size_t n = strlen(files[i]);
+    if (!strncmp(name, files[i], n) && (!name[n] || !strncmp(name + n, ".tmp.", 5))) return true;
   }
-  rmdir(path);
+  return false;
+}
+
+/* Remove the checkpoint directory name in dirfd: only a real directory owned
+ * by us (a planted symlink or someone else's entry is left alone), opened
+ * without following links and checked to be the one stat'ed; inside it only
+ * our own regular files; then the directory, if that emptied it. */
+static void remove_ckpt_at(int dirfd, const char *name) {
+  struct stat sb, in, fs;
+  if (!ours(dirfd, name, S_IFDIR, &sb)) return;
+  int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return;
+  DIR *d = NULL;
+  if (fstat(fd, &in) != 0 || in.st_dev != sb.st_dev || in.st_ino != sb.st_ino ||
+      !(d = fdopendir(fd))) {
+    close(fd); /* swapped under us */
+    return;
+  }
+  for (struct dirent *e; (e = readdir(d)) != NULL;)
+    if (ckpt_file_name(e->d_name) && ours(fd, e->d_name, S_IFREG, &fs)) unlinkat(fd, e->d_name, 0);
+  closedir(d); /* closes fd */
+  unlinkat(dirfd, name, AT_REMOVEDIR);
+}
+
+/* The directory dir itself, not followed if it is a link; -1 if not. */
+static int open_dir(const char *dir) {
+  return open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+}
+
+void st__ckpt_remove(const char *dir, const char *name) {
+  int fd = open_dir(dir);
+  if (fd < 0) return;
+  remove_ckpt_at(fd, name);
+  close(fd);
+}
+
+/* Unlink name in dirfd if it is our own regular file. */
+static void remove_file_at(int dirfd, const char *name) {
+  struct stat sb;
+  if (ours(dirfd, name, S_IFREG, &sb)) unlinkat(dirfd, name, 0);
+}
+
+/* Temporaries of interrupted saves: ".tmp-ckpt-*" directories and
+ * "latest.tmp.*" files. */
+static void prune_temps(int dirfd) {
+  int fd = dup(dirfd);
+  DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+  if (!d) {
+    if (fd >= 0) close(fd);
+    return;
+  }
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    if (!strncmp(e->d_name, ".tmp-ckpt-", 10))
+      remove_ckpt_at(dirfd, e->d_name);
+    else if (!strncmp(e->d_name, "latest.tmp.", 11))
+      remove_file_at(dirfd, e->d_name);
+  }
+  closedir(d);
 }
 
 void st__ckpt_prune(const char *dir, int keep, long current) {
-  long seqs[1024];
-  int n = list_ckpts(dir, seqs, 1024);
-  for (int i = 0; keep > 0 && i < n - keep; i++) {
+  int dirfd = open_dir(dir);
+  if (dirfd < 0) return;
+  long *seqs = NULL, n = list_ckpts(dir, &seqs);
+  for (long i = 0; keep > 0 && i < n - keep; i++) {
     if (seqs[i] == current) continue;
-    char p[4096];
-    snprintf(p, sizeof p, "%s/ckpt-%06ld", dir, seqs[i]);
-    st__remove_tree(p);
+    char name[32];
+    snprintf(name, sizeof name, "ckpt-%06ld", seqs[i]);
+    remove_ckpt_at(dirfd, name);
   }
-  DIR *d = opendir(dir); /* temporaries of interrupted saves */
-  if (!d) return;
-  for (struct dirent *e; (e = readdir(d)) != NULL;)
-    if (!strncmp(e->d_name, ".tmp-ckpt-", 10) || !strncmp(e->d_name, "latest.tmp", 10)) {
-      char p[4096];
-      snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-      if (e->d_name[0] == '.')
-        st__remove_tree(p);
-      else
-        unlink(p);
-    }
-  closedir(d);
+  free(seqs);
+  prune_temps(dirfd);
+  close(dirfd);
 }
 
 st_status st__ckpt_write_latest(const char *dir, const char *name) {
@@ -143,15 +212,18 @@ st_status st_checkpoint_latest(const char *dir, char *out, size_t n) {
 }
 
 void st__checkpoint_remove_all(const char *dir) {
-  long seqs[1024];
-  int n = list_ckpts(dir, seqs, 1024);
-  char p[4096];
-  snprintf(p, sizeof p, "%s/latest", dir);
-  unlink(p);
-  for (int i = 0; i < n; i++) {
-    snprintf(p, sizeof p, "%s/ckpt-%06ld", dir, seqs[i]);
-    st__remove_tree(p);
+  int dirfd = open_dir(dir);
+  if (dirfd < 0) return;
+  long *seqs = NULL, n = list_ckpts(dir, &seqs);
+  remove_file_at(dirfd, "latest");
+  for (long i = 0; i < n; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "ckpt-%06ld", seqs[i]);
+    remove_ckpt_at(dirfd, name);
   }
-  st__ckpt_prune(dir, 1, -1); /* temporaries */
-  rmdir(dir);                 /* only if empty */
+  free(seqs);
+  prune_temps(dirfd);
+  remove_file_at(dirfd, ST__DIR_LOCK_NAME); /* the run's lock (st__dir_lock), if any */
+  close(dirfd);
+  rmdir(dir); /* only if empty; never follows a link */
 }

@@ -418,7 +418,7 @@ static st_status load_tensors(int fd, const char *path, const entry *e, size_t n
 st_status st__safetensors_read(const char *path, st_safetensors *out) {
   ST_ASSERT(path && out);
   memset(out, 0, sizeof *out);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block */
   if (fd < 0) return st_error(ST_ERR_IO, "%s: %s", path, strerror(errno));
   struct stat sb;
   st_status s = ST_OK;
@@ -433,6 +433,11 @@ st_status st__safetensors_read(const char *path, st_safetensors *out) {
   }
   if (!S_ISREG(sb.st_mode)) {
     s = st_error(ST_ERR_FORMAT, "%s: not a regular file", path);
+    goto done;
+  }
+  int fl = fcntl(fd, F_GETFL); /* a regular file: back to blocking reads */
+  if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+    s = st_error(ST_ERR_IO, "%s: fcntl: %s", path, strerror(errno));
     goto done;
   }
   uint64_t size = (uint64_t)sb.st_size;

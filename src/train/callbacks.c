@@ -75,8 +75,13 @@ static st_status csv_write_file(const csv_logger *c) {
 /* Keep the rows of epochs before `epoch` from an existing file with our
  * header (a fit resumed by BackupAndRestore); anything else is replaced. */
 static st_status csv_load_previous(csv_logger *c, int epoch) {
-  FILE *f = fopen(c->path, "rb");
-  if (!f) return ST_OK;
+  int fd = -1;
+  if (st__open_input(c->path, &fd, NULL) != ST_OK) return ST_OK; /* never blocks on a FIFO */
+  FILE *f = fdopen(fd, "rb");
+  if (!f) {
+    close(fd);
+    return ST_OK;
+  }
   char line[512];
   st_status s = ST_OK;
   if (fgets(line, sizeof line, f) && strcmp(line, csv_header) == 0)
