@@ -133,6 +133,15 @@ expect "--log-every 4294967297: exit 2" 2 "--log-every: '4294967297' is not an i
   "${T[@]}" --log-dir tb --log-every 4294967297
 expect "plot -o '': exit 2 with a message" 2 "-o: the output file name is empty" -- "$cli" plot r.json -o ""
 
+# ---- a long --model path keeps the SVG title whole (valid XML) -------------------
+long=$(printf 'd%.0s' $(seq 1 120)); mkdir -p "$long/$long/$long/$long"
+mpath="$long/$long/$long/$long/model_with_a_long_name_é.json"
+cp "$STRATA_SOURCE_DIR/tests/keras/mlp_keras2.json" "$mpath"
+expect "a ${#mpath}-byte --model path with --plot: exit 0" 0 "" -- \
+  "$cli" train --model "$mpath" --data good --quiet --plot long.svg
+check "... the SVG parses as XML and its title holds the whole path" \
+  "$py -c 'import sys,xml.etree.ElementTree as E; t=E.parse(\"long.svg\").getroot().find(\"{http://www.w3.org/2000/svg}title\"); sys.exit(0 if t is not None and sys.argv[1] in t.text else 1)' \"\$mpath\""
+
 # ---- temp files left by a kill -9: cleaned only when exactly ours -----------
 stale=w.st.tmp.4194303.0123456789abcdef
 echo stale >"$stale"; touch -d '1 hour ago' "$stale"

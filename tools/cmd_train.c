@@ -377,7 +377,7 @@ static int run_train(const train_cfg *c) {
     if (s == ST_ERR_IO) fprintf(stderr, "strata train: %s\n", st_last_error());
     goto done;
   }
-  char title[512];
+  char title[PATH_MAX + 64]; /* the whole --model path (512 bytes cut it mid-UTF-8) */
   snprintf(title, sizeof title, "%s \u2014 %s", c->model, st_strategy_kind_name(c->strategy));
   if ((s = st_model_evaluate(model, d.test, &test)) != ST_OK) goto fail;
   if (!chief) goto done; /* the chief reports and writes */
