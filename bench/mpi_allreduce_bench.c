@@ -8,7 +8,7 @@
  * Run:
  *   mpirun --oversubscribe -np 2 /tmp/mpi_allreduce_bench [trials=7] [fused_mib=4]
  *
- * Per size S (4 KiB .. 64 MiB by x4): 3 warm-up ops, then `trials` trials of
+ * Per size S (4 KiB .. 256 MiB by x4): 3 warm-up ops, then `trials` trials of
  * `iters` back-to-back in-place float SUM all-reduces (iters: a trial moves
  * >= ~128 MiB, 3..1000 ops); time per op = max over ranks; median over
  * trials. algbw = S / t; busbw = algbw * 2(n-1)/n (GB/s = 1e9 B/s).
@@ -98,7 +98,7 @@ int main(int argc, char **argv) {
              {"MPI_Allreduce", mpi_op},
              {"fused: strata packs", strata_fused},
              {"fused: MPI per tensor", mpi_per_tensor}};
-  for (size_t bytes = 4096; bytes <= (64u << 20); bytes *= 4) {
+  for (size_t bytes = 4096; bytes <= (256u << 20); bytes *= 4) {
     size_t n = bytes / sizeof(float);
     float *buf = malloc(bytes);
     for (size_t i = 0; i < n; i++) buf[i] = (float)(i % 7) * 0.001f;

@@ -24,7 +24,7 @@ static float reference_sum(int size, size_t i, st_reduce_op op) {
 
 static void test_process_ops(st_collective *c) {
   int me = c->self, size = c->size;
-  size_t sizes[] = {0, 1, 2, 5, 1000, 4099, 100003};
+  size_t sizes[] = {0, 1, 2, 5, 1000, 4099, 98305, 100003, 491527};
   for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++)
     for (int op = 0; op < ST_REDUCE_COUNT; op++) {
       size_t n = sizes[k];
