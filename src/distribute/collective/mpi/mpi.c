@@ -9,13 +9,12 @@
  * its reduced chunk to every rank. Each rank sends and receives 2 (size-1)/size
  * of the buffer, as a ring does, in two rounds of messages instead of
  * 2 (size-1) steps; for the few workers of a data-parallel job that is fewer
- * latencies (and up to FULL_EXCHANGE_MAX_BYTES, one round: every rank sums
- * every rank's whole buffer in rank order itself). Large chunks are cut into
- * segments of SEG_FLOATS and pipelined: up to WINDOW segments are in flight,
- * and while the next ones arrive, the current one is summed (from cache: a
- * segment is small) and its all-gather sent, so transfer, summing and
- * all-gather overlap; a chunk of one segment is the plain two-round exchange.
- * Every element is summed in rank order however the buffer is cut. broadcast, all_gather and reduce_scatter are the
+ * latencies. Large chunks are cut into segments of SEG_FLOATS and pipelined:
+ * up to WINDOW segments are in flight, and while the next ones arrive, the
+ * current one is summed (from cache: a segment is small) and its all-gather
+ * sent, so transfer, summing and all-gather overlap; a chunk of one segment is
+ * the plain two-round exchange. The summation order (rank order) does not
+ * depend on the segmenting. broadcast, all_gather and reduce_scatter are the
  * same direct exchanges, unsegmented.
  *
  * Every wait polls its requests (MPI_Testsome) against a deadline, so a peer
@@ -139,13 +138,6 @@ typedef struct mpi_coll {
  * flight. Request slots: segment k's reduce-scatter messages (2 (size-1)) in
  * group 2 (k % WINDOW), its all-gather messages in group 2 (k % WINDOW) + 1. */
 enum { SEG_FLOATS = 32768, WINDOW = 4 };
-/* Up to this many bytes the all-reduce is one round: every rank gets every
- * other rank's whole buffer and sums it in rank order itself (the same
- * additions on every rank, so the same bits), instead of reduce-scatter +
- * all-gather: one latency instead of two, for (size-1) x the bytes instead of
- * 2 (size-1)/size x (the same with 2 ranks). Above it, summing the whole
- * buffer on every rank costs more than the round it saves (measured). */
-enum { FULL_EXCHANGE_MAX_BYTES = 256 << 10 };
 #define REQ_SLOTS(size) (2 * WINDOW * 2 * (size))
 
 static const char *g_op_names[] = {"all-reduce", "broadcast", "all-gather", "reduce-scatter",
@@ -351,13 +343,11 @@ static void sum_in_rank_order(float *out, const float *const *src, int size, siz
 }
 
 /* One all-reduce's layout: chunk j of the buffer is [lo[j], lo[j] + len[j]),
- * cut into segments of SEG_FLOATS; in a full exchange every chunk is the
- * whole buffer and there is no all-gather. */
+ * cut into segments of SEG_FLOATS. */
 typedef struct ar_plan {
   float *buf;
   size_t lo[ST_MAX_WORKERS], len[ST_MAX_WORKERS];
   int me, size, tag_rs, tag_ag;
-  bool full;
 } ar_plan;
 
 /* Segment k of chunk j: *off (from the chunk's start) and its length (0: none). */
@@ -419,10 +409,9 @@ static st_status mpi_all_reduce(st_collective *cc, int rank, float *buf, size_t 
   ar_plan p = {.buf = buf, .me = c->base.self, .size = size, .tag_rs = tag_of(c, 0),
                .tag_ag = tag_of(c, 1)};
   size_t segs = 0;
-  p.full = n * sizeof(float) <= FULL_EXCHANGE_MAX_BYTES;
   for (int j = 0; j < size; j++) {
-    int start = 0, count = (int)n;
-    if (!p.full) st__split((int)n, size, j, &start, &count);
+    int start, count;
+    st__split((int)n, size, j, &start, &count);
     p.lo[j] = (size_t)start;
     p.len[j] = (size_t)count;
     size_t sj = (p.len[j] + SEG_FLOATS - 1) / SEG_FLOATS;
@@ -435,11 +424,10 @@ static st_status mpi_all_reduce(st_collective *cc, int rank, float *buf, size_t 
     if (k + WINDOW - 1 < segs) post_rs(c, &p, k + WINDOW - 1);
     if ((s = wait_group(c, &p, k, 0)) != ST_OK) return s;
     reduce_segment(c, &p, k, op);
-    if (p.full) continue;
     if (k >= WINDOW && (s = wait_group(c, &p, k - WINDOW, 1)) != ST_OK) return s;
     post_ag(c, &p, k);
   }
-  for (size_t k = segs > WINDOW ? segs - WINDOW : 0; k < segs && !p.full; k++)
+  for (size_t k = segs > WINDOW ? segs - WINDOW : 0; k < segs; k++)
     if ((s = wait_group(c, &p, k, 1)) != ST_OK) return s;
   return ST_OK;
 }
