@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
 # Install the Debian packages Strata needs to build and test, if any are missing.
-#   scripts/deps.sh          build + test: compiler, CMake, OpenBLAS, zlib, jansson, Fashion-MNIST
+#   scripts/deps.sh          build + test: compiler, CMake, OpenBLAS, zlib, jansson,
+#                            Fashion-MNIST, OpenMPI (openmpi-bin, libopenmpi-dev)
 #   scripts/deps.sh --bench  also the PyTorch peer (python3-torch, python3-numpy)
-#   scripts/deps.sh --mpi    also OpenMPI (openmpi-bin, libopenmpi-dev)
-#   scripts/deps.sh --test   what `make test` uses: OpenMPI and valgrind
+#   scripts/deps.sh --mpi    the same as no option (OpenMPI is always installed now)
+#   scripts/deps.sh --test   what `make test` uses: also valgrind
 # Quiet when nothing is missing. Installs as root, or through `sudo -n` when that
 # works without a password; otherwise prints the exact command and exits 1.
 set -euo pipefail
 
-pkgs=(cmake make gcc pkg-config libopenblas-dev zlib1g-dev libjansson-dev dataset-fashion-mnist)
+# OpenMPI is part of the default build so that multi_worker_mirrored is always
+# there (CMake builds without it, saying why, when its headers are missing).
+pkgs=(cmake make gcc pkg-config libopenblas-dev zlib1g-dev libjansson-dev dataset-fashion-mnist
+      openmpi-bin libopenmpi-dev)
 for arg in "$@"; do
   case "$arg" in
     --bench) pkgs+=(python3-torch python3-numpy) ;;
-    --mpi) pkgs+=(openmpi-bin libopenmpi-dev) ;;
-    --test) pkgs+=(openmpi-bin libopenmpi-dev valgrind) ;;
-    -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --mpi) ;;
+    --test) pkgs+=(valgrind) ;;
+    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "deps.sh: unknown argument '$arg' (expected --bench, --mpi or --test)" >&2; exit 2 ;;
   esac
 done

@@ -1,6 +1,8 @@
 /* The MPI and hierarchical transports against a plain rank-order reference:
  * all_reduce (SUM, MEAN; sizes 0, 1, fewer elements than ranks, odd sizes,
- * several chunks), broadcast from every root, all_gather, reduce_scatter,
+ * several chunks; chunks of one and two pipeline segments, 98305 = 3 x 32768 + 1
+ * floats, and of more segments than are in flight, 491527), broadcast from
+ * every root, all_gather, reduce_scatter,
  * barrier; results bit-identical to the reference on every rank. Run by CTest
  * directly, it starts itself under `mpirun -np 3`; skips (77) when mpirun is
  * missing or Strata was built without MPI. */
@@ -24,7 +26,7 @@ static float reference_sum(int size, size_t i, st_reduce_op op) {
 
 static void test_process_ops(st_collective *c) {
   int me = c->self, size = c->size;
-  size_t sizes[] = {0, 1, 2, 5, 1000, 4099, 100003};
+  size_t sizes[] = {0, 1, 2, 5, 1000, 4099, 98305, 100003, 491527};
   for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++)
     for (int op = 0; op < ST_REDUCE_COUNT; op++) {
       size_t n = sizes[k];

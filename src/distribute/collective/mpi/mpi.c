@@ -9,8 +9,13 @@
  * its reduced chunk to every rank. Each rank sends and receives 2 (size-1)/size
  * of the buffer, as a ring does, in two rounds of messages instead of
  * 2 (size-1) steps; for the few workers of a data-parallel job that is fewer
- * latencies. broadcast, all_gather and reduce_scatter are the same direct
- * exchanges.
+ * latencies. Large chunks are cut into segments of SEG_FLOATS and pipelined:
+ * up to WINDOW segments are in flight, and while the next ones arrive, the
+ * current one is summed (from cache: a segment is small) and its all-gather
+ * sent, so transfer, summing and all-gather overlap; a chunk of one segment is
+ * the plain two-round exchange. The summation order (rank order) does not
+ * depend on the segmenting. broadcast, all_gather and reduce_scatter are the
+ * same direct exchanges, unsegmented.
  *
  * Every wait polls its requests (MPI_Testsome) against a deadline, so a peer
  * that died or stalls becomes ST_ERR_TIMEOUT naming the rank whose message is
@@ -121,12 +126,19 @@ typedef struct mpi_coll {
   bool left;              /* st__collective_mpi_leave was called */
   leave_msg leave;        /* what it sent (sends need a live buffer) */
   peer_left *peers;       /* [size]: LEAVE messages received */
-  float *tmp;             /* [size * chunk] receive scratch */
+  float *tmp;             /* receive scratch */
   size_t tmp_cap;         /* floats */
-  MPI_Request *req;       /* [2 * size] */
-  int *peer;              /* [2 * size]: the rank each request waits for */
-  int *done_idx;          /* [2 * size] */
+  int nreq;               /* request slots: REQ_SLOTS(size) */
+  MPI_Request *req;       /* [nreq], MPI_REQUEST_NULL when not in use */
+  int *peer;              /* [nreq]: the rank each request waits for */
+  int *done_idx;          /* [nreq] */
 } mpi_coll;
+
+/* Pipelined all-reduce: segments of SEG_FLOATS (128 KiB), WINDOW of them in
+ * flight. Request slots: segment k's reduce-scatter messages (2 (size-1)) in
+ * group 2 (k % WINDOW), its all-gather messages in group 2 (k % WINDOW) + 1. */
+enum { SEG_FLOATS = 32768, WINDOW = 4 };
+#define REQ_SLOTS(size) (2 * WINDOW * 2 * (size))
 
 static const char *g_op_names[] = {"all-reduce", "broadcast", "all-gather", "reduce-scatter",
                                    "barrier"};
@@ -162,10 +174,12 @@ static void receive_leaves(mpi_coll *c) {
   }
 }
 
-/* Give up the n requests of a failed operation: cancel those still pending
- * and wait (briefly) for them to complete; one that does not (a send that
- * could not be taken back) keeps MPI from being finalised. */
-static void abandon(mpi_coll *c, int n) {
+/* Give up the requests of a failed operation (every slot: a pipelined
+ * all-reduce has several groups pending): cancel those still pending and wait
+ * (briefly) for them to complete; one that does not (a send that could not be
+ * taken back) keeps MPI from being finalised. */
+static void abandon(mpi_coll *c) {
+  int n = c->nreq;
   c->broken = true;
   for (int i = 0; i < n; i++)
     if (c->req[i] != MPI_REQUEST_NULL) MPI_Cancel(&c->req[i]);
@@ -186,17 +200,17 @@ static void abandon(mpi_coll *c, int n) {
     }
 }
 
-/* A pending request waits for a peer that left after finishing fewer
- * operations than this one: its part never comes. */
-static st_status check_leaves(mpi_coll *c, int n, int op) {
+/* A pending request of slots [first, first + n) waits for a peer that left
+ * after finishing fewer operations than this one: its part never comes. */
+static st_status check_leaves(mpi_coll *c, int first, int n, int op) {
   receive_leaves(c);
-  for (int i = 0; i < n; i++) {
+  for (int i = first; i < first + n; i++) {
     if (c->req[i] == MPI_REQUEST_NULL) continue;
     const peer_left *p = &c->peers[c->peer[i]];
     if (!p->gone || p->done >= c->ops) continue;
     int who = c->peer[i];
     uint64_t done = p->done;
-    abandon(c, n);
+    abandon(c);
     long long step = c->step ? (long long)*c->step : -1LL;
     if (p->why[0])
       return st_error(ST_ERR_PEER,
@@ -213,13 +227,15 @@ static st_status check_leaves(mpi_coll *c, int n, int op) {
   return ST_OK;
 }
 
-/* Wait for n requests; on the deadline name the first peer still missing. */
-static st_status wait_all(mpi_coll *c, int n, int op) {
+/* Wait for the requests of slots [first, first + n); on the deadline name the
+ * first peer still missing. */
+static st_status wait_range(mpi_coll *c, int first, int n, int op) {
   double t0 = MPI_Wtime();
-  int left = n;
+  int left = 0;
+  for (int i = first; i < first + n; i++) left += c->req[i] != MPI_REQUEST_NULL;
   for (int spins = 0; left > 0; spins++) {
     int got = 0;
-    int rc = MPI_Testsome(n, c->req, &got, c->done_idx, MPI_STATUSES_IGNORE);
+    int rc = MPI_Testsome(n, c->req + first, &got, c->done_idx, MPI_STATUSES_IGNORE);
     if (rc != MPI_SUCCESS) {
       char msg[MPI_MAX_ERROR_STRING];
       int len = 0;
@@ -232,11 +248,11 @@ static st_status wait_all(mpi_coll *c, int n, int op) {
     }
     if (got != MPI_UNDEFINED) left -= got;
     if (left == 0) break;
-    st_status s = (spins & 63) == 63 ? check_leaves(c, n, op) : ST_OK;
+    st_status s = (spins & 63) == 63 ? check_leaves(c, first, n, op) : ST_OK;
     if (s != ST_OK) return s;
     if (MPI_Wtime() - t0 > c->timeout) {
       int missing = -1;
-      for (int i = 0; i < n && missing < 0; i++)
+      for (int i = first; i < first + n && missing < 0; i++)
         if (c->req[i] != MPI_REQUEST_NULL) missing = c->peer[i];
       c->broken = true;
       c->requests_lost = true;
@@ -251,6 +267,8 @@ static st_status wait_all(mpi_coll *c, int n, int op) {
   }
   return ST_OK;
 }
+
+static st_status wait_all(mpi_coll *c, int n, int op) { return wait_range(c, 0, n, op); }
 
 static st_status reserve_tmp(mpi_coll *c, size_t floats) {
   if (floats <= c->tmp_cap) return ST_OK;
@@ -310,32 +328,108 @@ static void scale(float *buf, size_t n, int size) {
   for (size_t e = 0; e < n; e++) buf[e] *= f;
 }
 
+/* out[0, len) = sum over ranks j in order 0, 1, ..., size-1 of src[j][0, len)
+ * (out may be one of the sources: summed in blocks on the stack). */
+static void sum_in_rank_order(float *out, const float *const *src, int size, size_t len) {
+  enum { BLOCK = 1024 };
+  float acc[BLOCK];
+  for (size_t lo = 0; lo < len; lo += BLOCK) {
+    size_t nb = len - lo < BLOCK ? len - lo : BLOCK;
+    memcpy(acc, src[0] + lo, nb * sizeof(float));
+    for (int j = 1; j < size; j++)
+      for (size_t e = 0; e < nb; e++) acc[e] += src[j][lo + e];
+    memcpy(out + lo, acc, nb * sizeof(float));
+  }
+}
+
+/* One all-reduce's layout: chunk j of the buffer is [lo[j], lo[j] + len[j]),
+ * cut into segments of SEG_FLOATS. */
+typedef struct ar_plan {
+  float *buf;
+  size_t lo[ST_MAX_WORKERS], len[ST_MAX_WORKERS];
+  int me, size, tag_rs, tag_ag;
+} ar_plan;
+
+/* Segment k of chunk j: *off (from the chunk's start) and its length (0: none). */
+static size_t seg_of(const ar_plan *p, int j, size_t k, size_t *off) {
+  *off = k * SEG_FLOATS;
+  if (*off >= p->len[j]) return 0;
+  return p->len[j] - *off < SEG_FLOATS ? p->len[j] - *off : SEG_FLOATS;
+}
+
+/* Post segment k's reduce-scatter: my part of every peer's chunk goes to it,
+ * every peer's part of my chunk comes into tmp slot k % WINDOW. */
+static void post_rs(mpi_coll *c, const ar_plan *p, size_t k) {
+  int first = (int)(k % WINDOW) * 2 * 2 * p->size, n = first;
+  size_t off, mine = seg_of(p, p->me, k, &off);
+  float *slot = c->tmp + (k % WINDOW) * (size_t)p->size * SEG_FLOATS;
+  for (int j = 0; j < p->size; j++) {
+    if (j == p->me) continue;
+    if (mine) post_recv(c, n++, slot + (size_t)j * SEG_FLOATS, mine, j, p->tag_rs);
+    size_t joff, jn = seg_of(p, j, k, &joff);
+    if (jn) post_send(c, n++, p->buf + p->lo[j] + joff, jn, j, p->tag_rs);
+  }
+}
+
+/* Segment k's all-gather: my reduced segment to every peer, theirs into the
+ * buffer (my reduce-scatter send of that segment to them has completed). */
+static void post_ag(mpi_coll *c, const ar_plan *p, size_t k) {
+  int first = ((int)(k % WINDOW) * 2 + 1) * 2 * p->size, n = first;
+  size_t off, mine = seg_of(p, p->me, k, &off);
+  for (int j = 0; j < p->size; j++) {
+    if (j == p->me) continue;
+    if (mine) post_send(c, n++, p->buf + p->lo[p->me] + off, mine, j, p->tag_ag);
+    size_t joff, jn = seg_of(p, j, k, &joff);
+    if (jn) post_recv(c, n++, p->buf + p->lo[j] + joff, jn, j, p->tag_ag);
+  }
+}
+
+static st_status wait_group(mpi_coll *c, const ar_plan *p, size_t k, int ag) {
+  int first = ((int)(k % WINDOW) * 2 + ag) * 2 * p->size;
+  return wait_range(c, first, 2 * p->size, OP_ALL_REDUCE);
+}
+
+/* Sum segment k of my chunk in rank order, in place, and scale it for MEAN. */
+static void reduce_segment(mpi_coll *c, const ar_plan *p, size_t k, st_reduce_op op) {
+  size_t off, n = seg_of(p, p->me, k, &off);
+  const float *src[ST_MAX_WORKERS];
+  float *out = p->buf + p->lo[p->me] + off;
+  const float *slot = c->tmp + (k % WINDOW) * (size_t)p->size * SEG_FLOATS;
+  for (int j = 0; j < p->size; j++) src[j] = j == p->me ? out : slot + (size_t)j * SEG_FLOATS;
+  sum_in_rank_order(out, src, p->size, n);
+  if (op == ST_REDUCE_MEAN) scale(out, n, p->size);
+}
+
 static st_status mpi_all_reduce(st_collective *cc, int rank, float *buf, size_t n, st_reduce_op op) {
   mpi_coll *c = (mpi_coll *)cc;
   if (c->broken) return fail_broken(c, OP_ALL_REDUCE);
   c->ops++;
-  int me = c->base.self, size = c->base.size;
+  int size = c->base.size;
   if (size == 1 || n == 0) return ST_OK;
-  const float *send_to[ST_MAX_WORKERS];
-  size_t send_len[ST_MAX_WORKERS], lo[ST_MAX_WORKERS];
+  ar_plan p = {.buf = buf, .me = c->base.self, .size = size, .tag_rs = tag_of(c, 0),
+               .tag_ag = tag_of(c, 1)};
+  size_t segs = 0;
   for (int j = 0; j < size; j++) {
     int start, count;
     st__split((int)n, size, j, &start, &count);
-    lo[j] = (size_t)start;
-    send_to[j] = buf + start;
-    send_len[j] = (size_t)count;
+    p.lo[j] = (size_t)start;
+    p.len[j] = (size_t)count;
+    size_t sj = (p.len[j] + SEG_FLOATS - 1) / SEG_FLOATS;
+    segs = sj > segs ? sj : segs;
   }
-  size_t mine = send_len[me];
-  st_status s = gather_and_sum(c, OP_ALL_REDUCE, buf + lo[me], buf + lo[me], mine, send_to, send_len);
+  st_status s = reserve_tmp(c, (size_t)WINDOW * (size_t)size * SEG_FLOATS);
   if (s != ST_OK) return s;
-  if (op == ST_REDUCE_MEAN) scale(buf + lo[me], mine, size);
-  int k = 0, tag = tag_of(c, 1);
-  for (int j = 0; j < size; j++)
-    if (j != me) {
-      post_recv(c, k++, buf + lo[j], send_len[j], j, tag);
-      post_send(c, k++, buf + lo[me], mine, j, tag);
-    }
-  return wait_all(c, k, OP_ALL_REDUCE);
+  for (size_t k = 0; k + 1 < WINDOW && k < segs; k++) post_rs(c, &p, k);
+  for (size_t k = 0; k < segs; k++) {
+    if (k + WINDOW - 1 < segs) post_rs(c, &p, k + WINDOW - 1);
+    if ((s = wait_group(c, &p, k, 0)) != ST_OK) return s;
+    reduce_segment(c, &p, k, op);
+    if (k >= WINDOW && (s = wait_group(c, &p, k - WINDOW, 1)) != ST_OK) return s;
+    post_ag(c, &p, k);
+  }
+  for (size_t k = segs > WINDOW ? segs - WINDOW : 0; k < segs; k++)
+    if ((s = wait_group(c, &p, k, 1)) != ST_OK) return s;
+  return ST_OK;
 }
 
 static st_status mpi_broadcast(st_collective *cc, int rank, float *buf, size_t n, int root) {
@@ -411,7 +505,7 @@ void st__collective_mpi_leave(st_collective *cc, const char *why) {
   while (MPI_Testall(k, c->req, &all, MPI_STATUSES_IGNORE) == MPI_SUCCESS && !all &&
          MPI_Wtime() - t0 < 2.0)
     pause_a_little(20000);
-  if (!all) abandon(c, k);
+  if (!all) abandon(c);
 }
 
 /* A transport whose requests are still pending keeps its communicator and,
@@ -451,9 +545,10 @@ st_status st__collective_mpi_create(double timeout_s, const int64_t *step, st_co
   if (!(timeout_s > 0)) return st_error(ST_ERR_INVALID, "collective timeout %g s (must be > 0)", timeout_s);
   mpi_coll *c = calloc(1, sizeof *c);
   if (c) {
-    c->req = malloc(2 * (size_t)size * sizeof *c->req);
-    c->peer = malloc(2 * (size_t)size * sizeof *c->peer);
-    c->done_idx = malloc(2 * (size_t)size * sizeof *c->done_idx);
+    c->nreq = REQ_SLOTS(size);
+    c->req = malloc((size_t)c->nreq * sizeof *c->req);
+    c->peer = calloc((size_t)c->nreq, sizeof *c->peer);
+    c->done_idx = malloc((size_t)c->nreq * sizeof *c->done_idx);
     c->peers = calloc((size_t)size, sizeof *c->peers);
   }
   if (!c || !c->req || !c->peer || !c->done_idx || !c->peers) {
@@ -461,6 +556,7 @@ st_status st__collective_mpi_create(double timeout_s, const int64_t *step, st_co
     free(c);
     return st_error(ST_ERR_NOMEM, "MPI transport: out of memory");
   }
+  for (int i = 0; i < c->nreq; i++) c->req[i] = MPI_REQUEST_NULL;
   if (MPI_Comm_dup(MPI_COMM_WORLD, &c->comm) != MPI_SUCCESS) {
     free(c->req), free(c->peer), free(c->done_idx), free(c->peers), free(c);
     return st_error(ST_ERR_PEER, "MPI transport: MPI_Comm_dup failed");
