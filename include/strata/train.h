@@ -259,6 +259,10 @@ st_status st_tensorboard_create(const char *log_dir, st_tensorboard **out);
 /* A scalar at step in the train (validation = false) or validation run. */
 st_status st_tensorboard_scalar(st_tensorboard *tb, bool validation, const char *tag,
                                 int64_t step, double value);
+/* Writes fail with ST_ERR_IO naming the file; a run's file that is still
+ * empty then (its first write failed: a full disk) is removed, with the run
+ * directory and log_dir when this writer created them and they are empty
+ * (a later scalar of that run creates them again). */
 st_status st_tensorboard_flush(st_tensorboard *tb);
 void st_tensorboard_destroy(st_tensorboard *tb); /* flushes, closes; accepts NULL */
 /* Keras TensorBoard callback: per epoch epoch_loss, epoch_accuracy (train and
