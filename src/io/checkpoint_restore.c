@@ -224,7 +224,8 @@ static const char *const g_id_names[ID_COUNT] = {
     "batch size", "data"};
 
 typedef struct id_field {
-  char was[512], now[512];
+  char was[512], now[512]; /* for the message (a long data fingerprint is cut) */
+  bool differs;
 } id_field;
 
 static void schedule_text(const st_schedule *s, int digits, char *buf, size_t n) {
@@ -289,6 +290,8 @@ static st_status id_field_text(const loaded *L, int i, const st_model *m,
       snprintf(f->was, sizeof f->was, "'%s'", json_string_value(v));
       snprintf(f->now, sizeof f->now, "'%s'", id->data);
   }
+  f->differs = i == ID_DATA ? strcmp(json_string_value(v), id->data) != 0
+                            : strcmp(f->was, f->now) != 0;
   return ST_OK;
 }
 
@@ -303,7 +306,7 @@ static st_status check_identity(const loaded *L, const char *dir, const st_model
     bool checked;
     st_status s = id_field_text(L, i, m, id, &f, &checked);
     if (s != ST_OK) return s;
-    if (!checked || strcmp(f.was, f.now) == 0) continue;
+    if (!checked || !f.differs) continue;
     if (!id->anyway)
       return st_error(ST_ERR_INVALID,
                       "%s was written by a run with %s %s, this run has %s "
