@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Write a small MNIST-style IDX set (64 train, 32 test, gzip) for the tests:
     mkidx.py DIR [CASE]
-CASE breaks one file on purpose: bad-magic, truncated, count-mismatch,
-huge-dims, bigger-than-file, labels-out-of-range."""
+CASE other-seed writes other (valid) examples; any other CASE breaks one
+file on purpose: bad-magic, truncated, count-mismatch, huge-dims,
+bigger-than-file, labels-out-of-range."""
 import gzip, os, random, struct, sys
 d = sys.argv[1]; opts = sys.argv[2:]
 os.makedirs(d, exist_ok=True)
-random.seed(1)
+random.seed(2 if "other-seed" in opts else 1)  # other-seed: a different valid set
 def idx(path, dims, payload, magic=None, gz=True):
     head = (magic if magic is not None else struct.pack(">BBBB", 0, 0, 8, len(dims)))
     head += b"".join(struct.pack(">I", x) for x in dims)

@@ -54,6 +54,9 @@ typedef struct cli_data {
   st_mnist raw;              /* u8 or f32 images, u8 labels, owned */
   int64_t n_train, n_val;    /* split of raw.train */
   st_dataset *train, *val, *test; /* batched pipelines */
+  char fingerprint[160];     /* the training examples: count, shape, dtype and a
+                                CRC32C of the first and last examples' bytes
+                                (st_fit_options.data_fingerprint) */
 } cli_data;
 /* "fashion-mnist" means the Debian dataset directory. uint8 images are scaled
  * by 1/255, float32 images used as they are; NaN/Inf in float32 files are

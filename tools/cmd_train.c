@@ -37,6 +37,7 @@ static cli_opt train_opts[] = {
     {"--report", "FILE", "write a JSON report of the run", NULL},
     {"--backup-dir", "DIR", "BackupAndRestore: resume an interrupted run from DIR; deleted when done", NULL},
     {"--backup-every", "N", "with --backup-dir: also back up every N steps (default: each epoch)", NULL},
+    {"--resume-anyway", NULL, "with --backup-dir: resume a backup written by a run with another model, optimizer, --lr, --seed, --batch-size or data (default: exit 2 naming the difference)", NULL},
     {"--checkpoint-dir", "DIR", "ModelCheckpoint: a checkpoint in DIR after each epoch", NULL},
     {"--keep", "N", "with --checkpoint-dir: keep the newest N checkpoints (default 3, 0 = all)", NULL},
     {"--save-best-only", NULL, "with --checkpoint-dir: only when --monitor improved", NULL},
@@ -64,6 +65,7 @@ typedef struct train_cfg {
   st_strategy_kind strategy;
   bool quiet;
   bool allow_nonfinite; /* --allow-nonfinite */
+  bool resume_anyway;   /* --resume-anyway */
 } train_cfg;
 
 /* Outputs of the right type, none an input or another output, backup and
@@ -81,8 +83,9 @@ static bool check_paths(const train_cfg *c) {
 /* Flags that only make sense together, and monitors that exist. */
 static bool check_callback_flags(const train_cfg *c) {
   const char *cmd = "strata train";
-  if (c->backup_every && !c->backup_dir) {
-    fprintf(stderr, "%s: --backup-every needs --backup-dir\n", cmd);
+  if ((c->backup_every || c->resume_anyway) && !c->backup_dir) {
+    fprintf(stderr, "%s: --%s needs --backup-dir\n", cmd,
+            c->backup_every ? "backup-every" : "resume-anyway");
     return false;
   }
   if ((c->best_only || cli_get(train_opts, NTRAIN, "--keep")) && !c->ckpt_dir) {
@@ -114,6 +117,7 @@ static bool parse_train(const cli_opt *o, train_cfg *c) {
   c->report = cli_get(o, NTRAIN, "--report");
   c->quiet = cli_get(o, NTRAIN, "--quiet") != NULL;
   c->allow_nonfinite = cli_get(o, NTRAIN, "--allow-nonfinite") != NULL;
+  c->resume_anyway = cli_get(o, NTRAIN, "--resume-anyway") != NULL;
   c->epochs = 1;
   c->batch = 32;
   st_optimizer_kind ok = ST_OPT_ADAM;
@@ -370,6 +374,8 @@ static int run_train(const train_cfg *c) {
   fo.ncallbacks = cbs.n;
   fo.backup_dir = c->backup_dir;
   fo.backup_every_steps = c->backup_every;
+  fo.data_fingerprint = d.fingerprint;
+  fo.resume_anyway = c->resume_anyway;
   s = st_model_fit(model, d.train, &fo, &h);
   free_callbacks(&cbs);
   if (s != ST_OK) {

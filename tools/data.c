@@ -38,6 +38,27 @@ static st_status slices(const st_tensor *x, const st_tensor *y, int64_t skip, in
   return s;
 }
 
+/* The training set (the first n examples of raw.train) in a line: a backup
+ * records it, so a resume on other data is refused. */
+static void fingerprint(cli_data *d, int64_t n) {
+  const st_tensor *x = &d->raw.train_x, *y = &d->raw.train_y;
+  size_t xb = st_tensor_count(x) / (size_t)x->dims[0] * st_dtype_size(x->dtype);
+  size_t yb = st_tensor_count(y) / (size_t)y->dims[0] * st_dtype_size(y->dtype);
+  uint32_t crc = 0;
+  int64_t ends[2] = {0, n - 1};
+  for (int i = 0; i < 2; i++) {
+    crc = st_crc32c(crc, (const char *)x->data + (size_t)ends[i] * xb, xb);
+    crc = st_crc32c(crc, (const char *)y->data + (size_t)ends[i] * yb, yb);
+  }
+  int len = snprintf(d->fingerprint, sizeof d->fingerprint, "%lld examples of ", (long long)n);
+  for (int k = 1; k < x->rank && len > 0 && (size_t)len < sizeof d->fingerprint; k++)
+    len += snprintf(d->fingerprint + len, sizeof d->fingerprint - (size_t)len, "%s%lld",
+                    k > 1 ? "x" : "", (long long)x->dims[k]);
+  if (len > 0 && (size_t)len < sizeof d->fingerprint)
+    snprintf(d->fingerprint + len, sizeof d->fingerprint - (size_t)len,
+             " %s, first and last CRC32C 0x%08x", st_dtype_name(x->dtype), (unsigned)crc);
+}
+
 int cli_load_data(const char *cmd, const char *spec, double val_split, int64_t train_examples,
                   int batch, uint64_t seed, bool allow_nonfinite, cli_data *d) {
   memset(d, 0, sizeof *d);
@@ -67,6 +88,7 @@ int cli_load_data(const char *cmd, const char *spec, double val_split, int64_t t
     cli_free_data(d);
     return EXIT_USAGE;
   }
+  fingerprint(d, d->n_train);
   /* Keras takes the validation split from the end, before shuffling. */
   s = slices(&d->raw.train_x, &d->raw.train_y, 0, d->n_train, &d->train);
   if (s == ST_OK) s = st_dataset_shuffle(d->train, d->n_train, seed, true, &d->train);

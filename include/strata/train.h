@@ -120,6 +120,21 @@ typedef struct st_fit_options {
    * backup when training completes. */
   const char *backup_dir;
   int64_t backup_every_steps;
+  /* Resume identity: a backup records the run that wrote it — the model's
+   * structure (layer classes, names, shapes; a CRC32C), optimizer, learning
+   * rate schedule as compiled, seed, global batch size and data_fingerprint —
+   * and fit refuses to resume one written by a run that differs, before any
+   * step (ST_ERR_INVALID: "<backup_dir> was written by a run with <field>
+   * <value>, this run has <value> ..."), unless resume_anyway: then it logs a
+   * warning per field and resumes with this run's values (this run's
+   * learning rate, not the backup's; a model whose variables do not fit the
+   * backup still fails). data_fingerprint: any text that identifies the
+   * training data (the CLI uses the example count, shape, dtype and a CRC32C
+   * of the first and last examples' bytes); NULL: the data is not checked.
+   * Fields a backup lacks (one written before they were recorded) are not
+   * checked. */
+  const char *data_fingerprint;
+  bool resume_anyway;
 } st_fit_options;
 /* One epoch, no validation, no callbacks, warmup 20, no backup. */
 st_fit_options st_fit_default_options(void);
@@ -244,6 +259,10 @@ st_status st_tensorboard_create(const char *log_dir, st_tensorboard **out);
 /* A scalar at step in the train (validation = false) or validation run. */
 st_status st_tensorboard_scalar(st_tensorboard *tb, bool validation, const char *tag,
                                 int64_t step, double value);
+/* Writes fail with ST_ERR_IO naming the file; a run's file that is still
+ * empty then (its first write failed: a full disk) is removed, with the run
+ * directory and log_dir when this writer created them and they are empty
+ * (a later scalar of that run creates them again). */
 st_status st_tensorboard_flush(st_tensorboard *tb);
 void st_tensorboard_destroy(st_tensorboard *tb); /* flushes, closes; accepts NULL */
 /* Keras TensorBoard callback: per epoch epoch_loss, epoch_accuracy (train and

@@ -281,7 +281,7 @@ static st_status compare_records(struct st_cluster *c, const st_net *m,
                   (long long)field(&a, bad));
 }
 
-static uint32_t structure_crc(const st_net *m) {
+uint32_t st__net_structure_crc(const st_net *m) {
   uint32_t crc = 0;
   for (int i = 0; i < m->nlayers; i++) {
     const st_layer *l = m->layers[i];
@@ -300,7 +300,7 @@ static config_record model_record(const st_strategy *s, const st_net *m) {
   float lr = m->optimizer.lr.initial;
   int32_t lr_bits;
   memcpy(&lr_bits, &lr, sizeof lr_bits);
-  return (config_record){.layers = m->nlayers, .structure_crc = structure_crc(m),
+  return (config_record){.layers = m->nlayers, .structure_crc = st__net_structure_crc(m),
                          .params = (int64_t)m->n_params, .state = (int64_t)m->n_state,
                          .optimizer = m->optimizer.kind, .loss = m->loss,
                          .learning_rate_bits = lr_bits, .local_replicas = s->local_replicas,

@@ -117,6 +117,10 @@ st_status st__cluster_barrier(struct st_cluster *c);
 st_status st__cluster_check_fit(st_strategy *s, const st_net *m, int64_t global_batch,
                                 int64_t steps_per_epoch, int epochs, int64_t resume_epoch,
                                 int64_t resume_step);
+/* CRC32C of the network's structure: each layer's class, name and output
+ * shape, each parameter's name and shape (what the multi-worker consistency
+ * check compares; backups record it to refuse resuming another model). */
+uint32_t st__net_structure_crc(const st_net *m);
 
 /* strategy.c: what fit asks of the workers, the same call with or without a
  * cluster (caller's thread).

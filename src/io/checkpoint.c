@@ -105,9 +105,29 @@ static json_t *logs_json(const st_train_position *p) {
   return a;
 }
 
-static json_t *state_json(const st_model *m, const st_train_position *p) {
+static json_t *schedule_json(const st_schedule *lr) {
+  return json_pack("{s:i, s:f, s:I, s:f, s:b, s:f}", "kind", (int)lr->kind, "initial",
+                   (double)lr->initial, "decay_steps", (json_int_t)lr->decay_steps, "decay_rate",
+                   (double)lr->decay_rate, "staircase", lr->staircase, "alpha", (double)lr->alpha);
+}
+
+/* state.json's "identity": the run that wrote a backup (checked on resume). */
+static json_t *identity_json(const st_model *m, const st__run_identity *id) {
+  json_t *o = json_pack("{s:I, s:s, s:o, s:I}", "model_structure_crc32c",
+                        (json_int_t)st__net_structure_crc(&m->net), "optimizer",
+                        st_optimizer_name(m->compile.optimizer.kind), "learning_rate",
+                        schedule_json(&m->compile.optimizer.lr), "seed",
+                        (json_int_t)m->net.seed);
+  if (o && id->global_batch > 0)
+    json_object_set_new(o, "batch_size", json_integer((json_int_t)id->global_batch));
+  if (o && id->data) json_object_set_new(o, "data", json_string(id->data));
+  return o;
+}
+
+static json_t *state_json(const st_model *m, const st_train_position *p,
+                          const st__run_identity *id) {
   const st_schedule *lr = &m->net.optimizer.lr;
-  return json_pack(
+  json_t *o = json_pack(
       "{s:s, s:i, s:s, s:I, s:I, s:I, s:I, s:f, s:I, s:I, s:I, s:s, s:{s:i, s:f, s:I, s:f, s:b, "
       "s:f}, s:o}",
       "format", CKPT_FORMAT, "version", CKPT_VERSION, "model", m->name, "seed",
@@ -118,6 +138,8 @@ static json_t *state_json(const st_model *m, const st_train_position *p) {
       "lr_schedule", "kind", (int)lr->kind, "initial", (double)lr->initial, "decay_steps",
       (json_int_t)lr->decay_steps, "decay_rate", (double)lr->decay_rate, "staircase",
       lr->staircase, "alpha", (double)lr->alpha, "history", logs_json(p));
+  if (o && id) json_object_set_new(o, "identity", identity_json(m, id));
+  return o;
 }
 
 uint32_t st__ckpt_state_crc(json_t *o) {
@@ -210,11 +232,11 @@ static st_status make_temp_dir(const char *dir, const char *name, char *tmpname,
 }
 
 st_status st_checkpoint_save(st_model *m, const char *dir, const st_checkpoint_options *o) {
-  return st__checkpoint_save_at(m, dir, o, st__model_position(m));
+  return st__checkpoint_save_at(m, dir, o, st__model_position(m), NULL);
 }
 
 st_status st__checkpoint_save_at(st_model *m, const char *dir, const st_checkpoint_options *o,
-                                 const st_train_position *pos) {
+                                 const st_train_position *pos, const st__run_identity *id) {
   if (!m->compiled) return st_error(ST_ERR_INVALID, "checkpoint: model is not compiled");
   if (!st__strategy_is_chief(m->strategy)) return ST_OK; /* multi-worker: the chief writes */
   st_status s = st__mkdir_p(dir);
@@ -225,7 +247,7 @@ st_status st__checkpoint_save_at(st_model *m, const char *dir, const st_checkpoi
   snprintf(name, sizeof name, "ckpt-%06ld", seq);
   snprintf(dst, sizeof dst, "%s/%s", dir, name);
   if ((s = make_temp_dir(dir, name, tmpname, sizeof tmpname, tmp, sizeof tmp)) != ST_OK) return s;
-  json_t *state = state_json(m, pos);
+  json_t *state = state_json(m, pos, id);
   s = state ? write_files(m, tmp, state) : st_error(ST_ERR_NOMEM, "checkpoint: out of memory");
   json_decref(state);
   if (s == ST_OK && o->test_fail_after_bytes > 0) return simulate_crash(tmp, o->test_fail_after_bytes);

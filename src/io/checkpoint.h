@@ -7,14 +7,31 @@
 #include "model/model.h"
 #include "io/safetensors.h"
 
+/* The identity of a training run that a backup records (state.json's
+ * "identity") and a resume checks: besides these, the model's structure CRC
+ * (st__net_structure_crc), optimizer, learning rate schedule as compiled and
+ * seed, which the model gives. */
+typedef struct st__run_identity {
+  int64_t global_batch; /* <= 0: not recorded / not checked */
+  const char *data;     /* the caller's data fingerprint; NULL: not recorded / not checked */
+  bool anyway;          /* restore: resume despite a mismatch, with this run's values */
+} st__run_identity;
+
 /* st_checkpoint_save / st_checkpoint_restore with the training position
  * given: the writer saves *pos (fit's position, or the model's last one);
  * the reader replaces *at (its logs freed) with the position it read, only
  * when everything checked out. Variables, step and learning rate go to and
- * come from the model as in the public functions. Caller's thread. */
+ * come from the model as in the public functions. Caller's thread.
+ * id (may be NULL): the writer records it with the model's identity; the
+ * reader compares the identity recorded (fields missing from an older file
+ * are not checked) with the model's and *id's before anything changes, and
+ * refuses a mismatch (ST_ERR_INVALID naming the field and both values)
+ * unless id->anyway (then it logs a warning and keeps this run's learning
+ * rate rather than the backup's). */
 st_status st__checkpoint_save_at(st_model *m, const char *dir, const st_checkpoint_options *o,
-                                 const st_train_position *pos);
-st_status st__checkpoint_restore_at(st_model *m, const char *dir, st_train_position *at);
+                                 const st_train_position *pos, const st__run_identity *id);
+st_status st__checkpoint_restore_at(st_model *m, const char *dir, st_train_position *at,
+                                    const st__run_identity *id);
 
 /* Variables of the model, in layer order. */
 int st__model_var_count(const st_model *m);

@@ -1,8 +1,9 @@
 /* Restoring a checkpoint: state.json is checked against its own CRC32C, each
  * safetensors file against the CRC32C of its bytes (on a mismatch the damaged
  * tensor is named when the file still parses), every variable and slot
- * against the model's names and shapes and its own CRC32C — all before the
- * model changes. */
+ * against the model's names and shapes and its own CRC32C, and (a backup
+ * resumed by fit) the identity of the run that wrote it against this run's —
+ * all before the model changes. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -181,30 +182,141 @@ static st_status read_history(const loaded *L, position *out) {
   return ST_OK;
 }
 
+/* A learning rate schedule object of state.json; false when malformed. */
+static bool schedule_from_json(json_t *ls, st_schedule *out) {
+  double initial = 0, rate = 0, alpha = 0;
+  int kind = 0, stair = 0;
+  json_int_t dsteps = 0;
+  if (json_unpack(ls, "{s:i, s:F, s:I, s:F, s:b, s:F}", "kind", &kind, "initial", &initial,
+                  "decay_steps", &dsteps, "decay_rate", &rate, "staircase", &stair, "alpha",
+                  &alpha) != 0 ||
+      kind < 0 || kind >= ST_SCHEDULE_COUNT || !(initial > 0))
+    return false;
+  *out = (st_schedule){(st_schedule_kind)kind, (float)initial, dsteps, (float)rate, stair,
+                       (float)alpha};
+  return true;
+}
+
 /* Everything state.json says about where training stands, validated. */
 static st_status read_position(const loaded *L, position *out) {
   memset(out, 0, sizeof *out);
   json_t *ls = json_object_get(L->state, "lr_schedule"), *loss = json_object_get(L->state, "loss_sum");
-  double initial = 0, rate = 0, alpha = 0;
-  int kind = 0, stair = 0;
-  json_int_t dsteps = 0;
   st_status s = state_int(L, "step", 0, &out->step);
   if (s == ST_OK) s = state_int(L, "epoch", 0, &out->p.epoch);
   if (s == ST_OK) s = state_int(L, "step_in_epoch", 0, &out->p.step_in_epoch);
   if (s == ST_OK) s = state_int(L, "examples", 0, &out->p.examples);
   if (s == ST_OK) s = state_int(L, "correct", 0, &out->p.correct);
   if (s == ST_OK) s = state_int(L, "metric_count", 0, &out->p.metric_count);
-  if (s == ST_OK && (!json_is_number(loss) ||
-                     json_unpack(ls, "{s:i, s:F, s:I, s:F, s:b, s:F}", "kind", &kind, "initial",
-                                 &initial, "decay_steps", &dsteps, "decay_rate", &rate,
-                                 "staircase", &stair, "alpha", &alpha) != 0 ||
-                     kind < 0 || kind >= ST_SCHEDULE_COUNT || !(initial > 0)))
+  if (s == ST_OK && (!json_is_number(loss) || !schedule_from_json(ls, &out->lr)))
     s = st_error(ST_ERR_FORMAT, "%s/state.json: loss_sum or lr_schedule malformed", L->dir);
   if (s != ST_OK) return s;
   out->p.loss_sum = json_number_value(loss);
-  out->lr = (st_schedule){(st_schedule_kind)kind, (float)initial, dsteps, (float)rate, stair,
-                          (float)alpha};
   return read_history(L, out);
+}
+
+/* ---- the identity of the run that wrote a backup ------------------------
+ * state.json's "identity" (absent from files written before it existed, or
+ * by st_checkpoint_save): each field present is compared with this run's as
+ * text (both sides formatted alike), in this order. */
+enum { ID_STRUCTURE, ID_OPTIMIZER, ID_LR, ID_SEED, ID_BATCH, ID_DATA, ID_COUNT };
+static const char *const g_id_names[ID_COUNT] = {
+    "model structure (layers, shapes; CRC32C)", "optimizer", "learning rate", "seed",
+    "batch size", "data"};
+
+typedef struct id_field {
+  char was[512], now[512]; /* for the message (a long data fingerprint is cut) */
+  bool differs;
+} id_field;
+
+static void schedule_text(const st_schedule *s, int digits, char *buf, size_t n) {
+  static const char *const kinds[] = {"constant", "exponential decay", "cosine decay"};
+  _Static_assert(sizeof kinds / sizeof *kinds == ST_SCHEDULE_COUNT, "a name per schedule");
+  if (s->kind == ST_SCHEDULE_CONSTANT) {
+    snprintf(buf, n, "%.*g", digits, (double)s->initial);
+    return;
+  }
+  snprintf(buf, n, "%.*g (%s, decay_steps %lld, decay_rate %.*g, staircase %s, alpha %.*g)",
+           digits, (double)s->initial, kinds[s->kind], (long long)s->decay_steps, digits,
+           (double)s->decay_rate, s->staircase ? "on" : "off", digits, (double)s->alpha);
+}
+
+/* Both schedules as text: short (%g) unless that hides a difference. */
+static void schedule_pair(const st_schedule *was, const st_schedule *now, id_field *f) {
+  bool same = memcmp(was, now, sizeof *was) == 0;
+  schedule_text(was, 6, f->was, sizeof f->was);
+  schedule_text(now, 6, f->now, sizeof f->now);
+  if (!same && strcmp(f->was, f->now) == 0) {
+    schedule_text(was, 9, f->was, sizeof f->was);
+    schedule_text(now, 9, f->now, sizeof f->now);
+  }
+}
+
+/* Field i as recorded and for this run; false when it is not checked (not
+ * recorded, or this run does not say). A recorded value of the wrong type
+ * is a damaged file. */
+static st_status id_field_text(const loaded *L, int i, const st_model *m,
+                               const st__run_identity *id, id_field *f, bool *checked) {
+  static const char *const keys[ID_COUNT] = {"model_structure_crc32c", "optimizer", "learning_rate",
+                                             "seed", "batch_size", "data"};
+  json_t *v = json_object_get(json_object_get(L->state, "identity"), keys[i]);
+  *checked = v && !(i == ID_BATCH && id->global_batch <= 0) && !(i == ID_DATA && !id->data);
+  if (!*checked) return ST_OK;
+  bool ok = i == ID_OPTIMIZER || i == ID_DATA ? json_is_string(v)
+            : i == ID_LR                       ? json_is_object(v)
+                                               : json_is_integer(v);
+  st_schedule lr;
+  if (!ok || (i == ID_LR && !schedule_from_json(v, &lr)))
+    return st_error(ST_ERR_FORMAT, "%s/state.json: identity field '%s' malformed", L->dir, keys[i]);
+  long long n = json_is_integer(v) ? (long long)json_integer_value(v) : 0;
+  switch (i) {
+    case ID_STRUCTURE:
+      snprintf(f->was, sizeof f->was, "0x%08llx", n);
+      snprintf(f->now, sizeof f->now, "0x%08x", (unsigned)st__net_structure_crc(&m->net));
+      break;
+    case ID_OPTIMIZER:
+      snprintf(f->was, sizeof f->was, "%s", json_string_value(v));
+      snprintf(f->now, sizeof f->now, "%s", st_optimizer_name(m->compile.optimizer.kind));
+      break;
+    case ID_LR: schedule_pair(&lr, &m->compile.optimizer.lr, f); break;
+    case ID_SEED:
+      snprintf(f->was, sizeof f->was, "%lld", n);
+      snprintf(f->now, sizeof f->now, "%lld", (long long)m->net.seed);
+      break;
+    case ID_BATCH:
+      snprintf(f->was, sizeof f->was, "%lld", n);
+      snprintf(f->now, sizeof f->now, "%lld", (long long)id->global_batch);
+      break;
+    default:
+      snprintf(f->was, sizeof f->was, "'%s'", json_string_value(v));
+      snprintf(f->now, sizeof f->now, "'%s'", id->data);
+  }
+  f->differs = i == ID_DATA ? strcmp(json_string_value(v), id->data) != 0
+                            : strcmp(f->was, f->now) != 0;
+  return ST_OK;
+}
+
+/* The recorded identity against this run's: a mismatch is refused (the
+ * first field named) unless id->anyway, which warns for each and goes on;
+ * *keep_lr: this run's learning rate stays (it differs and anyway). */
+static st_status check_identity(const loaded *L, const char *dir, const st_model *m,
+                                const st__run_identity *id, bool *keep_lr) {
+  *keep_lr = false;
+  for (int i = 0; i < ID_COUNT; i++) {
+    id_field f;
+    bool checked;
+    st_status s = id_field_text(L, i, m, id, &f, &checked);
+    if (s != ST_OK) return s;
+    if (!checked || !f.differs) continue;
+    if (!id->anyway)
+      return st_error(ST_ERR_INVALID,
+                      "%s was written by a run with %s %s, this run has %s "
+                      "(--resume-anyway resumes with this run's values)",
+                      dir, g_id_names[i], f.was, f.now);
+    st_log(ST_LOG_WARN, "%s was written by a run with %s %s; resuming anyway with this run's %s",
+           dir, g_id_names[i], f.was, f.now);
+    if (i == ID_LR) *keep_lr = true;
+  }
+  return ST_OK;
 }
 
 static st_status resolve(const char *dir, loaded *L) {
@@ -223,15 +335,18 @@ static st_status resolve(const char *dir, loaded *L) {
 }
 
 st_status st_checkpoint_restore(st_model *m, const char *dir) {
-  return st__checkpoint_restore_at(m, dir, &m->last_pos);
+  return st__checkpoint_restore_at(m, dir, &m->last_pos, NULL);
 }
 
-st_status st__checkpoint_restore_at(st_model *m, const char *dir, st_train_position *at) {
+st_status st__checkpoint_restore_at(st_model *m, const char *dir, st_train_position *at,
+                                    const st__run_identity *id) {
   if (!m->compiled) return st_error(ST_ERR_INVALID, "checkpoint: model is not compiled");
   loaded L;
   memset(&L, 0, sizeof L);
+  bool keep_lr = false;
   st_status s = resolve(dir, &L);
   if (s == ST_OK) s = load_state(&L);
+  if (s == ST_OK && id) s = check_identity(&L, dir, m, id, &keep_lr);
   if (s == ST_OK) s = check_file(&L, "weights.safetensors", "weights", &L.w);
   if (s == ST_OK) s = check_file(&L, "optimizer.safetensors", "optimizer", &L.o);
   if (s == ST_OK) s = check_model(&L, m);
@@ -242,7 +357,7 @@ st_status st__checkpoint_restore_at(st_model *m, const char *dir, st_train_posit
     st__train_position_clear(at);
     *at = pos.p;
     m->net.step = pos.step;
-    m->net.optimizer.lr = pos.lr;
+    if (!keep_lr) m->net.optimizer.lr = pos.lr;
     m->strategy->vt->sync_from_model(m->strategy, &m->net);
   }
   json_decref(L.state);

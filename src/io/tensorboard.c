@@ -19,7 +19,10 @@
  *
  * An st_tensorboard is used by one thread at a time. Writes go through stdio
  * buffers, pushed to the OS by st_tensorboard_flush/destroy (the callback flushes
- * at every epoch end). */
+ * at every epoch end). When a run's file is still empty after a failed write
+ * (a full disk at the first flush), it is removed, and with it the run
+ * directory and log_dir when this writer created them and they are empty:
+ * no 0-byte event file is left (a later scalar of that run starts again). */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <float.h>
@@ -44,6 +47,7 @@ struct st_tensorboard {
   char host[256];
   FILE *f[RUN_COUNT];      /* NULL until the run is opened */
   char *path[RUN_COUNT];   /* malloc'd file path, for messages */
+  bool made_run_dir[RUN_COUNT], made_log_dir; /* created by open_run */
 };
 
 /* ---- protobuf wire format ------------------------------------------------ */
@@ -213,7 +217,11 @@ static st_status create_event_file(st_tensorboard *tb, int run, const char *dir)
 static st_status open_run(st_tensorboard *tb, int run) {
   char *dir = path_join(tb->log_dir, run_names[run]);
   if (!dir) return st_error(ST_ERR_NOMEM, "%s: out of memory", tb->log_dir);
+  struct stat sb;
+  bool had_log_dir = stat(tb->log_dir, &sb) == 0;
+  tb->made_run_dir[run] = stat(dir, &sb) != 0;
   st_status s = mkdir_p(dir);
+  if (!had_log_dir && s == ST_OK) tb->made_log_dir = true;
   if (s == ST_OK) s = create_event_file(tb, run, dir);
   free(dir);
   if (s != ST_OK) return s;
@@ -223,6 +231,20 @@ static st_status open_run(st_tensorboard *tb, int run) {
   put_event_head(buf, &n, wall_seconds(), 0);
   put_bytes(buf, &n, 3, version, sizeof version - 1);
   return write_record(tb, run, buf, n);
+}
+
+/* After a failed write: a run's file that holds no byte is closed and
+ * removed, then the directories open_run created if they are empty. */
+static void discard_if_empty(st_tensorboard *tb, int run) {
+  struct stat sb;
+  if (!tb->f[run] || fstat(fileno(tb->f[run]), &sb) != 0 || sb.st_size != 0) return;
+  fclose(tb->f[run]);
+  tb->f[run] = NULL;
+  unlink(tb->path[run]);
+  char *dir = tb->made_run_dir[run] ? path_join(tb->log_dir, run_names[run]) : NULL;
+  if (dir && rmdir(dir) == 0) tb->made_run_dir[run] = false;
+  free(dir);
+  if (tb->made_log_dir && rmdir(tb->log_dir) == 0) tb->made_log_dir = false;
 }
 
 static void host_name(char *buf, size_t cap) {
@@ -279,15 +301,20 @@ st_status st_tensorboard_scalar(st_tensorboard *tb, bool validation, const char 
   }
   unsigned char buf[TB_EVENT_CAP];
   size_t n = encode_scalar_event(buf, wall_seconds(), step, tag, tag_len, to_float(value));
-  return write_record(tb, run, buf, n);
+  st_status s = write_record(tb, run, buf, n);
+  if (s != ST_OK) discard_if_empty(tb, run);
+  return s;
 }
 
 st_status st_tensorboard_flush(st_tensorboard *tb) {
   if (!tb) return st_error(ST_ERR_INVALID, "st_tensorboard_flush: tb is NULL");
   for (int r = 0; r < RUN_COUNT; r++) {
     if (!tb->f[r]) continue;
-    if (fflush(tb->f[r]) != 0 || ferror(tb->f[r]))
-      return st_error(ST_ERR_IO, "%s: write failed: %s", tb->path[r], strerror(errno));
+    if (fflush(tb->f[r]) != 0 || ferror(tb->f[r])) {
+      st_status s = st_error(ST_ERR_IO, "%s: write failed: %s", tb->path[r], strerror(errno));
+      discard_if_empty(tb, r);
+      return s;
+    }
   }
   return ST_OK;
 }
@@ -295,6 +322,7 @@ st_status st_tensorboard_flush(st_tensorboard *tb) {
 void st_tensorboard_destroy(st_tensorboard *tb) {
   if (!tb) return;
   for (int r = 0; r < RUN_COUNT; r++) {
+    if (tb->f[r] && fflush(tb->f[r]) != 0) discard_if_empty(tb, r);
     if (tb->f[r]) fclose(tb->f[r]);
     free(tb->path[r]);
   }

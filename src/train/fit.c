@@ -79,6 +79,7 @@ static st_status run_pass(st_model *m, st_dataset *ds, step_fn step, void *arg,
 typedef struct fit_state {
   const st_fit_options *o;
   st_train_position pos; /* where training stands (saved in backups) */
+  st__run_identity id;   /* the run's identity (recorded in backups, checked on resume) */
   int epoch;
   int64_t steps_per_epoch, global_step;
   double timed_seconds, t_last;
@@ -91,7 +92,7 @@ static double ratio(int64_t a, int64_t b) { return b ? (double)a / (double)b : 0
 static st_status save_backup(st_model *m, const fit_state *fs) {
   st_checkpoint_options co = st_checkpoint_default_options();
   co.keep = 2;
-  st_status s = st__checkpoint_save_at(m, fs->o->backup_dir, &co, &fs->pos);
+  st_status s = st__checkpoint_save_at(m, fs->o->backup_dir, &co, &fs->pos, &fs->id);
   return s == ST_OK ? s : st_error_prefix(s, "backup: ");
 }
 
@@ -256,10 +257,16 @@ static st_status fit_epoch(st_model *m, st_dataset *train, fit_state *fs) {
 }
 
 /* BackupAndRestore: resume from the backup when there is one (its position
- * goes to *pos). No `latest` file is a fresh start; a damaged or unreadable
- * one is an error (a fresh start would end by deleting the backup). */
-static st_status maybe_restore(st_model *m, const st_fit_options *o, st_train_position *pos) {
+ * goes to fs->pos) and it was written by this run (fs->id, set here: the
+ * global batch size, the caller's data fingerprint; the model gives the
+ * rest). No `latest` file is a fresh start; a damaged or unreadable one is an
+ * error (a fresh start would end by deleting the backup). */
+static st_status maybe_restore(st_model *m, const st_dataset *train, fit_state *fs) {
+  const st_fit_options *o = fs->o;
+  st_train_position *pos = &fs->pos;
   char latest[4096];
+  fs->id = (st__run_identity){.global_batch = st_dataset_batch_size(train),
+                              .data = o->data_fingerprint, .anyway = o->resume_anyway};
   if (!o->backup_dir) return ST_OK;
   st_status s = st_checkpoint_latest(o->backup_dir, latest, sizeof latest);
   if (s != ST_OK) {
@@ -271,7 +278,7 @@ static st_status maybe_restore(st_model *m, const st_fit_options *o, st_train_po
     }
     return st_error_prefix(s, "backup: cannot resume: ");
   }
-  s = st__checkpoint_restore_at(m, o->backup_dir, pos);
+  s = st__checkpoint_restore_at(m, o->backup_dir, pos, &fs->id);
   if (s != ST_OK) return st_error_prefix(s, "backup: cannot resume: ");
   st_log(ST_LOG_INFO, "resuming from %s at epoch %lld, step %lld", latest,
          (long long)pos->epoch + 1, (long long)pos->step_in_epoch);
@@ -337,7 +344,7 @@ st_status st_model_fit(st_model *m, st_dataset *train, st_fit_options *o, st_his
     return s;
   if (o->epochs < 0) return st_error(ST_ERR_INVALID, "fit: epochs %d (must be >= 0)", o->epochs);
   fit_state fs = {.o = o, .steps_per_epoch = st_dataset_cardinality(train)};
-  if ((s = maybe_restore(m, o, &fs.pos)) == ST_OK)
+  if ((s = maybe_restore(m, train, &fs)) == ST_OK)
     s = st__strategy_check_fit(m->strategy, &m->net, st_dataset_batch_size(train),
                                st_dataset_cardinality(train), o->epochs, fs.pos.epoch,
                                fs.pos.step_in_epoch);
