@@ -65,6 +65,7 @@ static st_model *model(int threads, uint64_t seed, int hidden, bool extras) {
   CHECK_OK(st_dense(C, ST_ACT_LINEAR, &l));
   CHECK_OK(st_model_add(m, l));
   st_compile_options co = st_compile_default_options();
+  co.loss = ST_LOSS_SPARSE_CE_LOGITS; /* the last Dense is linear: logits */
   co.optimizer.lr = st_schedule_constant(0.01f);
   CHECK_OK(st_model_compile(m, &co));
   m->owns_strategy = true; /* destroyed with the model */

@@ -242,10 +242,12 @@ static st_status build_model(const char *name, const st_strategy_options *so, ui
   mo.strategy = *strategy;
   if ((s = create_model(name, mo, model)) != ST_OK) return s;
   st_compile_options co = st_compile_default_options();
-  /* a model that ends in softmax outputs probabilities, not logits */
+  /* a model that ends in softmax outputs probabilities; the built-in ones
+   * (and any other) end in a linear Dense: logits */
   int nl = st_model_layer_count(*model);
-  if (nl && st_layer_output_activation(st_model_layer(*model, nl - 1)) == ST_ACT_SOFTMAX)
-    co.loss = ST_LOSS_SPARSE_CE;
+  bool softmax =
+      nl && st_layer_output_activation(st_model_layer(*model, nl - 1)) == ST_ACT_SOFTMAX;
+  co.loss = softmax ? ST_LOSS_SPARSE_CE : ST_LOSS_SPARSE_CE_LOGITS;
   co.optimizer = *opt;
   return st_model_compile(*model, &co);
 }

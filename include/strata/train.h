@@ -52,12 +52,18 @@ typedef struct st_compile_options {
   int nmetrics;
   st_metric_kind metrics[4];
 } st_compile_options;
-/* Adam defaults, sparse CE from logits, metric accuracy. */
+/* Adam defaults, metric accuracy, loss ST_LOSS_SPARSE_CE: sparse CE on
+ * probabilities, as Keras's string losses (from_logits=False), for a model
+ * ending in softmax; a model ending in a linear Dense sets
+ * ST_LOSS_SPARSE_CE_LOGITS. */
 st_compile_options st_compile_default_options(void);
 /* Allocates variables, initialises them (seeded) and binds the strategy.
  * ST_ERR_INVALID (naming the function and the field) for a NULL m or o, an
  * option out of range, a model without layers or with a failed st_model_add,
- * a second compile, a destroyed strategy or one bound to another model. */
+ * a second compile, a destroyed strategy or one bound to another model.
+ * Logs one warning (st_log) when the output activation and the loss disagree:
+ * softmax under a from-logits loss (softmax applied twice), or a linear output
+ * under a probability loss. */
 st_status st_model_compile(st_model *m, const st_compile_options *o);
 
 /* Keras-like summary table: *out receives a malloc'd string (caller frees it

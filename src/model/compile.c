@@ -14,7 +14,7 @@ st_compile_options st_compile_default_options(void) {
   st_compile_options o;
   memset(&o, 0, sizeof o);
   o.optimizer = st_optimizer_default_options(ST_OPT_ADAM);
-  o.loss = ST_LOSS_SPARSE_CE_LOGITS;
+  o.loss = ST_LOSS_SPARSE_CE; /* Keras's string losses: from_logits=False */
   o.nmetrics = 1;
   o.metrics[0] = ST_METRIC_ACCURACY;
   return o;
@@ -88,9 +88,36 @@ static st_status pick_backend(st_net *m) {
   return st_backend_ctx_create(m->be, 0, 0, &m->be_ctx);
 }
 
+/* One warning when the output layer's activation and the loss disagree on
+ * logits against probabilities (the loss still runs: a user may mean it). */
+static void warn_loss_activation(const st_model *m, st_loss_kind loss) {
+  const st_layer *l = NULL;
+  for (int i = m->net.nlayers - 1; i >= 0; i--) { /* past layers that keep values */
+    l = m->net.layers[i];
+    if (strcmp(l->vt->class_name, "Dropout") != 0 && strcmp(l->vt->class_name, "Flatten") != 0)
+      break;
+  }
+  st_activation act = st_layer_output_activation(l);
+  bool sets_act = l && (l->out_activation != ST_ACT_LINEAR ||
+                        strcmp(l->vt->class_name, "Dense") == 0 ||
+                        strcmp(l->vt->class_name, "Conv2D") == 0 ||
+                        strcmp(l->vt->class_name, "Activation") == 0);
+  if (act == ST_ACT_SOFTMAX && (loss == ST_LOSS_SPARSE_CE_LOGITS || loss == ST_LOSS_CE_LOGITS))
+    st_log(ST_LOG_WARN,
+           "st_model_compile: the last layer applies softmax but the loss expects logits "
+           "(from_logits): softmax is applied twice; use %s",
+           loss == ST_LOSS_CE_LOGITS ? "ST_LOSS_CE" : "ST_LOSS_SPARSE_CE");
+  else if (sets_act && act == ST_ACT_LINEAR && (loss == ST_LOSS_SPARSE_CE || loss == ST_LOSS_CE))
+    st_log(ST_LOG_WARN,
+           "st_model_compile: the last layer is linear (outputs logits) but the loss expects "
+           "probabilities; use %s (or end the model with softmax)",
+           loss == ST_LOSS_CE ? "ST_LOSS_CE_LOGITS" : "ST_LOSS_SPARSE_CE_LOGITS");
+}
+
 st_status st_model_compile(st_model *m, const st_compile_options *o) {
   st_status s = check_compile(m, o);
   if (s != ST_OK) return s;
+  warn_loss_activation(m, o->loss);
   m->compile = *o;
   m->net.optimizer = o->optimizer;
   m->net.loss = o->loss;
