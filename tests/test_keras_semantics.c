@@ -4,7 +4,9 @@
  * the defaults trains as well as a linear-output model with the from-logits
  * loss; a softmax output meeting a from-logits loss logs exactly one warning
  * per compile through the log callback (st_log_set_callback), and the
- * callback receives what st_log would have written to stderr. */
+ * callback receives what st_log would have written to stderr. Errors found
+ * before training: a bad label of in-memory data names its source row, and a
+ * val_* monitor without validation data fails before epoch 1. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -161,6 +163,125 @@ static void test_log_callback(void) {
   st_log_set_level(old);
 }
 
+
+/* ---- errors found before training ---- */
+
+/* Counts the training steps a fit ran. */
+static st_status count_batch(void *user, st_model *m, const st_batch_logs *l) {
+  (void)m, (void)l;
+  ++*(int *)user;
+  return ST_OK;
+}
+
+/* Fit on `train` (validation `val`, callbacks `extra`) must fail before its
+ * first step with a message holding `want`. */
+static void expect_fit_fails_early(st_model *m, st_dataset *train, st_dataset *val,
+                                   st_callback *extra, int nextra, const char *want) {
+  int steps = 0;
+  st_callback cbs[4] = {{.user = &steps, .on_batch_end = count_batch}};
+  for (int i = 0; i < nextra && i < 3; i++) cbs[1 + i] = extra[i];
+  st_fit_options fo = st_fit_default_options();
+  fo.epochs = 2;
+  fo.validation = val;
+  fo.callbacks = cbs;
+  fo.ncallbacks = 1 + nextra;
+  st_history h;
+  CHECK(st_model_fit(m, train, &fo, &h) == ST_ERR_INVALID);
+  CHECK_MSG(strstr(st_last_error(), want) != NULL, "got: %s", st_last_error());
+  CHECK_EQ(steps, 0);
+  CHECK_EQ(h.epochs, 0);
+  st_history_destroy(&h);
+}
+
+/* A shuffled, batched in-memory source: the bad label is named by its source
+ * row before anything trains (not by its shuffled position mid-epoch). */
+static void test_bad_label_named_by_source_row(void) {
+  make_data();
+  captured c;
+  st_model *m = model(ST_ACT_LINEAR, ST_LOSS_SPARSE_CE_LOGITS, &c);
+  float keep = Y[500];
+  Y[500] = 7;
+  st_tensor x = {ST_F32, 2, {N, D}, X}, t = {ST_F32, 1, {N}, Y};
+  st_dataset *ds = NULL;
+  CHECK_OK(st_dataset_from_tensor_slices(&x, &t, 1.0f, false, &ds));
+  CHECK_OK(st_dataset_shuffle(ds, N, 1, true, &ds));
+  CHECK_OK(st_dataset_batch(ds, 32, false, &ds));
+  expect_fit_fails_early(m, ds, NULL, NULL, 0,
+                         "fit: label 7 at row 500 of the training data is out of range [0, 3)");
+  st_dataset_destroy(ds);
+  /* a take/skip view (a validation split) names the source row too */
+  Y[500] = keep;
+  Y[590] = 1.5f;
+  CHECK_OK(st_dataset_from_tensor_slices(&x, &t, 1.0f, false, &ds));
+  CHECK_OK(st_dataset_skip(ds, 540, &ds));
+  CHECK_OK(st_dataset_batch(ds, 32, false, &ds));
+  st_dataset *train = NULL;
+  CHECK_OK(st_dataset_from_tensor_slices(&x, &t, 1.0f, false, &train));
+  CHECK_OK(st_dataset_take(train, 540, &train));
+  CHECK_OK(st_dataset_batch(train, 32, false, &train));
+  expect_fit_fails_early(m, train, ds, NULL, 0,
+                         "label 1.5 at row 590 of the validation data is not a class index");
+  st_dataset_destroy(ds);
+  st_dataset_destroy(train);
+  Y[590] = 0;
+  st_model_destroy(m);
+}
+
+static st_status break_label(void *user, float *x, size_t x_size, float *y, size_t y_size) {
+  (void)x, (void)x_size, (void)y_size;
+  if (++*(int *)user == 100) y[0] = -1;
+  return ST_OK;
+}
+
+/* Through a map the labels are only known per batch: still an error (and
+ * no leak on that path: this case runs under ASan and valgrind). */
+static void test_bad_label_after_map(void) {
+  make_data();
+  captured c;
+  st_model *m = model(ST_ACT_LINEAR, ST_LOSS_SPARSE_CE_LOGITS, &c);
+  int seen = 0;
+  st_tensor x = {ST_F32, 2, {N, D}, X}, t = {ST_F32, 1, {N}, Y};
+  st_dataset *ds = NULL;
+  CHECK_OK(st_dataset_from_tensor_slices(&x, &t, 1.0f, false, &ds));
+  CHECK_OK(st_dataset_map(ds, break_label, &seen, &ds));
+  CHECK_OK(st_dataset_shuffle(ds, 64, 1, true, &ds));
+  CHECK_OK(st_dataset_batch(ds, 32, false, &ds));
+  st_fit_options fo = st_fit_default_options();
+  st_history h;
+  CHECK(st_model_fit(m, ds, &fo, &h) == ST_ERR_INVALID);
+  CHECK_MSG(strstr(st_last_error(), "label -1 of example") != NULL, "%s", st_last_error());
+  st_history_destroy(&h);
+  st_dataset_destroy(ds);
+  st_model_destroy(m);
+}
+
+/* A val_* monitor without validation data fails at fit start, not after
+ * epoch 1 has trained. */
+static void test_val_monitor_without_validation(void) {
+  make_data();
+  captured c;
+  st_model *m = model(ST_ACT_LINEAR, ST_LOSS_SPARSE_CE_LOGITS, &c);
+  st_dataset *train = dataset(32);
+  st_callback cb[2];
+  st_early_stopping_options eo = st_early_stopping_default_options();
+  CHECK_OK(st_early_stopping_create(eo, &cb[0]));
+  expect_fit_fails_early(m, train, NULL, cb, 1,
+                         "fit: callbacks[1] (EarlyStopping) monitors val_loss but fit has no "
+                         "validation data");
+  CHECK_OK(st_model_checkpoint_create("/tmp/strata_never_written", "val_accuracy", true, 1,
+                                      &cb[1]));
+  eo.monitor = "loss";
+  st_callback_destroy(&cb[0]);
+  CHECK_OK(st_early_stopping_create(eo, &cb[0]));
+  expect_fit_fails_early(m, train, NULL, cb, 2,
+                         "fit: callbacks[2] (ModelCheckpoint) monitors val_accuracy but fit "
+                         "has no validation data");
+  st_callback_destroy(&cb[0]);
+  st_callback_destroy(&cb[1]);
+  st_dataset_destroy(train);
+  st_model_destroy(m);
+}
+
 int main(int argc, char **argv) {
   static const check_case cases[] = {
       CHECK_CASE(test_default_loss_is_keras),
@@ -168,6 +289,9 @@ int main(int argc, char **argv) {
       CHECK_CASE(test_softmax_with_logits_loss_warns_once),
       CHECK_CASE(test_linear_with_probability_loss_warns_once),
       CHECK_CASE(test_log_callback),
+      CHECK_CASE(test_bad_label_named_by_source_row),
+      CHECK_CASE(test_bad_label_after_map),
+      CHECK_CASE(test_val_monitor_without_validation),
   };
   return CHECK_MAIN(argc, argv, cases);
 }

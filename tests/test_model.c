@@ -200,7 +200,8 @@ static void test_state_and_errors(void) {
   ybad[N - 1] = 10;
   st_dataset *bad = dataset(32, false, ybad);
   st_status s = st_model_fit(m, bad, &fo, &h);
-  CHECK(s == ST_ERR_INVALID && strstr(st_last_error(), "label 10 of example 239"));
+  CHECK(s == ST_ERR_INVALID && strstr(st_last_error(), "label 10 at row 239 of the training "
+                                                       "data is out of range [0, 10)"));
   st_history_destroy(&h);
   st_dataset_destroy(bad);
   st_dataset_destroy(ds);

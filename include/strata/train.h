@@ -135,7 +135,12 @@ st_fit_options st_fit_default_options(void);
  * epochs' logs, also after a failure part-way. While a step's optimizer
  * update runs, the strategy may take the next batch from `train` on one of
  * its threads (one_device, central_storage): the same batches in the same
- * order, but map functions may run on a thread other than the caller's. */
+ * order, but map functions may run on a thread other than the caller's.
+ * Checked before the first step (ST_ERR_INVALID): the sparse labels of
+ * in-memory data (from_tensor_slices, through take/skip/shard, shuffle,
+ * batch, prefetch and repeat; not map: those are checked per batch), naming
+ * the bad label's source row; an EarlyStopping or save-best-only
+ * ModelCheckpoint monitoring val_* without o->validation. */
 st_status st_model_fit(st_model *m, st_dataset *train, st_fit_options *o,
                        st_history *out);
 

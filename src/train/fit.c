@@ -12,7 +12,9 @@
 
 #include "distribute/strategy.h"
 #include "model/model.h"
+#include "data/labels.h"
 #include "io/checkpoint.h"
+#include "train/callbacks_impl.h"
 
 st_fit_options st_fit_default_options(void) {
   st_fit_options o;
@@ -51,6 +53,35 @@ static st_status check_data(const st_model *m, st_dataset *ds, const char *what)
  * before any kernel uses them as an index). */
 static st_status check_labels(const st_model *m, const st_batch *b, int64_t first) {
   return st__net_check_labels(&m->net, b->y, b->size, first);
+}
+
+/* Labels checked before training where the data is in memory. */
+typedef struct label_scan {
+  int64_t classes;
+  const char *what; /* "training data" */
+} label_scan;
+
+static st_status check_label_row(const float *y, int64_t row, void *user) {
+  const label_scan *ls = user;
+  float v = y[0];
+  if (v == (float)(int64_t)v && (v < 0.0f || v >= (float)ls->classes))
+    return st_error(ST_ERR_INVALID, "fit: label %g at row %lld of the %s is out of range "
+                    "[0, %lld) (the model has %lld outputs)", (double)v, (long long)row,
+                    ls->what, (long long)ls->classes, (long long)ls->classes);
+  if (!(v >= 0.0f && v < (float)ls->classes) || v != (float)(int64_t)v)
+    return st_error(ST_ERR_INVALID, "fit: label %g at row %lld of the %s is not a class "
+                    "index (an integer in [0, %lld))", (double)v, (long long)row, ls->what,
+                    (long long)ls->classes);
+  return ST_OK;
+}
+
+/* Every sparse label of an in-memory source (st__ds_scan_labels), before the
+ * first step, naming its source row; other pipelines are checked per batch. */
+static st_status check_source_labels(const st_model *m, const st_dataset *ds, const char *what) {
+  if (!st_loss_is_sparse(m->net.loss) || st_dataset_y_size(ds) != 1) return ST_OK;
+  label_scan ls = {(int64_t)st__net_output_size(&m->net), what};
+  bool scanned;
+  return st__ds_scan_labels(ds, check_label_row, &ls, &scanned);
 }
 
 typedef st_status (*step_fn)(st_model *m, const st_batch *b, st_step_stats *s, void *arg);
@@ -334,6 +365,11 @@ st_status st_model_fit(st_model *m, st_dataset *train, st_fit_options *o, st_his
   s = check_data(m, train, "fit");
   if (s != ST_OK) return s;
   if (o->validation && (s = check_data(m, o->validation, "fit: validation data")) != ST_OK)
+    return s;
+  if ((s = st__callbacks_check_fit(o->callbacks, o->ncallbacks, o->validation != NULL)) != ST_OK)
+    return s;
+  if ((s = check_source_labels(m, train, "training data")) != ST_OK ||
+      (o->validation && (s = check_source_labels(m, o->validation, "validation data")) != ST_OK))
     return s;
   if (o->epochs < 0) return st_error(ST_ERR_INVALID, "fit: epochs %d (must be >= 0)", o->epochs);
   fit_state fs = {.o = o, .steps_per_epoch = st_dataset_cardinality(train)};
