@@ -6,7 +6,11 @@
  * per compile through the log callback (st_log_set_callback), and the
  * callback receives what st_log would have written to stderr. Errors found
  * before training: a bad label of in-memory data names its source row, and a
- * val_* monitor without validation data fails before epoch 1. */
+ * val_* monitor without validation data fails before epoch 1. The data's
+ * shape must be the model input's (rank and each dimension; an implicit
+ * trailing channel of 1 allowed), channels_last named for images. A second
+ * compile replaces the optimizer and keeps the weights. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -282,6 +286,135 @@ static void test_val_monitor_without_validation(void) {
   st_model_destroy(m);
 }
 
+/* ---- full-shape checks of the data against the model input ---- */
+
+/* fit of a model with input `in` on n examples of x [dims...] (zeros),
+ * labels 0: the status, the message in st_last_error(). */
+static st_status fit_shape(st_shape in, bool conv, int rank, const int64_t *dims) {
+  st_model_options mo = st_model_default_options(in);
+  st_model *m = NULL;
+  CHECK_OK(st_sequential_create(&mo, &m));
+  st_layer *l = NULL;
+  if (conv) {
+    CHECK_OK(st_conv2d(2, 3, ST_ACT_RELU, &l));
+    CHECK_OK(st_model_add(m, l));
+  }
+  if (in.rank > 1) {
+    CHECK_OK(st_flatten(&l));
+    CHECK_OK(st_model_add(m, l));
+  }
+  CHECK_OK(st_dense(C, ST_ACT_LINEAR, &l));
+  CHECK_OK(st_model_add(m, l));
+  st_compile_options co = st_compile_default_options();
+  co.loss = ST_LOSS_SPARSE_CE_LOGITS;
+  CHECK_OK(st_model_compile(m, &co));
+  size_t n = 1;
+  for (int i = 0; i < rank; i++) n *= (size_t)dims[i];
+  float *xs = calloc(n, sizeof *xs), ys[8] = {0};
+  st_tensor x = {ST_F32, rank, {0}, xs}, t = {ST_F32, 1, {dims[0]}, ys};
+  memcpy(x.dims, dims, sizeof(int64_t) * (size_t)rank);
+  st_dataset *ds = NULL;
+  CHECK_OK(st_dataset_from_tensor_slices(&x, &t, 1.0f, false, &ds));
+  CHECK_OK(st_dataset_batch(ds, 4, false, &ds));
+  st_fit_options fo = st_fit_default_options();
+  st_history h;
+  st_status s = st_model_fit(m, ds, &fo, &h);
+  st_history_destroy(&h);
+  st_dataset_destroy(ds);
+  st_model_destroy(m);
+  free(xs);
+  return s;
+}
+
+static void test_data_shape_must_match_input(void) {
+  /* [n,4,5] into a [20]-input Dense model: refused, though 20 values each */
+  CHECK(fit_shape(st_shape1(20), false, 3, (int64_t[]){8, 4, 5}) == ST_ERR_INVALID);
+  CHECK_MSG(strstr(st_last_error(), "fit: dataset features (None, 4, 5) do not fit model input "
+                                    "(None, 20): same size, other shape: reshape") != NULL,
+            "%s", st_last_error());
+  CHECK_OK(fit_shape(st_shape1(20), false, 2, (int64_t[]){8, 20}));
+  /* channels first into a channels_last conv model: refused, named */
+  CHECK(fit_shape(st_shape3(8, 8, 1), true, 4, (int64_t[]){8, 1, 8, 8}) == ST_ERR_INVALID);
+  CHECK_MSG(strstr(st_last_error(), "(None, 1, 8, 8) do not fit model input (None, 8, 8, 1): "
+                                    "the data looks channels_first") != NULL &&
+                strstr(st_last_error(), "channels_last") != NULL,
+            "%s", st_last_error());
+  CHECK(fit_shape(st_shape3(8, 8, 1), true, 4, (int64_t[]){8, 4, 16, 1}) == ST_ERR_INVALID);
+  CHECK_MSG(strstr(st_last_error(), "channels_last") != NULL, "%s", st_last_error());
+  /* the legitimate cases: the same shape, and images without their channel */
+  CHECK_OK(fit_shape(st_shape3(8, 8, 1), true, 4, (int64_t[]){8, 8, 8, 1}));
+  CHECK_OK(fit_shape(st_shape3(8, 8, 1), true, 3, (int64_t[]){8, 8, 8}));
+  CHECK_OK(fit_shape(st_shape3(8, 8, 1), false, 3, (int64_t[]){8, 8, 8})); /* Flatten first */
+}
+
+/* ---- recompile ---- */
+
+/* Dense 16 relu -> Dense C on `replicas` mirrored replicas (0: one device),
+ * Adam 0.01, 2 epochs; then recompiled with SGD at `lr2` and 1 more epoch.
+ * The weights after the first fit and at the end into a, b (n floats). */
+static void fit_recompile_fit(int replicas, float lr2, float *a, float *b, size_t n) {
+  st_strategy *st = NULL;
+  st_strategy_options so = st_strategy_default_options(replicas ? ST_STRATEGY_MIRRORED
+                                                                : ST_STRATEGY_ONE_DEVICE);
+  so.replicas = replicas;
+  CHECK_OK(st_strategy_create(&so, &st));
+  st_model_options mo = st_model_default_options(st_shape1(D));
+  mo.seed = 9;
+  mo.strategy = st;
+  st_model *m = NULL;
+  CHECK_OK(st_sequential_create(&mo, &m));
+  st_layer *l = NULL;
+  CHECK_OK(st_dense(16, ST_ACT_RELU, &l));
+  CHECK_OK(st_model_add(m, l));
+  CHECK_OK(st_dense(C, ST_ACT_LINEAR, &l));
+  CHECK_OK(st_model_add(m, l));
+  st_compile_options co = st_compile_default_options();
+  co.loss = ST_LOSS_SPARSE_CE_LOGITS;
+  co.optimizer.lr = st_schedule_constant(0.01f);
+  CHECK_OK(st_model_compile(m, &co));
+  CHECK_EQ(st_model_param_count(m, false), n);
+  st_dataset *train = dataset(32);
+  st_fit_options fo = st_fit_default_options();
+  fo.epochs = 2;
+  st_history h;
+  CHECK_OK(st_model_fit(m, train, &fo, &h));
+  st_history_destroy(&h);
+  CHECK_OK(st_model_get_weights(m, a));
+  co.optimizer = st_optimizer_default_options(ST_OPT_SGD);
+  co.optimizer.lr = st_schedule_constant(lr2);
+  CHECK_OK(st_model_compile(m, &co)); /* recompile: keeps the weights */
+  float *w = malloc(n * sizeof *w);
+  CHECK_OK(st_model_get_weights(m, w));
+  CHECK(memcmp(w, a, n * sizeof *w) == 0);
+  free(w);
+  fo.epochs = 1;
+  CHECK_OK(st_model_fit(m, train, &fo, &h));
+  CHECK_EQ(h.epochs, 1);
+  CHECK_NEAR(h.logs[0].lr, lr2, 1e-9);
+  st_history_destroy(&h);
+  CHECK_OK(st_model_get_weights(m, b));
+  st_dataset_destroy(train);
+  st_model_destroy(m);
+  st_strategy_destroy(st);
+}
+
+static void test_recompile_keeps_weights(void) {
+  make_data();
+  enum { P = D * 16 + 16 + 16 * C + C };
+  float a[P], b[P], c[P], d[P];
+  fit_recompile_fit(0, 1e-3f, a, b, P);
+  CHECK(memcmp(a, b, sizeof a) != 0); /* the new optimizer trained */
+  /* the new optimizer's learning rate is the one used: a tiny rate barely moves */
+  fit_recompile_fit(0, 1e-9f, c, d, P);
+  CHECK(memcmp(a, c, sizeof a) == 0);
+  double moved = 0, tiny = 0;
+  for (int i = 0; i < P; i++) moved += fabs(b[i] - a[i]), tiny += fabs(d[i] - c[i]);
+  CHECK_GT(moved, 1000 * tiny);
+  /* mirrored (replicas re-attached to the new optimizer) */
+  fit_recompile_fit(2, 1e-3f, c, d, P);
+  CHECK(memcmp(c, d, sizeof c) != 0);
+}
+
 int main(int argc, char **argv) {
   static const check_case cases[] = {
       CHECK_CASE(test_default_loss_is_keras),
@@ -292,6 +425,8 @@ int main(int argc, char **argv) {
       CHECK_CASE(test_bad_label_named_by_source_row),
       CHECK_CASE(test_bad_label_after_map),
       CHECK_CASE(test_val_monitor_without_validation),
+      CHECK_CASE(test_data_shape_must_match_input),
+      CHECK_CASE(test_recompile_keeps_weights),
   };
   return CHECK_MAIN(argc, argv, cases);
 }

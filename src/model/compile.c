@@ -27,7 +27,6 @@ static st_status check_compile(const st_model *m, const st_compile_options *o) {
   if (m->add_error[0])
     return st_error(ST_ERR_INVALID, "st_model_compile: %s", m->add_error);
   if (m->net.nlayers == 0) return st_error(ST_ERR_INVALID, "compile: the model has no layers");
-  if (m->compiled) return st_error(ST_ERR_INVALID, "compile: model already compiled");
   if (o->loss < 0 || o->loss >= ST_LOSS_COUNT)
     return st_error(ST_ERR_INVALID, "compile: loss kind %d out of range", (int)o->loss);
   if (o->optimizer.kind < 0 || o->optimizer.kind >= ST_OPT_COUNT)
@@ -114,10 +113,42 @@ static void warn_loss_activation(const st_model *m, st_loss_kind loss) {
            loss == ST_LOSS_CE ? "ST_LOSS_CE_LOGITS" : "ST_LOSS_SPARSE_CE_LOGITS");
 }
 
+/* A second compile, as Keras's: new optimizer (fresh slots, iterations 0:
+ * schedules and Adam's bias correction restart), loss and metrics; the
+ * weights and BatchNorm statistics stay. The strategy is detached and
+ * attached again so its replicas see the new optimizer. */
+static st_status recompile(st_model *m, const st_compile_options *o) {
+  st_net *n = &m->net;
+  if (m->strategy->net == n) m->strategy->vt->detach(m->strategy);
+  m->compiled = false;
+  for (int i = 0; i < n->n_slots; i++) n->be->free(n->be_ctx, n->slots[i]);
+  m->compile = *o;
+  n->optimizer = o->optimizer;
+  n->loss = o->loss;
+  n->nmetrics = o->nmetrics;
+  memcpy(n->metrics, o->metrics, sizeof n->metrics);
+  n->step = 0;
+  st__train_position_clear(&m->last_pos);
+  n->n_slots = st_optimizer_slot_count(&n->optimizer);
+  for (int i = 0; i < n->n_slots; i++) {
+    n->slots[i] = n->be->alloc(n->be_ctx, (n->n_params ? n->n_params : 1) * sizeof(float));
+    if (!n->slots[i]) {
+      n->n_slots = i;
+      return st_error(ST_ERR_NOMEM, "st_model_compile: out of memory for the optimizer slots");
+    }
+    n->be->fill(n->be_ctx, n->n_params, 0.0f, n->slots[i]);
+  }
+  st_status s = m->strategy->vt->attach(m->strategy, n);
+  if (s != ST_OK) return s;
+  m->compiled = true;
+  return ST_OK;
+}
+
 st_status st_model_compile(st_model *m, const st_compile_options *o) {
   st_status s = check_compile(m, o);
   if (s != ST_OK) return s;
   warn_loss_activation(m, o->loss);
+  if (m->compiled) return recompile(m, o);
   m->compile = *o;
   m->net.optimizer = o->optimizer;
   m->net.loss = o->loss;

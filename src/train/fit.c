@@ -30,15 +30,42 @@ void st_history_destroy(st_history *h) {
   memset(h, 0, sizeof *h);
 }
 
+/* The data's example shape against the model input, as Keras: equal
+ * dimension by dimension, or the input's trailing channel of 1 left out
+ * (images [h, w] into [h, w, 1]). */
+static bool shape_fits(st_shape data, st_shape in) {
+  if (st_shape_equal(data, in)) return true;
+  if (data.rank + 1 != in.rank || in.dims[in.rank - 1] != 1) return false;
+  for (int i = 0; i < data.rank; i++)
+    if (data.dims[i] != in.dims[i]) return false;
+  return true;
+}
+
+/* Why the shapes differ, for the message: channels first, the same values
+ * in another shape (a reshape), or another size. */
+static const char *shape_hint(st_shape data, st_shape in) {
+  if (in.rank == 3 && data.rank == 3 && data.dims[0] == in.dims[2] &&
+      data.dims[1] == in.dims[0] && data.dims[2] == in.dims[1])
+    return ": the data looks channels_first (channels, height, width) but the model is "
+           "channels_last (height, width, channels): transpose the images";
+  if (in.rank == 3)
+    return ": the model takes channels_last images (height, width, channels)";
+  if (st_shape_size(data) == st_shape_size(in))
+    return ": same size, other shape: reshape the data (the tensor given to "
+           "st_dataset_from_tensor_slices) to the model's input";
+  return "";
+}
+
 static st_status check_data(const st_model *m, st_dataset *ds, const char *what) {
   if (!ds) return st_error(ST_ERR_INVALID, "%s: no dataset", what);
   if (st_dataset_batch_size(ds) <= 0)
     return st_error(ST_ERR_INVALID, "%s: dataset must be batched (st_dataset_batch)", what);
-  st_shape xs = st_dataset_x_shape(ds);
-  if (st_shape_size(xs) != st_shape_size(m->net.input_shape)) {
+  st_shape xs = st_dataset_x_shape(ds), in = m->net.input_shape;
+  if (!shape_fits(xs, in)) {
     char a[64], b[64];
-    return st_error(ST_ERR_INVALID, "%s: dataset features %s do not fit model input %s", what,
-                    st_shape_format(xs, a, sizeof a), st_shape_format(m->net.input_shape, b, sizeof b));
+    return st_error(ST_ERR_INVALID, "%s: dataset features %s do not fit model input %s%s", what,
+                    st_shape_format(xs, a, sizeof a), st_shape_format(in, b, sizeof b),
+                    shape_hint(xs, in));
   }
   size_t ys = st_dataset_y_size(ds), out = st__net_output_size(&m->net);
   size_t want = st_loss_is_sparse(m->net.loss) ? 1 : out;
