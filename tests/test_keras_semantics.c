@@ -9,8 +9,10 @@
  * val_* monitor without validation data fails before epoch 1. The data's
  * shape must be the model input's (rank and each dimension; an implicit
  * trailing channel of 1 allowed), channels_last named for images. A second
- * compile replaces the optimizer and keeps the weights. */
+ * compile replaces the optimizer and keeps the weights; weights loaded
+ * before compile are the ones compile starts from. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -415,6 +417,53 @@ static void test_recompile_keeps_weights(void) {
   CHECK(memcmp(c, d, sizeof c) != 0);
 }
 
+/* ---- load_weights before compile ---- */
+
+static st_model *uncompiled(uint64_t seed) {
+  st_model_options mo = st_model_default_options(st_shape1(D));
+  mo.seed = seed;
+  st_model *m = NULL;
+  CHECK_OK(st_sequential_create(&mo, &m));
+  st_layer *l = NULL;
+  CHECK_OK(st_dense(16, ST_ACT_RELU, &l));
+  CHECK_OK(st_model_add(m, l));
+  CHECK_OK(st_dense(C, ST_ACT_LINEAR, &l));
+  CHECK_OK(st_model_add(m, l));
+  return m;
+}
+
+static void test_load_weights_before_compile(void) {
+  enum { P = D * 16 + 16 + 16 * C + C };
+  const char *path = "/tmp/strata_test_keras_semantics.safetensors";
+  st_compile_options co = st_compile_default_options();
+  co.loss = ST_LOSS_SPARSE_CE_LOGITS;
+  st_model *a = uncompiled(1), *b = uncompiled(2);
+  CHECK_OK(st_model_compile(a, &co));
+  CHECK_OK(st_model_save_weights(a, path));
+  CHECK(st_model_load_weights(b, "/nonexistent/w.safetensors") != ST_OK);
+  CHECK_OK(st_model_load_weights(b, path)); /* not compiled yet */
+  CHECK_OK(st_model_compile(b, &co));
+  float wa[P], wb[P];
+  CHECK_OK(st_model_get_weights(a, wa));
+  CHECK_OK(st_model_get_weights(b, wb));
+  CHECK(memcmp(wa, wb, sizeof wa) == 0); /* b starts from a's weights, not seed 2's */
+  /* a file that does not fit the model is refused before compile too */
+  st_model *c = NULL;
+  st_model_options mo = st_model_default_options(st_shape1(D));
+  CHECK_OK(st_sequential_create(&mo, &c));
+  st_layer *l = NULL;
+  CHECK_OK(st_dense(5, ST_ACT_LINEAR, &l));
+  CHECK_OK(st_model_add(c, l));
+  CHECK(st_model_load_weights(c, path) == ST_ERR_FORMAT);
+  st_model_destroy(c); /* uncompiled, nothing pending */
+  st_model *d = uncompiled(3);
+  CHECK_OK(st_model_load_weights(d, path));
+  st_model_destroy(d); /* loaded but never compiled: no leak */
+  st_model_destroy(a);
+  st_model_destroy(b);
+  remove(path);
+}
+
 int main(int argc, char **argv) {
   static const check_case cases[] = {
       CHECK_CASE(test_default_loss_is_keras),
@@ -427,6 +476,7 @@ int main(int argc, char **argv) {
       CHECK_CASE(test_val_monitor_without_validation),
       CHECK_CASE(test_data_shape_must_match_input),
       CHECK_CASE(test_recompile_keeps_weights),
+      CHECK_CASE(test_load_weights_before_compile),
   };
   return CHECK_MAIN(argc, argv, cases);
 }

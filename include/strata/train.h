@@ -176,8 +176,10 @@ st_status st_progress_create(FILE *stream, bool tty, int epochs, st_callback *ou
  * Written to a temp file, fsynced and renamed. m must be compiled; a NULL m
  * or path is ST_ERR_INVALID. */
 st_status st_model_save_weights(const st_model *m, const char *path);
-/* Checks every name, dtype and shape before changing anything (m compiled,
- * m and path not NULL). */
+/* Checks every name, dtype and shape before changing anything (m and path
+ * not NULL). Before compile (as Keras's load_weights on a built model) the
+ * weights are kept and st_model_compile starts from them instead of the
+ * initializers; a later load before compile replaces them. */
 st_status st_model_load_weights(st_model *m, const char *path);
 
 /* ---- checkpoints ----

@@ -157,6 +157,14 @@ st_status st_model_compile(st_model *m, const st_compile_options *o) {
   if ((s = pick_backend(&m->net)) != ST_OK) return s;
   if ((s = alloc_vars(&m->net)) != ST_OK)
     return st_error(s, "compile: out of memory for %zu parameters", m->net.n_params);
+  if (m->pending_vars) { /* st_model_load_weights before compile */
+    st__be_to_device(m->net.be_ctx, m->net.params, m->pending_vars,
+                     m->net.n_params * sizeof(float));
+    st__be_to_device(m->net.be_ctx, m->net.state, m->pending_vars + m->net.n_params,
+                     m->net.n_state * sizeof(float));
+    free(m->pending_vars);
+    m->pending_vars = NULL;
+  }
   if (!m->strategy) {
     st_strategy_options so = st_strategy_default_options(ST_STRATEGY_ONE_DEVICE);
     if ((s = st_strategy_create(&so, &m->strategy)) != ST_OK) return s;
@@ -192,6 +200,7 @@ void st_model_destroy(st_model *m) {
   if (m->owns_strategy) st_strategy_destroy(m->strategy); /* freed once unheld */
   if (m->holds_strategy) st__strategy_release(m->strategy); /* frees it if destroyed */
   st__train_position_clear(&m->last_pos);
+  free(m->pending_vars);
   free(m);
 }
 
