@@ -52,6 +52,7 @@ int main(int argc, char **argv) {
   mo.strategy = strategy;
   st_model *model = NULL;
   st_compile_options co = st_compile_default_options();
+  co.loss = ST_LOSS_SPARSE_CE_LOGITS; /* the last Dense is linear: logits */
   if (st_builtin_model_create("mlp", &mo, &model) || st_model_compile(model, &co))
     return fail("model");
   int replicas = st_strategy_num_replicas_in_sync(strategy);

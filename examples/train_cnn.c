@@ -56,7 +56,8 @@ int main(int argc, char **argv) {
   printf("%s", summary);
   free(summary);
 
-  st_compile_options co = st_compile_default_options(); /* Adam, sparse CE from logits */
+  st_compile_options co = st_compile_default_options(); /* Adam, sparse CE, accuracy */
+  co.loss = ST_LOSS_SPARSE_CE_LOGITS; /* the last Dense is linear: logits */
   if (st_model_compile(model, &co)) return fail("compile");
 
   st_callback cb;

@@ -165,6 +165,7 @@ static void test_model_calls(void) {
   CHECK_OK(st_dense(2, ST_ACT_LINEAR, &l));
   CHECK_OK(st_model_add(m, l));
   st_compile_options co = st_compile_default_options();
+  co.loss = ST_LOSS_SPARSE_CE_LOGITS; /* the last Dense is linear: logits */
   CHECK_OK(st_model_compile(m, &co));
   CHECK_OK(st_model_summary(m, &text));
   CHECK(text && strstr(text, "Total params: 10"));

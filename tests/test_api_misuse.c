@@ -60,6 +60,7 @@ static st_model *make_model(int replicas, st_strategy **sout) {
   CHECK_OK(st_dense(CLASSES, ST_ACT_LINEAR, &l2));
   CHECK_OK(st_model_add(m, l2));
   st_compile_options co = st_compile_default_options();
+  co.loss = ST_LOSS_SPARSE_CE_LOGITS; /* the last Dense is linear: logits */
   CHECK_OK(st_model_compile(m, &co));
   if (sout) *sout = s;
   return m;

@@ -54,6 +54,7 @@ static st_model *model(st_strategy_kind kind) {
   CHECK_OK(st_dense(C, ST_ACT_LINEAR, &l));
   CHECK_OK(st_model_add(m, l));
   st_compile_options co = st_compile_default_options();
+  co.loss = ST_LOSS_SPARSE_CE_LOGITS; /* the last Dense is linear: logits */
   CHECK_OK(st_model_compile(m, &co));
   m->owns_strategy = true;
   return m;

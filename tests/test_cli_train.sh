@@ -108,6 +108,10 @@ check "a Keras 2 JSON of the cnn trains to the built-in cnn's exact weights" "cm
 "$cli" train --model "$k/bad_dilation.json" --quiet >/dev/null 2>"$tmp/k.err"
 check "an unsupported Keras option exits 2 naming layer and option" \
   "[ $? -eq 2 ] && grep -q \"layer 3 ('conv2d_1', Conv2D): dilation_rate\" $tmp/k.err"
+sed 's/"batch_shape": \[null, 28, 28, 1\]/"batch_shape": [null, 784]/' "$k/mlp_keras3.json" >"$tmp/flat.json"
+"$cli" train --model "$tmp/flat.json" --train-examples 640 --epochs 1 --quiet --save "$tmp/f.safetensors" >"$tmp/f.out" 2>&1
+check "a Keras JSON model with a flat (None, 784) input trains on the images (flattened by the CLI)" \
+  "[ $? -eq 0 ] && \"$cli\" evaluate --model $tmp/flat.json --weights $tmp/f.safetensors | grep -q test_accuracy"
 
 # The example program trains the cnn through the public API (small generated set).
 example="$(dirname "$cli")/example_train_cnn"

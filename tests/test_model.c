@@ -65,6 +65,7 @@ static st_model *model(int threads, uint64_t seed, int hidden, bool extras) {
   CHECK_OK(st_dense(C, ST_ACT_LINEAR, &l));
   CHECK_OK(st_model_add(m, l));
   st_compile_options co = st_compile_default_options();
+  co.loss = ST_LOSS_SPARSE_CE_LOGITS; /* the last Dense is linear: logits */
   co.optimizer.lr = st_schedule_constant(0.01f);
   CHECK_OK(st_model_compile(m, &co));
   m->owns_strategy = true; /* destroyed with the model */
@@ -199,7 +200,8 @@ static void test_state_and_errors(void) {
   ybad[N - 1] = 10;
   st_dataset *bad = dataset(32, false, ybad);
   st_status s = st_model_fit(m, bad, &fo, &h);
-  CHECK(s == ST_ERR_INVALID && strstr(st_last_error(), "label 10 of example 239"));
+  CHECK(s == ST_ERR_INVALID && strstr(st_last_error(), "label 10 at row 239 of the training "
+                                                       "data is out of range [0, 10)"));
   st_history_destroy(&h);
   st_dataset_destroy(bad);
   st_dataset_destroy(ds);

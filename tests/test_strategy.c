@@ -66,6 +66,7 @@ static st_model *make_model(const char *name, run r) {
   st_model *m = NULL;
   CHECK_OK(st_builtin_model_create(name, &mo, &m));
   st_compile_options co = st_compile_default_options();
+  co.loss = ST_LOSS_SPARSE_CE_LOGITS; /* the last Dense is linear: logits */
   co.optimizer = st_optimizer_default_options(g_optimizer);
   CHECK_OK(st_model_compile(m, &co));
   m->owns_strategy = true;
@@ -268,6 +269,7 @@ static void test_batchnorm(st_strategy_kind kind) {
   CHECK_OK(st_dense(10, ST_ACT_LINEAR, &l));
   CHECK_OK(st_model_add(m, l));
   st_compile_options co = st_compile_default_options();
+  co.loss = ST_LOSS_SPARSE_CE_LOGITS; /* the last Dense is linear: logits */
   CHECK_OK(st_model_compile(m, &co));
   st_dataset *ds = dataset(640, 64);
   st_fit_options fo = st_fit_default_options();
@@ -314,6 +316,7 @@ static st_model *sync_bn_model(st_strategy_kind kind, int replicas) {
   CHECK_OK(st_dense(10, ST_ACT_LINEAR, &l));
   CHECK_OK(st_model_add(m, l));
   st_compile_options co = st_compile_default_options();
+  co.loss = ST_LOSS_SPARSE_CE_LOGITS; /* the last Dense is linear: logits */
   CHECK_OK(st_model_compile(m, &co));
   m->owns_strategy = true;
   return m;

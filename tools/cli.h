@@ -57,6 +57,8 @@ typedef struct cli_data {
   char fingerprint[160];     /* the training examples: count, shape, dtype and a
                                 CRC32C of the first and last examples' bytes
                                 (st_fit_options.data_fingerprint) */
+  int batch;                 /* as loaded, to rebuild the pipelines */
+  uint64_t seed;
 } cli_data;
 /* "fashion-mnist" means the Debian dataset directory. uint8 images are scaled
  * by 1/255, float32 images used as they are; NaN/Inf in float32 files are
@@ -65,6 +67,10 @@ int cli_load_data(const char *cmd, const char *spec, double val_split,
                   int64_t train_examples, int batch, uint64_t seed,
                   bool allow_nonfinite, cli_data *d);
 void cli_free_data(cli_data *d);
+/* A model with a flat input [h*w] (a Keras JSON model whose input is
+ * (None, 784)) gets the images flattened, as a Keras user reshapes them; any
+ * other input gets them as [h, w, 1] and fit names a mismatch. */
+int cli_match_model_input(const char *cmd, cli_data *d, st_shape input);
 
 int cmd_train(int argc, char **argv);
 int cmd_evaluate(int argc, char **argv);

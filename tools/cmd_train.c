@@ -246,10 +246,12 @@ static st_status build_model(const char *name, const st_strategy_options *so, ui
   mo.strategy = *strategy;
   if ((s = create_model(name, mo, model)) != ST_OK) return s;
   st_compile_options co = st_compile_default_options();
-  /* a model that ends in softmax outputs probabilities, not logits */
+  /* a model that ends in softmax outputs probabilities; the built-in ones
+   * (and any other) end in a linear Dense: logits */
   int nl = st_model_layer_count(*model);
-  if (nl && st_layer_output_activation(st_model_layer(*model, nl - 1)) == ST_ACT_SOFTMAX)
-    co.loss = ST_LOSS_SPARSE_CE;
+  bool softmax =
+      nl && st_layer_output_activation(st_model_layer(*model, nl - 1)) == ST_ACT_SOFTMAX;
+  co.loss = softmax ? ST_LOSS_SPARSE_CE : ST_LOSS_SPARSE_CE_LOGITS;
   co.optimizer = *opt;
   return st_model_compile(*model, &co);
 }
@@ -359,6 +361,8 @@ static int run_train(const train_cfg *c) {
   so.collective_timeout = c->collective_timeout;
   st_status s = build_model(c->model, &so, (uint64_t)c->seed, &c->opt, &strategy, &model);
   if (s != ST_OK) goto fail;
+  if ((rc = cli_match_model_input("train", &d, st_model_input_shape(model))) != EXIT_OK)
+    goto done;
   chief = st_strategy_is_chief(strategy);
   if (chief && (s = lock_dirs(c, &locks)) != ST_OK) {
     rc = s == ST_ERR_IO ? EXIT_WRITE : cli_fail("train", s);
@@ -462,6 +466,12 @@ int cmd_evaluate(int argc, char **argv) {
   st_optimizer_options opt = st_optimizer_default_options(ST_OPT_ADAM);
   st_strategy_options so = st_strategy_default_options(ST_STRATEGY_ONE_DEVICE);
   st_status s = build_model(name, &so, 0, &opt, &strategy, &model);
+  if (s == ST_OK && (rc = cli_match_model_input("evaluate", &d, st_model_input_shape(model)))) {
+    st_model_destroy(model);
+    st_strategy_destroy(strategy);
+    cli_free_data(&d);
+    return rc;
+  }
   if (s == ST_OK) s = st_model_load_weights(model, weights);
   if (s == ST_OK) s = st_model_evaluate(model, d.test, &r);
   if (s == ST_OK)

@@ -29,6 +29,8 @@ static void shape_images(st_tensor *t) {
   t->rank = 4;
 }
 
+static st_status make_pipelines(cli_data *d);
+
 static st_status slices(const st_tensor *x, const st_tensor *y, int64_t skip, int64_t take,
                         st_dataset **out) {
   float scale = x->dtype == ST_U8 ? 1.0f / 255.0f : 1.0f;
@@ -89,8 +91,23 @@ int cli_load_data(const char *cmd, const char *spec, double val_split, int64_t t
     return EXIT_USAGE;
   }
   fingerprint(d, d->n_train);
+  d->batch = batch;
+  d->seed = seed;
+  s = make_pipelines(d);
+  if (s != ST_OK) {
+    int rc = cli_fail(cmd, s);
+    cli_free_data(d);
+    return rc;
+  }
+  return EXIT_OK;
+}
+
+/* The batched train / validation / test pipelines over d->raw. */
+static st_status make_pipelines(cli_data *d) {
+  int batch = d->batch;
+  uint64_t seed = d->seed;
   /* Keras takes the validation split from the end, before shuffling. */
-  s = slices(&d->raw.train_x, &d->raw.train_y, 0, d->n_train, &d->train);
+  st_status s = slices(&d->raw.train_x, &d->raw.train_y, 0, d->n_train, &d->train);
   if (s == ST_OK) s = st_dataset_shuffle(d->train, d->n_train, seed, true, &d->train);
   if (s == ST_OK) s = st_dataset_batch(d->train, batch, false, &d->train);
   if (s == ST_OK && d->n_val > 0) {
@@ -99,12 +116,28 @@ int cli_load_data(const char *cmd, const char *spec, double val_split, int64_t t
   }
   if (s == ST_OK) s = slices(&d->raw.test_x, &d->raw.test_y, 0, -1, &d->test);
   if (s == ST_OK) s = st_dataset_batch(d->test, batch > 256 ? batch : 256, false, &d->test);
-  if (s != ST_OK) {
-    int rc = cli_fail(cmd, s);
-    cli_free_data(d);
-    return rc;
-  }
-  return EXIT_OK;
+  return s;
+}
+
+/* [n, h, w, 1] images viewed as [n, h*w]: same bytes. */
+static void flatten_images(st_tensor *t) {
+  if (t->rank != 4) return;
+  t->dims[1] *= t->dims[2] * t->dims[3];
+  t->rank = 2;
+}
+
+int cli_match_model_input(const char *cmd, cli_data *d, st_shape input) {
+  st_tensor *x = &d->raw.train_x;
+  if (input.rank != 1 || x->rank != 4 || (int64_t)st_shape_size(input) != x->dims[1] * x->dims[2])
+    return EXIT_OK; /* the images as they are: fit names any mismatch */
+  st_dataset_destroy(d->train);
+  st_dataset_destroy(d->val);
+  st_dataset_destroy(d->test);
+  d->train = d->val = d->test = NULL;
+  flatten_images(&d->raw.train_x);
+  flatten_images(&d->raw.test_x);
+  st_status s = make_pipelines(d);
+  return s == ST_OK ? EXIT_OK : cli_fail(cmd, s);
 }
 
 void cli_free_data(cli_data *d) {

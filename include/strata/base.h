@@ -64,7 +64,7 @@ void st_clear_error(void);
 void st__assert_fail(const char *expr, const char *file, int line)
     __attribute__((noreturn));
 
-/* ---- logging (stderr only) ---------------------------------------------- */
+/* ---- logging (stderr or a callback; never stdout) ------------------------- */
 typedef enum st_log_level {
   ST_LOG_DEBUG = 0,
   ST_LOG_INFO,
@@ -73,12 +73,22 @@ typedef enum st_log_level {
   ST_LOG_OFF
 } st_log_level;
 /* The level below which st_log drops messages (default ST_LOG_WARN, or the
- * environment's STRATA_LOG); st_log writes one printf-style line to stderr,
+ * environment's STRATA_LOG); st_log writes one printf-style line to stderr
+ * ("strata: warning: ..."), or hands it to the log callback when one is set,
  * never stdout. Any thread. */
 void st_log_set_level(st_log_level level); /* default ST_LOG_WARN; env STRATA_LOG */
 st_log_level st_log_get_level(void);
 void st_log(st_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* A log sink: receives each message that passes the level filter, formatted,
+ * without the "strata: <level>: " prefix nor a trailing newline (message is
+ * valid only during the call; it is cut at 1023 bytes). It may be called from
+ * any thread, concurrently. */
+typedef void (*st_log_fn)(st_log_level level, const char *message, void *user);
+/* Routes the library's log messages to fn(level, message, user) instead of
+ * stderr; fn NULL restores stderr. The previous callback may still be running
+ * in another thread when this returns. Any thread. */
+void st_log_set_callback(st_log_fn fn, void *user);
 
 /* ---- counter-based RNG --------------------------------------------------- */
 /* Philox4x32-10 keyed by (seed, stream); counter selects the block. Pure

@@ -39,12 +39,13 @@ void st_model_destroy(st_model *m); /* accepts NULL; destroys its layers */
  * included) is recorded: st_model_compile then refuses the model with "layer
  * N (Class) was not added: <why>", so checking only the last add is safe. */
 st_status st_model_add(st_model *m, st_layer *layer);
-/* Layers, the i-th layer (NULL out of range), parameter count and output
- * shape; 0, NULL or an empty shape for a NULL m. */
+/* Layers, the i-th layer (NULL out of range), parameter count, output and
+ * input shape (per example); 0, NULL or an empty shape for a NULL m. */
 int st_model_layer_count(const st_model *m);
 const st_layer *st_model_layer(const st_model *m, int i);
 size_t st_model_param_count(const st_model *m, bool trainable_only);
 st_shape st_model_output_shape(const st_model *m);
+st_shape st_model_input_shape(const st_model *m);
 
 typedef struct st_compile_options {
   st_optimizer_options optimizer;
@@ -52,12 +53,23 @@ typedef struct st_compile_options {
   int nmetrics;
   st_metric_kind metrics[4];
 } st_compile_options;
-/* Adam defaults, sparse CE from logits, metric accuracy. */
+/* Adam defaults, metric accuracy, loss ST_LOSS_SPARSE_CE: sparse CE on
+ * probabilities, as Keras's string losses (from_logits=False), for a model
+ * ending in softmax; a model ending in a linear Dense sets
+ * ST_LOSS_SPARSE_CE_LOGITS. */
 st_compile_options st_compile_default_options(void);
 /* Allocates variables, initialises them (seeded) and binds the strategy.
  * ST_ERR_INVALID (naming the function and the field) for a NULL m or o, an
  * option out of range, a model without layers or with a failed st_model_add,
- * a second compile, a destroyed strategy or one bound to another model. */
+ * a destroyed strategy or one bound to another model. A second compile (as
+ * Keras's, e.g. to fine-tune with another optimizer or learning rate)
+ * replaces the optimizer (fresh state, iteration count 0: schedules and
+ * Adam's bias correction restart), loss and metrics, and keeps the weights
+ * and BatchNorm statistics; the next fit starts at epoch 0. A recompile that
+ * fails (ST_ERR_NOMEM) leaves the model uncompiled.
+ * Logs one warning (st_log) when the output activation and the loss disagree:
+ * softmax under a from-logits loss (softmax applied twice), or a linear output
+ * under a probability loss. */
 st_status st_model_compile(st_model *m, const st_compile_options *o);
 
 /* Keras-like summary table: *out receives a malloc'd string (caller frees it
@@ -144,7 +156,18 @@ st_fit_options st_fit_default_options(void);
  * epochs' logs, also after a failure part-way. While a step's optimizer
  * update runs, the strategy may take the next batch from `train` on one of
  * its threads (one_device, central_storage): the same batches in the same
- * order, but map functions may run on a thread other than the caller's. */
+ * order, but map functions may run on a thread other than the caller's.
+ * The data's example shape must be the model's input shape, dimension by
+ * dimension (as Keras); the one exception is an implicit trailing channel of
+ * 1 (images [h, w] into an input [h, w, 1]). Images are channels_last
+ * (height, width, channels); a flat input [k] takes flat data [k] only
+ * (reshape the tensor given to st_dataset_from_tensor_slices). The same rule
+ * holds for evaluate and predict.
+ * Checked before the first step (ST_ERR_INVALID): the sparse labels of
+ * in-memory data (from_tensor_slices, through take/skip/shard, shuffle,
+ * batch, prefetch and repeat; not map: those are checked per batch), naming
+ * the bad label's source row; an EarlyStopping or save-best-only
+ * ModelCheckpoint monitoring val_* without o->validation. */
 st_status st_model_fit(st_model *m, st_dataset *train, st_fit_options *o,
                        st_history *out);
 
@@ -168,8 +191,10 @@ st_status st_progress_create(FILE *stream, bool tty, int epochs, st_callback *ou
  * Written to a temp file, fsynced and renamed. m must be compiled; a NULL m
  * or path is ST_ERR_INVALID. */
 st_status st_model_save_weights(const st_model *m, const char *path);
-/* Checks every name, dtype and shape before changing anything (m compiled,
- * m and path not NULL). */
+/* Checks every name, dtype and shape before changing anything (m and path
+ * not NULL). Before compile (as Keras's load_weights on a built model) the
+ * weights are kept and st_model_compile starts from them instead of the
+ * initializers; a later load before compile replaces them. */
 st_status st_model_load_weights(st_model *m, const char *path);
 
 /* ---- checkpoints ----

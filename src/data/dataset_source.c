@@ -5,6 +5,7 @@
  * directly above it can gather rows in permuted order without buffering
  * converted elements. */
 #include "data/dataset_impl.h"
+#include "data/labels.h"
 
 #include <limits.h>
 #include <math.h>
@@ -229,4 +230,32 @@ st_status st_dataset_from_tensor_slices(const st_tensor *x, const st_tensor *y,
   }
   *out = &n->base;
   return ST_OK;
+}
+
+/* Transforms that keep every row of their input with its labels unchanged. */
+static bool keeps_labels(const st_dataset *ds) {
+  static const char *const names[] = {"shuffle", "batch", "prefetch", "repeat"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (ds->input && strcmp(ds->ops->name, names[i]) == 0) return true;
+  return false;
+}
+
+st_status st__ds_scan_labels(const st_dataset *ds, st__label_fn fn, void *user, bool *scanned) {
+  *scanned = false;
+  while (ds && keeps_labels(ds)) ds = ds->input;
+  st__index_view v;
+  if (!ds || !st__ds_index_view(ds, &v)) return ST_OK;
+  const slices_node *s = as_slices(v.src);
+  float *y = malloc((s->base.y_size ? s->base.y_size : 1) * sizeof *y);
+  if (!y) return st_error(ST_ERR_NOMEM, "fit: out of memory for a label row");
+  *scanned = true;
+  st_status st = ST_OK;
+  for (int64_t k = 0; k < v.count && st == ST_OK; k++) {
+    int64_t row = v.start + k * v.step;
+    convert(s->y.dtype, (const char *)s->y.data + (size_t)row * s->y_row_bytes,
+            s->base.y_size, 1.0f, y);
+    st = fn(y, row, user);
+  }
+  free(y);
+  return st;
 }

@@ -92,8 +92,32 @@ st_status st__check_tensor(const char *path, const st_named_tensor *want,
   return ST_OK;
 }
 
+/* Before compile: the variables wait on the host in m->pending_vars. */
+static st_status keep_pending(st_model *m, const st_safetensors *f) {
+  size_t total = m->net.n_params + m->net.n_state;
+  float *hp = calloc(total + 1, sizeof *hp);
+  if (!hp) return st_error(ST_ERR_NOMEM, "st_model_load_weights: out of memory");
+  for (int i = 0; i < m->net.nlayers; i++)
+    for (int p = 0; p < m->net.layers[i]->nparams; p++) {
+      const st_layer *l = m->net.layers[i];
+      st_named_tensor want;
+      st__describe_var(l, p, &want);
+      memcpy(st__var_ptr(l, p, hp, hp + m->net.n_params),
+             st__safetensors_find(f, want.name)->data,
+             st_shape_size(l->params[p].shape) * sizeof(float));
+    }
+  free(m->pending_vars);
+  m->pending_vars = hp;
+  return ST_OK;
+}
+
 st_status st_model_load_weights(st_model *m, const char *path) {
-  st_status s = check_path_args(m, path, "st_model_load_weights");
+  st_status s = st__model_check(m, "st_model_load_weights", false);
+  if (s == ST_OK && m->compiled) s = check_path_args(m, path, "st_model_load_weights");
+  else if (s == ST_OK && (!path || !path[0]))
+    s = st_error(ST_ERR_INVALID, "st_model_load_weights: path is %s", path ? "empty" : "NULL");
+  else if (s == ST_OK && m->add_error[0])
+    s = st_error(ST_ERR_INVALID, "st_model_load_weights: %s", m->add_error);
   if (s != ST_OK) return s;
   st_safetensors f;
   s = st__safetensors_read(path, &f);
@@ -107,6 +131,11 @@ st_status st_model_load_weights(st_model *m, const char *path) {
       st__describe_var(m->net.layers[i], p, &want);
       s = st__check_tensor(path, &want, st__safetensors_find(&f, want.name));
     }
+  if (s == ST_OK && !m->compiled) {
+    s = keep_pending(m, &f);
+    st__safetensors_free(&f);
+    return s;
+  }
   for (int i = 0; s == ST_OK && i < m->net.nlayers; i++)
     for (int p = 0; p < m->net.layers[i]->nparams; p++) {
       const st_layer *l = m->net.layers[i];

@@ -14,7 +14,7 @@ st_compile_options st_compile_default_options(void) {
   st_compile_options o;
   memset(&o, 0, sizeof o);
   o.optimizer = st_optimizer_default_options(ST_OPT_ADAM);
-  o.loss = ST_LOSS_SPARSE_CE_LOGITS;
+  o.loss = ST_LOSS_SPARSE_CE; /* Keras's string losses: from_logits=False */
   o.nmetrics = 1;
   o.metrics[0] = ST_METRIC_ACCURACY;
   return o;
@@ -27,7 +27,6 @@ static st_status check_compile(const st_model *m, const st_compile_options *o) {
   if (m->add_error[0])
     return st_error(ST_ERR_INVALID, "st_model_compile: %s", m->add_error);
   if (m->net.nlayers == 0) return st_error(ST_ERR_INVALID, "compile: the model has no layers");
-  if (m->compiled) return st_error(ST_ERR_INVALID, "compile: model already compiled");
   if (o->loss < 0 || o->loss >= ST_LOSS_COUNT)
     return st_error(ST_ERR_INVALID, "compile: loss kind %d out of range", (int)o->loss);
   if (o->optimizer.kind < 0 || o->optimizer.kind >= ST_OPT_COUNT)
@@ -88,9 +87,68 @@ static st_status pick_backend(st_net *m) {
   return st_backend_ctx_create(m->be, 0, 0, &m->be_ctx);
 }
 
+/* One warning when the output layer's activation and the loss disagree on
+ * logits against probabilities (the loss still runs: a user may mean it). */
+static void warn_loss_activation(const st_model *m, st_loss_kind loss) {
+  const st_layer *l = NULL;
+  for (int i = m->net.nlayers - 1; i >= 0; i--) { /* past layers that keep values */
+    l = m->net.layers[i];
+    if (strcmp(l->vt->class_name, "Dropout") != 0 && strcmp(l->vt->class_name, "Flatten") != 0)
+      break;
+  }
+  st_activation act = st_layer_output_activation(l);
+  bool sets_act = l && (l->out_activation != ST_ACT_LINEAR ||
+                        strcmp(l->vt->class_name, "Dense") == 0 ||
+                        strcmp(l->vt->class_name, "Conv2D") == 0 ||
+                        strcmp(l->vt->class_name, "Activation") == 0);
+  if (act == ST_ACT_SOFTMAX && (loss == ST_LOSS_SPARSE_CE_LOGITS || loss == ST_LOSS_CE_LOGITS))
+    st_log(ST_LOG_WARN,
+           "st_model_compile: the last layer applies softmax but the loss expects logits "
+           "(from_logits): softmax is applied twice; use %s",
+           loss == ST_LOSS_CE_LOGITS ? "ST_LOSS_CE" : "ST_LOSS_SPARSE_CE");
+  else if (sets_act && act == ST_ACT_LINEAR && (loss == ST_LOSS_SPARSE_CE || loss == ST_LOSS_CE))
+    st_log(ST_LOG_WARN,
+           "st_model_compile: the last layer is linear (outputs logits) but the loss expects "
+           "probabilities; use %s (or end the model with softmax)",
+           loss == ST_LOSS_CE ? "ST_LOSS_CE_LOGITS" : "ST_LOSS_SPARSE_CE_LOGITS");
+}
+
+/* A second compile, as Keras's: new optimizer (fresh slots, iterations 0:
+ * schedules and Adam's bias correction restart), loss and metrics; the
+ * weights and BatchNorm statistics stay. The strategy is detached and
+ * attached again so its replicas see the new optimizer. */
+static st_status recompile(st_model *m, const st_compile_options *o) {
+  st_net *n = &m->net;
+  if (m->strategy->net == n) m->strategy->vt->detach(m->strategy);
+  m->compiled = false;
+  for (int i = 0; i < n->n_slots; i++) n->be->free(n->be_ctx, n->slots[i]);
+  m->compile = *o;
+  n->optimizer = o->optimizer;
+  n->loss = o->loss;
+  n->nmetrics = o->nmetrics;
+  memcpy(n->metrics, o->metrics, sizeof n->metrics);
+  n->step = 0;
+  st__train_position_clear(&m->last_pos);
+  n->n_slots = st_optimizer_slot_count(&n->optimizer);
+  for (int i = 0; i < n->n_slots; i++) {
+    n->slots[i] = n->be->alloc(n->be_ctx, (n->n_params ? n->n_params : 1) * sizeof(float));
+    if (!n->slots[i]) {
+      n->n_slots = i;
+      return st_error(ST_ERR_NOMEM, "st_model_compile: out of memory for the optimizer slots");
+    }
+    n->be->fill(n->be_ctx, n->n_params, 0.0f, n->slots[i]);
+  }
+  st_status s = m->strategy->vt->attach(m->strategy, n);
+  if (s != ST_OK) return s;
+  m->compiled = true;
+  return ST_OK;
+}
+
 st_status st_model_compile(st_model *m, const st_compile_options *o) {
   st_status s = check_compile(m, o);
   if (s != ST_OK) return s;
+  warn_loss_activation(m, o->loss);
+  if (m->compiled) return recompile(m, o);
   m->compile = *o;
   m->net.optimizer = o->optimizer;
   m->net.loss = o->loss;
@@ -99,6 +157,14 @@ st_status st_model_compile(st_model *m, const st_compile_options *o) {
   if ((s = pick_backend(&m->net)) != ST_OK) return s;
   if ((s = alloc_vars(&m->net)) != ST_OK)
     return st_error(s, "compile: out of memory for %zu parameters", m->net.n_params);
+  if (m->pending_vars) { /* st_model_load_weights before compile */
+    st__be_to_device(m->net.be_ctx, m->net.params, m->pending_vars,
+                     m->net.n_params * sizeof(float));
+    st__be_to_device(m->net.be_ctx, m->net.state, m->pending_vars + m->net.n_params,
+                     m->net.n_state * sizeof(float));
+    free(m->pending_vars);
+    m->pending_vars = NULL;
+  }
   if (!m->strategy) {
     st_strategy_options so = st_strategy_default_options(ST_STRATEGY_ONE_DEVICE);
     if ((s = st_strategy_create(&so, &m->strategy)) != ST_OK) return s;
@@ -134,6 +200,7 @@ void st_model_destroy(st_model *m) {
   if (m->owns_strategy) st_strategy_destroy(m->strategy); /* freed once unheld */
   if (m->holds_strategy) st__strategy_release(m->strategy); /* frees it if destroyed */
   st__train_position_clear(&m->last_pos);
+  free(m->pending_vars);
   free(m);
 }
 

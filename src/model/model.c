@@ -141,3 +141,4 @@ size_t st_model_param_count(const st_model *m, bool trainable_only) {
 st_shape st_model_output_shape(const st_model *m) {
   return m ? st__net_output_shape(&m->net) : (st_shape){0};
 }
+st_shape st_model_input_shape(const st_model *m) { return m ? m->net.input_shape : (st_shape){0}; }

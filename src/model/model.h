@@ -48,6 +48,9 @@ struct st_model {
   /* For st_checkpoint_save/restore outside fit's own calls (see above). */
   const st_train_position *fit_pos; /* fit's, while fit runs; else NULL */
   st_train_position last_pos;       /* owned logs */
+  float *pending_vars;        /* loaded before compile: [n_params + n_state]
+                                 (params, then state), owned; compile uses
+                                 them instead of the initializers */
 };
 
 /* The position a checkpoint saved now holds: fit's while it runs, else

@@ -15,6 +15,7 @@
 
 #include "strata/train.h"
 #include "base/fileio.h"
+#include "train/callbacks_impl.h"
 
 void st_callback_destroy(st_callback *cb) {
   if (!cb) return;
@@ -352,5 +353,27 @@ st_status st_model_checkpoint_create(const char *dir, const char *monitor, bool 
   c->keep = keep;
   c->best = c->maximize ? -INFINITY : INFINITY;
   *out = (st_callback){.user = c, .on_epoch_end = mc_epoch_end, .destroy = mc_destroy};
+  return ST_OK;
+}
+
+/* ---- checks at fit start -------------------------------------------------- */
+
+static bool monitors_validation(int monitor) {
+  return monitor == MON_VAL_LOSS || monitor == MON_VAL_ACCURACY;
+}
+
+st_status st__callbacks_check_fit(const st_callback *cbs, int n, bool has_validation) {
+  for (int i = 0; i < n && !has_validation; i++) {
+    if (cbs[i].on_epoch_end == es_epoch_end &&
+        monitors_validation(((const early_stopping *)cbs[i].user)->monitor))
+      return st_error(ST_ERR_INVALID, "fit: callbacks[%d] (EarlyStopping) monitors %s but fit "
+                      "has no validation data (set o->validation, or monitor loss)", i,
+                      monitor_names[((const early_stopping *)cbs[i].user)->monitor]);
+    const model_checkpoint *c = cbs[i].user;
+    if (cbs[i].on_epoch_end == mc_epoch_end && c->best_only && monitors_validation(c->monitor))
+      return st_error(ST_ERR_INVALID, "fit: callbacks[%d] (ModelCheckpoint) monitors %s but fit "
+                      "has no validation data (set o->validation, or monitor loss)", i,
+                      c->monitor_name);
+  }
   return ST_OK;
 }

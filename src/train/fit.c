@@ -12,7 +12,9 @@
 
 #include "distribute/strategy.h"
 #include "model/model.h"
+#include "data/labels.h"
 #include "io/checkpoint.h"
+#include "train/callbacks_impl.h"
 
 st_fit_options st_fit_default_options(void) {
   st_fit_options o;
@@ -28,15 +30,42 @@ void st_history_destroy(st_history *h) {
   memset(h, 0, sizeof *h);
 }
 
+/* The data's example shape against the model input, as Keras: equal
+ * dimension by dimension, or the input's trailing channel of 1 left out
+ * (images [h, w] into [h, w, 1]). */
+static bool shape_fits(st_shape data, st_shape in) {
+  if (st_shape_equal(data, in)) return true;
+  if (data.rank + 1 != in.rank || in.dims[in.rank - 1] != 1) return false;
+  for (int i = 0; i < data.rank; i++)
+    if (data.dims[i] != in.dims[i]) return false;
+  return true;
+}
+
+/* Why the shapes differ, for the message: channels first, the same values
+ * in another shape (a reshape), or another size. */
+static const char *shape_hint(st_shape data, st_shape in) {
+  if (in.rank == 3 && data.rank == 3 && data.dims[0] == in.dims[2] &&
+      data.dims[1] == in.dims[0] && data.dims[2] == in.dims[1])
+    return ": the data looks channels_first (channels, height, width) but the model is "
+           "channels_last (height, width, channels): transpose the images";
+  if (in.rank == 3)
+    return ": the model takes channels_last images (height, width, channels)";
+  if (st_shape_size(data) == st_shape_size(in))
+    return ": same size, other shape: reshape the data (the tensor given to "
+           "st_dataset_from_tensor_slices) to the model's input";
+  return "";
+}
+
 static st_status check_data(const st_model *m, st_dataset *ds, const char *what) {
   if (!ds) return st_error(ST_ERR_INVALID, "%s: no dataset", what);
   if (st_dataset_batch_size(ds) <= 0)
     return st_error(ST_ERR_INVALID, "%s: dataset must be batched (st_dataset_batch)", what);
-  st_shape xs = st_dataset_x_shape(ds);
-  if (st_shape_size(xs) != st_shape_size(m->net.input_shape)) {
+  st_shape xs = st_dataset_x_shape(ds), in = m->net.input_shape;
+  if (!shape_fits(xs, in)) {
     char a[64], b[64];
-    return st_error(ST_ERR_INVALID, "%s: dataset features %s do not fit model input %s", what,
-                    st_shape_format(xs, a, sizeof a), st_shape_format(m->net.input_shape, b, sizeof b));
+    return st_error(ST_ERR_INVALID, "%s: dataset features %s do not fit model input %s%s", what,
+                    st_shape_format(xs, a, sizeof a), st_shape_format(in, b, sizeof b),
+                    shape_hint(xs, in));
   }
   size_t ys = st_dataset_y_size(ds), out = st__net_output_size(&m->net);
   size_t want = st_loss_is_sparse(m->net.loss) ? 1 : out;
@@ -51,6 +80,35 @@ static st_status check_data(const st_model *m, st_dataset *ds, const char *what)
  * before any kernel uses them as an index). */
 static st_status check_labels(const st_model *m, const st_batch *b, int64_t first) {
   return st__net_check_labels(&m->net, b->y, b->size, first);
+}
+
+/* Labels checked before training where the data is in memory. */
+typedef struct label_scan {
+  int64_t classes;
+  const char *what; /* "training data" */
+} label_scan;
+
+static st_status check_label_row(const float *y, int64_t row, void *user) {
+  const label_scan *ls = user;
+  float v = y[0];
+  if (v == (float)(int64_t)v && (v < 0.0f || v >= (float)ls->classes))
+    return st_error(ST_ERR_INVALID, "fit: label %g at row %lld of the %s is out of range "
+                    "[0, %lld) (the model has %lld outputs)", (double)v, (long long)row,
+                    ls->what, (long long)ls->classes, (long long)ls->classes);
+  if (!(v >= 0.0f && v < (float)ls->classes) || v != (float)(int64_t)v)
+    return st_error(ST_ERR_INVALID, "fit: label %g at row %lld of the %s is not a class "
+                    "index (an integer in [0, %lld))", (double)v, (long long)row, ls->what,
+                    (long long)ls->classes);
+  return ST_OK;
+}
+
+/* Every sparse label of an in-memory source (st__ds_scan_labels), before the
+ * first step, naming its source row; other pipelines are checked per batch. */
+static st_status check_source_labels(const st_model *m, const st_dataset *ds, const char *what) {
+  if (!st_loss_is_sparse(m->net.loss) || st_dataset_y_size(ds) != 1) return ST_OK;
+  label_scan ls = {(int64_t)st__net_output_size(&m->net), what};
+  bool scanned;
+  return st__ds_scan_labels(ds, check_label_row, &ls, &scanned);
 }
 
 typedef st_status (*step_fn)(st_model *m, const st_batch *b, st_step_stats *s, void *arg);
@@ -341,6 +399,11 @@ st_status st_model_fit(st_model *m, st_dataset *train, st_fit_options *o, st_his
   s = check_data(m, train, "fit");
   if (s != ST_OK) return s;
   if (o->validation && (s = check_data(m, o->validation, "fit: validation data")) != ST_OK)
+    return s;
+  if ((s = st__callbacks_check_fit(o->callbacks, o->ncallbacks, o->validation != NULL)) != ST_OK)
+    return s;
+  if ((s = check_source_labels(m, train, "training data")) != ST_OK ||
+      (o->validation && (s = check_source_labels(m, o->validation, "validation data")) != ST_OK))
     return s;
   if (o->epochs < 0) return st_error(ST_ERR_INVALID, "fit: epochs %d (must be >= 0)", o->epochs);
   fit_state fs = {.o = o, .steps_per_epoch = st_dataset_cardinality(train)};

@@ -88,6 +88,7 @@ static void ckpt_fuzz_setup_(void) {
   mo.seed = 1;
   st_model *m = NULL;
   st_compile_options co = st_compile_default_options();
+  co.loss = ST_LOSS_SPARSE_CE_LOGITS; /* the last Dense is linear: logits */
   st_checkpoint_options ko = st_checkpoint_default_options();
   st_layer *l = NULL;
   if (st_sequential_create(&mo, &m) != ST_OK || st_dense(4, ST_ACT_RELU, &l) != ST_OK ||

@@ -164,6 +164,7 @@ static void gen_checkpoint(const char *tmp) {
   mo.seed = 1;
   st_model *m = NULL;
   st_compile_options co = st_compile_default_options();
+  co.loss = ST_LOSS_SPARSE_CE_LOGITS; /* the last Dense is linear: logits */
   st_layer *l = NULL;
   if (st_sequential_create(&mo, &m) || st_dense(4, ST_ACT_RELU, &l) || st_model_add(m, l) ||
       st_dense(3, ST_ACT_LINEAR, &l) || st_model_add(m, l) || st_model_compile(m, &co)) {
