@@ -232,6 +232,16 @@ static void test_null_fit_evaluate_predict(void) {
   CHECK_FAILS(st_model_save_weights(NULL, "/tmp/x"), ST_ERR_INVALID, "m is NULL");
   CHECK_FAILS(st_model_get_weights(m, NULL), ST_ERR_INVALID, "st_model_get_weights: out is NULL");
   CHECK_FAILS(st_model_set_weights(m, NULL), ST_ERR_INVALID, "st_model_set_weights: in is NULL");
+  st_checkpoint_options co = st_checkpoint_default_options();
+  char name[64];
+  CHECK_FAILS(st_checkpoint_save(NULL, "/tmp/x", &co), ST_ERR_INVALID, "st_checkpoint_save: m is NULL");
+  CHECK_FAILS(st_checkpoint_save(m, NULL, &co), ST_ERR_INVALID, "st_checkpoint_save: dir is NULL");
+  CHECK_FAILS(st_checkpoint_save(m, "", &co), ST_ERR_INVALID, "st_checkpoint_save: dir is empty");
+  CHECK_FAILS(st_checkpoint_save(m, "/tmp/x", NULL), ST_ERR_INVALID, "st_checkpoint_save: o is NULL");
+  CHECK_FAILS(st_checkpoint_restore(NULL, "/tmp/x"), ST_ERR_INVALID, "st_checkpoint_restore: m is NULL");
+  CHECK_FAILS(st_checkpoint_restore(m, NULL), ST_ERR_INVALID, "st_checkpoint_restore: dir is NULL");
+  CHECK_FAILS(st_checkpoint_latest(NULL, name, sizeof name), ST_ERR_INVALID, "st_checkpoint_latest: dir is NULL");
+  CHECK_FAILS(st_checkpoint_latest("/tmp/x", NULL, 8), ST_ERR_INVALID, "out is NULL or n is 0");
   /* the model still works after all that */
   fo = st_fit_default_options();
   CHECK_OK(st_model_fit(m, ds, &fo, &h));

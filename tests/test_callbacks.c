@@ -264,11 +264,16 @@ static void test_early_stopping_restores(void) {
   st_early_stopping_options eo = st_early_stopping_default_options();
   eo.patience = 2;
   eo.restore_best_weights = true;
-  st_callback cbs[2] = {{&d, drive_begin, NULL, drive_end, NULL}, {0}};
+  /* late: listed after EarlyStopping (as a ModelCheckpoint would be), it
+   * must still see each epoch's own weights: the best ones come back only
+   * when fit ends (Keras's on_train_end). */
+  driver late = {.n = d.n};
+  st_callback cbs[3] = {{&d, drive_begin, NULL, drive_end, NULL}, {0},
+                        {&late, NULL, NULL, drive_end, NULL}};
   CHECK_OK(st_early_stopping_create(eo, &cbs[1]));
   fo.validation = val;
   fo.callbacks = cbs;
-  fo.ncallbacks = 2;
+  fo.ncallbacks = 3;
   CHECK_OK(st_model_fit(m, train, &fo, &h));
   CHECK(h.epochs == 4); /* best at epoch 1, no improvement at 2 and 3 */
   CHECK(h.epochs == 4 && h.logs[1].val_loss < h.logs[0].val_loss &&
@@ -277,8 +282,10 @@ static void test_early_stopping_restores(void) {
   CHECK_OK(st_model_get_weights(m, now));
   CHECK(d.seen[1] && memcmp(now, d.seen[1], d.n * sizeof(float)) == 0);
   CHECK(d.seen[3] && memcmp(now, d.seen[3], d.n * sizeof(float)) != 0);
+  CHECK_MSG(late.seen[3] && d.seen[3] && memcmp(late.seen[3], d.seen[3], d.n * sizeof(float)) == 0,
+            "a callback after EarlyStopping saw the restored weights in the stopping epoch");
   free(now);
-  for (int i = 0; i < 8; i++) free(d.seen[i]);
+  for (int i = 0; i < 8; i++) free(d.seen[i]), free(late.seen[i]);
   free(d.good);
   free(d.bad);
   st_history_destroy(&h);

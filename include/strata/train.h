@@ -215,13 +215,15 @@ typedef struct st_checkpoint_options {
 st_checkpoint_options st_checkpoint_default_options(void);
 /* Save variables, optimizer slots and the training position into dir. Under
  * multi_worker_mirrored only the chief writes; on other workers this returns
- * ST_OK without writing. */
+ * ST_OK without writing. m (compiled), dir and o may not be NULL
+ * (ST_ERR_INVALID naming the argument). */
 st_status st_checkpoint_save(st_model *m, const char *dir, const st_checkpoint_options *o);
 /* Restore from dir/latest (or from a ckpt-* directory given directly). Every
  * checksum, name and shape is verified before the model changes; errors name
- * the file, tensor and field. */
+ * the file, tensor and field. m (compiled) and dir may not be NULL. */
 st_status st_checkpoint_restore(st_model *m, const char *dir);
-/* The directory dir/latest names; ST_ERR_IO if there is none. */
+/* The directory dir/latest names, into out[n]; ST_ERR_IO if there is none;
+ * dir and out may not be NULL (ST_ERR_INVALID). */
 st_status st_checkpoint_latest(const char *dir, char *out, size_t n);
 /* Keras ModelCheckpoint: a checkpoint in dir at each epoch end, or only when
  * the monitored value improved (save_best_only; monitor as EarlyStopping,
@@ -264,7 +266,10 @@ typedef struct st_early_stopping_options {
 st_early_stopping_options st_early_stopping_default_options(void);
 /* Stops training when the monitored value has not improved by min_delta for
  * patience epochs ("accuracy" metrics improve upwards, losses downwards).
- * ST_ERR_INVALID for an unknown monitor or a negative patience. */
+ * With restore_best_weights, a fit it stopped ends with the best epoch's
+ * weights, put back when fit ends (as Keras's on_train_end): every callback
+ * of the stopping epoch, before or after it in the list, sees that epoch's
+ * own weights. ST_ERR_INVALID for an unknown monitor or a negative patience. */
 st_status st_early_stopping_create(st_early_stopping_options o, st_callback *out);
 typedef double (*st_lr_schedule_fn)(void *user, int epoch, double lr);
 /* LearningRateScheduler: lr for epoch (0-based) from the current lr. user is

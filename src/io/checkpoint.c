@@ -232,6 +232,11 @@ static st_status make_temp_dir(const char *dir, const char *name, char *tmpname,
 }
 
 st_status st_checkpoint_save(st_model *m, const char *dir, const st_checkpoint_options *o) {
+  st_status s = st__model_check(m, "st_checkpoint_save", true);
+  if (s != ST_OK) return s;
+  if (!dir || !dir[0])
+    return st_error(ST_ERR_INVALID, "st_checkpoint_save: dir is %s", dir ? "empty" : "NULL");
+  if (!o) return st_error(ST_ERR_INVALID, "st_checkpoint_save: o is NULL");
   return st__checkpoint_save_at(m, dir, o, st__model_position(m), NULL);
 }
 

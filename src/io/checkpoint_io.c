@@ -193,6 +193,9 @@ st_status st__ckpt_write_latest(const char *dir, const char *name) {
 }
 
 st_status st_checkpoint_latest(const char *dir, char *out, size_t n) {
+  if (!dir || !dir[0])
+    return st_error(ST_ERR_INVALID, "st_checkpoint_latest: dir is %s", dir ? "empty" : "NULL");
+  if (!out || n == 0) return st_error(ST_ERR_INVALID, "st_checkpoint_latest: out is NULL or n is 0");
   char path[4096], name[32], *line = NULL;
   unsigned crc = 0;
   size_t got = 0;

@@ -335,6 +335,10 @@ static st_status resolve(const char *dir, loaded *L) {
 }
 
 st_status st_checkpoint_restore(st_model *m, const char *dir) {
+  st_status s = st__model_check(m, "st_checkpoint_restore", true);
+  if (s != ST_OK) return s;
+  if (!dir || !dir[0])
+    return st_error(ST_ERR_INVALID, "st_checkpoint_restore: dir is %s", dir ? "empty" : "NULL");
   return st__checkpoint_restore_at(m, dir, &m->last_pos, NULL);
 }
 

@@ -156,6 +156,7 @@ typedef struct early_stopping {
   float *best_weights;  /* [nweights] = st_model_weights_size, allocated once */
   size_t nweights;
   bool have_weights;    /* best_weights holds this fit's best epoch */
+  bool restore_pending; /* stopped: restore best_weights when fit ends */
 } early_stopping;
 
 st_early_stopping_options st_early_stopping_default_options(void) {
@@ -192,6 +193,7 @@ static st_status es_epoch_begin(void *user, st_model *m, int epoch) {
     e->wait = 0;
     e->best_epoch = -1;
     e->have_weights = false; /* forget the previous fit's best weights */
+    e->restore_pending = false;
   }
   e->last_epoch = epoch;
   return ST_OK;
@@ -210,8 +212,11 @@ static bool es_improved(const early_stopping *e, double cur) {
   return e->maximize ? cur - e->min_delta > e->best : cur + e->min_delta < e->best;
 }
 
-/* Keras 3's EarlyStopping.on_epoch_end; restores the best weights when it
- * stops training (see st_early_stopping_create). */
+/* Keras 3's EarlyStopping.on_epoch_end. When it stops training with
+ * restore_best_weights, the best weights are put back when fit ends
+ * (st__callbacks_train_end, Keras's on_train_end), after every callback's
+ * hooks for this epoch: a ModelCheckpoint listed after it still saves this
+ * epoch's weights with this epoch's optimizer state. */
 static st_status es_epoch_end(void *user, st_model *m, const st_epoch_logs *l) {
   early_stopping *e = user;
   bool val = e->monitor == MON_VAL_LOSS || e->monitor == MON_VAL_ACCURACY;
@@ -230,7 +235,7 @@ static st_status es_epoch_end(void *user, st_model *m, const st_epoch_logs *l) {
   }
   if (e->wait >= e->patience && l->epoch > 0) {
     st_model_stop_training(m);
-    if (e->restore && e->have_weights) return st_model_set_weights(m, e->best_weights);
+    e->restore_pending = e->restore && e->have_weights;
   }
   return ST_OK;
 }
@@ -360,6 +365,18 @@ st_status st_model_checkpoint_create(const char *dir, const char *monitor, bool 
 
 static bool monitors_validation(int monitor) {
   return monitor == MON_VAL_LOSS || monitor == MON_VAL_ACCURACY;
+}
+
+st_status st__callbacks_train_end(st_model *m, const st_callback *cbs, int n) {
+  for (int i = 0; i < n; i++) {
+    if (cbs[i].on_epoch_end != es_epoch_end) continue;
+    early_stopping *e = cbs[i].user;
+    if (!e->restore_pending) continue;
+    e->restore_pending = false;
+    st_status s = st_model_set_weights(m, e->best_weights);
+    if (s != ST_OK) return s;
+  }
+  return ST_OK;
 }
 
 st_status st__callbacks_check_fit(const st_callback *cbs, int n, bool has_validation) {

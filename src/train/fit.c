@@ -364,6 +364,7 @@ static st_status fit_epochs(st_model *m, st_dataset *train, fit_state *fs) {
   for (fs->epoch = (int)fs->pos.epoch; fs->epoch < fs->o->epochs && !m->stop_training; fs->epoch++)
     if ((s = fit_epoch(m, train, fs)) != ST_OK) break;
   m->fit_pos = NULL;
+  if (s == ST_OK) s = st__callbacks_train_end(m, fs->o->callbacks, fs->o->ncallbacks);
   return s;
 }
 
