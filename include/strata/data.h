@@ -90,7 +90,11 @@ typedef struct st_dataset st_dataset;
  * converted to float per element. If copy is false the tensors' data is
  * borrowed and must outlive the dataset; if true it is copied. x_scale
  * multiplies every feature when producing it (1/255 for pixels; 1 = none).
- * Per-example shape: x dims[1..] (a rank-1 x gives shape [1]). */
+ * Per-example shape: x dims[1..] (a rank-1 x gives shape [1]).
+ * y may be NULL: a dataset without labels (st_dataset_y_size 0; the library's
+ * evaluation steps then see batches with y NULL), for st_model_predict; st_model_fit and st_model_evaluate refuse it
+ * (ST_ERR_INVALID "...: the dataset has no labels"). x and out must not be
+ * NULL. */
 st_status st_dataset_from_tensor_slices(const st_tensor *x, const st_tensor *y,
                                         float x_scale, bool copy,
                                         st_dataset **out);
@@ -126,7 +130,7 @@ st_status st_dataset_prefetch(st_dataset *ds, int buffer_size, st_dataset **out)
 void st_dataset_destroy(st_dataset *ds); /* accepts NULL */
 
 st_shape st_dataset_x_shape(const st_dataset *ds); /* per example */
-size_t st_dataset_y_size(const st_dataset *ds);    /* floats per example */
+size_t st_dataset_y_size(const st_dataset *ds);    /* floats per example; 0 = no labels */
 /* Number of items (elements, or batches after batch) one pass yields; -1 if
  * infinite, -2 if unknown. */
 int64_t st_dataset_cardinality(const st_dataset *ds);

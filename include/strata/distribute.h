@@ -128,6 +128,14 @@ st_status st_strategy_run(st_strategy *s, st_replica_fn fn, void *arg);
  * ST_ERR_INVALID for a NULL s, an unknown op, or NULL buffers with n > 0. */
 st_status st_strategy_reduce(const st_strategy *s, st_reduce_op op, const float *per_replica,
                              size_t n, float *out);
+/* The same over a tensor each replica kept in its own buffer:
+ * out[j] = per_replica[0][j] + per_replica[1][j] + ... (in replica order;
+ * MEAN then divides by the replica count), for j < n. per_replica holds one
+ * pointer per replica of this process (st_strategy_num_replicas_in_sync for
+ * a single-process strategy), as st_strategy_reduce; out may be one of them. ST_ERR_INVALID for a NULL s, an unknown op, or (n >
+ * 0) a NULL per_replica, out or per_replica[i]. */
+st_status st_strategy_reduce_tensor(const st_strategy *s, st_reduce_op op,
+                                    const float *const *per_replica, size_t n, float *out);
 
 /* This replica's id (0-based) and the replicas of the run (0 for NULL). */
 int st_replica_id(const st_replica_context *c);

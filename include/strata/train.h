@@ -167,7 +167,9 @@ st_fit_options st_fit_default_options(void);
  * in-memory data (from_tensor_slices, through take/skip/shard, shuffle,
  * batch, prefetch and repeat; not map: those are checked per batch), naming
  * the bad label's source row; an EarlyStopping or save-best-only
- * ModelCheckpoint monitoring val_* without o->validation. */
+ * ModelCheckpoint monitoring val_* without o->validation; a dataset without
+ * labels (st_dataset_from_tensor_slices with y NULL): "st_model_fit: the
+ * dataset has no labels". */
 st_status st_model_fit(st_model *m, st_dataset *train, st_fit_options *o,
                        st_history *out);
 
@@ -176,10 +178,13 @@ typedef struct st_eval_result {
   int64_t examples;
 } st_eval_result;
 /* Mean loss and metric over every example of ds (batched, labelled) into
- * *out. m (compiled), ds and out may not be NULL (ST_ERR_INVALID). */
+ * *out. m (compiled), ds and out may not be NULL (ST_ERR_INVALID); a dataset
+ * without labels is refused ("st_model_evaluate: the dataset has no labels"). */
 st_status st_model_evaluate(st_model *m, st_dataset *ds, st_eval_result *out);
 /* Outputs for every example of ds: out is f32 [n, output size] (caller frees
- * with st_tensor_destroy). m (compiled), ds and out may not be NULL. */
+ * with st_tensor_destroy). m (compiled), ds and out may not be NULL. ds may
+ * have labels or not (st_dataset_from_tensor_slices with y NULL): labels are
+ * not used, and the predictions are the same either way. */
 st_status st_model_predict(st_model *m, st_dataset *ds, st_tensor *out);
 
 /* Keras-style progress ("Epoch 1/3", a bar with ETA when tty, else one line per

@@ -74,9 +74,9 @@ static const slices_node *as_slices(const st_dataset *ds) { return (const slices
 void st__slices_row(const st_dataset *ds, int64_t i, float *x, float *y) {
   const slices_node *s = as_slices(ds);
   const char *xs = (const char *)s->x.data + (size_t)i * s->x_row_bytes;
-  const char *ys = (const char *)s->y.data + (size_t)i * s->y_row_bytes;
+  const char *ys = s->y.data ? (const char *)s->y.data + (size_t)i * s->y_row_bytes : NULL;
   convert(s->x.dtype, xs, s->base.x_size, s->x_scale, x);
-  convert(s->y.dtype, ys, s->base.y_size, 1.0f, y);
+  if (s->base.y_size) convert(s->y.dtype, ys, s->base.y_size, 1.0f, y);
 }
 
 int64_t st__slices_count(const st_dataset *ds) { return as_slices(ds)->n; }
@@ -86,7 +86,7 @@ void st__slices_prefetch(const st_dataset *ds, int64_t i) {
   const char *xs = (const char *)s->x.data + (size_t)i * s->x_row_bytes;
   size_t n = s->x_row_bytes < 4096 ? s->x_row_bytes : 4096;
   for (size_t o = 0; o < n; o += 64) __builtin_prefetch(xs + o);
-  __builtin_prefetch((const char *)s->y.data + (size_t)i * s->y_row_bytes);
+  if (s->y.data) __builtin_prefetch((const char *)s->y.data + (size_t)i * s->y_row_bytes);
 }
 
 static st_status slices_next_into(st_iterator *base, float *x, float *y, bool *end) {
@@ -201,14 +201,14 @@ static void set_shape(slices_node *s, const st_tensor *x, size_t xrow, size_t yr
 
 st_status st_dataset_from_tensor_slices(const st_tensor *x, const st_tensor *y,
                                         float x_scale, bool copy, st_dataset **out) {
-  if (!x || !y || !out)
+  if (!x || !out)
     return st_error(ST_ERR_INVALID, "from_tensor_slices: NULL argument");
   *out = NULL;
-  size_t xrow, yrow, xbytes, ybytes;
+  size_t xrow, yrow = 0, xbytes, ybytes = 0;
   st_status s = check_tensor(x, "x", &xrow, &xbytes);
-  if (s == ST_OK) s = check_tensor(y, "y", &yrow, &ybytes);
+  if (s == ST_OK && y) s = check_tensor(y, "y", &yrow, &ybytes);
   if (s != ST_OK) return s;
-  if (x->dims[0] != y->dims[0])
+  if (y && x->dims[0] != y->dims[0])
     return st_error(ST_ERR_INVALID, "from_tensor_slices: x has %lld examples but y has %lld",
                     (long long)x->dims[0], (long long)y->dims[0]);
   if (!isfinite(x_scale))
@@ -220,10 +220,10 @@ st_status st_dataset_from_tensor_slices(const st_tensor *x, const st_tensor *y,
   n->x_scale = x_scale;
   n->n = x->dims[0];
   n->x_row_bytes = xrow * st_dtype_size(x->dtype);
-  n->y_row_bytes = yrow * st_dtype_size(y->dtype);
+  n->y_row_bytes = y ? yrow * st_dtype_size(y->dtype) : 0;
   set_shape(n, x, xrow, yrow);
   s = keep_tensor(x, xbytes, copy, &n->x);
-  if (s == ST_OK) s = keep_tensor(y, ybytes, copy, &n->y);
+  if (s == ST_OK && y) s = keep_tensor(y, ybytes, copy, &n->y);
   if (s != ST_OK) {
     st_dataset_destroy(&n->base);
     return s;

@@ -105,6 +105,28 @@ st_status st_strategy_reduce(const st_strategy *s, st_reduce_op op, const float 
   return ST_OK;
 }
 
+st_status st_strategy_reduce_tensor(const st_strategy *s, st_reduce_op op,
+                                    const float *const *per_replica, size_t n, float *out) {
+  const char *fn = "st_strategy_reduce_tensor";
+  if (!s) return st_error(ST_ERR_INVALID, "%s: s is NULL", fn);
+  if ((unsigned)op >= ST_REDUCE_COUNT)
+    return st_error(ST_ERR_INVALID, "%s: op %d out of range", fn, (int)op);
+  if (n == 0) return ST_OK;
+  if (!per_replica || !out)
+    return st_error(ST_ERR_INVALID, "%s: %s is NULL (n = %zu)", fn,
+                    per_replica ? "out" : "per_replica", n);
+  int r = s->local_replicas;
+  for (int i = 0; i < r; i++)
+    if (!per_replica[i])
+      return st_error(ST_ERR_INVALID, "%s: per_replica[%d] is NULL (n = %zu)", fn, i, n);
+  for (size_t j = 0; j < n; j++) {
+    float acc = per_replica[0][j];
+    for (int i = 1; i < r; i++) acc += per_replica[i][j];
+    out[j] = op == ST_REDUCE_MEAN ? acc * (1.0f / (float)r) : acc;
+  }
+  return ST_OK;
+}
+
 int st_replica_id(const st_replica_context *c) { return c ? c->rank : 0; }
 int st_replica_count(const st_replica_context *c) { return c ? c->count : 0; }
 

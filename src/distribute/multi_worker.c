@@ -362,7 +362,7 @@ static void shard(const struct st_cluster *c, const st_net *m, const st_batch *b
   size_t ys = st_loss_is_sparse(m->loss) ? 1 : st__net_output_size(m);
   int start, count;
   st__split(b->size, c->size, c->rank, &start, &count);
-  *out = (st_batch){count, b->x + (size_t)start * xs, b->y + (size_t)start * ys};
+  *out = (st_batch){count, b->x + (size_t)start * xs, b->y ? b->y + (size_t)start * ys : NULL};
 }
 
 /* out += every worker's stats, added in rank order (the same on every worker). */

@@ -110,16 +110,17 @@ static void slice_task(void *arg, int i) {
   st__split(p->b->size, p->g->n, i, &start, &count);
   size_t xs = st_shape_size(p->m->input_shape), outs = st__net_output_size(p->m);
   size_t ys = st_loss_is_sparse(p->m->loss) ? 1 : outs;
-  const float *x = p->b->x + (size_t)start * xs, *y = p->b->y + (size_t)start * ys;
+  const float *x = p->b->x + (size_t)start * xs;
+  const float *y = p->b->y ? p->b->y + (size_t)start * ys : NULL; /* NULL: predict only */
   st_step_stats *s = &p->stats[i];
   bool run = count || (p->train && p->g->must_run);
   const float *pred = run ? st__replica_forward(p->m, r, x, count, p->train, p->m->step) : NULL;
-  if (count) st__step_metrics(p->m, pred, y, count, s);
+  if (count && y) st__step_metrics(p->m, pred, y, count, s);
   if (p->train) {
     s->loss_sum = st__replica_loss_backward(p->m, r, x, y, count, p->b->size, p->m->step,
                                             NULL, NULL);
   } else if (count) {
-    s->loss_sum = st__replica_loss(p->m, r, y, count);
+    if (y) s->loss_sum = st__replica_loss(p->m, r, y, count);
     if (p->pred)
       st__be_to_host(r->ctx, p->pred + (size_t)start * outs, pred,
                      (size_t)count * outs * sizeof(float));

@@ -208,7 +208,7 @@ int st_strategy_num_replicas_in_sync(const st_strategy *s) { return s ? s->num_r
 
 void st__step_metrics(const st_net *m, const float *pred, const float *y,
                       int rows, st_step_stats *out) {
-  if (rows <= 0 || m->nmetrics == 0) return;
+  if (rows <= 0 || m->nmetrics == 0 || !y) return; /* y NULL: no labels (predict) */
   int cols = (int)st__net_output_size(m);
   st_metric_kind k = m->metrics[0];
   out->correct += st_metric_correct(k, m->loss, rows, cols, pred, y);

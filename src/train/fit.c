@@ -56,7 +56,10 @@ static const char *shape_hint(st_shape data, st_shape in) {
   return "";
 }
 
-static st_status check_data(const st_model *m, st_dataset *ds, const char *what) {
+/* no_labels: the error when the dataset has none (fit, evaluate); NULL where
+ * labels are optional (predict). */
+static st_status check_data(const st_model *m, st_dataset *ds, const char *what,
+                            const char *no_labels) {
   if (!ds) return st_error(ST_ERR_INVALID, "%s: no dataset", what);
   if (st_dataset_batch_size(ds) <= 0)
     return st_error(ST_ERR_INVALID, "%s: dataset must be batched (st_dataset_batch)", what);
@@ -68,6 +71,8 @@ static st_status check_data(const st_model *m, st_dataset *ds, const char *what)
                     shape_hint(xs, in));
   }
   size_t ys = st_dataset_y_size(ds), out = st__net_output_size(&m->net);
+  if (ys == 0)
+    return no_labels ? st_error(ST_ERR_INVALID, "%s", no_labels) : ST_OK;
   size_t want = st_loss_is_sparse(m->net.loss) ? 1 : out;
   if (ys != want)
     return st_error(ST_ERR_INVALID, "%s: dataset labels have %zu values per example; loss %s "
@@ -126,7 +131,8 @@ static st_status run_pass(st_model *m, st_dataset *ds, step_fn step, void *arg,
     if ((s = st__strategy_agree(m->strategy, end ? -1 : b.size, false, &go, NULL)) != ST_OK ||
         !go)
       break;
-    if ((s = check_labels(m, &b, total->examples)) != ST_OK) break;
+    if (st_dataset_y_size(ds) == 0) b.y = NULL; /* predict without labels */
+    else if ((s = check_labels(m, &b, total->examples)) != ST_OK) break;
     if ((s = step(m, &b, total, arg)) != ST_OK) break;
   }
   st_iterator_destroy(it);
@@ -397,9 +403,11 @@ st_status st_model_fit(st_model *m, st_dataset *train, st_fit_options *o, st_his
   st_status s = check_fit_args(m, train, o, out);
   if (out) memset(out, 0, sizeof *out);
   if (s != ST_OK) return s;
-  s = check_data(m, train, "fit");
+  s = check_data(m, train, "fit", "st_model_fit: the dataset has no labels");
   if (s != ST_OK) return s;
-  if (o->validation && (s = check_data(m, o->validation, "fit: validation data")) != ST_OK)
+  if (o->validation &&
+      (s = check_data(m, o->validation, "fit: validation data",
+                      "st_model_fit: the validation dataset has no labels")) != ST_OK)
     return s;
   if ((s = st__callbacks_check_fit(o->callbacks, o->ncallbacks, o->validation != NULL)) != ST_OK)
     return s;
@@ -444,7 +452,8 @@ static st_status check_pass_args(const st_model *m, const st_dataset *ds, const 
 st_status st_model_evaluate(st_model *m, st_dataset *ds, st_eval_result *out) {
   st_status s = check_pass_args(m, ds, out, "st_model_evaluate");
   if (out) memset(out, 0, sizeof *out);
-  if (s == ST_OK) s = check_data(m, ds, "evaluate");
+  if (s == ST_OK)
+    s = check_data(m, ds, "evaluate", "st_model_evaluate: the dataset has no labels");
   if (s != ST_OK) return s;
   st_step_stats tot = {0};
   if ((s = run_pass(m, ds, eval_step, NULL, &tot)) != ST_OK) return s;
@@ -470,7 +479,7 @@ static st_status count_examples(st_dataset *ds, int64_t *n) {
 st_status st_model_predict(st_model *m, st_dataset *ds, st_tensor *out) {
   st_status s = check_pass_args(m, ds, out, "st_model_predict");
   if (out) memset(out, 0, sizeof *out);
-  if (s == ST_OK) s = check_data(m, ds, "predict");
+  if (s == ST_OK) s = check_data(m, ds, "predict", NULL);
   int64_t n = 0;
   if (s != ST_OK || (s = count_examples(ds, &n)) != ST_OK) return s;
   size_t cols = st__net_output_size(&m->net);
