@@ -9,37 +9,17 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "fixtures.h"
 #include "strata/strata.h"
 
 enum { N = 120, D = 4, C = 3 };
 static float X[N * D], Y[N];
 static char g_dir[] = "/tmp/strata_test_callbacks_XXXXXX";
 
-/* y = argmax(W x) for a fixed random W. */
-static void make_data(void) {
-  st_rng r = st_rng_make(7, 0);
-  float w[C * D];
-  for (int i = 0; i < C * D; i++) w[i] = st_rng_normal(&r);
-  for (int n = 0; n < N; n++) {
-    for (int d = 0; d < D; d++) X[n * D + d] = st_rng_normal(&r);
-    int best = 0;
-    float bv = -1e30f;
-    for (int c = 0; c < C; c++) {
-      float s = 0;
-      for (int d = 0; d < D; d++) s += w[c * D + d] * X[n * D + d];
-      if (s > bv) bv = s, best = c;
-    }
-    Y[n] = (float)best;
-  }
-}
+/* y = argmax(W x) for a fixed random W (tests/fixtures.h). */
+static void make_data(void) { fixture_argmax_data(7, N, D, C, X, Y); }
 
-static st_dataset *dataset(int batch) {
-  st_tensor x = {ST_F32, 2, {N, D}, X}, t = {ST_F32, 1, {N}, Y};
-  st_dataset *ds = NULL;
-  if (st_dataset_from_tensor_slices(&x, &t, 1.0f, false, &ds) != ST_OK) return NULL;
-  (void)st_dataset_batch(ds, batch, false, &ds); /* NULL on failure */
-  return ds;
-}
+static st_dataset *dataset(int batch) { return fixture_dataset(X, Y, N, D, batch); }
 
 /* Dense 8 relu -> Dense 3 logits, Adam at lr, compiled. */
 static st_model *model(float lr) {

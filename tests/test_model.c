@@ -9,29 +9,15 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "fixtures.h"
 #include "model/model.h"
 #include "strata/strata.h"
 
 enum { N = 240, D = 8, C = 10 };
 static float X[N * D], Y[N];
 
-/* y = argmax(W x) for a fixed random W: learnable by a small MLP. */
-static void make_data(void) {
-  st_rng r = st_rng_make(123, 0);
-  float w[C * D];
-  for (int i = 0; i < C * D; i++) w[i] = st_rng_normal(&r);
-  for (int n = 0; n < N; n++) {
-    for (int d = 0; d < D; d++) X[n * D + d] = st_rng_normal(&r);
-    int best = 0;
-    float bv = -1e30f;
-    for (int c = 0; c < C; c++) {
-      float s = 0;
-      for (int d = 0; d < D; d++) s += w[c * D + d] * X[n * D + d];
-      if (s > bv) bv = s, best = c;
-    }
-    Y[n] = (float)best;
-  }
-}
+/* y = argmax(W x) for a fixed random W (tests/fixtures.h). */
+static void make_data(void) { fixture_argmax_data(123, N, D, C, X, Y); }
 
 static st_dataset *dataset(int batch, bool shuffle, const float *y) {
   st_tensor x = {ST_F32, 2, {N, D}, X}, t = {ST_F32, 1, {N}, (void *)y};
