@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the Debian packages Strata needs to build and test, if any are missing.
 #   scripts/deps.sh          build + test: compiler, CMake, OpenBLAS, zlib, jansson,
-#                            Fashion-MNIST, OpenMPI (openmpi-bin, libopenmpi-dev)
+#                            Fashion-MNIST, OpenMPI (openmpi-bin, libopenmpi-dev), python3
 #   scripts/deps.sh --bench  also the PyTorch peer (python3-torch, python3-numpy)
 #   scripts/deps.sh --mpi    the same as no option (OpenMPI is always installed now)
 #   scripts/deps.sh --test   what `make test` uses: also valgrind
@@ -11,8 +11,9 @@ set -euo pipefail
 
 # OpenMPI is part of the default build so that multi_worker_mirrored is always
 # there (CMake builds without it, saying why, when its headers are missing).
+# python3: the tests' helper scripts (data makers, checkers, scripts/gen_api_doc.py).
 pkgs=(cmake make gcc pkg-config libopenblas-dev zlib1g-dev libjansson-dev dataset-fashion-mnist
-      openmpi-bin libopenmpi-dev)
+      openmpi-bin libopenmpi-dev python3)
 for arg in "$@"; do
   case "$arg" in
     --bench) pkgs+=(python3-torch python3-numpy) ;;
