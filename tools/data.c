@@ -1,6 +1,7 @@
 /* Loading Fashion-MNIST style IDX data for the CLI and turning it into the
  * train / validation / test pipelines (bytes stay bytes; uint8 pixels are
  * scaled to [0,1] as batches are made, float32 images are used as they are). */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -83,8 +84,9 @@ int cli_load_data(const char *cmd, const char *spec, double val_split, int64_t t
   shape_images(&d->raw.test_x);
   int64_t n = d->raw.train_x.dims[0];
   if (train_examples > 0 && train_examples < n) n = train_examples;
-  d->n_val = (int64_t)((double)n * val_split);
-  d->n_train = n - d->n_val;
+  /* Keras's rounding, as st_fit_options.validation_split. */
+  d->n_train = val_split > 0 ? (int64_t)floor((double)n * (1.0 - val_split)) : n;
+  d->n_val = n - d->n_train;
   if (d->n_train <= 0) {
     fprintf(stderr, "strata %s: --validation-split %g leaves no training examples\n", cmd, val_split);
     cli_free_data(d);

@@ -120,7 +120,8 @@ st_status st_dataset_batch(st_dataset *ds, int batch_size, bool drop_remainder,
                            st_dataset **out);
 st_status st_dataset_repeat(st_dataset *ds, int64_t count, st_dataset **out); /* -1 = forever */
 /* The first count elements, and all but the first count (a validation split
- * is take/skip on two datasets over the same tensors). */
+ * is take/skip on two datasets over the same tensors, or fit's
+ * st_fit_options.validation_split). */
 st_status st_dataset_take(st_dataset *ds, int64_t count, st_dataset **out);
 st_status st_dataset_skip(st_dataset *ds, int64_t count, st_dataset **out);
 /* Keep elements i with i % num_shards == index. */

@@ -147,6 +147,18 @@ typedef struct st_fit_options {
    * checked. */
   const char *data_fingerprint;
   bool resume_anyway;
+  /* Keras's validation_split (0 = none; else in (0, 1)): the last fraction
+   * of the training rows, taken in source order before any shuffling
+   * (n_train = floor(n * (1 - validation_split)), as Keras), is held out and
+   * evaluated at each epoch end as `validation` would be. Needs `train` to
+   * be rows of st_dataset_from_tensor_slices (optionally through take, skip
+   * or shard right above it) under any of map, shuffle, batch, prefetch,
+   * take, skip and shard, not repeat: fit rebuilds that pipeline over the
+   * first n_train rows (same seeds and batch size: the batches the same
+   * pipeline built over those rows would give) and batches the held-out rows
+   * with the same batch size. The caller's `train` is not changed. As in
+   * Keras, a non-NULL `validation` takes precedence (a warning is logged). */
+  double validation_split;
 } st_fit_options;
 /* One epoch, no validation, no callbacks, warmup 20, no backup. */
 st_fit_options st_fit_default_options(void);

@@ -31,6 +31,10 @@ typedef struct st__ds_ops {
   /* Start a pass; *out is a new iterator. */
   st_status (*iterate)(st_dataset *ds, uint64_t epoch, st_iterator **out);
   void (*destroy)(st_dataset *ds); /* node state only; NULL = nothing extra */
+  /* Optional: a node of the same kind with the same parameters over `in`
+   * (owned, as a transform takes it; destroyed on failure). NULL: the node
+   * cannot be rebuilt (fit's validation_split refuses such a pipeline). */
+  st_status (*rebuild)(const st_dataset *ds, st_dataset *in, st_dataset **out);
 } st__ds_ops;
 
 struct st_dataset {
@@ -78,6 +82,9 @@ bool st__ds_is_slices(const st_dataset *ds);
 int64_t st__slices_count(const st_dataset *ds);
 /* Convert example i (0 <= i < count) into x [x_size] and y [y_size]. */
 void st__slices_row(const st_dataset *ds, int64_t i, float *x, float *y);
+/* A second tensor-slices source over the same rows as src, borrowing src's
+ * tensors (src must outlive it). */
+st_status st__slices_borrow(const st_dataset *src, st_dataset **out);
 /* Hint that example i will be converted soon (prefetches its bytes). */
 void st__slices_prefetch(const st_dataset *ds, int64_t i);
 

@@ -162,7 +162,11 @@ static st_status prefetch_iterate(st_dataset *ds, uint64_t epoch, st_iterator **
   return ST_OK;
 }
 
-static const st__ds_ops prefetch_ops = {"prefetch", prefetch_iterate, NULL};
+static st_status prefetch_rebuild(const st_dataset *ds, st_dataset *in, st_dataset **out) {
+  return st_dataset_prefetch(in, ((const prefetch_node *)ds)->buffer_size, out);
+}
+
+static const st__ds_ops prefetch_ops = {"prefetch", prefetch_iterate, NULL, prefetch_rebuild};
 
 st_status st_dataset_prefetch(st_dataset *ds, int buffer_size, st_dataset **out) {
   *out = NULL;

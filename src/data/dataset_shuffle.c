@@ -257,7 +257,12 @@ static st_status shuffle_iterate(st_dataset *ds, uint64_t epoch, st_iterator **o
   return general_iterate(sh, epoch, rng, out);
 }
 
-static const st__ds_ops shuffle_ops = {"shuffle", shuffle_iterate, NULL};
+static st_status shuffle_rebuild(const st_dataset *ds, st_dataset *in, st_dataset **out) {
+  const shuffle_node *sh = (const shuffle_node *)ds;
+  return st_dataset_shuffle(in, sh->buffer_size, sh->seed, sh->reshuffle, out);
+}
+
+static const st__ds_ops shuffle_ops = {"shuffle", shuffle_iterate, NULL, shuffle_rebuild};
 
 st_status st_dataset_shuffle(st_dataset *ds, int64_t buffer_size, uint64_t seed,
                              bool reshuffle_each_iteration, st_dataset **out) {

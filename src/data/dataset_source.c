@@ -144,7 +144,7 @@ static void slices_destroy(st_dataset *ds) {
   }
 }
 
-static const st__ds_ops slices_ops = {"tensor_slices", slices_iterate, slices_destroy};
+static const st__ds_ops slices_ops = {"tensor_slices", slices_iterate, slices_destroy, NULL};
 
 bool st__ds_is_slices(const st_dataset *ds) { return ds && ds->ops == &slices_ops; }
 
@@ -228,6 +228,18 @@ st_status st_dataset_from_tensor_slices(const st_tensor *x, const st_tensor *y,
     st_dataset_destroy(&n->base);
     return s;
   }
+  *out = &n->base;
+  return ST_OK;
+}
+
+st_status st__slices_borrow(const st_dataset *src, st_dataset **out) {
+  const slices_node *s = as_slices(src);
+  slices_node *n = calloc(1, sizeof *n);
+  if (!n) return st_error(ST_ERR_NOMEM, "from_tensor_slices: out of memory");
+  *n = *s;
+  n->owned = false;
+  n->base.input = NULL;
+  n->base.next_epoch = 0;
   *out = &n->base;
   return ST_OK;
 }

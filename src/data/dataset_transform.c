@@ -123,7 +123,12 @@ static st_status map_iterate(st_dataset *ds, uint64_t epoch, st_iterator **out) 
   return ST_OK;
 }
 
-static const st__ds_ops map_ops = {"map", map_iterate, NULL};
+static st_status map_rebuild(const st_dataset *ds, st_dataset *in, st_dataset **out) {
+  const map_node *m = (const map_node *)ds;
+  return st_dataset_map(in, m->fn, m->user, out);
+}
+
+static const st__ds_ops map_ops = {"map", map_iterate, NULL, map_rebuild};
 
 st_status st_dataset_map(st_dataset *ds, st_map_fn fn, void *user, st_dataset **out) {
   *out = NULL;
@@ -192,7 +197,11 @@ static st_status batch_iterate(st_dataset *ds, uint64_t epoch, st_iterator **out
   return ST_OK;
 }
 
-static const st__ds_ops batch_ops = {"batch", batch_iterate, NULL};
+static st_status batch_rebuild(const st_dataset *ds, st_dataset *in, st_dataset **out) {
+  return st_dataset_batch(in, ds->batch, ((const batch_node *)ds)->drop_remainder, out);
+}
+
+static const st__ds_ops batch_ops = {"batch", batch_iterate, NULL, batch_rebuild};
 
 st_status st_dataset_batch(st_dataset *ds, int batch_size, bool drop_remainder,
                            st_dataset **out) {
@@ -293,7 +302,7 @@ static st_status repeat_iterate(st_dataset *ds, uint64_t epoch, st_iterator **ou
   return ST_OK;
 }
 
-static const st__ds_ops repeat_ops = {"repeat", repeat_iterate, NULL};
+static const st__ds_ops repeat_ops = {"repeat", repeat_iterate, NULL, NULL};
 
 static int64_t repeat_cardinality(int64_t c, int64_t count) {
   if (count == 0 || c == 0) return 0;
@@ -393,9 +402,16 @@ static st_status count_iterate(st_dataset *ds, uint64_t epoch, st_iterator **out
   return ST_OK;
 }
 
-static const st__ds_ops take_ops = {"take", count_iterate, NULL};
-static const st__ds_ops skip_ops = {"skip", count_iterate, NULL};
-static const st__ds_ops shard_ops = {"shard", count_iterate, NULL};
+static st_status count_rebuild(const st_dataset *ds, st_dataset *in, st_dataset **out) {
+  const count_node *n = (const count_node *)ds;
+  if (n->kind == COUNT_TAKE) return st_dataset_take(in, n->count, out);
+  if (n->kind == COUNT_SKIP) return st_dataset_skip(in, n->count, out);
+  return st_dataset_shard(in, (int)n->count, (int)n->index, out);
+}
+
+static const st__ds_ops take_ops = {"take", count_iterate, NULL, count_rebuild};
+static const st__ds_ops skip_ops = {"skip", count_iterate, NULL, count_rebuild};
+static const st__ds_ops shard_ops = {"shard", count_iterate, NULL, count_rebuild};
 
 static st_status count_node_new(st_dataset *ds, const st__ds_ops *ops, count_kind kind,
                                 int64_t count, int64_t index, int64_t cardinality,

@@ -12,6 +12,7 @@
 
 #include "distribute/strategy.h"
 #include "model/model.h"
+#include "data/holdout.h"
 #include "data/labels.h"
 #include "io/checkpoint.h"
 #include "train/callbacks_impl.h"
@@ -399,12 +400,43 @@ static st_status check_fit_args(const st_model *m, const st_dataset *train,
   return ST_OK;
 }
 
+static st_status fit_checked(st_model *m, st_dataset *train, st_fit_options *o,
+                             st_history *out);
+
+/* validation_split: fit on the rebuilt training pipeline with the held-out
+ * rows as o->validation (data/holdout.h). */
+static st_status fit_split(st_model *m, st_dataset *train, const st_fit_options *o,
+                           st_history *out) {
+  st_dataset *tr, *val;
+  st_status s = st__ds_holdout(train, o->validation_split, "st_model_fit", &tr, &val);
+  if (s != ST_OK) return s;
+  st_fit_options so = *o;
+  so.validation = val;
+  so.validation_split = 0.0;
+  s = fit_checked(m, tr, &so, out);
+  st_dataset_destroy(tr);
+  st_dataset_destroy(val);
+  return s;
+}
+
 st_status st_model_fit(st_model *m, st_dataset *train, st_fit_options *o, st_history *out) {
   st_status s = check_fit_args(m, train, o, out);
   if (out) memset(out, 0, sizeof *out);
   if (s != ST_OK) return s;
   s = check_data(m, train, "fit", "st_model_fit: the dataset has no labels");
   if (s != ST_OK) return s;
+  if (o->validation_split != 0.0 && o->validation)
+    st_log(ST_LOG_WARN, "st_model_fit: both validation and validation_split %g are set: "
+           "using validation (as Keras)", o->validation_split);
+  else if (o->validation_split != 0.0)
+    return fit_split(m, train, o, out);
+  return fit_checked(m, train, o, out);
+}
+
+/* st_model_fit once its arguments and training data are checked. */
+static st_status fit_checked(st_model *m, st_dataset *train, st_fit_options *o,
+                             st_history *out) {
+  st_status s;
   if (o->validation &&
       (s = check_data(m, o->validation, "fit: validation data",
                       "st_model_fit: the validation dataset has no labels")) != ST_OK)
