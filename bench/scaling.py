@@ -30,10 +30,12 @@ compute and communication for cores, hierarchical (intra-node) reduction.
 usage:
   bench/scaling.py --measure build/strata [--bench FILE]... [--network N=US,GBIT]...
   bench/scaling.py --input models.json [...]       (no measurement: fixed input)
-  --json prints the table as JSON (for tests); --save-input FILE writes the
+  --grid prints one row per model and network (efficiency without / with
+  overlap); --json prints the table as JSON (for tests); --save-input FILE writes the
   measured inputs as JSON (then --input FILE reproduces the table).
 """
 import argparse
+import signal
 import json
 import os
 import re
@@ -106,7 +108,7 @@ def fit_bench(path):
     return n, lat, bw
 
 
-def measure(cli, examples):
+def measure(cli, examples, repeat):
     """Per-step compute time (one process, one_device) and parameter count
     of mlp, cnn and a 20M-parameter mlp (Keras JSON)."""
     tmp = tempfile.mkdtemp()
@@ -123,10 +125,16 @@ def measure(cli, examples):
         summ = subprocess.run([cli, "summary", "--model", model], capture_output=True, text=True, check=True).stdout
         params = int(re.search(r"Total params: ([\d,]+)", summ).group(1).replace(",", ""))
         rep = os.path.join(tmp, name + ".json")
-        subprocess.run([cli, "train", "--model", model, "--epochs", "1", "--batch-size", str(batch),
-                        "--train-examples", str(n), "--quiet", "--report", rep],
-                       check=True, stdout=subprocess.DEVNULL)
-        models[name] = model_from_report(rep, params)
+        for _ in range(repeat):  # the fastest run: the least disturbed by other load
+            subprocess.run([cli, "train", "--model", model, "--epochs", "1", "--batch-size", str(batch),
+                            "--train-examples", str(n), "--quiet", "--report", rep],
+                           check=True, stdout=subprocess.DEVNULL)
+            m = model_from_report(rep, params)
+            if name not in models or m["step_s"] < models[name]["step_s"]:
+                models[name] = m
+        if name == "mlp-20M":
+            models[name]["source"] = "Keras JSON 784-4096-4096-10, " + models[name]["source"]
+        models[name]["source"] += f", fastest of {repeat}"
     return models
 
 
@@ -157,9 +165,11 @@ def table(models, networks, workers, bwd_frac, pack):
 
 
 def main():
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends quietly
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--measure", metavar="CLI", help="measure compute with this strata binary")
     ap.add_argument("--examples", type=int, default=12800, help="training examples per measurement")
+    ap.add_argument("--repeat", type=int, default=3, help="measurements per model (the fastest is kept)")
     ap.add_argument("--input", help="models and networks as JSON (see --save-input)")
     ap.add_argument("--save-input", help="write the inputs used as JSON")
     ap.add_argument("--report", action="append", default=[], metavar="NAME=R.json:PARAMS",
@@ -172,6 +182,8 @@ def main():
     ap.add_argument("--bytes-per-pack", type=int, default=4194304,
                     help="gradient pack size, as strata train's (default 4194304; 0 = one pack)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--grid", action="store_true",
+                    help="one row per model and network: efficiency without / with overlap per worker count")
     a = ap.parse_args()
 
     models, networks, notes = {}, dict(NETWORKS), []
@@ -191,7 +203,7 @@ def main():
         networks[name] = (lat, bw)
         notes.append(f"{name}: latency {lat * 1e6:.1f} us, bandwidth {bw * 8 / 1e9:.2f} Gbit/s")
     if a.measure:
-        models.update(measure(a.measure, a.examples))
+        models.update(measure(a.measure, a.examples, a.repeat))
     for spec in a.network:
         name, rest = spec.split("=", 1)
         us, gbit = rest.split(",")
@@ -210,6 +222,15 @@ def main():
         return
     for note in notes:
         print("#", note)
+    if a.grid:
+        print("| model | network | " + " | ".join(f"{n}" for n in workers) + " |")
+        print("|---|---|" + "---:|" * len(workers))
+        for mname in models:
+            for nname in networks:
+                cells = [f"{r['no_overlap_efficiency']:.0%} / {r['overlap_efficiency']:.0%}" for r in rows
+                         if r["model"] == mname and r["network"] == nname]
+                print(f"| {mname} | {nname} | " + " | ".join(cells) + " |")
+        return
     for mname, m in models.items():
         print(f"\n#### {mname}: {m['params']:,} params ({4 * m['params'] / 2**20:.1f} MiB of gradients), "
               f"compute {m['step_s'] * 1e3:.2f} ms/step at batch {m['batch']} per worker ({m.get('source', '')})")
