@@ -19,6 +19,7 @@
 #    unreachable daemon; with the default 15 it waits ~15 minutes);
 #  - with the link back, rerunning with the same --backup-dir finishes with
 #    the bytes of the uninterrupted run.
+# The data: the first 3840/960 Fashion-MNIST examples, as a small IDX set.
 # Each emulated host is pinned to one core (taskset), so each worker computes
 # with one thread as 3 workers on this 2-core machine do.
 # Skips (77) when not root, without ip/mpirun/taskset/the dataset, when this
@@ -116,7 +117,21 @@ echo "# hosts ${hosts[*]} in namespaces strata-$id-{0,1,2}, bridge $br, mpirun i
 fail=0
 check() { if eval "$2"; then echo "ok - $1"; else echo "not ok - $1"; fail=1; fi; }
 since() { echo "$(date +%s.%N) $1" | awk '{printf "%.1f", $1 - $2}'; }
-args=(train --model mlp --optimizer adam --train-examples 3840 --epochs 2 --batch-size 96 --seed 5 --quiet)
+# the first 3840 training and 960 test examples of Fashion-MNIST as a small
+# IDX set: each of the ~20 processes started below reads it in no time
+python3 - "$data" "$tmp/fm" <<'P'
+import gzip, os, struct, sys
+src, dst = sys.argv[1], sys.argv[2]
+os.makedirs(dst)
+for name, n in (("train", 3840), ("t10k", 960)):
+    for kind, item in (("images-idx3", 784), ("labels-idx1", 1)):
+        raw = gzip.open(f"{src}/{name}-{kind}-ubyte.gz").read()
+        dims = raw[3]
+        head = raw[:4] + struct.pack(">I", n) + raw[8:4 + 4 * dims]
+        with gzip.open(f"{dst}/{name}-{kind}-ubyte.gz", "wb", compresslevel=1) as f:
+            f.write(head + raw[4 + 4 * dims:4 + 4 * dims + n * item])
+P
+args=(train --model mlp --data "$tmp/fm" --optimizer adam --epochs 2 --batch-size 96 --seed 5 --quiet)
 mw=(--strategy multi_worker_mirrored)
 
 # 1. three hosts = one machine = one process
@@ -128,7 +143,13 @@ check "3 hosts over TCP on the veths: exit 0, weights written" "[ $rc -eq 0 ] &&
 timeout 60 mpirun --oversubscribe -np 3 "$cli" "${args[@]}" "${mw[@]}" --save "$tmp/local.st" >/dev/null 2>>"$tmp/mpi.log"
 check "... the bytes of 3 workers on this machine (mpirun -np 3)" "cmp -s $tmp/net.st $tmp/local.st"
 "$cli" "${args[@]}" --strategy mirrored --replicas 3 --save "$tmp/mirrored3.st" >/dev/null 2>&1
-check "... the bytes of one process with 3 mirrored replicas (same global batch)" "cmp -s $tmp/net.st $tmp/mirrored3.st"
+# (today the MPI transport sums in rank order, as mirrored does; should it
+# ever order 3 ranks' sums otherwise, this one check is left to the 1e-5 one)
+if cmp -s "$tmp/local.st" "$tmp/mirrored3.st"; then
+  check "... the bytes of one process with 3 mirrored replicas (same global batch)" "cmp -s $tmp/net.st $tmp/mirrored3.st"
+else
+  echo "# note: mpirun -np 3 on this machine differs from 3 mirrored replicas (another summation order): bytes not compared"
+fi
 "$cli" "${args[@]}" --save "$tmp/one.st" >/dev/null 2>&1
 check "... within 1e-5 of one replica" "python3 '$src/tests/cmp_weights.py' $tmp/one.st $tmp/net.st 1e-5 >/dev/null"
 
