@@ -12,7 +12,7 @@ MAKEFLAGS += --no-print-directory
 # listed in build/install_manifest.txt; `make deb` packs build/strata_<version>_amd64.deb.
 PREFIX ?= /usr/local
 
-.PHONY: all build deps demo test bench asan-test tsan-test clean fuzz fuzz-ci install uninstall deb
+.PHONY: all build deps demo test bench asan-test tsan-test clean fuzz fuzz-ci install uninstall deb python
 
 all: build
 
@@ -36,6 +36,13 @@ deb: build
 	@m=build/install_manifest.txt; [ -e $$m ] && cp -p $$m $$m.keep; \
 	(cd build && cpack -G DEB); rc=$$?; \
 	if [ -e $$m.keep ]; then mv $$m.keep $$m; else rm -f $$m; fi; exit $$rc
+
+# `make python`: build, then copy the package strata (build/python/strata) into
+# $(PYTHON)'s user site-packages (offline; override with PYTHON_SITE=DIR).
+PYTHON_SITE ?= $(shell $(PYTHON) -c 'import site; print(site.getusersitepackages())')
+python: build
+	mkdir -p $(PYTHON_SITE) && cp -r build/python/strata $(PYTHON_SITE)/
+	@echo "installed strata into $(PYTHON_SITE): $(PYTHON) -c 'import strata as tf'"
 
 demo: build
 	./build/strata train --model cnn --epochs 3 --batch-size 128

@@ -74,7 +74,7 @@ class Sequential:
         self.loss = None
         self.history = None
         self._stop = False
-        for layer in layers or []:
+        for layer in (layers if layers is not None else []):
             self.add(layer)
 
     # ---- layers ----

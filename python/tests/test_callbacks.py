@@ -1,0 +1,55 @@
+"""Callbacks run in Python with Keras's logs; stop_training is honoured."""
+import csv
+
+import numpy as np
+
+import strata as tf
+
+X = np.random.default_rng(1).random((64, 4), dtype=np.float32)
+Y = (X.sum(axis=1) > 2).astype(np.int32)
+
+
+def model():
+    m = tf.keras.Sequential([tf.keras.layers.Dense(2, activation="softmax", input_shape=(4,))])
+    m.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy",
+              metrics=["accuracy"])
+    return m
+
+
+def test_subclass_hooks_and_stop_training():
+    seen = []
+
+    class Rec(tf.keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            seen.append(("begin", epoch))
+
+        def on_train_batch_end(self, batch, logs=None):
+            seen.append(("batch", batch, sorted(logs)))
+
+        def on_epoch_end(self, epoch, logs=None):
+            seen.append(("end", epoch, sorted(logs)))
+            if epoch == 1:
+                self.model.stop_training = True
+
+    h = model().fit(X, Y, epochs=5, batch_size=32, validation_data=(X, Y), callbacks=[Rec()], verbose=0)
+    assert len(h.history["loss"]) == 2
+    assert ("end", 1, ["accuracy", "loss", "val_accuracy", "val_loss"]) in seen
+    assert seen.count(("batch", 1, ["accuracy", "loss"])) == 2
+
+
+def test_builtin_callbacks(tmp_path):
+    lrs = []
+    sched = tf.keras.callbacks.LearningRateScheduler(lambda e, lr: 0.1 / (e + 1))
+    rec = tf.keras.callbacks.LambdaCallback(on_epoch_end=lambda e, l: lrs.append(m.optimizer.learning_rate))
+    ckpt = tf.keras.callbacks.ModelCheckpoint(str(tmp_path / "w{epoch}.weights.h5"))
+    log = tf.keras.callbacks.CSVLogger(str(tmp_path / "log.csv"))
+    tb = tf.keras.callbacks.TensorBoard(str(tmp_path / "tb"))
+    es = tf.keras.callbacks.EarlyStopping(monitor="loss", patience=0, min_delta=10.0)
+    m = model()
+    h = m.fit(X, Y, epochs=4, batch_size=16, callbacks=[sched, rec, ckpt, log, tb, es, tf.keras.callbacks.TerminateOnNaN()], verbose=0)
+    assert len(h.history["loss"]) == 2  # EarlyStopping: no 10.0 improvement
+    np.testing.assert_allclose(lrs, [0.1, 0.05], rtol=1e-6)
+    assert (tmp_path / "w1.weights.h5").exists() and (tmp_path / "w2.weights.h5").exists()
+    rows = list(csv.reader(open(tmp_path / "log.csv")))
+    assert rows[0] == ["epoch", "accuracy", "loss"] and len(rows) == 3
+    assert list((tmp_path / "tb" / "train").iterdir())
