@@ -814,7 +814,24 @@ static PyObject *py_loss_is_sparse(PyObject *self, PyObject *args) {
   return PyBool_FromLong(st_loss_is_sparse(k));
 }
 
+/* The OpenBLAS core libstrata forces on this CPU (src/backend/blas.c's
+ * choice), or None: strata/__init__.py exports it as OPENBLAS_CORETYPE before
+ * NumPy loads the same libopenblas, so that both use the kernels the CLI
+ * uses (same bits). */
+static PyObject *py_blas_coretype(PyObject *self, PyObject *unused) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl"))
+    return PyUnicode_FromString("SkylakeX");
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    return PyUnicode_FromString("Haswell");
+#endif
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"blas_coretype", py_blas_coretype, METH_NOARGS, "the OpenBLAS core libstrata forces, or None"},
     {"strategy_create", py_strategy_create, METH_VARARGS,
      "strategy_create(kind, devices=None, replicas=0, cross_device_ops=None, device=None, threads=0)"},
     {"strategy_replicas", py_strategy_replicas, METH_O, "num_replicas_in_sync of a strategy"},

@@ -9,11 +9,22 @@
 
 Training runs in C (libstrata) with the GIL released; see README.md
 ("Python") for what is supported and how it differs from TensorFlow."""
+import os as _os
+import sys as _sys
 import types as _types
 
-import numpy as _np
-
 from . import _strata
+
+# NumPy and libstrata share one libopenblas, which reads OPENBLAS_CORETYPE when
+# it loads: set the core libstrata would force before NumPy loads it, so that
+# sgemm runs the kernels the CLI runs (fit then gives the CLI's weights bits).
+# When NumPy was imported first, libstrata warns if the core it got is slow.
+if "numpy" not in _sys.modules and "OPENBLAS_CORETYPE" not in _os.environ:
+    _core = _strata.blas_coretype()
+    if _core:
+        _os.environ["OPENBLAS_CORETYPE"] = _core
+
+import numpy as _np  # noqa: E402
 from . import data, distribute, keras
 from ._util import set_global_seed as _set_seed
 

@@ -2,10 +2,10 @@
 absent) and the CLI path from CTest."""
 import os
 
+import strata as tf  # first: it picks the OpenBLAS core before NumPy loads it
+
 import numpy as np
 import pytest
-
-import strata as tf
 
 FASHION = os.environ.get("STRATA_FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist")
 

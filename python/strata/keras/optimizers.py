@@ -91,7 +91,8 @@ class Optimizer:
         self.name = name or self._kind
         self.momentum = 0.0
         self.nesterov = False
-        self.beta_1, self.beta_2, self.epsilon, self.rho, self.weight_decay = 0.9, 0.999, 1e-7, 0.9, 0.004
+        self.beta_1, self.beta_2, self.epsilon, self.rho = 0.9, 0.999, 1e-7, 0.9
+        self.weight_decay = float(kwargs.get("weight_decay") or 0.0)
         self._model = None
 
     @property
