@@ -53,3 +53,38 @@ def test_builtin_callbacks(tmp_path):
     rows = list(csv.reader(open(tmp_path / "log.csv")))
     assert rows[0] == ["epoch", "accuracy", "loss"] and len(rows) == 3
     assert list((tmp_path / "tb" / "train").iterdir())
+
+
+def test_ctrl_c_raises_keyboard_interrupt_at_a_step_boundary(tmp_path):
+    """SIGINT while C trains (GIL released) becomes KeyboardInterrupt at the
+    next step boundary; the interpreter survives to handle it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    prog = tmp_path / "long_fit.py"
+    prog.write_text(
+        "import strata as tf, numpy as np, sys\n"
+        "x = np.random.default_rng(0).random((4096, 256), dtype=np.float32)\n"
+        "y = np.arange(4096) % 10\n"
+        "m = tf.keras.Sequential([tf.keras.layers.Dense(512, activation='relu', input_shape=(256,)),\n"
+        "                         tf.keras.layers.Dense(10)])\n"
+        "m.compile('adam', tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))\n"
+        "print('ready', flush=True)\n"
+        "try:\n"
+        "    m.fit(x, y, epochs=10000, batch_size=32, verbose=0)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', len(m.get_weights()), flush=True)\n"
+        "    sys.exit(0)\n")
+    env = dict(os.environ)
+    p = subprocess.Popen([sys.executable, str(prog)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env=env, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    time.sleep(0.5)
+    p.send_signal(signal.SIGINT)
+    t0 = time.time()
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 0, err
+    assert "interrupted 4" in out
+    assert time.time() - t0 < 5

@@ -302,7 +302,7 @@ class Sequential:
                 raise TypeError("fit: callback %r is not a tf.keras.callbacks.Callback" % (cb,))
         verbose = 1 if verbose == "auto" else int(verbose)
         if verbose:
-            cbs.append(_callbacks.ProgbarLogger(verbose=verbose))
+            cbs.insert(0, _callbacks.ProgbarLogger(verbose=verbose))
         cbs.append(history)
         steps = int(_strata.dataset_cardinality(train))
         params = {"verbose": verbose, "epochs": epochs, "steps": steps if steps >= 0 else None}
