@@ -316,7 +316,8 @@ class Sequential:
         for cb in cbs:
             cb.on_train_begin({})
         n = max(epochs - initial_epoch, 0)
-        _strata.model_fit(self._cap, train, n, val, driver, every, initial_epoch)
+        _logs, sps = _strata.model_fit(self._cap, train, n, val, driver, every, initial_epoch)
+        history.samples_per_sec = sps  # the engine's, training only, first 20 steps excluded
         for cb in cbs:
             cb.on_train_end(driver.last)
         del keep
