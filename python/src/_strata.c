@@ -34,7 +34,10 @@ static PyObject *st_py_raise(st_status s, const char *what) {
     case ST_ERR_NOT_BUILT: type = PyExc_NotImplementedError; break;
     default: break;
   }
-  PyErr_Format(type, "%s: %s", what, msg && *msg ? msg : st_status_string(s));
+  if (!msg || !*msg) msg = st_status_string(s);
+  size_t n = strlen(what);
+  if (!strncmp(msg, what, n) && msg[n] == ':') PyErr_SetString(type, msg); /* already says it */
+  else PyErr_Format(type, "%s: %s", what, msg);
   return NULL;
 }
 
