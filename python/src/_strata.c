@@ -572,8 +572,13 @@ static st_status cb_batch_end(void *user, st_model *m, const st_batch_logs *l) {
   py_fit_cb *c = user;
   PyGILState_STATE g = PyGILState_Ensure();
   st_status s = ST_OK;
-  if (PyErr_CheckSignals() < 0) s = cb_fail(c);
-  else if (c->batch_every > 0 && (l->step + 1) % c->batch_every == 0) {
+  if (PyErr_CheckSignals() < 0) {
+    /* Ctrl-C: keep KeyboardInterrupt and let fit stop at this step boundary
+     * as on SIGTERM (writing BackupAndRestore's backup there, if any). */
+    if (!c->et) PyErr_Fetch(&c->et, &c->ev, &c->tb);
+    else PyErr_Clear();
+    st_request_stop();
+  } else if (c->batch_every > 0 && (l->step + 1) % c->batch_every == 0) {
     PyObject *r = PyObject_CallMethod(c->obj, "on_batch_end", "iLLdd", l->epoch + c->epoch_offset,
                                       (long long)l->step, (long long)l->steps, l->loss, l->accuracy);
     if (!r) s = cb_fail(c);
@@ -603,11 +608,15 @@ static st_status cb_epoch_end(void *user, st_model *m, const st_epoch_logs *l) {
 }
 
 /* fit(model, train, epochs, val or None, callbacks obj, batch_every,
- * epoch_offset) -> (list of epoch log tuples, samples_per_sec) */
+ * epoch_offset[, backup_dir, backup_every_steps]) -> (list of epoch log
+ * tuples, samples_per_sec) */
 static PyObject *py_model_fit(PyObject *self, PyObject *args) {
   PyObject *mcap, *tcap, *vcap, *obj;
   int epochs, batch_every, offset;
-  if (!PyArg_ParseTuple(args, "OOiOOii", &mcap, &tcap, &epochs, &vcap, &obj, &batch_every, &offset))
+  const char *backup = NULL;
+  long long backup_every = 0;
+  if (!PyArg_ParseTuple(args, "OOiOOii|zL", &mcap, &tcap, &epochs, &vcap, &obj, &batch_every,
+                        &offset, &backup, &backup_every))
     return NULL;
   st_model *m = model_of(mcap);
   st_dataset *train = m ? dataset_of(tcap) : NULL;
@@ -619,11 +628,15 @@ static PyObject *py_model_fit(PyObject *self, PyObject *args) {
   st_callback cb = {&c, cb_epoch_begin, cb_batch_end, cb_epoch_end, NULL};
   o.callbacks = &cb;
   o.ncallbacks = 1;
+  o.backup_dir = backup;
+  o.backup_every_steps = backup_every;
+  st_clear_stop_request();
   st_history h;
   st_status s;
   Py_BEGIN_ALLOW_THREADS
   s = st_model_fit(m, train, &o, &h);
   Py_END_ALLOW_THREADS
+  st_clear_stop_request();
   if (c.et) {
     st_history_destroy(&h);
     PyErr_Restore(c.et, c.ev, c.tb);

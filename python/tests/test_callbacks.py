@@ -57,7 +57,8 @@ def test_builtin_callbacks(tmp_path):
 
 def test_ctrl_c_raises_keyboard_interrupt_at_a_step_boundary(tmp_path):
     """SIGINT while C trains (GIL released) becomes KeyboardInterrupt at the
-    next step boundary; the interpreter survives to handle it."""
+    next step boundary, after BackupAndRestore's backup is written there; the
+    interpreter survives to handle it."""
     import os
     import signal
     import subprocess
@@ -73,12 +74,14 @@ def test_ctrl_c_raises_keyboard_interrupt_at_a_step_boundary(tmp_path):
         "m.compile('adam', tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))\n"
         "print('ready', flush=True)\n"
         "try:\n"
-        "    m.fit(x, y, epochs=10000, batch_size=32, verbose=0)\n"
+        "    m.fit(x, y, epochs=10000, batch_size=32, verbose=0,\n"
+        "          callbacks=[tf.keras.callbacks.BackupAndRestore(sys.argv[1])])\n"
         "except KeyboardInterrupt:\n"
         "    print('interrupted', len(m.get_weights()), flush=True)\n"
         "    sys.exit(0)\n")
     env = dict(os.environ)
-    p = subprocess.Popen([sys.executable, str(prog)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    backup = tmp_path / "backup"
+    p = subprocess.Popen([sys.executable, str(prog), str(backup)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          env=env, text=True)
     assert p.stdout.readline().strip() == "ready"
     time.sleep(0.5)
@@ -88,3 +91,36 @@ def test_ctrl_c_raises_keyboard_interrupt_at_a_step_boundary(tmp_path):
     assert p.returncode == 0, err
     assert "interrupted 4" in out
     assert time.time() - t0 < 5
+    assert (backup / "latest").exists()  # the backup written at the step it stopped at
+
+
+def test_backup_and_restore_resumes_to_the_same_weights(tmp_path):
+    """A fit stopped part-way (an exception in a callback at epoch 2's end)
+    and run again with the same BackupAndRestore ends with the weights of an
+    uninterrupted fit."""
+    def fresh():
+        tf.random.set_seed(5)
+        return model()
+
+    full = fresh()
+    full.fit(X, Y, epochs=4, batch_size=16, verbose=0)
+
+    class Crash(tf.keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            if epoch == 1:
+                raise RuntimeError("simulated crash")
+
+    backup = tf.keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))
+    m = fresh()
+    try:
+        m.fit(X, Y, epochs=4, batch_size=16, verbose=0, callbacks=[backup, Crash()])
+    except RuntimeError as e:
+        assert "simulated crash" in str(e)
+    assert (tmp_path / "backup").exists()
+    m2 = fresh()
+    h = m2.fit(X, Y, epochs=4, batch_size=16, verbose=0, callbacks=[backup])
+    assert len(h.history["loss"]) >= 2
+    for a, b in zip(full.get_weights(), m2.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    assert not (tmp_path / "backup").exists()  # deleted once training completed
+    tf.random.set_seed(None)

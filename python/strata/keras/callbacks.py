@@ -306,7 +306,26 @@ class LambdaCallback(Callback):
         return "on_train_batch_begin" in self.__dict__ or "on_train_batch_end" in self.__dict__
 
 
+class BackupAndRestore(Callback):
+    """Fault tolerance: fit backs up to backup_dir at each epoch end (and
+    every save_freq steps when it is an int) and, when a backup is there,
+    resumes from it (same epoch, step and data position). Run by the engine
+    (fit's backup_dir); Ctrl-C writes the backup at the step it stops at."""
+
+    def __init__(self, backup_dir, save_freq="epoch", delete_checkpoint=True, save_before_preemption=False):
+        super().__init__()
+        if not delete_checkpoint:
+            raise NotImplementedError("BackupAndRestore: delete_checkpoint=False is not supported by Strata")
+        self.backup_dir = os.fspath(backup_dir)
+        if save_freq == "epoch":
+            self.save_every = 0
+        elif isinstance(save_freq, int) and save_freq > 0:
+            self.save_every = save_freq
+        else:
+            raise ValueError("BackupAndRestore: save_freq=%r (expected 'epoch' or a positive int)" % (save_freq,))
+
+
 def __getattr__(name):
-    if name in ("BackupAndRestore", "ReduceLROnPlateau", "RemoteMonitor", "SwapEMAWeights"):
+    if name in ("ReduceLROnPlateau", "RemoteMonitor", "SwapEMAWeights"):
         raise NotImplementedError("tf.keras.callbacks.%s is not supported by Strata yet" % name)
     raise AttributeError("module 'strata.keras.callbacks' has no attribute %r" % name)

@@ -297,6 +297,11 @@ class Sequential:
                 val, _ = self._arrays(vd[0], vd[1], validation_batch_size or batch, "fit: validation_data")
         history = _callbacks.History()
         cbs = list(callbacks or [])
+        backups = [cb for cb in cbs if isinstance(cb, _callbacks.BackupAndRestore)]
+        if len(backups) > 1:
+            raise ValueError("fit: more than one BackupAndRestore callback")
+        cbs = [cb for cb in cbs if not isinstance(cb, _callbacks.BackupAndRestore)]
+        backup = (backups[0].backup_dir, backups[0].save_every) if backups else (None, 0)
         for cb in cbs:
             if not isinstance(cb, _callbacks.Callback):
                 raise TypeError("fit: callback %r is not a tf.keras.callbacks.Callback" % (cb,))
@@ -316,7 +321,7 @@ class Sequential:
         for cb in cbs:
             cb.on_train_begin({})
         n = max(epochs - initial_epoch, 0)
-        _logs, sps = _strata.model_fit(self._cap, train, n, val, driver, every, initial_epoch)
+        _logs, sps = _strata.model_fit(self._cap, train, n, val, driver, every, initial_epoch, *backup)
         history.samples_per_sec = sps  # the engine's, training only, first 20 steps excluded
         for cb in cbs:
             cb.on_train_end(driver.last)
