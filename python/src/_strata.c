@@ -51,11 +51,13 @@ static const char *const CAP_TB = "strata.tensorboard";
 typedef struct py_model {
   st_model *m;
   PyObject *strategy; /* the strategy capsule, kept alive with the model */
+  int busy;           /* fit / evaluate / predict running (GIL released) */
 } py_model;
 
 typedef struct py_dataset {
   st_dataset *ds;
   PyObject *keep[2]; /* the arrays whose memory the source borrows */
+  int busy;          /* being iterated by a verb running without the GIL */
 } py_dataset;
 
 static void strategy_capsule_free(PyObject *cap) {
@@ -106,12 +108,47 @@ static st_dataset *dataset_of(PyObject *cap) {
   return d ? d->ds : NULL;
 }
 
+/* A verb that releases the GIL claims the model and its datasets first (a
+ * model or an iterator is used by one thread at a time): RuntimeError when
+ * another thread, or a callback of a running fit, is already using them. */
+static int claim(PyObject *mcap, PyObject *d1, PyObject *d2, const char *what) {
+  py_model *pm = cap_get(mcap, CAP_MODEL);
+  py_dataset *a = d1 ? cap_get(d1, CAP_DATASET) : NULL, *b = d2 ? cap_get(d2, CAP_DATASET) : NULL;
+  if (!pm || (d1 && !a) || (d2 && !b)) return -1;
+  if (pm->busy || (a && a->busy) || (b && b->busy)) {
+    PyErr_Format(PyExc_RuntimeError, "%s: the model or dataset is in use by a running fit, evaluate "
+                 "or predict (another thread, or a callback of that fit)", what);
+    return -1;
+  }
+  pm->busy = 1;
+  if (a) a->busy = 1;
+  if (b) b->busy = 1;
+  return 0;
+}
+
+static void release(PyObject *mcap, PyObject *d1, PyObject *d2) {
+  ((py_model *)PyCapsule_GetPointer(mcap, CAP_MODEL))->busy = 0;
+  if (d1) ((py_dataset *)PyCapsule_GetPointer(d1, CAP_DATASET))->busy = 0;
+  if (d2) ((py_dataset *)PyCapsule_GetPointer(d2, CAP_DATASET))->busy = 0;
+}
+
 /* ---- arrays through __array_interface__ ----------------------------------- */
 
 /* t <- a C-contiguous NumPy array's memory (borrowed) and shape; dtype from
  * its typestr (|u1, <f4, <i4). What an array must be is said in the error. */
 static int tensor_from_array(PyObject *arr, const char *what, st_tensor *t) {
   memset(t, 0, sizeof *t);
+  /* only numpy.ndarray: its interface describes memory it owns */
+  PyObject *np = PyImport_ImportModule("numpy");
+  PyObject *nd = np ? PyObject_GetAttrString(np, "ndarray") : NULL;
+  int is = nd ? PyObject_IsInstance(arr, nd) : -1;
+  Py_XDECREF(nd);
+  Py_XDECREF(np);
+  if (is < 0) return -1;
+  if (!is) {
+    PyErr_Format(PyExc_TypeError, "%s: a numpy.ndarray is expected", what);
+    return -1;
+  }
   PyObject *ai = PyObject_GetAttrString(arr, "__array_interface__");
   if (!ai) return -1;
   int rc = -1;
@@ -633,9 +670,11 @@ static PyObject *py_model_fit(PyObject *self, PyObject *args) {
   st_clear_stop_request();
   st_history h;
   st_status s;
+  if (claim(mcap, tcap, vcap == Py_None ? NULL : vcap, "fit")) return NULL;
   Py_BEGIN_ALLOW_THREADS
   s = st_model_fit(m, train, &o, &h);
   Py_END_ALLOW_THREADS
+  release(mcap, tcap, vcap == Py_None ? NULL : vcap);
   st_clear_stop_request();
   if (c.et) {
     st_history_destroy(&h);
@@ -668,9 +707,11 @@ static PyObject *py_model_evaluate(PyObject *self, PyObject *args) {
   if (!ds) return NULL;
   st_eval_result r;
   st_status s;
+  if (claim(mcap, dcap, NULL, "evaluate")) return NULL;
   Py_BEGIN_ALLOW_THREADS
   s = st_model_evaluate(m, ds, &r);
   Py_END_ALLOW_THREADS
+  release(mcap, dcap, NULL);
   if (s != ST_OK) return st_py_raise(s, "evaluate");
   return Py_BuildValue("(ddL)", r.loss, r.accuracy, (long long)r.examples);
 }
@@ -685,9 +726,11 @@ static PyObject *py_model_predict(PyObject *self, PyObject *args) {
   st_tensor t;
   memset(&t, 0, sizeof t);
   st_status s;
+  if (claim(mcap, dcap, NULL, "predict")) return NULL;
   Py_BEGIN_ALLOW_THREADS
   s = st_model_predict(m, ds, &t);
   Py_END_ALLOW_THREADS
+  release(mcap, dcap, NULL);
   if (s != ST_OK) return st_py_raise(s, "predict");
   size_t n = st_tensor_count(&t);
   long long rows = t.rank > 0 ? t.dims[0] : 0;
@@ -736,10 +779,8 @@ static PyObject *py_weights_file(PyObject *self, PyObject *args) {
   if (!PyArg_ParseTuple(args, "Osp", &cap, &path, &save)) return NULL;
   st_model *m = model_of(cap);
   if (!m) return NULL;
-  st_status s;
-  Py_BEGIN_ALLOW_THREADS
-  s = save ? st_model_save_weights(m, path) : st_model_load_weights(m, path);
-  Py_END_ALLOW_THREADS
+  /* called from callbacks during fit too (ModelCheckpoint): the GIL is kept */
+  st_status s = save ? st_model_save_weights(m, path) : st_model_load_weights(m, path);
   if (s != ST_OK) return st_py_raise(s, save ? "save_weights" : "load_weights");
   Py_RETURN_NONE;
 }

@@ -67,3 +67,23 @@ def test_callback_exception_propagates():
             raise KeyError("boom at %d" % epoch)
     with pytest.raises(KeyError, match="boom at 0"):
         small_model().fit(X, Y, epochs=3, callbacks=[Boom()], verbose=0)
+
+
+def test_reentrant_use_during_fit_is_refused():
+    m = small_model()
+
+    class Nested(tf.keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            self.model.evaluate(X, Y, verbose=0)
+    with pytest.raises(RuntimeError, match="in use by a running fit"):
+        m.fit(X, Y, epochs=1, callbacks=[Nested()], verbose=0)
+    assert m.evaluate(X, Y, verbose=0)[0] > 0  # usable again afterwards
+
+
+def test_raw_extension_takes_only_ndarrays():
+    from strata import _strata
+
+    class Fake:
+        __array_interface__ = {"data": (1, False), "shape": (1000,), "typestr": "<f4", "strides": None}
+    with pytest.raises(TypeError, match="numpy.ndarray"):
+        _strata.dataset_from_arrays(Fake(), None)
