@@ -412,8 +412,14 @@ static PyObject *py_add_simple(PyObject *self, PyObject *args) {
     st_batchnorm_options o = st_batchnorm_default_options();
     double mom, eps;
     int center, scale;
-    if (!PyArg_ParseTuple(arg, "ddpp", &mom, &eps, &center, &scale)) return NULL;
+    const char *name = NULL;
+    if (!PyTuple_Check(arg)) {
+      PyErr_SetString(PyExc_TypeError, "BatchNormalization: a (momentum, epsilon, center, scale[, name]) tuple is expected");
+      return NULL;
+    }
+    if (!PyArg_ParseTuple(arg, "ddpp|z", &mom, &eps, &center, &scale, &name)) return NULL;
     o.momentum = (float)mom, o.epsilon = (float)eps, o.center = center, o.scale = scale;
+    o.name = name;
     return add_layer(m, st_batchnorm_ex(o, &l), &l, kind);
   }
   PyErr_Format(PyExc_NotImplementedError, "layer %s is not supported by Strata", kind);

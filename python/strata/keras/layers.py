@@ -150,7 +150,7 @@ class Dense(Layer):
     def __init__(self, units, activation=None, use_bias=True, kernel_initializer="glorot_uniform",
                  bias_initializer="zeros", **kwargs):
         super().__init__(**kwargs)
-        if not isinstance(units, int) or isinstance(units, bool) or units <= 0:
+        if not isinstance(units, int) or isinstance(units, bool) or not 0 < units < 2 ** 31:
             raise ValueError("Dense: units=%r (expected a positive integer)" % (units,))
         self.units = units
         self.activation = _activation(activation, "Dense")
@@ -179,7 +179,7 @@ class Conv2D(Layer):
         unsupported("Conv2D", data_format=(data_format, None, "channels_last"), groups=(groups, 1))
         if _pair(dilation_rate, "Conv2D", "dilation_rate") != (1, 1):
             raise NotImplementedError("Conv2D: argument dilation_rate=%r is not supported by Strata" % (dilation_rate,))
-        if not isinstance(filters, int) or filters <= 0:
+        if not isinstance(filters, int) or isinstance(filters, bool) or not 0 < filters < 2 ** 31:
             raise ValueError("Conv2D: filters=%r (expected a positive integer)" % (filters,))
         self.filters = filters
         self.kernel_size = _pair(kernel_size, "Conv2D", "kernel_size")
@@ -303,9 +303,21 @@ class Reshape(Layer):
     def __init__(self, target_shape, **kwargs):
         super().__init__(**kwargs)
         self.target_shape = tuple(int(d) for d in target_shape)
-        if any(d <= 0 for d in self.target_shape):
-            raise NotImplementedError("Reshape: target_shape %r with -1 or 0 is not supported by Strata"
-                                      % (self.target_shape,))
+        if any(d == 0 or d < -1 for d in self.target_shape) or self.target_shape.count(-1) > 1:
+            raise ValueError("Reshape: target_shape %r (positive sizes and at most one -1)" % (self.target_shape,))
+
+    def _resolve(self, in_shape):
+        """target_shape with its -1 worked out from the input's size."""
+        size = 1
+        for d in in_shape:
+            size *= d
+        known = 1
+        for d in self.target_shape:
+            known *= d if d > 0 else 1
+        if -1 in self.target_shape:
+            if size % known:
+                raise ValueError("Reshape: cannot reshape %s into %s" % (tuple(in_shape), self.target_shape))
+            self.target_shape = tuple(size // known if d == -1 else d for d in self.target_shape)
 
     def _add(self, m):
         from .. import _strata
@@ -332,7 +344,8 @@ class BatchNormalization(Layer):
 
     def _add(self, m):
         from .. import _strata
-        _strata.add_simple(m, "BatchNormalization", (self.momentum, self.epsilon, self.center, self.scale))
+        _strata.add_simple(m, "BatchNormalization", (self.momentum, self.epsilon, self.center, self.scale,
+                                                     self._given_name))
 
     def _weight_shapes(self, s):
         c = (s[-1],)

@@ -108,6 +108,9 @@ class Sequential:
     def _add_engine(self, layer):
         if self._compiled:
             raise ValueError("Sequential.add: the model is already compiled")
+        if isinstance(layer, _layers.Reshape):
+            prev = self._engine_layers[-1].output_shape[1:] if self._engine_layers else self._input_shape
+            layer._resolve(prev)
         layer._add(self._cap)
         info = _strata.model_layers(self._cap)[-1]
         layer.name, layer.output_shape, layer._params = info[0], (None,) + info[2], info[3]
@@ -487,6 +490,12 @@ class Sequential:
         self._ensure_compiled("load_weights")
         _strata.weights_file(self._cap, os.fspath(filepath), False)
 
+    def to_json(self, **kwargs):
+        """The model's Keras JSON (Keras 2 layout; `strata train --model
+        FILE.json` and tf.keras.models.model_from_json read it)."""
+        from ._json import to_json
+        return to_json(self, **kwargs)
+
     def save(self, filepath, *args, **kwargs):
         raise NotImplementedError("Model.save is not supported by Strata yet; use save_weights")
 
@@ -499,6 +508,7 @@ def load_model(*args, **kwargs):
                               "rebuild the model and use load_weights")
 
 
-def model_from_json(*args, **kwargs):
-    raise NotImplementedError("tf.keras.models.model_from_json is not supported by Strata yet "
-                              "(the CLI takes a Keras JSON file: strata train --model FILE.json)")
+def model_from_json(json_string, custom_objects=None):
+    """A Sequential model from Keras's model.to_json() text (Keras 2 or 3)."""
+    from ._json import model_from_json as load
+    return load(json_string, custom_objects)
