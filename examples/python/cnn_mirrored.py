@@ -14,6 +14,7 @@ n = int(sys.argv[1]) if len(sys.argv) > 1 else 60000
 epochs = int(sys.argv[2]) if len(sys.argv) > 2 else 3
 
 (x_train, y_train), (x_test, y_test) = tf.keras.datasets.fashion_mnist.load_data()
+x_test, y_test = x_test[:max(1000, n // 6)], y_test[:max(1000, n // 6)]  # all 10,000 for the full set
 x_train = x_train[:n].reshape(-1, 28, 28, 1).astype("float32") / 255.0
 y_train = y_train[:n]
 x_test = x_test.reshape(-1, 28, 28, 1).astype("float32") / 255.0

@@ -232,6 +232,12 @@ static PyObject *py_strategy_replicas(PyObject *self, PyObject *cap) {
   return PyLong_FromLong(st_strategy_num_replicas_in_sync(s));
 }
 
+static PyObject *py_strategy_workers(PyObject *self, PyObject *cap) {
+  st_strategy *s = cap_get(cap, CAP_STRATEGY);
+  if (!s) return NULL;
+  return Py_BuildValue("(ii)", st_strategy_worker_rank(s), st_strategy_worker_count(s));
+}
+
 /* ---- models ------------------------------------------------------------------ */
 
 /* A shape tuple of 1..4 positive ints into *out. */
@@ -898,6 +904,7 @@ static PyMethodDef methods[] = {
     {"strategy_create", py_strategy_create, METH_VARARGS,
      "strategy_create(kind, devices=None, replicas=0, cross_device_ops=None, device=None, threads=0)"},
     {"strategy_replicas", py_strategy_replicas, METH_O, "num_replicas_in_sync of a strategy"},
+    {"strategy_workers", py_strategy_workers, METH_O, "(worker rank, worker count) of a strategy"},
     {"model_create", py_model_create, METH_VARARGS, "model_create(input_shape, seed, strategy, name)"},
     {"add_dense", py_add_dense, METH_VARARGS, "add a Dense layer"},
     {"add_conv2d", py_add_conv2d, METH_VARARGS, "add a Conv2D layer"},

@@ -105,7 +105,12 @@ class Strategy:
 
     @property
     def cluster_resolver(self):
-        return _ClusterResolver("worker", 0)
+        """task_type 'worker' and task_id this process's worker rank (0 but
+        under MultiWorkerMirroredStrategy launched with mpirun)."""
+        if self._probe is None:
+            self._probe = self._create()
+        rank, _count = _strata.strategy_workers(self._probe)
+        return _ClusterResolver("worker", rank)
 
     def scope(self):
         """Context manager: models built inside train under this strategy."""

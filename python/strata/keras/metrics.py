@@ -11,14 +11,17 @@ class Metric:
 
 
 class SparseCategoricalAccuracy(Metric):
+    """argmax of the prediction equals the class index label."""
     _code, _default = 1, "sparse_categorical_accuracy"
 
 
 class CategoricalAccuracy(Metric):
+    """argmax of the prediction equals argmax of the one-hot label."""
     _code, _default = 2, "categorical_accuracy"
 
 
 class BinaryAccuracy(Metric):
+    """Elements whose prediction is on the label's side of 0.5."""
     _code, _default = 3, "binary_accuracy"
 
     def __init__(self, name=None, dtype=None, threshold=0.5):
