@@ -12,7 +12,7 @@ MAKEFLAGS += --no-print-directory
 # listed in build/install_manifest.txt; `make deb` packs build/strata_<version>_amd64.deb.
 PREFIX ?= /usr/local
 
-.PHONY: all build deps demo test bench asan-test tsan-test clean fuzz fuzz-ci install uninstall deb python
+.PHONY: all build deps demo test bench asan-test tsan-test clean fuzz fuzz-ci install uninstall deb
 
 all: build
 
@@ -40,6 +40,7 @@ deb: build
 # `make python`: build, then copy the package strata (build/python/strata) into
 # $(PYTHON)'s user site-packages (offline; override with PYTHON_SITE=DIR).
 PYTHON_SITE ?= $(shell $(PYTHON) -c 'import site; print(site.getusersitepackages())')
+.PHONY: python
 python: build
 	mkdir -p $(PYTHON_SITE) && cp -r build/python/strata $(PYTHON_SITE)/
 	@echo "installed strata into $(PYTHON_SITE): $(PYTHON) -c 'import strata as tf'"

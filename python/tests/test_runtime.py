@@ -74,3 +74,27 @@ def test_multi_worker_mirrored_under_mpirun():
     assert sorted(l for l in lines if "replicas" in l) == ["rank 0 replicas 2", "rank 1 replicas 2"]
     sums = {l.split()[1]: l.split()[3] for l in lines if "w0sum" in l}
     assert set(sums) == {"0", "1"} and sums["0"] == sums["1"]
+
+
+def test_arrays_are_borrowed_not_copied():
+    """The engine reads contiguous uint8/float32/int32 arrays in place: the
+    dataset holds a reference to the array, and what it yields changes when
+    the array's memory does."""
+    import sys
+    from strata import _strata
+    m = tf.keras.Sequential([tf.keras.layers.Dense(1, use_bias=False, kernel_initializer="ones",
+                                                   input_shape=(2,))])
+    for dtype in (np.float32, np.uint8, np.int32):
+        x = np.ones((4, 2), dtype)
+        before = sys.getrefcount(x)
+        h = _strata.dataset_from_arrays(x, None)
+        assert sys.getrefcount(x) == before + 1
+        _strata.dataset_transform(h, "batch", 4, 0)
+        m._ensure_compiled("predict")
+        first, _ = _strata.model_predict(m._cap, h)
+        x[:] = 3  # same memory, new values
+        again, _ = _strata.model_predict(m._cap, h)
+        assert np.frombuffer(first, np.float32).tolist() == [2.0] * 4
+        assert np.frombuffer(again, np.float32).tolist() == [6.0] * 4
+        del h
+        assert sys.getrefcount(x) == before
