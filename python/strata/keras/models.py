@@ -248,8 +248,9 @@ class Sequential:
         if not isinstance(batch, (int, np.integer)) or isinstance(batch, bool) or batch <= 0:
             raise ValueError("%s: batch_size=%r must be a positive integer" % (where, batch))
         h = _strata.dataset_from_arrays(xa, ya, self._scale)
-        if shuffle:
-            _strata.dataset_transform(h, "shuffle", len(xa), global_seed(), 1)
+        if shuffle:  # a later fit call shuffles differently (the engine's epochs restart at 0)
+            seed = (global_seed() + getattr(self, "_fit_calls", 0)) % 2 ** 63
+            _strata.dataset_transform(h, "shuffle", len(xa), seed, 1)
         _strata.dataset_transform(h, "batch", int(batch), 0)
         if steps is not None:
             _strata.dataset_transform(h, "take", int(steps))
@@ -326,6 +327,7 @@ class Sequential:
         n = max(epochs - initial_epoch, 0)
         _logs, sps = _strata.model_fit(self._cap, train, n, val, driver, every, initial_epoch, *backup)
         history.samples_per_sec = sps  # the engine's, training only, first 20 steps excluded
+        self._fit_calls = getattr(self, "_fit_calls", 0) + 1
         for cb in cbs:
             cb.on_train_end(driver.last)
         del keep
