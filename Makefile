@@ -37,6 +37,14 @@ deb: build
 	(cd build && cpack -G DEB); rc=$$?; \
 	if [ -e $$m.keep ]; then mv $$m.keep $$m; else rm -f $$m; fi; exit $$rc
 
+# `make python`: build, then copy the package strata (build/python/strata) into
+# $(PYTHON)'s user site-packages (offline; override with PYTHON_SITE=DIR).
+PYTHON_SITE ?= $(shell $(PYTHON) -c 'import site; print(site.getusersitepackages())')
+.PHONY: python
+python: build
+	mkdir -p $(PYTHON_SITE) && cp -r build/python/strata $(PYTHON_SITE)/
+	@echo "installed strata into $(PYTHON_SITE): $(PYTHON) -c 'import strata as tf'"
+
 demo: build
 	./build/strata train --model cnn --epochs 3 --batch-size 128
 

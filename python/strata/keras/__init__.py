@@ -1,0 +1,45 @@
+"""tf.keras on Strata: Sequential models, layers, optimizers, losses,
+metrics, callbacks, datasets and utils with Keras's names and defaults."""
+import types as _types
+
+from . import callbacks, datasets, layers, losses, metrics, optimizers, utils
+from . import models
+from .layers import Input
+from .models import Model, Sequential
+
+backend = _types.SimpleNamespace(clear_session=lambda *a, **k: None, floatx=lambda: "float32")
+
+
+class _Initializer:
+    def __init__(self, seed=None):
+        self.seed = seed
+
+
+initializers = _types.SimpleNamespace(
+    GlorotUniform=type("GlorotUniform", (_Initializer,), {}),
+    HeNormal=type("HeNormal", (_Initializer,), {}),
+    Zeros=type("Zeros", (_Initializer,), {}),
+    Ones=type("Ones", (_Initializer,), {}))
+
+
+def _act(name):
+    import numpy as np
+    fns = {"relu": lambda x: np.maximum(x, 0), "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+           "tanh": np.tanh, "linear": lambda x: x,
+           "softmax": lambda x: np.exp(x - x.max(-1, keepdims=True)) / np.exp(x - x.max(-1, keepdims=True)).sum(-1, keepdims=True),
+           "elu": lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0)))}
+    impl = fns.get(name)
+
+    def f(x):
+        if impl is None:
+            raise NotImplementedError("tf.keras.activations.%s on arrays is not supported by Strata" % name)
+        return impl(np.asarray(x, dtype=np.float32))
+    f.__name__ = name
+    return f
+
+
+activations = _types.SimpleNamespace(**{n: _act(n) for n in ("relu", "sigmoid", "tanh", "linear", "softmax", "elu")})
+activations.gelu = _act("gelu")
+
+__all__ = ["Sequential", "Model", "Input", "layers", "models", "optimizers", "losses", "metrics",
+           "callbacks", "datasets", "utils", "activations", "initializers", "backend"]

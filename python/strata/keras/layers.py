@@ -1,0 +1,381 @@
+"""tf.keras.layers: the layers Strata's engine implements (src/nn/). A layer
+object is a description; `Sequential` adds it to the engine's model when the
+input shape is known. Arguments Strata does not implement raise
+NotImplementedError naming them."""
+from .._util import unsupported, reject_kwargs
+
+_COMMON = ("name", "dtype", "trainable", "input_shape", "batch_input_shape", "input_dim")
+_ACTS = ("linear", "relu", "sigmoid", "tanh", "softmax", "elu", "gelu")
+_INITS = {"glorot_uniform": "glorot_uniform", "GlorotUniform": "glorot_uniform",
+          "he_normal": "he_normal", "HeNormal": "he_normal", "zeros": "zeros", "Zeros": "zeros",
+          "ones": "ones", "Ones": "ones"}
+
+
+def _activation(a, where):
+    if a is None:
+        return "linear"
+    if callable(a) and not isinstance(a, str):
+        a = getattr(a, "__name__", repr(a))
+    if not isinstance(a, str) or a.lower() not in _ACTS:
+        raise NotImplementedError("%s: activation %r is not supported by Strata (supported: %s)"
+                                  % (where, a, ", ".join(_ACTS)))
+    return a.lower()
+
+
+def _init(i, where, arg):
+    if not isinstance(i, str):
+        seed = getattr(i, "seed", None)
+        if seed is not None:
+            raise NotImplementedError("%s: %s with seed=%r is not supported by Strata (the model's "
+                                      "seed, tf.random.set_seed, seeds every initializer)" % (where, arg, seed))
+        i = type(i).__name__
+    if i not in _INITS:
+        raise NotImplementedError("%s: %s=%r is not supported by Strata (supported: %s)"
+                                  % (where, arg, i, ", ".join(sorted(set(_INITS.values())))))
+    return _INITS[i]
+
+
+def _pair(v, where, arg):
+    if isinstance(v, int):
+        return (v, v)
+    try:
+        a, b = v
+        return (int(a), int(b))
+    except (TypeError, ValueError):
+        raise ValueError("%s: %s=%r (expected an int or a pair of ints)" % (where, arg, v)) from None
+
+
+def _regularizers(where, kwargs):
+    for k in ("kernel_regularizer", "bias_regularizer", "activity_regularizer",
+              "kernel_constraint", "bias_constraint", "beta_regularizer", "gamma_regularizer",
+              "beta_constraint", "gamma_constraint", "lora_rank"):
+        if kwargs.pop(k, None) is not None:
+            raise NotImplementedError("%s: argument %s is not supported by Strata" % (where, k))
+
+
+class Layer:
+    """Base of the layers: name, input_shape= (the Keras shortcut for a first
+    layer), and after the model is built output_shape and count_params()."""
+
+    def __init__(self, **kwargs):
+        where = type(self).__name__
+        _regularizers(where, kwargs)
+        reject_kwargs(where, kwargs, _COMMON)
+        self.name = kwargs.get("name")
+        self._given_name = self.name
+        shape = kwargs.get("input_shape")
+        if shape is None and kwargs.get("batch_input_shape") is not None:
+            shape = tuple(kwargs["batch_input_shape"])[1:]
+        if shape is None and kwargs.get("input_dim") is not None:
+            shape = (int(kwargs["input_dim"]),)
+        self._input_shape = tuple(shape) if shape is not None else None
+        if kwargs.get("trainable", True) is not True:
+            raise NotImplementedError("%s: trainable=False is not supported by Strata" % where)
+        dt = kwargs.get("dtype")
+        if dt is not None and str(getattr(dt, "name", dt)) not in ("float32", "<dtype: 'float32'>"):
+            raise NotImplementedError("%s: dtype=%r is not supported by Strata (float32 only)" % (where, dt))
+        self.output_shape = None
+        self._params = 0
+        self._model = None
+
+    def count_params(self):
+        return self._params
+
+    def _add(self, model_cap):  # pragma: no cover - each layer defines it
+        raise NotImplementedError(type(self).__name__)
+
+    def _weight_shapes(self, in_shape):
+        """[(shape, trainable)] in Keras's get_weights order."""
+        return []
+
+    def get_weights(self):
+        if self._model is None:
+            return []
+        return self._model._layer_weights(self)
+
+    def set_weights(self, weights):
+        if self._model is None:
+            raise ValueError("%s: the layer is not built yet" % self.name)
+        self._model._set_layer_weights(self, weights)
+
+    def __repr__(self):
+        return "<%s name=%s>" % (type(self).__name__, self.name)
+
+
+class InputLayer(Layer):
+    """The input of a Sequential model: shape per example (no batch axis)."""
+
+    def __init__(self, input_shape=None, batch_size=None, dtype=None, name=None, shape=None, **kwargs):
+        reject_kwargs("InputLayer", kwargs, ("batch_input_shape", "batch_shape", "sparse", "ragged"))
+        for k in ("sparse", "ragged"):
+            if kwargs.get(k):
+                raise NotImplementedError("InputLayer: %s=True is not supported by Strata" % k)
+        shape = shape if shape is not None else input_shape
+        for k in ("batch_input_shape", "batch_shape"):
+            if shape is None and kwargs.get(k) is not None:
+                shape = tuple(kwargs[k])[1:]
+        super().__init__(name=name, input_shape=shape, dtype=dtype)
+        if self._input_shape is None:
+            raise ValueError("InputLayer: a shape is required")
+
+
+class KerasTensor:
+    """What tf.keras.Input returns: the symbolic input of a model."""
+
+    def __init__(self, shape, name=None):
+        self.shape = (None,) + tuple(shape)
+        self.name = name
+        self._layer = InputLayer(shape=tuple(shape), name=name)
+
+
+def Input(shape=None, batch_size=None, name=None, dtype=None, sparse=None, tensor=None,
+          ragged=None, batch_shape=None, **kwargs):
+    """tf.keras.Input(shape=...): use as the first entry of a Sequential."""
+    if tensor is not None or sparse or ragged:
+        raise NotImplementedError("Input: tensor=, sparse= and ragged= are not supported by Strata")
+    if shape is None and batch_shape is not None:
+        shape = tuple(batch_shape)[1:]
+    if shape is None:
+        raise ValueError("Input: shape is required")
+    if any(d is None for d in shape):
+        raise NotImplementedError("Input: shape %r with a None dimension is not supported by Strata "
+                                  "(every per-example dimension must be known)" % (tuple(shape),))
+    return KerasTensor(shape, name)
+
+
+class Dense(Layer):
+    """Dense(units, activation=None, use_bias=True, kernel_initializer=
+    'glorot_uniform', bias_initializer='zeros')."""
+
+    def __init__(self, units, activation=None, use_bias=True, kernel_initializer="glorot_uniform",
+                 bias_initializer="zeros", **kwargs):
+        super().__init__(**kwargs)
+        if not isinstance(units, int) or isinstance(units, bool) or not 0 < units < 2 ** 31:
+            raise ValueError("Dense: units=%r (expected a positive integer)" % (units,))
+        self.units = units
+        self.activation = _activation(activation, "Dense")
+        self.use_bias = bool(use_bias)
+        self.kernel_initializer = _init(kernel_initializer, "Dense", "kernel_initializer")
+        self.bias_initializer = _init(bias_initializer, "Dense", "bias_initializer")
+
+    def _add(self, m):
+        from .. import _strata
+        _strata.add_dense(m, self.units, self.activation, self.use_bias, self.kernel_initializer,
+                          self.bias_initializer, self._given_name)
+
+    def _weight_shapes(self, s):
+        w = [((s[-1], self.units), True)]
+        return w + ([((self.units,), True)] if self.use_bias else [])
+
+
+class Conv2D(Layer):
+    """Conv2D(filters, kernel_size, strides=(1, 1), padding='valid',
+    activation=None, use_bias=True, ...) on channels_last images."""
+
+    def __init__(self, filters, kernel_size, strides=(1, 1), padding="valid", data_format=None,
+                 dilation_rate=(1, 1), groups=1, activation=None, use_bias=True,
+                 kernel_initializer="glorot_uniform", bias_initializer="zeros", **kwargs):
+        super().__init__(**kwargs)
+        unsupported("Conv2D", data_format=(data_format, None, "channels_last"), groups=(groups, 1))
+        if _pair(dilation_rate, "Conv2D", "dilation_rate") != (1, 1):
+            raise NotImplementedError("Conv2D: argument dilation_rate=%r is not supported by Strata" % (dilation_rate,))
+        if not isinstance(filters, int) or isinstance(filters, bool) or not 0 < filters < 2 ** 31:
+            raise ValueError("Conv2D: filters=%r (expected a positive integer)" % (filters,))
+        self.filters = filters
+        self.kernel_size = _pair(kernel_size, "Conv2D", "kernel_size")
+        self.strides = _pair(strides, "Conv2D", "strides")
+        if str(padding).lower() not in ("valid", "same"):
+            raise ValueError("Conv2D: padding=%r (expected 'valid' or 'same')" % (padding,))
+        self.padding = str(padding).lower()
+        self.activation = _activation(activation, "Conv2D")
+        self.use_bias = bool(use_bias)
+        self.kernel_initializer = _init(kernel_initializer, "Conv2D", "kernel_initializer")
+        self.bias_initializer = _init(bias_initializer, "Conv2D", "bias_initializer")
+
+    def _add(self, m):
+        from .. import _strata
+        _strata.add_conv2d(m, self.filters, self.kernel_size[0], self.kernel_size[1], self.strides[0],
+                           self.strides[1], self.padding == "same", self.activation, self.use_bias,
+                           self.kernel_initializer, self.bias_initializer, self._given_name)
+
+    def _weight_shapes(self, s):
+        w = [((self.kernel_size[0], self.kernel_size[1], s[-1], self.filters), True)]
+        return w + ([((self.filters,), True)] if self.use_bias else [])
+
+
+class _Pooling2D(Layer):
+    _max = True
+
+    def __init__(self, pool_size=(2, 2), strides=None, padding="valid", data_format=None, **kwargs):
+        where = type(self).__name__
+        super().__init__(**kwargs)
+        unsupported(where, data_format=(data_format, None, "channels_last"))
+        self.pool_size = _pair(pool_size, where, "pool_size")
+        self.strides = _pair(strides, where, "strides") if strides is not None else (0, 0)
+        if str(padding).lower() not in ("valid", "same"):
+            raise ValueError("%s: padding=%r (expected 'valid' or 'same')" % (where, padding))
+        self.padding = str(padding).lower()
+
+    def _add(self, m):
+        from .. import _strata
+        _strata.add_pool2d(m, self._max, self.pool_size[0], self.pool_size[1], self.strides[0],
+                           self.strides[1], self.padding == "same", self._given_name)
+
+
+class MaxPooling2D(_Pooling2D):
+    """MaxPooling2D(pool_size=(2, 2), strides=None, padding='valid')."""
+    _max = True
+
+
+class AveragePooling2D(_Pooling2D):
+    """AveragePooling2D(pool_size=(2, 2), strides=None, padding='valid')."""
+    _max = False
+
+
+MaxPool2D = MaxPooling2D
+AvgPool2D = AveragePooling2D
+
+
+class Flatten(Layer):
+    """Flatten() (channels_last)."""
+
+    def __init__(self, data_format=None, **kwargs):
+        super().__init__(**kwargs)
+        unsupported("Flatten", data_format=(data_format, None, "channels_last"))
+
+    def _add(self, m):
+        from .. import _strata
+        _strata.add_simple(m, "Flatten")
+
+
+class Dropout(Layer):
+    """Dropout(rate): active in fit only, seeded by the model's seed."""
+
+    def __init__(self, rate, noise_shape=None, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        if noise_shape is not None:
+            raise NotImplementedError("Dropout: argument noise_shape is not supported by Strata")
+        try:
+            rate = float(rate)
+        except (TypeError, ValueError):
+            raise ValueError("Dropout: rate=%r (expected a float in [0, 1))" % (rate,)) from None
+        if not 0 <= rate < 1:
+            raise ValueError("Dropout: rate=%r (expected a float in [0, 1))" % (rate,))
+        self.rate = rate
+
+    def _add(self, m):
+        from .. import _strata
+        _strata.add_simple(m, "Dropout", self.rate)
+
+
+class Activation(Layer):
+    """Activation('relu' | 'softmax' | ...)."""
+
+    def __init__(self, activation, **kwargs):
+        super().__init__(**kwargs)
+        self.activation = _activation(activation, "Activation")
+
+    def _add(self, m):
+        from .. import _strata
+        _strata.add_simple(m, "Activation", self.activation)
+
+
+class ReLU(Activation):
+    """ReLU() (max_value, negative_slope and threshold at their defaults)."""
+
+    def __init__(self, max_value=None, negative_slope=0.0, threshold=0.0, **kwargs):
+        unsupported("ReLU", max_value=(max_value, None), negative_slope=(float(negative_slope), 0.0),
+                    threshold=(float(threshold), 0.0))
+        super().__init__("relu", **kwargs)
+
+
+class Softmax(Activation):
+    """Softmax(axis=-1)."""
+
+    def __init__(self, axis=-1, **kwargs):
+        unsupported("Softmax", axis=(axis, -1))
+        super().__init__("softmax", **kwargs)
+
+
+class Reshape(Layer):
+    """Reshape(target_shape) (no -1 entries)."""
+
+    def __init__(self, target_shape, **kwargs):
+        super().__init__(**kwargs)
+        self.target_shape = tuple(int(d) for d in target_shape)
+        if any(d == 0 or d < -1 for d in self.target_shape) or self.target_shape.count(-1) > 1:
+            raise ValueError("Reshape: target_shape %r (positive sizes and at most one -1)" % (self.target_shape,))
+
+    def _resolve(self, in_shape):
+        """target_shape with its -1 worked out from the input's size."""
+        size = 1
+        for d in in_shape:
+            size *= d
+        known = 1
+        for d in self.target_shape:
+            known *= d if d > 0 else 1
+        if -1 in self.target_shape:
+            if size % known:
+                raise ValueError("Reshape: cannot reshape %s into %s" % (tuple(in_shape), self.target_shape))
+            self.target_shape = tuple(size // known if d == -1 else d for d in self.target_shape)
+
+    def _add(self, m):
+        from .. import _strata
+        _strata.add_simple(m, "Reshape", self.target_shape)
+
+
+class BatchNormalization(Layer):
+    """BatchNormalization(axis=-1, momentum=0.99, epsilon=0.001, center=True,
+    scale=True, synchronized=False)."""
+
+    def __init__(self, axis=-1, momentum=0.99, epsilon=0.001, center=True, scale=True,
+                 beta_initializer="zeros", gamma_initializer="ones", moving_mean_initializer="zeros",
+                 moving_variance_initializer="ones", synchronized=False, **kwargs):
+        super().__init__(**kwargs)
+        unsupported("BatchNormalization", axis=(axis, -1), synchronized=(synchronized, False))
+        for arg, v, want in (("beta_initializer", beta_initializer, "zeros"),
+                             ("gamma_initializer", gamma_initializer, "ones"),
+                             ("moving_mean_initializer", moving_mean_initializer, "zeros"),
+                             ("moving_variance_initializer", moving_variance_initializer, "ones")):
+            if _init(v, "BatchNormalization", arg) != want:
+                raise NotImplementedError("BatchNormalization: %s=%r is not supported by Strata" % (arg, v))
+        self.momentum, self.epsilon = float(momentum), float(epsilon)
+        self.center, self.scale = bool(center), bool(scale)
+
+    def _add(self, m):
+        from .. import _strata
+        _strata.add_simple(m, "BatchNormalization", (self.momentum, self.epsilon, self.center, self.scale,
+                                                     self._given_name))
+
+    def _weight_shapes(self, s):
+        c = (s[-1],)
+        w = [(c, True)] if self.scale else []
+        w += [(c, True)] if self.center else []
+        return w + [(c, False), (c, False)]
+
+
+class Rescaling(Layer):
+    """Rescaling(scale, offset=0.0) as the first layer only: folded into the
+    input pipeline (Strata multiplies the features as it reads them)."""
+
+    def __init__(self, scale, offset=0.0, **kwargs):
+        super().__init__(**kwargs)
+        if float(offset) != 0.0:
+            raise NotImplementedError("Rescaling: offset=%r is not supported by Strata" % (offset,))
+        self.scale = float(scale)
+
+    def _add(self, m):
+        raise NotImplementedError("Rescaling: only as the model's first layer is it supported by Strata")
+
+
+_NOT_YET = ("Conv1D", "Conv3D", "LSTM", "GRU", "SimpleRNN", "Embedding", "LayerNormalization",
+            "GlobalAveragePooling2D", "GlobalMaxPooling2D", "Concatenate", "Add", "Lambda",
+            "DepthwiseConv2D", "SeparableConv2D", "Conv2DTranspose", "UpSampling2D", "ZeroPadding2D",
+            "LeakyReLU", "PReLU", "GaussianNoise", "SpatialDropout2D", "RandomFlip", "RandomRotation",
+            "Normalization", "TextVectorization", "MultiHeadAttention", "Bidirectional", "TimeDistributed")
+
+
+def __getattr__(name):
+    if name in _NOT_YET:
+        raise NotImplementedError("tf.keras.layers.%s is not supported by Strata" % name)
+    raise AttributeError("module 'strata.keras.layers' has no attribute %r" % name)

@@ -1,0 +1,121 @@
+"""tf.keras.losses: the losses the engine computes in C, by name or object
+(from_logits as Keras: False by default)."""
+import numpy as np
+
+
+class Loss:
+    """Base of the loss objects; `_engine_name` is Strata's loss name."""
+    _base = None
+
+    def __init__(self, from_logits=False, reduction="sum_over_batch_size", name=None, **kwargs):
+        for k, default in (("label_smoothing", 0.0), ("axis", -1), ("ignore_class", None)):
+            if k in kwargs and kwargs[k] != default:
+                raise NotImplementedError("%s: argument %s=%r is not supported by Strata"
+                                          % (type(self).__name__, k, kwargs[k]))
+            kwargs.pop(k, None)
+        if kwargs:
+            k = sorted(kwargs)[0]
+            raise NotImplementedError("%s: argument %s is not supported by Strata" % (type(self).__name__, k))
+        if reduction not in ("auto", "sum_over_batch_size", None):
+            raise NotImplementedError("%s: reduction=%r is not supported by Strata" % (type(self).__name__, reduction))
+        self.from_logits = bool(from_logits)
+        self.name = name or self._base
+
+    @property
+    def _engine_name(self):
+        return self._base + ("_from_logits" if self.from_logits else "")
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        """The mean loss over a batch, computed with NumPy (for custom loops)."""
+        y_pred = np.asarray(y_pred, dtype=np.float64)
+        y_true = np.asarray(y_true, dtype=np.float64)
+        return np.float32(self._numpy(y_true, y_pred))
+
+
+def _log_softmax(z):
+    z = z - z.max(axis=-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
+class SparseCategoricalCrossentropy(Loss):
+    """Class-index labels; from_logits=False expects probabilities."""
+    _base = "sparse_categorical_crossentropy"
+
+    def _numpy(self, y, p):
+        lp = _log_softmax(p) if self.from_logits else np.log(np.clip(p, 1e-7, 1 - 1e-7))
+        return -lp[np.arange(len(lp)), y.astype(int).reshape(-1)].mean()
+
+
+class CategoricalCrossentropy(Loss):
+    """One-hot labels; from_logits=False expects probabilities."""
+    _base = "categorical_crossentropy"
+
+    def _numpy(self, y, p):
+        lp = _log_softmax(p) if self.from_logits else np.log(np.clip(p, 1e-7, 1 - 1e-7))
+        return -(y * lp).sum(axis=-1).mean()
+
+
+class BinaryCrossentropy(Loss):
+    """0/1 labels; from_logits=False expects probabilities."""
+    _base = "binary_crossentropy"
+
+    def _numpy(self, y, p):
+        if self.from_logits:
+            p = 1 / (1 + np.exp(-p))
+        p = np.clip(p, 1e-7, 1 - 1e-7)
+        return -(y * np.log(p) + (1 - y) * np.log(1 - p)).mean()
+
+
+class MeanSquaredError(Loss):
+    """Mean of the squared differences (no from_logits)."""
+    _base = "mean_squared_error"
+
+    def __init__(self, reduction="sum_over_batch_size", name=None):
+        super().__init__(False, reduction, name)
+
+    def _numpy(self, y, p):
+        return ((y - p) ** 2).mean()
+
+
+_BY_NAME = {
+    "sparse_categorical_crossentropy": SparseCategoricalCrossentropy,
+    "categorical_crossentropy": CategoricalCrossentropy,
+    "binary_crossentropy": BinaryCrossentropy,
+    "mean_squared_error": MeanSquaredError, "mse": MeanSquaredError,
+}
+
+
+def get(identifier):
+    """A loss object from a Keras name or a loss object."""
+    if isinstance(identifier, Loss):
+        return identifier
+    if isinstance(identifier, str):
+        cls = _BY_NAME.get(identifier)
+        if cls is None:
+            raise ValueError("Unknown loss function: %r (Strata has: %s)" % (identifier, ", ".join(sorted(_BY_NAME))))
+        return cls()
+    if callable(identifier):
+        name = getattr(identifier, "__name__", "")
+        if name in _BY_NAME:
+            return _BY_NAME[name]()
+        raise NotImplementedError("loss %r: custom loss functions are not supported by Strata" % (identifier,))
+    raise ValueError("Could not interpret loss identifier: %r" % (identifier,))
+
+
+def sparse_categorical_crossentropy(y_true, y_pred, from_logits=False):
+    return SparseCategoricalCrossentropy(from_logits)(y_true, y_pred)
+
+
+def categorical_crossentropy(y_true, y_pred, from_logits=False):
+    return CategoricalCrossentropy(from_logits)(y_true, y_pred)
+
+
+def binary_crossentropy(y_true, y_pred, from_logits=False):
+    return BinaryCrossentropy(from_logits)(y_true, y_pred)
+
+
+def mean_squared_error(y_true, y_pred):
+    return MeanSquaredError()(y_true, y_pred)
+
+
+mse = mean_squared_error

@@ -1,0 +1,516 @@
+"""tf.keras.Sequential on Strata's engine: the layers, compile, fit,
+evaluate, predict, summary and weights of one st_model (include/strata/
+train.h), bound to the strategy whose scope it was created in."""
+import math
+import os
+
+import numpy as np
+
+from .. import _strata
+from .. import distribute as _distribute
+from .._util import features, global_seed, labels, reject_kwargs, unsupported
+from . import callbacks as _callbacks
+from . import layers as _layers
+from . import losses as _losses
+from . import metrics as _metrics
+from . import optimizers as _optimizers
+
+
+class _Driver:
+    """What the engine calls at step and epoch boundaries during fit: it
+    turns the engine's numbers into Keras logs and runs the callbacks."""
+
+    def __init__(self, model, cbs, key, every):
+        self.model, self.cbs, self.key, self.every = model, cbs, key, every
+        self.last = {}
+
+    def _logs(self, loss, acc):
+        logs = {"loss": loss}
+        if self.key:
+            logs[self.key] = acc
+        return logs
+
+    def on_epoch_begin(self, epoch):
+        for cb in self.cbs:
+            cb.on_epoch_begin(epoch, {})
+        if self.every:
+            for cb in self.cbs:
+                cb.on_train_batch_begin(0, {})
+
+    def on_batch_end(self, epoch, step, steps, loss, acc):
+        logs = self._logs(loss, acc)
+        for cb in self.cbs:
+            cb.on_train_batch_end(step, logs)
+            if type(cb).on_batch_end is not _callbacks.Callback.on_batch_end:
+                cb.on_batch_end(step, logs)
+        if steps < 0 or step + 1 < steps:
+            for cb in self.cbs:
+                cb.on_train_batch_begin(step + 1, {})
+
+    def on_epoch_end(self, t):
+        logs = self.model._epoch_logs(t, self.key)
+        self.last = logs
+        for cb in self.cbs:
+            cb.on_epoch_end(t[0], logs)
+
+
+class Sequential:
+    """tf.keras.Sequential: a stack of layers (a list or .add()). Created
+    inside `strategy.scope()` it trains under that strategy."""
+
+    def __init__(self, layers=None, name=None, trainable=True):
+        if trainable is not True:
+            raise NotImplementedError("Sequential: trainable=False is not supported by Strata")
+        self.name = name or "sequential"
+        self._layers = []
+        self._engine_layers = []
+        self._input_shape = None
+        self._scale = 1.0
+        self._cap = None
+        self._strategy = _distribute._scoped_strategy()
+        self._compiled = False
+        self._compile_args = None
+        self.optimizer = None
+        self.loss = None
+        self.history = None
+        self._stop = False
+        for layer in (layers if layers is not None else []):
+            self.add(layer)
+
+    # ---- layers ----
+    def add(self, layer):
+        """Append a layer (or an Input as the first entry)."""
+        if isinstance(layer, _layers.KerasTensor):
+            layer = layer._layer
+        if not isinstance(layer, _layers.Layer):
+            if isinstance(layer, Sequential):
+                raise NotImplementedError("Sequential: nested models are not supported by Strata")
+            raise TypeError("Sequential.add: %r is not a layer" % (layer,))
+        if isinstance(layer, _layers.InputLayer):
+            if self._layers or self._input_shape is not None:
+                raise ValueError("Sequential: an Input / InputLayer must come first")
+            self._input_shape = layer._input_shape
+            return
+        if layer._input_shape is not None and not self._layers and self._input_shape is None:
+            self._input_shape = layer._input_shape
+        if isinstance(layer, _layers.Rescaling):
+            if self._layers:
+                raise NotImplementedError("Rescaling: only as the model's first layer is it supported by Strata")
+            self._scale *= layer.scale
+            self._layers.append(layer)
+            return
+        self._layers.append(layer)
+        if self._cap is not None:
+            self._add_engine(layer)
+        elif self._input_shape is not None:
+            self._build(self._input_shape)
+
+    def _add_engine(self, layer):
+        if self._compiled:
+            raise ValueError("Sequential.add: the model is already compiled")
+        if isinstance(layer, _layers.Reshape):
+            prev = self._engine_layers[-1].output_shape[1:] if self._engine_layers else self._input_shape
+            layer._resolve(prev)
+        layer._add(self._cap)
+        info = _strata.model_layers(self._cap)[-1]
+        layer.name, layer.output_shape, layer._params = info[0], (None,) + info[2], info[3]
+        layer._model = self
+        self._engine_layers.append(layer)
+
+    @property
+    def layers(self):
+        return list(self._layers)
+
+    @property
+    def built(self):
+        return self._cap is not None
+
+    def build(self, input_shape=None):
+        """Build for inputs of input_shape (with the batch dimension)."""
+        if self._cap is None:
+            shape = tuple(input_shape)[1:] if input_shape is not None else self._input_shape
+            if shape is None:
+                raise ValueError("build: the input shape is unknown")
+            self._build(shape)
+
+    def _build(self, shape):
+        shape = tuple(int(d) for d in shape)
+        strategy = self._strategy or _distribute.get_strategy()
+        self._strategy = strategy
+        cap = _strata.model_create(shape, global_seed(), strategy._create(), self.name)
+        self._cap, self._input_shape = cap, shape
+        for layer in self._layers:
+            if not isinstance(layer, _layers.Rescaling):
+                self._add_engine(layer)
+        if self._compile_args is not None:
+            self._engine_compile()
+
+    def _require_built(self, what):
+        if self._cap is None:
+            raise ValueError("%s: this model has not yet been built (give the first layer an "
+                             "input_shape, start with tf.keras.Input, or call fit/build first)" % what)
+
+    @property
+    def input_shape(self):
+        return None if self._input_shape is None else (None,) + self._input_shape
+
+    @property
+    def output_shape(self):
+        return self._engine_layers[-1].output_shape if self._engine_layers else None
+
+    @property
+    def distribute_strategy(self):
+        return self._strategy or _distribute.get_strategy()
+
+    def count_params(self):
+        self._require_built("count_params")
+        return sum(l._params for l in self._engine_layers)
+
+    def summary(self, line_length=None, positions=None, print_fn=None, **kwargs):
+        """Keras's summary table (Strata's engine writes it)."""
+        self._require_built("summary")
+        text = _strata.model_summary(self._cap).rstrip("\n")
+        (print_fn or print)(text)
+
+    # ---- compile ----
+    def compile(self, optimizer="rmsprop", loss=None, metrics=None, loss_weights=None,
+                weighted_metrics=None, run_eagerly=None, steps_per_execution=1, jit_compile=None,
+                **kwargs):
+        """optimizer: a name or tf.keras.optimizers object; loss: a name or
+        tf.keras.losses object (from_logits as Keras); metrics: at most one
+        accuracy metric."""
+        unsupported("compile", loss_weights=(loss_weights, None), weighted_metrics=(weighted_metrics, None))
+        reject_kwargs("compile", kwargs, ("auto_scale_loss",))
+        if loss is None:
+            raise ValueError("compile: a loss is required (Strata trains with the engine's losses)")
+        opt = _optimizers.get(optimizer)
+        lossobj = _losses.get(loss)
+        mets = list(metrics or [])
+        if isinstance(metrics, dict):
+            raise NotImplementedError("compile: metrics as a dict are not supported by Strata")
+        resolved = [_metrics.resolve(m) for m in mets]
+        if len(resolved) > 1:
+            raise NotImplementedError("compile: metrics=%r: Strata reports one accuracy metric per model"
+                                      % (mets,))
+        self.optimizer, self.loss = opt, lossobj
+        opt._model = self
+        self._metric_key = resolved[0][1] if resolved else None
+        self._compile_args = (opt, lossobj, [c for c, _ in resolved])
+        self._sparse = lossobj._engine_name.startswith("sparse")
+        if self._cap is not None:
+            self._engine_compile()
+
+    def _engine_compile(self):
+        opt, lossobj, codes = self._compile_args
+        _strata.model_compile(self._cap, *opt._args(), lossobj._engine_name, codes or [0])
+        self._compiled = True
+
+    def _ensure_compiled(self, what):
+        self._require_built(what)
+        if not self._compiled:
+            if self._compile_args is not None:
+                self._engine_compile()
+            else:  # weights exist once compiled: a placeholder optimizer and loss
+                _strata.model_compile(self._cap, *_optimizers.Adam()._args(), "mean_squared_error", [0])
+                self._compiled = True
+
+    @property
+    def metrics_names(self):
+        return ["loss"] + ([self._metric_key] if getattr(self, "_metric_key", None) else [])
+
+    # ---- data ----
+    def _arrays(self, x, y, batch, where, shuffle=False, steps=None, labelled=True):
+        """(engine dataset, batch) for arrays or a tf.data.Dataset."""
+        from .. import data as _data
+        sparse = getattr(self, "_sparse", False)
+        if isinstance(x, _data.Dataset):
+            if y is not None:
+                raise ValueError("%s: `y` must be None when x is a dataset" % where)
+            if self._cap is None:
+                first = next(iter(x.as_numpy_iterator()))
+                self._build(np.shape(first[0] if isinstance(first, tuple) else first)[1:])
+            return _data.engine_pipeline(x, self._scale, sparse, where, steps, labelled)
+        if isinstance(x, dict):
+            raise NotImplementedError("%s: dict inputs are not supported by Strata" % where)
+        xa = features(x, where + ": x")
+        if self._cap is None:
+            self._build(xa.shape[1:])
+        ya = None
+        if labelled:
+            if y is None:
+                raise ValueError("%s: y is required with array inputs" % where)
+            ya = labels(y, sparse, where + ": y")
+            if len(ya) != len(xa):
+                raise ValueError("%s: x has %d examples and y has %d; they must match" % (where, len(xa), len(ya)))
+        if len(xa) == 0:
+            raise ValueError("%s: no examples (x is empty)" % where)
+        batch = 32 if batch is None else batch
+        if not isinstance(batch, (int, np.integer)) or isinstance(batch, bool) or batch <= 0:
+            raise ValueError("%s: batch_size=%r must be a positive integer" % (where, batch))
+        h = _strata.dataset_from_arrays(xa, ya, self._scale)
+        if shuffle:  # a later fit call shuffles differently (the engine's epochs restart at 0)
+            seed = (global_seed() + getattr(self, "_fit_calls", 0)) % 2 ** 63
+            _strata.dataset_transform(h, "shuffle", len(xa), seed, 1)
+        _strata.dataset_transform(h, "batch", int(batch), 0)
+        if steps is not None:
+            _strata.dataset_transform(h, "take", int(steps))
+        return h, int(batch)
+
+    # ---- fit ----
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None,
+            validation_split=0.0, validation_data=None, shuffle=True, class_weight=None,
+            sample_weight=None, initial_epoch=0, steps_per_epoch=None, validation_steps=None,
+            validation_batch_size=None, validation_freq=1, **kwargs):
+        """Train; returns a History whose .history has Keras's keys
+        ('loss', the metric, 'val_loss', 'val_<metric>')."""
+        unsupported("fit", class_weight=(class_weight, None), sample_weight=(sample_weight, None),
+                    validation_freq=(validation_freq, 1))
+        reject_kwargs("fit", kwargs, ("max_queue_size", "workers", "use_multiprocessing"))
+        if self._compile_args is None:
+            raise RuntimeError("You must compile your model before training/testing. Use `model.compile(optimizer, loss)`.")
+        if shuffle not in (True, False, "batch"):
+            raise ValueError("fit: shuffle=%r (expected a bool)" % (shuffle,))
+        epochs, initial_epoch = int(epochs), int(initial_epoch)
+        if epochs < 0 or initial_epoch < 0:
+            raise ValueError("fit: epochs=%d, initial_epoch=%d must be >= 0" % (epochs, initial_epoch))
+        from .. import data as _data
+        if not 0.0 <= float(validation_split) < 1.0:
+            raise ValueError("fit: validation_split=%r must be in [0, 1)" % (validation_split,))
+        keep = []
+        if validation_split and validation_data is None:
+            if isinstance(x, _data.Dataset):
+                raise ValueError("fit: validation_split is only supported for NumPy arrays, not datasets")
+            xa, ya = features(x, "fit: x"), np.asarray(y)
+            split = int(math.floor(len(xa) * (1.0 - validation_split)))
+            if split <= 0 or split >= len(xa):
+                raise ValueError("fit: validation_split=%r of %d examples leaves no training or "
+                                 "validation examples" % (validation_split, len(xa)))
+            x, y, validation_data = xa[:split], ya[:split], (xa[split:], ya[split:])
+        train, batch = self._arrays(x, y, batch_size, "fit", bool(shuffle), steps_per_epoch)
+        self._ensure_compiled("fit")
+        val = None
+        if validation_data is not None:
+            if isinstance(validation_data, _data.Dataset):
+                val, _ = self._arrays(validation_data, None, None, "fit: validation_data", steps=validation_steps)
+            else:
+                vd = tuple(validation_data)
+                if len(vd) == 3 and vd[2] is not None:
+                    raise NotImplementedError("fit: validation sample weights are not supported by Strata")
+                if len(vd) not in (2, 3):
+                    raise ValueError("fit: validation_data must be (x_val, y_val)")
+                val, _ = self._arrays(vd[0], vd[1], validation_batch_size or batch, "fit: validation_data")
+        history = _callbacks.History()
+        cbs = list(callbacks or [])
+        backups = [cb for cb in cbs if isinstance(cb, _callbacks.BackupAndRestore)]
+        if len(backups) > 1:
+            raise ValueError("fit: more than one BackupAndRestore callback")
+        cbs = [cb for cb in cbs if not isinstance(cb, _callbacks.BackupAndRestore)]
+        backup = (backups[0].backup_dir, backups[0].save_every) if backups else (None, 0)
+        for cb in cbs:
+            if not isinstance(cb, _callbacks.Callback):
+                raise TypeError("fit: callback %r is not a tf.keras.callbacks.Callback" % (cb,))
+        verbose = 1 if verbose == "auto" else int(verbose)
+        if verbose:
+            cbs.insert(0, _callbacks.ProgbarLogger(verbose=verbose))
+        cbs.append(history)
+        steps = int(_strata.dataset_cardinality(train))
+        params = {"verbose": verbose, "epochs": epochs, "steps": steps if steps >= 0 else None}
+        for cb in cbs:
+            cb.set_model(self)
+            cb.set_params(params)
+        every = 1 if any(_callbacks._overrides_batch(cb) or getattr(cb, "_wants_batches", lambda: False)()
+                         for cb in cbs if not (isinstance(cb, _callbacks.ProgbarLogger) and verbose != 1)) else 0
+        driver = _Driver(self, cbs, self._metric_key, every)
+        self.history = history
+        for cb in cbs:
+            cb.on_train_begin({})
+        n = max(epochs - initial_epoch, 0)
+        _logs, sps = _strata.model_fit(self._cap, train, n, val, driver, every, initial_epoch, *backup)
+        history.samples_per_sec = sps  # the engine's, training only, first 20 steps excluded
+        self._fit_calls = getattr(self, "_fit_calls", 0) + 1
+        for cb in cbs:
+            cb.on_train_end(driver.last)
+        del keep
+        return history
+
+    def _epoch_logs(self, t, key):
+        _, loss, acc, has_val, vloss, vacc = t[:6]
+        logs = {"loss": loss}
+        if key:
+            logs[key] = acc
+        if has_val:
+            logs["val_loss"] = vloss
+            if key:
+                logs["val_" + key] = vacc
+        return logs
+
+    @property
+    def stop_training(self):
+        return self._stop
+
+    @stop_training.setter
+    def stop_training(self, value):
+        self._stop = bool(value)
+        if value and self._cap is not None:
+            _strata.stop_training(self._cap)
+
+    # ---- evaluate / predict ----
+    def evaluate(self, x=None, y=None, batch_size=None, verbose="auto", sample_weight=None,
+                 steps=None, callbacks=None, return_dict=False, **kwargs):
+        """Loss (and metric) over the data: a float when compiled without
+        metrics, else [loss, metric]; a dict with return_dict=True."""
+        unsupported("evaluate", sample_weight=(sample_weight, None))
+        reject_kwargs("evaluate", kwargs, ("max_queue_size", "workers", "use_multiprocessing"))
+        if self._compile_args is None:
+            raise RuntimeError("You must compile your model before training/testing. Use `model.compile(optimizer, loss)`.")
+        ds, _ = self._arrays(x, y, batch_size, "evaluate", steps=steps)
+        self._ensure_compiled("evaluate")
+        loss, acc, _n = _strata.model_evaluate(self._cap, ds)
+        logs = {"loss": loss}
+        if self._metric_key:
+            logs[self._metric_key] = acc
+        if verbose not in (0, False):
+            print(" - ".join("%s: %.4f" % kv for kv in logs.items()))
+        if return_dict:
+            return logs
+        return loss if len(logs) == 1 else list(logs.values())
+
+    def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None, **kwargs):
+        """The model's outputs for x as a float32 NumPy array [n, ...]."""
+        reject_kwargs("predict", kwargs, ("max_queue_size", "workers", "use_multiprocessing"))
+        ds, _ = self._arrays(x, None, batch_size, "predict", steps=steps, labelled=False)
+        self._ensure_compiled("predict")
+        buf, rows = _strata.model_predict(self._cap, ds)
+        out = np.frombuffer(buf, dtype=np.float32)
+        return out.reshape((rows,) + tuple(self.output_shape[1:]))
+
+    def __call__(self, x, training=False):
+        if training:
+            raise NotImplementedError("calling a model with training=True is not supported by Strata")
+        return self.predict(x, verbose=0)
+
+    def train_on_batch(self, x, y=None, sample_weight=None, class_weight=None, return_dict=False):
+        """One optimizer step on the batch (split over the replicas by the
+        strategy); returns the batch's loss (and metric) as evaluate does."""
+        unsupported("train_on_batch", sample_weight=(sample_weight, None), class_weight=(class_weight, None))
+        if self._compile_args is None:
+            raise RuntimeError("You must compile your model before training/testing. Use `model.compile(optimizer, loss)`.")
+        xa = features(x, "train_on_batch: x")
+        ds, _ = self._arrays(xa, y, len(xa) or 1, "train_on_batch")
+        self._ensure_compiled("train_on_batch")
+        driver = _Driver(self, [], self._metric_key, 0)
+        logs, _ = _strata.model_fit(self._cap, ds, 1, None, driver, 0, 0)
+        out = self._epoch_logs(logs[0], self._metric_key)
+        if return_dict:
+            return out
+        return out["loss"] if len(out) == 1 else list(out.values())
+
+    def test_on_batch(self, x, y=None, sample_weight=None, return_dict=False):
+        return self.evaluate(x, y, batch_size=max(len(np.asarray(x)), 1), verbose=0,
+                             sample_weight=sample_weight, return_dict=return_dict)
+
+    def predict_on_batch(self, x):
+        return self.predict(x, batch_size=max(len(np.asarray(x)), 1), verbose=0)
+
+    # ---- weights ----
+    def _weight_layout(self):
+        """[(layer, [(shape, trainable, offset into the flat vector)])] in
+        Keras's order; the engine keeps trainable variables first."""
+        shape = self._input_shape
+        n_params = sum(int(np.prod(s)) for l in self._engine_layers
+                       for s, t in l._weight_shapes(self._in_shape(l)) if t)
+        p, q, out = 0, n_params, []
+        for l in self._engine_layers:
+            ws = []
+            for s, t in l._weight_shapes(self._in_shape(l)):
+                size = int(np.prod(s))
+                if t:
+                    ws.append((s, t, p))
+                    p += size
+                else:
+                    ws.append((s, t, q))
+                    q += size
+            out.append((l, ws))
+        return out
+
+    def _in_shape(self, layer):
+        i = self._engine_layers.index(layer)
+        return self._input_shape if i == 0 else tuple(self._engine_layers[i - 1].output_shape[1:])
+
+    def get_weights(self):
+        """Every variable as a list of NumPy arrays in Keras's order (per
+        layer: kernel, bias; BatchNormalization gamma, beta, mean, variance)."""
+        self._ensure_compiled("get_weights")
+        flat = np.frombuffer(_strata.get_weights(self._cap), dtype=np.float32)
+        return [flat[o:o + int(np.prod(s))].reshape(s).copy()
+                for _, ws in self._weight_layout() for s, _t, o in ws]
+
+    def _layer_weights(self, layer):
+        self._ensure_compiled("get_weights")
+        flat = np.frombuffer(_strata.get_weights(self._cap), dtype=np.float32)
+        return [flat[o:o + int(np.prod(s))].reshape(s).copy()
+                for l, ws in self._weight_layout() if l is layer for s, _t, o in ws]
+
+    def set_weights(self, weights):
+        """Set every variable from a list as get_weights returns it."""
+        self._ensure_compiled("set_weights")
+        layout = [w for _, ws in self._weight_layout() for w in ws]
+        weights = list(weights)
+        if len(weights) != len(layout):
+            raise ValueError("set_weights: %d arrays given, the model has %d weights" % (len(weights), len(layout)))
+        flat = np.frombuffer(_strata.get_weights(self._cap), dtype=np.float32).copy()
+        for i, (w, (s, _t, o)) in enumerate(zip(weights, layout)):
+            w = np.asarray(w, dtype=np.float32)
+            if w.shape != tuple(s):
+                raise ValueError("set_weights: weight %d has shape %s, expected %s" % (i, w.shape, tuple(s)))
+            flat[o:o + w.size] = w.reshape(-1)
+        _strata.set_weights(self._cap, flat)
+
+    def _set_layer_weights(self, layer, weights):
+        all_w = self.get_weights()
+        i = 0
+        for l, ws in self._weight_layout():
+            if l is layer:
+                if len(weights) != len(ws):
+                    raise ValueError("set_weights: %d arrays given, layer %s has %d" % (len(weights), l.name, len(ws)))
+                all_w[i:i + len(ws)] = weights
+            i += len(ws)
+        self.set_weights(all_w)
+
+    def save_weights(self, filepath, overwrite=True, save_format=None, options=None):
+        """Write the variables as safetensors (whatever the file's suffix)."""
+        self._ensure_compiled("save_weights")
+        path = os.fspath(filepath)
+        if not overwrite and os.path.exists(path):
+            raise FileExistsError("save_weights: %s exists (overwrite=False)" % path)
+        _strata.weights_file(self._cap, path, True)
+
+    def load_weights(self, filepath, skip_mismatch=False, by_name=False, options=None):
+        """Read variables save_weights wrote (names, dtypes and shapes are
+        checked before anything changes)."""
+        unsupported("load_weights", skip_mismatch=(skip_mismatch, False), by_name=(by_name, False))
+        self._ensure_compiled("load_weights")
+        _strata.weights_file(self._cap, os.fspath(filepath), False)
+
+    def to_json(self, **kwargs):
+        """The model's Keras JSON (Keras 2 layout; `strata train --model
+        FILE.json` and tf.keras.models.model_from_json read it)."""
+        from ._json import to_json
+        return to_json(self, **kwargs)
+
+    def save(self, filepath, *args, **kwargs):
+        raise NotImplementedError("Model.save is not supported by Strata yet; use save_weights")
+
+
+Model = Sequential
+
+
+def load_model(*args, **kwargs):
+    raise NotImplementedError("tf.keras.models.load_model is not supported by Strata yet; "
+                              "rebuild the model and use load_weights")
+
+
+def model_from_json(json_string, custom_objects=None):
+    """A Sequential model from Keras's model.to_json() text (Keras 2 or 3)."""
+    from ._json import model_from_json as load
+    return load(json_string, custom_objects)
