@@ -81,6 +81,9 @@ struct st_strategy {
    * threads). */
   int models;
   bool destroyed;
+  int pipeline_stages;                     /* pipeline: stages (0 otherwise) */
+  int pipeline_bounds[ST_MAX_REPLICAS];    /* pipeline: first layer of stage i+1,
+                                              or -1: balanced at attach */
 };
 
 /* out += in (callers add in a fixed order: replica, then worker). */
@@ -150,5 +153,13 @@ extern const st_strategy_vtable st__one_device_vtable;
 extern const st_strategy_vtable st__multi_worker_vtable;
 extern const st_strategy_vtable st__mirrored_vtable;
 extern const st_strategy_vtable st__central_storage_vtable;
+extern const st_strategy_vtable st__pipeline_vtable;
+/* pipeline.c: the pipeline options' checks (stage count against the devices
+ * counted in *stages (0: none given), boundary syntax, micro-batches,
+ * schedule); *stages = the stage count, bounds[0..
+ * stages-1) = the layers where stages 1.. start, or -1 each: balanced at
+ * attach. */
+st_status st__pipeline_check_options(const st_strategy_options *o,
+                                     int bounds[ST_MAX_REPLICAS], int *stages);
 
 #endif
