@@ -443,7 +443,7 @@ static int run_train(const train_cfg *c) {
   }
   report_info ri = {c->model, st_strategy_kind_name(c->strategy), st_optimizer_name(c->opt.kind),
                     st_strategy_num_replicas_in_sync(strategy), (int)c->batch, (uint64_t)c->seed,
-                    c->lr, d.n_train, d.n_val, &h, test, st_now_seconds() - t0};
+                    c->lr, d.n_train, d.n_val, &h, test, st_now_seconds() - t0, strategy};
   if (c->report && report_write(c->report, &ri) != 0) {
     fprintf(stderr, "strata train: --report %s: could not write the file\n", c->report);
     rc = EXIT_WRITE;

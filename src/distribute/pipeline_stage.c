@@ -69,9 +69,10 @@ st_status st__pipe_partition(const st_net *m, int stages, const int *bounds, int
     for (int i = 1; i < stages; i++) {
       int b = bounds[i - 1];
       if (b <= first[i - 1] || b >= m->nlayers)
-        return st_error(ST_ERR_INVALID, "pipeline: stage boundary %d is not a layer index in "
-                        "(%d, %d) (the model has layers 0..%d; boundaries must increase)", b,
-                        first[i - 1], m->nlayers, m->nlayers - 1);
+        return st_error(ST_ERR_INVALID, "pipeline: stage boundary %d is not a layer index where "
+                        "stage %d can start (expected %d..%d: the model has layers 0..%d and "
+                        "boundaries must increase)", b, i, first[i - 1] + 1, m->nlayers - 1,
+                        m->nlayers - 1);
       first[i] = b;
     }
     return ST_OK;
