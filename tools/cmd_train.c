@@ -30,7 +30,7 @@ static cli_opt train_opts[] = {
     {"--cross-device-ops", "OPS", "mirrored: all_reduce (default) or reduction_to_one_device", NULL},
     {"--bytes-per-pack", "N", "mirrored: gradient pack size in bytes (default 4194304; 0 = one pack)", NULL},
     {"--no-overlap", NULL, "mirrored: all-reduce the packs after backward instead of during it", NULL},
-    {"--collective-timeout", "S", "multi_worker_mirrored: fail (exit 3) when a peer has not joined a collective within S seconds (default 300)", NULL},
+    {"--collective-timeout", "S", "multi_worker_mirrored, pipeline under mpirun: fail (exit 3) when a peer has not joined a collective within S seconds (default 300)", NULL},
     {"--auto-shard", "POLICY", "multi_worker_mirrored: data (default: each worker takes its contiguous share of every global batch) or off (each worker trains on its own batches)", NULL},
     {"--threads", "N", "one_device: compute threads (default: all cores)", NULL},
     {"--pipeline-stages", "S", "pipeline: stages on the CPU (default: one per --devices entry, else 2)", NULL},
@@ -218,7 +218,9 @@ static bool parse_train(const cli_opt *o, train_cfg *c) {
   if ((v = cli_get(o, NTRAIN, "--collective-timeout")) &&
       !cli_float(cmd, "--collective-timeout", v, 0.001, 1e7, &c->collective_timeout))
     return false;
-  if (!mwms && (cli_get(o, NTRAIN, "--auto-shard") || cli_get(o, NTRAIN, "--collective-timeout"))) {
+  bool pipe = c->strategy == ST_STRATEGY_PIPELINE; /* under mpirun: --collective-timeout */
+  if ((!mwms && cli_get(o, NTRAIN, "--auto-shard")) ||
+      (!mwms && !pipe && cli_get(o, NTRAIN, "--collective-timeout"))) {
     fprintf(stderr, "strata train: --auto-shard and --collective-timeout need --strategy "
             "multi_worker_mirrored\n");
     return false;

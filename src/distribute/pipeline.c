@@ -84,7 +84,7 @@ st_status st__pipeline_check_options(const st_strategy_options *o, int bounds[ST
   if (o->pipeline_stages < 0 || o->pipeline_stages > ST_MAX_REPLICAS)
     return st_error(ST_ERR_INVALID, "pipeline_stages: %d given, expected 1..%d",
                     o->pipeline_stages, ST_MAX_REPLICAS);
-  int n = ndev ? ndev : o->pipeline_stages ? o->pipeline_stages : nb ? nb + 1 : 2;
+  int n = ndev ? ndev : o->pipeline_stages ? o->pipeline_stages : nb ? nb + 1 : 0;
   if ((ndev && o->pipeline_stages && o->pipeline_stages != ndev) || (nb && nb + 1 != n))
     return st_error(ST_ERR_INVALID, "pipeline: %d devices, %d pipeline_stages and %d stage "
                     "boundaries do not agree (boundaries = stages - 1)", ndev,
@@ -99,6 +99,23 @@ st_status st__pipeline_check_options(const st_strategy_options *o, int bounds[ST
   return ST_OK;
 }
 
+bool st__pipeline_launched(void) {
+  const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"};
+  for (int i = 0; i < 3; i++) {
+    const char *v = getenv(vars[i]);
+    if (v && atoi(v) > 1) return true;
+  }
+  return false;
+}
+
+st_status st__pipeline_check_processes(int procs, int *stages) {
+  if (*stages == 0) *stages = procs;
+  if (procs % *stages)
+    return st_error(ST_ERR_INVALID, "pipeline: %d processes are not a multiple of %d stages "
+                    "(processes = stages x data-parallel replicas)", procs, *stages);
+  return ST_OK;
+}
+
 /* ---- life ------------------------------------------------------------- */
 
 static void free_pipe(pp_state *p) {
@@ -110,7 +127,7 @@ static void free_pipe(pp_state *p) {
   free(p);
 }
 
-static int first_trainable(const st_net *m) {
+int st__pipe_first_trainable(const st_net *m) {
   for (int i = 0; i < m->nlayers; i++)
     for (int q = 0; q < m->layers[i]->nparams; q++)
       if (m->layers[i]->params[q].trainable) return i;
@@ -118,7 +135,8 @@ static int first_trainable(const st_net *m) {
 }
 
 static st_status pp_attach(st_strategy *s, st_net *m) {
-  int S = s->pipeline_stages, first[ST_MAX_REPLICAS];
+  if (s->cluster) return st__pipeline_procs_attach(s, m);
+  int S = s->pipeline_stages ? s->pipeline_stages : 2, first[ST_MAX_REPLICAS];
   st_status st = st__pipe_partition(m, S, s->pipeline_bounds, first);
   if (st != ST_OK) return st;
   pp_state *p = calloc(1, sizeof *p);
@@ -129,11 +147,11 @@ static st_status pp_attach(st_strategy *s, st_net *m) {
   p->S = S;
   p->M = s->opts.micro_batches ? s->opts.micro_batches : S;
   p->sched = s->opts.pipeline_schedule;
-  p->first = first_trainable(m);
+  p->first = st__pipe_first_trainable(m);
   for (int i = 0; i < S && st == ST_OK; i++) {
     int slots = p->sched == ST_PIPELINE_GPIPE ? p->M : (S - i < p->M ? S - i : p->M);
     st = st__pipe_stage_create(m, i, first[i], i + 1 < S ? first[i + 1] : m->nlayers, slots,
-                               i == S - 1, &p->stages[i]);
+                               i == S - 1, false, &p->stages[i]);
     p->S = i + 1; /* stages made so far, for free_pipe */
   }
   if (st == ST_OK && S > 1) st = st_threadpool_create(S - 1, &p->pool);
@@ -148,6 +166,10 @@ static st_status pp_attach(st_strategy *s, st_net *m) {
 }
 
 static void pp_detach(st_strategy *s) {
+  if (s->cluster) {
+    st__pipeline_procs_detach(s);
+    return;
+  }
   free_pipe(s->impl);
   s->impl = NULL;
   s->net = NULL;
@@ -209,7 +231,7 @@ static void run_backward(pp_state *p, int s, int k) {
     dx = p->stages[s - 1]->recv[k % p->stages[s - 1]->nslots];
   const float *x = s == 0 ? p->b->x + (size_t)start * st_shape_size(m->input_shape)
                           : st__pipe_stage_out(p->stages[s - 1], k % p->stages[s - 1]->nslots);
-  if (n) st__pipe_stage_backward(m, st, slot, k, x, dy, n, dx, p->first, m->step);
+  if (n) st__pipe_stage_backward(m, st, slot, k, k > 0, x, dy, n, dx, p->first, m->step);
   else if (st->np) m->be->fill(st->ctx, st->np, 0.0f, k ? st->dw : st->grads);
   if (k > 0 && st->np) m->be->axpy(st->ctx, st->np, 1.0f, st->dw, st->grads);
   st->busy += st_now_seconds() - t0;
@@ -240,6 +262,7 @@ static void stage_task(void *arg, int s) {
 
 static st_status pp_train_step(st_strategy *s, st_net *m, const st_batch *b,
                                st_step_stats *out) {
+  if (s->cluster) return st__pipeline_procs_train_step(s, m, b, out);
   pp_state *p = s->impl;
   int cap = (b->size + p->M - 1) / p->M;
   for (int i = 0; i < p->S; i++) {
@@ -265,6 +288,7 @@ static st_status pp_train_step(st_strategy *s, st_net *m, const st_batch *b,
  * on the caller's thread (slot 0). */
 static st_status pp_eval_step(st_strategy *s, st_net *m, const st_batch *b,
                               st_step_stats *out, float *pred) {
+  if (s->cluster) return st__pipeline_procs_eval_step(s, m, b, out, pred);
   pp_state *p = s->impl;
   int cap = p->stages[0]->cap > 1 ? p->stages[0]->cap : (b->size < 256 ? b->size : 256);
   for (int i = 0; i < p->S; i++) {
@@ -297,7 +321,8 @@ static st_status pp_eval_step(st_strategy *s, st_net *m, const st_batch *b,
 static void pp_sync(st_strategy *s, st_net *m) { (void)s, (void)m; }
 
 int st_strategy_pipeline_stages(const st_strategy *s) {
-  return s && s->vt == &st__pipeline_vtable && s->impl ? ((const pp_state *)s->impl)->S : 0;
+  if (!s || s->vt != &st__pipeline_vtable || !s->impl) return 0;
+  return s->cluster ? s->pipeline_stages : ((const pp_state *)s->impl)->S;
 }
 
 st_status st_strategy_pipeline_stage_stats(const st_strategy *s, int i,
@@ -307,6 +332,7 @@ st_status st_strategy_pipeline_stage_stats(const st_strategy *s, int i,
   if (i < 0 || i >= S)
     return st_error(ST_ERR_INVALID, "st_strategy_pipeline_stage_stats: stage %d of %d (the "
                     "strategy must be a pipeline bound to a compiled model)", i, S);
+  if (s->cluster) return st__pipeline_procs_stats(s, i, out);
   const pp_state *p = s->impl;
   const st_pipe_stage *st = p->stages[i];
   memset(out, 0, sizeof *out);

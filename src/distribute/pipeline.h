@@ -26,6 +26,9 @@ typedef struct st_pipe_stage {
   float **caches;          /* [nslots * (hi-lo)]: [cap * cache_per_example_i] */
   float **recv;            /* [nslots]: [cap, out of layer hi-1], the gradient
                               the next stage sends back; NULL on the last */
+  float **in, **dxs;       /* across processes, stages after the first:
+                              [nslots]: [cap, input of layer lo], the input
+                              received and the input gradient sent back */
   float *workspace;        /* max over its layers of workspace_floats(cap) */
   float *dbuf[2];          /* [cap * largest activation of its layers] */
   float *loss_rows;        /* [cap] (last stage) */
@@ -39,8 +42,11 @@ typedef struct st_pipe_stage {
  * bytes) is smallest. ST_ERR_INVALID naming the value otherwise. */
 st_status st__pipe_partition(const st_net *m, int stages, const int *bounds, int *first);
 
+/* The trainable (or non-trainable) floats of layers [lo, hi): [*off, *off + *n). */
+void st__pipe_var_range(const st_net *m, int lo, int hi, bool trainable, size_t *off, size_t *n);
+/* procs: the stage runs in a process of its own (in[] and dxs[] too). */
 st_status st__pipe_stage_create(const st_net *m, int index, int lo, int hi, int nslots,
-                                bool last, st_pipe_stage **out);
+                                bool last, bool procs, st_pipe_stage **out);
 void st__pipe_stage_destroy(const st_net *m, st_pipe_stage *st); /* accepts NULL */
 /* Grow the slot buffers to hold cap examples each (no-op when they do). */
 st_status st__pipe_stage_reserve(const st_net *m, st_pipe_stage *st, int cap);
@@ -53,12 +59,26 @@ static inline float *st__pipe_stage_out(const st_pipe_stage *st, int slot) {
  * slice mb is. Returns the output. */
 const float *st__pipe_stage_forward(const st_net *m, st_pipe_stage *st, int slot, int mb,
                                     const float *x, int n, bool training, int64_t step);
-/* Backward of micro-batch mb from dy [n, out] (clobbered): gradients of its
- * variables into grads (mb 0) or dw (the caller adds them), and, when dx is
+/* Backward of micro-batch mb (the dropout key) from dy [n, out] (clobbered):
+ * gradients of its variables into grads, or dw when to_dw (the caller adds
+ * them: every micro-batch after the first), and, when dx is
  * not NULL, the gradient of its input into dx. Layers before `first`
  * (the net's first layer with a trainable variable) are skipped. */
 void st__pipe_stage_backward(const st_net *m, st_pipe_stage *st, int slot, int mb,
-                             const float *x, float *dy, int n, float *dx, int first,
+                             bool to_dw, const float *x, float *dy, int n, float *dx, int first,
                              int64_t step);
+
+/* pipeline_procs.c: the strategy across the processes of an MPI job (stage
+ * = rank / replicas), used by pipeline.c when the strategy has a cluster. */
+st_status st__pipeline_procs_attach(st_strategy *s, st_net *m);
+void st__pipeline_procs_detach(st_strategy *s);
+st_status st__pipeline_procs_train_step(st_strategy *s, st_net *m, const st_batch *b,
+                                        st_step_stats *out);
+st_status st__pipeline_procs_eval_step(st_strategy *s, st_net *m, const st_batch *b,
+                                       st_step_stats *out, float *pred);
+/* Stage i's figures as its first replica reported them at the last step. */
+st_status st__pipeline_procs_stats(const st_strategy *s, int i, st_pipeline_stage_stats *out);
+/* The net's first layer with a trainable variable (nlayers when none). */
+int st__pipe_first_trainable(const st_net *m);
 
 #endif

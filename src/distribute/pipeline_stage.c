@@ -99,7 +99,11 @@ static void free_slots(st_pipe_stage *st) {
   size_t nl = (size_t)(st->hi - st->lo), per = (size_t)st->nslots * nl;
   for (size_t i = 0; st->acts && i < per; i++) be->free(st->ctx, st->acts[i]);
   for (size_t i = 0; st->caches && i < per; i++) be->free(st->ctx, st->caches[i]);
-  for (int i = 0; st->recv && i < st->nslots; i++) be->free(st->ctx, st->recv[i]);
+  for (int i = 0; i < st->nslots; i++) {
+    if (st->recv) be->free(st->ctx, st->recv[i]);
+    if (st->in) be->free(st->ctx, st->in[i]);
+    if (st->dxs) be->free(st->ctx, st->dxs[i]);
+  }
   be->free(st->ctx, st->workspace);
   be->free(st->ctx, st->dbuf[0]);
   be->free(st->ctx, st->dbuf[1]);
@@ -107,6 +111,8 @@ static void free_slots(st_pipe_stage *st) {
   if (st->acts) memset(st->acts, 0, per * sizeof *st->acts);
   if (st->caches) memset(st->caches, 0, per * sizeof *st->caches);
   if (st->recv) memset(st->recv, 0, (size_t)st->nslots * sizeof *st->recv);
+  if (st->in) memset(st->in, 0, (size_t)st->nslots * sizeof *st->in);
+  if (st->dxs) memset(st->dxs, 0, (size_t)st->nslots * sizeof *st->dxs);
   st->workspace = st->dbuf[0] = st->dbuf[1] = st->loss_rows = NULL;
   st->cap = 0;
 }
@@ -129,8 +135,12 @@ static st_status alloc_slots(const st_net *m, st_pipe_stage *st, int cap) {
     if (st_shape_size(l->out_shape) > mx) mx = st_shape_size(l->out_shape);
   }
   size_t out = st_shape_size(m->layers[st->hi - 1]->out_shape) * (size_t)cap;
-  for (int s = 0; st->recv && s < st->nslots; s++)
-    if (!(st->recv[s] = alloc_floats(st, out))) return ST_ERR_NOMEM;
+  size_t in = st_shape_size(st->lo ? m->layers[st->lo - 1]->out_shape : m->input_shape);
+  for (int s = 0; s < st->nslots; s++)
+    if ((st->recv && !(st->recv[s] = alloc_floats(st, out))) ||
+        (st->in && !(st->in[s] = alloc_floats(st, in * (size_t)cap))) ||
+        (st->dxs && !(st->dxs[s] = alloc_floats(st, in * (size_t)cap))))
+      return ST_ERR_NOMEM;
   if (!(st->workspace = alloc_floats(st, ws)) ||
       !(st->dbuf[0] = alloc_floats(st, mx * (size_t)cap)) ||
       !(st->dbuf[1] = alloc_floats(st, mx * (size_t)cap)) ||
@@ -159,7 +169,7 @@ st_status st__pipe_stage_reserve(const st_net *m, st_pipe_stage *st, int cap) {
 }
 
 /* The variable range of layers [lo, hi): offsets are assigned in layer order. */
-static void var_range(const st_net *m, int lo, int hi, bool trainable, size_t *off,
+void st__pipe_var_range(const st_net *m, int lo, int hi, bool trainable, size_t *off,
                       size_t *n) {
   size_t a = 0, b = 0;
   bool seen = false;
@@ -175,7 +185,7 @@ static void var_range(const st_net *m, int lo, int hi, bool trainable, size_t *o
 }
 
 st_status st__pipe_stage_create(const st_net *m, int index, int lo, int hi, int nslots,
-                                bool last, st_pipe_stage **out) {
+                                bool last, bool procs, st_pipe_stage **out) {
   *out = NULL;
   st_pipe_stage *st = calloc(1, sizeof *st);
   if (!st) return st_error(ST_ERR_NOMEM, "pipeline: out of memory");
@@ -185,13 +195,16 @@ st_status st__pipe_stage_create(const st_net *m, int index, int lo, int hi, int 
     free(st);
     return s;
   }
-  var_range(m, lo, hi, true, &st->poff, &st->np);
-  var_range(m, lo, hi, false, &st->soff, &st->ns);
+  st__pipe_var_range(m, lo, hi, true, &st->poff, &st->np);
+  st__pipe_var_range(m, lo, hi, false, &st->soff, &st->ns);
   size_t per = (size_t)nslots * (size_t)(hi - lo);
   st->acts = calloc(per, sizeof *st->acts);
   st->caches = calloc(per, sizeof *st->caches);
   st->recv = last ? NULL : calloc((size_t)nslots, sizeof *st->recv);
-  if (!st->acts || !st->caches || (!last && !st->recv) || !(st->grads = alloc_floats(st, st->np)) ||
+  bool extra = procs && lo > 0;
+  st->in = extra ? calloc((size_t)nslots, sizeof *st->in) : NULL;
+  st->dxs = extra ? calloc((size_t)nslots, sizeof *st->dxs) : NULL;
+  if (!st->acts || !st->caches || (!last && !st->recv) || (extra && (!st->in || !st->dxs)) || !(st->grads = alloc_floats(st, st->np)) ||
       !(st->dw = alloc_floats(st, st->np)))
     goto fail;
   if (st__pipe_stage_reserve(m, st, 1) != ST_OK) goto fail;
@@ -214,6 +227,8 @@ void st__pipe_stage_destroy(const st_net *m, st_pipe_stage *st) {
   free(st->acts);
   free(st->caches);
   free(st->recv);
+  free(st->in);
+  free(st->dxs);
   free(st);
 }
 
@@ -259,10 +274,10 @@ const float *st__pipe_stage_forward(const st_net *m, st_pipe_stage *st, int slot
 }
 
 void st__pipe_stage_backward(const st_net *m, st_pipe_stage *st, int slot, int mb,
-                             const float *x, float *dy, int n, float *dx, int first,
+                             bool to_dw, const float *x, float *dy, int n, float *dx, int first,
                              int64_t step) {
   float **acts = st->acts + (size_t)slot * (size_t)(st->hi - st->lo);
-  float *dwbuf = mb == 0 ? st->grads : st->dw;
+  float *dwbuf = to_dw ? st->dw : st->grads;
   for (int i = st->hi - 1; i >= st->lo && i >= first; i--) {
     float *next = i == st->lo ? dx : (dy == st->dbuf[0] ? st->dbuf[1] : st->dbuf[0]);
     st_layer_call c = stage_call(m, st, i, slot, mb, n, true, step, dwbuf);

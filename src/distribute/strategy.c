@@ -153,6 +153,9 @@ st_status st_strategy_create(const st_strategy_options *o, st_strategy **out) {
       vt = &st__pipeline_vtable;
       s = o->devices ? replica_count(o, &pipe_stages) : ST_OK; /* one stage per device */
       if (s == ST_OK) s = st__pipeline_check_options(o, pipe_bounds, &pipe_stages);
+      if (s == ST_OK && st__pipeline_launched()) s = st__cluster_create(o, &cluster);
+      if (s == ST_OK && cluster)
+        s = st__pipeline_check_processes(st__cluster_size(cluster), &pipe_stages);
       break;
     case ST_STRATEGY_PARAMETER_SERVER:
       return st_error(ST_ERR_NOT_BUILT,
@@ -180,6 +183,8 @@ st_status st_strategy_create(const st_strategy_options *o, st_strategy **out) {
   st->cluster = cluster;
   st->num_replicas = n * st_strategy_worker_count(st);
   st->cross_device_ops = cross;
+  if (o->kind == ST_STRATEGY_PIPELINE) /* data-parallel copies of the pipeline */
+    st->num_replicas = cluster ? st__cluster_size(cluster) / pipe_stages : 1;
   *out = st;
   return ST_OK;
 }
