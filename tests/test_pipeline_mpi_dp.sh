@@ -7,7 +7,9 @@
 #    two replicas' sums: grouped otherwise than one device's threads, so not
 #    bit-identical); a repeat is bit-identical;
 #  - --save on rank 0 holds every stage's weights (strata evaluate reads it);
-#    --report has both stages' figures and replicas 2.
+#    --report has both stages' figures and replicas 2;
+#  - --backup-dir (2 ranks, Adam): SIGTERM to rank 1 stops both at the same
+#    step (exit 5); the same command resumes to the uninterrupted run's bytes.
 # Skips (77) when mpirun is missing or Strata was built without MPI.
 set -u
 cli=${STRATA_CLI:?set by CTest}
@@ -51,4 +53,25 @@ EOF"
 "$cli" evaluate --data a --model cnn --weights dp.st >eval 2>&1
 check "strata evaluate reads the gathered --save" "[ \$? -eq 0 ] && grep -q test_accuracy eval"
 
+cat >rank.sh <<'EOF'
+#!/bin/sh
+echo $$ > "pid.$OMPI_COMM_WORLD_RANK"
+exec "$@"
+EOF
+chmod +x rank.sh
+long=(train --data a --epochs 40 --quiet --model mlp --batch-size 8 "${pp[@]}" --pipeline-schedule 1f1b)
+run 2 "$cli" "${long[@]}" --save ref.st >/dev/null
+for try in 1 2 3; do
+  rm -rf bk pid.1
+  timeout 120 mpirun -np 2 ./rank.sh "$cli" "${long[@]}" --backup-dir bk --backup-every 2 >/dev/null 2>>mpi.log &
+  mp=$!
+  for _ in $(seq 500); do [ -e bk/latest ] && [ -e pid.1 ] && break; sleep 0.02; done
+  kill -TERM "$(cat pid.1)" 2>/dev/null
+  wait $mp
+  rc=$?
+  [ $rc -eq 5 ] && break
+done
+check "2 ranks: SIGTERM to rank 1 stops the job with a backup (exit 5)" "[ $rc -eq 5 ] && [ -e bk/latest ]"
+run 2 "$cli" "${long[@]}" --backup-dir bk --save w.st >/dev/null
+check "... the same command resumes to the uninterrupted run's weights" "[ \$? -eq 0 ] && cmp -s ref.st w.st"
 exit $fail
