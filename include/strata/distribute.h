@@ -93,7 +93,11 @@ typedef struct st_strategy_options {
    * "3,5", gives the layer indices where stages 1.. start (default: balanced
    * by estimated cost, FLOPs + parameter bytes); each global batch runs as
    * micro_batches slices (0 = one per stage) in pipeline_schedule order;
-   * their gradients are summed in slice order and applied once. */
+   * their gradients are summed in slice order and applied once. Started by
+   * an MPI launcher with more than one process (mpirun, srun), each process
+   * runs one stage instead: rank r runs stage r / D as data-parallel replica
+   * r % D, D = processes / stages (pipeline_stages 0: one per process);
+   * collective_timeout applies to its messages. */
   int pipeline_stages;
   const char *stage_boundaries;
   int micro_batches;
