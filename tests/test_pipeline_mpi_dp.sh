@@ -26,31 +26,34 @@ if "$cli" train --strategy multi_worker_mirrored --model mlp --data "$tmp/a" --b
 fi
 cd "$tmp" || exit 1
 fail=0
+# under a sanitizer (CI's ASan/TSan passes, ~5x slower) the cnn runs are left out
+cnn=cnn; [ "${STRATA_SANITIZED:-0}" = 1 ] && cnn=
 check() { if eval "$2"; then echo "ok - $1"; else echo "not ok - $1"; fail=1; fi; }
 run() { timeout 120 mpirun -np "$1" "${@:2}" 2>>mpi.log; }
 # a: 64 random 28x28 examples: 2 steps of 32 per epoch
 steps=(train --data a --epochs 10 --batch-size 32 --optimizer sgd --quiet)
 pp=(--strategy pipeline --micro-batches 4)
 
-for model in mlp cnn; do
+for model in mlp $cnn; do
   "$cli" "${steps[@]}" --model $model --threads 1 --save od1.st >/dev/null || fail=1
   run 4 "$cli" "${steps[@]}" --model $model "${pp[@]}" --pipeline-stages 2 --pipeline-schedule 1f1b \
     --save dp.st --report dp.json >/dev/null
   check "$model, 2 stages x 2 replicas: within 1e-5 of one_device --threads 1" \
     "[ \$? -eq 0 ] && python3 $src/tests/cmp_weights.py dp.st od1.st 1e-5"
 done
-run 4 "$cli" "${steps[@]}" --model cnn "${pp[@]}" --pipeline-stages 2 --pipeline-schedule 1f1b \
+last=${cnn:-mlp}; layers=7; [ $last = mlp ] && layers=4 # dp.st, dp.json: its run
+run 4 "$cli" "${steps[@]}" --model $last "${pp[@]}" --pipeline-stages 2 --pipeline-schedule 1f1b \
   --save dp2.st >/dev/null
 check "2 x 2: a repeat is bit-identical" "cmp -s dp.st dp2.st"
-check "2 x 2: --report has both stages, replicas 2" "python3 - dp.json <<'EOF'
+check "2 x 2: --report has both stages, replicas 2" "python3 - dp.json $layers <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
 s = r['pipeline']['stage']
 assert r['replicas'] == 2 and len(s) == 2, r
-assert s[0]['first_layer'] == 0 and s[0]['end_layer'] == s[1]['first_layer'] and s[1]['end_layer'] == 7, s
+assert s[0]['first_layer'] == 0 and s[0]['end_layer'] == s[1]['first_layer'] and s[1]['end_layer'] == int(sys.argv[2]), s
 assert all(x['params'] > 0 and x['peak_bytes'] > 4 * x['params'] and 0 <= x['bubble_fraction'] < 1 for x in s), s
 EOF"
-"$cli" evaluate --data a --model cnn --weights dp.st >eval 2>&1
+"$cli" evaluate --data a --model $last --weights dp.st >eval 2>&1
 check "strata evaluate reads the gathered --save" "[ \$? -eq 0 ] && grep -q test_accuracy eval"
 
 cat >rank.sh <<'EOF'
@@ -59,7 +62,7 @@ echo $$ > "pid.$OMPI_COMM_WORLD_RANK"
 exec "$@"
 EOF
 chmod +x rank.sh
-long=(train --data a --epochs 40 --quiet --model mlp --batch-size 8 "${pp[@]}" --pipeline-schedule 1f1b)
+long=(train --data a --epochs 20 --quiet --model mlp --batch-size 8 "${pp[@]}" --pipeline-schedule 1f1b)
 run 2 "$cli" "${long[@]}" --save ref.st >/dev/null
 for try in 1 2 3; do
   rm -rf bk pid.1
