@@ -24,15 +24,19 @@ static cli_opt train_opts[] = {
     {"--seed", "S", "seed for weights, shuffling and dropout (default 0)", NULL},
     {"--validation-split", "F", "fraction of the training data held out for validation (default 0)", NULL},
     {"--train-examples", "N", "use only the first N training examples (default all)", NULL},
-    {"--strategy", "NAME", "one_device (default), mirrored, central_storage or multi_worker_mirrored (under mpirun)", NULL},
-    {"--devices", "LIST", "mirrored/central_storage/multi_worker_mirrored: (local) devices, e.g. cpu:0,cpu:1 (one replica each)", NULL},
+    {"--strategy", "NAME", "one_device (default), mirrored, central_storage, multi_worker_mirrored (under mpirun) or pipeline (model parallel)", NULL},
+    {"--devices", "LIST", "mirrored/central_storage/multi_worker_mirrored: (local) devices, e.g. cpu:0,cpu:1 (one replica each); pipeline: one stage each", NULL},
     {"--replicas", "N", "the same as a replica count (default: one per core; multi_worker_mirrored: 1 per worker)", NULL},
     {"--cross-device-ops", "OPS", "mirrored: all_reduce (default) or reduction_to_one_device", NULL},
     {"--bytes-per-pack", "N", "mirrored: gradient pack size in bytes (default 4194304; 0 = one pack)", NULL},
     {"--no-overlap", NULL, "mirrored: all-reduce the packs after backward instead of during it", NULL},
-    {"--collective-timeout", "S", "multi_worker_mirrored: fail (exit 3) when a peer has not joined a collective within S seconds (default 300)", NULL},
+    {"--collective-timeout", "S", "multi_worker_mirrored, pipeline under mpirun: fail (exit 3) when a peer has not joined a collective within S seconds (default 300)", NULL},
     {"--auto-shard", "POLICY", "multi_worker_mirrored: data (default: each worker takes its contiguous share of every global batch) or off (each worker trains on its own batches)", NULL},
     {"--threads", "N", "one_device: compute threads (default: all cores)", NULL},
+    {"--pipeline-stages", "S", "pipeline: stages on the CPU (default: one per --devices entry, else 2)", NULL},
+    {"--stage-boundaries", "LIST", "pipeline: layer indices where stages 1.. start, e.g. 3,5 (default: balanced by FLOPs + parameter bytes)", NULL},
+    {"--micro-batches", "M", "pipeline: micro-batches per global batch (default: one per stage)", NULL},
+    {"--pipeline-schedule", "NAME", "pipeline: gpipe (default: all forwards, then all backwards) or 1f1b", NULL},
     {"--save", "FILE", "write the trained weights as safetensors", NULL},
     {"--report", "FILE", "write a JSON report of the run", NULL},
     {"--backup-dir", "DIR", "BackupAndRestore: resume an interrupted run from DIR; deleted when done", NULL},
@@ -66,6 +70,9 @@ typedef struct train_cfg {
   bool quiet;
   bool allow_nonfinite; /* --allow-nonfinite */
   bool resume_anyway;   /* --resume-anyway */
+  long pipeline_stages, micro_batches;            /* --pipeline-stages, --micro-batches */
+  const char *stage_boundaries;                   /* --stage-boundaries */
+  st_pipeline_schedule pipeline_schedule;         /* --pipeline-schedule */
 } train_cfg;
 
 /* Outputs of the right type, none an input or another output, backup and
@@ -103,6 +110,32 @@ static bool check_callback_flags(const train_cfg *c) {
   }
   if (!strncmp(mon, "val_", 4) && (c->best_only || c->patience >= 0) && !(c->val_split > 0)) {
     fprintf(stderr, "%s: --monitor %s needs --validation-split\n", cmd, mon);
+    return false;
+  }
+  return true;
+}
+
+/* --pipeline-stages, --stage-boundaries, --micro-batches, --pipeline-schedule
+ * (only with --strategy pipeline). */
+static bool parse_pipeline(const cli_opt *o, train_cfg *c) {
+  const char *cmd = "train", *v;
+  bool any = false;
+  if ((v = cli_get(o, NTRAIN, "--pipeline-stages")) &&
+      !cli_int(cmd, "--pipeline-stages", v, 1, ST_MAX_REPLICAS, &c->pipeline_stages))
+    return false;
+  if ((v = cli_get(o, NTRAIN, "--micro-batches")) &&
+      !cli_int(cmd, "--micro-batches", v, 1, 1 << 20, &c->micro_batches))
+    return false;
+  if ((v = cli_get(o, NTRAIN, "--pipeline-schedule")) &&
+      st_pipeline_schedule_parse(v, &c->pipeline_schedule) != ST_OK) {
+    fprintf(stderr, "strata train: --pipeline-schedule: %s\n", st_last_error());
+    return false;
+  }
+  c->stage_boundaries = cli_get(o, NTRAIN, "--stage-boundaries");
+  any = c->pipeline_stages || c->micro_batches || v || c->stage_boundaries;
+  if (any && c->strategy != ST_STRATEGY_PIPELINE) {
+    fprintf(stderr, "strata train: --pipeline-stages, --stage-boundaries, --micro-batches and "
+            "--pipeline-schedule need --strategy pipeline\n");
     return false;
   }
   return true;
@@ -164,9 +197,10 @@ static bool parse_train(const cli_opt *o, train_cfg *c) {
     return false;
   }
   bool mwms = c->strategy == ST_STRATEGY_MULTI_WORKER_MIRRORED;
+  if (!parse_pipeline(o, c)) return false;
   bool multi = c->strategy == ST_STRATEGY_MIRRORED || c->strategy == ST_STRATEGY_CENTRAL_STORAGE || mwms;
   bool mirrored = c->strategy == ST_STRATEGY_MIRRORED || mwms;
-  if (!multi && (c->devices || c->replicas || c->cross_ops)) {
+  if (!multi && (c->replicas || c->cross_ops || (c->devices && c->strategy != ST_STRATEGY_PIPELINE))) {
     fprintf(stderr, "strata train: --devices, --replicas and --cross-device-ops need "
             "--strategy mirrored, central_storage or multi_worker_mirrored\n");
     return false;
@@ -184,7 +218,9 @@ static bool parse_train(const cli_opt *o, train_cfg *c) {
   if ((v = cli_get(o, NTRAIN, "--collective-timeout")) &&
       !cli_float(cmd, "--collective-timeout", v, 0.001, 1e7, &c->collective_timeout))
     return false;
-  if (!mwms && (cli_get(o, NTRAIN, "--auto-shard") || cli_get(o, NTRAIN, "--collective-timeout"))) {
+  bool pipe = c->strategy == ST_STRATEGY_PIPELINE; /* under mpirun: --collective-timeout */
+  if ((!mwms && cli_get(o, NTRAIN, "--auto-shard")) ||
+      (!mwms && !pipe && cli_get(o, NTRAIN, "--collective-timeout"))) {
     fprintf(stderr, "strata train: --auto-shard and --collective-timeout need --strategy "
             "multi_worker_mirrored\n");
     return false;
@@ -359,6 +395,10 @@ static int run_train(const train_cfg *c) {
   so.no_overlap = c->no_overlap;
   so.auto_shard = c->auto_shard;
   so.collective_timeout = c->collective_timeout;
+  so.pipeline_stages = (int)c->pipeline_stages;
+  so.stage_boundaries = c->stage_boundaries;
+  so.micro_batches = (int)c->micro_batches;
+  so.pipeline_schedule = c->pipeline_schedule;
   st_status s = build_model(c->model, &so, (uint64_t)c->seed, &c->opt, &strategy, &model);
   if (s != ST_OK) goto fail;
   if ((rc = cli_match_model_input("train", &d, st_model_input_shape(model))) != EXIT_OK)
@@ -405,7 +445,7 @@ static int run_train(const train_cfg *c) {
   }
   report_info ri = {c->model, st_strategy_kind_name(c->strategy), st_optimizer_name(c->opt.kind),
                     st_strategy_num_replicas_in_sync(strategy), (int)c->batch, (uint64_t)c->seed,
-                    c->lr, d.n_train, d.n_val, &h, test, st_now_seconds() - t0};
+                    c->lr, d.n_train, d.n_val, &h, test, st_now_seconds() - t0, strategy};
   if (c->report && report_write(c->report, &ri) != 0) {
     fprintf(stderr, "strata train: --report %s: could not write the file\n", c->report);
     rc = EXIT_WRITE;

@@ -23,6 +23,25 @@ static json_t *history_json(const st_history *h) {
 }
 
 /* st__atomic_write's fill: the report object o, indented. */
+/* pipeline: {"stages": S, "stage": [{first_layer, end_layer, params,
+ * peak_bytes, busy_seconds, step_seconds, bubble_fraction}, ...]}, or NULL. */
+static json_t *pipeline_json(const st_strategy *s) {
+  int n = st_strategy_pipeline_stages(s);
+  if (n <= 0) return NULL;
+  json_t *arr = json_array();
+  for (int i = 0; i < n; i++) {
+    st_pipeline_stage_stats ps;
+    if (st_strategy_pipeline_stage_stats(s, i, &ps) != ST_OK) continue;
+    json_array_append_new(arr, json_pack("{s:i, s:i, s:I, s:I, s:f, s:f, s:f}", "first_layer",
+                                         ps.first_layer, "end_layer", ps.end_layer, "params",
+                                         (json_int_t)ps.params, "peak_bytes",
+                                         (json_int_t)ps.peak_bytes, "busy_seconds",
+                                         ps.busy_seconds, "step_seconds", ps.step_seconds,
+                                         "bubble_fraction", ps.bubble_fraction));
+  }
+  return json_pack("{s:i, s:o}", "stages", n, "stage", arr);
+}
+
 static int dump_json(FILE *f, void *o) {
   return json_dumpf(o, f, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
 }
@@ -44,6 +63,8 @@ int report_write(const char *path, const report_info *r) {
   json_object_set_new(o, "wall_seconds", json_real(r->wall_seconds));
   json_object_set_new(o, "peak_rss_bytes", json_integer((json_int_t)st_peak_rss_bytes()));
   json_object_set_new(o, "history", history_json(h));
+  json_t *pp = r->pipeline ? pipeline_json(r->pipeline) : NULL;
+  if (pp) json_object_set_new(o, "pipeline", pp);
   st_status s = st__atomic_write(path, dump_json, o);
   json_decref(o);
   return s == ST_OK ? 0 : -1;

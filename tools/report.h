@@ -12,6 +12,7 @@ typedef struct report_info {
   const st_history *history;
   st_eval_result test;
   double wall_seconds;
+  const st_strategy *pipeline; /* pipeline: per-stage figures (may be NULL) */
 } report_info;
 
 /* Write the report over path atomically (base/fileio.h): 0 on success; -1 if

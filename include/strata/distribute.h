@@ -17,6 +17,7 @@ typedef enum st_strategy_kind {
   ST_STRATEGY_CENTRAL_STORAGE,
   ST_STRATEGY_MULTI_WORKER_MIRRORED,
   ST_STRATEGY_PARAMETER_SERVER,
+  ST_STRATEGY_PIPELINE, /* model parallel: layer stages, micro-batches */
   ST_STRATEGY_COUNT
 } st_strategy_kind;
 const char *st_strategy_kind_name(st_strategy_kind k); /* "one_device", ... */
@@ -37,6 +38,19 @@ typedef enum st_auto_shard {
 } st_auto_shard;
 st_status st_auto_shard_parse(const char *name, st_auto_shard *out); /* "auto", "data", ... */
 #define ST_DEFAULT_COLLECTIVE_TIMEOUT 300.0
+
+/* pipeline: the order in which a stage runs its micro-batches' passes.
+ * GPIPE: every forward, then every backward. 1F1B: after stages-1-s warm-up
+ * forwards, stage s alternates one forward and one backward, so at most
+ * stages-s micro-batches are in flight on it (bounded activation memory).
+ * Backward passes run in micro-batch order under both. */
+typedef enum st_pipeline_schedule {
+  ST_PIPELINE_GPIPE = 0,
+  ST_PIPELINE_1F1B,
+  ST_PIPELINE_SCHEDULE_COUNT
+} st_pipeline_schedule;
+/* "gpipe" or "1f1b"; ST_ERR_INVALID naming the value otherwise. */
+st_status st_pipeline_schedule_parse(const char *name, st_pipeline_schedule *out);
 
 /* Limits, checked by st_strategy_create (more is ST_ERR_INVALID naming the
  * option, the count given and the limit). ST_MAX_REPLICAS: local replicas of
@@ -74,6 +88,20 @@ typedef struct st_strategy_options {
    * ST_DEFAULT_COLLECTIVE_TIMEOUT). */
   st_auto_shard auto_shard;
   double collective_timeout;
+  /* pipeline: the model's layers in contiguous stages, one per `devices`
+   * entry (or pipeline_stages of them on the CPU); stage_boundaries, e.g.
+   * "3,5", gives the layer indices where stages 1.. start (default: balanced
+   * by estimated cost, FLOPs + parameter bytes); each global batch runs as
+   * micro_batches slices (0 = one per stage) in pipeline_schedule order;
+   * their gradients are summed in slice order and applied once. Started by
+   * an MPI launcher with more than one process (mpirun, srun), each process
+   * runs one stage instead: rank r runs stage r / D as data-parallel replica
+   * r % D, D = processes / stages (pipeline_stages 0: one per process);
+   * collective_timeout applies to its messages. */
+  int pipeline_stages;
+  const char *stage_boundaries;
+  int micro_batches;
+  st_pipeline_schedule pipeline_schedule;
 } st_strategy_options;
 /* The defaults noted above for a strategy of that kind. */
 st_strategy_options st_strategy_default_options(st_strategy_kind kind);
@@ -101,6 +129,24 @@ int st_strategy_num_replicas_in_sync(const st_strategy *s);
 int st_strategy_worker_rank(const st_strategy *s);
 int st_strategy_worker_count(const st_strategy *s);
 bool st_strategy_is_chief(const st_strategy *s);
+
+/* pipeline: one stage's figures, summed over the training steps so far. */
+typedef struct st_pipeline_stage_stats {
+  int first_layer, end_layer; /* layers [first_layer, end_layer) */
+  int64_t params;             /* trainable + non-trainable floats it holds */
+  size_t peak_bytes;          /* its buffers: variables, optimizer slots,
+                                 gradients, activations of the micro-batches
+                                 in flight, scratch */
+  double busy_seconds;        /* in its forward, backward and update passes */
+  double step_seconds;        /* wall time of the training steps */
+  double bubble_fraction;     /* 1 - busy / step (0 before any step) */
+} st_pipeline_stage_stats;
+/* Stages of a pipeline strategy bound to a compiled model (0 otherwise). */
+int st_strategy_pipeline_stages(const st_strategy *s);
+/* Stage i's figures; ST_ERR_INVALID for a NULL argument, a strategy that is
+ * not an attached pipeline, or i out of range. */
+st_status st_strategy_pipeline_stage_stats(const st_strategy *s, int i,
+                                           st_pipeline_stage_stats *out);
 
 /* ---- custom training loops ------------------------------------------------
  * st_strategy_run calls fn once per replica, in parallel, each with its replica

@@ -501,3 +501,21 @@ void st__cluster_destroy(struct st_cluster *c) {
 
 int st__cluster_rank(const struct st_cluster *c) { return c->rank; }
 int st__cluster_size(const struct st_cluster *c) { return c->size; }
+
+/* The cluster of a strategy that brings its own engine (pipeline.c): the
+ * control transport fit's agree / barrier / check_fit use, after the same
+ * model consistency check as multi_worker_mirrored's attach. */
+st_status st__cluster_open(st_strategy *s, st_net *m) {
+  struct st_cluster *c = s->cluster;
+  st_status st = st__collective_mpi_create(c->timeout, &m->step, &c->ctl);
+  if (st == ST_OK) {
+    config_record r = model_record(s, m);
+    st = compare_records(c, m, &r, "model");
+  }
+  if (st != ST_OK) destroy_transports(c, st_last_error());
+  return st;
+}
+
+void st__cluster_close(struct st_cluster *c, const char *why) { destroy_transports(c, why); }
+
+double st__cluster_timeout(const struct st_cluster *c) { return c->timeout; }

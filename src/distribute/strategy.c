@@ -11,7 +11,7 @@
 
 static const char *const kind_names[] = {
     "one_device", "mirrored", "central_storage", "multi_worker_mirrored",
-    "parameter_server"};
+    "parameter_server", "pipeline"};
 _Static_assert(sizeof kind_names / sizeof *kind_names == ST_STRATEGY_COUNT,
                "one name per strategy kind");
 
@@ -29,7 +29,7 @@ st_status st_strategy_kind_parse(const char *name, st_strategy_kind *out) {
     }
   return st_error(ST_ERR_INVALID,
                   "unknown strategy '%s' (expected one_device, mirrored, "
-                  "central_storage, multi_worker_mirrored or parameter_server)",
+                  "central_storage, multi_worker_mirrored, parameter_server or pipeline)",
                   name);
 }
 
@@ -129,6 +129,7 @@ st_status st_strategy_create(const st_strategy_options *o, st_strategy **out) {
   int n = 1, cross = ST_CROSS_ALL_REDUCE;
   struct st_cluster *cluster = NULL;
   st_status s = ST_OK;
+  int pipe_bounds[ST_MAX_REPLICAS], pipe_stages = 0;
   switch (o->kind) {
     case ST_STRATEGY_ONE_DEVICE:
       vt = &st__one_device_vtable;
@@ -147,6 +148,14 @@ st_status st_strategy_create(const st_strategy_options *o, st_strategy **out) {
       if (s == ST_OK && o->cross_device_ops)
         s = st__cross_device_ops_parse(o->cross_device_ops, (st_cross_device_ops *)&cross);
       if (s == ST_OK) s = st__cluster_create(o, &cluster);
+      break;
+    case ST_STRATEGY_PIPELINE:
+      vt = &st__pipeline_vtable;
+      s = o->devices ? replica_count(o, &pipe_stages) : ST_OK; /* one stage per device */
+      if (s == ST_OK) s = st__pipeline_check_options(o, pipe_bounds, &pipe_stages);
+      if (s == ST_OK && st__pipeline_launched()) s = st__cluster_create(o, &cluster);
+      if (s == ST_OK && cluster)
+        s = st__pipeline_check_processes(st__cluster_size(cluster), &pipe_stages);
       break;
     case ST_STRATEGY_PARAMETER_SERVER:
       return st_error(ST_ERR_NOT_BUILT,
@@ -167,10 +176,15 @@ st_status st_strategy_create(const st_strategy_options *o, st_strategy **out) {
   st->vt = vt;
   st->opts = *o;
   st->opts.device = st->opts.devices = st->opts.cross_device_ops = NULL;
+  st->opts.stage_boundaries = NULL;
+  st->pipeline_stages = pipe_stages;
+  for (int i = 0; i + 1 < pipe_stages; i++) st->pipeline_bounds[i] = pipe_bounds[i];
   st->local_replicas = n;
   st->cluster = cluster;
   st->num_replicas = n * st_strategy_worker_count(st);
   st->cross_device_ops = cross;
+  if (o->kind == ST_STRATEGY_PIPELINE) /* data-parallel copies of the pipeline */
+    st->num_replicas = cluster ? st__cluster_size(cluster) / pipe_stages : 1;
   *out = st;
   return ST_OK;
 }

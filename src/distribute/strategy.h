@@ -81,6 +81,9 @@ struct st_strategy {
    * threads). */
   int models;
   bool destroyed;
+  int pipeline_stages;                     /* pipeline: stages (0 otherwise) */
+  int pipeline_bounds[ST_MAX_REPLICAS];    /* pipeline: first layer of stage i+1,
+                                              or -1: balanced at attach */
 };
 
 /* out += in (callers add in a fixed order: replica, then worker). */
@@ -121,6 +124,12 @@ st_status st__cluster_check_fit(st_strategy *s, const st_net *m, int64_t global_
  * shape, each parameter's name and shape (what the multi-worker consistency
  * check compares; backups record it to refuse resuming another model). */
 uint32_t st__net_structure_crc(const st_net *m);
+/* The cluster of a strategy with an engine of its own (pipeline): open its
+ * control transport (model consistency checked first), close it telling the
+ * peers why (its error, or ""), and its collective timeout in seconds. */
+st_status st__cluster_open(st_strategy *s, st_net *m);
+void st__cluster_close(struct st_cluster *c, const char *why);
+double st__cluster_timeout(const struct st_cluster *c);
 
 /* strategy.c: what fit asks of the workers, the same call with or without a
  * cluster (caller's thread).
@@ -150,5 +159,20 @@ extern const st_strategy_vtable st__one_device_vtable;
 extern const st_strategy_vtable st__multi_worker_vtable;
 extern const st_strategy_vtable st__mirrored_vtable;
 extern const st_strategy_vtable st__central_storage_vtable;
+extern const st_strategy_vtable st__pipeline_vtable;
+/* pipeline.c: the pipeline options' checks (stage count against the devices
+ * counted in *stages (0: none given), boundary syntax, micro-batches,
+ * schedule); *stages = the stage count (0: none given), bounds[0..
+ * stages-1) = the layers where stages 1.. start, or -1 each: balanced at
+ * attach. */
+st_status st__pipeline_check_options(const st_strategy_options *o,
+                                     int bounds[ST_MAX_REPLICAS], int *stages);
+/* Whether this process was started by an MPI launcher with more than one
+ * process (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_SIZE > 1): the pipeline
+ * then runs one stage per process. */
+bool st__pipeline_launched(void);
+/* procs processes: *stages (0: one per process) must divide them; the
+ * quotient is the data-parallel replicas of each stage. */
+st_status st__pipeline_check_processes(int procs, int *stages);
 
 #endif

@@ -47,6 +47,15 @@ typedef struct st_collective_vtable {
   void (*abort)(st_collective *c);
   void (*reset)(st_collective *c);
   void (*destroy)(st_collective *c);
+  /* Point-to-point between processes (process transports; NULL for the
+   * in-process ones): send posts buf[n] to process `peer` and returns at once
+   * with *handle (buf must stay unchanged until wait(handle) returned); recv
+   * returns once buf[n] from peer has arrived. Messages from one process to
+   * another arrive in the order they were sent. A peer that does not answer
+   * within the timeout: ST_ERR_TIMEOUT naming its rank. */
+  st_status (*send)(st_collective *c, const float *buf, size_t n, int peer, int *handle);
+  st_status (*recv)(st_collective *c, float *buf, size_t n, int peer);
+  st_status (*wait)(st_collective *c, int handle);
 } st_collective_vtable;
 
 struct st_collective {
@@ -84,6 +93,11 @@ int st__mpi_node_size(void);
  * all-reduce #k at step s"; *step is read for the message, may be NULL); after
  * a failure every later operation fails at once (ST_ERR_PEER). */
 st_status st__collective_mpi_create(double timeout_s, const int64_t *step, st_collective **out);
+/* The same over the processes that pass the same `color` (every process
+ * calls it, in the same order as its other transports), ranked by their
+ * rank in the job: size and self are those within the group. */
+st_status st__collective_mpi_create_group(int color, double timeout_s, const int64_t *step,
+                                          st_collective **out);
 /* This process leaves the job: tell every peer of c, a process transport,
  * how many operations this process finished on it and why it leaves (why:
  * its error, "" or NULL when it has none; truncated to 500 bytes). A peer

@@ -107,7 +107,7 @@ typedef struct leave_msg {
   uint64_t done;          /* operations the sender finished */
   char why[504];          /* its error, "" when it left without one */
 } leave_msg;
-enum { TAG_LEAVE = 32001 }; /* operation tags are below 32000 */
+enum { TAG_LEAVE = 32001, TAG_P2P = 32002 }; /* operation tags are below 32000 */
 
 typedef struct peer_left {
   bool gone;
@@ -141,8 +141,9 @@ enum { SEG_FLOATS = 32768, WINDOW = 4 };
 #define REQ_SLOTS(size) (2 * WINDOW * 2 * (size))
 
 static const char *g_op_names[] = {"all-reduce", "broadcast", "all-gather", "reduce-scatter",
-                                   "barrier"};
-enum { OP_ALL_REDUCE, OP_BROADCAST, OP_ALL_GATHER, OP_REDUCE_SCATTER, OP_BARRIER };
+                                   "barrier", "send", "receive"};
+enum { OP_ALL_REDUCE, OP_BROADCAST, OP_ALL_GATHER, OP_REDUCE_SCATTER, OP_BARRIER, OP_SEND,
+       OP_RECV };
 
 static st_status fail_broken(mpi_coll *c, int op) {
   return st_error(ST_ERR_PEER, "%s #%llu: an earlier collective of this worker failed",
@@ -524,6 +525,54 @@ static void mpi_destroy(st_collective *cc) {
   if (!(c->left && c->requests_lost)) free(c);
 }
 
+/* ---- point-to-point (tag TAG_P2P: in send order between a pair) ---- */
+
+/* A free request slot, or -1 when every one is pending. */
+static int free_slot(const mpi_coll *c) {
+  for (int i = 0; i < c->nreq; i++)
+    if (c->req[i] == MPI_REQUEST_NULL) return i;
+  return -1;
+}
+
+static st_status mpi_send(st_collective *cc, const float *buf, size_t n, int peer, int *handle) {
+  mpi_coll *c = (mpi_coll *)cc;
+  *handle = -1;
+  if (c->broken) return fail_broken(c, OP_SEND);
+  if (n > (size_t)INT32_MAX)
+    return st_error(ST_ERR_INVALID, "send: %zu floats in one message (at most %d)", n, INT32_MAX);
+  int k = free_slot(c);
+  if (k < 0)
+    return st_error(ST_ERR_INTERNAL, "send: more than %d messages pending", c->nreq);
+  post_send(c, k, buf, n, peer, TAG_P2P);
+  c->ops++;
+  *handle = k;
+  return ST_OK;
+}
+
+static st_status mpi_wait(st_collective *cc, int handle) {
+  mpi_coll *c = (mpi_coll *)cc;
+  if (handle < 0 || handle >= c->nreq || c->req[handle] == MPI_REQUEST_NULL) return ST_OK;
+  st_status s = wait_range(c, handle, 1, OP_SEND);
+  if (s != ST_OK) abandon(c);
+  return s;
+}
+
+static st_status mpi_recv(st_collective *cc, float *buf, size_t n, int peer) {
+  mpi_coll *c = (mpi_coll *)cc;
+  if (c->broken) return fail_broken(c, OP_RECV);
+  if (n > (size_t)INT32_MAX)
+    return st_error(ST_ERR_INVALID, "receive: %zu floats in one message (at most %d)", n,
+                    INT32_MAX);
+  int k = free_slot(c);
+  if (k < 0)
+    return st_error(ST_ERR_INTERNAL, "receive: more than %d messages pending", c->nreq);
+  post_recv(c, k, buf, n, peer, TAG_P2P);
+  c->ops++;
+  st_status s = wait_range(c, k, 1, OP_RECV);
+  if (s != ST_OK) abandon(c);
+  return s;
+}
+
 static const st_collective_vtable mpi_vtable = {
     .name = "mpi",
     .all_reduce = mpi_all_reduce,
@@ -532,9 +581,27 @@ static const st_collective_vtable mpi_vtable = {
     .reduce_scatter = mpi_reduce_scatter,
     .barrier = mpi_barrier,
     .destroy = mpi_destroy,
+    .send = mpi_send,
+    .recv = mpi_recv,
+    .wait = mpi_wait,
 };
 
+static st_status create_on(double timeout_s, const int64_t *step, bool split, int color,
+                           st_collective **out);
+
 st_status st__collective_mpi_create(double timeout_s, const int64_t *step, st_collective **out) {
+  return create_on(timeout_s, step, false, 0, out);
+}
+
+st_status st__collective_mpi_create_group(int color, double timeout_s, const int64_t *step,
+                                          st_collective **out) {
+  return create_on(timeout_s, step, true, color, out);
+}
+
+/* A transport on a duplicate of the world communicator, or (split) on the
+ * processes of this color. */
+static st_status create_on(double timeout_s, const int64_t *step, bool split, int color,
+                           st_collective **out) {
   *out = NULL;
   int rank = 0, size = 1;
   st_status s = st__mpi_world(&rank, &size);
@@ -557,11 +624,17 @@ st_status st__collective_mpi_create(double timeout_s, const int64_t *step, st_co
     return st_error(ST_ERR_NOMEM, "MPI transport: out of memory");
   }
   for (int i = 0; i < c->nreq; i++) c->req[i] = MPI_REQUEST_NULL;
-  if (MPI_Comm_dup(MPI_COMM_WORLD, &c->comm) != MPI_SUCCESS) {
+  int made = split ? MPI_Comm_split(MPI_COMM_WORLD, color, rank, &c->comm)
+                   : MPI_Comm_dup(MPI_COMM_WORLD, &c->comm);
+  if (made != MPI_SUCCESS) {
     free(c->req), free(c->peer), free(c->done_idx), free(c->peers), free(c);
     return st_error(ST_ERR_PEER, "MPI transport: MPI_Comm_dup failed");
   }
   MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
+  if (split) {
+    MPI_Comm_size(c->comm, &size);
+    MPI_Comm_rank(c->comm, &rank);
+  }
   c->base = (st_collective){&mpi_vtable, size, ST_CROSS_ALL_REDUCE, rank};
   c->timeout = timeout_s;
   c->step = step;

@@ -1,0 +1,84 @@
+/* Internal: one stage of the pipeline strategy (pipeline.c) — a contiguous
+ * range of the net's layers with the buffers to run forward and backward of
+ * its micro-batches — and the partition of a net's layers into stages.
+ *
+ * A stage holds only its own share: the variables of its layers (in one
+ * process, the disjoint range [poff, poff+np) of the net's buffers, which
+ * is also where checkpoints and --save read them), their gradient sum, and
+ * per in-flight micro-batch ("slot") the activations and caches of its
+ * layers. The gradient of the micro-batch's input (what the previous stage
+ * needs) is written into the previous stage's recv[] buffers. */
+#ifndef STRATA_DISTRIBUTE_PIPELINE_H
+#define STRATA_DISTRIBUTE_PIPELINE_H
+
+#include "distribute/strategy.h"
+
+typedef struct st_pipe_stage {
+  int index, lo, hi;       /* layers [lo, hi) */
+  st_backend_ctx *ctx;     /* owned: every kernel call of this stage */
+  size_t poff, np;         /* trainable floats [poff, poff+np) of the net */
+  size_t soff, ns;         /* non-trainable floats [soff, soff+ns) */
+  int nslots;              /* micro-batches in flight at most */
+  int cap;                 /* examples each slot's buffers hold */
+  float *grads;            /* [np] sum over the micro-batches */
+  float *dw;               /* [np] one micro-batch's gradient (k > 0) */
+  float **acts;            /* [nslots * (hi-lo)]: [cap, out_i] */
+  float **caches;          /* [nslots * (hi-lo)]: [cap * cache_per_example_i] */
+  float **recv;            /* [nslots]: [cap, out of layer hi-1], the gradient
+                              the next stage sends back; NULL on the last */
+  float **in, **dxs;       /* across processes, stages after the first:
+                              [nslots]: [cap, input of layer lo], the input
+                              received and the input gradient sent back */
+  float *workspace;        /* max over its layers of workspace_floats(cap) */
+  float *dbuf[2];          /* [cap * largest activation of its layers] */
+  float *loss_rows;        /* [cap] (last stage) */
+  size_t buffer_bytes;     /* bytes of the buffers above */
+  double busy;             /* seconds in passes, over all steps */
+} st_pipe_stage;
+
+/* Layer where each stage starts: first[0] = 0 < first[1] < ... <
+ * first[stages-1] < m->nlayers. bounds (stages-1 entries) as parsed, or -1
+ * each: balanced so that the largest stage cost (FLOPs per example + parameter
+ * bytes) is smallest. ST_ERR_INVALID naming the value otherwise. */
+st_status st__pipe_partition(const st_net *m, int stages, const int *bounds, int *first);
+
+/* The trainable (or non-trainable) floats of layers [lo, hi): [*off, *off + *n). */
+void st__pipe_var_range(const st_net *m, int lo, int hi, bool trainable, size_t *off, size_t *n);
+/* procs: the stage runs in a process of its own (in[] and dxs[] too). */
+st_status st__pipe_stage_create(const st_net *m, int index, int lo, int hi, int nslots,
+                                bool last, bool procs, st_pipe_stage **out);
+void st__pipe_stage_destroy(const st_net *m, st_pipe_stage *st); /* accepts NULL */
+/* Grow the slot buffers to hold cap examples each (no-op when they do). */
+st_status st__pipe_stage_reserve(const st_net *m, st_pipe_stage *st, int cap);
+/* The stage's output for the micro-batch in slot `slot`: [n, out of hi-1]. */
+static inline float *st__pipe_stage_out(const st_pipe_stage *st, int slot) {
+  return st->acts[(size_t)slot * (size_t)(st->hi - st->lo) + (size_t)(st->hi - st->lo - 1)];
+}
+/* Forward of micro-batch mb (n examples of x) through the stage's layers into
+ * slot; the dropout stream is keyed by (step, layer, mb) as one device's
+ * slice mb is. Returns the output. */
+const float *st__pipe_stage_forward(const st_net *m, st_pipe_stage *st, int slot, int mb,
+                                    const float *x, int n, bool training, int64_t step);
+/* Backward of micro-batch mb (the dropout key) from dy [n, out] (clobbered):
+ * gradients of its variables into grads, or dw when to_dw (the caller adds
+ * them: every micro-batch after the first), and, when dx is
+ * not NULL, the gradient of its input into dx. Layers before `first`
+ * (the net's first layer with a trainable variable) are skipped. */
+void st__pipe_stage_backward(const st_net *m, st_pipe_stage *st, int slot, int mb,
+                             bool to_dw, const float *x, float *dy, int n, float *dx, int first,
+                             int64_t step);
+
+/* pipeline_procs.c: the strategy across the processes of an MPI job (stage
+ * = rank / replicas), used by pipeline.c when the strategy has a cluster. */
+st_status st__pipeline_procs_attach(st_strategy *s, st_net *m);
+void st__pipeline_procs_detach(st_strategy *s);
+st_status st__pipeline_procs_train_step(st_strategy *s, st_net *m, const st_batch *b,
+                                        st_step_stats *out);
+st_status st__pipeline_procs_eval_step(st_strategy *s, st_net *m, const st_batch *b,
+                                       st_step_stats *out, float *pred);
+/* Stage i's figures as its first replica reported them at the last step. */
+st_status st__pipeline_procs_stats(const st_strategy *s, int i, st_pipeline_stage_stats *out);
+/* The net's first layer with a trainable variable (nlayers when none). */
+int st__pipe_first_trainable(const st_net *m);
+
+#endif

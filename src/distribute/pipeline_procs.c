@@ -1,0 +1,393 @@
+/* The pipeline strategy across the processes of an MPI job: P = S x D
+ * processes, rank r runs stage r / D as data-parallel replica r % D. Every
+ * process reads the same global batch (same seed); replica d takes its share
+ * st__split(B, D, d) and runs it as M micro-batches (dropout keyed by slice
+ * d*M + k, as one device's thread d*M + k), in the GPipe or 1F1B order of
+ * pipeline.c. Activations go to the same replica of the next stage and input
+ * gradients back with the collective table's point-to-point send/recv (MPI:
+ * sends are posted and completed before their buffer is reused, receives
+ * wait, so the 1F1B exchange cannot deadlock); a peer that does not answer
+ * within --collective-timeout fails the step with ST_ERR_TIMEOUT naming both
+ * stages. After the micro-batches, a stage's D replicas all-reduce (SUM, in
+ * replica order) its gradients and average its non-trainable state, then
+ * each applies the optimizer to the stage's variables and slots.
+ *
+ * Every process holds the whole net's buffers (compile allocates them) but
+ * computes, updates and keeps current only its stage's range; after each
+ * step the first replica of every stage sends that range (variables, state,
+ * slots) to rank 0, the chief, which therefore holds the whole model for
+ * --save, checkpoints and backups. The loss and metric sums of the last
+ * stage's replicas and every stage's figures are all-gathered, so fit and
+ * its callbacks see the same numbers on every process. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/fpenv.h"
+#include "base/split.h"
+#include "distribute/collective/collective.h"
+#include "distribute/pipeline.h"
+
+typedef struct procs {
+  int S, D, M, stage, rep, rank, prev, next; /* prev/next: neighbour ranks or -1 */
+  st_pipeline_schedule sched;
+  int first_layer[ST_MAX_REPLICAS + 1];      /* stage i: [first_layer[i], first_layer[i+1]) */
+  int first;                                 /* the net's first trainable layer */
+  st_pipe_stage *st;
+  st_collective *p2p, *world, *group;        /* group: this stage's replicas, or NULL */
+  int act_send[ST_MAX_REPLICAS * 64], dx_send[ST_MAX_REPLICAS * 64]; /* [nslots] handles */
+  double step_seconds;
+  st_pipeline_stage_stats table[ST_MAX_REPLICAS];
+  /* the current step */
+  const st_batch *b;
+  int share_start, share;                    /* this replica's examples */
+  st_step_stats stats;
+} procs;
+
+enum { MAX_SLOTS = ST_MAX_REPLICAS * 64 };
+
+/* ---- life ------------------------------------------------------------- */
+
+static void free_procs(procs *p, const st_net *m, const char *why) {
+  if (!p) return;
+  if (p->world) st__collective_mpi_leave(p->world, why);
+  st__collective_destroy(p->group);
+  st__collective_destroy(p->world);
+  st__collective_destroy(p->p2p);
+  st__pipe_stage_destroy(m, p->st);
+  free(p);
+}
+
+static st_status make_transports(procs *p, st_strategy *s, st_net *m) {
+  double t = st__cluster_timeout(s->cluster);
+  st_status st = st__collective_mpi_create(t, &m->step, &p->p2p);
+  if (st == ST_OK) st = st__collective_mpi_create(t, &m->step, &p->world);
+  if (st == ST_OK && p->D > 1) st = st__collective_mpi_create_group(p->stage, t, &m->step, &p->group);
+  return st;
+}
+
+st_status st__pipeline_procs_attach(st_strategy *s, st_net *m) {
+  int P = st__cluster_size(s->cluster), S = s->pipeline_stages;
+  st_status st = st__cluster_open(s, m);
+  if (st != ST_OK) return st;
+  procs *p = calloc(1, sizeof *p);
+  if (!p) {
+    st = st_error(ST_ERR_NOMEM, "pipeline: out of memory");
+    goto fail;
+  }
+  p->S = S, p->D = P / S, p->rank = st__cluster_rank(s->cluster);
+  p->stage = p->rank / p->D, p->rep = p->rank % p->D;
+  p->prev = p->stage > 0 ? p->rank - p->D : -1;
+  p->next = p->stage < S - 1 ? p->rank + p->D : -1;
+  p->M = s->opts.micro_batches ? s->opts.micro_batches : S;
+  p->sched = s->opts.pipeline_schedule;
+  p->first = st__pipe_first_trainable(m);
+  if ((st = st__pipe_partition(m, S, s->pipeline_bounds, p->first_layer)) != ST_OK) goto fail;
+  p->first_layer[S] = m->nlayers;
+  int slots = p->sched == ST_PIPELINE_GPIPE ? p->M : (S - p->stage < p->M ? S - p->stage : p->M);
+  if (slots > MAX_SLOTS) {
+    st = st_error(ST_ERR_INVALID, "pipeline: %d micro-batches in flight across processes (at "
+                  "most %d)", slots, MAX_SLOTS);
+    goto fail;
+  }
+  for (int i = 0; i < MAX_SLOTS; i++) p->act_send[i] = p->dx_send[i] = -1;
+  st = st__pipe_stage_create(m, p->stage, p->first_layer[p->stage], p->first_layer[p->stage + 1],
+                             slots, p->stage == S - 1, true, &p->st);
+  if (st == ST_OK) st = make_transports(p, s, m);
+  if (st != ST_OK) goto fail;
+  st_blas_set_threads(1);
+  s->impl = p;
+  s->net = m;
+  return ST_OK;
+fail:
+  free_procs(p, m, st_last_error());
+  st__cluster_close(s->cluster, st_last_error());
+  return st;
+}
+
+void st__pipeline_procs_detach(st_strategy *s) {
+  char why[512];
+  snprintf(why, sizeof why, "%s", st_last_error());
+  free_procs(s->impl, s->net, why);
+  st__cluster_close(s->cluster, why);
+  s->impl = NULL;
+  s->net = NULL;
+}
+
+/* ---- messages ------------------------------------------------------------ */
+
+/* A failed exchange with rank `peer`, named by stages. */
+static st_status exchange_failed(const procs *p, st_status s, int peer, const char *what) {
+  return st_error_prefix(s, "pipeline stage %d (rank %d), %s stage %d (rank %d): ", p->stage,
+                         p->rank, what, peer / p->D, peer);
+}
+
+static st_status send_to(procs *p, const float *buf, size_t n, int peer, int *handle) {
+  st_status s = p->p2p->vt->wait(p->p2p, *handle); /* buf's previous message */
+  *handle = -1;
+  if (s == ST_OK && n) s = p->p2p->vt->send(p->p2p, buf, n, peer, handle);
+  return s == ST_OK ? s : exchange_failed(p, s, peer, "sending to");
+}
+
+static st_status recv_from(procs *p, float *buf, size_t n, int peer) {
+  st_status s = n ? p->p2p->vt->recv(p->p2p, buf, n, peer) : ST_OK;
+  return s == ST_OK ? s : exchange_failed(p, s, peer, "receiving from");
+}
+
+static st_status wait_sends(procs *p) {
+  st_status s = ST_OK;
+  for (int i = 0; i < p->st->nslots; i++) {
+    st_status a = p->p2p->vt->wait(p->p2p, p->act_send[i]);
+    st_status d = p->p2p->vt->wait(p->p2p, p->dx_send[i]);
+    if (s == ST_OK) s = a != ST_OK ? exchange_failed(p, a, p->next, "sending to")
+                                   : d != ST_OK ? exchange_failed(p, d, p->prev, "sending to") : ST_OK;
+    p->act_send[i] = p->dx_send[i] = -1;
+  }
+  return s;
+}
+
+/* ---- one training step -------------------------------------------------- */
+
+static size_t in_size(const st_net *m, const st_pipe_stage *st) {
+  return st_shape_size(st->lo ? m->layers[st->lo - 1]->out_shape : m->input_shape);
+}
+
+static st_status forward(procs *p, st_net *m, int k) {
+  st_pipe_stage *st = p->st;
+  int start, n, slot = k % st->nslots;
+  st__split(p->share, p->M, k, &start, &n);
+  start += p->share_start;
+  const float *x = p->b->x + (size_t)start * st_shape_size(m->input_shape);
+  st_status s = ST_OK;
+  if (p->prev >= 0) {
+    x = st->in[slot];
+    if ((s = recv_from(p, st->in[slot], (size_t)n * in_size(m, st), p->prev)) != ST_OK) return s;
+  }
+  double t0 = st_now_seconds();
+  if (p->next >= 0 && (s = p->p2p->vt->wait(p->p2p, p->act_send[slot])) != ST_OK)
+    return exchange_failed(p, s, p->next, "sending to");
+  p->act_send[slot] = -1;
+  const float *out = n ? st__pipe_stage_forward(m, st, slot, p->rep * p->M + k, x, n, true, m->step)
+                       : NULL;
+  size_t ys = st_loss_is_sparse(m->loss) ? 1 : st__net_output_size(m);
+  if (p->next < 0 && n) st__step_metrics(m, out, p->b->y + (size_t)start * ys, n, &p->stats);
+  st->busy += st_now_seconds() - t0;
+  if (p->next >= 0)
+    s = send_to(p, out, (size_t)n * st_shape_size(m->layers[st->hi - 1]->out_shape), p->next,
+                &p->act_send[slot]);
+  return s;
+}
+
+static st_status backward(procs *p, st_net *m, int k) {
+  st_pipe_stage *st = p->st;
+  int start, n, slot = k % st->nslots;
+  st__split(p->share, p->M, k, &start, &n);
+  start += p->share_start;
+  size_t outs = st_shape_size(m->layers[st->hi - 1]->out_shape);
+  float *dy = p->next >= 0 ? st->recv[slot] : st->dbuf[0];
+  st_status s = ST_OK;
+  if (p->next >= 0 && st->hi > p->first && (s = recv_from(p, dy, (size_t)n * outs, p->next)) != ST_OK)
+    return s;
+  double t0 = st_now_seconds();
+  if (p->next < 0 && n) {
+    size_t ys = st_loss_is_sparse(m->loss) ? 1 : outs;
+    m->be->loss(st->ctx, m->loss, n, (int)outs, st__pipe_stage_out(st, slot),
+                p->b->y + (size_t)start * ys, 1.0f / (float)p->b->size, st->loss_rows, dy);
+    for (int i = 0; i < n; i++) p->stats.loss_sum += st->loss_rows[i];
+    p->stats.examples += n;
+  }
+  float *dx = NULL;
+  if (p->prev >= 0 && st->lo > p->first) {
+    if ((s = p->p2p->vt->wait(p->p2p, p->dx_send[slot])) != ST_OK)
+      return exchange_failed(p, s, p->prev, "sending to");
+    p->dx_send[slot] = -1;
+    dx = st->dxs[slot];
+  }
+  const float *x = p->prev >= 0 ? st->in[slot]
+                                : p->b->x + (size_t)start * st_shape_size(m->input_shape);
+  if (n) st__pipe_stage_backward(m, st, slot, p->rep * p->M + k, k > 0, x, dy, n, dx, p->first,
+                                  m->step);
+  else if (st->np) m->be->fill(st->ctx, st->np, 0.0f, k ? st->dw : st->grads);
+  if (k > 0 && st->np) m->be->axpy(st->ctx, st->np, 1.0f, st->dw, st->grads);
+  st->busy += st_now_seconds() - t0;
+  if (dx) s = send_to(p, dx, (size_t)n * in_size(m, st), p->prev, &p->dx_send[slot]);
+  return s;
+}
+
+/* The stage's schedule (pipeline.c's order). */
+static st_status run_schedule(procs *p, st_net *m) {
+  int M = p->M, warm = p->sched == ST_PIPELINE_GPIPE ? M : (p->S - p->stage - 1 < M ? p->S - p->stage - 1 : M);
+  st_status s = ST_OK;
+  for (int k = 0; k < warm && s == ST_OK; k++) s = forward(p, m, k);
+  for (int k = 0; k < M && s == ST_OK; k++) {
+    if (k + warm < M) s = forward(p, m, k + warm);
+    if (s == ST_OK) s = backward(p, m, k);
+  }
+  st_status w = wait_sends(p);
+  return s != ST_OK ? s : w;
+}
+
+/* The replicas' gradient sum and state mean, then the update of the stage. */
+static st_status reduce_apply(procs *p, st_net *m) {
+  st_pipe_stage *st = p->st;
+  st_status s = ST_OK;
+  double t0 = st_now_seconds();
+  if (p->group && st->np) s = p->group->vt->all_reduce(p->group, p->group->self, st->grads, st->np, ST_REDUCE_SUM);
+  if (s == ST_OK && p->group && st->ns)
+    s = p->group->vt->all_reduce(p->group, p->group->self, m->state + st->soff, st->ns, ST_REDUCE_MEAN);
+  if (s != ST_OK) return st_error_prefix(s, "pipeline stage %d (rank %d), replicas: ", p->stage, p->rank);
+  if (st->np) {
+    float *slots[4];
+    for (int i = 0; i < m->n_slots; i++) slots[i] = m->slots[i] + st->poff;
+    st_optimizer_apply(&m->optimizer, st->ctx, m->step, st->np, m->params + st->poff, st->grads,
+                       slots);
+  }
+  st->busy += st_now_seconds() - t0;
+  return ST_OK;
+}
+
+/* Stage i's buffers of the net, in the order they travel to rank 0. */
+static int stage_ranges(const procs *p, st_net *m, int i, float **ptr, size_t *len) {
+  size_t po, pn, so, sn;
+  st__pipe_var_range(m, p->first_layer[i], p->first_layer[i + 1], true, &po, &pn);
+  st__pipe_var_range(m, p->first_layer[i], p->first_layer[i + 1], false, &so, &sn);
+  int k = 0;
+  ptr[k] = m->params + po, len[k++] = pn;
+  ptr[k] = m->state + so, len[k++] = sn;
+  for (int j = 0; j < m->n_slots; j++) ptr[k] = m->slots[j] + po, len[k++] = pn;
+  return k;
+}
+
+/* The first replica of every stage sends its variables, state and slots to
+ * rank 0 (which then holds the whole model). */
+static st_status gather_to_chief(procs *p, st_net *m) {
+  float *ptr[6];
+  size_t len[6];
+  st_status s = ST_OK;
+  if (p->rank == 0) {
+    for (int i = 1; i < p->S && s == ST_OK; i++) {
+      int n = stage_ranges(p, m, i, ptr, len);
+      for (int j = 0; j < n && s == ST_OK; j++) s = recv_from(p, ptr[j], len[j], i * p->D);
+    }
+  } else if (p->rep == 0) {
+    int n = stage_ranges(p, m, p->stage, ptr, len), h = -1;
+    for (int j = 0; j < n && s == ST_OK; j++) {
+      s = send_to(p, ptr[j], len[j], 0, &h);
+      if (s == ST_OK && (s = p->p2p->vt->wait(p->p2p, h)) != ST_OK) s = exchange_failed(p, s, 0, "sending to");
+      h = -1;
+    }
+  }
+  return s;
+}
+
+enum { REC = 16 }; /* floats per process in the all-gathered record */
+
+static void put(float *rec, int at, const void *v) { memcpy(rec + at, v, 8); }
+static void get(const float *rec, int at, void *v) { memcpy(v, rec + at, 8); }
+
+/* Every process's stats and stage figures to every process: out gets the sum
+ * of the last stage's replicas (in replica order); the table the figures of
+ * every stage's first replica. */
+static st_status share_stats(procs *p, st_step_stats *out, bool table) {
+  float rec[REC] = {0}, *all = malloc(sizeof(float) * REC * (size_t)(p->S * p->D));
+  if (!all) return st_error(ST_ERR_NOMEM, "pipeline: out of memory");
+  int64_t bytes = (int64_t)p->st->buffer_bytes, params = (int64_t)(p->st->np + p->st->ns);
+  put(rec, 0, &p->stats.loss_sum), put(rec, 2, &p->stats.examples);
+  put(rec, 4, &p->stats.correct), put(rec, 6, &p->stats.metric_count);
+  put(rec, 8, &p->st->busy), put(rec, 10, &bytes), put(rec, 12, &params);
+  rec[14] = (float)p->st->lo, rec[15] = (float)p->st->hi;
+  st_status s = p->world->vt->all_gather(p->world, p->world->self, rec, REC, all);
+  for (int r = 0; s == ST_OK && r < p->S * p->D; r++) {
+    const float *q = all + (size_t)r * REC;
+    if (r / p->D == p->S - 1) {
+      st_step_stats x;
+      get(q, 0, &x.loss_sum), get(q, 2, &x.examples), get(q, 4, &x.correct), get(q, 6, &x.metric_count);
+      st__step_stats_add(out, &x);
+    }
+    if (!table || r % p->D) continue;
+    st_pipeline_stage_stats *t = &p->table[r / p->D];
+    get(q, 8, &t->busy_seconds), get(q, 10, &bytes), get(q, 12, &t->params);
+    t->peak_bytes = (size_t)bytes;
+    t->first_layer = (int)q[14], t->end_layer = (int)q[15];
+    t->step_seconds = p->step_seconds;
+    t->bubble_fraction = p->step_seconds > 0 ? 1.0 - t->busy_seconds / p->step_seconds : 0;
+    if (t->bubble_fraction < 0) t->bubble_fraction = 0;
+  }
+  free(all);
+  return s == ST_OK ? s : st_error_prefix(s, "pipeline stage %d (rank %d), step figures: ", p->stage, p->rank);
+}
+
+st_status st__pipeline_procs_train_step(st_strategy *s, st_net *m, const st_batch *b,
+                                        st_step_stats *out) {
+  procs *p = s->impl;
+  st__split(b->size, p->D, p->rep, &p->share_start, &p->share);
+  st_status st = st__pipe_stage_reserve(m, p->st, (p->share + p->M - 1) / p->M);
+  if (st != ST_OK) return st;
+  memset(&p->stats, 0, sizeof p->stats);
+  p->b = b;
+  double t0 = st_now_seconds();
+  unsigned fp = st__ftz_enter();
+  st = run_schedule(p, m);
+  if (st == ST_OK) st = reduce_apply(p, m);
+  st__ftz_leave(fp);
+  p->step_seconds += st_now_seconds() - t0;
+  if (st == ST_OK) st = gather_to_chief(p, m);
+  if (st == ST_OK) st = share_stats(p, out, true);
+  if (st == ST_OK) m->step++;
+  return st;
+}
+
+/* Inference: each replica's share through its chain of stages, in chunks of
+ * a slot's examples; the last stage's sums to everyone, and (pred) its rows
+ * broadcast from each last-stage replica in turn. */
+st_status st__pipeline_procs_eval_step(st_strategy *s, st_net *m, const st_batch *b,
+                                       st_step_stats *out, float *pred) {
+  procs *p = s->impl;
+  st_pipe_stage *st = p->st;
+  int start0, share;
+  st__split(b->size, p->D, p->rep, &start0, &share);
+  int cap = st->cap > 1 ? st->cap : (share < 256 ? (share > 0 ? share : 1) : 256);
+  st_status r = st__pipe_stage_reserve(m, st, cap);
+  size_t xs = st_shape_size(m->input_shape), outs = st__net_output_size(m);
+  size_t ys = st_loss_is_sparse(m->loss) ? 1 : outs, ins = in_size(m, st);
+  size_t os = st_shape_size(m->layers[st->hi - 1]->out_shape);
+  memset(&p->stats, 0, sizeof p->stats);
+  unsigned fp = st__ftz_enter();
+  for (int start = start0; r == ST_OK && start < start0 + share; start += cap) {
+    int n = start0 + share - start < cap ? start0 + share - start : cap;
+    const float *x = b->x + (size_t)start * xs;
+    if (p->prev >= 0 && (r = recv_from(p, st->in[0], (size_t)n * ins, p->prev)) != ST_OK) break;
+    if (p->prev >= 0) x = st->in[0];
+    const float *o = st__pipe_stage_forward(m, st, 0, 0, x, n, false, m->step);
+    if (p->next >= 0) {
+      int h = -1;
+      if ((r = send_to(p, o, (size_t)n * os, p->next, &h)) == ST_OK && (r = p->p2p->vt->wait(p->p2p, h)) != ST_OK)
+        r = exchange_failed(p, r, p->next, "sending to");
+      continue;
+    }
+    const float *y = b->y ? b->y + (size_t)start * ys : NULL;
+    if (y) {
+      st__step_metrics(m, o, y, n, &p->stats);
+      m->be->loss(st->ctx, m->loss, n, (int)outs, o, y, 1.0f, st->loss_rows, NULL);
+      for (int i = 0; i < n; i++) p->stats.loss_sum += st->loss_rows[i];
+    }
+    p->stats.examples += n;
+    if (pred) st__be_to_host(st->ctx, pred + (size_t)start * outs, o, (size_t)n * outs * sizeof(float));
+  }
+  st__ftz_leave(fp);
+  if (r != ST_OK) return r;
+  if ((r = share_stats(p, out, false)) != ST_OK || !pred) return r;
+  for (int d = 0; d < p->D && r == ST_OK; d++) {
+    int s0, c;
+    st__split(b->size, p->D, d, &s0, &c);
+    if (c) r = p->world->vt->broadcast(p->world, p->world->self, pred + (size_t)s0 * outs,
+                                       (size_t)c * outs, (p->S - 1) * p->D + d);
+  }
+  return r;
+}
+
+st_status st__pipeline_procs_stats(const st_strategy *s, int i, st_pipeline_stage_stats *out) {
+  const procs *p = s->impl;
+  *out = p->table[i];
+  return ST_OK;
+}

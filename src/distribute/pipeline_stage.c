@@ -1,0 +1,292 @@
+/* One pipeline stage: its buffers, the forward and backward passes of a
+ * micro-batch over its layer range (the per-layer calls st__replica_forward
+ * and st__replica_loss_backward make, restricted to [lo, hi)), and the
+ * partition of a net's layers into stages by estimated cost. A stage is used
+ * by one thread at a time. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "distribute/pipeline.h"
+
+/* ---- partition -------------------------------------------------------- */
+
+/* Estimated cost of layer l per example: 2 FLOPs per trainable weight per
+ * output position (a Dense kernel is applied once, a Conv2D kernel at every
+ * output pixel), one per output element for layers without weights, plus
+ * the bytes of its parameters (the memory the stage must hold). */
+static double layer_cost(const st_layer *l) {
+  size_t outs = st_shape_size(l->out_shape), w = 0, bytes = 0;
+  int last = l->out_shape.rank > 0 ? l->out_shape.dims[l->out_shape.rank - 1] : 1;
+  for (int p = 0; p < l->nparams; p++) {
+    size_t sz = st_shape_size(l->params[p].shape);
+    bytes += sz * sizeof(float);
+    if (l->params[p].trainable) w += sz;
+  }
+  double positions = last > 0 ? (double)outs / last : 1.0;
+  double flops = w ? 2.0 * (double)w * positions : (double)outs;
+  return flops + (double)bytes;
+}
+
+/* Contiguous split of cost[0..n) into k non-empty parts minimising the
+ * largest part (dynamic programming; n is a model's layer count). */
+static st_status balance(const double *cost, int n, int k, int *first) {
+  double *best = malloc(sizeof(double) * (size_t)(n + 1) * (size_t)(k + 1));
+  int *cut = malloc(sizeof(int) * (size_t)(n + 1) * (size_t)(k + 1));
+  double *pre = malloc(sizeof(double) * (size_t)(n + 1));
+  if (!best || !cut || !pre) {
+    free(best), free(cut), free(pre);
+    return st_error(ST_ERR_NOMEM, "pipeline: out of memory");
+  }
+  pre[0] = 0;
+  for (int i = 0; i < n; i++) pre[i + 1] = pre[i] + cost[i];
+#define B(i, j) best[(size_t)(i) * (size_t)(k + 1) + (size_t)(j)]
+#define C(i, j) cut[(size_t)(i) * (size_t)(k + 1) + (size_t)(j)]
+  for (int i = 1; i <= n; i++) B(i, 1) = pre[i], C(i, 1) = 0;
+  for (int j = 2; j <= k; j++)
+    for (int i = j; i <= n; i++) {
+      B(i, j) = -1;
+      for (int c = j - 1; c < i; c++) { /* last part [c, i) */
+        double v = B(c, j - 1) > pre[i] - pre[c] ? B(c, j - 1) : pre[i] - pre[c];
+        if (B(i, j) < 0 || v < B(i, j)) B(i, j) = v, C(i, j) = c;
+      }
+    }
+  for (int j = k, i = n; j >= 1; j--) {
+    first[j - 1] = C(i, j);
+    i = C(i, j);
+  }
+#undef B
+#undef C
+  free(best), free(cut), free(pre);
+  return ST_OK;
+}
+
+st_status st__pipe_partition(const st_net *m, int stages, const int *bounds, int *first) {
+  if (stages > m->nlayers)
+    return st_error(ST_ERR_INVALID, "pipeline: %d stages for a model of %d layers (each stage "
+                    "needs at least one layer)", stages, m->nlayers);
+  if (stages > 1 && bounds[0] >= 0) {
+    first[0] = 0;
+    for (int i = 1; i < stages; i++) {
+      int b = bounds[i - 1];
+      if (b <= first[i - 1] || b >= m->nlayers)
+        return st_error(ST_ERR_INVALID, "pipeline: stage boundary %d is not a layer index where "
+                        "stage %d can start (expected %d..%d: the model has layers 0..%d and "
+                        "boundaries must increase)", b, i, first[i - 1] + 1, m->nlayers - 1,
+                        m->nlayers - 1);
+      first[i] = b;
+    }
+    return ST_OK;
+  }
+  double *cost = malloc(sizeof(double) * (size_t)m->nlayers);
+  if (!cost) return st_error(ST_ERR_NOMEM, "pipeline: out of memory");
+  for (int i = 0; i < m->nlayers; i++) cost[i] = layer_cost(m->layers[i]);
+  st_status s = balance(cost, m->nlayers, stages, first);
+  free(cost);
+  return s;
+}
+
+/* ---- buffers ------------------------------------------------------------ */
+
+static float *alloc_floats(st_pipe_stage *st, size_t n) {
+  size_t bytes = (n ? n : 1) * sizeof(float);
+  float *p = st->ctx->be->alloc(st->ctx, bytes);
+  if (p) st->buffer_bytes += bytes;
+  return p;
+}
+
+static void free_slots(st_pipe_stage *st) {
+  const st_backend *be = st->ctx->be;
+  size_t nl = (size_t)(st->hi - st->lo), per = (size_t)st->nslots * nl;
+  for (size_t i = 0; st->acts && i < per; i++) be->free(st->ctx, st->acts[i]);
+  for (size_t i = 0; st->caches && i < per; i++) be->free(st->ctx, st->caches[i]);
+  for (int i = 0; i < st->nslots; i++) {
+    if (st->recv) be->free(st->ctx, st->recv[i]);
+    if (st->in) be->free(st->ctx, st->in[i]);
+    if (st->dxs) be->free(st->ctx, st->dxs[i]);
+  }
+  be->free(st->ctx, st->workspace);
+  be->free(st->ctx, st->dbuf[0]);
+  be->free(st->ctx, st->dbuf[1]);
+  be->free(st->ctx, st->loss_rows);
+  if (st->acts) memset(st->acts, 0, per * sizeof *st->acts);
+  if (st->caches) memset(st->caches, 0, per * sizeof *st->caches);
+  if (st->recv) memset(st->recv, 0, (size_t)st->nslots * sizeof *st->recv);
+  if (st->in) memset(st->in, 0, (size_t)st->nslots * sizeof *st->in);
+  if (st->dxs) memset(st->dxs, 0, (size_t)st->nslots * sizeof *st->dxs);
+  st->workspace = st->dbuf[0] = st->dbuf[1] = st->loss_rows = NULL;
+  st->cap = 0;
+}
+
+static st_status alloc_slots(const st_net *m, st_pipe_stage *st, int cap) {
+  size_t nl = (size_t)(st->hi - st->lo), ws = 1;
+  size_t mx = st_shape_size(st->lo ? m->layers[st->lo - 1]->out_shape : m->input_shape);
+  for (int s = 0; s < st->nslots; s++)
+    for (int i = st->lo; i < st->hi; i++) {
+      const st_layer *l = m->layers[i];
+      size_t k = (size_t)s * nl + (size_t)(i - st->lo);
+      if (!(st->acts[k] = alloc_floats(st, st_shape_size(l->out_shape) * (size_t)cap)) ||
+          !(st->caches[k] = alloc_floats(st, l->cache_per_example * (size_t)cap)))
+        return ST_ERR_NOMEM;
+    }
+  for (int i = st->lo; i < st->hi; i++) {
+    const st_layer *l = m->layers[i];
+    size_t w = l->vt->workspace_floats ? l->vt->workspace_floats(l, cap) : 0;
+    if (w > ws) ws = w;
+    if (st_shape_size(l->out_shape) > mx) mx = st_shape_size(l->out_shape);
+  }
+  size_t out = st_shape_size(m->layers[st->hi - 1]->out_shape) * (size_t)cap;
+  size_t in = st_shape_size(st->lo ? m->layers[st->lo - 1]->out_shape : m->input_shape);
+  for (int s = 0; s < st->nslots; s++)
+    if ((st->recv && !(st->recv[s] = alloc_floats(st, out))) ||
+        (st->in && !(st->in[s] = alloc_floats(st, in * (size_t)cap))) ||
+        (st->dxs && !(st->dxs[s] = alloc_floats(st, in * (size_t)cap))))
+      return ST_ERR_NOMEM;
+  if (!(st->workspace = alloc_floats(st, ws)) ||
+      !(st->dbuf[0] = alloc_floats(st, mx * (size_t)cap)) ||
+      !(st->dbuf[1] = alloc_floats(st, mx * (size_t)cap)) ||
+      !(st->loss_rows = alloc_floats(st, (size_t)cap)))
+    return ST_ERR_NOMEM;
+  st->cap = cap;
+  return ST_OK;
+}
+
+/* Bytes of the variables, slots and gradients: fixed for the stage's life. */
+static size_t fixed_bytes(const st_net *m, const st_pipe_stage *st) {
+  return (st->np * (size_t)(1 + m->n_slots) + st->ns) * sizeof(float);
+}
+
+st_status st__pipe_stage_reserve(const st_net *m, st_pipe_stage *st, int cap) {
+  if (cap <= st->cap) return ST_OK;
+  free_slots(st);
+  st->buffer_bytes = fixed_bytes(m, st) + 2 * (st->np ? st->np : 1) * sizeof(float);
+  st_status s = alloc_slots(m, st, cap);
+  if (s != ST_OK) {
+    free_slots(st);
+    return st_error(ST_ERR_NOMEM, "pipeline stage %d: out of memory for micro-batches of %d "
+                    "examples", st->index, cap);
+  }
+  return ST_OK;
+}
+
+/* The variable range of layers [lo, hi): offsets are assigned in layer order. */
+void st__pipe_var_range(const st_net *m, int lo, int hi, bool trainable, size_t *off,
+                      size_t *n) {
+  size_t a = 0, b = 0;
+  bool seen = false;
+  for (int i = lo; i < hi; i++)
+    for (int p = 0; p < m->layers[i]->nparams; p++) {
+      const st_param_spec *ps = &m->layers[i]->params[p];
+      if (ps->trainable != trainable) continue;
+      if (!seen) a = ps->offset, seen = true;
+      b = ps->offset + st_shape_size(ps->shape);
+    }
+  *off = a;
+  *n = seen ? b - a : 0;
+}
+
+st_status st__pipe_stage_create(const st_net *m, int index, int lo, int hi, int nslots,
+                                bool last, bool procs, st_pipe_stage **out) {
+  *out = NULL;
+  st_pipe_stage *st = calloc(1, sizeof *st);
+  if (!st) return st_error(ST_ERR_NOMEM, "pipeline: out of memory");
+  st->index = index, st->lo = lo, st->hi = hi, st->nslots = nslots;
+  st_status s = st_backend_ctx_create(m->be, index, 0, &st->ctx);
+  if (s != ST_OK) {
+    free(st);
+    return s;
+  }
+  st__pipe_var_range(m, lo, hi, true, &st->poff, &st->np);
+  st__pipe_var_range(m, lo, hi, false, &st->soff, &st->ns);
+  size_t per = (size_t)nslots * (size_t)(hi - lo);
+  st->acts = calloc(per, sizeof *st->acts);
+  st->caches = calloc(per, sizeof *st->caches);
+  st->recv = last ? NULL : calloc((size_t)nslots, sizeof *st->recv);
+  bool extra = procs && lo > 0;
+  st->in = extra ? calloc((size_t)nslots, sizeof *st->in) : NULL;
+  st->dxs = extra ? calloc((size_t)nslots, sizeof *st->dxs) : NULL;
+  if (!st->acts || !st->caches || (!last && !st->recv) || (extra && (!st->in || !st->dxs)) || !(st->grads = alloc_floats(st, st->np)) ||
+      !(st->dw = alloc_floats(st, st->np)))
+    goto fail;
+  if (st__pipe_stage_reserve(m, st, 1) != ST_OK) goto fail;
+  *out = st;
+  return ST_OK;
+fail:
+  st__pipe_stage_destroy(m, st);
+  return st_error(ST_ERR_NOMEM, "pipeline stage %d: out of memory", index);
+}
+
+void st__pipe_stage_destroy(const st_net *m, st_pipe_stage *st) {
+  (void)m;
+  if (!st) return;
+  if (st->ctx) {
+    free_slots(st);
+    st->ctx->be->free(st->ctx, st->grads);
+    st->ctx->be->free(st->ctx, st->dw);
+    st_backend_ctx_destroy(st->ctx);
+  }
+  free(st->acts);
+  free(st->caches);
+  free(st->recv);
+  free(st->in);
+  free(st->dxs);
+  free(st);
+}
+
+/* ---- passes ------------------------------------------------------------- */
+
+/* The arguments of layer i's call for micro-batch mb in slot (replica.c's
+ * make_call, with the stage's buffers; dropout keyed as one device's slice
+ * mb). Gradients go to dwbuf, indexed from the stage's first variable. */
+static st_layer_call stage_call(const st_net *m, st_pipe_stage *st, int i, int slot, int mb,
+                                int n, bool training, int64_t step, float *dwbuf) {
+  const st_layer *l = m->layers[i];
+  st_layer_call c;
+  memset(&c, 0, sizeof c);
+  c.be = st->ctx->be;
+  c.ctx = st->ctx;
+  c.batch = n;
+  c.training = training;
+  c.cache = st->caches[(size_t)slot * (size_t)(st->hi - st->lo) + (size_t)(i - st->lo)];
+  c.workspace = st->workspace;
+  c.seed = m->seed;
+  c.stream = ((uint64_t)step << 24) ^ ((uint64_t)i << 12) ^ (uint64_t)mb;
+  c.global_batch = n;
+  for (int p = 0; p < l->nparams; p++) {
+    c.w[p] = st__var_ptr(l, p, m->params, m->state);
+    c.dw[p] = l->params[p].trainable ? dwbuf + (l->params[p].offset - st->poff) : NULL;
+  }
+  return c;
+}
+
+const float *st__pipe_stage_forward(const st_net *m, st_pipe_stage *st, int slot, int mb,
+                                    const float *x, int n, bool training, int64_t step) {
+  ST_ASSERT(n <= st->cap && slot < st->nslots);
+  float **acts = st->acts + (size_t)slot * (size_t)(st->hi - st->lo);
+  const float *in = x;
+  for (int i = st->lo; i < st->hi; i++) {
+    st_layer_call c = stage_call(m, st, i, slot, mb, n, training, step, st->grads);
+    c.x = in;
+    c.y = acts[i - st->lo];
+    m->layers[i]->vt->forward(m->layers[i], &c);
+    in = acts[i - st->lo];
+  }
+  return in;
+}
+
+void st__pipe_stage_backward(const st_net *m, st_pipe_stage *st, int slot, int mb,
+                             bool to_dw, const float *x, float *dy, int n, float *dx, int first,
+                             int64_t step) {
+  float **acts = st->acts + (size_t)slot * (size_t)(st->hi - st->lo);
+  float *dwbuf = to_dw ? st->dw : st->grads;
+  for (int i = st->hi - 1; i >= st->lo && i >= first; i--) {
+    float *next = i == st->lo ? dx : (dy == st->dbuf[0] ? st->dbuf[1] : st->dbuf[0]);
+    st_layer_call c = stage_call(m, st, i, slot, mb, n, true, step, dwbuf);
+    c.x = i > st->lo ? acts[i - st->lo - 1] : x;
+    c.y = acts[i - st->lo];
+    c.dy = dy;
+    c.dy_writable = true;
+    c.dx = i > first ? next : NULL;
+    m->layers[i]->vt->backward(m->layers[i], &c);
+    dy = next;
+  }
+}
