@@ -475,10 +475,6 @@ st_status st__cluster_create(const st_strategy_options *o, struct st_cluster **o
   if (o->auto_shard < 0 || o->auto_shard >= ST_AUTO_SHARD_COUNT)
     return st_error(ST_ERR_INVALID, "multi_worker_mirrored: auto_shard %d out of range",
                     (int)o->auto_shard);
-  if (o->auto_shard == ST_AUTO_SHARD_FILE)
-    return st_error(ST_ERR_INVALID, "multi_worker_mirrored: auto-shard FILE needs a dataset "
-                    "read from at least as many files as workers; Strata's datasets are "
-                    "in memory (use data or off)");
   if (o->collective_timeout < 0 || o->collective_timeout != o->collective_timeout)
     return st_error(ST_ERR_INVALID, "multi_worker_mirrored: collective timeout %g s",
                     o->collective_timeout);
@@ -486,7 +482,11 @@ st_status st__cluster_create(const st_strategy_options *o, struct st_cluster **o
   if (!c) return st_error(ST_ERR_NOMEM, "multi_worker_mirrored: out of memory");
   c->rank = rank;
   c->size = size;
-  c->shard = o->auto_shard == ST_AUTO_SHARD_OFF ? ST_AUTO_SHARD_OFF : ST_AUTO_SHARD_DATA;
+  /* FILE: each worker's pipeline reads its own files (the caller shards them,
+   * st_tfrecord_dataset_options.num_shards / shard_index), so its batches are
+   * its own, trained whole as with OFF. */
+  c->shard = o->auto_shard == ST_AUTO_SHARD_OFF || o->auto_shard == ST_AUTO_SHARD_FILE
+                 ? ST_AUTO_SHARD_OFF : ST_AUTO_SHARD_DATA;
   c->timeout = o->collective_timeout > 0 ? o->collective_timeout : ST_DEFAULT_COLLECTIVE_TIMEOUT;
   c->node_procs = st__mpi_node_size();
   *out = c;
