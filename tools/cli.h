@@ -83,7 +83,7 @@ typedef struct cli_tfrecord_args {
   const char *pattern;    /* after "tfrecord:" */
   const char *features;   /* --features SPEC.json */
   const char *test_data;  /* --test-data tfrecord:PATTERN or NULL */
-  st_compression compression;
+  const char *compression; /* --compression, or NULL: gzip when a pattern ends in .gz */
   bool skip_corrupt;
   long shuffle_buffer;    /* 0 = none */
   long train_examples;    /* 0 = all */

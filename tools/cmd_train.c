@@ -389,14 +389,10 @@ static void clean_stale(const train_cfg *c, time_t start) {
  * worker this is (auto-shard file reads this worker's files). */
 static int load_tfrecord(const train_cfg *c, const st_strategy_options *so,
                          const st_strategy *strategy, cli_tfrecord_args *a, cli_data *d) {
-  const char *pattern = c->data + 9;
-  size_t len = strlen(pattern);
-  a->pattern = pattern;
+  a->pattern = c->data + 9;
   a->features = c->features;
   a->test_data = c->test_data;
-  a->compression = len > 3 && !strcmp(pattern + len - 3, ".gz") ? ST_COMPRESSION_GZIP
-                                                                  : ST_COMPRESSION_NONE;
-  if (c->compression) st_compression_parse(c->compression, &a->compression);
+  a->compression = c->compression;
   a->skip_corrupt = c->skip_corrupt;
   a->shuffle_buffer = c->shuffle_buffer >= 0 ? c->shuffle_buffer : 10000;
   a->train_examples = c->train_examples;

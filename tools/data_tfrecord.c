@@ -30,7 +30,10 @@ static st_status open_files(const char *pattern, const st_example_spec *spec,
   st_status s = st_list_files(pattern, false, 0, &files, &n);
   if (s != ST_OK) return s;
   st_tfrecord_dataset_options o = st_tfrecord_dataset_default_options();
-  o.record.compression = a->compression;
+  size_t len = strlen(pattern);
+  o.record.compression = len > 3 && !strcmp(pattern + len - 3, ".gz") ? ST_COMPRESSION_GZIP
+                                                                      : ST_COMPRESSION_NONE;
+  if (a->compression) st_compression_parse(a->compression, &o.record.compression);
   o.record.skip_corrupt = a->skip_corrupt;
   o.spec = *spec;
   if (shard) {

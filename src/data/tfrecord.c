@@ -191,6 +191,9 @@ static st_status read_one(st_tfrecord_reader *r, size_t *size, bool *end, bool *
     return damaged(r, true, skipped, "truncated record header: %llu of %llu bytes", at, got,
                    sizeof h);
   uint64_t len = load_le64(h);
+  if (masked_crc(h, 8) != load_le32(h + 8) && at == 0 && !r->gz && h[0] == 0x1f && h[1] == 0x8b)
+    return damaged(r, true, skipped, "length field CRC mismatch: the file looks gzip-compressed "
+                   "(read it with compression GZIP)", at, 0, 0);
   if (masked_crc(h, 8) != load_le32(h + 8))
     return damaged(r, true, skipped, "length field CRC mismatch (length field reads %llu, "
                    "stored CRC 0x%08llx)", at, (unsigned long long)len, load_le32(h + 8));

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# TFRecord data end to end through the CLI (issue 18):
+#  - `strata convert`: Fashion-MNIST (the first 512 training examples) to 16
+#    shards, plain and GZIP, plus the --features spec;
+#  - `strata train --data tfrecord:...` with shuffling off gives the same
+#    weights bytes as the same examples from IDX (cnn and mlp; plain and GZIP);
+#  - damaged shards (truncated, bit flips in a length, a length CRC, a payload,
+#    a payload CRC, a valid gigabyte length field): exit 2 naming the file and
+#    the byte offset, or, with --skip-corrupt-records, exit 0 and the skipped
+#    record counted;
+#  - usage errors: no --features, a VarLen spec, --auto-shard file on IDX data.
+# Skips (77) without the Fashion-MNIST package. Multi-worker: test_tfrecord_mpi.sh.
+set -u
+cli=${STRATA_CLI:?set by CTest}
+src=${STRATA_SOURCE_DIR:?set by CTest}
+data=/usr/share/datasets/fashion-mnist
+if [ ! -e $data/train-images-idx3-ubyte.gz ]; then
+  echo "SKIP: $data missing (apt-get install dataset-fashion-mnist)"; exit 77
+fi
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+fail=0
+check() { if eval "$2"; then echo "ok - $1"; else echo "not ok - $1"; fail=1; fi; }
+n=512
+"$cli" convert --out "$tmp/fm" --shards 16 --examples $n --features "$tmp/spec.json" >"$tmp/conv.out"
+check "convert: 16 plain shards and a spec" \
+  "[ \$(ls $tmp/fm-*-of-00016.tfrecord | wc -l) -eq 16 ] && grep -q '\"uint8\", \"shape\": \[28, 28, 1\]' $tmp/spec.json"
+"$cli" convert --out "$tmp/gz" --shards 16 --examples $n --compression gzip >/dev/null
+check "convert: 16 GZIP shards" "[ \$(ls $tmp/gz-*-of-00016.tfrecord.gz | wc -l) -eq 16 ]"
+"$cli" convert --out "$tmp/test" --split test --examples 500 >/dev/null
+tfr() { "$cli" train --data "tfrecord:$1" --features "$tmp/spec.json" --shuffle-buffer 0 "${@:2}"; }
+for model in cnn mlp; do
+  common=(--model $model --seed 3 --batch-size 32 --quiet)
+  "$cli" train "${common[@]}" --train-examples $n --shuffle-buffer 0 --save "$tmp/idx.st" >/dev/null
+  tfr "$tmp/fm-*.tfrecord" "${common[@]}" --test-data "tfrecord:$tmp/test-*" --save "$tmp/plain.st" >/dev/null
+  check "$model: 16 plain shards train to the weights bytes of IDX" "cmp -s $tmp/idx.st $tmp/plain.st"
+  tfr "$tmp/gz-*.tfrecord.gz" "${common[@]}" --test-data "tfrecord:$tmp/test-*" --save "$tmp/gz.st" >/dev/null
+  check "$model: 16 GZIP shards train to the weights bytes of IDX" "cmp -s $tmp/idx.st $tmp/gz.st"
+done
+"$cli" train --data "tfrecord:$tmp/fm-*.tfrecord" --features "$tmp/spec.json" --model mlp --seed 3 --quiet \
+  --test-data "tfrecord:$tmp/test-*" --shuffle-buffer 100 --save "$tmp/shuf.st" >/dev/null
+check "a shuffle buffer changes the order (other weights)" "[ -s $tmp/shuf.st ] && ! cmp -s $tmp/idx.st $tmp/shuf.st"
+"$cli" train --data "tfrecord:$tmp/fm-*.tfrecord" --features "$tmp/spec.json" --model mlp --seed 3 --quiet \
+  --test-data "tfrecord:$tmp/test-*" --shuffle-buffer 100 --save "$tmp/shuf2.st" >/dev/null
+check "the same seed, the same shuffled order (same bytes)" "cmp -s $tmp/shuf.st $tmp/shuf2.st"
+
+# ---- damaged shards: a copy of the 16 plain shards with shard 3 damaged ----
+victim=fm-00003-of-00016.tfrecord
+rec=$(python3 -c "import struct,sys; print(struct.unpack('<Q', open(sys.argv[1],'rb').read(8))[0] + 16)" "$tmp/$victim")
+damage() { # NAME OFFSET XOR | NAME truncate BYTES | NAME append FILE
+  rm -rf "$tmp/d" && mkdir "$tmp/d" && cp "$tmp"/fm-*.tfrecord "$tmp/d/"
+  python3 - "$tmp/d/$victim" "$2" "$3" <<'EOF'
+import sys
+p, what, arg = sys.argv[1], sys.argv[2], sys.argv[3]
+b = bytearray(open(p, 'rb').read())
+if what == 'truncate': b = b[:int(arg)]
+elif what == 'append': b += open(arg, 'rb').read()
+else: b[int(what)] ^= int(arg)
+open(p, 'wb').write(b)
+EOF
+}
+size=$(stat -c %s "$tmp/$victim")
+cases=(
+  "truncated|truncate $((size - 100))|$((size - rec))|truncated record"
+  "length bit flip|$((rec + 2)) 16|$rec|length field CRC mismatch"
+  "length CRC bit flip|$((rec + 9)) 1|$rec|length field CRC mismatch"
+  "payload bit flip|$((rec + 12 + 300)) 128|$rec|payload CRC mismatch"
+  "payload CRC bit flip|$((2 * rec - 2)) 4|$rec|payload CRC mismatch"
+  "gigabyte length field|append $src/tests/fuzz/corpus/tfrecord_fuzz/gigabyte_length|$size|record length 1073741824 exceeds the limit"
+)
+for c in "${cases[@]}"; do
+  IFS='|' read -r name how off msg <<<"$c"
+  damage x $how
+  tfr "$tmp/d/fm-*.tfrecord" --model mlp --quiet --test-data "tfrecord:$tmp/test-*" >/dev/null 2>"$tmp/err"
+  rc=$?
+  check "$name: exit 2 naming the file and offset $off ($(head -c 160 "$tmp/err"))" \
+    "[ $rc -eq 2 ] && grep -q '$victim: offset $off: $msg' $tmp/err"
+  tfr "$tmp/d/fm-*.tfrecord" --model mlp --skip-corrupt-records --test-data "tfrecord:$tmp/test-*" \
+    >/dev/null 2>"$tmp/err"
+  rc=$?
+  check "$name, --skip-corrupt-records: exit 0, one record skipped and counted" \
+    "[ $rc -eq 0 ] && grep -q ', 1 damaged records skipped' $tmp/err"
+done
+head -c 5000 "$tmp/gz-00000-of-00016.tfrecord.gz" >"$tmp/cut.tfrecord.gz"
+tfr "$tmp/cut.tfrecord.gz" --model mlp --quiet --test-data "tfrecord:$tmp/test-*" >/dev/null 2>"$tmp/err"
+rc=$?
+check "a truncated GZIP shard: exit 2 naming the file and an offset ($(head -c 160 "$tmp/err"))" \
+  "[ $rc -eq 2 ] && grep -q 'cut.tfrecord.gz: offset [0-9]*: ' $tmp/err"
+
+# ---- usage errors ----
+"$cli" train --data "tfrecord:$tmp/fm-*" --quiet >/dev/null 2>"$tmp/err"
+check "tfrecord without --features: exit 2" "[ \$? -eq 2 ] && grep -q 'needs --features' $tmp/err"
+echo '{"x": {"name": "image", "dtype": "uint8", "var_len": true}}' >"$tmp/varlen.json"
+"$cli" train --data "tfrecord:$tmp/fm-*" --features "$tmp/varlen.json" --quiet >/dev/null 2>"$tmp/err"
+check "a VarLen spec: exit 2 saying it is not supported" "[ \$? -eq 2 ] && grep -q 'VarLenFeature is not supported' $tmp/err"
+"$cli" train --data "tfrecord:$tmp/none-*" --features "$tmp/spec.json" --quiet >/dev/null 2>"$tmp/err"
+check "a pattern matching nothing: exit 2" "[ \$? -eq 2 ] && grep -q 'no files match' $tmp/err"
+"$cli" train --strategy multi_worker_mirrored --auto-shard file --train-examples 64 --quiet >/dev/null 2>"$tmp/err"
+check "--auto-shard file on IDX data: exit 2" "[ \$? -eq 2 ] && grep -q 'needs a file dataset' $tmp/err"
+exit $fail
