@@ -169,10 +169,11 @@ void cli_tfrecord_report(const char *cmd, const cli_tfrecord_args *a, const cli_
   char **files = NULL;
   if (st_list_files(a->pattern, false, 0, &files, &nfiles) == ST_OK)
     st_list_files_free(files, nfiles);
-  fprintf(stderr, "strata %s: tfrecord: worker %d of %d read %d of %d files (auto-shard %s): "
+  const char *policy = a->workers == 1 ? "one worker" : a->shard == ST_AUTO_SHARD_FILE ? "auto-shard file"
+                       : a->shard == ST_AUTO_SHARD_OFF ? "auto-shard off" : "auto-shard data";
+  fprintf(stderr, "strata %s: tfrecord: worker %d of %d read %d of %d files (%s): "
           "%lld examples (checksum 0x%016llx), %lld damaged records skipped\n", cmd, a->worker,
-          a->workers, st_dataset_tfrecord_file_count(d->train), nfiles,
-          a->shard == ST_AUTO_SHARD_FILE ? "file" : a->shard == ST_AUTO_SHARD_OFF ? "off" : "data",
+          a->workers, st_dataset_tfrecord_file_count(d->train), nfiles, policy,
           a->tally ? (long long)a->tally->examples : -1LL,
           a->tally ? (unsigned long long)a->tally->checksum : 0ULL,
           (long long)st_dataset_tfrecord_skipped(d->train));
