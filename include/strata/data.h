@@ -101,7 +101,8 @@ typedef struct st_tfrecord_options {
   st_compression compression; /* ST_COMPRESSION_NONE */
   size_t buffer_size;         /* read (or write) buffer bytes; 0 = 256 KiB */
   size_t max_record_bytes;    /* longer records are refused (or skipped): the cap on
-                                 one allocation whatever a length field says; 64 MiB */
+                                 one allocation whatever a length field says; 64 MiB
+                                 (0 = that; at most 2^40, as buffer_size) */
   bool skip_corrupt;          /* false: a damaged record is an error (ST_ERR_FORMAT
                                  naming file and byte offset); true: skipped and
                                  counted (a damaged length or a truncated tail

@@ -17,6 +17,7 @@
 #define DEFAULT_BUFFER (256u << 10)
 #define DEFAULT_MAX_RECORD (64u << 20)
 #define HEADER_BYTES 12
+#define MAX_RECORD_LIMIT ((size_t)1 << 40)
 
 st_tfrecord_options st_tfrecord_default_options(void) {
   return (st_tfrecord_options){ST_COMPRESSION_NONE, DEFAULT_BUFFER, DEFAULT_MAX_RECORD, false};
@@ -115,6 +116,9 @@ st_status st_tfrecord_reader_create(const char *path, const st_tfrecord_options 
     return st_error(ST_ERR_INVALID, "%s: compression %d out of range", path, (int)opt.compression);
   if (!opt.buffer_size) opt.buffer_size = DEFAULT_BUFFER;
   if (!opt.max_record_bytes) opt.max_record_bytes = DEFAULT_MAX_RECORD;
+  if (opt.max_record_bytes > MAX_RECORD_LIMIT || opt.buffer_size > MAX_RECORD_LIMIT)
+    return st_error(ST_ERR_INVALID, "%s: max_record_bytes %zu / buffer_size %zu: at most 2^40",
+                    path, opt.max_record_bytes, opt.buffer_size);
   st_tfrecord_reader *r = calloc(1, sizeof *r);
   if (!r || !(r->path = strdup(path))) goto fail_nomem;
   r->o = opt;
