@@ -7,7 +7,7 @@
  *
  * Build (after building libstrata in build/):
  *   gcc -O2 -std=c11 -Iinclude -Isrc bench/tfrecord_bench.c build/libstrata.a \
- *       -lprotobuf-c -ljansson -lz -lm -ldl -lpthread -o /tmp/tfrecord_bench
+ *       -lprotobuf-c -ljansson -lz -lm -ldl -lpthread $(mpicc --showme:link) -o /tmp/tfrecord_bench
  * Run (files from `strata convert`; SPEC from its --features):
  *   /tmp/tfrecord_bench 'DIR/fm-*.tfrecord' SPEC.json [repeats=3]
  * Prints one line per thread count: the best of `repeats` passes (the files

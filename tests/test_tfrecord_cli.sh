@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # TFRecord data end to end through the CLI (issue 18):
-#  - `strata convert`: Fashion-MNIST (the first 512 training examples) to 16
-#    shards, plain and GZIP, plus the --features spec;
+#  - `strata convert`: Fashion-MNIST's first 512 training examples (an IDX
+#    directory written here) to 16 shards, plain and GZIP, plus the spec;
 #  - `strata train --data tfrecord:...` with shuffling off gives the same
 #    weights bytes as the same examples from IDX (cnn and mlp; plain and GZIP);
 #  - damaged shards (truncated, bit flips in a length, a length CRC, a payload,
@@ -21,16 +21,34 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 fail=0
 check() { if eval "$2"; then echo "ok - $1"; else echo "not ok - $1"; fail=1; fi; }
 n=512
-"$cli" convert --out "$tmp/fm" --shards 16 --examples $n --features "$tmp/spec.json" >"$tmp/conv.out"
+# a small IDX directory: the first 512 training and 500 test examples (so the
+# IDX runs evaluate on the same 500 test examples as the tfrecord runs)
+python3 - "$data" "$tmp/idx" <<'EOF'
+import gzip, os, sys
+src, dst = sys.argv[1], sys.argv[2]
+os.makedirs(dst)
+for name, n in (("train-images-idx3-ubyte", 512), ("train-labels-idx1-ubyte", 512),
+                ("t10k-images-idx3-ubyte", 500), ("t10k-labels-idx1-ubyte", 500)):
+    b = gzip.open(os.path.join(src, name + ".gz")).read()
+    rank = b[3]
+    row = 1
+    for k in range(1, rank):
+        row *= int.from_bytes(b[4 + 4 * k:8 + 4 * k], "big")
+    head = bytearray(b[:4 + 4 * rank])
+    head[4:8] = n.to_bytes(4, "big")
+    off = 4 + 4 * rank
+    open(os.path.join(dst, name), "wb").write(bytes(head) + b[off:off + n * row])
+EOF
+"$cli" convert --data "$tmp/idx" --out "$tmp/fm" --shards 16 --features "$tmp/spec.json" >"$tmp/conv.out"
 check "convert: 16 plain shards and a spec" \
   "[ \$(ls $tmp/fm-*-of-00016.tfrecord | wc -l) -eq 16 ] && grep -q '\"uint8\", \"shape\": \[28, 28, 1\]' $tmp/spec.json"
-"$cli" convert --out "$tmp/gz" --shards 16 --examples $n --compression gzip >/dev/null
+"$cli" convert --data "$tmp/idx" --out "$tmp/gz" --shards 16 --compression gzip >/dev/null
 check "convert: 16 GZIP shards" "[ \$(ls $tmp/gz-*-of-00016.tfrecord.gz | wc -l) -eq 16 ]"
-"$cli" convert --out "$tmp/test" --split test --examples 500 >/dev/null
+"$cli" convert --data "$tmp/idx" --out "$tmp/test" --split test >/dev/null
 tfr() { "$cli" train --data "tfrecord:$1" --features "$tmp/spec.json" --shuffle-buffer 0 "${@:2}"; }
 for model in cnn mlp; do
   common=(--model $model --seed 3 --batch-size 32 --quiet)
-  "$cli" train "${common[@]}" --train-examples $n --shuffle-buffer 0 --save "$tmp/idx.st" >/dev/null
+  "$cli" train "${common[@]}" --data "$tmp/idx" --shuffle-buffer 0 --save "$tmp/idx.st" >/dev/null
   tfr "$tmp/fm-*.tfrecord" "${common[@]}" --test-data "tfrecord:$tmp/test-*" --save "$tmp/plain.st" >/dev/null
   check "$model: 16 plain shards train to the weights bytes of IDX" "cmp -s $tmp/idx.st $tmp/plain.st"
   tfr "$tmp/gz-*.tfrecord.gz" "${common[@]}" --test-data "tfrecord:$tmp/test-*" --save "$tmp/gz.st" >/dev/null
