@@ -434,6 +434,41 @@ static void test_list_files(void) {
   CHECK(strstr(st_last_error(), "no files match") != NULL);
 }
 
+/* Bad arguments: errors, never crashes. */
+static void test_misuse(void) {
+  st_tfrecord_dataset_options o = st_tfrecord_dataset_default_options();
+  o.spec = image_spec();
+  const char *files[2] = {tmp_path("ds-00.tfrecord"), NULL};
+  st_dataset *ds = (st_dataset *)1;
+  CHECK_EQ(st_dataset_tfrecord(files, 2, &o, &ds), ST_ERR_INVALID);
+  CHECK(ds == NULL);
+  CHECK(strstr(st_last_error(), "file 1 is NULL") != NULL);
+  CHECK_EQ(st_dataset_tfrecord(files, 0, &o, &ds), ST_ERR_INVALID);
+  o.cycle_length = 0;
+  CHECK_EQ(st_dataset_tfrecord(files, 1, &o, &ds), ST_ERR_INVALID);
+  o.cycle_length = 1;
+  o.spec.x.name[0] = 0;
+  CHECK_EQ(st_dataset_tfrecord(files, 1, &o, &ds), ST_ERR_INVALID);
+  st_tfrecord_reader *r = NULL;
+  CHECK_EQ(st_tfrecord_reader_create(tmp_path("missing.tfrecord"), NULL, &r), ST_ERR_IO);
+  CHECK(strstr(st_last_error(), "missing.tfrecord") != NULL);
+  st_tfrecord_options to = st_tfrecord_default_options();
+  to.max_record_bytes = (size_t)1 << 50;
+  CHECK_EQ(st_tfrecord_reader_create(files[0], &to, &r), ST_ERR_INVALID);
+  CHECK_EQ(st_tfrecord_reader_next(NULL, NULL, NULL, NULL), ST_ERR_INVALID);
+  st_tfrecord_reader_destroy(NULL);
+  st_tfrecord_writer_destroy(NULL);
+  CHECK_EQ(st_dataset_tfrecord_skipped(NULL), 0);
+  CHECK_EQ(st_dataset_tfrecord_file_count(NULL), 0);
+  st_list_files_free(NULL, 0);
+  /* an abandoned writer leaves nothing behind */
+  st_tfrecord_writer *w = NULL;
+  CHECK_OK(st_tfrecord_writer_create(tmp_path("abandoned.tfrecord"), NULL, &w));
+  CHECK_OK(st_tfrecord_writer_write(w, "x", 1));
+  st_tfrecord_writer_destroy(w);
+  CHECK(access(tmp_path("abandoned.tfrecord"), F_OK) != 0);
+}
+
 static void rm_dir(void) {
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
@@ -449,6 +484,7 @@ int main(int argc, char **argv) {
       CHECK_CASE(test_parse_example),       CHECK_CASE(test_spec_json),
       CHECK_CASE(test_dataset),             CHECK_CASE(test_file_shards),
       CHECK_CASE(test_dataset_damage),      CHECK_CASE(test_list_files),
+      CHECK_CASE(test_misuse),
   };
   int rc = CHECK_MAIN(argc, argv, cases);
   rm_dir();

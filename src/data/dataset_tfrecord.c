@@ -191,6 +191,7 @@ st_status st_dataset_tfrecord(const char *const *files, int nfiles,
   if (s != ST_OK) return s;
   tfr_node *n = calloc(1, sizeof *n);
   int keep = (nfiles - o->shard_index + o->num_shards - 1) / o->num_shards;
+  if (n) n->base.ops = &tfr_ops; /* st_dataset_destroy can free it from here on */
   if (!n || !(n->files = calloc((size_t)keep, sizeof *n->files))) goto fail_nomem;
   for (int i = o->shard_index; i < nfiles; i += o->num_shards) {
     if (!files[i]) {
@@ -211,10 +212,7 @@ st_status st_dataset_tfrecord(const char *const *files, int nfiles,
   *out = ds;
   return ST_OK;
 fail_nomem:
-  if (n) {
-    n->base.ops = &tfr_ops;
-    st_dataset_destroy(&n->base);
-  }
+  st_dataset_destroy(n ? &n->base : NULL);
   return st_error(ST_ERR_NOMEM, "st_dataset_tfrecord: out of memory");
 }
 
