@@ -61,6 +61,17 @@ check "a shuffle buffer changes the order (other weights)" "[ -s $tmp/shuf.st ] 
   --test-data "tfrecord:$tmp/test-*" --shuffle-buffer 100 --save "$tmp/shuf2.st" >/dev/null
 check "the same seed, the same shuffled order (same bytes)" "cmp -s $tmp/shuf.st $tmp/shuf2.st"
 
+# ---- CSV: features as a float_list "x", integer labels as int64 "label";
+# trained by a Keras model whose input is (None, 3) ----
+printf 'a,b,c,label\n1,2,3,0\n4,5,6,1\n7,8,9.5,2\n0,1,0,1\n' >"$tmp/s.csv"
+"$cli" convert --data "$tmp/s.csv" --out "$tmp/csv" --shards 2 --features "$tmp/csv.json" >/dev/null
+check "convert CSV: 2 shards, spec x float32 [3], y int64" \
+  "[ -s $tmp/csv-00001-of-00002.tfrecord ] && grep -q '\"x\", \"dtype\": \"float32\", \"shape\": \[3\]' $tmp/csv.json && grep -q '\"int64\"' $tmp/csv.json"
+sed 's/"batch_shape": \[null, 28, 28, 1\]/"batch_shape": [null, 3]/' "$src/tests/keras/mlp_keras3.json" >"$tmp/m3.json"
+"$cli" train --model "$tmp/m3.json" --data "tfrecord:$tmp/csv-*" --features "$tmp/csv.json" \
+  --test-data "tfrecord:$tmp/csv-*" --quiet >"$tmp/csv.out" 2>&1
+check "a Keras model trains on the CSV's TFRecord shards" "[ \$? -eq 0 ] && grep -q test_accuracy $tmp/csv.out"
+
 # ---- damaged shards: a copy of the 16 plain shards with shard 3 damaged ----
 victim=fm-00003-of-00016.tfrecord
 rec=$(python3 -c "import struct,sys; print(struct.unpack('<Q', open(sys.argv[1],'rb').read(8))[0] + 16)" "$tmp/$victim")
