@@ -3,14 +3,15 @@
  * mpi/mpi.c). Process = worker; rank 0 is the chief.
  *
  * Input (TensorFlow's AutoShardPolicy): every worker runs the same input
- * pipeline (same seed). With DATA (the default; AUTO resolves to it, as
- * Strata's datasets are not split into files) worker w keeps its contiguous
+ * pipeline (same seed). With DATA (the default; AUTO resolves to it here:
+ * the CLI resolves AUTO to FILE for TFRecord data) worker w keeps its contiguous
  * share of each global batch, the slice st__split gives it. (TensorFlow's
  * DATA keeps every W-th element of the stream: the same examples per step,
  * grouped differently. Contiguous shares make W workers of L replicas split a
  * batch as W*L mirrored replicas do, so 2 one-replica workers reproduce a
  * 2-thread single process bit for bit, Adam included.) With OFF each worker
- * trains on all of its own batches and the global batch is their union. Before each
+ * trains on all of its own batches and the global batch is their union; FILE
+ * (each worker's pipeline reads its own files) trains the same way. Before each
  * step the workers exchange their batch sizes: the pass ends for all of them
  * as soon as one has no batch left (no worker runs an extra step), and with
  * DATA every worker must have drawn the same global batch.
