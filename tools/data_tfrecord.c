@@ -73,7 +73,9 @@ static st_status default_test(const st_example_spec *sp, cli_data *d, bool *ok) 
   st_status s = st_idx_read(p, &d->raw.test_x);
   snprintf(p, sizeof p, "%s/t10k-labels-idx1-ubyte.gz", dir);
   if (s == ST_OK) s = st_idx_read(p, &d->raw.test_y);
-  if (s != ST_OK || d->raw.test_x.dtype != ST_U8 || d->raw.test_x.rank != 3) return ST_OK;
+  if (s != ST_OK)
+    return st_error_prefix(s, "the default test set (no --test-data given): ");
+  if (d->raw.test_x.dtype != ST_U8 || d->raw.test_x.rank != 3) return ST_OK;
   d->raw.test_x.dims[3] = 1;
   d->raw.test_x.rank = 4;
   s = st_dataset_from_tensor_slices(&d->raw.test_x, &d->raw.test_y, 1.0f / 255.0f, false,
@@ -107,7 +109,9 @@ static int make_test(const char *cmd, const st_example_spec *sp, const cli_tfrec
     }
   }
   if (s == ST_OK) s = st_dataset_batch(d->test, eval_batch, false, &d->test);
-  return s == ST_OK ? EXIT_OK : cli_fail(cmd, s);
+  if (s == ST_OK) return EXIT_OK;
+  fprintf(stderr, "strata %s: %s\n", cmd, st_last_error());
+  return s == ST_ERR_NOMEM ? EXIT_FAIL : EXIT_USAGE; /* a missing or bad file: as --data */
 }
 
 int cli_load_tfrecord(const char *cmd, const cli_tfrecord_args *a, cli_data *d) {

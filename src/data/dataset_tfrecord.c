@@ -243,7 +243,7 @@ st_status st_list_files(const char *pattern, bool shuffle, uint64_t seed, char *
   *files = NULL;
   *n = 0;
   glob_t g;
-  int rc = glob(pattern, GLOB_ERR, NULL, &g); /* sorted by name (not GLOB_NOSORT) */
+  int rc = glob(pattern, 0, NULL, &g); /* sorted by name (not GLOB_NOSORT) */
   if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0)) {
     if (rc == 0) globfree(&g);
     return st_error(ST_ERR_INVALID, "%s: no files match", pattern);
