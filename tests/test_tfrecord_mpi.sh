@@ -3,8 +3,9 @@
 # Fashion-MNIST's first 512 examples in 16 shards; mpirun -np 2: each worker
 # reads 8 of the 16 files, the two workers' examples add up to the 512 of a
 # one-process run (count and the sum of per-example CRC32Cs: no example twice,
-# none missing); AUTO resolves to FILE for tfrecord data; 2 workers over 1
-# file: exit 2 naming the shortage.
+# none missing); AUTO resolves to FILE for tfrecord data; --auto-shard data
+# gives the bytes of one process with 2 replicas; 2 workers over 1 file:
+# exit 2 naming the shortage.
 # Skips (77) without mpirun, an MPI build or the Fashion-MNIST package.
 set -u
 cli=${STRATA_CLI:?set by CTest}
@@ -50,6 +51,13 @@ for l in sys.stdin:
 print(n, '%016x' % c)")
 check "the workers' examples add up to the one-process set, none twice ($sum vs $n1 ${c1#0x})" \
   "[ '$sum' = '$n1 ${c1#0x}' ]"
+# DATA on tfrecord data: every worker reads every file and keeps its share of
+# each global batch, as 2 in-process replicas split it: the same bytes
+timeout 120 mpirun -np 2 "$cli" "${args[@]}" --strategy multi_worker_mirrored --auto-shard data \
+  --save "$tmp/data.st" >/dev/null 2>"$tmp/data.err"
+"$cli" "${args[@]}" --strategy mirrored --replicas 2 --save "$tmp/mirrored.st" >/dev/null 2>&1
+check "auto-shard data: each worker reads 16 of 16 files, weights = one process with 2 replicas" \
+  "[ \$(grep -c 'read 16 of 16 files (auto-shard data)' $tmp/data.err) -eq 2 ] && cmp -s $tmp/data.st $tmp/mirrored.st"
 timeout 120 mpirun -np 2 "$cli" "${args[@]/fm-\*/fm-00000-*}" --strategy multi_worker_mirrored \
   --auto-shard file >/dev/null 2>"$tmp/few.err"
 rc=$?
