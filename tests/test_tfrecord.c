@@ -447,6 +447,10 @@ static void test_misuse(void) {
   o.cycle_length = 0;
   CHECK_EQ(st_dataset_tfrecord(files, 1, &o, &ds), ST_ERR_INVALID);
   o.cycle_length = 1;
+  o.spec.x.shape = (st_shape){4, {1 << 30, 1 << 30, 1 << 30, 1 << 30}};
+  CHECK_EQ(st_dataset_tfrecord(files, 1, &o, &ds), ST_ERR_INVALID);
+  CHECK(strstr(st_last_error(), "more than 2^28 values") != NULL);
+  o.spec = image_spec();
   o.spec.x.name[0] = 0;
   CHECK_EQ(st_dataset_tfrecord(files, 1, &o, &ds), ST_ERR_INVALID);
   st_tfrecord_reader *r = NULL;

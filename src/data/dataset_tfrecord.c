@@ -168,6 +168,14 @@ static st_status check_options(int nfiles, const st_tfrecord_dataset_options *o)
   for (int i = 0; i < sp->y.shape.rank; i++)
     if (sp->y.shape.dims[i] < 1) return st_error(ST_ERR_INVALID, "tfrecord dataset: spec.y "
                                                  "dimension %d is %d", i, sp->y.shape.dims[i]);
+  const st_feature_spec *fs[2] = {&sp->x, &sp->y};
+  for (int k = 0; k < 2; k++) { /* at most 2^28 values a feature: no size overflow */
+    uint64_t n = 1;
+    for (int i = 0; i < fs[k]->shape.rank && n <= (1u << 28); i++) n *= (uint64_t)fs[k]->shape.dims[i];
+    if (n > (1u << 28))
+      return st_error(ST_ERR_INVALID, "tfrecord dataset: spec.%s has more than 2^28 values",
+                      k ? "y" : "x");
+  }
   if (o->num_shards < 1 || o->shard_index < 0 || o->shard_index >= o->num_shards)
     return st_error(ST_ERR_INVALID, "tfrecord dataset: shard %d of %d", o->shard_index,
                     o->num_shards);
