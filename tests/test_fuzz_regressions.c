@@ -13,6 +13,7 @@
 #include "fuzz/idx_fuzz.c"
 #include "fuzz/keras_json_fuzz.c"
 #include "fuzz/safetensors_fuzz.c"
+#include "fuzz/tfrecord_fuzz.c"
 
 typedef struct fuzz_target {
   const char *name;
@@ -26,6 +27,7 @@ static const fuzz_target targets[] = {
     {"safetensors_fuzz", st_fuzz_safetensors},
     {"checkpoint_fuzz", st_fuzz_checkpoint},
     {"cli_args_fuzz", st_fuzz_cli_args},
+    {"tfrecord_fuzz", st_fuzz_tfrecord},
 };
 
 static int by_name(const void *a, const void *b) {

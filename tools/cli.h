@@ -58,6 +58,7 @@ typedef struct cli_data {
                                 CRC32C of the first and last examples' bytes
                                 (st_fit_options.data_fingerprint) */
   int batch;                 /* as loaded, to rebuild the pipelines */
+  long long shuffle_buffer;  /* 0 = the whole training set, -1 = none */
   uint64_t seed;
 } cli_data;
 /* "fashion-mnist" means the Debian dataset directory. uint8 images are scaled
@@ -72,7 +73,35 @@ void cli_free_data(cli_data *d);
  * other input gets them as [h, w, 1] and fit names a mismatch. */
 int cli_match_model_input(const char *cmd, cli_data *d, st_shape input);
 
+/* --data tfrecord:PATTERN (data_tfrecord.c). */
+bool cli_is_tfrecord(const char *spec);
+typedef struct cli_tfrecord_tally {
+  long long examples;          /* elements read, all epochs */
+  unsigned long long checksum; /* sum of their CRC32Cs */
+} cli_tfrecord_tally;
+typedef struct cli_tfrecord_args {
+  const char *pattern;    /* after "tfrecord:" */
+  const char *features;   /* --features SPEC.json */
+  const char *test_data;  /* --test-data tfrecord:PATTERN or NULL */
+  const char *compression; /* --compression, or NULL: gzip when a pattern ends in .gz */
+  bool skip_corrupt;
+  long shuffle_buffer;    /* 0 = none */
+  long train_examples;    /* 0 = all */
+  int batch;              /* global */
+  uint64_t seed;
+  st_auto_shard shard;    /* FILE: this worker's files only, batch / workers each */
+  int worker, workers;
+  cli_tfrecord_tally *tally; /* optional, filled while training */
+} cli_tfrecord_args;
+/* The train (batched, prefetched) and test pipelines into d (raw empty). */
+int cli_load_tfrecord(const char *cmd, const cli_tfrecord_args *a, cli_data *d);
+/* "worker W of N read F of T files ...: E examples, S damaged records skipped" on stderr. */
+void cli_tfrecord_report(const char *cmd, const cli_tfrecord_args *a, const cli_data *d);
+/* --shuffle-buffer for IDX data: n elements (-1 = no shuffle); rebuilds d's pipelines. */
+int cli_set_shuffle_buffer(const char *cmd, cli_data *d, long long n);
+
 int cmd_train(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
 int cmd_evaluate(int argc, char **argv);
 int cmd_summary(int argc, char **argv);
 int cmd_plot(int argc, char **argv);

@@ -16,7 +16,7 @@
 
 static cli_opt train_opts[] = {
     {"--model", "NAME", "built-in model mlp or cnn (default cnn), or a Keras model.to_json() FILE.json", NULL},
-    {"--data", "SRC", "fashion-mnist (the Debian dataset, default) or a DIR of MNIST-style IDX files", NULL},
+    {"--data", "SRC", "fashion-mnist (the Debian dataset, default), a DIR of MNIST-style IDX files, or tfrecord:PATTERN (TFRecord files, streamed; needs --features)", NULL},
     {"--epochs", "N", "passes over the training data (default 1)", NULL},
     {"--batch-size", "B", "global batch size (default 32, as Keras)", NULL},
     {"--optimizer", "NAME", "adam (default), sgd, rmsprop or adamw, with Keras defaults", NULL},
@@ -31,7 +31,7 @@ static cli_opt train_opts[] = {
     {"--bytes-per-pack", "N", "mirrored: gradient pack size in bytes (default 4194304; 0 = one pack)", NULL},
     {"--no-overlap", NULL, "mirrored: all-reduce the packs after backward instead of during it", NULL},
     {"--collective-timeout", "S", "multi_worker_mirrored, pipeline under mpirun: fail (exit 3) when a peer has not joined a collective within S seconds (default 300)", NULL},
-    {"--auto-shard", "POLICY", "multi_worker_mirrored: data (default: each worker takes its contiguous share of every global batch) or off (each worker trains on its own batches)", NULL},
+    {"--auto-shard", "POLICY", "multi_worker_mirrored: data (default for IDX: each worker takes its contiguous share of every global batch), off (each worker trains on its own batches) or file (tfrecord data, its default: each worker reads its own files)", NULL},
     {"--threads", "N", "one_device: compute threads (default: all cores)", NULL},
     {"--pipeline-stages", "S", "pipeline: stages on the CPU (default: one per --devices entry, else 2)", NULL},
     {"--stage-boundaries", "LIST", "pipeline: layer indices where stages 1.. start, e.g. 3,5 (default: balanced by FLOPs + parameter bytes)", NULL},
@@ -53,6 +53,11 @@ static cli_opt train_opts[] = {
     {"--plot", "FILE", "draw loss and accuracy curves as an SVG after training", NULL},
     {"--quiet", NULL, "no progress output", NULL},
     {"--allow-nonfinite", NULL, "accept NaN/Inf in float32 input files (default: exit 2 naming the element)", NULL},
+    {"--features", "SPEC.json", "with --data tfrecord:PATTERN: the tf.train.Example features x and y (docs/FORMATS.md)", NULL},
+    {"--test-data", "SRC", "with --data tfrecord:...: the test set, tfrecord:PATTERN (default: the Fashion-MNIST test set when the shapes match)", NULL},
+    {"--compression", "C", "with --data tfrecord:...: none or gzip (default: gzip when PATTERN ends in .gz)", NULL},
+    {"--skip-corrupt-records", NULL, "with --data tfrecord:...: skip and count damaged records (default: exit 2 naming file and offset)", NULL},
+    {"--shuffle-buffer", "N", "shuffle buffer in elements, 0 = no shuffling (default: the whole training set; tfrecord: 10000)", NULL},
 };
 #define NTRAIN ((int)(sizeof train_opts / sizeof *train_opts))
 
@@ -73,6 +78,9 @@ typedef struct train_cfg {
   long pipeline_stages, micro_batches;            /* --pipeline-stages, --micro-batches */
   const char *stage_boundaries;                   /* --stage-boundaries */
   st_pipeline_schedule pipeline_schedule;         /* --pipeline-schedule */
+  const char *features, *test_data, *compression; /* --data tfrecord:... */
+  bool skip_corrupt;
+  long shuffle_buffer;  /* -1 = not given */
 } train_cfg;
 
 /* Outputs of the right type, none an input or another output, backup and
@@ -139,6 +147,46 @@ static bool parse_pipeline(const cli_opt *o, train_cfg *c) {
     return false;
   }
   return true;
+}
+
+/* --features, --test-data, --compression, --skip-corrupt-records (tfrecord
+ * data only) and --shuffle-buffer. */
+static bool parse_tfrecord_flags(const cli_opt *o, train_cfg *c) {
+  const char *v;
+  c->features = cli_get(o, NTRAIN, "--features");
+  c->test_data = cli_get(o, NTRAIN, "--test-data");
+  c->compression = cli_get(o, NTRAIN, "--compression");
+  c->skip_corrupt = cli_get(o, NTRAIN, "--skip-corrupt-records") != NULL;
+  c->shuffle_buffer = -1;
+  if ((v = cli_get(o, NTRAIN, "--shuffle-buffer")) &&
+      !cli_int("train", "--shuffle-buffer", v, 0, 1L << 30, &c->shuffle_buffer))
+    return false;
+  bool tfr = cli_is_tfrecord(c->data);
+  if (!tfr && (c->features || c->test_data || c->compression || c->skip_corrupt)) {
+    fprintf(stderr, "strata train: --features, --test-data, --compression and "
+            "--skip-corrupt-records need --data tfrecord:PATTERN\n");
+    return false;
+  }
+  st_compression comp;
+  if (c->compression && st_compression_parse(c->compression, &comp) != ST_OK) {
+    fprintf(stderr, "strata train: --compression: %s\n", st_last_error());
+    return false;
+  }
+  if (tfr && c->val_split > 0) {
+    fprintf(stderr, "strata train: --validation-split needs in-memory data (IDX); with --data "
+            "tfrecord:... write a separate validation set\n");
+    return false;
+  }
+  if (!tfr && c->auto_shard == ST_AUTO_SHARD_FILE) {
+    fprintf(stderr, "strata train: --auto-shard file needs a file dataset (--data "
+            "tfrecord:PATTERN); IDX data is in memory (use data or off)\n");
+    return false;
+  }
+  if (tfr && !c->features) {
+    fprintf(stderr, "strata train: --data tfrecord:PATTERN needs --features SPEC.json\n");
+    return false;
+  }
+  return !c->features || cli_check_readable("train", "--features", c->features);
 }
 
 static bool parse_train(const cli_opt *o, train_cfg *c) {
@@ -230,6 +278,7 @@ static bool parse_train(const cli_opt *o, train_cfg *c) {
     return false;
   }
   if (!check_callback_flags(c)) return false;
+  if (!parse_tfrecord_flags(o, c)) return false;
   bool json = cli_is_json_model(c->model), known = json;
   for (const char *const *n = st_builtin_model_names(); *n; n++) known |= !strcmp(*n, c->model);
   if (known)
@@ -372,13 +421,43 @@ static void clean_stale(const train_cfg *c, time_t start) {
     if (outs[i]) st__clean_stale_temps(outs[i], start);
 }
 
+/* --data tfrecord:PATTERN: the pipelines, once the strategy says which
+ * worker this is (auto-shard file reads this worker's files). */
+static int load_tfrecord(const train_cfg *c, const st_strategy_options *so,
+                         const st_strategy *strategy, cli_tfrecord_args *a, cli_data *d) {
+  a->pattern = c->data + 9;
+  a->features = c->features;
+  a->test_data = c->test_data;
+  a->compression = c->compression;
+  a->skip_corrupt = c->skip_corrupt;
+  a->shuffle_buffer = c->shuffle_buffer >= 0 ? c->shuffle_buffer : 10000;
+  a->train_examples = c->train_examples;
+  a->batch = (int)c->batch;
+  a->seed = (uint64_t)c->seed;
+  bool mwms = c->strategy == ST_STRATEGY_MULTI_WORKER_MIRRORED;
+  a->shard = mwms ? so->auto_shard : ST_AUTO_SHARD_OFF;
+  a->worker = st_strategy_worker_rank(strategy);
+  a->workers = st_strategy_worker_count(strategy);
+  if (a->workers < 1) a->workers = 1, a->worker = 0;
+  return cli_load_tfrecord("train", a, d);
+}
+
 static int run_train(const train_cfg *c) {
   double t0 = st_now_seconds();
   catch_stop_signals(); /* a signal while loading stops fit before its first step */
   cli_data d;
-  int rc = cli_load_data("train", c->data, c->val_split, c->train_examples, (int)c->batch,
+  bool tfr = cli_is_tfrecord(c->data);
+  cli_tfrecord_tally tally = {0, 0};
+  cli_tfrecord_args ta = {.tally = &tally};
+  memset(&d, 0, sizeof d);
+  int rc = tfr ? EXIT_OK : cli_load_data("train", c->data, c->val_split, c->train_examples, (int)c->batch,
                          (uint64_t)c->seed, c->allow_nonfinite, &d);
-  if (rc) return rc;
+  if (!rc && !tfr && c->shuffle_buffer >= 0)
+    rc = cli_set_shuffle_buffer("train", &d, c->shuffle_buffer ? c->shuffle_buffer : -1);
+  if (rc) {
+    cli_free_data(&d);
+    return rc;
+  }
   st_strategy *strategy = NULL;
   st_model *model = NULL;
   st_history h = {0};
@@ -399,8 +478,10 @@ static int run_train(const train_cfg *c) {
   so.stage_boundaries = c->stage_boundaries;
   so.micro_batches = (int)c->micro_batches;
   so.pipeline_schedule = c->pipeline_schedule;
+  if (tfr && so.auto_shard == ST_AUTO_SHARD_AUTO) so.auto_shard = ST_AUTO_SHARD_FILE;
   st_status s = build_model(c->model, &so, (uint64_t)c->seed, &c->opt, &strategy, &model);
   if (s != ST_OK) goto fail;
+  if (tfr && (rc = load_tfrecord(c, &so, strategy, &ta, &d)) != EXIT_OK) goto done;
   if ((rc = cli_match_model_input("train", &d, st_model_input_shape(model))) != EXIT_OK)
     goto done;
   chief = st_strategy_is_chief(strategy);
@@ -422,6 +503,7 @@ static int run_train(const train_cfg *c) {
   fo.resume_anyway = c->resume_anyway;
   s = st_model_fit(model, d.train, &fo, &h);
   free_callbacks(&cbs);
+  if (tfr && !c->quiet) cli_tfrecord_report("train", &ta, &d);
   if (s != ST_OK) {
     rc = s == ST_ERR_IO ? EXIT_WRITE : cli_fail("train", s);
     if (s == ST_ERR_IO) fprintf(stderr, "strata train: %s\n", st_last_error());

@@ -110,7 +110,8 @@ static st_status make_pipelines(cli_data *d) {
   uint64_t seed = d->seed;
   /* Keras takes the validation split from the end, before shuffling. */
   st_status s = slices(&d->raw.train_x, &d->raw.train_y, 0, d->n_train, &d->train);
-  if (s == ST_OK) s = st_dataset_shuffle(d->train, d->n_train, seed, true, &d->train);
+  int64_t buf = d->shuffle_buffer ? d->shuffle_buffer : d->n_train;
+  if (s == ST_OK && buf > 0) s = st_dataset_shuffle(d->train, buf, seed, true, &d->train);
   if (s == ST_OK) s = st_dataset_batch(d->train, batch, false, &d->train);
   if (s == ST_OK && d->n_val > 0) {
     s = slices(&d->raw.train_x, &d->raw.train_y, d->n_train, d->n_val, &d->val);
@@ -138,6 +139,16 @@ int cli_match_model_input(const char *cmd, cli_data *d, st_shape input) {
   d->train = d->val = d->test = NULL;
   flatten_images(&d->raw.train_x);
   flatten_images(&d->raw.test_x);
+  st_status s = make_pipelines(d);
+  return s == ST_OK ? EXIT_OK : cli_fail(cmd, s);
+}
+
+int cli_set_shuffle_buffer(const char *cmd, cli_data *d, long long n) {
+  st_dataset_destroy(d->train);
+  st_dataset_destroy(d->val);
+  st_dataset_destroy(d->test);
+  d->train = d->val = d->test = NULL;
+  d->shuffle_buffer = n;
   st_status s = make_pipelines(d);
   return s == ST_OK ? EXIT_OK : cli_fail(cmd, s);
 }

@@ -18,6 +18,7 @@ static void usage(FILE *f) {
           "  evaluate   evaluate saved weights on the test set\n"
           "  summary    print a model's layers, output shapes and parameter counts\n"
           "  plot       draw loss and accuracy curves of a --report JSON as an SVG\n"
+          "  convert    write IDX or CSV data as TFRecord shards (tf.train.Example)\n"
           "\n"
           "Run 'strata COMMAND --help' for the options of a command.\n"
           "Exit codes: 0 success, 2 bad input or usage (nothing written),\n"
@@ -56,6 +57,7 @@ static int dispatch(int argc, char **argv) {
   if (!strcmp(cmd, "evaluate")) return cmd_evaluate(argc, argv);
   if (!strcmp(cmd, "summary")) return cmd_summary(argc, argv);
   if (!strcmp(cmd, "plot")) return cmd_plot(argc, argv);
+  if (!strcmp(cmd, "convert")) return cmd_convert(argc, argv);
   fprintf(stderr, "strata: unknown command '%s'\n\n", cmd);
   usage(stderr);
   return EXIT_USAGE;

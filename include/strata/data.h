@@ -83,6 +83,105 @@ st_csv_options st_csv_default_options(void);
 st_status st_csv_read(const char *path, const st_csv_options *o, st_tensor *x,
                       st_tensor *y);
 
+/* ---- TFRecord files (tfrecord.c) ----
+ * TensorFlow's record framing: per record a little-endian uint64 length, the
+ * masked CRC32C of those 8 bytes (st_crc32c_mask), the payload, the masked
+ * CRC32C of the payload; the whole file optionally gzip-compressed. Reading
+ * streams through a buffer of buffer_size bytes plus one record (at most
+ * max_record_bytes), whatever the file size; every CRC is checked. */
+typedef enum st_compression {
+  ST_COMPRESSION_NONE = 0, /* "" as TensorFlow spells it */
+  ST_COMPRESSION_GZIP,     /* "GZIP" */
+  ST_COMPRESSION_COUNT
+} st_compression;
+/* "" / "none" / "NONE" and "gzip" / "GZIP"; ST_ERR_INVALID naming name. */
+st_status st_compression_parse(const char *name, st_compression *out);
+
+typedef struct st_tfrecord_options {
+  st_compression compression; /* ST_COMPRESSION_NONE */
+  size_t buffer_size;         /* read (or write) buffer bytes; 0 = 256 KiB */
+  size_t max_record_bytes;    /* longer records are refused (or skipped): the cap on
+                                 one allocation whatever a length field says; 64 MiB
+                                 (0 = that; at most 2^40, as buffer_size) */
+  bool skip_corrupt;          /* false: a damaged record is an error (ST_ERR_FORMAT
+                                 naming file and byte offset); true: skipped and
+                                 counted (a damaged length or a truncated tail
+                                 skips the rest of that file: no resync) */
+} st_tfrecord_options;
+/* The defaults noted above. */
+st_tfrecord_options st_tfrecord_default_options(void);
+
+typedef struct st_tfrecord_reader st_tfrecord_reader;
+/* Open path for reading (o may be NULL: the defaults). One thread at a time. */
+st_status st_tfrecord_reader_create(const char *path, const st_tfrecord_options *o,
+                                    st_tfrecord_reader **out);
+/* The next record: *data (size bytes) belongs to the reader and stays valid
+ * until the next call; *end = true at the end of the file. Errors
+ * (ST_ERR_FORMAT): "<path>: offset N: ..." (offsets count bytes of the
+ * uncompressed stream; the same as file offsets without compression). */
+st_status st_tfrecord_reader_next(st_tfrecord_reader *r, const void **data, size_t *size,
+                                  bool *end);
+/* Damaged records skipped so far (skip_corrupt), and the offset the next
+ * record starts at. */
+int64_t st_tfrecord_reader_skipped(const st_tfrecord_reader *r);
+uint64_t st_tfrecord_reader_offset(const st_tfrecord_reader *r);
+void st_tfrecord_reader_destroy(st_tfrecord_reader *r); /* accepts NULL */
+
+typedef struct st_tfrecord_writer st_tfrecord_writer;
+/* Create path (a temp file beside it until st_tfrecord_writer_close renames
+ * it into place; o may be NULL). One thread at a time. */
+st_status st_tfrecord_writer_create(const char *path, const st_tfrecord_options *o,
+                                    st_tfrecord_writer **out);
+st_status st_tfrecord_writer_write(st_tfrecord_writer *w, const void *data, size_t size);
+/* Flush, fsync, rename into place; frees w whatever the outcome. */
+st_status st_tfrecord_writer_close(st_tfrecord_writer *w);
+/* Abandon: the temp file is removed, path untouched. Accepts NULL. */
+void st_tfrecord_writer_destroy(st_tfrecord_writer *w);
+
+/* ---- tf.train.Example (example.c, through protobuf-c) ---- */
+typedef enum st_feature_dtype {
+  ST_FEATURE_FLOAT32 = 0, /* float_list */
+  ST_FEATURE_INT64,       /* int64_list (values converted to float) */
+  ST_FEATURE_UINT8,       /* one bytes value holding raw pixels, scaled by 1/255 */
+  ST_FEATURE_DTYPE_COUNT
+} st_feature_dtype;
+/* A FixedLenFeature: its name in the Example, dtype and shape (rank 0 = a
+ * scalar: one value). */
+typedef struct st_feature_spec {
+  char name[128];
+  st_feature_dtype dtype;
+  st_shape shape;
+} st_feature_spec;
+/* The features of one element: x, and y (y.name "" = no labels). */
+typedef struct st_example_spec {
+  st_feature_spec x, y;
+} st_example_spec;
+/* Values one feature of the spec holds (the product of its shape). */
+size_t st_feature_spec_size(const st_feature_spec *f);
+/* Read a spec from JSON: {"x": {"name": "image", "dtype": "uint8", "shape":
+ * [28, 28, 1]}, "y": {"name": "label", "dtype": "int64"}} (dtype float32,
+ * int64 or uint8; shape optional, default [] = a scalar; "var_len": true or
+ * "shape": null is refused: VarLenFeature is not supported). Errors name the
+ * file and field. */
+st_status st_example_spec_load(const char *path, st_example_spec *out);
+/* Parse one serialized tf.train.Example into x [size of spec->x] and y [size
+ * of spec->y] (y unused when spec->y.name is ""). ST_ERR_FORMAT naming the
+ * feature when it is missing, of another kind, or holds another number of
+ * values than its shape. */
+st_status st_parse_example(const void *data, size_t size, const st_example_spec *spec,
+                           float *x, float *y);
+/* One feature to serialize: count values at data (float for FLOAT32,
+ * int64_t for INT64, uint8_t bytes for UINT8). */
+typedef struct st_feature_value {
+  const char *name;
+  st_feature_dtype dtype;
+  const void *data;
+  size_t count;
+} st_feature_value;
+/* Serialize a tf.train.Example of n features into *out (malloc'd; free()) of
+ * *size bytes. */
+st_status st_example_serialize(const st_feature_value *f, int n, void **out, size_t *size);
+
 /* ---- datasets ---- */
 typedef struct st_dataset st_dataset;
 
@@ -129,6 +228,43 @@ st_status st_dataset_shard(st_dataset *ds, int num_shards, int index, st_dataset
 /* Produce up to buffer_size items ahead on a background thread. */
 st_status st_dataset_prefetch(st_dataset *ds, int buffer_size, st_dataset **out);
 void st_dataset_destroy(st_dataset *ds); /* accepts NULL */
+
+/* ---- file datasets (dataset_tfrecord.c) ---- */
+/* The files matching a glob pattern, sorted by name (deterministic); with
+ * shuffle, in a seeded random order (the same seed, the same order).
+ * ST_ERR_INVALID "<pattern>: no files match" when none. *files (n names) is
+ * freed with st_list_files_free. */
+st_status st_list_files(const char *pattern, bool shuffle, uint64_t seed, char ***files,
+                        int *n);
+void st_list_files_free(char **files, int n); /* accepts NULL */
+
+typedef struct st_tfrecord_dataset_options {
+  st_tfrecord_options record; /* framing, compression, buffers, skip_corrupt */
+  st_example_spec spec;       /* how a record becomes x and y */
+  /* FILE sharding (auto-shard FILE): keep files i with i % num_shards ==
+   * shard_index. Fewer files than shards is an error (as TensorFlow). 1, 0 */
+  int num_shards, shard_index;
+  /* interleave: records are read from cycle_length files at a time,
+   * block_length records from each in turn (tf.data's interleave order,
+   * deterministic). 1, 1 = one file after the other. */
+  int cycle_length, block_length;
+} st_tfrecord_dataset_options;
+/* The defaults noted above (record: st_tfrecord_default_options; spec empty). */
+st_tfrecord_dataset_options st_tfrecord_dataset_default_options(void);
+/* Elements parsed from the tf.train.Example records of files (nfiles names,
+ * copied), read as a stream: memory is the buffers, never the files. Like
+ * from_tensor_slices' elements: x of shape spec.x.shape (a scalar: [1]), y of
+ * spec.y's size; batch, shuffle, map, prefetch, take, ... apply as usual.
+ * Cardinality unknown (-2). Reading errors stop the pass with ST_ERR_FORMAT
+ * naming the file and offset (and the feature when parsing). */
+st_status st_dataset_tfrecord(const char *const *files, int nfiles,
+                              const st_tfrecord_dataset_options *o, st_dataset **out);
+/* Records skipped as damaged (skip_corrupt) by every pass so far of the
+ * TFRecord source at the bottom of ds (0 for other datasets). Any thread. */
+int64_t st_dataset_tfrecord_skipped(const st_dataset *ds);
+/* Files the TFRecord source at the bottom of ds reads (after FILE sharding);
+ * 0 for other datasets. */
+int st_dataset_tfrecord_file_count(const st_dataset *ds);
 
 st_shape st_dataset_x_shape(const st_dataset *ds); /* per example */
 size_t st_dataset_y_size(const st_dataset *ds);    /* floats per example; 0 = no labels */

@@ -27,8 +27,11 @@ st_status st_strategy_kind_parse(const char *name, st_strategy_kind *out);
 /* TensorFlow's AutoShardPolicy. DATA: every worker runs the same pipeline and
  * keeps its contiguous share of each global batch (worker w of W: examples
  * [w*B/W, (w+1)*B/W), as replicas split a batch). OFF: each worker
- * trains on its own batches whole (the global batch is their union). FILE is
- * not supported (Strata's datasets are in memory). AUTO = DATA. */
+ * trains on its own batches whole (the global batch is their union). FILE:
+ * each worker reads its own files (give st_dataset_tfrecord num_shards =
+ * worker count, shard_index = worker rank; fewer files than workers is an
+ * error) and trains on its batches whole, as OFF. AUTO = DATA here; the CLI
+ * resolves AUTO to FILE for file sources (--data tfrecord:...). */
 typedef enum st_auto_shard {
   ST_AUTO_SHARD_AUTO = 0,
   ST_AUTO_SHARD_DATA,

@@ -3,14 +3,15 @@
  * mpi/mpi.c). Process = worker; rank 0 is the chief.
  *
  * Input (TensorFlow's AutoShardPolicy): every worker runs the same input
- * pipeline (same seed). With DATA (the default; AUTO resolves to it, as
- * Strata's datasets are not split into files) worker w keeps its contiguous
+ * pipeline (same seed). With DATA (the default; AUTO resolves to it here:
+ * the CLI resolves AUTO to FILE for TFRecord data) worker w keeps its contiguous
  * share of each global batch, the slice st__split gives it. (TensorFlow's
  * DATA keeps every W-th element of the stream: the same examples per step,
  * grouped differently. Contiguous shares make W workers of L replicas split a
  * batch as W*L mirrored replicas do, so 2 one-replica workers reproduce a
  * 2-thread single process bit for bit, Adam included.) With OFF each worker
- * trains on all of its own batches and the global batch is their union. Before each
+ * trains on all of its own batches and the global batch is their union; FILE
+ * (each worker's pipeline reads its own files) trains the same way. Before each
  * step the workers exchange their batch sizes: the pass ends for all of them
  * as soon as one has no batch left (no worker runs an extra step), and with
  * DATA every worker must have drawn the same global batch.
@@ -475,10 +476,6 @@ st_status st__cluster_create(const st_strategy_options *o, struct st_cluster **o
   if (o->auto_shard < 0 || o->auto_shard >= ST_AUTO_SHARD_COUNT)
     return st_error(ST_ERR_INVALID, "multi_worker_mirrored: auto_shard %d out of range",
                     (int)o->auto_shard);
-  if (o->auto_shard == ST_AUTO_SHARD_FILE)
-    return st_error(ST_ERR_INVALID, "multi_worker_mirrored: auto-shard FILE needs a dataset "
-                    "read from at least as many files as workers; Strata's datasets are "
-                    "in memory (use data or off)");
   if (o->collective_timeout < 0 || o->collective_timeout != o->collective_timeout)
     return st_error(ST_ERR_INVALID, "multi_worker_mirrored: collective timeout %g s",
                     o->collective_timeout);
@@ -486,7 +483,11 @@ st_status st__cluster_create(const st_strategy_options *o, struct st_cluster **o
   if (!c) return st_error(ST_ERR_NOMEM, "multi_worker_mirrored: out of memory");
   c->rank = rank;
   c->size = size;
-  c->shard = o->auto_shard == ST_AUTO_SHARD_OFF ? ST_AUTO_SHARD_OFF : ST_AUTO_SHARD_DATA;
+  /* FILE: each worker's pipeline reads its own files (the caller shards them,
+   * st_tfrecord_dataset_options.num_shards / shard_index), so its batches are
+   * its own, trained whole as with OFF. */
+  c->shard = o->auto_shard == ST_AUTO_SHARD_OFF || o->auto_shard == ST_AUTO_SHARD_FILE
+                 ? ST_AUTO_SHARD_OFF : ST_AUTO_SHARD_DATA;
   c->timeout = o->collective_timeout > 0 ? o->collective_timeout : ST_DEFAULT_COLLECTIVE_TIMEOUT;
   c->node_procs = st__mpi_node_size();
   *out = c;

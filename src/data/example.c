@@ -1,0 +1,200 @@
+/* tf.train.Example: parsing with a FixedLenFeature spec and serializing, both
+ * through protobuf-c and the schema in src/data/proto/ (compiled by protoc-c at
+ * build time: example.pb-c.h is generated in the build folder), and the JSON
+ * feature spec of `strata train --features`. */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "example.pb-c.h"
+#include "strata/data.h"
+
+static const char *const dtype_names[ST_FEATURE_DTYPE_COUNT] = {"float32", "int64", "uint8"};
+static const char *const kind_names[] = {"no value", "bytes_list", "float_list", "int64_list"};
+
+size_t st_feature_spec_size(const st_feature_spec *f) {
+  size_t n = 1;
+  for (int i = 0; i < f->shape.rank; i++) n *= (size_t)f->shape.dims[i];
+  return n;
+}
+
+static const Tensorflow__Feature *find(const Tensorflow__Example *ex, const char *name) {
+  if (!ex->features) return NULL;
+  for (size_t i = 0; i < ex->features->n_feature; i++) {
+    const Tensorflow__Features__FeatureEntry *e = ex->features->feature[i];
+    if (e && e->key && !strcmp(e->key, name)) return e->value;
+  }
+  return NULL;
+}
+
+/* The values of one feature of the spec into dst [st_feature_spec_size]. */
+static st_status fill(const Tensorflow__Example *ex, const st_feature_spec *f, float *dst) {
+  const Tensorflow__Feature *v = find(ex, f->name);
+  if (!v) return st_error(ST_ERR_FORMAT, "feature '%s': missing from the example", f->name);
+  size_t want = st_feature_spec_size(f), have = 0;
+  static const int kinds[ST_FEATURE_DTYPE_COUNT] = {TENSORFLOW__FEATURE__KIND_FLOAT_LIST,
+                                                    TENSORFLOW__FEATURE__KIND_INT64_LIST,
+                                                    TENSORFLOW__FEATURE__KIND_BYTES_LIST};
+  int kind = (int)v->kind_case;
+  if (kind != kinds[f->dtype] || !v->float_list)
+    return st_error(ST_ERR_FORMAT, "feature '%s': holds a %s, the spec says %s (%s)", f->name,
+                    kind >= 0 && kind <= 3 ? kind_names[kind] : "?", dtype_names[f->dtype],
+                    kind_names[kinds[f->dtype]]);
+  if (f->dtype == ST_FEATURE_FLOAT32) {
+    have = v->float_list->n_value;
+    if (have == want) memcpy(dst, v->float_list->value, want * sizeof *dst);
+  } else if (f->dtype == ST_FEATURE_INT64) {
+    have = v->int64_list->n_value;
+    for (size_t i = 0; have == want && i < want; i++) dst[i] = (float)v->int64_list->value[i];
+  } else {
+    if (v->bytes_list->n_value != 1)
+      return st_error(ST_ERR_FORMAT, "feature '%s': a uint8 feature is one bytes value of raw "
+                      "pixels; this one has %zu values", f->name, v->bytes_list->n_value);
+    have = v->bytes_list->value[0].len;
+    const uint8_t *b = v->bytes_list->value[0].data;
+    for (size_t i = 0; have == want && i < want; i++) dst[i] = (float)b[i] * (1.0f / 255.0f);
+  }
+  if (have != want)
+    return st_error(ST_ERR_FORMAT, "feature '%s': %zu values, the spec's shape holds %zu "
+                    "(a FixedLenFeature; VarLen is not supported)", f->name, have, want);
+  return ST_OK;
+}
+
+st_status st_parse_example(const void *data, size_t size, const st_example_spec *spec,
+                           float *x, float *y) {
+  if (!spec || !x || (!data && size)) return st_error(ST_ERR_INVALID, "parse_example: NULL argument");
+  Tensorflow__Example *ex = tensorflow__example__unpack(NULL, size, data);
+  if (!ex)
+    return st_error(ST_ERR_FORMAT, "not a tf.train.Example (protobuf-c could not parse %zu "
+                    "bytes)", size);
+  st_status s = fill(ex, &spec->x, x);
+  if (s == ST_OK && spec->y.name[0]) s = fill(ex, &spec->y, y);
+  tensorflow__example__free_unpacked(ex, NULL);
+  return s;
+}
+
+/* ---- serializing ---- */
+st_status st_example_serialize(const st_feature_value *f, int n, void **out, size_t *size) {
+  if (!f || !out || !size || n < 0) return st_error(ST_ERR_INVALID, "example_serialize: bad argument");
+  *out = NULL;
+  *size = 0;
+  Tensorflow__Features__FeatureEntry *entries = calloc((size_t)n + 1, sizeof *entries);
+  Tensorflow__Features__FeatureEntry **ptrs = calloc((size_t)n + 1, sizeof *ptrs);
+  Tensorflow__Feature *feats = calloc((size_t)n + 1, sizeof *feats);
+  Tensorflow__FloatList *fl = calloc((size_t)n + 1, sizeof *fl);
+  Tensorflow__Int64List *il = calloc((size_t)n + 1, sizeof *il);
+  Tensorflow__BytesList *bl = calloc((size_t)n + 1, sizeof *bl);
+  ProtobufCBinaryData *bd = calloc((size_t)n + 1, sizeof *bd);
+  st_status s = ST_OK;
+  if (!entries || !ptrs || !feats || !fl || !il || !bl || !bd) {
+    s = st_error(ST_ERR_NOMEM, "example_serialize: out of memory");
+    goto done;
+  }
+  for (int i = 0; i < n; i++) {
+    tensorflow__features__feature_entry__init(&entries[i]);
+    tensorflow__feature__init(&feats[i]);
+    entries[i].key = (char *)f[i].name;
+    entries[i].value = &feats[i];
+    ptrs[i] = &entries[i];
+    if (f[i].dtype == ST_FEATURE_FLOAT32) {
+      tensorflow__float_list__init(&fl[i]);
+      fl[i].n_value = f[i].count;
+      fl[i].value = (float *)f[i].data;
+      feats[i].kind_case = TENSORFLOW__FEATURE__KIND_FLOAT_LIST;
+      feats[i].float_list = &fl[i];
+    } else if (f[i].dtype == ST_FEATURE_INT64) {
+      tensorflow__int64_list__init(&il[i]);
+      il[i].n_value = f[i].count;
+      il[i].value = (int64_t *)f[i].data;
+      feats[i].kind_case = TENSORFLOW__FEATURE__KIND_INT64_LIST;
+      feats[i].int64_list = &il[i];
+    } else {
+      tensorflow__bytes_list__init(&bl[i]);
+      bd[i] = (ProtobufCBinaryData){f[i].count, (uint8_t *)f[i].data};
+      bl[i].n_value = 1;
+      bl[i].value = &bd[i];
+      feats[i].kind_case = TENSORFLOW__FEATURE__KIND_BYTES_LIST;
+      feats[i].bytes_list = &bl[i];
+    }
+  }
+  Tensorflow__Features fs = TENSORFLOW__FEATURES__INIT;
+  fs.n_feature = (size_t)n;
+  fs.feature = ptrs;
+  Tensorflow__Example ex = TENSORFLOW__EXAMPLE__INIT;
+  ex.features = &fs;
+  *size = tensorflow__example__get_packed_size(&ex);
+  if (!(*out = malloc(*size ? *size : 1))) {
+    s = st_error(ST_ERR_NOMEM, "example_serialize: out of memory for %zu bytes", *size);
+    goto done;
+  }
+  tensorflow__example__pack(&ex, *out);
+done:
+  free(entries);
+  free(ptrs);
+  free(feats);
+  free(fl);
+  free(il);
+  free(bl);
+  free(bd);
+  return s;
+}
+
+/* ---- the JSON spec ---- */
+static st_status load_feature(const char *path, const char *key, json_t *o, st_feature_spec *f) {
+  if (!json_is_object(o)) return st_error(ST_ERR_FORMAT, "%s: \"%s\": expected an object", path, key);
+  json_t *name = json_object_get(o, "name"), *dt = json_object_get(o, "dtype");
+  json_t *shape = json_object_get(o, "shape"), *var = json_object_get(o, "var_len");
+  if (!json_is_string(name) || !json_string_value(name)[0] ||
+      strlen(json_string_value(name)) >= sizeof f->name)
+    return st_error(ST_ERR_FORMAT, "%s: \"%s\".name: expected a feature name (1..%zu chars)",
+                    path, key, sizeof f->name - 1);
+  strcpy(f->name, json_string_value(name));
+  if (json_is_true(var) || (shape && json_is_null(shape)))
+    return st_error(ST_ERR_FORMAT, "%s: \"%s\": VarLenFeature is not supported (give a fixed "
+                    "\"shape\")", path, key);
+  int d = -1;
+  for (int i = 0; json_is_string(dt) && i < ST_FEATURE_DTYPE_COUNT; i++)
+    if (!strcmp(json_string_value(dt), dtype_names[i])) d = i;
+  if (d < 0)
+    return st_error(ST_ERR_FORMAT, "%s: \"%s\".dtype: expected \"float32\", \"int64\" or "
+                    "\"uint8\"", path, key);
+  f->dtype = (st_feature_dtype)d;
+  f->shape.rank = 0;
+  if (!shape) return ST_OK;
+  if (!json_is_array(shape) || json_array_size(shape) > ST_MAX_RANK)
+    return st_error(ST_ERR_FORMAT, "%s: \"%s\".shape: expected an array of at most %d sizes",
+                    path, key, ST_MAX_RANK);
+  size_t total = 1;
+  for (size_t i = 0; i < json_array_size(shape); i++) {
+    json_t *v = json_array_get(shape, i);
+    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > (1 << 24))
+      return st_error(ST_ERR_FORMAT, "%s: \"%s\".shape[%zu]: expected a size 1..%d (a fixed "
+                      "shape; VarLenFeature is not supported)", path, key, i, 1 << 24);
+    f->shape.dims[f->shape.rank++] = (int)json_integer_value(v);
+    total *= (size_t)json_integer_value(v);
+    if (total > (1u << 28))
+      return st_error(ST_ERR_FORMAT, "%s: \"%s\".shape: more than 2^28 values", path, key);
+  }
+  return ST_OK;
+}
+
+st_status st_example_spec_load(const char *path, st_example_spec *out) {
+  if (!path || !out) return st_error(ST_ERR_INVALID, "example_spec_load: NULL argument");
+  memset(out, 0, sizeof *out);
+  json_error_t e;
+  json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &e);
+  if (!root)
+    return st_error(ST_ERR_FORMAT, "%s: line %d: %s", path, e.line, e.text);
+  st_status s;
+  if (!json_is_object(root)) {
+    s = st_error(ST_ERR_FORMAT, "%s: expected an object with \"x\" and \"y\"", path);
+  } else if (!json_object_get(root, "x")) {
+    s = st_error(ST_ERR_FORMAT, "%s: \"x\": missing (the feature the model reads)", path);
+  } else {
+    s = load_feature(path, "x", json_object_get(root, "x"), &out->x);
+    if (s == ST_OK && json_object_get(root, "y"))
+      s = load_feature(path, "y", json_object_get(root, "y"), &out->y);
+  }
+  json_decref(root);
+  return s;
+}
