@@ -134,15 +134,23 @@ static st_status recv_from(procs *p, float *buf, size_t n, int peer) {
   return s == ST_OK ? s : exchange_failed(p, s, peer, "receiving from");
 }
 
+/* Drop the handles of pending sends without waiting: after a failure the
+ * transport has given their requests up (waiting again would time out once
+ * per message and overwrite the first error's message). */
+static void forget_sends(procs *p) {
+  for (int i = 0; i < p->st->nslots; i++) p->act_send[i] = p->dx_send[i] = -1;
+}
+
+/* Wait for every pending send; the first failure stops the wait. */
 static st_status wait_sends(procs *p) {
   st_status s = ST_OK;
-  for (int i = 0; i < p->st->nslots; i++) {
-    st_status a = p->p2p->vt->wait(p->p2p, p->act_send[i]);
-    st_status d = p->p2p->vt->wait(p->p2p, p->dx_send[i]);
-    if (s == ST_OK) s = a != ST_OK ? exchange_failed(p, a, p->next, "sending to")
-                                   : d != ST_OK ? exchange_failed(p, d, p->prev, "sending to") : ST_OK;
-    p->act_send[i] = p->dx_send[i] = -1;
+  for (int i = 0; i < p->st->nslots && s == ST_OK; i++) {
+    if ((s = p->p2p->vt->wait(p->p2p, p->act_send[i])) != ST_OK)
+      s = exchange_failed(p, s, p->next, "sending to");
+    else if ((s = p->p2p->vt->wait(p->p2p, p->dx_send[i])) != ST_OK)
+      s = exchange_failed(p, s, p->prev, "sending to");
   }
+  forget_sends(p);
   return s;
 }
 
@@ -223,8 +231,11 @@ static st_status run_schedule(procs *p, st_net *m) {
     if (k + warm < M) s = forward(p, m, k + warm);
     if (s == ST_OK) s = backward(p, m, k);
   }
-  st_status w = wait_sends(p);
-  return s != ST_OK ? s : w;
+  if (s != ST_OK) {
+    forget_sends(p);
+    return s;
+  }
+  return wait_sends(p);
 }
 
 /* The replicas' gradient sum and state mean, then the update of the stage. */
