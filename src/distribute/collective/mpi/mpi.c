@@ -152,14 +152,15 @@ static st_status fail_broken(mpi_coll *c, int op) {
                   g_op_names[op], (unsigned long long)c->ops);
 }
 
-/* Between polls of a wait that has lasted `waited` seconds: spin at first (a
- * peer's part usually arrives within microseconds), then yield the core (the
+/* Between polls of a wait that has lasted `waited` seconds: spin for the
+ * first 100 us (a peer's part usually arrives within microseconds; yielding
+ * at once lost the core to other processes at 16 KiB), then yield the core (the
  * ranks may share cores, and the peer being waited for may need this one),
  * and sleep only once the wait is long (a straggler: do not burn a core). A
  * short nanosleep is no short pause: the timer slack makes 2 us ~50-60 us,
  * which at 16 KiB-16 MiB was a large part of an all-reduce. */
 static void pause_a_little(int spins, double waited) {
-  if (spins < 64) return;
+  if (spins < 64 || waited < 100e-6) return;
   if (waited < 2e-3) {
     sched_yield();
     return;
