@@ -6,8 +6,8 @@
  *   mpicc -O2 -std=c11 -Iinclude -Isrc bench/mpi_allreduce_bench.c build/libstrata.a \
  *       -lpthread -lm -ldl -lz -ljansson -o /tmp/mpi_allreduce_bench
  * Run:
- *   mpirun --oversubscribe -np 2 /tmp/mpi_allreduce_bench [trials=7] [fused_mib=4]
- * (fused_mib 0: no "fused" rows, half the time)
+ *   mpirun --oversubscribe -np 2 /tmp/mpi_allreduce_bench [trials=7] [fused_mib=4] [min_bytes=4096] [max_bytes=268435456]
+ * (fused_mib 0: no "fused" rows, half the time; min/max_bytes: a size range)
  *
  * Per size S (4 KiB .. 256 MiB by x4): 3 warm-up ops, then `trials` trials of
  * `iters` back-to-back in-place float SUM all-reduces (iters: a trial moves
@@ -77,6 +77,7 @@ static double time_op(op_fn f, st_collective *c, float *buf, size_t n, size_t pa
 int main(int argc, char **argv) {
   int trials = argc > 1 ? atoi(argv[1]) : 7;
   size_t pack = (size_t)(argc > 2 ? atof(argv[2]) : 4.0) * (1u << 20) / sizeof(float);
+  size_t lo = argc > 3 ? (size_t)atof(argv[3]) : 4096, hi = argc > 4 ? (size_t)atof(argv[4]) : (256u << 20);
   int rank, size;
   if (st__mpi_world(&rank, &size) != ST_OK) {
     fprintf(stderr, "%s\n", st_last_error());
@@ -100,7 +101,8 @@ int main(int argc, char **argv) {
              {"fused: strata packs", strata_fused},
              {"fused: MPI per tensor", mpi_per_tensor}};
   int nops = pack ? 4 : 2; /* pack 0: no fused rows */
-  for (size_t bytes = 4096; bytes <= (256u << 20); bytes *= 4) {
+  for (size_t bytes = 4096; bytes <= hi; bytes *= 4) {
+    if (bytes < lo) continue;
     size_t n = bytes / sizeof(float);
     float *buf = malloc(bytes);
     for (size_t i = 0; i < n; i++) buf[i] = (float)(i % 7) * 0.001f;

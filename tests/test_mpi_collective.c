@@ -2,7 +2,7 @@
  * all_reduce (SUM, MEAN; sizes 0, 1, fewer elements than ranks, odd sizes,
  * several chunks; chunks of one and two pipeline segments, 98305 = 3 x 32768 + 1
  * floats, and of more segments than are in flight, 491527), broadcast from
- * every root, all_gather, reduce_scatter,
+ * every root, all_gather, reduce_scatter (one segment, and several in place),
  * barrier; results bit-identical to the reference on every rank. Run by CTest
  * directly, it starts itself under `mpirun -np 3`; skips (77) when mpirun is
  * missing or Strata was built without MPI. */
@@ -59,6 +59,20 @@ static void test_process_ops(st_collective *c) {
   bad = 0;
   for (int i = 0; i < 7; i++) bad += rs_recv[i] != reference_sum(size, (size_t)(me * 7 + i), ST_REDUCE_SUM);
   CHECK(bad == 0);
+  /* segmented reduce-scatter (5 segments per chunk: more than are in flight),
+   * in place (recv = my chunk of send) and MEAN */
+  for (int op = 0; op < ST_REDUCE_COUNT; op++) {
+    size_t n = 4 * 32768 + 5;
+    float *big = malloc((size_t)size * n * sizeof(float));
+    for (size_t i = 0; i < (size_t)size * n; i++) big[i] = value(me, i);
+    float *mine = big + (size_t)me * n;
+    CHECK_OK(c->vt->reduce_scatter(c, me, big, mine, n, (st_reduce_op)op));
+    size_t nbad = 0;
+    for (size_t i = 0; i < n; i++)
+      nbad += mine[i] != reference_sum(size, (size_t)me * n + i, (st_reduce_op)op);
+    CHECK(nbad == 0);
+    free(big);
+  }
   CHECK_OK(c->vt->barrier(c, me));
 }
 

@@ -30,6 +30,7 @@ static cli_opt train_opts[] = {
     {"--cross-device-ops", "OPS", "mirrored: all_reduce (default) or reduction_to_one_device", NULL},
     {"--bytes-per-pack", "N", "mirrored: gradient pack size in bytes (default 4194304; 0 = one pack)", NULL},
     {"--no-overlap", NULL, "mirrored: all-reduce the packs after backward instead of during it", NULL},
+    {"--shard-optimizer", NULL, "mirrored/multi_worker_mirrored: each replica keeps the optimizer slots of its shard of the weights only (ZeRO stage 1; same weights)", NULL},
     {"--collective-timeout", "S", "multi_worker_mirrored, pipeline under mpirun: fail (exit 3) when a peer has not joined a collective within S seconds (default 300)", NULL},
     {"--auto-shard", "POLICY", "multi_worker_mirrored: data (default for IDX: each worker takes its contiguous share of every global batch), off (each worker trains on its own batches) or file (tfrecord data, its default: each worker reads its own files)", NULL},
     {"--threads", "N", "one_device: compute threads (default: all cores)", NULL},
@@ -68,6 +69,7 @@ typedef struct train_cfg {
   bool best_only;
   long epochs, batch, seed, threads, train_examples, replicas, bytes_per_pack;
   bool no_overlap;
+  bool shard_optimizer;
   double lr, val_split, collective_timeout;
   st_auto_shard auto_shard;
   st_optimizer_options opt;
@@ -214,6 +216,7 @@ static bool parse_train(const cli_opt *o, train_cfg *c) {
       !cli_int(cmd, "--bytes-per-pack", v, 0, 1L << 40, &c->bytes_per_pack))
     return false;
   c->no_overlap = cli_get(o, NTRAIN, "--no-overlap") != NULL;
+  c->shard_optimizer = cli_get(o, NTRAIN, "--shard-optimizer") != NULL;
   c->backup_dir = cli_get(o, NTRAIN, "--backup-dir");
   c->ckpt_dir = cli_get(o, NTRAIN, "--checkpoint-dir");
   c->monitor = cli_get(o, NTRAIN, "--monitor");
@@ -256,6 +259,11 @@ static bool parse_train(const cli_opt *o, train_cfg *c) {
   if (!mirrored && (c->bytes_per_pack >= 0 || c->no_overlap)) {
     fprintf(stderr, "strata train: --bytes-per-pack and --no-overlap need --strategy mirrored "
             "or multi_worker_mirrored\n");
+    return false;
+  }
+  if (!mirrored && c->shard_optimizer) {
+    fprintf(stderr, "strata train: --shard-optimizer needs --strategy mirrored or "
+            "multi_worker_mirrored\n");
     return false;
   }
   c->auto_shard = ST_AUTO_SHARD_AUTO;
@@ -472,6 +480,7 @@ static int run_train(const train_cfg *c) {
   so.cross_device_ops = c->cross_ops;
   if (c->bytes_per_pack >= 0) so.bytes_per_pack = (size_t)c->bytes_per_pack;
   so.no_overlap = c->no_overlap;
+  so.shard_optimizer = c->shard_optimizer;
   so.auto_shard = c->auto_shard;
   so.collective_timeout = c->collective_timeout;
   so.pipeline_stages = (int)c->pipeline_stages;

@@ -105,6 +105,16 @@ typedef struct st_strategy_options {
   const char *stage_boundaries;
   int micro_batches;
   st_pipeline_schedule pipeline_schedule;
+  /* mirrored / multi_worker_mirrored: ZeRO stage 1. Each of the N replicas
+   * (every worker's together) keeps the optimizer slots of its own
+   * contiguous shard of the flat parameter buffer only (about 1/N of them):
+   * gradients are reduce-scattered, each replica updates its shard, the
+   * updated weights are all-gathered. The weights are the same bytes as
+   * without it (the same sums in the same order, the same per-element
+   * update); checkpoints keep their format (slots gathered for the chief).
+   * Gradients are reduced after backward (no overlap, packs ignored); the
+   * custom training loop (st_replica_apply_gradients) refuses it. */
+  bool shard_optimizer;
 } st_strategy_options;
 /* The defaults noted above for a strategy of that kind. */
 st_strategy_options st_strategy_default_options(st_strategy_kind kind);

@@ -232,7 +232,8 @@ typedef struct st_checkpoint_options {
 st_checkpoint_options st_checkpoint_default_options(void);
 /* Save variables, optimizer slots and the training position into dir. Under
  * multi_worker_mirrored only the chief writes; on other workers this returns
- * ST_OK without writing. m (compiled), dir and o may not be NULL
+ * ST_OK without writing (call it on every worker: with shard_optimizer the
+ * slots are first gathered from all of them, a collective). m (compiled), dir and o may not be NULL
  * (ST_ERR_INVALID naming the argument). */
 st_status st_checkpoint_save(st_model *m, const char *dir, const st_checkpoint_options *o);
 /* Restore from dir/latest (or from a ckpt-* directory given directly). Every

@@ -198,6 +198,9 @@ st_status st_replica_all_reduce(st_replica_context *c, st_reduce_op op, float *b
  * gradients; each updates its own chunk of the variables. */
 st_status st_replica_apply_gradients(st_replica_context *c) {
   if (!c) return st_error(ST_ERR_INVALID, "st_replica_apply_gradients: c is NULL");
+  if (c->s->opts.shard_optimizer)
+    return st_error(ST_ERR_INVALID, "st_replica_apply_gradients: the strategy has "
+                    "shard_optimizer set (the custom loop needs every slot on every replica)");
   st_net *m = c->m;
   st_replica *r = c->s->group->reps[c->rank];
   st_status s = st_replica_all_reduce(c, ST_REDUCE_SUM, r->grads, m->n_params);

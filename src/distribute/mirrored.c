@@ -13,11 +13,13 @@
 #include "distribute/mirrored.h"
 #include "distribute/reducer.h"
 #include "distribute/replica_group.h"
+#include "distribute/shard.h"
 
 typedef struct mirrored {
   st_replica_group *g;
   st_collective *coll; /* = g->coll */
   st_reducer *red;      /* gradient buckets and their all-reduce */
+  st_shard *shard;      /* shard_optimizer: the sharded slots (then red, slots NULL) */
   float *slots[ST_MAX_REPLICAS][4]; /* replica i's optimizer slots; [0] = the model's */
   /* the current step's arguments, read by the replica tasks */
   const st_batch *b;
@@ -32,6 +34,7 @@ static void free_impl(mirrored *mi) {
   for (int i = 1; mi->g && i < mi->g->n; i++)
     for (int k = 0; k < 4; k++) mi->g->reps[i]->be->free(mi->g->reps[i]->ctx, mi->slots[i][k]);
   st__reducer_destroy(mi->red);
+  st__shard_destroy(mi->shard);
   st__group_destroy(mi->g);
   free(mi);
 }
@@ -45,7 +48,7 @@ static void broadcast_task(void *arg, int i) {
   mi->status[i].status = ST_OK;
   st_status st = mi->coll->vt->broadcast(mi->coll, i, r->params, m->n_params, 0);
   if (st == ST_OK && m->n_state) st = mi->coll->vt->broadcast(mi->coll, i, r->state, m->n_state, 0);
-  for (int k = 0; k < m->n_slots && st == ST_OK; k++) /* restored slots */
+  for (int k = 0; k < m->n_slots && st == ST_OK && !mi->shard; k++) /* restored slots */
     st = mi->coll->vt->broadcast(mi->coll, i, mi->slots[i][k], m->n_params, 0);
   st__error_keep(&mi->status[i], st);
 }
@@ -74,6 +77,11 @@ static float **mr_slots(st_strategy *s, int rank) {
   return mi->slots[rank];
 }
 
+static st_status mr_gather_slots(st_strategy *s, st_net *m) {
+  (void)m;
+  return st__shard_gather(((mirrored *)s->impl)->shard);
+}
+
 st_status st__mirrored_attach(st_strategy *s, st_net *m, st_collective *net_group,
                               st_collective *net_reducer) {
   mirrored *mi = calloc(1, sizeof *mi);
@@ -81,8 +89,9 @@ st_status st__mirrored_attach(st_strategy *s, st_net *m, st_collective *net_grou
   st_status st = st__group_create(m, s->local_replicas, true,
                                   (st_cross_device_ops)s->cross_device_ops, net_group, &mi->g);
   if (st == ST_OK) mi->coll = mi->g->coll;
-  if (st == ST_OK) st = alloc_slots(m, mi);
-  if (st == ST_OK) {
+  if (st == ST_OK && s->opts.shard_optimizer) st = st__shard_create(m, mi->g, &mi->shard);
+  if (st == ST_OK && !mi->shard) st = alloc_slots(m, mi);
+  if (st == ST_OK && !mi->shard) {
     float *grads[ST_MAX_REPLICAS];
     for (int i = 0; i < mi->g->n; i++) grads[i] = mi->g->reps[i]->grads;
     st = st__reducer_create(m, mi->g->n, grads, s->opts.bytes_per_pack, !s->opts.no_overlap,
@@ -103,7 +112,8 @@ st_status st__mirrored_attach(st_strategy *s, st_net *m, st_collective *net_grou
   st__group_set_blas_threads(s->local_replicas, s->opts.threads);
   s->group = mi->g;
   s->mirrored_vars = true;
-  s->replica_slots = mr_slots;
+  s->replica_slots = mi->shard ? NULL : mr_slots;
+  s->gather_slots = mi->shard ? mr_gather_slots : NULL;
   return ST_OK;
 }
 
@@ -114,6 +124,7 @@ static st_status mr_attach(st_strategy *s, st_net *m) {
 void st__mirrored_detach(st_strategy *s) {
   free_impl(s->impl);
   s->impl = NULL;
+  s->gather_slots = NULL;
   s->group = NULL;
   s->net = NULL;
 }
@@ -135,10 +146,15 @@ static void step_task(void *arg, int i) {
     const float *pred = st__replica_forward(m, r, x, count, true, m->step);
     st__step_metrics(m, pred, y, count, st);
   }
-  st->loss_sum = st__replica_loss_backward(m, r, x, y, count, mi->global, m->step,
-                                           st__reducer_layer_done, st__reducer_ctx(mi->red, i));
+  st->loss_sum = st__replica_loss_backward(
+      m, r, x, y, count, mi->global, m->step, mi->shard ? NULL : st__reducer_layer_done,
+      mi->shard ? NULL : st__reducer_ctx(mi->red, i));
   st->examples = count;
   mi->status[i].status = ST_OK;
+  if (mi->shard) {
+    st__error_keep(&mi->status[i], st__shard_step(mi->shard, i));
+    return;
+  }
   if (st__error_keep(&mi->status[i], st__reducer_finish(mi->red, i)) == ST_OK)
     st_optimizer_apply(&m->optimizer, r->ctx, m->step, m->n_params, r->params, r->grads,
                        mi->slots[i]);
@@ -153,6 +169,7 @@ st_status st__mirrored_train_step(st_strategy *s, st_net *m, const st_batch *b, 
     st_status st = st__replica_reserve(m, mi->g->reps[i], count);
     if (st != ST_OK) return st;
   }
+  if (mi->shard) st__shard_release_model_slots(mi->shard);
   mi->b = b;
   mi->global = global;
   memset(mi->stats, 0, sizeof mi->stats);
@@ -182,6 +199,7 @@ static void mr_sync_to_model(st_strategy *s, st_net *m) { (void)s, (void)m; }
 st_status st__mirrored_sync_from_model(st_strategy *s) {
   mirrored *mi = s->impl;
   st__group_run(mi->g, broadcast_task, s);
+  if (mi->shard) st__shard_scatter(mi->shard); /* restored slots, if any */
   return first_error(mi);
 }
 

@@ -64,6 +64,7 @@ typedef struct config_record { /* int64 fields only: exchanged as bytes */
   int64_t layers, structure_crc, params, state, optimizer, loss, learning_rate_bits,
       local_replicas, seed, dtype_bytes;
   int64_t global_batch, steps_per_epoch, epochs, resume_epoch, resume_step;
+  int64_t shard_optimizer;
 } config_record;
 static const struct {
   const char *name;
@@ -84,6 +85,7 @@ static const struct {
     {"epochs", offsetof(config_record, epochs)},
     {"resume epoch (--backup-dir)", offsetof(config_record, resume_epoch)},
     {"resume step (--backup-dir)", offsetof(config_record, resume_step)},
+    {"shard_optimizer (--shard-optimizer)", offsetof(config_record, shard_optimizer)},
 };
 #define NFIELDS (sizeof g_fields / sizeof *g_fields)
 enum { STRUCTURE_FIELDS_LAST = 3 }; /* g_fields[0..3]: the model's structure */
@@ -305,7 +307,8 @@ static config_record model_record(const st_strategy *s, const st_net *m) {
                          .params = (int64_t)m->n_params, .state = (int64_t)m->n_state,
                          .optimizer = m->optimizer.kind, .loss = m->loss,
                          .learning_rate_bits = lr_bits, .local_replicas = s->local_replicas,
-                         .seed = (int64_t)m->seed, .dtype_bytes = (int64_t)sizeof(float)};
+                         .seed = (int64_t)m->seed, .dtype_bytes = (int64_t)sizeof(float),
+                         .shard_optimizer = s->opts.shard_optimizer};
 }
 
 st_status st__cluster_check_fit(st_strategy *s, const st_net *m, int64_t global_batch,

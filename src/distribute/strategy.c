@@ -165,6 +165,11 @@ st_status st_strategy_create(const st_strategy_options *o, st_strategy **out) {
     default:
       return st_error(ST_ERR_INVALID, "strategy kind %d out of range", (int)o->kind);
   }
+  if (s == ST_OK && o->shard_optimizer && o->kind != ST_STRATEGY_MIRRORED &&
+      o->kind != ST_STRATEGY_MULTI_WORKER_MIRRORED)
+    s = st_error(ST_ERR_INVALID, "strategy %s: shard_optimizer needs mirrored or "
+                 "multi_worker_mirrored (each replica must hold its own copy of the weights)",
+                 st_strategy_kind_name(o->kind));
   if (s == ST_OK && o->threads < 0)
     s = st_error(ST_ERR_INVALID, "strategy: threads %d (must be >= 0)", o->threads);
   st_strategy *st = s == ST_OK ? calloc(1, sizeof *st) : NULL;

@@ -74,6 +74,10 @@ struct st_strategy {
   bool mirrored_vars;             /* each replica owns a copy of the variables */
   st__side_task side;             /* set by fit around each train_step */
   float **(*replica_slots)(struct st_strategy *s, int rank); /* optimizer slots */
+  /* Sharded optimizer state (NULL otherwise): every worker calls it before a
+   * checkpoint is written (a collective); the chief's net->slots then hold
+   * every slot. */
+  st_status (*gather_slots)(struct st_strategy *s, st_net *m);
   /* Lifetime: models created with this strategy (st__strategy_hold) keep it
    * alive. st_strategy_destroy with models left only marks it destroyed
    * (those models then refuse their verbs); the last st__strategy_release

@@ -243,8 +243,11 @@ st_status st_checkpoint_save(st_model *m, const char *dir, const st_checkpoint_o
 st_status st__checkpoint_save_at(st_model *m, const char *dir, const st_checkpoint_options *o,
                                  const st_train_position *pos, const st__run_identity *id) {
   if (!m->compiled) return st_error(ST_ERR_INVALID, "checkpoint: model is not compiled");
+  st_status s = ST_OK;
+  if (m->strategy->gather_slots) /* sharded slots: every worker takes part */
+    if ((s = m->strategy->gather_slots(m->strategy, &m->net)) != ST_OK) return s;
   if (!st__strategy_is_chief(m->strategy)) return ST_OK; /* multi-worker: the chief writes */
-  st_status s = st__mkdir_p(dir);
+  s = st__mkdir_p(dir);
   if (s != ST_OK) return s;
   m->strategy->vt->sync_to_model(m->strategy, &m->net);
   long seq = st__ckpt_next_seq(dir);

@@ -133,6 +133,19 @@ static st_status check_model(const loaded *L, const st_model *m) {
   return ST_OK;
 }
 
+/* Sharded optimizer state keeps no model slots between checkpoints
+ * (distribute/shard.h): make them for apply_vars; the strategy takes its
+ * shards from them in sync_from_model. */
+static st_status stage_slots(st_model *m) {
+  st_net *n = &m->net;
+  for (int k = 0; k < n->n_slots; k++)
+    if (!n->slots[k]) {
+      n->slots[k] = n->be->alloc(n->be_ctx, (n->n_params ? n->n_params : 1) * sizeof(float));
+      if (!n->slots[k]) return st_error(ST_ERR_NOMEM, "checkpoint: out of memory for the slots");
+    }
+  return ST_OK;
+}
+
 static void apply_vars(const loaded *L, st_model *m) {
   int t = 0;
   for (int i = 0; i < m->net.nlayers; i++)
@@ -356,6 +369,7 @@ st_status st__checkpoint_restore_at(st_model *m, const char *dir, st_train_posit
   if (s == ST_OK) s = check_model(&L, m);
   position pos = {0};
   if (s == ST_OK) s = read_position(&L, &pos);
+  if (s == ST_OK) s = stage_slots(m);
   if (s == ST_OK) { /* all checked: now the model changes */
     apply_vars(&L, m);
     st__train_position_clear(at);

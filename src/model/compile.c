@@ -48,8 +48,10 @@ static st_status check_compile(const st_model *m, const st_compile_options *o) {
   return ST_OK;
 }
 
-/* The net's variables and optimizer slots (kind from m->optimizer). */
-static st_status alloc_vars(st_net *m) {
+/* The net's variables and optimizer slots (kind from m->optimizer; none
+ * under shard_optimizer: the strategy keeps each replica's shard, the net's
+ * slots are only staged for checkpoints, distribute/shard.h). */
+static st_status alloc_vars(st_net *m, bool sharded) {
   const st_backend *be = m->be;
   size_t np = (m->n_params ? m->n_params : 1) * sizeof(float);
   size_t ns = (m->n_state ? m->n_state : 1) * sizeof(float);
@@ -57,7 +59,7 @@ static st_status alloc_vars(st_net *m) {
   m->state = be->alloc(m->be_ctx, ns);
   if (!m->params || !m->state) return ST_ERR_NOMEM;
   m->n_slots = st_optimizer_slot_count(&m->optimizer);
-  for (int i = 0; i < m->n_slots; i++) {
+  for (int i = 0; i < m->n_slots && !sharded; i++) {
     m->slots[i] = be->alloc(m->be_ctx, np);
     if (!m->slots[i]) return ST_ERR_NOMEM;
     be->fill(m->be_ctx, m->n_params, 0.0f, m->slots[i]);
@@ -122,6 +124,7 @@ static st_status recompile(st_model *m, const st_compile_options *o) {
   if (m->strategy->net == n) m->strategy->vt->detach(m->strategy);
   m->compiled = false;
   for (int i = 0; i < n->n_slots; i++) n->be->free(n->be_ctx, n->slots[i]);
+  memset(n->slots, 0, sizeof n->slots); /* NULL: none staged (shard_optimizer) */
   m->compile = *o;
   n->optimizer = o->optimizer;
   n->loss = o->loss;
@@ -130,7 +133,7 @@ static st_status recompile(st_model *m, const st_compile_options *o) {
   n->step = 0;
   st__train_position_clear(&m->last_pos);
   n->n_slots = st_optimizer_slot_count(&n->optimizer);
-  for (int i = 0; i < n->n_slots; i++) {
+  for (int i = 0; i < n->n_slots && !m->strategy->opts.shard_optimizer; i++) {
     n->slots[i] = n->be->alloc(n->be_ctx, (n->n_params ? n->n_params : 1) * sizeof(float));
     if (!n->slots[i]) {
       n->n_slots = i;
@@ -155,7 +158,7 @@ st_status st_model_compile(st_model *m, const st_compile_options *o) {
   m->net.nmetrics = o->nmetrics;
   memcpy(m->net.metrics, o->metrics, sizeof m->net.metrics);
   if ((s = pick_backend(&m->net)) != ST_OK) return s;
-  if ((s = alloc_vars(&m->net)) != ST_OK)
+  if ((s = alloc_vars(&m->net, m->strategy && m->strategy->opts.shard_optimizer)) != ST_OK)
     return st_error(s, "compile: out of memory for %zu parameters", m->net.n_params);
   if (m->pending_vars) { /* st_model_load_weights before compile */
     st__be_to_device(m->net.be_ctx, m->net.params, m->pending_vars,

@@ -69,18 +69,42 @@ static st_status h_all_gather(st_collective *c, int rank, const float *send, siz
   return after_local_broadcast(h, s);
 }
 
-/* Not used by the strategies across processes: reduce-scatter over local
- * replicas after a full all-reduce. */
+/* recv[n] on global rank (process p, local l) = p*L + l: the reduction over
+ * every replica of every process of send[(p*L + l)*n, +n), summed as
+ * h_all_reduce sums (the local replicas in order, then the processes in
+ * order: the same bits). One local replica: the process transport's own
+ * reduce-scatter, without a copy. */
 static st_status h_reduce_scatter(st_collective *c, int rank, const float *send, float *recv,
                                   size_t n, st_reduce_op op) {
   hier *h = (hier *)c;
-  size_t total = n * (size_t)h->base.size;
+  int L = h->base.size, self = h->net->self;
+  float f = 1.0f / (float)(L * h->net->size);
+  if (L == 1) {
+    if (net_ok(h))
+      net_done(h, h->net->vt->reduce_scatter(h->net, self, send, recv, n, ST_REDUCE_SUM));
+    st_status s = atomic_load(&h->net_status);
+    if (s == ST_OK && op == ST_REDUCE_MEAN)
+      for (size_t e = 0; e < n; e++) recv[e] *= f;
+    return s;
+  }
+  size_t total = n * (size_t)L * (size_t)h->net->size, part = n * (size_t)L;
   float *tmp = malloc((total ? total : 1) * sizeof(float));
   st_status s = tmp ? ST_OK : st_error(ST_ERR_NOMEM, "hierarchical reduce-scatter: out of memory");
   if (tmp) memcpy(tmp, send, total * sizeof(float));
-  /* every replica takes part in the all-reduce, even without scratch memory */
-  st_status r = h_all_reduce(c, rank, tmp ? tmp : recv, tmp ? total : 0, op);
-  if (s == ST_OK && r == ST_OK) memcpy(recv, tmp + (size_t)rank * n, n * sizeof(float));
+  /* every replica takes part, even without scratch memory */
+  st_status r = h->loc->vt->all_reduce(h->loc, rank, tmp ? tmp : recv, tmp ? total : 0,
+                                       ST_REDUCE_SUM);
+  if (r == ST_OK && rank == 0 && tmp && net_ok(h))
+    net_done(h, h->net->vt->reduce_scatter(h->net, self, tmp, tmp + (size_t)self * part, part,
+                                           ST_REDUCE_SUM));
+  if (r == ST_OK)
+    r = after_local_broadcast(h, h->loc->vt->broadcast(h->loc, rank, tmp ? tmp + (size_t)self * part : recv,
+                                                       tmp ? part : 0, 0));
+  if (s == ST_OK && r == ST_OK) {
+    memcpy(recv, tmp + (size_t)self * part + (size_t)rank * n, n * sizeof(float));
+    if (op == ST_REDUCE_MEAN)
+      for (size_t e = 0; e < n; e++) recv[e] *= f;
+  }
   free(tmp);
   return s != ST_OK ? s : r;
 }

@@ -14,8 +14,10 @@
  * current one is summed (from cache: a segment is small) and its all-gather
  * sent, so transfer, summing and all-gather overlap; a chunk of one segment is
  * the plain two-round exchange. The summation order (rank order) does not
- * depend on the segmenting. broadcast, all_gather and reduce_scatter are the
- * same direct exchanges, unsegmented.
+ * depend on the segmenting. reduce_scatter is the first phase alone, with the
+ * same segments and order (chunk r of the send buffer summed into recv: the
+ * same bits as the all-reduce of that chunk); broadcast and all_gather are
+ * the same direct exchanges, unsegmented.
  *
  * Every wait polls its requests (MPI_Testsome) against a deadline, so a peer
  * that died or stalls becomes ST_ERR_TIMEOUT naming the rank whose message is
@@ -37,6 +39,7 @@
 #define _GNU_SOURCE
 #include <mpi.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -150,9 +153,20 @@ static st_status fail_broken(mpi_coll *c, int op) {
                   g_op_names[op], (unsigned long long)c->ops);
 }
 
-static void pause_a_little(int spins) {
-  if (spins < 2000) return;
-  struct timespec ts = {0, spins < 20000 ? 2000 : 50000};
+/* Between polls of a wait that has lasted `waited` seconds: spin for the
+ * first 100 us (a peer's part usually arrives within microseconds; yielding
+ * at once lost the core to other processes at 16 KiB), then yield the core (the
+ * ranks may share cores, and the peer being waited for may need this one),
+ * and sleep only once the wait is long (a straggler: do not burn a core). A
+ * short nanosleep is no short pause: the timer slack makes 2 us ~50-60 us,
+ * which at 16 KiB-16 MiB was a large part of an all-reduce. */
+static void pause_a_little(int spins, double waited) {
+  if (spins < 64 || waited < 100e-6) return;
+  if (waited < 2e-3) {
+    sched_yield();
+    return;
+  }
+  struct timespec ts = {0, 50000};
   nanosleep(&ts, NULL);
 }
 
@@ -192,7 +206,7 @@ static void abandon(mpi_coll *c) {
       if (c->req[i] != MPI_REQUEST_NULL) MPI_Test(&c->req[i], &done, MPI_STATUS_IGNORE);
       left += c->req[i] != MPI_REQUEST_NULL;
     }
-    pause_a_little(spins);
+    pause_a_little(spins, MPI_Wtime() - t0);
   }
   for (int i = 0; i < n; i++)
     if (c->req[i] != MPI_REQUEST_NULL) {
@@ -264,7 +278,7 @@ static st_status wait_range(mpi_coll *c, int first, int n, int op) {
                       missing, g_op_names[op], (unsigned long long)c->ops,
                       c->step ? (long long)*c->step : -1LL, c->timeout);
     }
-    pause_a_little(spins);
+    pause_a_little(spins, MPI_Wtime() - t0);
   }
   return ST_OK;
 }
@@ -293,37 +307,6 @@ static void post_send(mpi_coll *c, int k, const float *buf, size_t n, int peer, 
   MPI_Isend(buf, (int)n, MPI_FLOAT, peer, tag, c->comm, &c->req[k]);
 }
 
-/* Phase 1 of all_reduce / reduce_scatter: out[len] = sum over ranks j (in
- * order) of chunk_of(j)[len], where chunk_of(self) is mine and the others
- * arrive from the peers; send_of(j) is what peer j needs from me. */
-static st_status gather_and_sum(mpi_coll *c, int op, const float *mine, float *out, size_t len,
-                                const float *const *send_to, const size_t *send_len) {
-  int me = c->base.self, size = c->base.size, k = 0, tag = tag_of(c, 0);
-  st_status s = reserve_tmp(c, (size_t)size * (len ? len : 1));
-  if (s != ST_OK) return s;
-  for (int j = 0; j < size; j++)
-    if (j != me) {
-      post_recv(c, k++, c->tmp + (size_t)j * len, len, j, tag);
-      post_send(c, k++, send_to[j], send_len[j], j, tag);
-    }
-  if ((s = wait_all(c, k, op)) != ST_OK) return s;
-  /* out may be mine: each block is summed on the stack, then stored */
-  enum { BLOCK = 1024 };
-  float acc[BLOCK];
-  for (size_t lo = 0; lo < len; lo += BLOCK) {
-    size_t nb = len - lo < BLOCK ? len - lo : BLOCK;
-    for (int j = 0; j < size; j++) {
-      const float *src = (j == me ? mine : c->tmp + (size_t)j * len) + lo;
-      if (j == 0)
-        memcpy(acc, src, nb * sizeof(float));
-      else
-        for (size_t e = 0; e < nb; e++) acc[e] += src[e];
-    }
-    memcpy(out + lo, acc, nb * sizeof(float));
-  }
-  return ST_OK;
-}
-
 static void scale(float *buf, size_t n, int size) {
   float f = 1.0f / (float)size;
   for (size_t e = 0; e < n; e++) buf[e] *= f;
@@ -346,7 +329,9 @@ static void sum_in_rank_order(float *out, const float *const *src, int size, siz
 /* One all-reduce's layout: chunk j of the buffer is [lo[j], lo[j] + len[j]),
  * cut into segments of SEG_FLOATS. */
 typedef struct ar_plan {
-  float *buf;
+  float *buf;  /* all_reduce: in place; reduce_scatter: the send buffer (read only) */
+  float *out;  /* reduce_scatter: recv, where my chunk's sum goes; NULL: in place */
+  int op;      /* OP_ALL_REDUCE or OP_REDUCE_SCATTER (for messages) */
   size_t lo[ST_MAX_WORKERS], len[ST_MAX_WORKERS];
   int me, size, tag_rs, tag_ag;
 } ar_plan;
@@ -387,16 +372,17 @@ static void post_ag(mpi_coll *c, const ar_plan *p, size_t k) {
 
 static st_status wait_group(mpi_coll *c, const ar_plan *p, size_t k, int ag) {
   int first = ((int)(k % WINDOW) * 2 + ag) * 2 * p->size;
-  return wait_range(c, first, 2 * p->size, OP_ALL_REDUCE);
+  return wait_range(c, first, 2 * p->size, p->op);
 }
 
 /* Sum segment k of my chunk in rank order, in place, and scale it for MEAN. */
 static void reduce_segment(mpi_coll *c, const ar_plan *p, size_t k, st_reduce_op op) {
   size_t off, n = seg_of(p, p->me, k, &off);
   const float *src[ST_MAX_WORKERS];
-  float *out = p->buf + p->lo[p->me] + off;
+  const float *mine = p->buf + p->lo[p->me] + off;
+  float *out = p->out ? p->out + off : p->buf + p->lo[p->me] + off;
   const float *slot = c->tmp + (k % WINDOW) * (size_t)p->size * SEG_FLOATS;
-  for (int j = 0; j < p->size; j++) src[j] = j == p->me ? out : slot + (size_t)j * SEG_FLOATS;
+  for (int j = 0; j < p->size; j++) src[j] = j == p->me ? mine : slot + (size_t)j * SEG_FLOATS;
   sum_in_rank_order(out, src, p->size, n);
   if (op == ST_REDUCE_MEAN) scale(out, n, p->size);
 }
@@ -469,18 +455,26 @@ static st_status mpi_reduce_scatter(st_collective *cc, int rank, const float *se
   mpi_coll *c = (mpi_coll *)cc;
   if (c->broken) return fail_broken(c, OP_REDUCE_SCATTER);
   c->ops++;
-  int me = c->base.self, size = c->base.size;
+  int size = c->base.size;
   if (size == 1 || n == 0) {
     memmove(recv, send, n * sizeof(float));
     return ST_OK;
   }
-  const float *send_to[ST_MAX_WORKERS];
-  size_t send_len[ST_MAX_WORKERS];
-  for (int j = 0; j < size; j++) send_to[j] = send + (size_t)j * n, send_len[j] = n;
-  st_status s = gather_and_sum(c, OP_REDUCE_SCATTER, send + (size_t)me * n, recv, n, send_to,
-                               send_len);
-  if (s == ST_OK && op == ST_REDUCE_MEAN) scale(recv, n, size);
-  return s;
+  /* buf is only read (sent, and my chunk summed on the stack); recv may be
+   * my chunk of it */
+  ar_plan p = {.buf = (float *)send, .out = recv, .op = OP_REDUCE_SCATTER, .me = c->base.self,
+               .size = size, .tag_rs = tag_of(c, 0), .tag_ag = tag_of(c, 1)};
+  for (int j = 0; j < size; j++) p.lo[j] = (size_t)j * n, p.len[j] = n;
+  size_t segs = (n + SEG_FLOATS - 1) / SEG_FLOATS;
+  st_status s = reserve_tmp(c, (size_t)WINDOW * (size_t)size * SEG_FLOATS);
+  if (s != ST_OK) return s;
+  for (size_t k = 0; k + 1 < WINDOW && k < segs; k++) post_rs(c, &p, k);
+  for (size_t k = 0; k < segs; k++) {
+    if (k + WINDOW - 1 < segs) post_rs(c, &p, k + WINDOW - 1);
+    if ((s = wait_group(c, &p, k, 0)) != ST_OK) return s;
+    reduce_segment(c, &p, k, op);
+  }
+  return ST_OK;
 }
 
 static st_status mpi_barrier(st_collective *cc, int rank) {
@@ -505,7 +499,7 @@ void st__collective_mpi_leave(st_collective *cc, const char *why) {
   int all = 0;
   while (MPI_Testall(k, c->req, &all, MPI_STATUSES_IGNORE) == MPI_SUCCESS && !all &&
          MPI_Wtime() - t0 < 2.0)
-    pause_a_little(20000);
+    pause_a_little(20000, 1.0); /* a sleep: no hurry here */
   if (!all) abandon(c);
 }
 
