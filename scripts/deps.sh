@@ -13,7 +13,8 @@ set -euo pipefail
 # there (CMake builds without it, saying why, when its headers are missing).
 # python3: the tests' helper scripts (data makers, checkers, scripts/gen_api_doc.py).
 pkgs=(cmake make gcc pkg-config libopenblas-dev zlib1g-dev libjansson-dev dataset-fashion-mnist
-      openmpi-bin libopenmpi-dev python3)
+      openmpi-bin libopenmpi-dev python3
+      libzmq3-dev)
 for arg in "$@"; do
   case "$arg" in
     --bench) pkgs+=(python3-torch python3-numpy) ;;

@@ -12,7 +12,9 @@
 #include "fuzz/csv_fuzz.c"
 #include "fuzz/idx_fuzz.c"
 #include "fuzz/keras_json_fuzz.c"
+#include "fuzz/ps_frame_fuzz.c"
 #include "fuzz/safetensors_fuzz.c"
+#include "fuzz/tf_config_fuzz.c"
 
 typedef struct fuzz_target {
   const char *name;
@@ -26,6 +28,8 @@ static const fuzz_target targets[] = {
     {"safetensors_fuzz", st_fuzz_safetensors},
     {"checkpoint_fuzz", st_fuzz_checkpoint},
     {"cli_args_fuzz", st_fuzz_cli_args},
+    {"tf_config_fuzz", st_fuzz_tf_config},
+    {"ps_frame_fuzz", st_fuzz_ps_frame},
 };
 
 static int by_name(const void *a, const void *b) {
