@@ -385,14 +385,17 @@ void st__ps_msg_free(st_ps_msg *m) {
 
 st_status st__ps_poll(st_ps_socket **socks, int n, int timeout_ms, bool *ready) {
   zmq_pollitem_t items[64];
-  if (n > 64) n = 64;
+  int map[64], m = 0;
   for (int i = 0; i < n; i++) {
-    items[i] = (zmq_pollitem_t){socks[i] ? socks[i]->z : NULL, 0, ZMQ_POLLIN, 0};
     ready[i] = false;
+    if (socks[i] && m < 64) { /* a NULL entry (a closed socket) is skipped */
+      items[m] = (zmq_pollitem_t){socks[i]->z, 0, ZMQ_POLLIN, 0};
+      map[m++] = i;
+    }
   }
-  int r = zmq_poll(items, n, timeout_ms);
+  int r = zmq_poll(items, m, timeout_ms);
   if (r < 0 && zmq_errno() != EINTR) return zerr("zmq_poll");
-  for (int i = 0; i < n; i++) ready[i] = r > 0 && (items[i].revents & ZMQ_POLLIN);
+  for (int k = 0; k < m; k++) ready[map[k]] = r > 0 && (items[k].revents & ZMQ_POLLIN);
   return ST_OK;
 }
 
