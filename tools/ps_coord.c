@@ -25,6 +25,7 @@ typedef struct wstate {
   st_ps_socket *sock;
   bool alive;
   int busy;         /* closure index or -1 */
+  uint32_t incarnation; /* from its JOB_OK */
   double last_seen;
 } wstate;
 
@@ -108,6 +109,7 @@ static st_status send_jobs(coord *c) {
   for (int i = 0; s == ST_OK && i < c->nw; i++)
     if ((s = await_reply(c, c->w[i].sock, ST_PS_MSG_JOB_OK, ST_PS_WORKER, i, c->job.coordinator_timeout,
                          &m)) == ST_OK) {
+      c->w[i].incarnation = m.h.incarnation;
       st__ps_msg_free(&m);
       c->w[i].alive = true, c->w[i].busy = -1, c->w[i].last_seen = st_now_seconds();
     }
@@ -166,6 +168,11 @@ static void check_workers(coord *c, closure *cls) {
       c->retried++;
     }
     w->busy = -1;
+    for (int p = 0; p < c->nps; p++) { /* fence it: its late pushes are refused */
+      st_ps_header h = ps_header(&c->cluster, c->job.job_id, c->incarnation, ST_PS_MSG_FENCE);
+      h.closure = (uint64_t)i, h.step = w->incarnation;
+      st__ps_send(c->ps[p], NULL, &h, NULL, 0, 1000);
+    }
     st__ps_socket_close(w->sock); /* drop what was queued for it */
     w->sock = NULL;
   }
@@ -174,8 +181,12 @@ static void check_workers(coord *c, closure *cls) {
 static void drain_heartbeats(coord *c) {
   st_ps_msg m;
   while (st__ps_recv(c->hb, c->job.job_id, 0, &m) == ST_OK) {
-    if (m.h.type == ST_PS_MSG_HEARTBEAT && m.h.sender_role == ST_PS_WORKER && c->w[m.h.sender_index].alive)
-      c->w[m.h.sender_index].last_seen = st_now_seconds();
+    wstate *w = m.h.sender_role == ST_PS_WORKER ? &c->w[m.h.sender_index] : NULL;
+    if (m.h.type == ST_PS_MSG_HEARTBEAT && w && w->alive) w->last_seen = st_now_seconds();
+    if (m.h.type == ST_PS_MSG_HEARTBEAT && w && !w->alive && m.h.incarnation == w->incarnation) {
+      st_ps_header h = ps_header(&c->cluster, c->job.job_id, c->incarnation, ST_PS_MSG_FENCE);
+      st__ps_send(c->hb, &m, &h, NULL, 0, 0); /* a lost worker came back: tell it */
+    }
     st__ps_msg_free(&m);
   }
 }
@@ -288,7 +299,7 @@ static st_status pull_variables(coord *c) {
   return ST_OK;
 }
 
-static char *ps_report_json(coord *c, uint64_t (*st)[8], bool *exact) {
+static char *ps_report_json(coord *c, uint64_t (*st)[8], const st_history *h, bool *exact) {
   char *s = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&s, &len);
@@ -309,6 +320,13 @@ static char *ps_report_json(coord *c, uint64_t (*st)[8], bool *exact) {
             "\"staleness_max\": %llu, \"connections_refused\": %llu}", p ? ", " : "", p,
             (unsigned long long)st[p][0], (unsigned long long)st[p][1], (unsigned long long)st[p][2],
             (unsigned long long)st[p][3], mean, (unsigned long long)st[p][5], (unsigned long long)st[p][6]);
+  }
+  /* examples trained on per epoch (completed closures only; a permutation
+   * split in batches: n_train each when every example was visited once) */
+  fprintf(f, "], \"train_examples_per_epoch\": [");
+  for (int e = 0; e < h->epochs; e++) {
+    fprintf(f, "%s%lld", e ? ", " : "", (long long)h->logs[e].examples);
+    *exact &= h->logs[e].examples == c->d.n_train;
   }
   fprintf(f, "], \"exactly_once\": %s}", *exact ? "true" : "false");
   fclose(f);
@@ -401,7 +419,7 @@ static int train_job(coord *c, double t0) {
   st_eval_result test = {0};
   if (s == ST_OK) s = st_model_evaluate(c->model, c->d.test, &test);
   bool exact = false;
-  char *pj = s == ST_OK ? ps_report_json(c, stats, &exact) : NULL;
+  char *pj = s == ST_OK ? ps_report_json(c, stats, &h, &exact) : NULL;
   if (s == ST_OK) {
     for (int p = 0; p < c->nps; p++)
       fprintf(stderr, "parameter_server: ps:%d applied %llu of %lld steps (%llu duplicates skipped, "

@@ -45,6 +45,7 @@ typedef struct server {
   int64_t version, napplied, duplicates, refused;
   double staleness_sum;
   int64_t staleness_max;
+  uint32_t fenced[ST_PS_MAX_TASKS]; /* per worker: a lost incarnation (0: none) */
   /* worker */
   cli_data data;
   bool have_data;
@@ -77,6 +78,13 @@ static void ps_push(server *sv, const st_ps_msg *m) {
   int me = sv->cluster.self_index;
   size_t n = sv->layout.ps_floats[me];
   uint8_t applied = 0;
+  if (m->h.sender_role == ST_PS_WORKER && sv->fenced[m->h.sender_index] &&
+      sv->fenced[m->h.sender_index] == m->h.incarnation) {
+    sv->refused++; /* a worker the chief declared lost: its late pushes change nothing */
+    const char *e = "this worker was declared lost by the chief (missed heartbeats); its pushes are refused";
+    reply(sv, m, ST_PS_MSG_ERROR, m->h.closure, m->h.step, e, strlen(e));
+    return;
+  }
   if (m->h.sender_role != ST_PS_WORKER || m->h.step >= (uint64_t)sv->job.total_steps ||
       m->h.payload_len != n * sizeof(float) || m->h.version_seen > (uint64_t)sv->version) {
     sv->refused++;
@@ -156,6 +164,11 @@ static st_status await(server *sv, st_ps_socket *s, int type, int p, st_ps_msg *
   while (st_now_seconds() < deadline && !g_stop) {
     if (st__ps_recv(s, sv->job.job_id, 200, m) != ST_OK) continue;
     if (m->h.type == type && m->h.sender_role == ST_PS_PS && m->h.sender_index == p) return ST_OK;
+    if (m->h.type == ST_PS_MSG_ERROR && m->h.sender_role == ST_PS_PS && m->h.sender_index == p) {
+      st_status e = st_error(ST_ERR_PEER, "ps:%d: %.*s", p, (int)m->h.payload_len, (const char *)m->payload);
+      st__ps_msg_free(m);
+      return e;
+    }
     st__ps_msg_free(m);
   }
   return st_error(ST_ERR_PEER, "ps:%d did not answer %s", p, st__ps_msg_name(type));
@@ -266,6 +279,7 @@ typedef struct heartbeat {
   server *sv;
   pthread_t th;
   atomic_bool stop;
+  atomic_bool fenced; /* the chief answered FENCE: it declared us lost */
   bool running;
 } heartbeat;
 
@@ -279,6 +293,11 @@ static void *heartbeat_main(void *arg) {
   while (!atomic_load(&hb->stop)) {
     st_ps_header h = ps_header(&sv->cluster, sv->job.job_id, sv->incarnation, ST_PS_MSG_HEARTBEAT);
     st__ps_send(s, NULL, &h, NULL, 0, 0);
+    st_ps_msg m;
+    while (st__ps_recv(s, sv->job.job_id, 0, &m) == ST_OK) {
+      if (m.h.type == ST_PS_MSG_FENCE && m.h.sender_role == ST_PS_CHIEF) atomic_store(&hb->fenced, true);
+      st__ps_msg_free(&m);
+    }
     for (int slept = 0; slept < ms && !atomic_load(&hb->stop); slept += 10) usleep(10000);
   }
   st__ps_socket_close(s);
@@ -346,6 +365,10 @@ static void handle(server *sv, st_ps_msg *m, heartbeat *hb) {
     case ST_PS_MSG_HEARTBEAT: break;
     case ST_PS_MSG_PULL: if (sv->have_job && sv->applied) ps_pull(sv, m); break;
     case ST_PS_MSG_PUSH: if (sv->have_job && sv->applied) ps_push(sv, m); break;
+    case ST_PS_MSG_FENCE:
+      if (sv->applied && m->h.sender_role == ST_PS_CHIEF && m->h.closure < ST_PS_MAX_TASKS)
+        sv->fenced[m->h.closure] = (uint32_t)m->h.step;
+      break;
     case ST_PS_MSG_STATS: if (sv->have_job && sv->applied) ps_stats(sv, m); break;
     case ST_PS_MSG_RUN:
       if (sv->have_job && sv->rep && m->h.sender_role == ST_PS_CHIEF) worker_run(sv, m);
@@ -366,6 +389,12 @@ static int serve(server *sv, double job_timeout) {
       st__ps_msg_free(&m);
     }
     double now = st_now_seconds();
+    if (atomic_load(&hb.fenced)) {
+      fprintf(stderr, "strata server: worker:%d: the chief declared this worker lost (missed "
+              "heartbeats: stopped or too slow): exiting\n", sv->cluster.self_index);
+      rc = EXIT_PEER;
+      break;
+    }
     if (!sv->have_job && now - start > job_timeout) {
       fprintf(stderr, "strata server: no JOB from the chief within %.0f s\n", job_timeout);
       rc = EXIT_PEER;
@@ -430,7 +459,7 @@ int cmd_server(int argc, char **argv) {
   if (insecure)
     fprintf(stderr, "strata server: warning: --insecure: no encryption or authentication; any "
             "process that reaches this port can change the model\n");
-  sv.incarnation = (uint32_t)ps_random_u64();
+  sv.incarnation = (uint32_t)ps_random_u64() | 1u; /* never 0: 0 means "not fenced" */
   st_ps_transport_options to = {&sv.cluster, keys, insecure, 0};
   st_status s = st__ps_transport_create(&to, &sv.t);
   if (s == ST_OK)

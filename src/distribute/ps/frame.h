@@ -44,6 +44,7 @@ typedef enum st_ps_msg_type {
   ST_PS_MSG_STATS_OK,  /* ps -> chief: counters */
   ST_PS_MSG_STOP,      /* chief -> server: the job is over */
   ST_PS_MSG_ERROR,     /* server -> chief: text payload */
+  ST_PS_MSG_FENCE,     /* chief -> ps: refuse pushes of worker `closure`, incarnation `step` */
   ST_PS_MSG_TYPE_END
 } st_ps_msg_type;
 
