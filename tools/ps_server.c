@@ -52,7 +52,8 @@ typedef struct server {
   st_ps_socket **ps_socks; /* [nps] */
   st_replica *rep;
   float *x, *y, *packed;   /* one batch; one ps's variables */
-  int64_t die_at_step;     /* test hook: STRATA_PS_TEST_DIE_AT_STEP */
+  int64_t fault_step;      /* test hook STRATA_PS_TEST_FAULT=kill|stop:WORKER:STEP */
+  int fault_sig;           /* SIGKILL or SIGSTOP, raised once */
 } server;
 
 static st_status reply(server *sv, const st_ps_msg *to, int type, uint64_t closure, uint64_t step,
@@ -208,11 +209,14 @@ static st_status push_all(server *sv, uint64_t closure, uint64_t step, const uin
     st_ps_msg m;
     if ((s = await(sv, sv->ps_socks[p], ST_PS_MSG_ACK, p, &m)) != ST_OK) return s;
     st__ps_msg_free(&m);
-    /* test hook: die after the first ps applied this step, before the others */
-    if (sv->die_at_step >= 0 && step == (uint64_t)sv->die_at_step && p == 0 && nps >= 1) {
-      fprintf(stderr, "strata server: worker:%d: test hook: kill -9 at step %lld\n",
-              sv->cluster.self_index, (long long)step);
-      raise(SIGKILL);
+    /* test hook: kill -9 or SIGSTOP this worker after the first ps applied
+     * this step, before the others did (a closure applied in part) */
+    if (sv->fault_sig && step == (uint64_t)sv->fault_step && p == 0) {
+      int sig = sv->fault_sig;
+      sv->fault_sig = 0;
+      fprintf(stderr, "strata server: worker:%d: test hook: %s at step %lld\n", sv->cluster.self_index,
+              sig == SIGKILL ? "SIGKILL" : "SIGSTOP", (long long)step);
+      raise(sig);
     }
   }
   return ST_OK;
@@ -443,7 +447,6 @@ int cmd_server(int argc, char **argv) {
   if (!keys) keys = getenv("STRATA_KEYS");
   server sv;
   memset(&sv, 0, sizeof sv);
-  sv.die_at_step = -1;
   if ((rc = ps_load_cluster("server", cli_get(server_opts, NSERVER, "--cluster"),
                             cli_get(server_opts, NSERVER, "--task"), &sv.cluster)))
     return rc;
@@ -453,9 +456,14 @@ int cmd_server(int argc, char **argv) {
     st__ps_cluster_free(&sv.cluster);
     return EXIT_USAGE;
   }
-  if (sv.cluster.self_role == ST_PS_WORKER && (v = getenv("STRATA_PS_TEST_DIE_AT_STEP")) &&
-      (v = strchr(v, ':')) && atoi(getenv("STRATA_PS_TEST_DIE_AT_STEP")) == sv.cluster.self_index)
-    sv.die_at_step = atoll(v + 1); /* "WORKER:STEP" */
+  char kind[8];
+  int fw;
+  long long fs;
+  if (sv.cluster.self_role == ST_PS_WORKER && (v = getenv("STRATA_PS_TEST_FAULT")) &&
+      sscanf(v, "%7[a-z]:%d:%lld", kind, &fw, &fs) == 3 && fw == sv.cluster.self_index) {
+    sv.fault_sig = !strcmp(kind, "kill") ? SIGKILL : !strcmp(kind, "stop") ? SIGSTOP : 0;
+    sv.fault_step = fs;
+  }
   if (insecure)
     fprintf(stderr, "strata server: warning: --insecure: no encryption or authentication; any "
             "process that reaches this port can change the model\n");

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# ParameterServerStrategy end to end on loopback (issue 13; RELIABILITY.md
+# rows P1, P6, D6), each run bounded by `timeout`:
+#  - bad TF_CONFIG / --cluster: exit 2 naming the field, before any socket;
+#  - strata launch --workers 2 --ps 2 -- train (mlp, CURVE): every step
+#    applied exactly once on every ps, every example once per epoch, --save
+#    read back by strata evaluate with the same test accuracy;
+#  - a worker killed with kill -9 in the middle of a closure (after ps:0
+#    applied a step, before ps:1 did; a test-only hook raises SIGKILL there):
+#    the job finishes on the other worker, the closure is re-run, ps:0 skips
+#    the step it had applied, applied == scheduled on each ps;
+#  - a worker stopped (SIGSTOP) past 3 heartbeat intervals, then SIGCONT:
+#    declared lost, its late push refused by the ps, it exits 3, the job
+#    finishes with applied == scheduled.
+# Skips (77) when Strata was built without ZeroMQ or Fashion-MNIST is missing.
+set -u
+cli=${STRATA_CLI:?set by CTest}
+data=/usr/share/datasets/fashion-mnist
+if [ ! -e $data/train-images-idx3-ubyte.gz ]; then
+  echo "SKIP: $data missing (apt-get install dataset-fashion-mnist)"; exit 77
+fi
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+echo '{"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"], "ps": ["127.0.0.1:3"]}' > "$tmp/k.json"
+if ! "$cli" keygen "$tmp/keys" --cluster "$tmp/k.json" > "$tmp/k.out" 2>&1; then
+  if grep -q "no ZeroMQ" "$tmp/k.out"; then
+    echo "SKIP: this build of Strata has no ZeroMQ (apt-get install libzmq3-dev, rebuild)"; exit 77
+  fi
+  cat "$tmp/k.out"; echo "FAIL: strata keygen"; exit 1
+fi
+fail=0
+check() { if eval "$1"; then echo "ok: $2"; else echo "FAIL: $2"; fail=1; fi; }
+# json FILE EXPR: a Python expression over the report r
+json() { python3 -c "import json,sys; r=json.load(open('$1')); p=r['parameter_server']; sys.exit(0 if ($2) else 1)"; }
+every_ps_exact='all(x["updates_applied"] == p["steps_scheduled"] for x in p["per_ps"]) and p["exactly_once"]'
+every_epoch='all(n == r["train_examples"] for n in p["train_examples_per_epoch"])'
+
+check "[ -s $tmp/keys/worker-0.pub ] && [ \"\$(stat -c %a $tmp/keys/worker-0.secret)\" = 600 ]" \
+  "strata keygen: a key pair per task, secret keys mode 0600"
+
+# ---- D6: bad cluster descriptions, exit 2 naming the field ----
+TF_CONFIG='{"cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"], "ps": ["127.0.0.1:2"]}, "task": {"type": "ps"}}' \
+  timeout 20 "$cli" server --insecure > /dev/null 2> "$tmp/e1"
+rc=$?
+check "[ $rc = 2 ] && grep -q 'cluster.ps\[0\]: duplicate address 127.0.0.1:2' $tmp/e1" "duplicate address: exit 2 naming cluster.ps[0] (rc $rc)"
+TF_CONFIG='{"cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"], "ps": ["127.0.0.1:3"]}, "task": {"type": "worker", "index": 3}}' \
+  timeout 20 "$cli" server --insecure > /dev/null 2> "$tmp/e2"
+rc=$?
+check "[ $rc = 2 ] && grep -q 'task.index: 3 out of range' $tmp/e2" "index out of range: exit 2 (rc $rc)"
+echo '{"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"], "ps": ["127.0.0.1:3"], "evaluator": ["127.0.0.1:4"]}' > "$tmp/c.json"
+timeout 20 "$cli" train --strategy parameter_server --cluster "$tmp/c.json" --task chief:0 --model mlp \
+  > /dev/null 2> "$tmp/e3"
+rc=$?
+check "[ $rc = 2 ] && grep -q 'cluster.evaluator' $tmp/e3" "evaluator in the training cluster: exit 2 (rc $rc)"
+TF_CONFIG='{"cluster": ' timeout 20 "$cli" server > /dev/null 2> "$tmp/e4"
+rc=$?
+check "[ $rc = 2 ] && grep -q 'TF_CONFIG: line 1' $tmp/e4" "bad JSON: exit 2 with line and column (rc $rc)"
+
+# ---- 2 workers + 2 ps, CURVE: exactly once, evaluate reads --save ----
+common=(--model mlp --train-examples 1024 --batch-size 64 --seed 3)
+timeout 120 "$cli" launch --workers 2 --ps 2 -- train "${common[@]}" --epochs 2 --save "$tmp/w.safetensors" \
+  --report "$tmp/r1.json" > "$tmp/o1" 2> "$tmp/l1"
+rc=$?
+check "[ $rc = 0 ]" "launch 2 workers + 2 ps: exit 0 (rc $rc)"
+[ $rc = 0 ] || cat "$tmp/l1"
+check "json $tmp/r1.json '$every_ps_exact and $every_epoch and p[\"steps_scheduled\"] == 32 and p[\"ps\"] == 2'" \
+  "every step applied exactly once on each of 2 ps, every example once per epoch"
+acc=$(sed -n 's/.*test_accuracy: \([0-9.]*\).*/\1/p' "$tmp/o1")
+timeout 60 "$cli" evaluate --model mlp --weights "$tmp/w.safetensors" > "$tmp/o1e" 2>&1
+check "grep -q 'test_accuracy: $acc' $tmp/o1e && [ -n '$acc' ]" "strata evaluate reads --save: test accuracy $acc"
+check "! grep -q insecure $tmp/l1" "CURVE by default (no --insecure warning)"
+
+# ---- kill -9 of a worker in the middle of a closure (P1) ----
+STRATA_PS_TEST_FAULT=kill:1:5 timeout 120 "$cli" launch --workers 2 --ps 2 -- train "${common[@]}" \
+  --epochs 2 --steps-per-execution 4 --heartbeat-interval 0.2 --report "$tmp/r2.json" > "$tmp/o2" 2> "$tmp/l2"
+rc=$?
+check "[ $rc = 0 ] && grep -q 'test hook: SIGKILL at step 5' $tmp/l2 && grep -q 'worker:1 lost' $tmp/l2" \
+  "worker killed mid-closure: detected, job finishes (rc $rc)"
+check "json $tmp/r2.json '$every_ps_exact and $every_epoch and p[\"workers_lost\"] == 1 and p[\"closures_retried\"] >= 1'" \
+  "after the kill: applied == scheduled on every ps, each example once per epoch"
+check "json $tmp/r2.json 'p[\"per_ps\"][0][\"duplicates_skipped\"] >= 1'" \
+  "ps:0, which had applied part of the lost closure, skipped it on the re-run"
+
+# ---- SIGSTOP past the heartbeat timeout, then SIGCONT (P6), --insecure ----
+STRATA_PS_TEST_FAULT=stop:1:5 timeout 120 "$cli" launch --workers 2 --ps 1 --insecure -- train --model mlp \
+  --train-examples 12000 --batch-size 32 --epochs 1 --steps-per-execution 4 --heartbeat-interval 0.2 \
+  --report "$tmp/r3.json" > "$tmp/o3" 2> "$tmp/l3" &
+job=$!
+# SIGCONT once the chief has declared it lost (3 missed heartbeats: 0.6 s),
+# while worker 0 still has most of the epoch to train
+for _ in $(seq 1 400); do grep -q 'worker:1 lost' "$tmp/l3" && break; sleep 0.05; done
+pid=$(sed -n 's/.*worker:1 on .*, pid \([0-9]*\)/\1/p' "$tmp/l3")
+[ -n "$pid" ] && kill -CONT "$pid"
+wait $job
+rc=$?
+check "[ $rc = 0 ] && grep -q 'worker:1 lost' $tmp/l3" "stopped worker declared lost, job finishes (rc $rc)"
+check "grep -q 'declared this worker lost\|declared lost by the chief' $tmp/l3" "the resumed worker hears it was fenced"
+# the push it had in flight is refused by the fenced ps (the ps's answer is
+# in worker:1's log; the report counts it unless the epoch ended first)
+check "grep -q 'ps:0: this worker was declared lost' $tmp/l3 || json $tmp/r3.json 'p[\"per_ps\"][0][\"pushes_refused\"] >= 1'" \
+  "its late push refused by the ps"
+check "json $tmp/r3.json '$every_ps_exact and $every_epoch'" "applied == scheduled after the stall"
+check "grep -q 'warning: --insecure' $tmp/l3" "--insecure warns"
+exit $fail
