@@ -386,7 +386,15 @@ static int serve(server *sv, double job_timeout) {
   memset(&hb, 0, sizeof hb);
   double start = st_now_seconds();
   int rc = EXIT_OK;
+  int64_t refused_logged = 0;
   while (!g_stop) {
+    int64_t refused = st__ps_transport_refused(sv->t);
+    if (refused > refused_logged) { /* N3: refused peers are logged */
+      fprintf(stderr, "strata server: %s:%d: refused %lld connection(s) whose CURVE key is not in "
+              "the cluster's allow-list\n", st__ps_role_name(sv->cluster.self_role),
+              sv->cluster.self_index, (long long)(refused - refused_logged));
+      refused_logged = refused;
+    }
     st_ps_msg m;
     if (st__ps_recv(sv->sock, sv->have_job ? sv->job.job_id : 0, 200, &m) == ST_OK) {
       handle(sv, &m, &hb);

@@ -64,6 +64,8 @@ st_status st__ps_send(st_ps_socket *s, const st_ps_msg *to, st_ps_header *h, con
  * (-1: forever); ST_ERR_TIMEOUT when none came. Dropped frames are counted. */
 st_status st__ps_recv(st_ps_socket *s, uint64_t job_id, int timeout_ms, st_ps_msg *out);
 void st__ps_msg_free(st_ps_msg *m);
+/* Tests only: send len raw bytes as one frame (DEALER side), unchecked. */
+st_status st__ps_send_raw(st_ps_socket *s, const void *bytes, size_t len);
 /* Wait until one of socks[0..n) has input (ready[i] set) or timeout_ms. */
 st_status st__ps_poll(st_ps_socket **socks, int n, int timeout_ms, bool *ready);
 st_ps_counters st__ps_socket_counters(const st_ps_socket *s);

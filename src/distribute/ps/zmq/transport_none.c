@@ -50,6 +50,11 @@ st_status st__ps_recv(st_ps_socket *s, uint64_t job_id, int timeout_ms, st_ps_ms
 
 void st__ps_msg_free(st_ps_msg *m) { (void)m; }
 
+st_status st__ps_send_raw(st_ps_socket *s, const void *bytes, size_t len) {
+  (void)s, (void)bytes, (void)len;
+  return not_built();
+}
+
 st_status st__ps_poll(st_ps_socket **socks, int n, int timeout_ms, bool *ready) {
   (void)socks, (void)timeout_ms;
   for (int i = 0; i < n; i++) ready[i] = false;

@@ -308,6 +308,11 @@ st_status st__ps_send(st_ps_socket *s, const st_ps_msg *to, st_ps_header *h, con
   return ST_OK;
 }
 
+st_status st__ps_send_raw(st_ps_socket *s, const void *bytes, size_t len) {
+  if (zmq_send(s->z, bytes, len, 0) < 0) return zerr("send");
+  return ST_OK;
+}
+
 /* The authenticated task of a CURVE message ("worker:1"), checked against
  * the header's sender. */
 static bool identity_matches(const st_ps_socket *s, zmq_msg_t *m, const st_ps_header *h) {
