@@ -2,9 +2,10 @@
 # ParameterServerStrategy end to end on loopback (issue 13; RELIABILITY.md
 # rows P1, P6, D6), each run bounded by `timeout`:
 #  - bad TF_CONFIG / --cluster: exit 2 naming the field, before any socket;
-#  - strata launch --workers 2 --ps 2 -- train (mlp, CURVE): every step
-#    applied exactly once on every ps, every example once per epoch, --save
-#    read back by strata evaluate with the same test accuracy;
+#  - strata launch --workers 2 --ps 2 -- train (mlp, CURVE, --max-staleness
+#    0): every step applied exactly once on every ps, every example once per
+#    epoch, no staleness over the bound, --save read back by strata evaluate
+#    with the same test accuracy;
 #  - a worker killed with kill -9 in the middle of a closure (after ps:0
 #    applied a step, before ps:1 did; a test-only hook raises SIGKILL there):
 #    the job finishes on the other worker, the closure is re-run, ps:0 skips
@@ -55,9 +56,9 @@ TF_CONFIG='{"cluster": ' timeout 20 "$cli" server > /dev/null 2> "$tmp/e4"
 rc=$?
 check "[ $rc = 2 ] && grep -q 'TF_CONFIG: line 1' $tmp/e4" "bad JSON: exit 2 with line and column (rc $rc)"
 
-# ---- 2 workers + 2 ps, CURVE: exactly once, evaluate reads --save ----
+# ---- 2 workers + 2 ps, CURVE, --max-staleness 0: exactly once, evaluate reads --save ----
 common=(--model mlp --train-examples 1024 --batch-size 64 --seed 3)
-timeout 120 "$cli" launch --workers 2 --ps 2 -- train "${common[@]}" --epochs 2 --save "$tmp/w.safetensors" \
+timeout 120 "$cli" launch --workers 2 --ps 2 -- train "${common[@]}" --epochs 2 --max-staleness 0 --save "$tmp/w.safetensors" \
   --report "$tmp/r1.json" > "$tmp/o1" 2> "$tmp/l1"
 rc=$?
 check "[ $rc = 0 ]" "launch 2 workers + 2 ps: exit 0 (rc $rc)"
@@ -68,6 +69,8 @@ acc=$(sed -n 's/.*test_accuracy: \([0-9.]*\).*/\1/p' "$tmp/o1")
 timeout 60 "$cli" evaluate --model mlp --weights "$tmp/w.safetensors" > "$tmp/o1e" 2>&1
 check "grep -q 'test_accuracy: $acc' $tmp/o1e && [ -n '$acc' ]" "strata evaluate reads --save: test accuracy $acc"
 check "! grep -q insecure $tmp/l1" "CURVE by default (no --insecure warning)"
+check "json $tmp/r1.json 'p[\"max_staleness\"] == 0 and all(x[\"staleness_max\"] == 0 for x in p[\"per_ps\"])'" \
+  "--max-staleness 0: no gradient applied to variables newer than it was computed from"
 
 # ---- kill -9 of a worker in the middle of a closure (P1) ----
 STRATA_PS_TEST_FAULT=kill:1:5 timeout 120 "$cli" launch --workers 2 --ps 2 -- train "${common[@]}" \

@@ -57,6 +57,7 @@ static cli_opt train_opts[] = {
     {"--steps-per-execution", "N", "parameter_server: steps per closure (default 1)", NULL},
     {"--heartbeat-interval", "S", "parameter_server: worker heartbeat period; lost after 3 missed (default 1)", NULL},
     {"--coordinator-timeout", "S", "parameter_server: servers exit 3 when the chief is silent this long (default 60)", NULL},
+    {"--max-staleness", "K", "parameter_server: gradients of variables more than K versions old are recomputed from fresh ones (default: unbounded)", NULL},
 };
 #define NTRAIN ((int)(sizeof train_opts / sizeof *train_opts))
 
@@ -121,7 +122,7 @@ static bool check_callback_flags(const train_cfg *c) {
 static bool check_ps_flags(const cli_opt *o, const train_cfg *c) {
   static const char *const ps_only[] = {"--cluster", "--task", "--keys", "--insecure",
                                         "--steps-per-execution", "--heartbeat-interval",
-                                        "--coordinator-timeout"};
+                                        "--coordinator-timeout", "--max-staleness"};
   static const char *const not_yet[] = {"--backup-dir", "--checkpoint-dir", "--early-stopping",
                                         "--csv", "--log-dir", "--plot", "--devices", "--replicas"};
   bool ps = c->strategy == ST_STRATEGY_PARAMETER_SERVER;
@@ -142,6 +143,7 @@ static bool check_ps_flags(const cli_opt *o, const train_cfg *c) {
   if ((v = cli_get(o, NTRAIN, "--steps-per-execution")) && !cli_int("train", "--steps-per-execution", v, 1, 100000, &n)) return false;
   if ((v = cli_get(o, NTRAIN, "--heartbeat-interval")) && !cli_float("train", "--heartbeat-interval", v, 0.01, 3600, &x)) return false;
   if ((v = cli_get(o, NTRAIN, "--coordinator-timeout")) && !cli_float("train", "--coordinator-timeout", v, 0.1, 1e6, &x)) return false;
+  if ((v = cli_get(o, NTRAIN, "--max-staleness")) && !cli_int("train", "--max-staleness", v, 0, 1L << 40, &n)) return false;
   return true;
 }
 
@@ -161,6 +163,7 @@ static int run_ps(const train_cfg *c) {
   a.steps_per_execution = (v = cli_get(train_opts, NTRAIN, "--steps-per-execution")) ? atol(v) : 1;
   a.heartbeat_interval = (v = cli_get(train_opts, NTRAIN, "--heartbeat-interval")) ? atof(v) : 1.0;
   a.coordinator_timeout = (v = cli_get(train_opts, NTRAIN, "--coordinator-timeout")) ? atof(v) : 60.0;
+  a.max_staleness = (v = cli_get(train_opts, NTRAIN, "--max-staleness")) ? atol(v) : -1;
   return ps_train(&a);
 }
 

@@ -34,6 +34,7 @@ typedef struct ps_job {
   char model[1024], data[1024];
   int64_t seed, batch, train_examples, total_steps, steps_per_execution;
   double val_split, heartbeat_interval, coordinator_timeout;
+  int64_t max_staleness; /* -1: unbounded (TF's behaviour) */
   st_optimizer_options opt;
 } ps_job;
 
@@ -86,6 +87,7 @@ typedef struct ps_train_args {
   bool insecure;
   long steps_per_execution;
   double heartbeat_interval, coordinator_timeout;
+  long max_staleness; /* -1 unbounded */
 } ps_train_args;
 int ps_train(const ps_train_args *a);
 

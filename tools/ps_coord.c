@@ -271,7 +271,7 @@ static st_status run_epoch(coord *c, int epoch, double *sums) {
 }
 
 /* Per ps: applied, duplicates, refused, dropped, staleness mean (bits), max,
- * connections refused, version. */
+ * connections refused, stale pushes answered "recompute". */
 static st_status gather_stats(coord *c, uint64_t (*st)[8]) {
   for (int p = 0; p < c->nps; p++) {
     st_status s = send_to(c, c->ps[p], ST_PS_MSG_STATS, 0, NULL, 0);
@@ -307,9 +307,9 @@ static char *ps_report_json(coord *c, uint64_t (*st)[8], const st_history *h, bo
   int64_t total = c->job.total_steps;
   fprintf(f, "{\"workers\": %d, \"ps\": %d, \"steps_per_execution\": %lld, \"steps_scheduled\": %lld, "
           "\"closures_scheduled\": %lld, \"closures_retried\": %lld, \"workers_lost\": %lld, "
-          "\"heartbeat_interval\": %g, \"per_ps\": [", c->nw, c->nps, (long long)c->job.steps_per_execution,
+          "\"heartbeat_interval\": %g, \"max_staleness\": %lld, \"per_ps\": [", c->nw, c->nps, (long long)c->job.steps_per_execution,
           (long long)total, (long long)c->scheduled, (long long)c->retried, (long long)c->lost,
-          c->job.heartbeat_interval);
+          c->job.heartbeat_interval, (long long)c->job.max_staleness);
   *exact = true;
   for (int p = 0; p < c->nps; p++) {
     double mean;
@@ -317,9 +317,11 @@ static char *ps_report_json(coord *c, uint64_t (*st)[8], const st_history *h, bo
     *exact &= st[p][0] == (uint64_t)total;
     fprintf(f, "%s{\"task\": \"ps:%d\", \"updates_applied\": %llu, \"duplicates_skipped\": %llu, "
             "\"pushes_refused\": %llu, \"frames_dropped\": %llu, \"staleness_mean\": %.4f, "
-            "\"staleness_max\": %llu, \"connections_refused\": %llu}", p ? ", " : "", p,
+            "\"staleness_max\": %llu, \"connections_refused\": %llu, \"stale_pushes_recomputed\": %llu}",
+            p ? ", " : "", p,
             (unsigned long long)st[p][0], (unsigned long long)st[p][1], (unsigned long long)st[p][2],
-            (unsigned long long)st[p][3], mean, (unsigned long long)st[p][5], (unsigned long long)st[p][6]);
+            (unsigned long long)st[p][3], mean, (unsigned long long)st[p][5], (unsigned long long)st[p][6],
+            (unsigned long long)st[p][7]);
   }
   /* examples trained on per epoch (completed closures only; a permutation
    * split in batches: n_train each when every example was visited once) */
@@ -373,6 +375,7 @@ static void fill_job(coord *c) {
   j->heartbeat_interval = a->heartbeat_interval > 0 ? a->heartbeat_interval : 1.0;
   j->coordinator_timeout = a->coordinator_timeout > 0 ? a->coordinator_timeout : 60.0;
   j->opt = a->opt;
+  j->max_staleness = a->max_staleness;
 }
 
 /* Everything after the cluster is known; returns the exit code. */

@@ -40,9 +40,10 @@ char *ps_job_encode(const ps_job *j) {
   if (!f) return NULL;
   fprintf(f, "job_id=%" PRIu64 "\nmodel=%s\ndata=%s\nseed=%" PRId64 "\nbatch=%" PRId64
           "\ntrain_examples=%" PRId64 "\ntotal_steps=%" PRId64 "\nsteps_per_execution=%" PRId64
-          "\nval_split=%a\nheartbeat_interval=%a\ncoordinator_timeout=%a\n",
+          "\nval_split=%a\nheartbeat_interval=%a\ncoordinator_timeout=%a\nmax_staleness=%" PRId64 "\n",
           j->job_id, j->model, j->data, j->seed, j->batch, j->train_examples, j->total_steps,
-          j->steps_per_execution, j->val_split, j->heartbeat_interval, j->coordinator_timeout);
+          j->steps_per_execution, j->val_split, j->heartbeat_interval, j->coordinator_timeout,
+          j->max_staleness);
   fprintf(f, "opt=%d %d %a %" PRId64 " %a %d %a %a %d %a %a %a %a %a\n", (int)o->kind,
           (int)o->lr.kind, o->lr.initial, o->lr.decay_steps, o->lr.decay_rate, o->lr.staircase,
           o->lr.alpha, o->momentum, o->nesterov, o->beta1, o->beta2, o->epsilon, o->rho,
@@ -83,6 +84,8 @@ static bool decode_line(const char *k, const char *v, ps_job *j) {
   F64(heartbeat_interval);
   F64(coordinator_timeout);
   if (!strcmp(k, "opt")) return decode_opt(v, &j->opt);
+  if (!strcmp(k, "max_staleness"))
+    return (j->max_staleness = strtoll(v, &end, 10)), *end == '\0' && j->max_staleness >= -1;
 #undef I64
 #undef F64
   return false;

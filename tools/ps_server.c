@@ -45,6 +45,7 @@ typedef struct server {
   int64_t version, napplied, duplicates, refused;
   double staleness_sum;
   int64_t staleness_max;
+  int64_t stale;         /* pushes over --max-staleness, answered "recompute" */
   uint32_t fenced[ST_PS_MAX_TASKS]; /* per worker: a lost incarnation (0: none) */
   /* worker */
   cli_data data;
@@ -91,8 +92,12 @@ static void ps_push(server *sv, const st_ps_msg *m) {
     sv->refused++;
     return;
   }
+  int64_t lag = sv->version - (int64_t)m->h.version_seen;
   if (sv->applied[m->h.step]) {
     sv->duplicates++;
+  } else if (sv->job.max_staleness >= 0 && lag > sv->job.max_staleness) {
+    sv->stale++; /* bounded delay: computed from variables too old; pull and recompute */
+    applied = 2;
   } else {
     st_net *net = &sv->model->net;
     const float *g = (const float *)m->payload;
@@ -105,7 +110,6 @@ static void ps_push(server *sv, const st_ps_msg *m) {
                          net->params + v->offset, g, slots);
       g += v->size;
     }
-    int64_t lag = sv->version - (int64_t)m->h.version_seen;
     sv->staleness_sum += (double)lag;
     if (lag > sv->staleness_max) sv->staleness_max = lag;
     sv->applied[m->h.step] = 1;
@@ -126,7 +130,7 @@ static void ps_stats(server *sv, const st_ps_msg *m) {
   memcpy(&mean_bits, &mean, 8);
   uint64_t v[8] = {(uint64_t)sv->napplied, (uint64_t)sv->duplicates, (uint64_t)sv->refused,
                    (uint64_t)dropped, mean_bits, (uint64_t)sv->staleness_max,
-                   (uint64_t)st__ps_transport_refused(sv->t), (uint64_t)sv->version};
+                   (uint64_t)st__ps_transport_refused(sv->t), (uint64_t)sv->stale};
   for (int i = 0; i < 8; i++) ps_put_u64(p + 8 * i, v[i]);
   reply(sv, m, ST_PS_MSG_STATS_OK, 0, 0, p, sizeof p);
 }
@@ -196,8 +200,11 @@ static st_status pull_all(server *sv, uint64_t *versions) {
   return ST_OK;
 }
 
-/* Push each ps its part of the gradients of global step `step`; wait for the ACKs. */
-static st_status push_all(server *sv, uint64_t closure, uint64_t step, const uint64_t *versions) {
+/* Push each ps its part of the gradients of global step `step`; wait for the
+ * ACKs. *stale: a ps refused them as over --max-staleness (recompute). */
+static st_status push_all(server *sv, uint64_t closure, uint64_t step, const uint64_t *versions,
+                          bool *stale) {
+  *stale = false;
   int nps = sv->cluster.count[ST_PS_PS];
   for (int p = 0; p < nps; p++) {
     ps_pack(&sv->layout, p, sv->rep->grads, sv->packed);
@@ -208,6 +215,7 @@ static st_status push_all(server *sv, uint64_t closure, uint64_t step, const uin
     if (s != ST_OK) return s;
     st_ps_msg m;
     if ((s = await(sv, sv->ps_socks[p], ST_PS_MSG_ACK, p, &m)) != ST_OK) return s;
+    if (m.h.payload_len == 1 && m.payload[0] == 2) *stale = true;
     st__ps_msg_free(&m);
     /* test hook: kill -9 or SIGSTOP this worker after the first ps applied
      * this step, before the others did (a closure applied in part) */
@@ -226,20 +234,25 @@ static st_status push_all(server *sv, uint64_t closure, uint64_t step, const uin
  * metric count, staleness sum, staleness max. */
 static st_status worker_step(server *sv, uint64_t closure, uint64_t step, const uint8_t *idx, int n,
                              double *sums) {
-  int nps = sv->cluster.count[ST_PS_PS];
   uint64_t versions[ST_PS_MAX_TASKS];
-  st_status s = pull_all(sv, versions);
-  if (s != ST_OK) return s;
   gather(sv, idx, n);
   st_net *net = &sv->model->net;
-  if ((s = st__net_check_labels(net, sv->y, n, 0)) != ST_OK) return s;
-  const float *out = st__replica_forward(net, sv->rep, sv->x, n, true, (int64_t)step);
-  st_step_stats st = {0};
-  st__step_metrics(net, out, sv->y, n, &st);
-  double loss = st__replica_loss_backward(net, sv->rep, sv->x, sv->y, n, n, (int64_t)step, NULL, NULL);
-  sums[0] += loss, sums[1] += n, sums[2] += (double)st.correct, sums[3] += (double)st.metric_count;
-  (void)nps;
-  return push_all(sv, closure, step, versions);
+  st_status s = st__net_check_labels(net, sv->y, n, 0);
+  /* with --max-staleness a ps may refuse gradients of too old variables:
+   * pull fresh ones and compute again (a ps that applied the step already
+   * skips the repeat) */
+  for (int attempt = 0; s == ST_OK && attempt < 100000; attempt++) {
+    if ((s = pull_all(sv, versions)) != ST_OK) return s;
+    const float *out = st__replica_forward(net, sv->rep, sv->x, n, true, (int64_t)step);
+    st_step_stats st = {0};
+    st__step_metrics(net, out, sv->y, n, &st);
+    double loss = st__replica_loss_backward(net, sv->rep, sv->x, sv->y, n, n, (int64_t)step, NULL, NULL);
+    bool stale = false;
+    if ((s = push_all(sv, closure, step, versions, &stale)) != ST_OK || stale) continue;
+    sums[0] += loss, sums[1] += n, sums[2] += (double)st.correct, sums[3] += (double)st.metric_count;
+    return ST_OK;
+  }
+  return s != ST_OK ? s : st_error(ST_ERR_INTERNAL, "step %llu: stale 100000 times", (unsigned long long)step);
 }
 
 /* RUN: u64 nsteps, then per step u64 global step, u64 n, n x u64 index. */
