@@ -12,7 +12,9 @@
 #    the step it had applied, applied == scheduled on each ps;
 #  - a worker stopped (SIGSTOP) past 3 heartbeat intervals, then SIGCONT:
 #    declared lost, its late push refused by the ps, it exits 3, the job
-#    finishes with applied == scheduled.
+#    finishes with applied == scheduled;
+#  - the chief killed with kill -9 (servers started by hand under
+#    TF_CONFIG): every server exits 3 within --coordinator-timeout + 5 s.
 # Skips (77) when Strata was built without ZeroMQ or Fashion-MNIST is missing.
 set -u
 cli=${STRATA_CLI:?set by CTest}
@@ -103,4 +105,35 @@ check "grep -q 'ps:0: this worker was declared lost' $tmp/l3 || json $tmp/r3.jso
   "its late push refused by the ps"
 check "json $tmp/r3.json '$every_ps_exact and $every_epoch'" "applied == scheduled after the stall"
 check "grep -q 'warning: --insecure' $tmp/l3" "--insecure warns"
+# ---- the chief killed with kill -9 (P4): every server exits 3 within
+# --coordinator-timeout (1 s) + slack; servers started by hand under TF_CONFIG ----
+read -r p0 p1 p2 p3 < <(python3 -c "
+import socket
+ss = [socket.socket() for _ in range(4)]
+for s in ss: s.bind(('127.0.0.1', 0))
+print(*[s.getsockname()[1] for s in ss])")
+cl="\"cluster\": {\"chief\": [\"127.0.0.1:$p0\"], \"worker\": [\"127.0.0.1:$p1\", \"127.0.0.1:$p2\"], \"ps\": [\"127.0.0.1:$p3\"]}"
+pids=()
+for t in worker:0 worker:1 ps:0; do
+  TF_CONFIG="{$cl, \"task\": {\"type\": \"${t%:*}\", \"index\": ${t#*:}}}" \
+    timeout 60 "$cli" server --insecure --job-timeout 20 2> "$tmp/s_${t/:/}" &
+  pids+=($!)
+done
+TF_CONFIG="{$cl, \"task\": {\"type\": \"chief\", \"index\": 0}}" "$cli" train --strategy parameter_server \
+  --insecure --model mlp --epochs 50 --batch-size 32 --coordinator-timeout 1 --heartbeat-interval 0.2 \
+  > /dev/null 2> "$tmp/chief" &
+chief=$!
+for _ in $(seq 1 400); do grep -q 'parameter_server job' "$tmp/chief" && break; sleep 0.05; done
+sleep 0.5
+alive=0
+for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=$((alive + 1)); done
+check "[ $alive = 3 ]" "the 3 servers are up and training when the chief is killed"
+{ kill -9 $chief; wait $chief; } 2>/dev/null
+t0=$(date +%s.%N)
+codes=()
+for p in "${pids[@]}"; do wait "$p"; codes+=($?); done
+dt=$(python3 -c "print(round($(date +%s.%N) - $t0, 2))")
+check "[ \"${codes[*]}\" = '3 3 3' ] && python3 -c 'import sys; sys.exit(0 if $dt < 6 else 1)'" \
+  "chief killed: every server exits 3 within the coordinator timeout + 5 s (codes ${codes[*]}, ${dt}s)"
+check "grep -q 'the chief has been silent' $tmp/s_ps0" "the ps names the silent chief"
 exit $fail

@@ -58,12 +58,16 @@ static st_status send_to(coord *c, st_ps_socket *s, int type, uint64_t closure, 
   return st__ps_send(s, NULL, &h, p, n, 2000);
 }
 
-/* Wait for a reply of `type` from task (role, index) on s. */
+static void ping_servers(coord *c);
+
+/* Wait for a reply of `type` from task (role, index) on s (heartbeats to the
+ * servers go on meanwhile). */
 static st_status await_reply(coord *c, st_ps_socket *s, int type, int role, int index, double timeout,
                              st_ps_msg *m) {
   double deadline = st_now_seconds() + timeout;
   while (st_now_seconds() < deadline && !g_ps_stop) {
-    if (st__ps_recv(s, c->job.job_id, 100, m) != ST_OK) continue;
+    ping_servers(c);
+    if (st__ps_recv(s, c->job.job_id, 50, m) != ST_OK) continue;
     if (m->h.sender_role == role && m->h.sender_index == index) {
       if (m->h.type == type) return ST_OK;
       if (m->h.type == ST_PS_MSG_ERROR) {
@@ -94,7 +98,9 @@ static st_status connect_all(coord *c) {
   return s;
 }
 
-/* JOB to every server, JOB_OK from each (servers may still be starting). */
+/* JOB to every server, JOB_OK from each (servers may still be starting, and
+ * workers load the data first: up to 120 s, or the coordinator timeout when
+ * longer). */
 static st_status send_jobs(coord *c) {
   char *text = ps_job_encode(&c->job);
   if (!text) return st_error(ST_ERR_NOMEM, "out of memory");
@@ -103,12 +109,12 @@ static st_status send_jobs(coord *c) {
   for (int i = 0; s == ST_OK && i < c->nw; i++) s = send_to(c, c->w[i].sock, ST_PS_MSG_JOB, 0, text, strlen(text));
   free(text);
   st_ps_msg m;
+  double wait = c->job.coordinator_timeout > 120 ? c->job.coordinator_timeout : 120;
   for (int p = 0; s == ST_OK && p < c->nps; p++)
-    if ((s = await_reply(c, c->ps[p], ST_PS_MSG_JOB_OK, ST_PS_PS, p, c->job.coordinator_timeout, &m)) == ST_OK)
+    if ((s = await_reply(c, c->ps[p], ST_PS_MSG_JOB_OK, ST_PS_PS, p, wait, &m)) == ST_OK)
       st__ps_msg_free(&m);
   for (int i = 0; s == ST_OK && i < c->nw; i++)
-    if ((s = await_reply(c, c->w[i].sock, ST_PS_MSG_JOB_OK, ST_PS_WORKER, i, c->job.coordinator_timeout,
-                         &m)) == ST_OK) {
+    if ((s = await_reply(c, c->w[i].sock, ST_PS_MSG_JOB_OK, ST_PS_WORKER, i, wait, &m)) == ST_OK) {
       c->w[i].incarnation = m.h.incarnation;
       st__ps_msg_free(&m);
       c->w[i].alive = true, c->w[i].busy = -1, c->w[i].last_seen = st_now_seconds();
@@ -395,6 +401,10 @@ static int train_job(coord *c, double t0) {
   if (s == ST_OK && !c->perm) s = st_error(ST_ERR_NOMEM, "out of memory");
   if (s == ST_OK) s = connect_all(c);
   if (s == ST_OK) s = send_jobs(c);
+  if (s == ST_OK && !a->quiet)
+    fprintf(stderr, "strata train: parameter_server job %016llx: %d workers, %d ps, %lld steps of %ld "
+            "examples (%s)\n", (unsigned long long)c->job.job_id, c->nw, c->nps,
+            (long long)c->job.total_steps, a->batch, a->insecure ? "insecure" : "CURVE");
   st_history h = {0};
   h.logs = calloc((size_t)a->epochs, sizeof *h.logs);
   if (s == ST_OK && !h.logs) s = st_error(ST_ERR_NOMEM, "out of memory");

@@ -392,6 +392,8 @@ static void handle(server *sv, st_ps_msg *m, heartbeat *hb) {
       break;
     default: break;
   }
+  /* the time spent handling it (a closure, loading the data) is not silence */
+  if (m->h.sender_role == ST_PS_CHIEF) sv->chief_seen = st_now_seconds();
 }
 
 static int serve(server *sv, double job_timeout) {
