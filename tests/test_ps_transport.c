@@ -185,7 +185,7 @@ static void test_missing_keys(void) {
   cluster_as(&c, ports, ST_PS_PS);
   st_ps_transport *t = NULL;
   st_ps_transport_options o = {&c, "/nonexistent/keys", false, 0};
-  CHECK_EQ(st__ps_transport_create(&o, &t), ST_ERR_IO);
+  CHECK_EQ(st__ps_transport_create(&o, &t), ST_ERR_INVALID);
   CHECK(strstr(st_last_error(), "strata keygen") != NULL);
   CHECK(t == NULL);
   st__ps_cluster_free(&c);

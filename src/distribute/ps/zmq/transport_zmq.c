@@ -61,8 +61,9 @@ static st_status read_key(const char *dir, const st_ps_task *task, const char *e
   char *text = NULL;
   size_t len = 0;
   st_status s = st__read_all(path, 4096, &text, &len);
-  if (s != ST_OK) return st_error(s, "CURVE key %s: %s (generate keys with 'strata keygen DIR')", path,
-                                  st_last_error());
+  if (s != ST_OK)
+    return st_error(s == ST_ERR_NOMEM ? s : ST_ERR_INVALID,
+                    "CURVE key: %s (generate keys with 'strata keygen DIR')", st_last_error());
   while (len && (text[len - 1] == '\n' || text[len - 1] == '\r')) len--;
   uint8_t bin[32];
   bool ok = len == KEY_Z85;
@@ -72,7 +73,7 @@ static st_status read_key(const char *dir, const st_ps_task *task, const char *e
   }
   if (ok) memcpy(out, text, KEY_Z85 + 1);
   free(text);
-  return ok ? ST_OK : st_error(ST_ERR_FORMAT, "CURVE key %s: not a 40-character Z85 key", path);
+  return ok ? ST_OK : st_error(ST_ERR_INVALID, "CURVE key %s: not a 40-character Z85 key", path);
 }
 
 /* Every task's public key (the ZAP allow-list) and this task's key pair. */
@@ -237,7 +238,7 @@ st_status st__ps_listen(st_ps_transport *t, const st_ps_task *self, st_ps_socket
   char ep[ST_PS_MAX_HOST + 32];
   snprintf(ep, sizeof ep, "tcp://%s:%d", self->host, self->port);
   if (zmq_bind(s->z, ep) != 0) {
-    st = st_error(ST_ERR_IO, "cannot listen on %s:%d (%s:%d): %s", self->host, self->port,
+    st = st_error(ST_ERR_INVALID, "cannot listen on %s:%d (%s:%d): %s", self->host, self->port,
                   st__ps_role_name(self->role), self->index, zmq_strerror(zmq_errno()));
     st__ps_socket_close(s);
     return st;
