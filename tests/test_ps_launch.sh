@@ -14,7 +14,10 @@
 #    declared lost, its late push refused by the ps, it exits 3, the job
 #    finishes with applied == scheduled;
 #  - the chief killed with kill -9 (servers started by hand under
-#    TF_CONFIG): every server exits 3 within --coordinator-timeout + 5 s.
+#    TF_CONFIG): every server exits 3 within --coordinator-timeout + 5 s;
+#  - kill -9 of worker 1, a restart of it (a new process of the task rejoins
+#    and gets work), then kill -9 of worker 0: the job finishes, applied ==
+#    scheduled, every example once.
 # Skips (77) when Strata was built without ZeroMQ or Fashion-MNIST is missing.
 set -u
 cli=${STRATA_CLI:?set by CTest}
@@ -136,4 +139,42 @@ dt=$(python3 -c "print(round($(date +%s.%N) - $t0, 2))")
 check "[ \"${codes[*]}\" = '3 3 3' ] && python3 -c 'import sys; sys.exit(0 if $dt < 6 else 1)'" \
   "chief killed: every server exits 3 within the coordinator timeout + 5 s (codes ${codes[*]}, ${dt}s)"
 check "grep -q 'the chief has been silent' $tmp/s_ps0" "the ps names the silent chief"
+# ---- P1/P2: kill -9 of worker 1, restarted (a new incarnation rejoins and
+# gets work), then kill -9 of worker 0: the job finishes on the restarted
+# worker; steps slowed to >= 4 ms by a test hook so the job outlasts the faults ----
+export STRATA_PS_TEST_STEP_DELAY_MS=4
+tf() { echo "{$cl, \"task\": {\"type\": \"${1%:*}\", \"index\": ${1#*:}}}"; }
+read -r p0 p1 p2 p3 < <(python3 -c "
+import socket
+ss = [socket.socket() for _ in range(4)]
+for s in ss: s.bind(('127.0.0.1', 0))
+print(*[s.getsockname()[1] for s in ss])")
+cl="\"cluster\": {\"chief\": [\"127.0.0.1:$p0\"], \"worker\": [\"127.0.0.1:$p1\", \"127.0.0.1:$p2\"], \"ps\": [\"127.0.0.1:$p3\"]}"
+TF_CONFIG="$(tf ps:0)" timeout 90 "$cli" server --insecure --job-timeout 30 2> /dev/null &
+sp=$!
+TF_CONFIG="$(tf worker:0)" "$cli" server --insecure --job-timeout 30 2> /dev/null &
+w0=$!
+TF_CONFIG="$(tf worker:1)" "$cli" server --insecure --job-timeout 30 2> /dev/null &
+w1=$!
+TF_CONFIG="$(tf chief:0)" timeout 90 "$cli" train --strategy parameter_server --insecure --model mlp \
+  --train-examples 16000 --batch-size 32 --heartbeat-interval 0.2 --report "$tmp/r5.json" > /dev/null 2> "$tmp/l5" &
+chief=$!
+for _ in $(seq 1 400); do grep -q 'parameter_server job' "$tmp/l5" && break; sleep 0.05; done
+sleep 0.3
+{ kill -9 $w1; wait $w1; } 2>/dev/null
+for _ in $(seq 1 200); do grep -q 'worker:1 lost' "$tmp/l5" && break; sleep 0.05; done
+TF_CONFIG="$(tf worker:1)" "$cli" server --insecure --job-timeout 30 2> /dev/null &
+w1=$!
+for _ in $(seq 1 800); do grep -q 'worker:1 rejoined' "$tmp/l5" && break; sleep 0.05; done
+sleep 0.3
+{ kill -9 $w0; wait $w0; } 2>/dev/null
+wait $chief
+rc=$?
+check "[ $rc = 0 ] && grep -q 'worker:1 rejoined' $tmp/l5 && grep -q 'worker:0 lost' $tmp/l5" \
+  "kill -9 worker 1, restart it (rejoins), kill -9 worker 0: the job finishes (rc $rc)"
+[ $rc = 0 ] || cat "$tmp/l5"
+check "json $tmp/r5.json '$every_ps_exact and $every_epoch and p[\"workers_lost\"] == 2 and p[\"workers_rejoined\"] == 1'" \
+  "after two losses and a rejoin: applied == scheduled, each example once"
+wait $sp $w1 2>/dev/null
+unset STRATA_PS_TEST_STEP_DELAY_MS
 exit $fail

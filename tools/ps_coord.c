@@ -44,7 +44,8 @@ typedef struct coord {
   st_strategy *strategy;
   st_model *model;
   ps_layout layout;
-  int64_t steps_per_epoch, scheduled, retried, lost;
+  int64_t steps_per_epoch, scheduled, retried, lost, rejoined;
+  char *job_text;            /* the JOB payload, kept to re-send to lost workers */
   uint32_t *perm;            /* [n_train] this epoch's order */
   double last_ping;
 } coord;
@@ -102,12 +103,11 @@ static st_status connect_all(coord *c) {
  * workers load the data first: up to 120 s, or the coordinator timeout when
  * longer). */
 static st_status send_jobs(coord *c) {
-  char *text = ps_job_encode(&c->job);
+  char *text = c->job_text = ps_job_encode(&c->job);
   if (!text) return st_error(ST_ERR_NOMEM, "out of memory");
   st_status s = ST_OK;
   for (int p = 0; s == ST_OK && p < c->nps; p++) s = send_to(c, c->ps[p], ST_PS_MSG_JOB, 0, text, strlen(text));
   for (int i = 0; s == ST_OK && i < c->nw; i++) s = send_to(c, c->w[i].sock, ST_PS_MSG_JOB, 0, text, strlen(text));
-  free(text);
   st_ps_msg m;
   double wait = c->job.coordinator_timeout > 120 ? c->job.coordinator_timeout : 120;
   for (int p = 0; s == ST_OK && p < c->nps; p++)
@@ -202,8 +202,28 @@ static void ping_servers(coord *c) {
   if (now - c->last_ping < c->job.heartbeat_interval) return;
   c->last_ping = now;
   for (int p = 0; p < c->nps; p++) send_to(c, c->ps[p], ST_PS_MSG_HEARTBEAT, 0, NULL, 0);
-  for (int i = 0; i < c->nw; i++)
-    if (c->w[i].alive) send_to(c, c->w[i].sock, ST_PS_MSG_HEARTBEAT, 0, NULL, 0);
+  for (int i = 0; i < c->nw; i++) {
+    wstate *w = &c->w[i];
+    if (w->alive) {
+      send_to(c, w->sock, ST_PS_MSG_HEARTBEAT, 0, NULL, 0);
+      continue;
+    }
+    /* a lost worker: offer the JOB again, on a fresh connection, so that a
+     * restarted process of that task (a new incarnation) can rejoin */
+    if (!w->sock && st__ps_connect(c->t, st__ps_cluster_task(&c->cluster, ST_PS_WORKER, i), &w->sock) != ST_OK)
+      continue;
+    st_ps_header h = ps_header(&c->cluster, c->job.job_id, c->incarnation, ST_PS_MSG_JOB);
+    if (c->job_text) st__ps_send(w->sock, NULL, &h, c->job_text, strlen(c->job_text), 0); /* never wait */
+  }
+}
+
+/* JOB_OK from lost worker i: a new incarnation of the task rejoins. */
+static void rejoin(coord *c, int i, const st_ps_msg *m) {
+  wstate *w = &c->w[i];
+  if (w->alive || m->h.incarnation == w->incarnation) return; /* the fenced process itself */
+  w->alive = true, w->busy = -1, w->last_seen = st_now_seconds(), w->incarnation = m->h.incarnation;
+  c->rejoined++;
+  fprintf(stderr, "strata train: worker:%d rejoined (a new process of the task); it gets work again\n", i);
 }
 
 /* DONE or ERROR from worker i; sums += the closure's figures. */
@@ -212,7 +232,8 @@ static st_status read_worker(coord *c, int epoch, int i, closure *cls, int *done
   while (c->w[i].sock && st__ps_recv(c->w[i].sock, c->job.job_id, 0, &m) == ST_OK) {
     int k = c->w[i].busy;
     uint64_t want = (uint64_t)epoch * 1000000007ULL + (uint64_t)k;
-    if (m.h.type == ST_PS_MSG_ERROR) {
+    if (m.h.type == ST_PS_MSG_JOB_OK) rejoin(c, i, &m);
+    if (m.h.type == ST_PS_MSG_ERROR && c->w[i].alive) {
       st_status e = st_error(ST_ERR_PEER, "worker:%d: %.*s", i, (int)m.h.payload_len, (const char *)m.payload);
       st__ps_msg_free(&m);
       return e;
@@ -245,6 +266,7 @@ static st_status run_epoch(coord *c, int epoch, double *sums) {
   permute(c, epoch);
   st_status s = ST_OK;
   int next = 0;
+  double none_since = 0;
   while (s == ST_OK && done < nc) {
     if (g_ps_stop) {
       s = st_error(ST_ERR_STOPPED, "stopped by a signal");
@@ -270,7 +292,12 @@ static st_status run_epoch(coord *c, int epoch, double *sums) {
     ping_servers(c);
     int alive = 0;
     for (int i = 0; i < c->nw; i++) alive += c->w[i].alive;
-    if (s == ST_OK && !alive) s = st_error(ST_ERR_PEER, "every worker was lost");
+    /* no worker left: wait up to the coordinator timeout for one to rejoin */
+    if (alive) none_since = 0;
+    else if (!none_since) none_since = st_now_seconds();
+    else if (s == ST_OK && st_now_seconds() - none_since > c->job.coordinator_timeout)
+      s = st_error(ST_ERR_PEER, "every worker was lost (none rejoined within %.0f s)",
+                   c->job.coordinator_timeout);
   }
   free(cls);
   return s;
@@ -312,9 +339,9 @@ static char *ps_report_json(coord *c, uint64_t (*st)[8], const st_history *h, bo
   if (!f) return NULL;
   int64_t total = c->job.total_steps;
   fprintf(f, "{\"workers\": %d, \"ps\": %d, \"steps_per_execution\": %lld, \"steps_scheduled\": %lld, "
-          "\"closures_scheduled\": %lld, \"closures_retried\": %lld, \"workers_lost\": %lld, "
+          "\"closures_scheduled\": %lld, \"closures_retried\": %lld, \"workers_lost\": %lld, \"workers_rejoined\": %lld, "
           "\"heartbeat_interval\": %g, \"max_staleness\": %lld, \"per_ps\": [", c->nw, c->nps, (long long)c->job.steps_per_execution,
-          (long long)total, (long long)c->scheduled, (long long)c->retried, (long long)c->lost,
+          (long long)total, (long long)c->scheduled, (long long)c->retried, (long long)c->lost, (long long)c->rejoined,
           c->job.heartbeat_interval, (long long)c->job.max_staleness);
   *exact = true;
   for (int p = 0; p < c->nps; p++) {
@@ -352,7 +379,7 @@ static void stop_servers(coord *c) {
 static void coord_free(coord *c) {
   for (int p = 0; c->ps && p < c->nps; p++) st__ps_socket_close(c->ps[p]);
   for (int i = 0; c->w && i < c->nw; i++) st__ps_socket_close(c->w[i].sock);
-  free(c->ps), free(c->w), free(c->perm);
+  free(c->ps), free(c->w), free(c->perm), free(c->job_text);
   st__ps_socket_close(c->hb);
   st__ps_transport_destroy(c->t);
   ps_layout_free(&c->layout);

@@ -55,6 +55,7 @@ typedef struct server {
   float *x, *y, *packed;   /* one batch; one ps's variables */
   int64_t fault_step;      /* test hook STRATA_PS_TEST_FAULT=kill|stop:WORKER:STEP */
   int fault_sig;           /* SIGKILL or SIGSTOP, raised once */
+  int step_delay_ms;       /* test hook STRATA_PS_TEST_STEP_DELAY_MS: slower steps */
 } server;
 
 static st_status reply(server *sv, const st_ps_msg *to, int type, uint64_t closure, uint64_t step,
@@ -247,6 +248,7 @@ static st_status worker_step(server *sv, uint64_t closure, uint64_t step, const 
     st_step_stats st = {0};
     st__step_metrics(net, out, sv->y, n, &st);
     double loss = st__replica_loss_backward(net, sv->rep, sv->x, sv->y, n, n, (int64_t)step, NULL, NULL);
+    if (sv->step_delay_ms > 0) usleep((useconds_t)sv->step_delay_ms * 1000);
     bool stale = false;
     if ((s = push_all(sv, closure, step, versions, &stale)) != ST_OK || stale) continue;
     sums[0] += loss, sums[1] += n, sums[2] += (double)st.correct, sums[3] += (double)st.metric_count;
@@ -487,6 +489,7 @@ int cmd_server(int argc, char **argv) {
     sv.fault_sig = !strcmp(kind, "kill") ? SIGKILL : !strcmp(kind, "stop") ? SIGSTOP : 0;
     sv.fault_step = fs;
   }
+  if ((v = getenv("STRATA_PS_TEST_STEP_DELAY_MS"))) sv.step_delay_ms = atoi(v);
   if (insecure)
     fprintf(stderr, "strata server: warning: --insecure: no encryption or authentication; any "
             "process that reaches this port can change the model\n");
