@@ -85,7 +85,7 @@ static void bench_strata(bool curve, const char *keys, size_t size, int trials, 
   st_ps_cluster cs, cw;
   cluster_as(&cs, port, ST_PS_PS);
   cluster_as(&cw, port, ST_PS_WORKER);
-  st_ps_transport_options os = {&cs, keys, !curve, 64u << 20}, ow = {&cw, keys, !curve, 64u << 20};
+  st_ps_transport_options os = {&cs, keys, !curve, 64u << 20, NULL}, ow = {&cw, keys, !curve, 64u << 20, NULL};
   srv_arg a = {.size = size};
   st_ps_transport *tw;
   st_ps_socket *cl;

@@ -15,6 +15,9 @@
 #    finishes with applied == scheduled;
 #  - the chief killed with kill -9 (servers started by hand under
 #    TF_CONFIG): every server exits 3 within --coordinator-timeout + 5 s;
+#  - dropped, duplicated and reordered frames between workers and ps (a
+#    test-only transport switch): one worker's weights are the bytes of a
+#    run without faults, every duplicate skipped;
 #  - kill -9 of worker 1, a restart of it (a new process of the task rejoins
 #    and gets work), then kill -9 of worker 0: the job finishes, applied ==
 #    scheduled, every example once.
@@ -29,8 +32,21 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 # Heartbeats every 0.5 s (a worker is lost after 1.5 s of silence): shorter
 # intervals give false losses on a loaded 2-core machine (ctest -j2, sanitizers).
 hb=0.5
-delay=4 # ms per step in the rejoin run (slower steps under sanitizers need less)
-[ "${STRATA_SANITIZED:-0}" = 1 ] && delay=8
+delay=8 # ms per step in the rejoin run: the job must outlast a restart
+# Free loopback ports for servers started by hand: below the ephemeral range
+# (32768-60999 on Linux), so that no outgoing connection takes one meanwhile.
+ports() { python3 -c "
+import random, socket
+out = []
+while len(out) < 4:
+    p = random.randint(20000, 32000)
+    s = socket.socket()
+    try:
+        s.bind(('127.0.0.1', p)); out.append(p)
+    except OSError:
+        pass
+    s.close()
+print(*out)"; }
 echo '{"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"], "ps": ["127.0.0.1:3"]}' > "$tmp/k.json"
 if ! "$cli" keygen "$tmp/keys" --cluster "$tmp/k.json" > "$tmp/k.out" 2>&1; then
   if grep -q "no ZeroMQ" "$tmp/k.out"; then
@@ -94,6 +110,7 @@ check "json $tmp/r2.json 'p[\"per_ps\"][0][\"duplicates_skipped\"] >= 1'" \
   "ps:0, which had applied part of the lost closure, skipped it on the re-run"
 
 # ---- SIGSTOP past the heartbeat timeout, then SIGCONT (P6), --insecure ----
+: > "$tmp/l3"
 # (steps slowed to >= 10 ms by a test hook: worker 0 alone needs >= 2.5 s
 # for the epoch, longer than the 1.5 s detection)
 STRATA_PS_TEST_STEP_DELAY_MS=10 STRATA_PS_TEST_FAULT=stop:1:5 timeout 120 "$cli" launch --workers 2 --ps 1 --insecure -- train --model mlp \
@@ -117,11 +134,7 @@ check "json $tmp/r3.json '$every_ps_exact and $every_epoch'" "applied == schedul
 check "grep -q 'warning: --insecure' $tmp/l3" "--insecure warns"
 # ---- the chief killed with kill -9 (P4): every server exits 3 within
 # --coordinator-timeout (1 s) + slack; servers started by hand under TF_CONFIG ----
-read -r p0 p1 p2 p3 < <(python3 -c "
-import socket
-ss = [socket.socket() for _ in range(4)]
-for s in ss: s.bind(('127.0.0.1', 0))
-print(*[s.getsockname()[1] for s in ss])")
+read -r p0 p1 p2 p3 < <(ports)
 cl="\"cluster\": {\"chief\": [\"127.0.0.1:$p0\"], \"worker\": [\"127.0.0.1:$p1\", \"127.0.0.1:$p2\"], \"ps\": [\"127.0.0.1:$p3\"]}"
 pids=()
 for t in worker:0 worker:1 ps:0; do
@@ -129,6 +142,7 @@ for t in worker:0 worker:1 ps:0; do
     timeout 60 "$cli" server --insecure --job-timeout 20 2> "$tmp/s_${t/:/}" &
   pids+=($!)
 done
+: > "$tmp/chief"
 TF_CONFIG="{$cl, \"task\": {\"type\": \"chief\", \"index\": 0}}" "$cli" train --strategy parameter_server \
   --insecure --model mlp --epochs 50 --batch-size 32 --coordinator-timeout 1 --heartbeat-interval 0.2 \
   > /dev/null 2> "$tmp/chief" &
@@ -146,16 +160,26 @@ dt=$(python3 -c "print(round($(date +%s.%N) - $t0, 2))")
 check "[ \"${codes[*]}\" = '3 3 3' ] && python3 -c 'import sys; sys.exit(0 if $dt < 6 else 1)'" \
   "chief killed: every server exits 3 within the coordinator timeout + 5 s (codes ${codes[*]}, ${dt}s)"
 check "grep -q 'the chief has been silent' $tmp/s_ps0" "the ps names the silent chief"
+# ---- P5: dropped, duplicated and reordered worker <-> ps frames (test-only
+# transport switch) change nothing: with one worker the run is sequential, so
+# its weights must be the bytes of the run without faults ----
+one=(--model mlp --train-examples 1024 --batch-size 32 --seed 5)
+timeout 120 "$cli" launch --workers 1 --ps 2 --insecure -- train "${one[@]}" --save "$tmp/clean.st" \
+  > /dev/null 2>&1
+STRATA_PS_TEST_NET="drop=0.03,dup=0.1,reorder=0.03,seed=7" timeout 120 "$cli" launch --workers 1 --ps 2 \
+  --insecure -- train "${one[@]}" --save "$tmp/faulty.st" --report "$tmp/r6.json" > /dev/null 2> "$tmp/l6"
+rc=$?
+check "[ $rc = 0 ] && cmp -s $tmp/clean.st $tmp/faulty.st" \
+  "3% dropped, 10% duplicated, 3% reordered frames: the same weights, byte for byte (rc $rc)"
+check "json $tmp/r6.json '$every_ps_exact and sum(x[\"duplicates_skipped\"] for x in p[\"per_ps\"]) >= 1'" \
+  "the duplicates reached the ps and were skipped; applied == scheduled"
+
 # ---- P1/P2: kill -9 of worker 1, restarted (a new incarnation rejoins and
 # gets work), then kill -9 of worker 0: the job finishes on the restarted
-# worker; steps slowed to >= 4 ms by a test hook so the job outlasts the faults ----
+# worker; steps slowed to >= 8 ms by a test hook so the job outlasts the faults ----
 export STRATA_PS_TEST_STEP_DELAY_MS=$delay
 tf() { echo "{$cl, \"task\": {\"type\": \"${1%:*}\", \"index\": ${1#*:}}}"; }
-read -r p0 p1 p2 p3 < <(python3 -c "
-import socket
-ss = [socket.socket() for _ in range(4)]
-for s in ss: s.bind(('127.0.0.1', 0))
-print(*[s.getsockname()[1] for s in ss])")
+read -r p0 p1 p2 p3 < <(ports)
 cl="\"cluster\": {\"chief\": [\"127.0.0.1:$p0\"], \"worker\": [\"127.0.0.1:$p1\", \"127.0.0.1:$p2\"], \"ps\": [\"127.0.0.1:$p3\"]}"
 TF_CONFIG="$(tf ps:0)" timeout 90 "$cli" server --insecure --job-timeout 30 2> /dev/null &
 sp=$!
@@ -163,8 +187,9 @@ TF_CONFIG="$(tf worker:0)" "$cli" server --insecure --job-timeout 30 2> /dev/nul
 w0=$!
 TF_CONFIG="$(tf worker:1)" "$cli" server --insecure --job-timeout 30 2> /dev/null &
 w1=$!
+: > "$tmp/l5"
 TF_CONFIG="$(tf chief:0)" timeout 90 "$cli" train --strategy parameter_server --insecure --model mlp \
-  --train-examples 16000 --batch-size 32 --heartbeat-interval $hb --coordinator-timeout 15 --report "$tmp/r5.json" > /dev/null 2> "$tmp/l5" &
+  --train-examples 24000 --batch-size 32 --heartbeat-interval $hb --coordinator-timeout 15 --report "$tmp/r5.json" > /dev/null 2> "$tmp/l5" &
 chief=$!
 for _ in $(seq 1 400); do grep -q 'parameter_server job' "$tmp/l5" && break; sleep 0.05; done
 sleep 0.3

@@ -48,8 +48,8 @@ static bool open_pair(pair *p, const char *server_keys, const char *client_keys,
   int ports[3] = {free_port(), free_port(), free_port()};
   cluster_as(&p->cs, ports, ST_PS_PS);
   cluster_as(&p->cw, ports, ST_PS_WORKER);
-  st_ps_transport_options os = {&p->cs, server_keys, insecure, 1024};
-  st_ps_transport_options ow = {&p->cw, client_keys, insecure, 1024};
+  st_ps_transport_options os = {&p->cs, server_keys, insecure, 1024, NULL};
+  st_ps_transport_options ow = {&p->cw, client_keys, insecure, 1024, NULL};
   if (st__ps_transport_create(&os, &p->ts) != ST_OK || st__ps_transport_create(&ow, &p->tw) != ST_OK)
     return false;
   if (st__ps_listen(p->ts, st__ps_cluster_task(&p->cs, ST_PS_PS, 0), &p->server) != ST_OK) return false;
@@ -187,7 +187,7 @@ static void test_missing_keys(void) {
   st_ps_cluster c;
   cluster_as(&c, ports, ST_PS_PS);
   st_ps_transport *t = NULL;
-  st_ps_transport_options o = {&c, "/nonexistent/keys", false, 0};
+  st_ps_transport_options o = {&c, "/nonexistent/keys", false, 0, NULL};
   CHECK_EQ(st__ps_transport_create(&o, &t), ST_ERR_INVALID);
   CHECK(strstr(st_last_error(), "strata keygen") != NULL);
   CHECK(t == NULL);

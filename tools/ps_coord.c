@@ -85,7 +85,7 @@ static st_status await_reply(coord *c, st_ps_socket *s, int type, int role, int 
 }
 
 static st_status connect_all(coord *c) {
-  st_ps_transport_options to = {&c->cluster, c->a->keys, c->a->insecure, 0};
+  st_ps_transport_options to = {&c->cluster, c->a->keys, c->a->insecure, 0, NULL};
   st_status s = st__ps_transport_create(&to, &c->t);
   if (s == ST_OK) s = st__ps_listen(c->t, st__ps_cluster_task(&c->cluster, ST_PS_CHIEF, 0), &c->hb);
   c->nw = c->cluster.count[ST_PS_WORKER], c->nps = c->cluster.count[ST_PS_PS];

@@ -28,32 +28,47 @@ static cli_opt launch_opts[] = {
 static volatile sig_atomic_t g_sig;
 static void on_sig(int sig) { g_sig = sig; }
 
-/* A free TCP port on 127.0.0.1 (bound to port 0 and released). */
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  struct sockaddr_in a;
-  memset(&a, 0, sizeof a);
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  int port = -1;
-  if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-    port = ntohs(a.sin_port);
-  close(fd);
-  return port;
+/* A free TCP port on 127.0.0.1, below Linux's ephemeral range (32768-60999)
+ * so that no outgoing connection takes it between this check and the
+ * server's bind: random ports in 20000..32767 until one binds. */
+static int free_port(st_rng *r) {
+  for (int tries = 0; tries < 1000; tries++) {
+    int port = 20000 + (int)st_rng_below(r, 12768);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons((uint16_t)port);
+    int ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    close(fd);
+    if (ok) return port;
+  }
+  return -1;
+}
+
+/* Port already given to a task before (role r, index i). */
+static bool port_taken(const st_ps_cluster *c, int r, int i, int port) {
+  for (int q = 0; q <= r; q++)
+    for (int k = 0; k < (q < r ? c->count[q] : i); k++)
+      if (c->tasks[q][k].port == port) return true;
+  return false;
 }
 
 static st_status make_cluster(int nw, int nps, st_ps_cluster *c) {
   memset(c, 0, sizeof *c);
   int n[ST_PS_ROLE_COUNT] = {1, nw, nps};
+  st_rng rng = st_rng_make(ps_random_u64(), 0);
   for (int r = 0; r < ST_PS_ROLE_COUNT; r++) {
     c->tasks[r] = calloc((size_t)n[r], sizeof(st_ps_task));
     if (!c->tasks[r]) return st_error(ST_ERR_NOMEM, "out of memory");
     c->count[r] = n[r];
     for (int i = 0; i < n[r]; i++) {
       st_ps_task *t = &c->tasks[r][i];
-      t->role = (st_ps_role)r, t->index = i, t->port = free_port();
+      t->role = (st_ps_role)r, t->index = i;
+      for (int tries = 0; tries < 100; tries++) /* not one given to an earlier task */
+        if ((t->port = free_port(&rng)) < 0 || !port_taken(c, r, i, t->port)) break;
       snprintf(t->host, sizeof t->host, "127.0.0.1");
       if (t->port < 0) return st_error(ST_ERR_IO, "no free port on 127.0.0.1");
     }

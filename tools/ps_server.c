@@ -56,6 +56,7 @@ typedef struct server {
   int64_t fault_step;      /* test hook STRATA_PS_TEST_FAULT=kill|stop:WORKER:STEP */
   int fault_sig;           /* SIGKILL or SIGSTOP, raised once */
   int step_delay_ms;       /* test hook STRATA_PS_TEST_STEP_DELAY_MS: slower steps */
+  uint64_t pull_id;        /* this worker's PULL requests */
 } server;
 
 static st_status reply(server *sv, const st_ps_msg *to, int type, uint64_t closure, uint64_t step,
@@ -72,7 +73,7 @@ static void ps_pull(server *sv, const st_ps_msg *m) {
   int me = sv->cluster.self_index;
   size_t n = sv->layout.ps_floats[me];
   ps_pack(&sv->layout, me, sv->model->net.params, sv->packed);
-  reply(sv, m, ST_PS_MSG_PULL_OK, 0, (uint64_t)sv->version, sv->packed, n * sizeof(float));
+  reply(sv, m, ST_PS_MSG_PULL_OK, m->h.closure, (uint64_t)sv->version, sv->packed, n * sizeof(float));
 }
 
 /* Apply the gradients of one global step once; a repeat is acknowledged as a
@@ -164,13 +165,28 @@ static void gather(server *sv, const uint8_t *idx, int n) {
   }
 }
 
-/* Wait for one reply of type on s (timeout: lost ps). */
-static st_status await(server *sv, st_ps_socket *s, int type, int p, st_ps_msg *m) {
-  double deadline = st_now_seconds() + sv->job.coordinator_timeout;
+/* One request to ps p and its reply of `type` whose closure field is
+ * `closure` (and, for ACK, whose step is `step`): the request is sent again
+ * every 0.2 s until then (a frame may be lost: the ps answers a repeated
+ * PULL again and acknowledges a repeated PUSH as a duplicate), for up to the
+ * job's coordinator timeout (then the ps is lost). Replies to earlier
+ * requests are skipped. */
+static st_status request(server *sv, int p, st_ps_header *h, const void *payload, size_t len, int type,
+                         uint64_t closure, uint64_t step, st_ps_msg *m) {
+  st_ps_socket *s = sv->ps_socks[p];
+  double deadline = st_now_seconds() + sv->job.coordinator_timeout, resend = 0;
   while (st_now_seconds() < deadline && !g_stop) {
-    if (st__ps_recv(s, sv->job.job_id, 200, m) != ST_OK) continue;
-    if (m->h.type == type && m->h.sender_role == ST_PS_PS && m->h.sender_index == p) return ST_OK;
-    if (m->h.type == ST_PS_MSG_ERROR && m->h.sender_role == ST_PS_PS && m->h.sender_index == p) {
+    if (st_now_seconds() >= resend) {
+      st_ps_header copy = *h;
+      st_status st = st__ps_send(s, NULL, &copy, payload, len, 5000);
+      if (st != ST_OK) return st;
+      resend = st_now_seconds() + 0.2;
+    }
+    if (st__ps_recv(s, sv->job.job_id, 50, m) != ST_OK) continue;
+    bool from_p = m->h.sender_role == ST_PS_PS && m->h.sender_index == p;
+    bool mine = m->h.closure == closure && (type != ST_PS_MSG_ACK || m->h.step == step);
+    if (from_p && mine && m->h.type == type) return ST_OK;
+    if (from_p && mine && m->h.type == ST_PS_MSG_ERROR) {
       st_status e = st_error(ST_ERR_PEER, "ps:%d: %.*s", p, (int)m->h.payload_len, (const char *)m->payload);
       st__ps_msg_free(m);
       return e;
@@ -185,12 +201,9 @@ static st_status pull_all(server *sv, uint64_t *versions) {
   int nps = sv->cluster.count[ST_PS_PS];
   for (int p = 0; p < nps; p++) {
     st_ps_header h = ps_header(&sv->cluster, sv->job.job_id, sv->incarnation, ST_PS_MSG_PULL);
-    st_status s = st__ps_send(sv->ps_socks[p], NULL, &h, NULL, 0, 5000);
-    if (s != ST_OK) return s;
-  }
-  for (int p = 0; p < nps; p++) {
+    h.closure = ++sv->pull_id; /* echoed by the ps: tells this pull's answer from older ones */
     st_ps_msg m;
-    st_status s = await(sv, sv->ps_socks[p], ST_PS_MSG_PULL_OK, p, &m);
+    st_status s = request(sv, p, &h, NULL, 0, ST_PS_MSG_PULL_OK, h.closure, 0, &m);
     if (s != ST_OK) return s;
     bool ok = m.h.payload_len == sv->layout.ps_floats[p] * sizeof(float);
     if (ok) ps_unpack(&sv->layout, p, (const float *)m.payload, sv->model->net.params);
@@ -211,11 +224,10 @@ static st_status push_all(server *sv, uint64_t closure, uint64_t step, const uin
     ps_pack(&sv->layout, p, sv->rep->grads, sv->packed);
     st_ps_header h = ps_header(&sv->cluster, sv->job.job_id, sv->incarnation, ST_PS_MSG_PUSH);
     h.closure = closure, h.step = step, h.version_seen = versions[p];
-    st_status s = st__ps_send(sv->ps_socks[p], NULL, &h, sv->packed,
-                              sv->layout.ps_floats[p] * sizeof(float), 5000);
-    if (s != ST_OK) return s;
     st_ps_msg m;
-    if ((s = await(sv, sv->ps_socks[p], ST_PS_MSG_ACK, p, &m)) != ST_OK) return s;
+    st_status s = request(sv, p, &h, sv->packed, sv->layout.ps_floats[p] * sizeof(float), ST_PS_MSG_ACK,
+                          closure, step, &m);
+    if (s != ST_OK) return s;
     if (m.h.payload_len == 1 && m.payload[0] == 2) *stale = true;
     st__ps_msg_free(&m);
     /* test hook: kill -9 or SIGSTOP this worker after the first ps applied
@@ -494,7 +506,7 @@ int cmd_server(int argc, char **argv) {
     fprintf(stderr, "strata server: warning: --insecure: no encryption or authentication; any "
             "process that reaches this port can change the model\n");
   sv.incarnation = (uint32_t)ps_random_u64() | 1u; /* never 0: 0 means "not fenced" */
-  st_ps_transport_options to = {&sv.cluster, keys, insecure, 0};
+  st_ps_transport_options to = {&sv.cluster, keys, insecure, 0, getenv("STRATA_PS_TEST_NET")};
   st_status s = st__ps_transport_create(&to, &sv.t);
   if (s == ST_OK)
     s = st__ps_listen(sv.t, st__ps_cluster_task(&sv.cluster, sv.cluster.self_role, sv.cluster.self_index),

@@ -29,6 +29,11 @@ typedef struct st_ps_transport_options {
   const char *keys_dir;         /* CURVE keys (ignored when insecure) */
   bool insecure;                /* no CURVE, no ZAP */
   uint64_t max_payload;         /* bytes per frame after the header */
+  /* Tests only (RELIABILITY.md P5): "drop=P,dup=P,reorder=P,seed=S" makes
+   * every socket drop, duplicate or delay past the next one a fraction P of
+   * the PULL, PULL_OK, PUSH and ACK frames it sends between workers and ps
+   * (not replies to the chief); NULL: none. */
+  const char *test_faults;
 } st_ps_transport_options;
 
 /* A received, checked message. */

@@ -38,6 +38,9 @@ struct st_ps_transport {
   atomic_int zap_state; /* 0 starting, 1 bound, -1 could not bind */
   atomic_llong refused;
   char keys_dir[1024];
+  double drop, dup, reorder; /* test_faults */
+  uint64_t fault_seed;
+  atomic_int sockets;        /* RNG stream per socket */
 };
 
 struct st_ps_socket {
@@ -46,6 +49,11 @@ struct st_ps_socket {
   bool router;
   uint64_t seq;
   st_ps_counters n;
+  st_rng rng;            /* test faults */
+  uint8_t *held;         /* a frame held back to be sent after the next (reorder) */
+  size_t held_len;
+  uint8_t held_route[256];
+  size_t held_route_len;
 };
 
 bool st__ps_transport_built(void) { return true; }
@@ -156,6 +164,16 @@ st_status st__ps_transport_create(const st_ps_transport_options *o, st_ps_transp
   t->insecure = o->insecure;
   t->max_payload = o->max_payload ? o->max_payload : (256u << 20);
   if (o->keys_dir) snprintf(t->keys_dir, sizeof t->keys_dir, "%s", o->keys_dir);
+  if (o->test_faults) {
+    unsigned long long seed = 1;
+    for (const char *f = o->test_faults; f && *f; f = strchr(f, ',') ? strchr(f, ',') + 1 : NULL) {
+      sscanf(f, "drop=%lf", &t->drop);
+      sscanf(f, "dup=%lf", &t->dup);
+      sscanf(f, "reorder=%lf", &t->reorder);
+      sscanf(f, "seed=%llu", &seed);
+    }
+    t->fault_seed = seed;
+  }
   st_status s = ST_OK;
   if (!t->insecure && !zmq_has("curve")) {
     s = st_error(ST_ERR_NOT_BUILT, "this libzmq has no CURVE support (rebuild it with libsodium, "
@@ -221,6 +239,7 @@ static st_status new_socket(st_ps_transport *t, int type, st_ps_socket **out) {
   zmq_setsockopt(s->z, ZMQ_LINGER, &linger, sizeof linger);
   zmq_setsockopt(s->z, ZMQ_MAXMSGSIZE, &max, sizeof max);
   zmq_setsockopt(s->z, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
+  s->rng = st_rng_make(t->fault_seed, (uint64_t)atomic_fetch_add(&t->sockets, 1));
   *out = s;
   return ST_OK;
 }
@@ -274,6 +293,7 @@ st_status st__ps_connect(st_ps_transport *t, const st_ps_task *peer, st_ps_socke
 
 void st__ps_socket_close(st_ps_socket *s) {
   if (!s) return;
+  free(s->held);
   zmq_close(s->z);
   free(s);
 }
@@ -282,6 +302,54 @@ static int wait_for(void *z, short ev, int timeout_ms) {
   zmq_pollitem_t it = {z, 0, ev, 0};
   int r = zmq_poll(&it, 1, timeout_ms);
   return r > 0 && (it.revents & ev);
+}
+
+/* One frame (and its route on a ROUTER) onto the socket. */
+static st_status put_frame(st_ps_socket *s, const uint8_t *route, size_t route_len, const uint8_t *hdr,
+                           const void *payload, size_t len) {
+  zmq_msg_t m;
+  if (zmq_msg_init_size(&m, ST_PS_HEADER_BYTES + len) != 0) return zerr("zmq_msg_init_size");
+  memcpy(zmq_msg_data(&m), hdr, ST_PS_HEADER_BYTES);
+  if (len) memcpy((uint8_t *)zmq_msg_data(&m) + ST_PS_HEADER_BYTES, payload, len);
+  if (s->router && route && zmq_send(s->z, route, route_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
+    zmq_msg_close(&m);
+    return zerr("send (route)");
+  }
+  if (zmq_msg_send(&m, s->z, ZMQ_DONTWAIT) < 0) {
+    zmq_msg_close(&m);
+    return zerr("send");
+  }
+  s->n.sent++;
+  return ST_OK;
+}
+
+/* Test faults: drop, duplicate or hold back (reorder) a data frame. */
+static st_status send_faulty(st_ps_socket *s, const st_ps_msg *to, const uint8_t *hdr, const void *payload,
+                             size_t len) {
+  const uint8_t *route = to ? to->route : NULL;
+  size_t rl = to ? to->route_len : 0;
+  float r = st_rng_uniform(&s->rng);
+  if (r < s->t->drop) return ST_OK;
+  st_status st = ST_OK;
+  if (r < s->t->drop + s->t->reorder && !s->held) { /* sent after the next frame */
+    s->held = malloc(ST_PS_HEADER_BYTES + len);
+    if (!s->held) return st_error(ST_ERR_NOMEM, "out of memory");
+    memcpy(s->held, hdr, ST_PS_HEADER_BYTES);
+    if (len) memcpy(s->held + ST_PS_HEADER_BYTES, payload, len);
+    s->held_len = len;
+    memcpy(s->held_route, route ? route : s->held_route, rl);
+    s->held_route_len = rl;
+    return ST_OK;
+  }
+  st = put_frame(s, route, rl, hdr, payload, len);
+  if (st == ST_OK && r < s->t->drop + s->t->reorder + s->t->dup) st = put_frame(s, route, rl, hdr, payload, len);
+  if (s->held) {
+    put_frame(s, s->held_route_len ? s->held_route : NULL, s->held_route_len, s->held,
+              s->held + ST_PS_HEADER_BYTES, s->held_len);
+    free(s->held);
+    s->held = NULL;
+  }
+  return st;
 }
 
 st_status st__ps_send(st_ps_socket *s, const st_ps_msg *to, st_ps_header *h, const void *payload,
@@ -293,20 +361,12 @@ st_status st__ps_send(st_ps_socket *s, const st_ps_msg *to, st_ps_header *h, con
   if (!wait_for(s->z, ZMQ_POLLOUT, timeout_ms))
     return st_error(ST_ERR_TIMEOUT, "send %s: peer not reachable within %d ms",
                     st__ps_msg_name(h->type), timeout_ms);
-  zmq_msg_t m;
-  if (zmq_msg_init_size(&m, ST_PS_HEADER_BYTES + len) != 0) return zerr("zmq_msg_init_size");
-  memcpy(zmq_msg_data(&m), hdr, ST_PS_HEADER_BYTES);
-  if (len) memcpy((uint8_t *)zmq_msg_data(&m) + ST_PS_HEADER_BYTES, payload, len);
-  if (s->router && to && zmq_send(s->z, to->route, to->route_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
-    zmq_msg_close(&m);
-    return zerr("send (route)");
-  }
-  if (zmq_msg_send(&m, s->z, ZMQ_DONTWAIT) < 0) {
-    zmq_msg_close(&m);
-    return zerr("send");
-  }
-  s->n.sent++;
-  return ST_OK;
+  bool data = (h->type == ST_PS_MSG_PULL || h->type == ST_PS_MSG_PULL_OK || h->type == ST_PS_MSG_PUSH ||
+               h->type == ST_PS_MSG_ACK) &&
+              !(to && to->h.sender_role == ST_PS_CHIEF); /* worker <-> ps traffic only */
+  if (data && (s->t->drop > 0 || s->t->dup > 0 || s->t->reorder > 0))
+    return send_faulty(s, to, hdr, payload, len);
+  return put_frame(s, to ? to->route : NULL, to ? to->route_len : 0, hdr, payload, len);
 }
 
 st_status st__ps_send_raw(st_ps_socket *s, const void *bytes, size_t len) {
