@@ -411,6 +411,15 @@ static void fill_job(coord *c) {
   j->max_staleness = a->max_staleness;
 }
 
+/* " - val_loss: X - val_accuracy: Y" when the epoch was validated. */
+static const char *val_text(const st_epoch_logs *l) {
+  static char buf[96];
+  buf[0] = '\0';
+  if (l->has_validation)
+    snprintf(buf, sizeof buf, " - val_loss: %.4f - val_accuracy: %.4f", l->val_loss, l->val_accuracy);
+  return buf;
+}
+
 /* Everything after the cluster is known; returns the exit code. */
 static int train_job(coord *c, double t0) {
   const ps_train_args *a = c->a;
@@ -445,9 +454,15 @@ static int train_job(coord *c, double t0) {
     l->lr = a->opt.lr.initial, l->seconds = st_now_seconds() - te, l->steps = c->steps_per_epoch;
     l->examples = (int64_t)sums[1];
     h.train_samples += l->examples;
+    if (c->d.val) { /* validation at epoch end, on the variables of every ps */
+      st_eval_result v = {0};
+      if ((s = pull_variables(c)) == ST_OK) s = st_model_evaluate(c->model, c->d.val, &v);
+      if (s != ST_OK) break;
+      l->has_validation = true, l->val_loss = v.loss, l->val_accuracy = v.accuracy;
+    }
     if (!a->quiet)
-      fprintf(stderr, "Epoch %d/%ld - %.1fs - loss: %.4f - accuracy: %.4f - closures: %lld (retried %lld)\n",
-              e + 1, a->epochs, l->seconds, l->loss, l->accuracy, (long long)c->scheduled,
+      fprintf(stderr, "Epoch %d/%ld - %.1fs - loss: %.4f - accuracy: %.4f%s - closures: %lld (retried %lld)\n",
+              e + 1, a->epochs, l->seconds, l->loss, l->accuracy, val_text(l), (long long)c->scheduled,
               (long long)c->retried);
   }
   h.train_seconds = st_now_seconds() - train0;
