@@ -15,6 +15,15 @@
 #include "check.h"
 #include "distribute/ps/transport.h"
 
+/* ThreadSanitizer: libzmq is not instrumented (tools/tsan_zmq.c says why). */
+const char *__tsan_default_suppressions(void);
+const char *__tsan_default_suppressions(void) {
+  return "called_from_lib:libzmq.so\n"
+         "called_from_lib:libsodium.so\n" /* CURVE's decryption, called by libzmq */
+         "race:libzmq.so\n"
+         "race:libsodium.so\n";
+}
+
 static int free_port(void) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
