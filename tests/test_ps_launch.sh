@@ -15,6 +15,8 @@
 #    finishes with applied == scheduled;
 #  - the chief killed with kill -9 (servers started by hand under
 #    TF_CONFIG): every server exits 3 within --coordinator-timeout + 5 s;
+#  - kill -9 of a ps (no recovery yet): the chief exits 3 naming it within
+#    3 heartbeat intervals + 5 s;
 #  - dropped, duplicated and reordered frames between workers and ps (a
 #    test-only transport switch): one worker's weights are the bytes of a
 #    run without faults, every duplicate skipped;
@@ -160,6 +162,21 @@ dt=$(python3 -c "print(round($(date +%s.%N) - $t0, 2))")
 check "[ \"${codes[*]}\" = '3 3 3' ] && python3 -c 'import sys; sys.exit(0 if $dt < 6 else 1)'" \
   "chief killed: every server exits 3 within the coordinator timeout + 5 s (codes ${codes[*]}, ${dt}s)"
 check "grep -q 'the chief has been silent' $tmp/s_ps0" "the ps names the silent chief"
+# ---- P3 (without recovery): kill -9 of a ps: the chief exits 3 naming it
+# within 3 heartbeats (1.5 s) + slack ----
+: > "$tmp/l7"
+STRATA_PS_TEST_STEP_DELAY_MS=10 timeout 60 "$cli" launch --workers 2 --ps 2 --insecure -- train --model mlp \
+  --train-examples 8000 --batch-size 32 --heartbeat-interval $hb > /dev/null 2> "$tmp/l7" &
+job=$!
+for _ in $(seq 1 400); do grep -q 'parameter_server job' "$tmp/l7" && break; sleep 0.05; done
+pid=$(sed -n 's/.*ps:1 on .*, pid \([0-9]*\)/\1/p' "$tmp/l7")
+[ -n "$pid" ] && kill -9 "$pid"
+wait $job
+rc=$?
+secs=$(sed -n 's/.*ps:1 lost (no heartbeat for \([0-9.]*\) s).*/\1/p' "$tmp/l7")
+check "[ $rc = 3 ] && [ -n '$secs' ] && python3 -c 'import sys; sys.exit(0 if $secs < 6.5 else 1)'" \
+  "ps:1 killed: the chief exits 3 naming it, after ${secs:-?} s without heartbeat (rc $rc)"
+
 # ---- P5: dropped, duplicated and reordered worker <-> ps frames (test-only
 # transport switch) change nothing: with one worker the run is sequential, so
 # its weights must be the bytes of the run without faults ----

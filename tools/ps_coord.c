@@ -35,6 +35,7 @@ typedef struct coord {
   st_ps_transport *t;
   st_ps_socket *hb;          /* ROUTER at the chief's address */
   st_ps_socket **ps;         /* [nps] */
+  double *ps_seen;           /* [nps] last heartbeat of each ps */
   wstate *w;                 /* [nw] */
   int nw, nps;
   ps_job job;
@@ -91,7 +92,8 @@ static st_status connect_all(coord *c) {
   c->nw = c->cluster.count[ST_PS_WORKER], c->nps = c->cluster.count[ST_PS_PS];
   c->ps = calloc((size_t)c->nps, sizeof *c->ps);
   c->w = calloc((size_t)c->nw, sizeof *c->w);
-  if (s == ST_OK && (!c->ps || !c->w)) s = st_error(ST_ERR_NOMEM, "out of memory");
+  c->ps_seen = calloc((size_t)c->nps, sizeof *c->ps_seen);
+  if (s == ST_OK && (!c->ps || !c->w || !c->ps_seen)) s = st_error(ST_ERR_NOMEM, "out of memory");
   for (int p = 0; s == ST_OK && p < c->nps; p++)
     s = st__ps_connect(c->t, st__ps_cluster_task(&c->cluster, ST_PS_PS, p), &c->ps[p]);
   for (int i = 0; s == ST_OK && i < c->nw; i++)
@@ -111,8 +113,10 @@ static st_status send_jobs(coord *c) {
   st_ps_msg m;
   double wait = c->job.coordinator_timeout > 120 ? c->job.coordinator_timeout : 120;
   for (int p = 0; s == ST_OK && p < c->nps; p++)
-    if ((s = await_reply(c, c->ps[p], ST_PS_MSG_JOB_OK, ST_PS_PS, p, wait, &m)) == ST_OK)
+    if ((s = await_reply(c, c->ps[p], ST_PS_MSG_JOB_OK, ST_PS_PS, p, wait, &m)) == ST_OK) {
       st__ps_msg_free(&m);
+      c->ps_seen[p] = st_now_seconds();
+    }
   for (int i = 0; s == ST_OK && i < c->nw; i++)
     if ((s = await_reply(c, c->w[i].sock, ST_PS_MSG_JOB_OK, ST_PS_WORKER, i, wait, &m)) == ST_OK) {
       c->w[i].incarnation = m.h.incarnation;
@@ -188,6 +192,7 @@ static void drain_heartbeats(coord *c) {
   st_ps_msg m;
   while (st__ps_recv(c->hb, c->job.job_id, 0, &m) == ST_OK) {
     wstate *w = m.h.sender_role == ST_PS_WORKER ? &c->w[m.h.sender_index] : NULL;
+    if (m.h.type == ST_PS_MSG_HEARTBEAT && m.h.sender_role == ST_PS_PS) c->ps_seen[m.h.sender_index] = st_now_seconds();
     if (m.h.type == ST_PS_MSG_HEARTBEAT && w && w->alive) w->last_seen = st_now_seconds();
     if (m.h.type == ST_PS_MSG_HEARTBEAT && w && !w->alive && m.h.incarnation == w->incarnation) {
       st_ps_header h = ps_header(&c->cluster, c->job.job_id, c->incarnation, ST_PS_MSG_FENCE);
@@ -195,6 +200,18 @@ static void drain_heartbeats(coord *c) {
     }
     st__ps_msg_free(&m);
   }
+}
+
+/* A ps silent for 3 heartbeat intervals is lost: its variables cannot be
+ * recovered yet (no backup for this strategy), so the job ends (exit 3). */
+static st_status check_ps(coord *c) {
+  double now = st_now_seconds(), limit = 3 * c->job.heartbeat_interval;
+  for (int p = 0; p < c->nps; p++)
+    if (now - c->ps_seen[p] > limit)
+      return st_error(ST_ERR_PEER, "ps:%d lost (no heartbeat for %.2f s); parameter_server cannot "
+                      "recover a ps yet (no --backup-dir for this strategy): rerun the job", p,
+                      now - c->ps_seen[p]);
+  return ST_OK;
 }
 
 static void ping_servers(coord *c) {
@@ -289,6 +306,7 @@ static st_status run_epoch(coord *c, int epoch, double *sums) {
     drain_heartbeats(c);
     for (int i = 0; i < c->nw && s == ST_OK; i++) s = read_worker(c, epoch, i, cls, &done, sums);
     check_workers(c, cls);
+    if (s == ST_OK) s = check_ps(c);
     ping_servers(c);
     int alive = 0;
     for (int i = 0; i < c->nw; i++) alive += c->w[i].alive;
@@ -379,7 +397,7 @@ static void stop_servers(coord *c) {
 static void coord_free(coord *c) {
   for (int p = 0; c->ps && p < c->nps; p++) st__ps_socket_close(c->ps[p]);
   for (int i = 0; c->w && i < c->nw; i++) st__ps_socket_close(c->w[i].sock);
-  free(c->ps), free(c->w), free(c->perm), free(c->job_text);
+  free(c->ps), free(c->w), free(c->perm), free(c->job_text), free(c->ps_seen);
   st__ps_socket_close(c->hb);
   st__ps_transport_destroy(c->t);
   ps_layout_free(&c->layout);

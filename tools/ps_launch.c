@@ -103,8 +103,22 @@ static void remove_keys(const char *dir, const st_ps_cluster *c) {
   rmdir(dir);
 }
 
-/* Wait for the chief, forwarding signals; then stop the servers (SIGTERM,
- * then SIGKILL after 5 s). Returns the chief's exit code. */
+/* Wait up to `seconds` for the servers still running (pid > 0; set to 0
+ * once reaped). */
+static void reap(pid_t *servers, int n, double seconds) {
+  double deadline = st_now_seconds() + seconds;
+  for (;;) {
+    int left = 0;
+    for (int i = 0; i < n; i++)
+      if (servers[i] > 0 && waitpid(servers[i], NULL, WNOHANG) == servers[i]) servers[i] = 0;
+      else left += servers[i] > 0;
+    if (!left || st_now_seconds() >= deadline) return;
+    usleep(20000);
+  }
+}
+
+/* Wait for the chief, forwarding signals; then stop the servers. Returns
+ * the chief's exit code. */
 static int supervise(pid_t chief, pid_t *servers, int n) {
   int status = 0, rc = EXIT_FAIL;
   for (;;) {
@@ -120,21 +134,17 @@ static int supervise(pid_t chief, pid_t *servers, int n) {
   }
   if (WIFEXITED(status)) rc = WEXITSTATUS(status);
   else if (WIFSIGNALED(status)) rc = 128 + WTERMSIG(status);
-  double deadline = st_now_seconds() + 5;
-  for (int i = 0; i < n; i++) {
-    while (servers[i] > 0 && st_now_seconds() < deadline) {
-      if (waitpid(servers[i], NULL, WNOHANG) == servers[i]) servers[i] = 0;
-      else usleep(20000);
-    }
+  /* the chief sent STOP: 1 s to exit on their own, then SIGTERM (a server
+   * in the middle of a request stops at once), 2 s more, then SIGKILL */
+  reap(servers, n, 1.0);
+  for (int i = 0; i < n; i++)
+    if (servers[i] > 0) kill(servers[i], SIGTERM);
+  reap(servers, n, 2.0);
+  for (int i = 0; i < n; i++)
     if (servers[i] > 0) {
-      kill(servers[i], SIGTERM);
-      usleep(200000);
-      if (waitpid(servers[i], NULL, WNOHANG) != servers[i]) {
-        kill(servers[i], SIGKILL);
-        waitpid(servers[i], NULL, 0);
-      }
+      kill(servers[i], SIGKILL);
+      waitpid(servers[i], NULL, 0);
     }
-  }
   return rc;
 }
 

@@ -305,7 +305,7 @@ bad:
   reply(sv, m, ST_PS_MSG_ERROR, m->h.closure, 0, "malformed RUN", 13);
 }
 
-/* ---- heartbeats (worker -> chief), on their own thread and socket ---- */
+/* ---- heartbeats (worker or ps -> chief), on their own thread and socket ---- */
 typedef struct heartbeat {
   server *sv;
   pthread_t th;
@@ -385,10 +385,8 @@ static void handle(server *sv, st_ps_msg *m, heartbeat *hb) {
         break;
       }
       sv->have_job = true;
-      if (sv->cluster.self_role == ST_PS_WORKER) {
-        hb->sv = sv;
-        hb->running = pthread_create(&hb->th, NULL, heartbeat_main, hb) == 0;
-      }
+      hb->sv = sv; /* workers and ps: the chief detects a lost ps too */
+      hb->running = pthread_create(&hb->th, NULL, heartbeat_main, hb) == 0;
       reply(sv, m, ST_PS_MSG_JOB_OK, 0, 0, NULL, 0);
       break;
     }
