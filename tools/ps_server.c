@@ -368,6 +368,9 @@ static st_status setup_job(server *sv) {
 
 static void handle(server *sv, st_ps_msg *m, heartbeat *hb) {
   if (m->h.sender_role == ST_PS_CHIEF) sv->chief_seen = st_now_seconds();
+  bool chief = m->h.sender_role == ST_PS_CHIEF;
+  if ((m->h.type == ST_PS_MSG_JOB || m->h.type == ST_PS_MSG_STOP || m->h.type == ST_PS_MSG_STATS) && !chief)
+    return; /* only the chief starts, stops or asks for the counters */
   switch (m->h.type) {
     case ST_PS_MSG_JOB: {
       if (sv->have_job) { /* the chief again (same job): confirm */
