@@ -20,6 +20,8 @@
 #  - dropped, duplicated and reordered frames between workers and ps (a
 #    test-only transport switch): one worker's weights are the bytes of a
 #    run without faults, every duplicate skipped;
+#  - --ps-shards 2 (variables split along axis 0): the weights of the
+#    unsharded run, byte for byte, the ps balanced;
 #  - kill -9 of worker 1, a restart of it (a new process of the task rejoins
 #    and gets work), then kill -9 of worker 0: the job finishes, applied ==
 #    scheduled, every example once.
@@ -190,6 +192,14 @@ check "[ $rc = 0 ] && cmp -s $tmp/clean.st $tmp/faulty.st" \
   "3% dropped, 10% duplicated, 3% reordered frames: the same weights, byte for byte (rc $rc)"
 check "json $tmp/r6.json '$every_ps_exact and sum(x[\"duplicates_skipped\"] for x in p[\"per_ps\"]) >= 1'" \
   "the duplicates reached the ps and were skipped; applied == scheduled"
+# variables split along axis 0 into 2 shards each (--ps-shards, TF's
+# FixedShardsPartitioner): the ps hold equal halves; the same weights
+timeout 120 "$cli" launch --workers 1 --ps 2 --insecure -- train "${one[@]}" --ps-shards 2 \
+  --save "$tmp/sharded.st" --report "$tmp/r8.json" > /dev/null 2>&1
+rc=$?
+check "[ $rc = 0 ] && cmp -s $tmp/clean.st $tmp/sharded.st" "--ps-shards 2: the weights of the unsharded run, byte for byte (rc $rc)"
+check "json $tmp/r8.json 'p[\"variable_shards\"] == 12 and p[\"per_ps\"][0][\"floats\"] == p[\"per_ps\"][1][\"floats\"] and $every_ps_exact'" \
+  "--ps-shards 2: 6 variables in 12 shards, the two ps hold the same number of floats"
 
 # ---- P1/P2: kill -9 of worker 1, restarted (a new incarnation rejoins and
 # gets work), then kill -9 of worker 0: the job finishes on the restarted

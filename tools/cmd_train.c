@@ -57,6 +57,8 @@ static cli_opt train_opts[] = {
     {"--steps-per-execution", "N", "parameter_server: steps per closure (default 1)", NULL},
     {"--heartbeat-interval", "S", "parameter_server: worker heartbeat period; lost after 3 missed (default 1)", NULL},
     {"--coordinator-timeout", "S", "parameter_server: servers exit 3 when the chief is silent this long (default 60)", NULL},
+    {"--ps-shards", "K", "parameter_server: split every variable along axis 0 into K shards on different ps (FixedShardsPartitioner)", NULL},
+    {"--ps-min-shard-bytes", "N", "parameter_server: split variables into shards of at least N bytes, at most one per ps (MinSizePartitioner)", NULL},
     {"--max-staleness", "K", "parameter_server: gradients of variables more than K versions old are recomputed from fresh ones (default: unbounded)", NULL},
 };
 #define NTRAIN ((int)(sizeof train_opts / sizeof *train_opts))
@@ -122,7 +124,8 @@ static bool check_callback_flags(const train_cfg *c) {
 static bool check_ps_flags(const cli_opt *o, const train_cfg *c) {
   static const char *const ps_only[] = {"--cluster", "--task", "--keys", "--insecure",
                                         "--steps-per-execution", "--heartbeat-interval",
-                                        "--coordinator-timeout", "--max-staleness"};
+                                        "--coordinator-timeout", "--max-staleness", "--ps-shards",
+                                        "--ps-min-shard-bytes"};
   static const char *const not_yet[] = {"--backup-dir", "--checkpoint-dir", "--early-stopping",
                                         "--csv", "--log-dir", "--plot", "--devices", "--replicas"};
   bool ps = c->strategy == ST_STRATEGY_PARAMETER_SERVER;
@@ -144,6 +147,12 @@ static bool check_ps_flags(const cli_opt *o, const train_cfg *c) {
   if ((v = cli_get(o, NTRAIN, "--heartbeat-interval")) && !cli_float("train", "--heartbeat-interval", v, 0.01, 3600, &x)) return false;
   if ((v = cli_get(o, NTRAIN, "--coordinator-timeout")) && !cli_float("train", "--coordinator-timeout", v, 0.1, 1e6, &x)) return false;
   if ((v = cli_get(o, NTRAIN, "--max-staleness")) && !cli_int("train", "--max-staleness", v, 0, 1L << 40, &n)) return false;
+  if ((v = cli_get(o, NTRAIN, "--ps-shards")) && !cli_int("train", "--ps-shards", v, 1, 1 << 20, &n)) return false;
+  if ((v = cli_get(o, NTRAIN, "--ps-min-shard-bytes")) && !cli_int("train", "--ps-min-shard-bytes", v, 1, 1L << 40, &n)) return false;
+  if (cli_get(o, NTRAIN, "--ps-shards") && cli_get(o, NTRAIN, "--ps-min-shard-bytes")) {
+    fprintf(stderr, "strata train: --ps-shards and --ps-min-shard-bytes are two partitioners: give one\n");
+    return false;
+  }
   return true;
 }
 
@@ -164,6 +173,8 @@ static int run_ps(const train_cfg *c) {
   a.heartbeat_interval = (v = cli_get(train_opts, NTRAIN, "--heartbeat-interval")) ? atof(v) : 1.0;
   a.coordinator_timeout = (v = cli_get(train_opts, NTRAIN, "--coordinator-timeout")) ? atof(v) : 60.0;
   a.max_staleness = (v = cli_get(train_opts, NTRAIN, "--max-staleness")) ? atol(v) : -1;
+  a.ps_shards = (v = cli_get(train_opts, NTRAIN, "--ps-shards")) ? atol(v) : 0;
+  a.ps_min_shard_bytes = (v = cli_get(train_opts, NTRAIN, "--ps-min-shard-bytes")) ? atol(v) : 0;
   return ps_train(&a);
 }
 

@@ -35,10 +35,14 @@ typedef struct ps_job {
   int64_t seed, batch, train_examples, total_steps, steps_per_execution;
   double val_split, heartbeat_interval, coordinator_timeout;
   int64_t max_staleness; /* -1: unbounded (TF's behaviour) */
+  int64_t ps_shards;     /* > 0: every variable in this many shards (FixedShardsPartitioner) */
+  int64_t ps_min_shard_bytes; /* > 0: shards of at least this size, at most one per ps
+                                 (MinSizePartitioner) */
   st_optimizer_options opt;
 } ps_job;
 
-/* One variable (a trainable layer parameter) and the ps that owns it. */
+/* One variable (a trainable layer parameter), or one shard of it (a
+ * contiguous range of rows along axis 0), and the ps that owns it. */
 typedef struct ps_var {
   size_t offset, size; /* floats in st_net.params */
   int ps;              /* round-robin over the ps tasks */
@@ -55,7 +59,10 @@ char *ps_job_encode(const ps_job *j);
 st_status ps_job_decode(const char *text, size_t len, ps_job *j);
 /* The job's model, compiled for one device (one thread), weights from its seed. */
 st_status ps_build_model(const ps_job *j, st_strategy **strategy, st_model **model);
-st_status ps_layout_make(const st_net *net, int nps, ps_layout *out);
+/* Variables in layer order, split into shards as the job asks, placed
+ * round-robin over the nps ps tasks (shards of one variable on consecutive
+ * ps). */
+st_status ps_layout_make(const st_net *net, int nps, const ps_job *j, ps_layout *out);
 void ps_layout_free(ps_layout *l);
 /* Copy the ps's variables between the net's flat buffer and a packed buffer. */
 void ps_pack(const ps_layout *l, int ps, const float *params, float *packed);
@@ -88,6 +95,7 @@ typedef struct ps_train_args {
   long steps_per_execution;
   double heartbeat_interval, coordinator_timeout;
   long max_staleness; /* -1 unbounded */
+  long ps_shards, ps_min_shard_bytes; /* 0: none */
 } ps_train_args;
 int ps_train(const ps_train_args *a);
 

@@ -358,18 +358,18 @@ static char *ps_report_json(coord *c, uint64_t (*st)[8], const st_history *h, bo
   int64_t total = c->job.total_steps;
   fprintf(f, "{\"workers\": %d, \"ps\": %d, \"steps_per_execution\": %lld, \"steps_scheduled\": %lld, "
           "\"closures_scheduled\": %lld, \"closures_retried\": %lld, \"workers_lost\": %lld, \"workers_rejoined\": %lld, "
-          "\"heartbeat_interval\": %g, \"max_staleness\": %lld, \"per_ps\": [", c->nw, c->nps, (long long)c->job.steps_per_execution,
+          "\"heartbeat_interval\": %g, \"max_staleness\": %lld, \"variable_shards\": %d, \"per_ps\": [", c->nw, c->nps, (long long)c->job.steps_per_execution,
           (long long)total, (long long)c->scheduled, (long long)c->retried, (long long)c->lost, (long long)c->rejoined,
-          c->job.heartbeat_interval, (long long)c->job.max_staleness);
+          c->job.heartbeat_interval, (long long)c->job.max_staleness, c->layout.nvars);
   *exact = true;
   for (int p = 0; p < c->nps; p++) {
     double mean;
     memcpy(&mean, &st[p][4], 8);
     *exact &= st[p][0] == (uint64_t)total;
-    fprintf(f, "%s{\"task\": \"ps:%d\", \"updates_applied\": %llu, \"duplicates_skipped\": %llu, "
+    fprintf(f, "%s{\"task\": \"ps:%d\", \"floats\": %zu, \"updates_applied\": %llu, \"duplicates_skipped\": %llu, "
             "\"pushes_refused\": %llu, \"frames_dropped\": %llu, \"staleness_mean\": %.4f, "
             "\"staleness_max\": %llu, \"connections_refused\": %llu, \"stale_pushes_recomputed\": %llu}",
-            p ? ", " : "", p,
+            p ? ", " : "", p, c->layout.ps_floats[p],
             (unsigned long long)st[p][0], (unsigned long long)st[p][1], (unsigned long long)st[p][2],
             (unsigned long long)st[p][3], mean, (unsigned long long)st[p][5], (unsigned long long)st[p][6],
             (unsigned long long)st[p][7]);
@@ -427,6 +427,7 @@ static void fill_job(coord *c) {
   j->coordinator_timeout = a->coordinator_timeout > 0 ? a->coordinator_timeout : 60.0;
   j->opt = a->opt;
   j->max_staleness = a->max_staleness;
+  j->ps_shards = a->ps_shards, j->ps_min_shard_bytes = a->ps_min_shard_bytes;
 }
 
 /* " - val_loss: X - val_accuracy: Y" when the epoch was validated. */
@@ -448,7 +449,7 @@ static int train_job(coord *c, double t0) {
   st_status s = ps_build_model(&c->job, &c->strategy, &c->model);
   if (s == ST_OK && (rc = cli_match_model_input("train", &c->d, st_model_input_shape(c->model))))
     return rc;
-  if (s == ST_OK) s = ps_layout_make(&c->model->net, c->cluster.count[ST_PS_PS], &c->layout);
+  if (s == ST_OK) s = ps_layout_make(&c->model->net, c->cluster.count[ST_PS_PS], &c->job, &c->layout);
   c->steps_per_epoch = (c->d.n_train + a->batch - 1) / a->batch;
   c->job.total_steps = c->steps_per_epoch * a->epochs;
   c->perm = malloc((size_t)c->d.n_train * sizeof *c->perm);

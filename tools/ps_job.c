@@ -40,10 +40,11 @@ char *ps_job_encode(const ps_job *j) {
   if (!f) return NULL;
   fprintf(f, "job_id=%" PRIu64 "\nmodel=%s\ndata=%s\nseed=%" PRId64 "\nbatch=%" PRId64
           "\ntrain_examples=%" PRId64 "\ntotal_steps=%" PRId64 "\nsteps_per_execution=%" PRId64
-          "\nval_split=%a\nheartbeat_interval=%a\ncoordinator_timeout=%a\nmax_staleness=%" PRId64 "\n",
+          "\nval_split=%a\nheartbeat_interval=%a\ncoordinator_timeout=%a\nmax_staleness=%" PRId64
+          "\nps_shards=%" PRId64 "\nps_min_shard_bytes=%" PRId64 "\n",
           j->job_id, j->model, j->data, j->seed, j->batch, j->train_examples, j->total_steps,
           j->steps_per_execution, j->val_split, j->heartbeat_interval, j->coordinator_timeout,
-          j->max_staleness);
+          j->max_staleness, j->ps_shards, j->ps_min_shard_bytes);
   fprintf(f, "opt=%d %d %a %" PRId64 " %a %d %a %a %d %a %a %a %a %a\n", (int)o->kind,
           (int)o->lr.kind, o->lr.initial, o->lr.decay_steps, o->lr.decay_rate, o->lr.staircase,
           o->lr.alpha, o->momentum, o->nesterov, o->beta1, o->beta2, o->epsilon, o->rho,
@@ -80,6 +81,8 @@ static bool decode_line(const char *k, const char *v, ps_job *j) {
   I64(train_examples);
   I64(total_steps);
   I64(steps_per_execution);
+  I64(ps_shards);
+  I64(ps_min_shard_bytes);
   F64(val_split);
   F64(heartbeat_interval);
   F64(coordinator_timeout);
@@ -147,11 +150,27 @@ st_status ps_build_model(const ps_job *j, st_strategy **strategy, st_model **mod
   return ST_OK;
 }
 
-st_status ps_layout_make(const st_net *net, int nps, ps_layout *out) {
+/* Shards of a variable of d0 rows and `bytes` bytes. */
+static int64_t shard_count(const ps_job *j, int nps, int64_t d0, int64_t bytes) {
+  int64_t k = 1;
+  if (j && j->ps_shards > 0) k = j->ps_shards;
+  if (j && j->ps_min_shard_bytes > 0) {
+    k = bytes / j->ps_min_shard_bytes;
+    if (k > nps) k = nps;
+  }
+  if (k > d0) k = d0;
+  return k < 1 ? 1 : k;
+}
+
+st_status ps_layout_make(const st_net *net, int nps, const ps_job *j, ps_layout *out) {
   memset(out, 0, sizeof *out);
-  int n = 0;
+  int64_t n = 0;
   for (int i = 0; i < net->nlayers; i++)
-    for (int p = 0; p < net->layers[i]->nparams; p++) n += net->layers[i]->params[p].trainable;
+    for (int p = 0; p < net->layers[i]->nparams; p++) {
+      const st_param_spec *ps = &net->layers[i]->params[p];
+      int64_t d0 = ps->shape.rank ? ps->shape.dims[0] : 1;
+      if (ps->trainable) n += shard_count(j, nps, d0, (int64_t)(st_shape_size(ps->shape) * sizeof(float)));
+    }
   out->vars = calloc((size_t)(n ? n : 1), sizeof *out->vars);
   out->ps_floats = calloc((size_t)nps, sizeof *out->ps_floats);
   if (!out->vars || !out->ps_floats) {
@@ -163,12 +182,19 @@ st_status ps_layout_make(const st_net *net, int nps, ps_layout *out) {
     for (int p = 0; p < net->layers[i]->nparams; p++) {
       const st_param_spec *ps = &net->layers[i]->params[p];
       if (!ps->trainable) continue;
-      ps_var *v = &out->vars[out->nvars];
-      v->offset = ps->offset;
-      v->size = st_shape_size(ps->shape);
-      v->ps = out->nvars % nps;
-      out->ps_floats[v->ps] += v->size;
-      out->nvars++;
+      size_t size = st_shape_size(ps->shape);
+      int64_t d0 = ps->shape.rank ? ps->shape.dims[0] : 1;
+      int64_t k = shard_count(j, nps, d0, (int64_t)(size * sizeof(float)));
+      size_t row = size / (size_t)d0;
+      for (int64_t s = 0; s < k; s++) { /* rows [d0*s/k, d0*(s+1)/k) */
+        int64_t r0 = d0 * s / k, r1 = d0 * (s + 1) / k;
+        ps_var *v = &out->vars[out->nvars];
+        v->offset = ps->offset + (size_t)r0 * row;
+        v->size = (size_t)(r1 - r0) * row;
+        v->ps = out->nvars % nps;
+        out->ps_floats[v->ps] += v->size;
+        out->nvars++;
+      }
     }
   return ST_OK;
 }

@@ -339,7 +339,7 @@ static void *heartbeat_main(void *arg) {
 
 static st_status setup_job(server *sv) {
   st_status s = ps_build_model(&sv->job, &sv->strategy, &sv->model);
-  if (s == ST_OK) s = ps_layout_make(&sv->model->net, sv->cluster.count[ST_PS_PS], &sv->layout);
+  if (s == ST_OK) s = ps_layout_make(&sv->model->net, sv->cluster.count[ST_PS_PS], &sv->job, &sv->layout);
   if (s != ST_OK) return s;
   size_t maxf = 0;
   for (int p = 0; p < sv->layout.nps; p++)
