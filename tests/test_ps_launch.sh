@@ -10,6 +10,9 @@
 #    applied a step, before ps:1 did; a test-only hook raises SIGKILL there):
 #    the job finishes on the other worker, the closure is re-run, ps:0 skips
 #    the step it had applied, applied == scheduled on each ps;
+#  - the same kill under strata launch --restart-failed: the worker is
+#    started again and rejoins (and may be killed again by the hook, when
+#    it gets the re-run closure: the same task lost twice);
 #  - a worker stopped (SIGSTOP) past 3 heartbeat intervals, then SIGCONT:
 #    declared lost, its late push refused by the ps, it exits 3, the job
 #    finishes with applied == scheduled;
@@ -112,6 +115,20 @@ check "json $tmp/r2.json '$every_ps_exact and $every_epoch and p[\"workers_lost\
   "after the kill: applied == scheduled on every ps, each example once per epoch"
 check "json $tmp/r2.json 'p[\"per_ps\"][0][\"duplicates_skipped\"] >= 1'" \
   "ps:0, which had applied part of the lost closure, skipped it on the re-run"
+
+# ---- strata launch --restart-failed: the killed worker is started again
+# and rejoins (P1: "the worker rejoins") ----
+STRATA_PS_TEST_STEP_DELAY_MS=8 STRATA_PS_TEST_FAULT=kill:1:5 timeout 120 "$cli" launch --workers 2 --ps 1 \
+  --insecure --restart-failed -- train --model mlp --train-examples 8000 --batch-size 32 --steps-per-execution 4 \
+  --heartbeat-interval $hb --report "$tmp/r9.json" > /dev/null 2> "$tmp/l9"
+rc=$?
+# (the hook is in the environment of the restarted process too: when that
+# one is given the re-run closure it is killed at step 5 again, and restarted
+# again: the same task lost twice, P2)
+check "[ $rc = 0 ] && grep -q 'worker:1 (pid [0-9]*) killed by signal 9: restarted' $tmp/l9" \
+  "--restart-failed: the killed worker is started again ($(grep -c restarted "$tmp/l9") time(s)) (rc $rc)"
+check "json $tmp/r9.json '$every_ps_exact and $every_epoch and p[\"workers_rejoined\"] >= 1'" \
+  "the restarted worker rejoined; applied == scheduled"
 
 # ---- SIGSTOP past the heartbeat timeout, then SIGCONT (P6), --insecure ----
 : > "$tmp/l3"

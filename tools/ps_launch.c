@@ -16,12 +16,13 @@
 
 #include "ps.h"
 
-#define LAUNCH_USAGE "--workers N --ps M [--insecure] -- train [train options]"
+#define LAUNCH_USAGE "--workers N --ps M [--insecure] [--restart-failed] -- train [train options]"
 
 static cli_opt launch_opts[] = {
     {"--workers", "N", "worker tasks (default 2)", NULL},
     {"--ps", "M", "parameter-server tasks (default 1)", NULL},
     {"--insecure", NULL, "no CURVE keys (trusted networks only)", NULL},
+    {"--restart-failed", NULL, "start a worker that dies again (up to 10 times per task); it rejoins the job", NULL},
 };
 #define NLAUNCH ((int)(sizeof launch_opts / sizeof *launch_opts))
 
@@ -117,16 +118,50 @@ static void reap(pid_t *servers, int n, double seconds) {
   }
 }
 
-/* Wait for the chief, forwarding signals; then stop the servers. Returns
- * the chief's exit code. */
-static int supervise(pid_t chief, pid_t *servers, int n) {
+/* The servers launch started: pid (0 once reaped), task, restarts so far. */
+typedef struct launched {
+  pid_t *pid;
+  int *role, *index, *restarts;
+  int n;
+  const st_ps_cluster *c;
+  char **argv;          /* the server command line */
+  bool restart_failed;  /* --restart-failed: a worker that dies is started again */
+} launched;
+
+/* Server pid p ended with status: a worker that failed (a signal or a
+ * non-zero exit; exit 0 is the chief's STOP) is started again with
+ * --restart-failed, at most 10 times per task (the new process rejoins);
+ * otherwise it is forgotten. */
+static void server_ended(launched *l, pid_t p, int status) {
+  for (int i = 0; i < l->n; i++) {
+    if (l->pid[i] != p) continue;
+    l->pid[i] = 0;
+    bool failed = WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0);
+    if (!failed || !l->restart_failed || l->role[i] != ST_PS_WORKER || l->restarts[i] >= 10) return;
+    l->restarts[i]++;
+    l->pid[i] = spawn(l->c, l->role[i], l->index[i], l->argv);
+    fprintf(stderr, "strata launch: worker:%d (pid %d) %s %d: restarted as pid %d\n", l->index[i], (int)p,
+            WIFSIGNALED(status) ? "killed by signal" : "exited with", WIFSIGNALED(status) ? WTERMSIG(status) :
+            WEXITSTATUS(status), (int)l->pid[i]);
+    return;
+  }
+}
+
+/* Wait for the chief, forwarding signals (and restarting workers with
+ * --restart-failed); then stop the servers. Returns the chief's exit code. */
+static int supervise(pid_t chief, launched *l) {
+  pid_t *servers = l->pid;
+  int n = l->n;
   int status = 0, rc = EXIT_FAIL;
   for (;;) {
-    pid_t p = waitpid(chief, &status, 0);
+    pid_t p = waitpid(-1, &status, 0);
     if (p == chief) break;
-    if (p < 0 && errno == EINTR && g_sig) {
+    if (p > 0) {
+      server_ended(l, p, status);
+    } else if (p < 0 && errno == EINTR && g_sig) {
       kill(chief, g_sig);
-      for (int i = 0; i < n; i++) kill(servers[i], g_sig);
+      for (int i = 0; i < n; i++)
+        if (servers[i] > 0) kill(servers[i], g_sig);
       g_sig = 0;
     } else if (p < 0 && errno != EINTR) {
       break;
@@ -194,8 +229,12 @@ int cmd_launch(int argc, char **argv) {
   char *sargv[6] = {argv[0], "server", insecure ? "--insecure" : "--keys", insecure ? NULL : keys, NULL};
   int nserv = (int)(nw + nps), k = 0;
   pid_t *servers = calloc((size_t)nserv, sizeof(pid_t));
-  for (int r = ST_PS_PS; servers && r >= ST_PS_WORKER; r--)
+  int *info = calloc((size_t)nserv * 3, sizeof(int));
+  launched l = {servers, info, info ? info + nserv : NULL, info ? info + 2 * nserv : NULL, nserv, &c, sargv,
+                cli_get(launch_opts, NLAUNCH, "--restart-failed") != NULL};
+  for (int r = ST_PS_PS; servers && info && r >= ST_PS_WORKER; r--)
     for (int i = 0; i < c.count[r]; i++) {
+      l.role[k] = r, l.index[k] = i;
       servers[k] = spawn(&c, r, i, sargv);
       fprintf(stderr, "strata launch: %s:%d on 127.0.0.1:%d, pid %d\n", st__ps_role_name((st_ps_role)r), i,
               c.tasks[r][i].port, (int)servers[k]);
@@ -214,7 +253,8 @@ int cmd_launch(int argc, char **argv) {
   else targv[t++] = "--keys", targv[t++] = keys;
   pid_t chief = spawn(&c, ST_PS_CHIEF, 0, targv);
   fprintf(stderr, "strata launch: chief:0 on 127.0.0.1:%d, pid %d\n", c.tasks[0][0].port, (int)chief);
-  rc = chief > 0 ? supervise(chief, servers, nserv) : EXIT_FAIL;
+  rc = chief > 0 && info ? supervise(chief, &l) : EXIT_FAIL;
+  free(info);
   remove_keys(keys, &c);
   free(targv);
   free(servers);
