@@ -14,7 +14,7 @@ set -euo pipefail
 # python3: the tests' helper scripts (data makers, checkers, scripts/gen_api_doc.py).
 pkgs=(cmake make gcc pkg-config libopenblas-dev zlib1g-dev libjansson-dev dataset-fashion-mnist
       openmpi-bin libopenmpi-dev python3
-      protobuf-c-compiler libprotobuf-c-dev)
+      protobuf-c-compiler libprotobuf-c-dev libzmq3-dev)
 pkgs+=(python3-dev python3-numpy python3-pytest) # the Python package strata and its tests (issue 14)
 for arg in "$@"; do
   case "$arg" in

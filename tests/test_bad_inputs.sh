@@ -206,8 +206,8 @@ row D7 "a value for a flag" 2 "option --quiet takes no value" \
 row D7 "--validation-split out of range" 2 "--validation-split: '1.5' is not a number in \[0, 0.99\]" \
   -- "${T[@]}" --data "$tmp/good" --validation-split 1.5 "${O[@]}"
 row D7 "unknown strategy" 2 "--strategy: unknown strategy 'warp'" -- "${T[@]}" --data "$tmp/good" --strategy warp "${O[@]}"
-row D7 "a strategy not in this build" 2 "strategy 'parameter_server' is not available in this version" \
-  -- "${T[@]}" --data "$tmp/good" --strategy parameter_server "${O[@]}"
+row D7 "a parameter_server chief without a cluster" 2 "TF_CONFIG is not set \(or give --cluster FILE --task TYPE:INDEX\)" \
+  -- "${T[@]}" --data "$tmp/good" --strategy parameter_server --save "$out/prev.safetensors" --report "$out/new.json" --quiet
 row D7 "a device this build has not" 2 "device 'gpu:0': this build has no GPU backend" \
   -- "${T[@]}" --data "$tmp/good" --strategy mirrored --devices gpu:0 "${O[@]}"
 row D7 "a device listed twice" 2 "'cpu:0' is listed twice" \

@@ -12,8 +12,10 @@
 #include "fuzz/csv_fuzz.c"
 #include "fuzz/idx_fuzz.c"
 #include "fuzz/keras_json_fuzz.c"
+#include "fuzz/ps_frame_fuzz.c"
 #include "fuzz/safetensors_fuzz.c"
 #include "fuzz/tfrecord_fuzz.c"
+#include "fuzz/tf_config_fuzz.c"
 
 typedef struct fuzz_target {
   const char *name;
@@ -28,6 +30,8 @@ static const fuzz_target targets[] = {
     {"checkpoint_fuzz", st_fuzz_checkpoint},
     {"cli_args_fuzz", st_fuzz_cli_args},
     {"tfrecord_fuzz", st_fuzz_tfrecord},
+    {"tf_config_fuzz", st_fuzz_tf_config},
+    {"ps_frame_fuzz", st_fuzz_ps_frame},
 };
 
 static int by_name(const void *a, const void *b) {

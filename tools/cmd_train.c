@@ -10,6 +10,7 @@
 #include "base/fileio.h"
 #include "cli.h"
 #include "outputs.h"
+#include "ps.h"
 #include "report.h"
 
 #define TRAIN_USAGE "[--model mlp|cnn] [--data fashion-mnist|DIR] [--epochs N] [--batch-size B] ..."
@@ -59,6 +60,16 @@ static cli_opt train_opts[] = {
     {"--compression", "C", "with --data tfrecord:...: none or gzip (default: gzip when PATTERN ends in .gz)", NULL},
     {"--skip-corrupt-records", NULL, "with --data tfrecord:...: skip and count damaged records (default: exit 2 naming file and offset)", NULL},
     {"--shuffle-buffer", "N", "shuffle buffer in elements, 0 = no shuffling (default: the whole training set; tfrecord: 10000)", NULL},
+    {"--cluster", "FILE", "parameter_server: the cluster JSON (with --task; default: TF_CONFIG)", NULL},
+    {"--task", "TYPE:INDEX", "parameter_server: with --cluster, this process's task (chief:0)", NULL},
+    {"--keys", "DIR", "parameter_server: CURVE keys from 'strata keygen DIR' (default: $STRATA_KEYS)", NULL},
+    {"--insecure", NULL, "parameter_server: no CURVE encryption or authentication (trusted networks only)", NULL},
+    {"--steps-per-execution", "N", "parameter_server: steps per closure (default 1)", NULL},
+    {"--heartbeat-interval", "S", "parameter_server: worker heartbeat period; lost after 3 missed (default 1)", NULL},
+    {"--coordinator-timeout", "S", "parameter_server: servers exit 3 when the chief is silent this long (default 60)", NULL},
+    {"--ps-shards", "K", "parameter_server: split every variable along axis 0 into K shards on different ps (FixedShardsPartitioner)", NULL},
+    {"--ps-min-shard-bytes", "N", "parameter_server: split variables into shards of at least N bytes, at most one per ps (MinSizePartitioner)", NULL},
+    {"--max-staleness", "K", "parameter_server: gradients of variables more than K versions old are recomputed from fresh ones (default: unbounded)", NULL},
 };
 #define NTRAIN ((int)(sizeof train_opts / sizeof *train_opts))
 
@@ -151,6 +162,43 @@ static bool parse_pipeline(const cli_opt *o, train_cfg *c) {
   return true;
 }
 
+/* The parameter_server flags: numbers in range, only with that strategy, and
+ * the callbacks it does not run yet refused. */
+static bool check_ps_flags(const cli_opt *o, const train_cfg *c) {
+  static const char *const ps_only[] = {"--cluster", "--task", "--keys", "--insecure",
+                                        "--steps-per-execution", "--heartbeat-interval",
+                                        "--coordinator-timeout", "--max-staleness", "--ps-shards",
+                                        "--ps-min-shard-bytes"};
+  static const char *const not_yet[] = {"--backup-dir", "--checkpoint-dir", "--early-stopping",
+                                        "--csv", "--log-dir", "--plot", "--devices", "--replicas"};
+  bool ps = c->strategy == ST_STRATEGY_PARAMETER_SERVER;
+  for (size_t i = 0; i < sizeof ps_only / sizeof *ps_only; i++)
+    if (!ps && cli_get(o, NTRAIN, ps_only[i])) {
+      fprintf(stderr, "strata train: %s needs --strategy parameter_server\n", ps_only[i]);
+      return false;
+    }
+  for (size_t i = 0; ps && i < sizeof not_yet / sizeof *not_yet; i++)
+    if (cli_get(o, NTRAIN, not_yet[i])) {
+      fprintf(stderr, "strata train: %s is not supported with --strategy parameter_server yet\n",
+              not_yet[i]);
+      return false;
+    }
+  const char *v;
+  long n;
+  double x;
+  if ((v = cli_get(o, NTRAIN, "--steps-per-execution")) && !cli_int("train", "--steps-per-execution", v, 1, 100000, &n)) return false;
+  if ((v = cli_get(o, NTRAIN, "--heartbeat-interval")) && !cli_float("train", "--heartbeat-interval", v, 0.01, 3600, &x)) return false;
+  if ((v = cli_get(o, NTRAIN, "--coordinator-timeout")) && !cli_float("train", "--coordinator-timeout", v, 0.1, 1e6, &x)) return false;
+  if ((v = cli_get(o, NTRAIN, "--max-staleness")) && !cli_int("train", "--max-staleness", v, 0, 1L << 40, &n)) return false;
+  if ((v = cli_get(o, NTRAIN, "--ps-shards")) && !cli_int("train", "--ps-shards", v, 1, 1 << 20, &n)) return false;
+  if ((v = cli_get(o, NTRAIN, "--ps-min-shard-bytes")) && !cli_int("train", "--ps-min-shard-bytes", v, 1, 1L << 40, &n)) return false;
+  if (cli_get(o, NTRAIN, "--ps-shards") && cli_get(o, NTRAIN, "--ps-min-shard-bytes")) {
+    fprintf(stderr, "strata train: --ps-shards and --ps-min-shard-bytes are two partitioners: give one\n");
+    return false;
+  }
+  return true;
+}
+
 /* --features, --test-data, --compression, --skip-corrupt-records (tfrecord
  * data only) and --shuffle-buffer. */
 static bool parse_tfrecord_flags(const cli_opt *o, train_cfg *c) {
@@ -189,6 +237,28 @@ static bool parse_tfrecord_flags(const cli_opt *o, train_cfg *c) {
     return false;
   }
   return !c->features || cli_check_readable("train", "--features", c->features);
+}
+
+/* --strategy parameter_server: this process is the chief (tools/ps_coord.c). */
+static int run_ps(const train_cfg *c) {
+  ps_train_args a;
+  memset(&a, 0, sizeof a);
+  a.model = c->model, a.data = c->data, a.save = c->save, a.report = c->report;
+  a.epochs = c->epochs, a.batch = c->batch, a.seed = c->seed, a.train_examples = c->train_examples;
+  a.val_split = c->val_split, a.lr = c->lr, a.opt = c->opt, a.quiet = c->quiet;
+  const char *v;
+  a.cluster_file = cli_get(train_opts, NTRAIN, "--cluster");
+  a.task = cli_get(train_opts, NTRAIN, "--task");
+  a.keys = cli_get(train_opts, NTRAIN, "--keys");
+  if (!a.keys) a.keys = getenv("STRATA_KEYS");
+  a.insecure = cli_get(train_opts, NTRAIN, "--insecure") != NULL;
+  a.steps_per_execution = (v = cli_get(train_opts, NTRAIN, "--steps-per-execution")) ? atol(v) : 1;
+  a.heartbeat_interval = (v = cli_get(train_opts, NTRAIN, "--heartbeat-interval")) ? atof(v) : 1.0;
+  a.coordinator_timeout = (v = cli_get(train_opts, NTRAIN, "--coordinator-timeout")) ? atof(v) : 60.0;
+  a.max_staleness = (v = cli_get(train_opts, NTRAIN, "--max-staleness")) ? atol(v) : -1;
+  a.ps_shards = (v = cli_get(train_opts, NTRAIN, "--ps-shards")) ? atol(v) : 0;
+  a.ps_min_shard_bytes = (v = cli_get(train_opts, NTRAIN, "--ps-min-shard-bytes")) ? atol(v) : 0;
+  return ps_train(&a);
 }
 
 static bool parse_train(const cli_opt *o, train_cfg *c) {
@@ -285,6 +355,7 @@ static bool parse_train(const cli_opt *o, train_cfg *c) {
     fprintf(stderr, "strata train: --threads is for --strategy one_device (use --replicas)\n");
     return false;
   }
+  if (!check_ps_flags(o, c)) return false;
   if (!check_callback_flags(c)) return false;
   if (!parse_tfrecord_flags(o, c)) return false;
   bool json = cli_is_json_model(c->model), known = json;
@@ -451,6 +522,7 @@ static int load_tfrecord(const train_cfg *c, const st_strategy_options *so,
 }
 
 static int run_train(const train_cfg *c) {
+  if (c->strategy == ST_STRATEGY_PARAMETER_SERVER) return run_ps(c);
   double t0 = st_now_seconds();
   catch_stop_signals(); /* a signal while loading stops fit before its first step */
   cli_data d;

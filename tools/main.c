@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "ps.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -19,6 +20,9 @@ static void usage(FILE *f) {
           "  summary    print a model's layers, output shapes and parameter counts\n"
           "  plot       draw loss and accuracy curves of a --report JSON as an SVG\n"
           "  convert    write IDX or CSV data as TFRecord shards (tf.train.Example)\n"
+          "  server     run a worker or ps task of a parameter-server job (TF_CONFIG)\n"
+          "  launch     start a parameter-server cluster on this machine: launch -- train ...\n"
+          "  keygen     write CURVE keys for a parameter-server cluster\n"
           "\n"
           "Run 'strata COMMAND --help' for the options of a command.\n"
           "Exit codes: 0 success, 2 bad input or usage (nothing written),\n"
@@ -58,6 +62,9 @@ static int dispatch(int argc, char **argv) {
   if (!strcmp(cmd, "summary")) return cmd_summary(argc, argv);
   if (!strcmp(cmd, "plot")) return cmd_plot(argc, argv);
   if (!strcmp(cmd, "convert")) return cmd_convert(argc, argv);
+  if (!strcmp(cmd, "server")) return cmd_server(argc, argv);
+  if (!strcmp(cmd, "launch")) return cmd_launch(argc, argv);
+  if (!strcmp(cmd, "keygen")) return cmd_keygen(argc, argv);
   fprintf(stderr, "strata: unknown command '%s'\n\n", cmd);
   usage(stderr);
   return EXIT_USAGE;

@@ -47,6 +47,11 @@ static int dump_json(FILE *f, void *o) {
 }
 
 int report_write(const char *path, const report_info *r) {
+  return report_write_extra(path, r, NULL, NULL);
+}
+
+int report_write_extra(const char *path, const report_info *r, const char *name,
+                       const char *extra_json) {
   const st_history *h = r->history;
   const st_epoch_logs *last = h->epochs ? &h->logs[h->epochs - 1] : NULL;
   json_t *o = json_pack(
@@ -65,6 +70,10 @@ int report_write(const char *path, const report_info *r) {
   json_object_set_new(o, "history", history_json(h));
   json_t *pp = r->pipeline ? pipeline_json(r->pipeline) : NULL;
   if (pp) json_object_set_new(o, "pipeline", pp);
+  if (name && extra_json) {
+    json_t *x = json_loads(extra_json, 0, NULL);
+    if (x) json_object_set_new(o, name, x);
+  }
   st_status s = st__atomic_write(path, dump_json, o);
   json_decref(o);
   return s == ST_OK ? 0 : -1;

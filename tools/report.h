@@ -19,4 +19,7 @@ typedef struct report_info {
  * the file could not be written (st_last_error says why; an old file at path
  * is left as it was). */
 int report_write(const char *path, const report_info *r);
+/* report_write with one more member: name = the JSON object extra_json (text). */
+int report_write_extra(const char *path, const report_info *r, const char *name,
+                       const char *extra_json);
 #endif
