@@ -511,7 +511,8 @@ static int train_job(coord *c, double t0) {
     rc = EXIT_WRITE;
   }
   report_info ri = {a->model, "parameter_server", st_optimizer_name(a->opt.kind), c->nw, (int)a->batch,
-                    (uint64_t)a->seed, a->lr, c->d.n_train, c->d.n_val, &h, test, st_now_seconds() - t0};
+                    (uint64_t)a->seed, a->lr, c->d.n_train, c->d.n_val, &h, test, st_now_seconds() - t0,
+                    NULL};
   if (s == ST_OK && rc == EXIT_OK && a->report &&
       report_write_extra(a->report, &ri, "parameter_server", pj) != 0) {
     fprintf(stderr, "strata train: --report %s: could not write the file\n", a->report);
