@@ -65,12 +65,19 @@ def test_multi_worker_mirrored_under_mpirun():
     if not mpirun:
         pytest.skip("mpirun not installed (openmpi-bin)")
     worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mw_worker.py")
+    import tempfile
+    outdir = tempfile.mkdtemp()
     r = subprocess.run([mpirun, "--oversubscribe", "--allow-run-as-root", "-np", "2", "-x", "PYTHONPATH",
-                        sys.executable, worker], capture_output=True, text=True, timeout=120)
+                        "-x", "STRATA_MW_OUT=" + outdir, sys.executable, worker],
+                       capture_output=True, text=True, timeout=120)
     if r.returncode != 0 and "not built" in r.stderr + r.stdout:
         pytest.skip("this build has no MPI transport")
     assert r.returncode == 0, r.stderr
-    lines = r.stdout.splitlines()
+    lines = []
+    for name in sorted(os.listdir(outdir)):
+        with open(os.path.join(outdir, name)) as f:
+            lines += f.read().splitlines()
+    shutil.rmtree(outdir)
     assert sorted(l for l in lines if "replicas" in l) == ["rank 0 replicas 2", "rank 1 replicas 2"]
     sums = {l.split()[1]: l.split()[3] for l in lines if "w0sum" in l}
     assert set(sums) == {"0", "1"} and sums["0"] == sums["1"]
