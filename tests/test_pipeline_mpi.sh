@@ -13,24 +13,11 @@
 #  - rank 1 (stage 1) killed: rank 0 exits 3 within --collective-timeout,
 #    naming stage 1.
 # Skips (77) when mpirun is missing or Strata was built without MPI.
-set -u
-cli=${STRATA_CLI:?set by CTest}
-src=${STRATA_SOURCE_DIR:?set by CTest}
-command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (apt-get install openmpi-bin libopenmpi-dev)"; exit 77; }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export LSAN_OPTIONS="suppressions=$src/tests/lsan-mpi.supp:fast_unwind_on_malloc=0"
-export TSAN_OPTIONS="${TSAN_OPTIONS:-} suppressions=$src/tests/tsan-mpi.supp"
+source "$(dirname "${BASH_SOURCE[0]}")/mpi_common.bash"
 python3 "$src/tests/mkidx.py" "$tmp/a" || exit 1
-if "$cli" train --strategy multi_worker_mirrored --model mlp --data "$tmp/a" --batch-size 64 \
-     --quiet >/dev/null 2>"$tmp/probe.err"; then :; else
-  grep -q "has no MPI" "$tmp/probe.err" && { echo "SKIP: no MPI transport ($(cat "$tmp/probe.err"))"; exit 77; }
-fi
 cd "$tmp" || exit 1
-fail=0
 # under a sanitizer (CI's ASan/TSan passes, ~5x slower) the cnn runs are left out
 cnn=cnn; [ "${STRATA_SANITIZED:-0}" = 1 ] && cnn=
-check() { if eval "$2"; then echo "ok - $1"; else echo "not ok - $1"; fail=1; fi; }
 run() { timeout 120 mpirun -np "$1" "${@:2}" 2>>mpi.log; }
 # a: 64 random 28x28 examples: 2 steps of 32 per epoch
 steps=(train --data a --epochs 10 --batch-size 32 --optimizer sgd --quiet)

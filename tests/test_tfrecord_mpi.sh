@@ -7,28 +7,11 @@
 # gives the bytes of one process with 2 replicas; 2 workers over 1 file:
 # exit 2 naming the shortage.
 # Skips (77) without mpirun, an MPI build or the Fashion-MNIST package.
-set -u
-cli=${STRATA_CLI:?set by CTest}
-src=${STRATA_SOURCE_DIR:?set by CTest}
+source "$(dirname "${BASH_SOURCE[0]}")/mpi_common.bash"
 data=/usr/share/datasets/fashion-mnist
-if ! command -v mpirun >/dev/null; then
-  echo "SKIP: mpirun not found (apt-get install openmpi-bin libopenmpi-dev)"; exit 77
-fi
 if [ ! -e $data/train-images-idx3-ubyte.gz ]; then
   echo "SKIP: $data missing (apt-get install dataset-fashion-mnist)"; exit 77
 fi
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export LSAN_OPTIONS="suppressions=$src/tests/lsan-mpi.supp:fast_unwind_on_malloc=0"
-export TSAN_OPTIONS="${TSAN_OPTIONS:-} suppressions=$src/tests/tsan-mpi.supp"
-if ! "$cli" train --strategy multi_worker_mirrored --model mlp --train-examples 64 --batch-size 64 \
-     --quiet >/dev/null 2>"$tmp/probe.err"; then
-  if grep -q "has no MPI" "$tmp/probe.err"; then
-    echo "SKIP: this build of Strata has no MPI transport ($(cat "$tmp/probe.err"))"; exit 77
-  fi
-fi
-fail=0
-check() { if eval "$2"; then echo "ok - $1"; else echo "not ok - $1"; fail=1; fi; }
 "$cli" convert --out "$tmp/fm" --shards 16 --examples 512 --features "$tmp/spec.json" >/dev/null
 "$cli" convert --out "$tmp/test" --split test --examples 200 >/dev/null
 args=(train --model mlp --data "tfrecord:$tmp/fm-*.tfrecord" --features "$tmp/spec.json"
