@@ -16,16 +16,8 @@
 #include <zlib.h>
 
 #include "check.h"
+#include "tmpdir.h"
 
-static char g_dir[64];
-
-static const char *tmp_path(const char *name) {
-  static char buf[8][256];
-  static int k = 0;
-  k = (k + 1) % 8;
-  snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
-  return buf[k];
-}
 
 static void write_bytes(const char *path, const void *p, size_t n) {
   FILE *f = fopen(path, "wb");
@@ -842,11 +834,7 @@ static const check_case cases[] = {
     CHECK_CASE(test_fashion_mnist)};
 
 int main(int argc, char **argv) {
-  snprintf(g_dir, sizeof g_dir, "/tmp/strata_test_data_XXXXXX");
-  if (!mkdtemp(g_dir)) {
-    perror("mkdtemp");
-    return 1;
-  }
+  if (!tmpdir_make("strata_test_data")) return 1;
   int rc = CHECK_MAIN(argc, argv, cases);
   rm_tree(g_dir);
   return rc;

@@ -15,16 +15,8 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "tmpdir.h"
 
-static char g_dir[64];
-
-static const char *tmp_path(const char *name) {
-  static char buf[8][256];
-  static int k = 0;
-  k = (k + 1) % 8;
-  snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
-  return buf[k];
-}
 
 static void write_text(const char *path, const char *text) {
   FILE *f = fopen(path, "wb");
@@ -186,14 +178,8 @@ static const check_case cases[] = {CHECK_CASE(test_idx), CHECK_CASE(test_csv),
                                    CHECK_CASE(test_mnist)};
 
 int main(int argc, char **argv) {
-  snprintf(g_dir, sizeof g_dir, "/tmp/strata_test_nonfinite_XXXXXX");
-  if (!mkdtemp(g_dir)) {
-    perror("mkdtemp");
-    return 1;
-  }
+  if (!tmpdir_make("strata_test_nonfinite")) return 1;
   int rc = CHECK_MAIN(argc, argv, cases);
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+  tmpdir_remove();
   return rc;
 }

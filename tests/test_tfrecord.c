@@ -14,16 +14,8 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "tmpdir.h"
 
-static char g_dir[64];
-
-static const char *tmp_path(const char *name) {
-  static char buf[8][256];
-  static int k = 0;
-  k = (k + 1) % 8;
-  snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
-  return buf[k];
-}
 
 static size_t file_bytes(const char *path, unsigned char *buf, size_t cap) {
   FILE *f = fopen(path, "rb");
@@ -473,15 +465,8 @@ static void test_misuse(void) {
   CHECK(access(tmp_path("abandoned.tfrecord"), F_OK) != 0);
 }
 
-static void rm_dir(void) {
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
-}
-
 int main(int argc, char **argv) {
-  strcpy(g_dir, "/tmp/strata_tfr_XXXXXX");
-  if (!mkdtemp(g_dir)) return 1;
+  if (!tmpdir_make("strata_tfr")) return 1;
   static const check_case cases[] = {
       CHECK_CASE(test_framing_known_bytes), CHECK_CASE(test_round_trip),
       CHECK_CASE(test_damage),              CHECK_CASE(test_gigabyte_length),
@@ -491,6 +476,6 @@ int main(int argc, char **argv) {
       CHECK_CASE(test_misuse),
   };
   int rc = CHECK_MAIN(argc, argv, cases);
-  rm_dir();
+  tmpdir_remove();
   return rc;
 }
