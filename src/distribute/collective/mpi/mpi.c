@@ -546,6 +546,8 @@ static st_status mpi_send(st_collective *cc, const float *buf, size_t n, int pee
 static st_status mpi_wait(st_collective *cc, int handle) {
   mpi_coll *c = (mpi_coll *)cc;
   if (handle < 0 || handle >= c->nreq || c->req[handle] == MPI_REQUEST_NULL) return ST_OK;
+  /* a send abandon() could not take back: waiting again would only time out */
+  if (c->broken) return fail_broken(c, OP_SEND);
   st_status s = wait_range(c, handle, 1, OP_SEND);
   if (s != ST_OK) abandon(c);
   return s;
