@@ -1,6 +1,7 @@
 /* The share of a training step spent waiting for input (issue 18): one epoch
  * of the built-in cnn (batch 32, Adam, one_device) through st_model_fit, on
- * the TFRecord files of a pattern, with and without prefetch, and on the same
+ * the TFRecord files of a pattern, with and without prefetch (2, AUTOTUNE;
+ * and with 2 parallel interleave readers, cycle 2), and on the same
  * examples in memory (from_tensor_slices over the IDX file, the baseline).
  * A pass-through node (src/data internals) between the pipeline and fit times
  * every call fit makes for the next batch: wait = that time / the epoch's
@@ -8,7 +9,7 @@
  * and the rest (per step).
  *
  * Build (after building libstrata in build/):
- *   gcc -O2 -std=c11 -Iinclude -Isrc bench/tfrecord_wait.c build/libstrata.a \
+ *   gcc -O2 -std=c11 -Iinclude -Ibuild/include -Isrc bench/tfrecord_wait.c build/libstrata.a \
  *       -lprotobuf-c -ljansson -lz -lm -ldl -lpthread $(mpicc --showme:link) -o /tmp/tfrecord_wait
  * Run (shards from `strata convert --examples N`, SPEC from its --features):
  *   /tmp/tfrecord_wait 'DIR/fm-*.tfrecord' SPEC.json N [THREADS]
@@ -115,11 +116,17 @@ static void fit(const char *what, st_dataset *ds) {
   st_dataset_destroy(ds);
 }
 
+/* prefetch: 0 none, ST_AUTOTUNE or a depth; parallel: interleave readers
+ * (cycle_length 2 when set). */
 static st_dataset *tfrecord(char **files, int n, const st_example_spec *spec, bool gz,
-                            int prefetch) {
+                            int prefetch, int parallel) {
   st_tfrecord_dataset_options o = st_tfrecord_dataset_default_options();
   o.record.compression = gz ? ST_COMPRESSION_GZIP : ST_COMPRESSION_NONE;
   o.spec = *spec;
+  if (parallel) {
+    o.cycle_length = 2;
+    o.num_parallel_calls = parallel;
+  }
   st_dataset *ds = NULL;
   if (st_dataset_tfrecord((const char *const *)files, n, &o, &ds) != ST_OK ||
       st_dataset_batch(ds, 32, false, &ds) != ST_OK ||
@@ -158,10 +165,16 @@ int main(int argc, char **argv) {
   st_dataset_take(mem, n_examples, &mem);
   st_dataset_batch(mem, 32, false, &mem);
   fit("in memory (IDX), no prefetch", mem);
-  fit(gz ? "TFRecord GZIP, no prefetch" : "TFRecord plain, no prefetch",
-      tfrecord(files, n, &spec, gz, 0));
-  fit(gz ? "TFRecord GZIP, prefetch 2" : "TFRecord plain, prefetch 2",
-      tfrecord(files, n, &spec, gz, 2));
+  const char *kind = gz ? "GZIP" : "plain";
+  char what[128];
+  snprintf(what, sizeof what, "TFRecord %s, no prefetch", kind);
+  fit(what, tfrecord(files, n, &spec, gz, 0, 0));
+  snprintf(what, sizeof what, "TFRecord %s, prefetch 2", kind);
+  fit(what, tfrecord(files, n, &spec, gz, 2, 0));
+  snprintf(what, sizeof what, "TFRecord %s, prefetch AUTOTUNE", kind);
+  fit(what, tfrecord(files, n, &spec, gz, ST_AUTOTUNE, 0));
+  snprintf(what, sizeof what, "TFRecord %s, 2 readers + AUTOTUNE", kind);
+  fit(what, tfrecord(files, n, &spec, gz, ST_AUTOTUNE, 2));
   st_mnist_destroy(&mn);
   st_list_files_free(files, n);
   return 0;

@@ -208,6 +208,19 @@ typedef st_status (*st_map_fn)(void *user, float *x, size_t x_size, float *y,
 /* fn(user, x, y) on every element as it is produced (user is borrowed); a
  * failing fn stops the pass with its status. */
 st_status st_dataset_map(st_dataset *ds, st_map_fn fn, void *user, st_dataset **out);
+/* tf.data's "let the library choose" (AUTOTUNE) for num_parallel_calls and
+ * prefetch's buffer_size. */
+#define ST_AUTOTUNE (-1)
+/* st_dataset_map with fn running on num_parallel_calls background threads
+ * (ST_AUTOTUNE: one per core), which read upstream in turn and map the
+ * elements concurrently; the output order is the input order (tf.data's
+ * deterministic=True), so the items are the same bytes as st_dataset_map's.
+ * fn must be safe to call from several threads at once. At most
+ * 2 x num_parallel_calls items are buffered. num_parallel_calls 1..256 or
+ * ST_AUTOTUNE; an error of fn or upstream ends the pass after the items
+ * before it. */
+st_status st_dataset_map_parallel(st_dataset *ds, st_map_fn fn, void *user,
+                                  int num_parallel_calls, st_dataset **out);
 /* Shuffle with a buffer of buffer_size elements (>= dataset size = full
  * shuffle), seeded; reshuffle_each_iteration gives a new order per epoch
  * (deterministic given seed and epoch number). */
@@ -225,7 +238,10 @@ st_status st_dataset_take(st_dataset *ds, int64_t count, st_dataset **out);
 st_status st_dataset_skip(st_dataset *ds, int64_t count, st_dataset **out);
 /* Keep elements i with i % num_shards == index. */
 st_status st_dataset_shard(st_dataset *ds, int num_shards, int index, st_dataset **out);
-/* Produce up to buffer_size items ahead on a background thread. */
+/* Produce up to buffer_size items ahead on a background thread.
+ * ST_AUTOTUNE: the depth is sized from the measured producer time per item
+ * and consumer time between calls, and doubled whenever the consumer finds
+ * it empty: 2 at first, at most 64 items and 64 MiB. */
 st_status st_dataset_prefetch(st_dataset *ds, int buffer_size, st_dataset **out);
 void st_dataset_destroy(st_dataset *ds); /* accepts NULL */
 
@@ -248,6 +264,11 @@ typedef struct st_tfrecord_dataset_options {
    * block_length records from each in turn (tf.data's interleave order,
    * deterministic). 1, 1 = one file after the other. */
   int cycle_length, block_length;
+  /* parallel interleave: this many background threads read and parse the
+   * cycle_length open files ahead of the consumer (ST_AUTOTUNE: one per core,
+   * at most cycle_length), the order staying the sequential one. 0 = read
+   * in the consumer's thread (default). */
+  int num_parallel_calls;
 } st_tfrecord_dataset_options;
 /* The defaults noted above (record: st_tfrecord_default_options; spec empty). */
 st_tfrecord_dataset_options st_tfrecord_dataset_default_options(void);

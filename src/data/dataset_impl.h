@@ -88,4 +88,12 @@ st_status st__slices_borrow(const st_dataset *src, st_dataset **out);
 /* Hint that example i will be converted soon (prefetches its bytes). */
 void st__slices_prefetch(const st_dataset *ds, int64_t i);
 
+/* Called first by every pipeline background thread (dataset_thread.c):
+ * SCHED_BATCH, so waking it does not preempt the consumer. */
+void st__ds_background_thread(void);
+/* A prefetch iterator's current depth (items it keeps ready) and, through
+ * buffers (may be NULL), the item buffers it has allocated; 0 for other
+ * iterators. For tests of ST_AUTOTUNE. */
+int st__prefetch_depth(st_iterator *it, int *buffers);
+
 #endif

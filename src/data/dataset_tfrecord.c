@@ -3,20 +3,14 @@
  * interleaved (cycle_length files open, block_length records from each in
  * turn, a finished file's slot taken by the next file: tf.data's order), each
  * record parsed with the feature spec into a float element. Memory: one
- * reader (input buffer + record buffer) per open file. Also list_files. */
+ * reader (input buffer + record buffer) per open file. Also list_files.
+ * num_parallel_calls: the iterator of dataset_tfrecord_parallel.c. */
 #include <glob.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "data/dataset_impl.h"
-
-typedef struct tfr_node {
-  st_dataset base;
-  st_tfrecord_dataset_options o;
-  char **files; /* [nfiles] this shard's files, owned */
-  int nfiles;
-  int64_t skipped; /* damaged records skipped, all passes (atomic) */
-} tfr_node;
+#include "data/tfrecord_ds.h"
 
 typedef struct tfr_slot {
   st_tfrecord_reader *r; /* NULL: free */
@@ -129,6 +123,7 @@ static const st__iter_ops tfr_iter_ops = {tfr_next, tfr_next_into, NULL, tfr_ite
 static st_status tfr_iterate(st_dataset *ds, uint64_t epoch, st_iterator **out) {
   (void)epoch; /* file order is fixed: shuffle files with st_list_files */
   tfr_node *src = (tfr_node *)ds;
+  if (src->o.num_parallel_calls != 0) return st__tfr_parallel_iterate(src, out);
   tfr_iter *it = calloc(1, sizeof *it);
   if (!it) return st_error(ST_ERR_NOMEM, "tfrecord: out of memory for an iterator");
   it->base.ops = &tfr_iter_ops;
@@ -186,6 +181,10 @@ static st_status check_options(int nfiles, const st_tfrecord_dataset_options *o)
   if (o->cycle_length < 1 || o->block_length < 1)
     return st_error(ST_ERR_INVALID, "tfrecord dataset: interleave cycle_length %d, "
                     "block_length %d (both must be >= 1)", o->cycle_length, o->block_length);
+  if (o->num_parallel_calls != ST_AUTOTUNE &&
+      (o->num_parallel_calls < 0 || o->num_parallel_calls > ST__TFR_MAX_THREADS))
+    return st_error(ST_ERR_INVALID, "tfrecord dataset: interleave num_parallel_calls %d must be "
+                    "in 0..%d or -1 (ST_AUTOTUNE)", o->num_parallel_calls, ST__TFR_MAX_THREADS);
   return ST_OK;
 }
 
