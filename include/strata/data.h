@@ -243,6 +243,18 @@ st_status st_dataset_shard(st_dataset *ds, int num_shards, int index, st_dataset
  * and consumer time between calls, and doubled whenever the consumer finds
  * it empty: 2 at first, at most 64 items and 64 MiB. */
 st_status st_dataset_prefetch(st_dataset *ds, int buffer_size, st_dataset **out);
+/* Cache the items of the first complete pass in the file filename; later
+ * passes, of this process or a later one, read the file instead of running
+ * the pipeline below (tf.data's cache(filename): what is upstream, random
+ * shuffles included, is frozen at that first pass). The file is written to a
+ * temp file beside it and renamed into place only when a pass completes
+ * with no error, so a pass cut short (an error, an early stop) leaves no
+ * file. A damaged, truncated or foreign file, or one written by a pipeline
+ * with other item shapes, stops the pass with ST_ERR_FORMAT naming it
+ * (delete it to rebuild); write errors (a full disk) end the first pass
+ * with ST_ERR_IO naming it. Format: docs/FORMATS.md. The input must be
+ * finite; the node cannot be rebuilt (fit's validation_split refuses it). */
+st_status st_dataset_cache(st_dataset *ds, const char *filename, st_dataset **out);
 void st_dataset_destroy(st_dataset *ds); /* accepts NULL */
 
 /* ---- file datasets (dataset_tfrecord.c) ---- */
