@@ -30,8 +30,14 @@ st_status st_strategy_kind_parse(const char *name, st_strategy_kind *out);
  * trains on its own batches whole (the global batch is their union). FILE:
  * each worker reads its own files (give st_dataset_tfrecord num_shards =
  * worker count, shard_index = worker rank; fewer files than workers is an
- * error) and trains on its batches whole, as OFF. AUTO = DATA here; the CLI
- * resolves AUTO to FILE for file sources (--data tfrecord:...). */
+ * error) and trains on its batches whole, as OFF. AUTO (as TensorFlow):
+ * st_model_fit shards a pipeline reading TFRecord files by FILE itself
+ * (rebuilt over worker r's files, file i when i % workers == r, each batch
+ * size divided by the worker count, which must divide it: ST_ERR_INVALID
+ * otherwise), and any other pipeline by DATA; with fewer files than
+ * workers, or a stage that cannot be rebuilt (repeat, cache), it logs a
+ * warning and shards by DATA. The CLI resolves AUTO to FILE for --data
+ * tfrecord:... */
 typedef enum st_auto_shard {
   ST_AUTO_SHARD_AUTO = 0,
   ST_AUTO_SHARD_DATA,

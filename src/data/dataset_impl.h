@@ -88,6 +88,10 @@ st_status st__slices_borrow(const st_dataset *src, st_dataset **out);
 /* Hint that example i will be converted soon (prefetches its bytes). */
 void st__slices_prefetch(const st_dataset *ds, int64_t i);
 
+/* Rebuild node ds over in (ops->rebuild), a batch node with batch_size
+ * instead of its own (auto-shard FILE splits the global batch). */
+st_status st__batch_rebuild_size(const st_dataset *ds, st_dataset *in, int batch_size,
+                                 st_dataset **out);
 /* Called first by every pipeline background thread (dataset_thread.c):
  * SCHED_BATCH, so waking it does not preempt the consumer. */
 void st__ds_background_thread(void);

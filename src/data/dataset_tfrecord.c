@@ -228,6 +228,20 @@ static const tfr_node *find_source(const st_dataset *ds) {
   return ds && ds->ops == &tfr_ops ? (const tfr_node *)ds : NULL;
 }
 
+const st_dataset *st__tfr_source(const st_dataset *ds) {
+  const tfr_node *n = find_source(ds);
+  return n ? &n->base : NULL;
+}
+
+st_status st__tfr_reshard(const st_dataset *src, int num_shards, int shard_index,
+                          st_dataset **out) {
+  const tfr_node *n = (const tfr_node *)src;
+  st_tfrecord_dataset_options o = n->o;
+  o.num_shards = num_shards;
+  o.shard_index = shard_index;
+  return st_dataset_tfrecord((const char *const *)n->files, n->nfiles, &o, out);
+}
+
 int64_t st_dataset_tfrecord_skipped(const st_dataset *ds) {
   const tfr_node *n = find_source(ds);
   return n ? __atomic_load_n(&n->skipped, __ATOMIC_RELAXED) : 0;

@@ -203,6 +203,12 @@ static st_status batch_rebuild(const st_dataset *ds, st_dataset *in, st_dataset 
 
 static const st__ds_ops batch_ops = {"batch", batch_iterate, NULL, batch_rebuild};
 
+st_status st__batch_rebuild_size(const st_dataset *ds, st_dataset *in, int batch_size,
+                                 st_dataset **out) {
+  if (ds->ops != &batch_ops) return ds->ops->rebuild(ds, in, out);
+  return st_dataset_batch(in, batch_size, ((const batch_node *)ds)->drop_remainder, out);
+}
+
 st_status st_dataset_batch(st_dataset *ds, int batch_size, bool drop_remainder,
                            st_dataset **out) {
   *out = NULL;

@@ -54,6 +54,7 @@ struct st_cluster {
   int rank, size;
   int node_procs;         /* workers on this machine: they share its cores */
   st_auto_shard shard;
+  st_auto_shard configured; /* as created (AUTO kept: fit may resolve it to FILE) */
   double timeout;
   st_collective *ctl, *net_group, *net_reducer;
   int global;             /* the agreed global batch of the coming step */
@@ -491,6 +492,7 @@ st_status st__cluster_create(const st_strategy_options *o, struct st_cluster **o
    * its own, trained whole as with OFF. */
   c->shard = o->auto_shard == ST_AUTO_SHARD_OFF || o->auto_shard == ST_AUTO_SHARD_FILE
                  ? ST_AUTO_SHARD_OFF : ST_AUTO_SHARD_DATA;
+  c->configured = o->auto_shard;
   c->timeout = o->collective_timeout > 0 ? o->collective_timeout : ST_DEFAULT_COLLECTIVE_TIMEOUT;
   c->node_procs = st__mpi_node_size();
   *out = c;
@@ -503,6 +505,8 @@ void st__cluster_destroy(struct st_cluster *c) {
   free(c);
 }
 
+st_auto_shard st__cluster_auto_shard(const struct st_cluster *c) { return c->configured; }
+void st__cluster_set_shard(struct st_cluster *c, st_auto_shard effective) { c->shard = effective; }
 int st__cluster_rank(const struct st_cluster *c) { return c->rank; }
 int st__cluster_size(const struct st_cluster *c) { return c->size; }
 

@@ -262,6 +262,20 @@ st_status st__strategy_barrier(st_strategy *s) {
   return s->cluster ? st__cluster_barrier(s->cluster) : ST_OK;
 }
 
+bool st__strategy_auto_shard(const st_strategy *s, int *workers, int *rank) {
+  if (!s || !s->cluster || s->opts.kind != ST_STRATEGY_MULTI_WORKER_MIRRORED ||
+      st__cluster_auto_shard(s->cluster) != ST_AUTO_SHARD_AUTO || st__cluster_size(s->cluster) < 2)
+    return false;
+  *workers = st__cluster_size(s->cluster);
+  *rank = st__cluster_rank(s->cluster);
+  return true;
+}
+
+void st__strategy_file_shard(st_strategy *s, bool on) {
+  if (s && s->cluster)
+    st__cluster_set_shard(s->cluster, on ? ST_AUTO_SHARD_OFF : ST_AUTO_SHARD_DATA);
+}
+
 st_status st__strategy_check_fit(st_strategy *s, const st_net *m, int64_t global_batch,
                                  int64_t steps_per_epoch, int epochs, int64_t resume_epoch,
                                  int64_t resume_step) {

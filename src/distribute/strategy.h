@@ -121,6 +121,10 @@ int st__cluster_size(const struct st_cluster *c);
 st_status st__cluster_agree(struct st_cluster *c, int have_size, bool stop_here, bool *go,
                             bool *stop);
 st_status st__cluster_barrier(struct st_cluster *c);
+/* The policy created with (AUTO kept), and the one in effect (see
+ * st__strategy_file_shard). */
+st_auto_shard st__cluster_auto_shard(const struct st_cluster *c);
+void st__cluster_set_shard(struct st_cluster *c, st_auto_shard effective);
 st_status st__cluster_check_fit(st_strategy *s, const st_net *m, int64_t global_batch,
                                 int64_t steps_per_epoch, int epochs, int64_t resume_epoch,
                                 int64_t resume_step);
@@ -154,6 +158,13 @@ st_status st__strategy_check_fit(st_strategy *s, const st_net *m, int64_t global
                                  int64_t steps_per_epoch, int epochs, int64_t resume_epoch,
                                  int64_t resume_step);
 bool st__strategy_is_chief(const st_strategy *s);
+/* multi_worker_mirrored created with auto_shard AUTO over more than one
+ * worker: true with *workers and *rank (fit then shards a file pipeline by
+ * file, data/autoshard.h). */
+bool st__strategy_auto_shard(const st_strategy *s, int *workers, int *rank);
+/* on: every worker trains its own batches whole (AUTO resolved to FILE for
+ * one fit); off: back to the policy the strategy was created with. */
+void st__strategy_file_shard(st_strategy *s, bool on);
 /* A model created with s holds it (fails once s was destroyed); its
  * destroy releases it, freeing s when it was destroyed and no model is left. */
 st_status st__strategy_hold(st_strategy *s);

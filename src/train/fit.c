@@ -13,6 +13,7 @@
 #include "distribute/strategy.h"
 #include "model/model.h"
 #include "data/holdout.h"
+#include "data/autoshard.h"
 #include "data/labels.h"
 #include "io/checkpoint.h"
 #include "train/callbacks_impl.h"
@@ -402,6 +403,8 @@ static st_status check_fit_args(const st_model *m, const st_dataset *train,
 
 static st_status fit_checked(st_model *m, st_dataset *train, st_fit_options *o,
                              st_history *out);
+static st_status fit_auto_shard(st_model *m, st_dataset *train, st_fit_options *o,
+                                st_history *out);
 
 /* validation_split: fit on the rebuilt training pipeline with the held-out
  * rows as o->validation (data/holdout.h). */
@@ -430,7 +433,29 @@ st_status st_model_fit(st_model *m, st_dataset *train, st_fit_options *o, st_his
            "using validation (as Keras)", o->validation_split);
   else if (o->validation_split != 0.0)
     return fit_split(m, train, o, out);
-  return fit_checked(m, train, o, out);
+  return fit_auto_shard(m, train, o, out);
+}
+
+/* multi_worker_mirrored with auto_shard AUTO: a pipeline that reads files is
+ * sharded by file (each worker reads its own files and batches its share of
+ * the global batch, trained whole), any other by data (data/autoshard.h). */
+static st_status fit_auto_shard(st_model *m, st_dataset *train, st_fit_options *o,
+                                st_history *out) {
+  int workers, rank;
+  if (!st__strategy_auto_shard(m->strategy, &workers, &rank)) return fit_checked(m, train, o, out);
+  st_dataset *mine = NULL;
+  char why[256];
+  st_status s = st__ds_auto_shard_files(train, workers, rank, &mine, why, sizeof why);
+  if (s != ST_OK) return st_error_prefix(s, "st_model_fit: ");
+  if (!mine) {
+    if (why[0]) st_log(ST_LOG_WARN, "st_model_fit: auto-shard AUTO: %s: sharding by data", why);
+    return fit_checked(m, train, o, out);
+  }
+  st__strategy_file_shard(m->strategy, true);
+  s = fit_checked(m, mine, o, out);
+  st__strategy_file_shard(m->strategy, false);
+  st_dataset_destroy(mine);
+  return s;
 }
 
 /* st_model_fit once its arguments and training data are checked. */
