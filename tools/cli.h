@@ -92,6 +92,8 @@ typedef struct cli_tfrecord_args {
   st_auto_shard shard;    /* FILE: this worker's files only, batch / workers each */
   int worker, workers;
   cli_tfrecord_tally *tally; /* optional, filled while training */
+  int parallel_reads;     /* --num-parallel-reads: 0 = none, -1 = auto */
+  const char *cache;      /* --cache FILE or NULL */
 } cli_tfrecord_args;
 /* The train (batched, prefetched) and test pipelines into d (raw empty). */
 int cli_load_tfrecord(const char *cmd, const cli_tfrecord_args *a, cli_data *d);

@@ -60,6 +60,8 @@ static cli_opt train_opts[] = {
     {"--compression", "C", "with --data tfrecord:...: none or gzip (default: gzip when PATTERN ends in .gz)", NULL},
     {"--skip-corrupt-records", NULL, "with --data tfrecord:...: skip and count damaged records (default: exit 2 naming file and offset)", NULL},
     {"--shuffle-buffer", "N", "shuffle buffer in elements, 0 = no shuffling (default: the whole training set; tfrecord: 10000)", NULL},
+    {"--num-parallel-reads", "N", "with --data tfrecord:...: read N files at once, one record from each in turn, on N background threads (auto: one per core); as TFRecordDataset's num_parallel_reads (default: one file after the other)", NULL},
+    {"--cache", "FILE", "with --data tfrecord:...: the first epoch writes the parsed examples to FILE (per worker: FILE.worker-R), later epochs and runs read it (docs/FORMATS.md)", NULL},
     {"--cluster", "FILE", "parameter_server: the cluster JSON (with --task; default: TF_CONFIG)", NULL},
     {"--task", "TYPE:INDEX", "parameter_server: with --cluster, this process's task (chief:0)", NULL},
     {"--keys", "DIR", "parameter_server: CURVE keys from 'strata keygen DIR' (default: $STRATA_KEYS)", NULL},
@@ -94,6 +96,8 @@ typedef struct train_cfg {
   const char *features, *test_data, *compression; /* --data tfrecord:... */
   bool skip_corrupt;
   long shuffle_buffer;  /* -1 = not given */
+  long parallel_reads;  /* --num-parallel-reads: 0 = not given, -1 = auto */
+  const char *cache;    /* --cache FILE */
 } train_cfg;
 
 /* Outputs of the right type, none an input or another output, backup and
@@ -211,7 +215,16 @@ static bool parse_tfrecord_flags(const cli_opt *o, train_cfg *c) {
   if ((v = cli_get(o, NTRAIN, "--shuffle-buffer")) &&
       !cli_int("train", "--shuffle-buffer", v, 0, 1L << 30, &c->shuffle_buffer))
     return false;
+  c->cache = cli_get(o, NTRAIN, "--cache");
+  if ((v = cli_get(o, NTRAIN, "--num-parallel-reads")) && strcmp(v, "auto") != 0 &&
+      !cli_int("train", "--num-parallel-reads", v, 1, 256, &c->parallel_reads))
+    return false;
+  if (v && !strcmp(v, "auto")) c->parallel_reads = -1;
   bool tfr = cli_is_tfrecord(c->data);
+  if (!tfr && (c->cache || c->parallel_reads)) {
+    fprintf(stderr, "strata train: --cache and --num-parallel-reads need --data tfrecord:PATTERN\n");
+    return false;
+  }
   if (!tfr && (c->features || c->test_data || c->compression || c->skip_corrupt)) {
     fprintf(stderr, "strata train: --features, --test-data, --compression and "
             "--skip-corrupt-records need --data tfrecord:PATTERN\n");
@@ -511,6 +524,8 @@ static int load_tfrecord(const train_cfg *c, const st_strategy_options *so,
   a->skip_corrupt = c->skip_corrupt;
   a->shuffle_buffer = c->shuffle_buffer >= 0 ? c->shuffle_buffer : 10000;
   a->train_examples = c->train_examples;
+  a->parallel_reads = (int)c->parallel_reads;
+  a->cache = c->cache;
   a->batch = (int)c->batch;
   a->seed = (uint64_t)c->seed;
   bool mwms = c->strategy == ST_STRATEGY_MULTI_WORKER_MIRRORED;

@@ -1,10 +1,12 @@
 /* --data tfrecord:PATTERN for `strata train`: the training pipeline streamed
  * from TFRecord files (list_files, FILE-sharded across multi-worker workers,
- * a bounded shuffle buffer, batch, prefetch) with the --features spec, the
+ * optionally read N files at a time and cached in a file, a bounded shuffle
+ * buffer, batch, an autotuned prefetch) with the --features spec, the
  * test set from --test-data (the same form) or the default test set when the
  * shapes match, and the per-worker summary line printed after training. */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "outputs.h"
@@ -39,6 +41,11 @@ static st_status open_files(const char *pattern, const st_example_spec *spec,
   if (shard) {
     o.num_shards = a->workers;
     o.shard_index = a->worker;
+  }
+  if (a->parallel_reads) { /* TFRecordDataset(num_parallel_reads=N): interleave N, block 1 */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    o.cycle_length = a->parallel_reads > 0 ? a->parallel_reads : cores > 0 ? (int)cores : 1;
+    o.num_parallel_calls = a->parallel_reads > 0 ? a->parallel_reads : ST_AUTOTUNE;
   }
   s = st_dataset_tfrecord((const char *const *)files, n, &o, out);
   st_list_files_free(files, n);
@@ -144,11 +151,17 @@ int cli_load_tfrecord(const char *cmd, const cli_tfrecord_args *a, cli_data *d) 
   }
   s = open_files(a->pattern, &sp, a, file_shard, &d->train);
   if (s == ST_OK && a->train_examples > 0) s = st_dataset_take(d->train, a->train_examples, &d->train);
+  if (s == ST_OK && a->cache) {
+    char path[4096];
+    if (a->workers > 1) snprintf(path, sizeof path, "%s.worker-%d", a->cache, a->worker);
+    else snprintf(path, sizeof path, "%s", a->cache);
+    s = st_dataset_cache(d->train, path, &d->train);
+  }
   if (s == ST_OK && a->tally) s = st_dataset_map(d->train, tally, a->tally, &d->train);
   if (s == ST_OK && a->shuffle_buffer > 0)
     s = st_dataset_shuffle(d->train, a->shuffle_buffer, a->seed, true, &d->train);
   if (s == ST_OK) s = st_dataset_batch(d->train, per_worker, false, &d->train);
-  if (s == ST_OK) s = st_dataset_prefetch(d->train, 2, &d->train);
+  if (s == ST_OK) s = st_dataset_prefetch(d->train, ST_AUTOTUNE, &d->train);
   if (s != ST_OK) {
     int rc = cli_fail(cmd, s);
     cli_free_data(d);
@@ -165,6 +178,11 @@ int cli_load_tfrecord(const char *cmd, const cli_tfrecord_args *a, cli_data *d) 
   char what[256] = "";
   describe(&sp, what, sizeof what);
   snprintf(d->fingerprint, sizeof d->fingerprint, "tfrecord %.60s, %.80s", a->pattern, what);
+  if (a->parallel_reads) { /* another order: a resumed run must read the same way */
+    size_t len = strlen(d->fingerprint);
+    snprintf(d->fingerprint + len, sizeof d->fingerprint - len, ", %d parallel reads",
+             a->parallel_reads);
+  }
   return EXIT_OK;
 }
 
