@@ -2,11 +2,13 @@
  * st_dataset_tfrecord (framing + every CRC + tf.train.Example parsing +
  * uint8 -> float conversion, batched by 32) over the files of a glob pattern,
  * with 1 and 2 threads. With T threads, thread t reads the FILE shard t of T
- * (what T workers on one machine do); MB/s counts the bytes of the files
+ * (what T workers on one machine do); a third line is one pipeline whose
+ * interleave reads 2 files at once on 2 background threads
+ * (num_parallel_calls 2, cycle_length 2). MB/s counts the bytes of the files
  * (compressed bytes for GZIP) over the wall time of the slowest thread.
  *
  * Build (after building libstrata in build/):
- *   gcc -O2 -std=c11 -Iinclude -Isrc bench/tfrecord_bench.c build/libstrata.a \
+ *   gcc -O2 -std=c11 -Iinclude -Ibuild/include -Isrc bench/tfrecord_bench.c build/libstrata.a \
  *       -lprotobuf-c -ljansson -lz -lm -ldl -lpthread $(mpicc --showme:link) -o /tmp/tfrecord_bench
  * Run (files from `strata convert`; SPEC from its --features):
  *   /tmp/tfrecord_bench 'DIR/fm-*.tfrecord' SPEC.json [repeats=3]
@@ -26,6 +28,7 @@
 typedef struct job {
   char **files;
   int nfiles, shard, shards;
+  int parallel; /* interleave readers of one pipeline (cycle_length too); 0 = none */
   const st_example_spec *spec;
   st_compression comp;
   long long records;
@@ -46,6 +49,10 @@ static void *run(void *arg) {
   o.spec = *j->spec;
   o.num_shards = j->shards;
   o.shard_index = j->shard;
+  if (j->parallel) {
+    o.cycle_length = j->parallel;
+    o.num_parallel_calls = j->parallel;
+  }
   st_dataset *ds = NULL;
   double t0 = now();
   j->records = 0;
@@ -86,7 +93,8 @@ int main(int argc, char **argv) {
     if (stat(files[i], &sb) == 0) bytes += sb.st_size;
   }
   printf("%d files, %.1f MB on disk, %s\n", n, (double)bytes / 1e6, comp ? "GZIP" : "plain");
-  for (int threads = 1; threads <= 2; threads++) {
+  for (int mode = 1; mode <= 3; mode++) { /* 1, 2 pipelines; 1 with 2 parallel reads */
+    int threads = mode == 3 ? 1 : mode, parallel = mode == 3 ? 2 : 0;
     double best = 1e30;
     long long records = 0;
     for (int r = 0; r < repeats; r++) {
@@ -94,7 +102,7 @@ int main(int argc, char **argv) {
       pthread_t tid[2];
       double t0 = now();
       for (int t = 0; t < threads; t++) {
-        jobs[t] = (job){files, n, t, threads, &spec, comp, 0, 0, ST_OK};
+        jobs[t] = (job){files, n, t, threads, parallel, &spec, comp, 0, 0, ST_OK};
         pthread_create(&tid[t], NULL, run, &jobs[t]);
       }
       records = 0;
@@ -109,9 +117,10 @@ int main(int argc, char **argv) {
       double s = now() - t0;
       if (s < best) best = s;
     }
-    printf("%d thread%s: %lld records in %.3f s: %.0f records/s, %.1f MB/s\n", threads,
-           threads > 1 ? "s" : " ", records, best, (double)records / best,
-           (double)bytes / 1e6 / best);
+    printf("%s: %lld records in %.3f s: %.0f records/s, %.1f MB/s\n",
+           mode == 1 ? "1 thread" : mode == 2 ? "2 threads (FILE shards)"
+                                              : "1 pipeline, 2 parallel reads",
+           records, best, (double)records / best, (double)bytes / 1e6 / best);
   }
   st_list_files_free(files, n);
   return 0;
