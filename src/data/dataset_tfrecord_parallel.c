@@ -12,8 +12,8 @@
  * finished and whose queue has room (searching from the consumer's slot on),
  * fills up to PAR_CHUNK positions past the queue's tail outside the lock and
  * publishes them; it owns the slot's reader while it is on it and closes it
- * at the end of the file. Queues: QCAP elements per slot (at least
- * block_length, at most 16 MiB a slot). */
+ * at the end of the file. Queues: 32 elements per slot or block_length if
+ * more, within 16 MiB a slot and 64 MiB in all (at least one element). */
 #define _GNU_SOURCE
 #include "data/tfrecord_ds.h"
 #include "base/sysinfo.h"
@@ -26,6 +26,7 @@
 #define PAR_CHUNK 8
 #define PAR_QMIN 32
 #define PAR_SLOT_BYTES (16u << 20)
+#define PAR_TOTAL_BYTES (64u << 20)
 
 typedef struct par_slot {
   int file;                /* -1: free (consumer-owned; read by workers under mu) */
@@ -227,10 +228,14 @@ static void par_destroy(st_iterator *base) {
 
 static const st__iter_ops par_iter_ops = {par_next, par_next_into, NULL, par_destroy};
 
-/* Queue capacity: at least block_length and PAR_QMIN, at most PAR_SLOT_BYTES. */
-static int queue_capacity(const tfr_node *src, size_t elem) {
+/* Queue capacity: block_length or PAR_QMIN elements, whichever is more, at
+ * most PAR_SLOT_BYTES a slot and PAR_TOTAL_BYTES all slots together, at
+ * least one element. */
+static int queue_capacity(const tfr_node *src, int cycle, size_t elem) {
   size_t cap = (size_t)src->o.block_length > PAR_QMIN ? (size_t)src->o.block_length : PAR_QMIN;
-  size_t most = PAR_SLOT_BYTES / (elem * sizeof(float));
+  size_t budget = PAR_TOTAL_BYTES / (size_t)cycle;
+  if (budget > PAR_SLOT_BYTES) budget = PAR_SLOT_BYTES;
+  size_t most = budget / (elem * sizeof(float));
   if (cap > most) cap = most;
   return cap < 1 ? 1 : (int)cap;
 }
@@ -246,7 +251,7 @@ static par_iter *par_alloc(tfr_node *src) {
   if (n == ST_AUTOTUNE) n = st__cpu_count();
   it->nthreads = n > it->cycle ? it->cycle : n;
   it->elem = ds->x_size + ds->y_size;
-  it->qcap = queue_capacity(src, it->elem);
+  it->qcap = queue_capacity(src, it->cycle, it->elem);
   pthread_mutex_init(&it->mu, NULL);
   pthread_cond_init(&it->work, NULL);
   pthread_cond_init(&it->ready, NULL);
