@@ -48,8 +48,12 @@ static st_status timing_next(st_iterator *base, st_batch *out, bool *end) {
   return s;
 }
 
+static int g_depth;      /* the prefetch queue's depth at the end of the epoch */
+static int64_t g_stalls; /* calls after the first that found it empty */
+
 static void timing_iter_destroy(st_iterator *base) {
   timing_iter *it = (timing_iter *)base;
+  g_depth = st__prefetch_depth(it->in, NULL, &g_stalls);
   st_iterator_destroy(it->in);
   free(it);
 }
@@ -99,6 +103,8 @@ static void fit(const char *what, st_dataset *ds) {
   st_history h;
   g_wait = g_first = 0;
   g_calls = 0;
+  g_depth = 0;
+  g_stalls = 0;
   double t0 = now();
   if (st_model_fit(m, ds, &fo, &h) != ST_OK) {
     fprintf(stderr, "%s\n", st_last_error());
@@ -106,10 +112,12 @@ static void fit(const char *what, st_dataset *ds) {
   }
   double total = now() - t0;
   double rest = g_wait - g_first; /* after the first batch (files opened, pipeline warm) */
-  printf("%-30s %6.0f samples/s  epoch %.2f s  waiting %.3f s = %.1f%% (first batch %.1f ms; "
-         "then %.0f us/step = %.2f%%)\n", what, h.samples_per_sec, total, g_wait,
+  printf("%-36s %6.0f samples/s  epoch %.2f s  waiting %.3f s = %.2f%% (first batch %.1f ms; "
+         "then %.1f us/step = %.3f%%)", what, h.samples_per_sec, total, g_wait,
          100.0 * g_wait / total, 1e3 * g_first, 1e6 * rest / (double)(g_calls > 1 ? g_calls - 1 : 1),
          100.0 * rest / total);
+  if (g_depth) printf("  prefetch depth %d, %lld stalls", g_depth, (long long)g_stalls);
+  printf("\n");
   st_history_destroy(&h);
   st_model_destroy(m);
   st_strategy_destroy(strategy);

@@ -300,7 +300,7 @@ static void test_prefetch_autotune(void) {
   CHECK_OK(st_dataset_prefetch(ds, ST_AUTOTUNE, &ds));
   st_iterator *it = NULL;
   CHECK_OK(st_dataset_iterate(ds, &it));
-  int n = 0, depth0 = st__prefetch_depth(it, NULL);
+  int n = 0, depth0 = st__prefetch_depth(it, NULL, NULL);
   for (;;) {
     st_batch b;
     bool end;
@@ -309,7 +309,7 @@ static void test_prefetch_autotune(void) {
     CHECK_EQ(b.y[0], (float)n);
     n++;
   }
-  int buffers, depth = st__prefetch_depth(it, &buffers);
+  int buffers, depth = st__prefetch_depth(it, &buffers, NULL);
   CHECK_EQ(n, 150);
   CHECK_GE(depth0, 1);
   CHECK_GT(depth, depth0);

@@ -96,8 +96,9 @@ st_status st__batch_rebuild_size(const st_dataset *ds, st_dataset *in, int batch
  * SCHED_BATCH, so waking it does not preempt the consumer. */
 void st__ds_background_thread(void);
 /* A prefetch iterator's current depth (items it keeps ready) and, through
- * buffers (may be NULL), the item buffers it has allocated; 0 for other
- * iterators. For tests of ST_AUTOTUNE. */
-int st__prefetch_depth(st_iterator *it, int *buffers);
+ * buffers and stalls (either may be NULL), the item buffers it has allocated
+ * and the calls after its first that found the queue empty; 0 for other
+ * iterators. For tests of ST_AUTOTUNE and bench/tfrecord_wait.c. */
+int st__prefetch_depth(st_iterator *it, int *buffers, int64_t *stalls);
 
 #endif

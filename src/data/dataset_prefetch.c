@@ -62,6 +62,7 @@ typedef struct prefetch_iter {
   bool finished;           /* producer is done (end or error) */
   bool stop;               /* consumer asks the producer to stop */
   int64_t taken;           /* items handed out */
+  int64_t stalls;          /* calls after the first that found the queue empty */
   double produce_avg;      /* seconds per item (producer), moving average */
   double consume_avg;      /* seconds between consumer calls, moving average */
   double last_return;      /* when next last returned (consumer clock) */
@@ -171,6 +172,7 @@ static st_status prefetch_next(st_iterator *base, st_batch *out, bool *end) {
   }
   if (it->autotune && it->taken > 0) it->consume_avg = ewma(it->consume_avg, t - it->last_return);
   bool stalled = it->ready == 0 && !it->finished;
+  if (stalled && it->taken > 0) it->stalls++;
   autotune(it, stalled);
   maybe_wake(it, stalled);
   while (it->ready == 0 && !it->finished) pthread_cond_wait(&it->not_empty, &it->mu);
@@ -270,12 +272,13 @@ static st_status prefetch_iterate(st_dataset *ds, uint64_t epoch, st_iterator **
   return ST_OK;
 }
 
-int st__prefetch_depth(st_iterator *base, int *buffers) {
+int st__prefetch_depth(st_iterator *base, int *buffers, int64_t *stalls) {
   if (!base || base->ops != &prefetch_iter_ops) return 0;
   prefetch_iter *it = (prefetch_iter *)base;
   pthread_mutex_lock(&it->mu);
   int d = it->depth;
   if (buffers) *buffers = it->nalloc;
+  if (stalls) *stalls = it->stalls;
   pthread_mutex_unlock(&it->mu);
   return d;
 }
