@@ -76,8 +76,16 @@ st_status st__pipeline_procs_train_step(st_strategy *s, st_net *m, const st_batc
                                         st_step_stats *out);
 st_status st__pipeline_procs_eval_step(st_strategy *s, st_net *m, const st_batch *b,
                                        st_step_stats *out, float *pred);
+/* A net whose whole layout was committed (gather, expose): give back all
+ * but the stage's share (base/vmem.h). */
+void st__pipeline_procs_keep_share(st_strategy *s, st_net *m);
 /* Stage i's figures as its first replica reported them at the last step. */
 st_status st__pipeline_procs_stats(const st_strategy *s, int i, st_pipeline_stage_stats *out);
+/* pipeline_sched.c: replay the passes each stage ran (log[s*2M + i]: the
+ * i-th pass of stage s, k+1 for forward k, -(k+1) for backward k) on a
+ * logical clock of one unit per pass; idle[s] = 1 - 2M / makespan,
+ * in_flight[s] = the most micro-batches stage s held at once. */
+st_status st__pipe_replay(int S, int M, const int *log, double *idle, int *in_flight);
 /* The net's first layer with a trainable variable (nlayers when none). */
 int st__pipe_first_trainable(const st_net *m);
 

@@ -78,6 +78,18 @@ struct st_strategy {
    * checkpoint is written (a collective); the chief's net->slots then hold
    * every slot. */
   st_status (*gather_slots)(struct st_strategy *s, st_net *m);
+  /* Pipeline across processes (NULL otherwise; pipeline_procs.c).
+   * place_vars: compile calls it instead of allocating the net's variables:
+   * it reserves the whole layout and commits and initialises only this
+   * process's stage (st_net.reserved). gather_vars: a collective every
+   * process calls before the whole model is read (with the optimizer slots
+   * when `slots`): then the chief's net holds every variable, or every
+   * process's net when `everyone`. expose_vars: local, before every variable
+   * of the net is written (restore, load): the whole layout becomes memory;
+   * sync_from_model then keeps the stage's share and gives the rest back. */
+  st_status (*place_vars)(struct st_strategy *s, st_net *m);
+  st_status (*gather_vars)(struct st_strategy *s, st_net *m, bool slots, bool everyone);
+  st_status (*expose_vars)(struct st_strategy *s, st_net *m);
   /* Lifetime: models created with this strategy (st__strategy_hold) keep it
    * alive. st_strategy_destroy with models left only marks it destroyed
    * (those models then refuse their verbs); the last st__strategy_release
@@ -178,5 +190,7 @@ bool st__pipeline_launched(void);
 /* procs processes: *stages (0: one per process) must divide them; the
  * quotient is the data-parallel replicas of each stage. */
 st_status st__pipeline_check_processes(int procs, int *stages);
+/* Set the place/gather/expose hooks of a pipeline strategy with a cluster. */
+void st__pipeline_procs_hooks(st_strategy *s);
 
 #endif

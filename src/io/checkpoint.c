@@ -246,6 +246,8 @@ st_status st__checkpoint_save_at(st_model *m, const char *dir, const st_checkpoi
   st_status s = ST_OK;
   if (m->strategy->gather_slots) /* sharded slots: every worker takes part */
     if ((s = m->strategy->gather_slots(m->strategy, &m->net)) != ST_OK) return s;
+  if (m->strategy->gather_vars) /* pipeline across processes: to the chief */
+    if ((s = m->strategy->gather_vars(m->strategy, &m->net, true, false)) != ST_OK) return s;
   if (!st__strategy_is_chief(m->strategy)) return ST_OK; /* multi-worker: the chief writes */
   s = st__mkdir_p(dir);
   if (s != ST_OK) return s;

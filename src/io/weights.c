@@ -55,6 +55,10 @@ static st_status check_path_args(const st_model *m, const char *path, const char
 st_status st_model_save_weights(const st_model *m, const char *path) {
   st_status s0 = check_path_args(m, path, "st_model_save_weights");
   if (s0 != ST_OK) return s0;
+  if (m->strategy->gather_vars) { /* pipeline across processes: a collective */
+    st_status g = m->strategy->gather_vars(m->strategy, (st_net *)&m->net, false, false);
+    if (g != ST_OK || !st__strategy_is_chief(m->strategy)) return g; /* the chief writes */
+  }
   m->strategy->vt->sync_to_model(m->strategy, (st_net *)&m->net);
   int n = st__model_var_count(m);
   st_named_tensor *ts = calloc((size_t)n + 1, sizeof *ts);
@@ -136,6 +140,7 @@ st_status st_model_load_weights(st_model *m, const char *path) {
     st__safetensors_free(&f);
     return s;
   }
+  if (s == ST_OK && m->strategy->expose_vars) s = m->strategy->expose_vars(m->strategy, &m->net);
   for (int i = 0; s == ST_OK && i < m->net.nlayers; i++)
     for (int p = 0; p < m->net.layers[i]->nparams; p++) {
       const st_layer *l = m->net.layers[i];
@@ -158,6 +163,9 @@ st_status st_model_get_weights(const st_model *m, float *out) {
   st_status s = st__model_check(m, "st_model_get_weights", true);
   if (s != ST_OK) return s;
   if (!out) return st_error(ST_ERR_INVALID, "st_model_get_weights: out is NULL");
+  if (m->strategy->gather_vars &&
+      (s = m->strategy->gather_vars(m->strategy, (st_net *)&m->net, false, true)) != ST_OK)
+    return s;
   m->strategy->vt->sync_to_model(m->strategy, (st_net *)&m->net);
   st__be_to_host(m->net.be_ctx, out, m->net.params, m->net.n_params * sizeof(float));
   st__be_to_host(m->net.be_ctx, out + m->net.n_params, m->net.state, m->net.n_state * sizeof(float));
@@ -168,6 +176,8 @@ st_status st_model_set_weights(st_model *m, const float *in) {
   st_status s = st__model_check(m, "st_model_set_weights", true);
   if (s != ST_OK) return s;
   if (!in) return st_error(ST_ERR_INVALID, "st_model_set_weights: in is NULL");
+  if (m->strategy->expose_vars && (s = m->strategy->expose_vars(m->strategy, &m->net)) != ST_OK)
+    return s;
   st__be_to_device(m->net.be_ctx, m->net.params, in, m->net.n_params * sizeof(float));
   st__be_to_device(m->net.be_ctx, m->net.state, in + m->net.n_params, m->net.n_state * sizeof(float));
   m->strategy->vt->sync_from_model(m->strategy, &m->net);
