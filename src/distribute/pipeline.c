@@ -241,8 +241,7 @@ static void run_backward(pp_state *p, int s, int k) {
   const float *x = s == 0 ? p->b->x + (size_t)start * st_shape_size(m->input_shape)
                           : st__pipe_stage_out(p->stages[s - 1], k % p->stages[s - 1]->nslots);
   if (n) st__pipe_stage_backward(m, st, slot, k, k > 0, x, dy, n, dx, p->first, m->step);
-  else if (st->np) m->be->fill(st->ctx, st->np, 0.0f, k ? st->dw : st->grads);
-  if (k > 0 && st->np) m->be->axpy(st->ctx, st->np, 1.0f, st->dw, st->grads);
+  else st__pipe_stage_no_examples(m, st, k);
   st->busy += st_now_seconds() - t0;
   p->log[(size_t)s * 2 * (size_t)p->M + (size_t)p->nlog[s]++] = -(k + 1);
   mark_done(p, &p->bwd_done[s]);

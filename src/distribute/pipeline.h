@@ -21,7 +21,8 @@ typedef struct st_pipe_stage {
   int nslots;              /* micro-batches in flight at most */
   int cap;                 /* examples each slot's buffers hold */
   float *grads;            /* [np] sum over the micro-batches */
-  float *dw;               /* [np] one micro-batch's gradient (k > 0) */
+  float *dw;               /* one micro-batch's gradient of one layer (k > 0),
+                              added to grads layer by layer: [largest layer] */
   float **acts;            /* [nslots * (hi-lo)]: [cap, out_i] */
   float **caches;          /* [nslots * (hi-lo)]: [cap * cache_per_example_i] */
   float **recv;            /* [nslots]: [cap, out of layer hi-1], the gradient
@@ -60,13 +61,17 @@ static inline float *st__pipe_stage_out(const st_pipe_stage *st, int slot) {
 const float *st__pipe_stage_forward(const st_net *m, st_pipe_stage *st, int slot, int mb,
                                     const float *x, int n, bool training, int64_t step);
 /* Backward of micro-batch mb (the dropout key) from dy [n, out] (clobbered):
- * gradients of its variables into grads, or dw when to_dw (the caller adds
- * them: every micro-batch after the first), and, when dx is
+ * gradients of its variables into grads, or, when to_dw (every micro-batch
+ * after the first), each layer's into dw then added to grads (elementwise:
+ * the sums one device's threads make), and, when dx is
  * not NULL, the gradient of its input into dx. Layers before `first`
  * (the net's first layer with a trainable variable) are skipped. */
 void st__pipe_stage_backward(const st_net *m, st_pipe_stage *st, int slot, int mb,
                              bool to_dw, const float *x, float *dy, int n, float *dx, int first,
                              int64_t step);
+
+/* Micro-batch k had no examples: zero gradients (k == 0) or zeros added. */
+void st__pipe_stage_no_examples(const st_net *m, st_pipe_stage *st, int k);
 
 /* pipeline_procs.c: the strategy across the processes of an MPI job (stage
  * = rank / replicas), used by pipeline.c when the strategy has a cluster. */

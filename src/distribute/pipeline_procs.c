@@ -238,8 +238,7 @@ static st_status backward(procs *p, st_net *m, int k) {
                                 : p->b->x + (size_t)start * st_shape_size(m->input_shape);
   if (n) st__pipe_stage_backward(m, st, slot, p->rep * p->M + k, k > 0, x, dy, n, dx, p->first,
                                   m->step);
-  else if (st->np) m->be->fill(st->ctx, st->np, 0.0f, k ? st->dw : st->grads);
-  if (k > 0 && st->np) m->be->axpy(st->ctx, st->np, 1.0f, st->dw, st->grads);
+  else st__pipe_stage_no_examples(m, st, k);
   st->busy += st_now_seconds() - t0;
   p->log[p->nlog++] = -(k + 1);
   if (dx) s = send_to(p, dx, (size_t)n * in_size(m, st), p->prev, &p->dx_send[slot]);
