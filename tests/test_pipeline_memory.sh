@@ -8,7 +8,8 @@
 #  - one device fails at compile with exit 1 and a message naming the
 #    parameters and bytes it tried to allocate;
 #  - 2 pipeline stages under `mpirun -np 2` (each rank under the same limit)
-#    train one Adam step and evaluate; the --report names each stage's peak
+#    train one Adam step, evaluate and --save (every tensor, streamed to the
+#    chief one at a time: it never holds the model); the --report names each stage's peak
 #    RSS, below the limit, and its variables (the two shares add up to the
 #    model); the executed schedule's bubble is (S-1)/(M+S-1) = 1/3.
 # ~10 s (2 x 50M-parameter initialisation, one step). Skips under sanitizers
@@ -50,10 +51,22 @@ check "one device: the message names the parameters and bytes" \
   "grep -q 'compile: out of memory for $(cat nparams) parameters ([0-9]* bytes' od.err"
 
 timeout 300 mpirun -np 2 ./limit.sh "$cli" "${args[@]}" --strategy pipeline --micro-batches 2 \
-  --report r.json >pp.out 2>>mpi.log
+  --report r.json --save big.st >pp.out 2>>mpi.log
 rc=$?
 check "2 stages under 1 GiB each: exit 0, trained and evaluated" \
   "[ $rc -eq 0 ] && grep -q test_loss pp.out"
+python3 - "$(cat nparams)" <<'PY' >save.check 2>&1
+import json, struct, sys
+n = int(sys.argv[1])
+f = open("big.st", "rb")
+h = struct.unpack("<Q", f.read(8))[0]
+head = json.loads(f.read(h))
+f.seek(0, 2)
+sizes = [v["data_offsets"][1] - v["data_offsets"][0] for k, v in head.items() if k != "__metadata__"]
+assert len(sizes) == 2 * 13 and sum(sizes) == 4 * n == f.tell() - 8 - h, (len(sizes), sum(sizes), n)
+PY
+rc=$?
+check "--save under the limit: the chief streams every stage's tensors into one file" "[ $rc -eq 0 ]" || cat save.check
 python3 - "$(cat nparams)" <<'PY' >report.check 2>&1
 import json, sys
 n = int(sys.argv[1])

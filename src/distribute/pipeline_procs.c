@@ -382,10 +382,45 @@ static st_status procs_expose_vars(st_strategy *s, st_net *m) {
   return commit_all(p, m, true);
 }
 
+/* send_vars (strategy.h). */
+static st_status procs_send_vars(st_strategy *s, st_net *m) {
+  procs *p = s->impl;
+  if (!p) return st_error(ST_ERR_INVALID, "pipeline: the strategy is not attached");
+  if (p->rank == 0 || p->rep) return ST_OK;
+  st_status st = ST_OK;
+  for (int i = p->st->lo; i < p->st->hi && st == ST_OK; i++)
+    for (int q = 0; q < m->layers[i]->nparams && st == ST_OK; q++) {
+      const st_layer *l = m->layers[i];
+      int h = -1;
+      st = send_to(p, st__var_ptr(l, q, m->params, m->state), st_shape_size(l->params[q].shape), 0, &h);
+      if (st == ST_OK && (st = p->p2p->vt->wait(p->p2p, h)) != ST_OK)
+        st = exchange_failed(p, st, 0, "sending to");
+    }
+  return st;
+}
+
+/* recv_var (strategy.h). */
+static st_status procs_recv_var(st_strategy *s, st_net *m, int layer, int param, float *buf,
+                                const float **data) {
+  procs *p = s->impl;
+  if (!p) return st_error(ST_ERR_INVALID, "pipeline: the strategy is not attached");
+  const st_layer *l = m->layers[layer];
+  if (layer < p->st->hi) { /* the chief's own stage */
+    *data = st__var_ptr(l, param, m->params, m->state);
+    return ST_OK;
+  }
+  int stage = 0;
+  while (layer >= p->first_layer[stage + 1]) stage++;
+  *data = buf;
+  return recv_from(p, buf, st_shape_size(l->params[param].shape), stage * p->D);
+}
+
 void st__pipeline_procs_hooks(st_strategy *s) {
   s->place_vars = procs_place_vars;
   s->gather_vars = procs_gather_vars;
   s->expose_vars = procs_expose_vars;
+  s->send_vars = procs_send_vars;
+  s->recv_var = procs_recv_var;
 }
 
 enum { REC = 18 }; /* floats per process in the all-gathered record */

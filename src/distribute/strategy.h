@@ -90,6 +90,16 @@ struct st_strategy {
   st_status (*place_vars)(struct st_strategy *s, st_net *m);
   st_status (*gather_vars)(struct st_strategy *s, st_net *m, bool slots, bool everyone);
   st_status (*expose_vars)(struct st_strategy *s, st_net *m);
+  /* Pipeline across processes: save_weights streams the variables to the
+   * chief tensor by tensor, so it holds one tensor of another stage at a
+   * time. send_vars (every process but the chief): the first replica of each
+   * stage sends its layers' variables, layer by layer, each layer's
+   * parameters in order; the other replicas send nothing. recv_var (the
+   * chief, in that same order over the whole model): parameter p of layer
+   * l, its own or received into buf (room for the largest variable). */
+  st_status (*send_vars)(struct st_strategy *s, st_net *m);
+  st_status (*recv_var)(struct st_strategy *s, st_net *m, int layer, int param, float *buf,
+                        const float **data);
   /* Lifetime: models created with this strategy (st__strategy_hold) keep it
    * alive. st_strategy_destroy with models left only marks it destroyed
    * (those models then refuse their verbs); the last st__strategy_release

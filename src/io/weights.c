@@ -52,13 +52,50 @@ static st_status check_path_args(const st_model *m, const char *path, const char
   return ST_OK;
 }
 
+/* save_streamed's fetch: tensor k is parameter param[k] of layer layer[k]. */
+typedef struct streamed {
+  const st_model *m;
+  int *layer, *param;
+  float *buf;
+} streamed;
+
+static st_status fetch_var(void *arg, int k, const float **data) {
+  streamed *x = arg;
+  return x->m->strategy->recv_var(x->m->strategy, (st_net *)&x->m->net, x->layer[k], x->param[k],
+                                  x->buf, data);
+}
+
+/* A pipeline across processes: every process calls it; the chief writes the
+ * file as its tensors arrive from their stages, one at a time (the bytes
+ * st__gather_vars gives). */
+static st_status save_streamed(const st_model *m, const char *path) {
+  if (!st__strategy_is_chief(m->strategy))
+    return m->strategy->send_vars(m->strategy, (st_net *)&m->net);
+  int n = st__model_var_count(m), k = 0;
+  size_t big = 1;
+  streamed x = {m, malloc(sizeof(int) * (size_t)(n + 1)), malloc(sizeof(int) * (size_t)(n + 1)), NULL};
+  st_named_tensor *ts = calloc((size_t)n + 1, sizeof *ts);
+  for (int i = 0; i < m->net.nlayers && ts && x.layer && x.param; i++)
+    for (int p = 0; p < m->net.layers[i]->nparams; p++, k++) {
+      st__describe_var(m->net.layers[i], p, &ts[k]);
+      x.layer[k] = i, x.param[k] = p;
+      size_t sz = st_shape_size(m->net.layers[i]->params[p].shape);
+      if (sz > big) big = sz;
+    }
+  x.buf = malloc(big * sizeof(float));
+  st_status s = ST_OK;
+  if (!ts || !x.layer || !x.param || !x.buf) s = st_error(ST_ERR_NOMEM, "save_weights: out of memory");
+  const char *keys[] = {"format", "model"};
+  const char *vals[] = {"strata", m->name};
+  if (s == ST_OK) s = st__safetensors_write_fetch(path, ts, n, keys, vals, 2, fetch_var, &x);
+  free(ts), free(x.layer), free(x.param), free(x.buf);
+  return s;
+}
+
 st_status st_model_save_weights(const st_model *m, const char *path) {
   st_status s0 = check_path_args(m, path, "st_model_save_weights");
   if (s0 != ST_OK) return s0;
-  if (m->strategy->gather_vars) { /* pipeline across processes: a collective */
-    st_status g = m->strategy->gather_vars(m->strategy, (st_net *)&m->net, false, false);
-    if (g != ST_OK || !st__strategy_is_chief(m->strategy)) return g; /* the chief writes */
-  }
+  if (m->strategy->recv_var) return save_streamed(m, path); /* pipeline across processes */
   m->strategy->vt->sync_to_model(m->strategy, (st_net *)&m->net);
   int n = st__model_var_count(m);
   st_named_tensor *ts = calloc((size_t)n + 1, sizeof *ts);
