@@ -42,7 +42,7 @@ ulimit -d 1048576 || exit 9
 exec "$@"
 EOF2
 chmod +x limit.sh
-args=(train --model big.json --data a --epochs 1 --batch-size 64 --optimizer adam --quiet)
+args=(train --model big.json --data a --epochs 1 --train-examples 16 --batch-size 16 --optimizer adam --quiet)
 
 ./limit.sh "$cli" "${args[@]}" >od.out 2>od.err
 rc=$?

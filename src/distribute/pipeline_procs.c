@@ -17,14 +17,17 @@
  * slots are reserved address space (base/vmem.h: every offset stays valid)
  * of which only the stage's ranges are memory, initialised with the values
  * one device gives them (st__net_init_layers). Nothing is gathered while
- * training. Before the whole model is read (--save, checkpoints, backups,
- * get_weights) every process calls gather_vars: the first replica of every
- * stage sends its ranges to the chief (rank 0), which commits the whole
- * layout for that while; the next step (or sync_from_model) gives back all
- * but its share. A restore or load commits the whole layout on every process
- * (expose_vars) and sync_from_model keeps the share. The loss and metric sums of the last
- * stage's replicas and every stage's figures are all-gathered, so fit and
- * its callbacks see the same numbers on every process. */
+ * training. --save and checkpoints (ModelCheckpoint, backups) are written
+ * by the chief as the tensors arrive: every other stage's first replica
+ * sends its variables (and slots) one tensor at a time (send_vars /
+ * recv_var), so the chief holds one tensor of another stage at a time; the
+ * files are the bytes one process writes. get_weights (gather_vars)
+ * broadcasts every stage's variables to every process, whose whole layout
+ * is then memory until the next step. A restore or load commits the whole
+ * layout on every process (expose_vars) and sync_from_model keeps the share.
+ * The loss and metric sums of the last stage's replicas and every stage's
+ * figures are all-gathered, so fit and its callbacks see the same numbers on
+ * every process. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -281,18 +284,14 @@ static st_status reduce_apply(procs *p, st_net *m) {
   return ST_OK;
 }
 
-/* Stage i's buffers of the net, in the order they travel to rank 0:
- * variables, state, then (with_slots) each optimizer slot. */
-static int stage_ranges(const procs *p, st_net *m, int i, bool with_slots, float **ptr,
-                        size_t *len) {
+/* Stage i's variables and state: the ranges gather_vars broadcasts. */
+static int stage_ranges(const procs *p, st_net *m, int i, float **ptr, size_t *len) {
   size_t po, pn, so, sn;
   st__pipe_var_range(m, p->first_layer[i], p->first_layer[i + 1], true, &po, &pn);
   st__pipe_var_range(m, p->first_layer[i], p->first_layer[i + 1], false, &so, &sn);
-  int k = 0;
-  ptr[k] = m->params + po, len[k++] = pn;
-  ptr[k] = m->state + so, len[k++] = sn;
-  for (int j = 0; with_slots && j < m->n_slots; j++) ptr[k] = m->slots[j] + po, len[k++] = pn;
-  return k;
+  ptr[0] = m->params + po, len[0] = pn;
+  ptr[1] = m->state + so, len[1] = sn;
+  return 2;
 }
 
 /* Make the whole layout of the net's variables (and slots) memory. */
@@ -344,33 +343,18 @@ static st_status procs_place_vars(st_strategy *s, st_net *m) {
   return ST_OK;
 }
 
-/* gather_vars (strategy.h): the first replica of every stage sends its
- * ranges to the chief, or broadcasts them to everyone. */
-static st_status procs_gather_vars(st_strategy *s, st_net *m, bool with_slots, bool everyone) {
+/* gather_vars (strategy.h): the first replica of every stage broadcasts its
+ * variables and state. */
+static st_status procs_gather_vars(st_strategy *s, st_net *m) {
   procs *p = s->impl;
   if (!p) return st_error(ST_ERR_INVALID, "pipeline: the strategy is not attached");
-  float *ptr[6];
-  size_t len[6];
-  st_status st = ST_OK;
-  if (everyone || p->rank == 0) st = commit_all(p, m, with_slots);
-  for (int i = 0; i < p->S && st == ST_OK && everyone; i++) {
-    int n = stage_ranges(p, m, i, with_slots, ptr, len);
+  float *ptr[2];
+  size_t len[2];
+  st_status st = commit_all(p, m, false);
+  for (int i = 0; i < p->S && st == ST_OK; i++) {
+    int n = stage_ranges(p, m, i, ptr, len);
     for (int j = 0; j < n && st == ST_OK; j++)
       if (len[j]) st = p->world->vt->broadcast(p->world, p->world->self, ptr[j], len[j], i * p->D);
-  }
-  if (everyone || st != ST_OK) return st;
-  if (p->rank == 0) {
-    for (int i = 1; i < p->S && st == ST_OK; i++) {
-      int n = stage_ranges(p, m, i, with_slots, ptr, len);
-      for (int j = 0; j < n && st == ST_OK; j++) st = recv_from(p, ptr[j], len[j], i * p->D);
-    }
-  } else if (p->rep == 0) {
-    int n = stage_ranges(p, m, p->stage, with_slots, ptr, len), h = -1;
-    for (int j = 0; j < n && st == ST_OK; j++) {
-      st = send_to(p, ptr[j], len[j], 0, &h);
-      if (st == ST_OK && (st = p->p2p->vt->wait(p->p2p, h)) != ST_OK) st = exchange_failed(p, st, 0, "sending to");
-      h = -1;
-    }
   }
   return st;
 }
@@ -382,37 +366,45 @@ static st_status procs_expose_vars(st_strategy *s, st_net *m) {
   return commit_all(p, m, true);
 }
 
+/* One variable (slot -1) or optimizer slot of this process's net. */
+static float *var_of(st_net *m, int layer, int param, int slot) {
+  const st_layer *l = m->layers[layer];
+  return slot < 0 ? st__var_ptr(l, param, m->params, m->state)
+                  : m->slots[slot] + l->params[param].offset;
+}
+
 /* send_vars (strategy.h). */
-static st_status procs_send_vars(st_strategy *s, st_net *m) {
+static st_status procs_send_vars(st_strategy *s, st_net *m, bool with_slots) {
   procs *p = s->impl;
   if (!p) return st_error(ST_ERR_INVALID, "pipeline: the strategy is not attached");
   if (p->rank == 0 || p->rep) return ST_OK;
   st_status st = ST_OK;
-  for (int i = p->st->lo; i < p->st->hi && st == ST_OK; i++)
-    for (int q = 0; q < m->layers[i]->nparams && st == ST_OK; q++) {
-      const st_layer *l = m->layers[i];
-      int h = -1;
-      st = send_to(p, st__var_ptr(l, q, m->params, m->state), st_shape_size(l->params[q].shape), 0, &h);
-      if (st == ST_OK && (st = p->p2p->vt->wait(p->p2p, h)) != ST_OK)
-        st = exchange_failed(p, st, 0, "sending to");
-    }
+  for (int k = -1; k < (with_slots ? m->n_slots : 0); k++)
+    for (int i = p->st->lo; i < p->st->hi && st == ST_OK; i++)
+      for (int q = 0; q < m->layers[i]->nparams && st == ST_OK; q++) {
+        const st_layer *l = m->layers[i];
+        if (k >= 0 && !l->params[q].trainable) continue;
+        int h = -1;
+        st = send_to(p, var_of(m, i, q, k), st_shape_size(l->params[q].shape), 0, &h);
+        if (st == ST_OK && (st = p->p2p->vt->wait(p->p2p, h)) != ST_OK)
+          st = exchange_failed(p, st, 0, "sending to");
+      }
   return st;
 }
 
 /* recv_var (strategy.h). */
-static st_status procs_recv_var(st_strategy *s, st_net *m, int layer, int param, float *buf,
-                                const float **data) {
+static st_status procs_recv_var(st_strategy *s, st_net *m, int layer, int param, int slot,
+                                float *buf, const float **data) {
   procs *p = s->impl;
   if (!p) return st_error(ST_ERR_INVALID, "pipeline: the strategy is not attached");
-  const st_layer *l = m->layers[layer];
   if (layer < p->st->hi) { /* the chief's own stage */
-    *data = st__var_ptr(l, param, m->params, m->state);
+    *data = var_of(m, layer, param, slot);
     return ST_OK;
   }
   int stage = 0;
   while (layer >= p->first_layer[stage + 1]) stage++;
   *data = buf;
-  return recv_from(p, buf, st_shape_size(l->params[param].shape), stage * p->D);
+  return recv_from(p, buf, st_shape_size(m->layers[layer]->params[param].shape), stage * p->D);
 }
 
 void st__pipeline_procs_hooks(st_strategy *s) {

@@ -62,7 +62,7 @@ typedef struct streamed {
 static st_status fetch_var(void *arg, int k, const float **data) {
   streamed *x = arg;
   return x->m->strategy->recv_var(x->m->strategy, (st_net *)&x->m->net, x->layer[k], x->param[k],
-                                  x->buf, data);
+                                  -1, x->buf, data);
 }
 
 /* A pipeline across processes: every process calls it; the chief writes the
@@ -70,7 +70,7 @@ static st_status fetch_var(void *arg, int k, const float **data) {
  * st__gather_vars gives). */
 static st_status save_streamed(const st_model *m, const char *path) {
   if (!st__strategy_is_chief(m->strategy))
-    return m->strategy->send_vars(m->strategy, (st_net *)&m->net);
+    return m->strategy->send_vars(m->strategy, (st_net *)&m->net, false);
   int n = st__model_var_count(m), k = 0;
   size_t big = 1;
   streamed x = {m, malloc(sizeof(int) * (size_t)(n + 1)), malloc(sizeof(int) * (size_t)(n + 1)), NULL};
@@ -201,7 +201,7 @@ st_status st_model_get_weights(const st_model *m, float *out) {
   if (s != ST_OK) return s;
   if (!out) return st_error(ST_ERR_INVALID, "st_model_get_weights: out is NULL");
   if (m->strategy->gather_vars &&
-      (s = m->strategy->gather_vars(m->strategy, (st_net *)&m->net, false, true)) != ST_OK)
+      (s = m->strategy->gather_vars(m->strategy, (st_net *)&m->net)) != ST_OK)
     return s;
   m->strategy->vt->sync_to_model(m->strategy, (st_net *)&m->net);
   st__be_to_host(m->net.be_ctx, out, m->net.params, m->net.n_params * sizeof(float));
