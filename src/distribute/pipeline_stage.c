@@ -221,9 +221,11 @@ st_status st__pipe_stage_create(const st_net *m, int index, int lo, int hi, int 
   if (st__pipe_stage_reserve(m, st, 1) != ST_OK) goto fail;
   *out = st;
   return ST_OK;
-fail:
+fail:;
+  size_t bytes = (st->np + largest_layer(m, lo, hi)) * sizeof(float);
   st__pipe_stage_destroy(m, st);
-  return st_error(ST_ERR_NOMEM, "pipeline stage %d: out of memory", index);
+  return st_error(ST_ERR_NOMEM, "pipeline stage %d (layers %d..%d): out of memory for its "
+                  "gradients and buffers (%zu bytes and more)", index, lo, hi - 1, bytes);
 }
 
 void st__pipe_stage_destroy(const st_net *m, st_pipe_stage *st) {
