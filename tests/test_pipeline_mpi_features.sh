@@ -11,7 +11,8 @@
 #  - EarlyStopping runs on every rank (global figures): both stop together;
 #  - resuming from --backup-dir after SIGKILL of the whole job: the same
 #    bytes as an uninterrupted run.
-# Skips (77) without mpirun or an MPI build.
+# Skips (77) without mpirun or an MPI build; under a sanitizer only the first
+# part runs (the save and checkpoint streams).
 source "$(dirname "${BASH_SOURCE[0]}")/mpi_common.bash"
 python3 "$src/tests/mkidx.py" "$tmp/a" || exit 1
 cd "$tmp" || exit 1
@@ -32,6 +33,12 @@ check "ModelCheckpoint: weights and slots byte-identical to one process" \
   "cmp -s $c1/weights.safetensors $c2/weights.safetensors && cmp -s $c1/optimizer.safetensors $c2/optimizer.safetensors"
 "$cli" evaluate --data a --model "$m" --weights two.st >eval 2>&1
 check "strata evaluate reads the 2 ranks' --save" "[ \$? -eq 0 ] && grep -q test_accuracy eval"
+
+# under a sanitizer (CI's ASan/TSan passes, ~5x slower) the rest is left out
+if [ "${STRATA_SANITIZED:-0}" = 1 ]; then
+  echo "# sanitized build: EarlyStopping and kill -9 + resume left out (time)"
+  exit $fail
+fi
 
 # EarlyStopping with a patience of 0 on every rank: the same epoch
 run "$cli" "${args[@]}" --epochs 30 --early-stopping 0 --monitor loss --save es.st >out
