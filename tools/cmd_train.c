@@ -433,15 +433,16 @@ static void free_callbacks(callbacks *k) {
   st_tensorboard_destroy(k->tb); /* after the callback that borrows it */
 }
 
-/* Multi-worker: only the chief (rank 0) writes logs and checkpoints and shows
- * progress; EarlyStopping runs everywhere (the figures are global, so every
- * worker stops at the same epoch). */
 /* A pipeline across processes keeps each stage's variables in its own
  * process: every process takes part in a save (the chief writes). */
 static bool saves_everywhere(const st_strategy *s) {
   return st_strategy_pipeline_stages(s) > 0 && st_strategy_worker_count(s) > 1;
 }
 
+/* Multi-worker: only the chief (rank 0) writes logs and checkpoints and shows
+ * progress; EarlyStopping runs everywhere (the figures are global, so every
+ * worker stops at the same epoch). ckpt_all: ModelCheckpoint everywhere too
+ * (a pipeline's stages send their tensors; the chief writes). */
 static st_status make_callbacks(const train_cfg *c, bool chief, bool ckpt_all, callbacks *k) {
   memset(k, 0, sizeof *k);
   const char *mon = c->monitor ? c->monitor : "val_loss";
