@@ -446,10 +446,17 @@ static void free_callbacks(callbacks *k) {
   st_tensorboard_destroy(k->tb); /* after the callback that borrows it */
 }
 
+/* A pipeline across processes keeps each stage's variables in its own
+ * process: every process takes part in a save (the chief writes). */
+static bool saves_everywhere(const st_strategy *s) {
+  return st_strategy_pipeline_stages(s) > 0 && st_strategy_worker_count(s) > 1;
+}
+
 /* Multi-worker: only the chief (rank 0) writes logs and checkpoints and shows
  * progress; EarlyStopping runs everywhere (the figures are global, so every
- * worker stops at the same epoch). */
-static st_status make_callbacks(const train_cfg *c, bool chief, callbacks *k) {
+ * worker stops at the same epoch). ckpt_all: ModelCheckpoint everywhere too
+ * (a pipeline's stages send their tensors; the chief writes). */
+static st_status make_callbacks(const train_cfg *c, bool chief, bool ckpt_all, callbacks *k) {
   memset(k, 0, sizeof *k);
   const char *mon = c->monitor ? c->monitor : "val_loss";
   st_status s = ST_OK;
@@ -463,7 +470,7 @@ static st_status make_callbacks(const train_cfg *c, bool chief, callbacks *k) {
     if ((s = st_csv_logger_create(c->csv, &k->cb[k->n])) != ST_OK) goto fail;
     k->n++;
   }
-  if (c->ckpt_dir && chief) {
+  if (c->ckpt_dir && (chief || ckpt_all)) {
     s = st_model_checkpoint_create(c->ckpt_dir, mon, c->best_only, (int)c->keep, &k->cb[k->n]);
     if (s != ST_OK) goto fail;
     k->n++;
@@ -587,7 +594,7 @@ static int run_train(const train_cfg *c) {
     goto done;
   }
   callbacks cbs;
-  if ((s = make_callbacks(c, chief, &cbs)) != ST_OK) goto fail;
+  if ((s = make_callbacks(c, chief, saves_everywhere(strategy), &cbs)) != ST_OK) goto fail;
   st_fit_options fo = st_fit_default_options();
   fo.epochs = (int)c->epochs;
   fo.validation = d.val;
@@ -608,6 +615,9 @@ static int run_train(const train_cfg *c) {
   char title[PATH_MAX + 64]; /* the whole --model path (512 bytes cut it mid-UTF-8) */
   snprintf(title, sizeof title, "%s \u2014 %s", c->model, st_strategy_kind_name(c->strategy));
   if ((s = st_model_evaluate(model, d.test, &test)) != ST_OK) goto fail;
+  if (!chief && c->save && saves_everywhere(strategy) &&
+      (s = st_model_save_weights(model, c->save)) != ST_OK) /* sends its stage to the chief */
+    goto fail;
   if (!chief) goto done; /* the chief reports and writes */
   if (c->plot && (s = st_plot_history_svg(&h, title, c->plot)) != ST_OK) {
     fprintf(stderr, "strata train: --plot: %s\n", st_last_error());

@@ -24,7 +24,8 @@ static json_t *history_json(const st_history *h) {
 
 /* st__atomic_write's fill: the report object o, indented. */
 /* pipeline: {"stages": S, "stage": [{first_layer, end_layer, params,
- * peak_bytes, busy_seconds, step_seconds, bubble_fraction}, ...]}, or NULL. */
+ * peak_bytes, busy_seconds, step_seconds, bubble_fraction, peak_rss_bytes
+ * (across processes), schedule_bubble, max_in_flight}, ...]}, or NULL. */
 static json_t *pipeline_json(const st_strategy *s) {
   int n = st_strategy_pipeline_stages(s);
   if (n <= 0) return NULL;
@@ -32,12 +33,17 @@ static json_t *pipeline_json(const st_strategy *s) {
   for (int i = 0; i < n; i++) {
     st_pipeline_stage_stats ps;
     if (st_strategy_pipeline_stage_stats(s, i, &ps) != ST_OK) continue;
-    json_array_append_new(arr, json_pack("{s:i, s:i, s:I, s:I, s:f, s:f, s:f}", "first_layer",
+    json_t *o = json_pack("{s:i, s:i, s:I, s:I, s:f, s:f, s:f}", "first_layer",
                                          ps.first_layer, "end_layer", ps.end_layer, "params",
                                          (json_int_t)ps.params, "peak_bytes",
                                          (json_int_t)ps.peak_bytes, "busy_seconds",
                                          ps.busy_seconds, "step_seconds", ps.step_seconds,
-                                         "bubble_fraction", ps.bubble_fraction));
+                                         "bubble_fraction", ps.bubble_fraction);
+    if (ps.peak_rss_bytes) /* across processes: the stage's own process */
+      json_object_set_new(o, "peak_rss_bytes", json_integer((json_int_t)ps.peak_rss_bytes));
+    json_object_set_new(o, "schedule_bubble", json_real(ps.schedule_bubble));
+    json_object_set_new(o, "max_in_flight", json_integer(ps.max_in_flight));
+    json_array_append_new(arr, o);
   }
   return json_pack("{s:i, s:o}", "stages", n, "stage", arr);
 }

@@ -159,6 +159,13 @@ typedef struct st_pipeline_stage_stats {
   double busy_seconds;        /* in its forward, backward and update passes */
   double step_seconds;        /* wall time of the training steps */
   double bubble_fraction;     /* 1 - busy / step (0 before any step) */
+  size_t peak_rss_bytes;      /* across processes: peak resident memory of the
+                                 stage's (first replica's) process; 0 in one */
+  double schedule_bubble;     /* the last step's executed pass order replayed
+                                 with one time unit per pass: idle fraction,
+                                 (S-1)/(M+S-1) for GPipe and 1F1B (-1: none) */
+  int max_in_flight;          /* the most micro-batches it held at once in
+                                 that order: M (GPipe), at most S-stage (1F1B) */
 } st_pipeline_stage_stats;
 /* Stages of a pipeline strategy bound to a compiled model (0 otherwise). */
 int st_strategy_pipeline_stages(const st_strategy *s);

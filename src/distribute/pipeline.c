@@ -41,6 +41,11 @@ typedef struct pp_state {
   const st_batch *b;       /* the current step's batch */
   st_step_stats stats;     /* written by the last stage */
   double step_seconds;     /* wall time of the training steps */
+  int *log;                /* [S * 2M]: the passes each stage ran (pipeline_sched.c) */
+  int nlog[ST_MAX_REPLICAS];
+  double idle[ST_MAX_REPLICAS]; /* the last step's replay */
+  int in_flight[ST_MAX_REPLICAS];
+  bool replayed;
 } pp_state;
 
 st_status st_pipeline_schedule_parse(const char *name, st_pipeline_schedule *out) {
@@ -121,6 +126,7 @@ st_status st__pipeline_check_processes(int procs, int *stages) {
 static void free_pipe(pp_state *p) {
   if (!p) return;
   st_threadpool_destroy(p->pool);
+  free(p->log);
   for (int s = 0; s < p->S; s++) st__pipe_stage_destroy(p->m, p->stages[s]);
   pthread_mutex_destroy(&p->mu);
   pthread_cond_destroy(&p->cv);
@@ -148,6 +154,8 @@ static st_status pp_attach(st_strategy *s, st_net *m) {
   p->M = s->opts.micro_batches ? s->opts.micro_batches : S;
   p->sched = s->opts.pipeline_schedule;
   p->first = st__pipe_first_trainable(m);
+  p->log = malloc(sizeof(int) * 2 * (size_t)S * (size_t)p->M);
+  if (!p->log) st = st_error(ST_ERR_NOMEM, "pipeline: out of memory");
   for (int i = 0; i < S && st == ST_OK; i++) {
     int slots = p->sched == ST_PIPELINE_GPIPE ? p->M : (S - i < p->M ? S - i : p->M);
     st = st__pipe_stage_create(m, i, first[i], i + 1 < S ? first[i + 1] : m->nlayers, slots,
@@ -206,6 +214,7 @@ static void run_forward(pp_state *p, int s, int k) {
     if (s == p->S - 1) st__step_metrics(m, out, p->b->y + (size_t)start * ys, n, &p->stats);
   }
   st->busy += st_now_seconds() - t0;
+  p->log[(size_t)s * 2 * (size_t)p->M + (size_t)p->nlog[s]++] = k + 1;
   mark_done(p, &p->fwd_done[s]);
 }
 
@@ -232,9 +241,9 @@ static void run_backward(pp_state *p, int s, int k) {
   const float *x = s == 0 ? p->b->x + (size_t)start * st_shape_size(m->input_shape)
                           : st__pipe_stage_out(p->stages[s - 1], k % p->stages[s - 1]->nslots);
   if (n) st__pipe_stage_backward(m, st, slot, k, k > 0, x, dy, n, dx, p->first, m->step);
-  else if (st->np) m->be->fill(st->ctx, st->np, 0.0f, k ? st->dw : st->grads);
-  if (k > 0 && st->np) m->be->axpy(st->ctx, st->np, 1.0f, st->dw, st->grads);
+  else st__pipe_stage_no_examples(m, st, k);
   st->busy += st_now_seconds() - t0;
+  p->log[(size_t)s * 2 * (size_t)p->M + (size_t)p->nlog[s]++] = -(k + 1);
   mark_done(p, &p->bwd_done[s]);
 }
 
@@ -272,6 +281,7 @@ static st_status pp_train_step(st_strategy *s, st_net *m, const st_batch *b,
   memset(&p->stats, 0, sizeof p->stats);
   memset(p->fwd_done, 0, sizeof p->fwd_done);
   memset(p->bwd_done, 0, sizeof p->bwd_done);
+  memset(p->nlog, 0, sizeof p->nlog);
   p->b = b;
   double t0 = st_now_seconds();
   unsigned fp = st__ftz_enter();
@@ -279,6 +289,9 @@ static st_status pp_train_step(st_strategy *s, st_net *m, const st_batch *b,
   else stage_task(p, 0);
   st__ftz_leave(fp);
   p->step_seconds += st_now_seconds() - t0;
+  st_status rs = st__pipe_replay(p->S, p->M, p->log, p->idle, p->in_flight);
+  if (rs != ST_OK) return rs;
+  p->replayed = true;
   st__step_stats_add(out, &p->stats);
   m->step++;
   return ST_OK;
@@ -319,6 +332,11 @@ static st_status pp_eval_step(st_strategy *s, st_net *m, const st_batch *b,
 
 /* The stages use the net's buffers (each its own range): nothing to move. */
 static void pp_sync(st_strategy *s, st_net *m) { (void)s, (void)m; }
+/* Across processes: after a restore or load wrote every variable, keep only
+ * the stage's share in memory. */
+static void pp_sync_from(st_strategy *s, st_net *m) {
+  if (s->cluster) st__pipeline_procs_keep_share(s, m);
+}
 
 int st_strategy_pipeline_stages(const st_strategy *s) {
   if (!s || s->vt != &st__pipeline_vtable || !s->impl) return 0;
@@ -344,6 +362,8 @@ st_status st_strategy_pipeline_stage_stats(const st_strategy *s, int i,
   out->step_seconds = p->step_seconds;
   out->bubble_fraction = p->step_seconds > 0 ? 1.0 - st->busy / p->step_seconds : 0.0;
   if (out->bubble_fraction < 0) out->bubble_fraction = 0;
+  out->schedule_bubble = p->replayed ? p->idle[i] : -1.0;
+  out->max_in_flight = p->replayed ? p->in_flight[i] : 0;
   return ST_OK;
 }
 
@@ -354,5 +374,5 @@ const st_strategy_vtable st__pipeline_vtable = {
     .train_step = pp_train_step,
     .eval_step = pp_eval_step,
     .sync_to_model = pp_sync,
-    .sync_from_model = pp_sync,
+    .sync_from_model = pp_sync_from,
 };

@@ -21,7 +21,8 @@ typedef struct st_pipe_stage {
   int nslots;              /* micro-batches in flight at most */
   int cap;                 /* examples each slot's buffers hold */
   float *grads;            /* [np] sum over the micro-batches */
-  float *dw;               /* [np] one micro-batch's gradient (k > 0) */
+  float *dw;               /* one micro-batch's gradient of one layer (k > 0),
+                              added to grads layer by layer: [largest layer] */
   float **acts;            /* [nslots * (hi-lo)]: [cap, out_i] */
   float **caches;          /* [nslots * (hi-lo)]: [cap * cache_per_example_i] */
   float **recv;            /* [nslots]: [cap, out of layer hi-1], the gradient
@@ -60,13 +61,17 @@ static inline float *st__pipe_stage_out(const st_pipe_stage *st, int slot) {
 const float *st__pipe_stage_forward(const st_net *m, st_pipe_stage *st, int slot, int mb,
                                     const float *x, int n, bool training, int64_t step);
 /* Backward of micro-batch mb (the dropout key) from dy [n, out] (clobbered):
- * gradients of its variables into grads, or dw when to_dw (the caller adds
- * them: every micro-batch after the first), and, when dx is
+ * gradients of its variables into grads, or, when to_dw (every micro-batch
+ * after the first), each layer's into dw then added to grads (elementwise:
+ * the sums one device's threads make), and, when dx is
  * not NULL, the gradient of its input into dx. Layers before `first`
  * (the net's first layer with a trainable variable) are skipped. */
 void st__pipe_stage_backward(const st_net *m, st_pipe_stage *st, int slot, int mb,
                              bool to_dw, const float *x, float *dy, int n, float *dx, int first,
                              int64_t step);
+
+/* Micro-batch k had no examples: zero gradients (k == 0) or zeros added. */
+void st__pipe_stage_no_examples(const st_net *m, st_pipe_stage *st, int k);
 
 /* pipeline_procs.c: the strategy across the processes of an MPI job (stage
  * = rank / replicas), used by pipeline.c when the strategy has a cluster. */
@@ -76,8 +81,16 @@ st_status st__pipeline_procs_train_step(st_strategy *s, st_net *m, const st_batc
                                         st_step_stats *out);
 st_status st__pipeline_procs_eval_step(st_strategy *s, st_net *m, const st_batch *b,
                                        st_step_stats *out, float *pred);
+/* A net whose whole layout was committed (gather, expose): give back all
+ * but the stage's share (base/vmem.h). */
+void st__pipeline_procs_keep_share(st_strategy *s, st_net *m);
 /* Stage i's figures as its first replica reported them at the last step. */
 st_status st__pipeline_procs_stats(const st_strategy *s, int i, st_pipeline_stage_stats *out);
+/* pipeline_sched.c: replay the passes each stage ran (log[s*2M + i]: the
+ * i-th pass of stage s, k+1 for forward k, -(k+1) for backward k) on a
+ * logical clock of one unit per pass; idle[s] = 1 - 2M / makespan,
+ * in_flight[s] = the most micro-batches stage s held at once. */
+st_status st__pipe_replay(int S, int M, const int *log, double *idle, int *in_flight);
 /* The net's first layer with a trainable variable (nlayers when none). */
 int st__pipe_first_trainable(const st_net *m);
 

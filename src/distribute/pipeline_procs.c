@@ -12,19 +12,29 @@
  * replica order) its gradients and average its non-trainable state, then
  * each applies the optimizer to the stage's variables and slots.
  *
- * Every process holds the whole net's buffers (compile allocates them) but
- * computes, updates and keeps current only its stage's range; after each
- * step the first replica of every stage sends that range (variables, state,
- * slots) to rank 0, the chief, which therefore holds the whole model for
- * --save, checkpoints and backups. The loss and metric sums of the last
- * stage's replicas and every stage's figures are all-gathered, so fit and
- * its callbacks see the same numbers on every process. */
+ * Memory: a process holds only its stage's share. compile calls place_vars
+ * (below) instead of allocating: the net's variables, state and optimizer
+ * slots are reserved address space (base/vmem.h: every offset stays valid)
+ * of which only the stage's ranges are memory, initialised with the values
+ * one device gives them (st__net_init_layers). Nothing is gathered while
+ * training. --save and checkpoints (ModelCheckpoint, backups) are written
+ * by the chief as the tensors arrive: every other stage's first replica
+ * sends its variables (and slots) one tensor at a time (send_vars /
+ * recv_var), so the chief holds one tensor of another stage at a time; the
+ * files are the bytes one process writes. get_weights (gather_vars)
+ * broadcasts every stage's variables to every process, whose whole layout
+ * is then memory until the next step. A restore or load commits the whole
+ * layout on every process (expose_vars) and sync_from_model keeps the share.
+ * The loss and metric sums of the last stage's replicas and every stage's
+ * figures are all-gathered, so fit and its callbacks see the same numbers on
+ * every process. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/fpenv.h"
 #include "base/split.h"
+#include "base/vmem.h"
 #include "distribute/collective/collective.h"
 #include "distribute/pipeline.h"
 
@@ -38,6 +48,12 @@ typedef struct procs {
   int act_send[ST_MAX_REPLICAS * 64], dx_send[ST_MAX_REPLICAS * 64]; /* [nslots] handles */
   double step_seconds;
   st_pipeline_stage_stats table[ST_MAX_REPLICAS];
+  bool gathered;                             /* the whole layout is memory */
+  int *log, nlog;                            /* [2M] the passes this stage ran */
+  float *all_log;                            /* [P * 2M]: every process's */
+  double idle[ST_MAX_REPLICAS];
+  int in_flight[ST_MAX_REPLICAS];
+  bool replayed;
   /* the current step */
   const st_batch *b;
   int share_start, share;                    /* this replica's examples */
@@ -45,6 +61,7 @@ typedef struct procs {
 } procs;
 
 enum { MAX_SLOTS = ST_MAX_REPLICAS * 64 };
+enum { MAX_LOGGED = 4096 }; /* micro-batches up to which the schedule is replayed */
 
 /* ---- life ------------------------------------------------------------- */
 
@@ -55,6 +72,8 @@ static void free_procs(procs *p, const st_net *m, const char *why) {
   st__collective_destroy(p->world);
   st__collective_destroy(p->p2p);
   st__pipe_stage_destroy(m, p->st);
+  free(p->log);
+  free(p->all_log);
   free(p);
 }
 
@@ -91,6 +110,12 @@ st_status st__pipeline_procs_attach(st_strategy *s, st_net *m) {
     goto fail;
   }
   for (int i = 0; i < MAX_SLOTS; i++) p->act_send[i] = p->dx_send[i] = -1;
+  p->log = malloc(sizeof(int) * 2 * (size_t)p->M);
+  p->all_log = p->M <= MAX_LOGGED ? malloc(sizeof(float) * 2 * (size_t)p->M * (size_t)P) : NULL;
+  if (!p->log || (p->M <= MAX_LOGGED && !p->all_log)) {
+    st = st_error(ST_ERR_NOMEM, "pipeline: out of memory");
+    goto fail;
+  }
   st = st__pipe_stage_create(m, p->stage, p->first_layer[p->stage], p->first_layer[p->stage + 1],
                              slots, p->stage == S - 1, true, &p->st);
   if (st == ST_OK) st = make_transports(p, s, m);
@@ -180,6 +205,7 @@ static st_status forward(procs *p, st_net *m, int k) {
   size_t ys = st_loss_is_sparse(m->loss) ? 1 : st__net_output_size(m);
   if (p->next < 0 && n) st__step_metrics(m, out, p->b->y + (size_t)start * ys, n, &p->stats);
   st->busy += st_now_seconds() - t0;
+  p->log[p->nlog++] = k + 1;
   if (p->next >= 0)
     s = send_to(p, out, (size_t)n * st_shape_size(m->layers[st->hi - 1]->out_shape), p->next,
                 &p->act_send[slot]);
@@ -215,9 +241,9 @@ static st_status backward(procs *p, st_net *m, int k) {
                                 : p->b->x + (size_t)start * st_shape_size(m->input_shape);
   if (n) st__pipe_stage_backward(m, st, slot, p->rep * p->M + k, k > 0, x, dy, n, dx, p->first,
                                   m->step);
-  else if (st->np) m->be->fill(st->ctx, st->np, 0.0f, k ? st->dw : st->grads);
-  if (k > 0 && st->np) m->be->axpy(st->ctx, st->np, 1.0f, st->dw, st->grads);
+  else st__pipe_stage_no_examples(m, st, k);
   st->busy += st_now_seconds() - t0;
+  p->log[p->nlog++] = -(k + 1);
   if (dx) s = send_to(p, dx, (size_t)n * in_size(m, st), p->prev, &p->dx_send[slot]);
   return s;
 }
@@ -226,6 +252,7 @@ static st_status backward(procs *p, st_net *m, int k) {
 static st_status run_schedule(procs *p, st_net *m) {
   int M = p->M, warm = p->sched == ST_PIPELINE_GPIPE ? M : (p->S - p->stage - 1 < M ? p->S - p->stage - 1 : M);
   st_status s = ST_OK;
+  p->nlog = 0;
   for (int k = 0; k < warm && s == ST_OK; k++) s = forward(p, m, k);
   for (int k = 0; k < M && s == ST_OK; k++) {
     if (k + warm < M) s = forward(p, m, k + warm);
@@ -257,41 +284,138 @@ static st_status reduce_apply(procs *p, st_net *m) {
   return ST_OK;
 }
 
-/* Stage i's buffers of the net, in the order they travel to rank 0. */
+/* Stage i's variables and state: the ranges gather_vars broadcasts. */
 static int stage_ranges(const procs *p, st_net *m, int i, float **ptr, size_t *len) {
   size_t po, pn, so, sn;
   st__pipe_var_range(m, p->first_layer[i], p->first_layer[i + 1], true, &po, &pn);
   st__pipe_var_range(m, p->first_layer[i], p->first_layer[i + 1], false, &so, &sn);
-  int k = 0;
-  ptr[k] = m->params + po, len[k++] = pn;
-  ptr[k] = m->state + so, len[k++] = sn;
-  for (int j = 0; j < m->n_slots; j++) ptr[k] = m->slots[j] + po, len[k++] = pn;
-  return k;
+  ptr[0] = m->params + po, len[0] = pn;
+  ptr[1] = m->state + so, len[1] = sn;
+  return 2;
 }
 
-/* The first replica of every stage sends its variables, state and slots to
- * rank 0 (which then holds the whole model). */
-static st_status gather_to_chief(procs *p, st_net *m) {
-  float *ptr[6];
-  size_t len[6];
-  st_status s = ST_OK;
-  if (p->rank == 0) {
-    for (int i = 1; i < p->S && s == ST_OK; i++) {
-      int n = stage_ranges(p, m, i, ptr, len);
-      for (int j = 0; j < n && s == ST_OK; j++) s = recv_from(p, ptr[j], len[j], i * p->D);
-    }
-  } else if (p->rep == 0) {
-    int n = stage_ranges(p, m, p->stage, ptr, len), h = -1;
-    for (int j = 0; j < n && s == ST_OK; j++) {
-      s = send_to(p, ptr[j], len[j], 0, &h);
-      if (s == ST_OK && (s = p->p2p->vt->wait(p->p2p, h)) != ST_OK) s = exchange_failed(p, s, 0, "sending to");
-      h = -1;
-    }
-  }
+/* Make the whole layout of the net's variables (and slots) memory. */
+static st_status commit_all(procs *p, st_net *m, bool with_slots) {
+  st_status s = st__vm_commit(m->params, m->n_params, 0, m->n_params, "the whole model's variables");
+  if (s == ST_OK) s = st__vm_commit(m->state, m->n_state, 0, m->n_state, "the whole model's state");
+  for (int j = 0; s == ST_OK && with_slots && j < m->n_slots; j++)
+    s = st__vm_commit(m->slots[j], m->n_params, 0, m->n_params, "the whole model's optimizer slots");
+  p->gathered = true;
   return s;
 }
 
-enum { REC = 16 }; /* floats per process in the all-gathered record */
+void st__pipeline_procs_keep_share(st_strategy *s, st_net *m) {
+  procs *p = s->impl;
+  if (!p || !p->gathered || !m->reserved) return;
+  st__vm_keep_only(m->params, m->n_params, m->own_p, m->own_np);
+  st__vm_keep_only(m->state, m->n_state, m->own_s, m->own_ns);
+  for (int j = 0; j < m->n_slots; j++) st__vm_keep_only(m->slots[j], m->n_params, m->own_p, m->own_np);
+  p->gathered = false;
+}
+
+/* place_vars (strategy.h): reserve the layout, commit and initialise the
+ * share of this process's stage. */
+static st_status procs_place_vars(st_strategy *s, st_net *m) {
+  int S = s->pipeline_stages, D = st__cluster_size(s->cluster) / S, first[ST_MAX_REPLICAS + 1];
+  int stage = st__cluster_rank(s->cluster) / D;
+  st_status st = st__pipe_partition(m, S, s->pipeline_bounds, first);
+  if (st != ST_OK) return st;
+  first[S] = m->nlayers;
+  int lo = first[stage], hi = first[stage + 1];
+  st__pipe_var_range(m, lo, hi, true, &m->own_p, &m->own_np);
+  st__pipe_var_range(m, lo, hi, false, &m->own_s, &m->own_ns);
+  m->reserved = true;
+  m->n_slots = st_optimizer_slot_count(&m->optimizer);
+  if (!(m->params = st__vm_reserve(m->n_params, "the variables")) ||
+      !(m->state = st__vm_reserve(m->n_state, "the state")))
+    return ST_ERR_NOMEM;
+  for (int j = 0; j < 4; j++)
+    if (!(m->slots[j] = st__vm_reserve(m->n_params, "the optimizer slots"))) return ST_ERR_NOMEM;
+  char what[160];
+  snprintf(what, sizeof what, "pipeline stage %d's variables (layers %d..%d, %zu parameters, "
+           "%d optimizer slots)", stage, lo, hi - 1, m->own_np, m->n_slots);
+  st = st__vm_commit(m->params, m->n_params, m->own_p, m->own_np, what);
+  if (st == ST_OK) st = st__vm_commit(m->state, m->n_state, m->own_s, m->own_ns, what);
+  for (int j = 0; st == ST_OK && j < m->n_slots; j++)
+    st = st__vm_commit(m->slots[j], m->n_params, m->own_p, m->own_np, what);
+  if (st != ST_OK) return st_error_prefix(st, "compile: ");
+  st__net_init_layers(m, lo, hi, m->params, m->state);
+  return ST_OK;
+}
+
+/* gather_vars (strategy.h): the first replica of every stage broadcasts its
+ * variables and state. */
+static st_status procs_gather_vars(st_strategy *s, st_net *m) {
+  procs *p = s->impl;
+  if (!p) return st_error(ST_ERR_INVALID, "pipeline: the strategy is not attached");
+  float *ptr[2];
+  size_t len[2];
+  st_status st = commit_all(p, m, false);
+  for (int i = 0; i < p->S && st == ST_OK; i++) {
+    int n = stage_ranges(p, m, i, ptr, len);
+    for (int j = 0; j < n && st == ST_OK; j++)
+      if (len[j]) st = p->world->vt->broadcast(p->world, p->world->self, ptr[j], len[j], i * p->D);
+  }
+  return st;
+}
+
+/* expose_vars (strategy.h). */
+static st_status procs_expose_vars(st_strategy *s, st_net *m) {
+  procs *p = s->impl;
+  if (!p) return st_error(ST_ERR_INVALID, "pipeline: the strategy is not attached");
+  return commit_all(p, m, true);
+}
+
+/* One variable (slot -1) or optimizer slot of this process's net. */
+static float *var_of(st_net *m, int layer, int param, int slot) {
+  const st_layer *l = m->layers[layer];
+  return slot < 0 ? st__var_ptr(l, param, m->params, m->state)
+                  : m->slots[slot] + l->params[param].offset;
+}
+
+/* send_vars (strategy.h). */
+static st_status procs_send_vars(st_strategy *s, st_net *m, bool with_slots) {
+  procs *p = s->impl;
+  if (!p) return st_error(ST_ERR_INVALID, "pipeline: the strategy is not attached");
+  if (p->rank == 0 || p->rep) return ST_OK;
+  st_status st = ST_OK;
+  for (int k = -1; k < (with_slots ? m->n_slots : 0); k++)
+    for (int i = p->st->lo; i < p->st->hi && st == ST_OK; i++)
+      for (int q = 0; q < m->layers[i]->nparams && st == ST_OK; q++) {
+        const st_layer *l = m->layers[i];
+        if (k >= 0 && !l->params[q].trainable) continue;
+        int h = -1;
+        st = send_to(p, var_of(m, i, q, k), st_shape_size(l->params[q].shape), 0, &h);
+        if (st == ST_OK && (st = p->p2p->vt->wait(p->p2p, h)) != ST_OK)
+          st = exchange_failed(p, st, 0, "sending to");
+      }
+  return st;
+}
+
+/* recv_var (strategy.h). */
+static st_status procs_recv_var(st_strategy *s, st_net *m, int layer, int param, int slot,
+                                float *buf, const float **data) {
+  procs *p = s->impl;
+  if (!p) return st_error(ST_ERR_INVALID, "pipeline: the strategy is not attached");
+  if (layer < p->st->hi) { /* the chief's own stage */
+    *data = var_of(m, layer, param, slot);
+    return ST_OK;
+  }
+  int stage = 0;
+  while (layer >= p->first_layer[stage + 1]) stage++;
+  *data = buf;
+  return recv_from(p, buf, st_shape_size(m->layers[layer]->params[param].shape), stage * p->D);
+}
+
+void st__pipeline_procs_hooks(st_strategy *s) {
+  s->place_vars = procs_place_vars;
+  s->gather_vars = procs_gather_vars;
+  s->expose_vars = procs_expose_vars;
+  s->send_vars = procs_send_vars;
+  s->recv_var = procs_recv_var;
+}
+
+enum { REC = 18 }; /* floats per process in the all-gathered record */
 
 static void put(float *rec, int at, const void *v) { memcpy(rec + at, v, 8); }
 static void get(const float *rec, int at, void *v) { memcpy(v, rec + at, 8); }
@@ -307,6 +431,8 @@ static st_status share_stats(procs *p, st_step_stats *out, bool table) {
   put(rec, 4, &p->stats.correct), put(rec, 6, &p->stats.metric_count);
   put(rec, 8, &p->st->busy), put(rec, 10, &bytes), put(rec, 12, &params);
   rec[14] = (float)p->st->lo, rec[15] = (float)p->st->hi;
+  int64_t rss = (int64_t)st_peak_rss_bytes();
+  put(rec, 16, &rss);
   st_status s = p->world->vt->all_gather(p->world, p->world->self, rec, REC, all);
   for (int r = 0; s == ST_OK && r < p->S * p->D; r++) {
     const float *q = all + (size_t)r * REC;
@@ -320,6 +446,10 @@ static st_status share_stats(procs *p, st_step_stats *out, bool table) {
     get(q, 8, &t->busy_seconds), get(q, 10, &bytes), get(q, 12, &t->params);
     t->peak_bytes = (size_t)bytes;
     t->first_layer = (int)q[14], t->end_layer = (int)q[15];
+    get(q, 16, &rss);
+    t->peak_rss_bytes = (size_t)rss;
+    t->schedule_bubble = p->replayed ? p->idle[r / p->D] : -1.0;
+    t->max_in_flight = p->replayed ? p->in_flight[r / p->D] : 0;
     t->step_seconds = p->step_seconds;
     t->bubble_fraction = p->step_seconds > 0 ? 1.0 - t->busy_seconds / p->step_seconds : 0;
     if (t->bubble_fraction < 0) t->bubble_fraction = 0;
@@ -328,9 +458,28 @@ static st_status share_stats(procs *p, st_step_stats *out, bool table) {
   return s == ST_OK ? s : st_error_prefix(s, "pipeline stage %d (rank %d), step figures: ", p->stage, p->rank);
 }
 
+/* Every process's pass order to every process, replayed (pipeline_sched.c);
+ * skipped for more than MAX_LOGGED micro-batches. */
+static st_status replay(procs *p) {
+  if (!p->all_log) return ST_OK;
+  int M2 = 2 * p->M;
+  float *mine = malloc(sizeof(float) * (size_t)M2);
+  int *logs = malloc(sizeof(int) * (size_t)M2 * (size_t)p->S);
+  st_status s = mine && logs ? ST_OK : st_error(ST_ERR_NOMEM, "pipeline: out of memory");
+  for (int i = 0; s == ST_OK && i < M2; i++) mine[i] = (float)p->log[i];
+  if (s == ST_OK) s = p->world->vt->all_gather(p->world, p->world->self, mine, (size_t)M2, p->all_log);
+  for (int i = 0; s == ST_OK && i < p->S; i++) /* each stage's first replica */
+    for (int j = 0; j < M2; j++) logs[(size_t)i * (size_t)M2 + (size_t)j] = (int)p->all_log[(size_t)i * (size_t)p->D * (size_t)M2 + (size_t)j];
+  if (s == ST_OK) s = st__pipe_replay(p->S, p->M, logs, p->idle, p->in_flight);
+  if (s == ST_OK) p->replayed = true;
+  free(mine), free(logs);
+  return s == ST_OK ? s : st_error_prefix(s, "pipeline stage %d (rank %d), schedule: ", p->stage, p->rank);
+}
+
 st_status st__pipeline_procs_train_step(st_strategy *s, st_net *m, const st_batch *b,
                                         st_step_stats *out) {
   procs *p = s->impl;
+  st__pipeline_procs_keep_share(s, m); /* after a save: only the share again */
   st__split(b->size, p->D, p->rep, &p->share_start, &p->share);
   st_status st = st__pipe_stage_reserve(m, p->st, (p->share + p->M - 1) / p->M);
   if (st != ST_OK) return st;
@@ -342,7 +491,7 @@ st_status st__pipeline_procs_train_step(st_strategy *s, st_net *m, const st_batc
   if (st == ST_OK) st = reduce_apply(p, m);
   st__ftz_leave(fp);
   p->step_seconds += st_now_seconds() - t0;
-  if (st == ST_OK) st = gather_to_chief(p, m);
+  if (st == ST_OK) st = replay(p);
   if (st == ST_OK) st = share_stats(p, out, true);
   if (st == ST_OK) m->step++;
   return st;
@@ -354,6 +503,7 @@ st_status st__pipeline_procs_train_step(st_strategy *s, st_net *m, const st_batc
 st_status st__pipeline_procs_eval_step(st_strategy *s, st_net *m, const st_batch *b,
                                        st_step_stats *out, float *pred) {
   procs *p = s->impl;
+  st__pipeline_procs_keep_share(s, m);
   st_pipe_stage *st = p->st;
   int start0, share;
   st__split(b->size, p->D, p->rep, &start0, &share);

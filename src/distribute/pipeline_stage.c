@@ -150,6 +150,16 @@ static st_status alloc_slots(const st_net *m, st_pipe_stage *st, int cap) {
   return ST_OK;
 }
 
+/* The most trainable floats of one layer among [lo, hi): the size of dw. */
+static size_t largest_layer(const st_net *m, int lo, int hi) {
+  size_t mx = 0, off, n;
+  for (int i = lo; i < hi; i++) {
+    st__pipe_var_range(m, i, i + 1, true, &off, &n);
+    if (n > mx) mx = n;
+  }
+  return mx;
+}
+
 /* Bytes of the variables, slots and gradients: fixed for the stage's life. */
 static size_t fixed_bytes(const st_net *m, const st_pipe_stage *st) {
   return (st->np * (size_t)(1 + m->n_slots) + st->ns) * sizeof(float);
@@ -158,7 +168,8 @@ static size_t fixed_bytes(const st_net *m, const st_pipe_stage *st) {
 st_status st__pipe_stage_reserve(const st_net *m, st_pipe_stage *st, int cap) {
   if (cap <= st->cap) return ST_OK;
   free_slots(st);
-  st->buffer_bytes = fixed_bytes(m, st) + 2 * (st->np ? st->np : 1) * sizeof(float);
+  size_t dw = largest_layer(m, st->lo, st->hi);
+  st->buffer_bytes = fixed_bytes(m, st) + ((st->np ? st->np : 1) + (dw ? dw : 1)) * sizeof(float);
   st_status s = alloc_slots(m, st, cap);
   if (s != ST_OK) {
     free_slots(st);
@@ -205,14 +216,16 @@ st_status st__pipe_stage_create(const st_net *m, int index, int lo, int hi, int 
   st->in = extra ? calloc((size_t)nslots, sizeof *st->in) : NULL;
   st->dxs = extra ? calloc((size_t)nslots, sizeof *st->dxs) : NULL;
   if (!st->acts || !st->caches || (!last && !st->recv) || (extra && (!st->in || !st->dxs)) || !(st->grads = alloc_floats(st, st->np)) ||
-      !(st->dw = alloc_floats(st, st->np)))
+      !(st->dw = alloc_floats(st, largest_layer(m, lo, hi))))
     goto fail;
   if (st__pipe_stage_reserve(m, st, 1) != ST_OK) goto fail;
   *out = st;
   return ST_OK;
-fail:
+fail:;
+  size_t bytes = (st->np + largest_layer(m, lo, hi)) * sizeof(float);
   st__pipe_stage_destroy(m, st);
-  return st_error(ST_ERR_NOMEM, "pipeline stage %d: out of memory", index);
+  return st_error(ST_ERR_NOMEM, "pipeline stage %d (layers %d..%d): out of memory for its "
+                  "gradients and buffers (%zu bytes and more)", index, lo, hi - 1, bytes);
 }
 
 void st__pipe_stage_destroy(const st_net *m, st_pipe_stage *st) {
@@ -238,7 +251,7 @@ void st__pipe_stage_destroy(const st_net *m, st_pipe_stage *st) {
  * make_call, with the stage's buffers; dropout keyed as one device's slice
  * mb). Gradients go to dwbuf, indexed from the stage's first variable. */
 static st_layer_call stage_call(const st_net *m, st_pipe_stage *st, int i, int slot, int mb,
-                                int n, bool training, int64_t step, float *dwbuf) {
+                                int n, bool training, int64_t step, float *dwbuf, size_t base) {
   const st_layer *l = m->layers[i];
   st_layer_call c;
   memset(&c, 0, sizeof c);
@@ -253,7 +266,7 @@ static st_layer_call stage_call(const st_net *m, st_pipe_stage *st, int i, int s
   c.global_batch = n;
   for (int p = 0; p < l->nparams; p++) {
     c.w[p] = st__var_ptr(l, p, m->params, m->state);
-    c.dw[p] = l->params[p].trainable ? dwbuf + (l->params[p].offset - st->poff) : NULL;
+    c.dw[p] = l->params[p].trainable ? dwbuf + (l->params[p].offset - base) : NULL;
   }
   return c;
 }
@@ -264,7 +277,7 @@ const float *st__pipe_stage_forward(const st_net *m, st_pipe_stage *st, int slot
   float **acts = st->acts + (size_t)slot * (size_t)(st->hi - st->lo);
   const float *in = x;
   for (int i = st->lo; i < st->hi; i++) {
-    st_layer_call c = stage_call(m, st, i, slot, mb, n, training, step, st->grads);
+    st_layer_call c = stage_call(m, st, i, slot, mb, n, training, step, st->grads, st->poff);
     c.x = in;
     c.y = acts[i - st->lo];
     m->layers[i]->vt->forward(m->layers[i], &c);
@@ -277,16 +290,33 @@ void st__pipe_stage_backward(const st_net *m, st_pipe_stage *st, int slot, int m
                              bool to_dw, const float *x, float *dy, int n, float *dx, int first,
                              int64_t step) {
   float **acts = st->acts + (size_t)slot * (size_t)(st->hi - st->lo);
-  float *dwbuf = to_dw ? st->dw : st->grads;
   for (int i = st->hi - 1; i >= st->lo && i >= first; i--) {
     float *next = i == st->lo ? dx : (dy == st->dbuf[0] ? st->dbuf[1] : st->dbuf[0]);
-    st_layer_call c = stage_call(m, st, i, slot, mb, n, true, step, dwbuf);
+    size_t off, nv;
+    st__pipe_var_range(m, i, i + 1, true, &off, &nv);
+    st_layer_call c = to_dw ? stage_call(m, st, i, slot, mb, n, true, step, st->dw, off)
+                            : stage_call(m, st, i, slot, mb, n, true, step, st->grads, st->poff);
     c.x = i > st->lo ? acts[i - st->lo - 1] : x;
     c.y = acts[i - st->lo];
     c.dy = dy;
     c.dy_writable = true;
     c.dx = i > first ? next : NULL;
     m->layers[i]->vt->backward(m->layers[i], &c);
+    if (to_dw && nv) m->be->axpy(st->ctx, nv, 1.0f, st->dw, st->grads + (off - st->poff));
     dy = next;
+  }
+}
+
+void st__pipe_stage_no_examples(const st_net *m, st_pipe_stage *st, int k) {
+  if (!k) {
+    if (st->np) m->be->fill(st->ctx, st->np, 0.0f, st->grads);
+    return;
+  }
+  for (int i = st->lo; i < st->hi; i++) { /* add zeros, as a micro-batch of examples adds */
+    size_t off, nv;
+    st__pipe_var_range(m, i, i + 1, true, &off, &nv);
+    if (!nv) continue;
+    m->be->fill(st->ctx, nv, 0.0f, st->dw);
+    m->be->axpy(st->ctx, nv, 1.0f, st->dw, st->grads + (off - st->poff));
   }
 }

@@ -192,6 +192,7 @@ st_status st_strategy_create(const st_strategy_options *o, st_strategy **out) {
   st->cross_device_ops = cross;
   if (o->kind == ST_STRATEGY_PIPELINE) /* data-parallel copies of the pipeline */
     st->num_replicas = cluster ? st__cluster_size(cluster) / pipe_stages : 1;
+  if (o->kind == ST_STRATEGY_PIPELINE && cluster) st__pipeline_procs_hooks(st);
   *out = st;
   return ST_OK;
 }

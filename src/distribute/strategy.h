@@ -78,6 +78,29 @@ struct st_strategy {
    * checkpoint is written (a collective); the chief's net->slots then hold
    * every slot. */
   st_status (*gather_slots)(struct st_strategy *s, st_net *m);
+  /* Pipeline across processes (NULL otherwise; pipeline_procs.c).
+   * place_vars: compile calls it instead of allocating the net's variables:
+   * it reserves the whole layout and commits and initialises only this
+   * process's stage (st_net.reserved). gather_vars: a collective every
+   * process calls before reading every variable (get_weights): afterwards
+   * every process's net holds them all (the next step gives them back). expose_vars: local, before every variable
+   * of the net is written (restore, load): the whole layout becomes memory;
+   * sync_from_model then keeps the stage's share and gives the rest back. */
+  st_status (*place_vars)(struct st_strategy *s, st_net *m);
+  st_status (*gather_vars)(struct st_strategy *s, st_net *m);
+  st_status (*expose_vars)(struct st_strategy *s, st_net *m);
+  /* Pipeline across processes: save_weights streams the variables to the
+   * chief tensor by tensor, so it holds one tensor of another stage at a
+   * time (checkpoints too, with the slots). send_vars (every process but the
+   * chief): the first replica of each stage sends its layers' variables,
+   * layer by layer, each layer's parameters in order, then (with_slots) for
+   * each slot its trainable ones in the same order; the other replicas send
+   * nothing. recv_var (the chief, in that same order over the whole model):
+   * parameter p of layer l (slot -1) or its optimizer slot, the chief's own
+   * or received into buf (room for the largest variable). */
+  st_status (*send_vars)(struct st_strategy *s, st_net *m, bool with_slots);
+  st_status (*recv_var)(struct st_strategy *s, st_net *m, int layer, int param, int slot,
+                        float *buf, const float **data);
   /* Lifetime: models created with this strategy (st__strategy_hold) keep it
    * alive. st_strategy_destroy with models left only marks it destroyed
    * (those models then refuse their verbs); the last st__strategy_release
@@ -189,5 +212,7 @@ bool st__pipeline_launched(void);
 /* procs processes: *stages (0: one per process) must divide them; the
  * quotient is the data-parallel replicas of each stage. */
 st_status st__pipeline_check_processes(int procs, int *stages);
+/* Set the place/gather/expose hooks of a pipeline strategy with a cluster. */
+void st__pipeline_procs_hooks(st_strategy *s);
 
 #endif

@@ -185,7 +185,101 @@ static st_status simulate_crash(const char *tmp, int64_t budget) {
   return st_error(ST_ERR_IO, "%s: test hook: the write stopped part way", tmp);
 }
 
+/* ---- streamed (a pipeline across processes: strategy.h's recv_var) ---- */
+
+/* The tensors of one file: the variables (slot -1 each) or the slots, with
+ * where each comes from and its CRC32C once fetched. */
+typedef struct streamed {
+  st_model *m;
+  int n;
+  st_named_tensor *ts;
+  int *layer, *param, *slot;
+  uint32_t *crc;
+  float *buf; /* room for the largest variable */
+} streamed;
+
+static void streamed_free(streamed *x) {
+  free(x->ts), free(x->layer), free(x->param), free(x->slot), free(x->crc), free(x->buf);
+}
+
+static st_status streamed_make(st_model *m, bool slots, streamed *x) {
+  const st_net *n = &m->net;
+  int cap = st__model_var_count(m) * (slots ? (n->n_slots ? n->n_slots : 1) : 1) + 1, k = 0;
+  size_t big = 1;
+  memset(x, 0, sizeof *x);
+  x->m = m;
+  x->ts = calloc((size_t)cap, sizeof *x->ts);
+  x->layer = malloc(sizeof(int) * (size_t)cap), x->param = malloc(sizeof(int) * (size_t)cap);
+  x->slot = malloc(sizeof(int) * (size_t)cap), x->crc = calloc((size_t)cap, sizeof(uint32_t));
+  if (!x->ts || !x->layer || !x->param || !x->slot || !x->crc)
+    return st_error(ST_ERR_NOMEM, "checkpoint: out of memory");
+  for (int j = slots ? 0 : -1; j < (slots ? n->n_slots : 0); j++) /* file order: slot-major */
+    for (int i = 0; i < n->nlayers; i++)
+      for (int p = 0; p < n->layers[i]->nparams; p++) {
+        const st_layer *l = n->layers[i];
+        if (j >= 0 && !l->params[p].trainable) continue;
+        st__describe_var(l, p, &x->ts[k]);
+        if (j >= 0) {
+          size_t len = strlen(x->ts[k].name);
+          snprintf(x->ts[k].name + len, sizeof x->ts[k].name - len, "/%s", slot_name(m, j));
+        }
+        x->layer[k] = i, x->param[k] = p, x->slot[k++] = j;
+        if (st_shape_size(l->params[p].shape) > big) big = st_shape_size(l->params[p].shape);
+      }
+  x->n = k;
+  if (!(x->buf = malloc(big * sizeof(float)))) return st_error(ST_ERR_NOMEM, "checkpoint: out of memory");
+  return ST_OK;
+}
+
+static st_status streamed_fetch(void *arg, int k, const float **data) {
+  streamed *x = arg;
+  st_status s = x->m->strategy->recv_var(x->m->strategy, &x->m->net, x->layer[k], x->param[k],
+                                         x->slot[k], x->buf, data);
+  if (s == ST_OK)
+    x->crc[k] = st_crc32c(0, *data, st_shape_size(x->m->net.layers[x->layer[k]]->params[x->param[k]].shape) * sizeof(float));
+  return s;
+}
+
+static json_t *streamed_crcs(const streamed *x) {
+  json_t *o = json_object();
+  for (int i = 0; i < x->n; i++) json_object_set_new(o, x->ts[i].name, json_integer(x->crc[i]));
+  return o;
+}
+
+/* write_files' two tensor files, fetched tensor by tensor from the stages. */
+static st_status write_streamed(st_model *m, const char *tmp, json_t *state) {
+  streamed w, o;
+  char p[4200];
+  uint32_t wcrc = 0, ocrc = 0;
+  st_status s = streamed_make(m, false, &w);
+  if (s == ST_OK) s = streamed_make(m, true, &o);
+  if (s == ST_OK) {
+    snprintf(p, sizeof p, "%s/weights.safetensors", tmp);
+    s = st__safetensors_write_fetch(p, w.ts, w.n, NULL, NULL, 0, streamed_fetch, &w);
+  }
+  if (s == ST_OK) s = st__ckpt_file_crc(p, &wcrc);
+  if (s == ST_OK) {
+    snprintf(p, sizeof p, "%s/optimizer.safetensors", tmp);
+    s = st__safetensors_write_fetch(p, o.ts, o.n, NULL, NULL, 0, streamed_fetch, &o);
+  }
+  if (s == ST_OK) s = st__ckpt_file_crc(p, &ocrc);
+  if (s == ST_OK) {
+    json_object_set_new(state, "tensors", json_pack("{s:o, s:o}", "weights", streamed_crcs(&w),
+                                                    "optimizer", streamed_crcs(&o)));
+    json_object_set_new(state, "files", json_pack("{s:I, s:I}", "weights.safetensors",
+                                                  (json_int_t)wcrc, "optimizer.safetensors",
+                                                  (json_int_t)ocrc));
+    json_object_set_new(state, "state_crc32c", json_integer(st__ckpt_state_crc(state)));
+    snprintf(p, sizeof p, "%s/state.json", tmp);
+    s = write_json(p, state);
+  }
+  streamed_free(&w);
+  streamed_free(&o);
+  return s;
+}
+
 static st_status write_files(st_model *m, const char *tmp, json_t *state) {
+  if (m->strategy->recv_var) return write_streamed(m, tmp, state);
   int nv = st__model_var_count(m), ns = 0;
   st_named_tensor *vt = calloc((size_t)nv + 1, sizeof *vt), *stt = NULL;
   float *vblob = NULL, *sblob = NULL;
@@ -246,6 +340,8 @@ st_status st__checkpoint_save_at(st_model *m, const char *dir, const st_checkpoi
   st_status s = ST_OK;
   if (m->strategy->gather_slots) /* sharded slots: every worker takes part */
     if ((s = m->strategy->gather_slots(m->strategy, &m->net)) != ST_OK) return s;
+  if (m->strategy->send_vars && !st__strategy_is_chief(m->strategy)) /* pipeline: */
+    return m->strategy->send_vars(m->strategy, &m->net, true); /* the chief streams them */
   if (!st__strategy_is_chief(m->strategy)) return ST_OK; /* multi-worker: the chief writes */
   s = st__mkdir_p(dir);
   if (s != ST_OK) return s;

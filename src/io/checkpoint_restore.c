@@ -369,6 +369,7 @@ st_status st__checkpoint_restore_at(st_model *m, const char *dir, st_train_posit
   if (s == ST_OK) s = check_model(&L, m);
   position pos = {0};
   if (s == ST_OK) s = read_position(&L, &pos);
+  if (s == ST_OK && m->strategy->expose_vars) s = m->strategy->expose_vars(m->strategy, &m->net);
   if (s == ST_OK) s = stage_slots(m);
   if (s == ST_OK) { /* all checked: now the model changes */
     apply_vars(&L, m);

@@ -38,7 +38,7 @@ static uint64_t tensor_count(const st_named_tensor *t) {
 /* Check the caller's tensors: names unique, non-empty, not reserved; shapes
  * sane. Programmer-facing, so ST_ERR_INVALID. */
 static st_status check_write_args(const char *path, const st_named_tensor *t,
-                                  int n) {
+                                  int n, bool need_data) {
   for (int i = 0; i < n; i++) {
     const char *name = t[i].name;
     if (name[0] == '\0' || !memchr(name, '\0', sizeof t[i].name) ||
@@ -54,7 +54,7 @@ static st_status check_write_args(const char *path, const st_named_tensor *t,
           __builtin_mul_overflow(count, (uint64_t)t[i].dims[d], &count))
         return st_error(ST_ERR_INVALID, "%s: tensor '%s': bad dim %d = %lld",
                         path, name, d, (long long)t[i].dims[d]);
-    if (count > 0 && !t[i].data)
+    if (need_data && count > 0 && !t[i].data)
       return st_error(ST_ERR_INVALID, "%s: tensor '%s': NULL data", path, name);
     for (int j = 0; j < i; j++)
       if (strcmp(t[j].name, name) == 0)
@@ -144,7 +144,7 @@ st_status st__safetensors_write(const char *path, const st_named_tensor *t,
                                 const char *const *meta_values, int nmeta) {
   ST_ASSERT(path && n >= 0 && (n == 0 || t) && nmeta >= 0);
   ST_ASSERT(nmeta == 0 || (meta_keys && meta_values));
-  st_status s = check_write_args(path, t, n);
+  st_status s = check_write_args(path, t, n, true);
   if (s) return s;
   char *hdr = NULL;
   size_t hdr_len = 0;
@@ -155,6 +155,58 @@ st_status st__safetensors_write(const char *path, const st_named_tensor *t,
   s = st__atomic_open(&a, path);
   if (s == ST_OK) s = st__atomic_commit(&a, write_body(a.f, hdr, hdr_len, t, n) == 0 ? 0 : errno);
   free(hdr);
+  return s;
+}
+
+/* write_body with each tensor's data from fetch. */
+typedef struct fetch_body {
+  const char *hdr;
+  size_t hdr_len;
+  const st_named_tensor *t;
+  int n;
+  st_status (*fetch)(void *arg, int k, const float **data);
+  void *arg;
+  st_status failed; /* fetch's status, when it failed */
+} fetch_body;
+
+static int write_fetched(FILE *f, fetch_body *b) {
+  unsigned char len8[8];
+  for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)b->hdr_len >> (8 * i));
+  if (fwrite(len8, 1, 8, f) != 8 || fwrite(b->hdr, 1, b->hdr_len, f) != b->hdr_len) return -1;
+  for (int i = 0; i < b->n; i++) {
+    size_t count = (size_t)tensor_count(&b->t[i]);
+    const float *data = NULL;
+    if (!count) continue;
+    if ((b->failed = b->fetch(b->arg, i, &data)) != ST_OK) return 0;
+    if (fwrite(data, sizeof(float), count, f) != count) return -1;
+  }
+  return 0;
+}
+
+st_status st__safetensors_write_fetch(const char *path, const st_named_tensor *t, int n,
+                                      const char *const *meta_keys,
+                                      const char *const *meta_values, int nmeta,
+                                      st_status (*fetch)(void *arg, int k, const float **data),
+                                      void *arg) {
+  ST_ASSERT(path && n >= 0 && (n == 0 || t) && nmeta >= 0 && fetch);
+  ST_ASSERT(nmeta == 0 || (meta_keys && meta_values));
+  st_status s = check_write_args(path, t, n, false);
+  if (s) return s;
+  fetch_body b = {.t = t, .n = n, .fetch = fetch, .arg = arg};
+  s = build_header(path, t, n, meta_keys, meta_values, nmeta, (char **)&b.hdr, &b.hdr_len);
+  if (s) return s;
+  st__atomic_file a;
+  s = st__atomic_open(&a, path);
+  if (s == ST_OK) {
+    int rc = write_fetched(a.f, &b);
+    if (b.failed != ST_OK) {
+      st__atomic_abort(&a);
+      s = b.failed;
+    } else {
+      s = st__atomic_commit(&a, rc == 0 ? 0 : errno);
+    }
+  }
+  free((char *)b.hdr);
   return s;
 }
 

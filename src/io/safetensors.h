@@ -27,6 +27,16 @@ st_status st__safetensors_write(const char *path, const st_named_tensor *t,
                                 int n, const char *const *meta_keys,
                                 const char *const *meta_values, int nmeta);
 
+/* The same file, each tensor's data asked for as it is written (t[k].data
+ * unused): fetch(arg, k, &data) points data at tensor k's floats, borrowed
+ * until the next call. A failed fetch abandons the write (the file at path
+ * is untouched) with fetch's status. */
+st_status st__safetensors_write_fetch(const char *path, const st_named_tensor *t, int n,
+                                      const char *const *meta_keys,
+                                      const char *const *meta_values, int nmeta,
+                                      st_status (*fetch)(void *arg, int k, const float **data),
+                                      void *arg);
+
 typedef struct st_safetensors {
   int n;
   st_named_tensor *tensors; /* [n], in file order */

@@ -52,9 +52,50 @@ static st_status check_path_args(const st_model *m, const char *path, const char
   return ST_OK;
 }
 
+/* save_streamed's fetch: tensor k is parameter param[k] of layer layer[k]. */
+typedef struct streamed {
+  const st_model *m;
+  int *layer, *param;
+  float *buf;
+} streamed;
+
+static st_status fetch_var(void *arg, int k, const float **data) {
+  streamed *x = arg;
+  return x->m->strategy->recv_var(x->m->strategy, (st_net *)&x->m->net, x->layer[k], x->param[k],
+                                  -1, x->buf, data);
+}
+
+/* A pipeline across processes: every process calls it; the chief writes the
+ * file as its tensors arrive from their stages, one at a time (the bytes
+ * st__gather_vars gives). */
+static st_status save_streamed(const st_model *m, const char *path) {
+  if (!st__strategy_is_chief(m->strategy))
+    return m->strategy->send_vars(m->strategy, (st_net *)&m->net, false);
+  int n = st__model_var_count(m), k = 0;
+  size_t big = 1;
+  streamed x = {m, malloc(sizeof(int) * (size_t)(n + 1)), malloc(sizeof(int) * (size_t)(n + 1)), NULL};
+  st_named_tensor *ts = calloc((size_t)n + 1, sizeof *ts);
+  for (int i = 0; i < m->net.nlayers && ts && x.layer && x.param; i++)
+    for (int p = 0; p < m->net.layers[i]->nparams; p++, k++) {
+      st__describe_var(m->net.layers[i], p, &ts[k]);
+      x.layer[k] = i, x.param[k] = p;
+      size_t sz = st_shape_size(m->net.layers[i]->params[p].shape);
+      if (sz > big) big = sz;
+    }
+  x.buf = malloc(big * sizeof(float));
+  st_status s = ST_OK;
+  if (!ts || !x.layer || !x.param || !x.buf) s = st_error(ST_ERR_NOMEM, "save_weights: out of memory");
+  const char *keys[] = {"format", "model"};
+  const char *vals[] = {"strata", m->name};
+  if (s == ST_OK) s = st__safetensors_write_fetch(path, ts, n, keys, vals, 2, fetch_var, &x);
+  free(ts), free(x.layer), free(x.param), free(x.buf);
+  return s;
+}
+
 st_status st_model_save_weights(const st_model *m, const char *path) {
   st_status s0 = check_path_args(m, path, "st_model_save_weights");
   if (s0 != ST_OK) return s0;
+  if (m->strategy->recv_var) return save_streamed(m, path); /* pipeline across processes */
   m->strategy->vt->sync_to_model(m->strategy, (st_net *)&m->net);
   int n = st__model_var_count(m);
   st_named_tensor *ts = calloc((size_t)n + 1, sizeof *ts);
@@ -136,6 +177,7 @@ st_status st_model_load_weights(st_model *m, const char *path) {
     st__safetensors_free(&f);
     return s;
   }
+  if (s == ST_OK && m->strategy->expose_vars) s = m->strategy->expose_vars(m->strategy, &m->net);
   for (int i = 0; s == ST_OK && i < m->net.nlayers; i++)
     for (int p = 0; p < m->net.layers[i]->nparams; p++) {
       const st_layer *l = m->net.layers[i];
@@ -158,6 +200,9 @@ st_status st_model_get_weights(const st_model *m, float *out) {
   st_status s = st__model_check(m, "st_model_get_weights", true);
   if (s != ST_OK) return s;
   if (!out) return st_error(ST_ERR_INVALID, "st_model_get_weights: out is NULL");
+  if (m->strategy->gather_vars &&
+      (s = m->strategy->gather_vars(m->strategy, (st_net *)&m->net)) != ST_OK)
+    return s;
   m->strategy->vt->sync_to_model(m->strategy, (st_net *)&m->net);
   st__be_to_host(m->net.be_ctx, out, m->net.params, m->net.n_params * sizeof(float));
   st__be_to_host(m->net.be_ctx, out + m->net.n_params, m->net.state, m->net.n_state * sizeof(float));
@@ -168,6 +213,8 @@ st_status st_model_set_weights(st_model *m, const float *in) {
   st_status s = st__model_check(m, "st_model_set_weights", true);
   if (s != ST_OK) return s;
   if (!in) return st_error(ST_ERR_INVALID, "st_model_set_weights: in is NULL");
+  if (m->strategy->expose_vars && (s = m->strategy->expose_vars(m->strategy, &m->net)) != ST_OK)
+    return s;
   st__be_to_device(m->net.be_ctx, m->net.params, in, m->net.n_params * sizeof(float));
   st__be_to_device(m->net.be_ctx, m->net.state, in + m->net.n_params, m->net.n_state * sizeof(float));
   m->strategy->vt->sync_from_model(m->strategy, &m->net);

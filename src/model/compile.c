@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/vmem.h"
 #include "distribute/strategy.h"
 #include "model/model.h"
 
@@ -115,6 +116,32 @@ static void warn_loss_activation(const st_model *m, st_loss_kind loss) {
            loss == ST_LOSS_CE ? "ST_LOSS_CE_LOGITS" : "ST_LOSS_SPARSE_CE_LOGITS");
 }
 
+/* recompile of a net whose variables are reserved (a pipeline stage across
+ * processes, base/vmem.h): the four slot layouts stay reserved; the new
+ * optimizer's slots are the stage's share again, zero. */
+static st_status recompile_reserved(st_model *m, const st_compile_options *o) {
+  st_net *n = &m->net;
+  m->compile = *o;
+  n->optimizer = o->optimizer;
+  n->loss = o->loss;
+  n->nmetrics = o->nmetrics;
+  memcpy(n->metrics, o->metrics, sizeof n->metrics);
+  n->step = 0;
+  st__train_position_clear(&m->last_pos);
+  n->n_slots = st_optimizer_slot_count(&n->optimizer);
+  for (int i = 0; i < 4; i++) {
+    st__vm_keep_only(n->slots[i], n->n_params, 0, 0);
+    st_status s = i < n->n_slots ? st__vm_commit(n->slots[i], n->n_params, n->own_p, n->own_np,
+                                                 "the stage's optimizer slots")
+                                 : ST_OK;
+    if (s != ST_OK) return s;
+  }
+  st_status s = m->strategy->vt->attach(m->strategy, n);
+  if (s != ST_OK) return s;
+  m->compiled = true;
+  return ST_OK;
+}
+
 /* A second compile, as Keras's: new optimizer (fresh slots, iterations 0:
  * schedules and Adam's bias correction restart), loss and metrics; the
  * weights and BatchNorm statistics stay. The strategy is detached and
@@ -123,6 +150,7 @@ static st_status recompile(st_model *m, const st_compile_options *o) {
   st_net *n = &m->net;
   if (m->strategy->net == n) m->strategy->vt->detach(m->strategy);
   m->compiled = false;
+  if (n->reserved) return recompile_reserved(m, o);
   for (int i = 0; i < n->n_slots; i++) n->be->free(n->be_ctx, n->slots[i]);
   memset(n->slots, 0, sizeof n->slots); /* NULL: none staged (shard_optimizer) */
   m->compile = *o;
@@ -158,8 +186,22 @@ st_status st_model_compile(st_model *m, const st_compile_options *o) {
   m->net.nmetrics = o->nmetrics;
   memcpy(m->net.metrics, o->metrics, sizeof m->net.metrics);
   if ((s = pick_backend(&m->net)) != ST_OK) return s;
-  if ((s = alloc_vars(&m->net, m->strategy && m->strategy->opts.shard_optimizer)) != ST_OK)
-    return st_error(s, "compile: out of memory for %zu parameters", m->net.n_params);
+  if (m->strategy && m->strategy->place_vars) { /* a pipeline stage: its share */
+    if ((s = m->strategy->place_vars(m->strategy, &m->net)) != ST_OK) return s;
+  } else if ((s = alloc_vars(&m->net, m->strategy && m->strategy->opts.shard_optimizer)) != ST_OK)
+    return st_error(s, "compile: out of memory for %zu parameters (%zu bytes of variables and "
+                    "%d optimizer slots)", m->net.n_params,
+                    (m->net.n_params * (size_t)(1 + st_optimizer_slot_count(&m->net.optimizer)) +
+                     m->net.n_state) * sizeof(float), st_optimizer_slot_count(&m->net.optimizer));
+  if (m->pending_vars && m->net.reserved) { /* only the stage's share */
+    st__be_to_device(m->net.be_ctx, m->net.params + m->net.own_p,
+                     m->pending_vars + m->net.own_p, m->net.own_np * sizeof(float));
+    st__be_to_device(m->net.be_ctx, m->net.state + m->net.own_s,
+                     m->pending_vars + m->net.n_params + m->net.own_s,
+                     m->net.own_ns * sizeof(float));
+    free(m->pending_vars);
+    m->pending_vars = NULL;
+  }
   if (m->pending_vars) { /* st_model_load_weights before compile */
     st__be_to_device(m->net.be_ctx, m->net.params, m->pending_vars,
                      m->net.n_params * sizeof(float));
@@ -186,7 +228,12 @@ st_status st_model_compile(st_model *m, const st_compile_options *o) {
 static void free_net(st_net *m) {
   for (int i = 0; i < m->nlayers; i++) st__layer_free(m->layers[i]);
   free(m->layers);
-  if (m->be_ctx) {
+  if (m->be_ctx && m->reserved) {
+    st__vm_release(m->params, m->n_params);
+    st__vm_release(m->state, m->n_state);
+    for (int i = 0; i < 4; i++) st__vm_release(m->slots[i], m->n_params);
+    st_backend_ctx_destroy(m->be_ctx);
+  } else if (m->be_ctx) {
     m->be->free(m->be_ctx, m->params);
     m->be->free(m->be_ctx, m->state);
     for (int i = 0; i < m->n_slots; i++) m->be->free(m->be_ctx, m->slots[i]);

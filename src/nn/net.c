@@ -40,7 +40,11 @@ size_t st__net_max_activation(const st_net *m) {
 }
 
 void st__net_init_variables(const st_net *m, float *params, float *state) {
-  for (int i = 0; i < m->nlayers; i++) {
+  st__net_init_layers(m, 0, m->nlayers, params, state);
+}
+
+void st__net_init_layers(const st_net *m, int lo, int hi, float *params, float *state) {
+  for (int i = lo; i < hi; i++) {
     const st_layer *l = m->layers[i];
     for (int p = 0; p < l->nparams; p++) {
       st_rng rng = st_rng_make(m->seed, (uint64_t)i * ST_LAYER_MAX_PARAMS + (uint64_t)p);

@@ -40,6 +40,12 @@ typedef struct st_net {
   int nmetrics;
   st_metric_kind metrics[4];
   int64_t step;               /* optimizer updates applied so far */
+  /* Pipeline stage across processes (base/vmem.h): params, state and slots
+   * are reserved address space of which only the trainable floats
+   * [own_p, own_p + own_np) and the state floats [own_s, own_s + own_ns) are
+   * memory (its layers' share); false: backend allocations, all memory. */
+  bool reserved;
+  size_t own_p, own_np, own_s, own_ns;
 } st_net;
 
 /* ---- per-replica executor ---- */
@@ -112,6 +118,8 @@ bool st__net_uses_collectives(const st_net *m);
 /* Initialise params and state from the net seed (layer i, param p draws from
  * RNG stream i*ST_LAYER_MAX_PARAMS + p), on the host. */
 void st__net_init_variables(const st_net *m, float *params, float *state);
+/* The same for layers [lo, hi) only (the values st__net_init_variables gives them). */
+void st__net_init_layers(const st_net *m, int lo, int hi, float *params, float *state);
 /* The largest per-example activation size over input and all layers. */
 size_t st__net_max_activation(const st_net *m);
 
