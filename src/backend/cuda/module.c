@@ -43,6 +43,15 @@ static void check_launch(st__cuda_ctx *c, const char *kernel) {
 
 #define CTX(ctx) ((st__cuda_ctx *)(ctx)->impl)
 
+/* The context's state, with its device made current for this thread (a
+ * thread may drive contexts of several devices in turn; cudaSetDevice is
+ * cheap when the device is already current). */
+static st__cuda_ctx *use(st_backend_ctx *ctx) {
+  st__cuda_ctx *c = CTX(ctx);
+  st__cuda_ok(c, cudaSetDevice(c->device), "cudaSetDevice");
+  return c;
+}
+
 /* ---- contexts ------------------------------------------------------------- */
 
 static void cuda_ctx_destroy(void *impl) {
@@ -70,7 +79,7 @@ static st_status cuda_ctx_create(int device_index, int threads, void **impl) {
     e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
   cublasLtHandle_t lt = NULL;
   if (e == cudaSuccess && cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) {
-    free(c);
+    cuda_ctx_destroy(c);
     return st__cuda_host_fns.error(ST_ERR_INTERNAL, "gpu:%d: cublasLtCreate failed",
                                    device_index);
   }
@@ -105,13 +114,13 @@ static void *cuda_alloc(st_backend_ctx *ctx, size_t bytes) {
  * another stream can be given it. */
 static void cuda_free(st_backend_ctx *ctx, void *p) {
   if (!p) return;
-  st__cuda_ctx *c = CTX(ctx);
+  st__cuda_ctx *c = use(ctx);
   st__cuda_ok(c, cudaStreamSynchronize(c->stream), "cudaStreamSynchronize (free)");
   st__cuda_cache_free(c->cache, p);
 }
 
 static void cuda_to_device(st_backend_ctx *ctx, void *dst, const void *src, size_t bytes) {
-  st__cuda_ctx *c = CTX(ctx);
+  st__cuda_ctx *c = use(ctx);
   if (!bytes) return;
   /* From pageable memory the copy is staged by the driver and returns once
    * src may be reused, as the slot's contract needs. */
@@ -120,7 +129,7 @@ static void cuda_to_device(st_backend_ctx *ctx, void *dst, const void *src, size
 }
 
 static void cuda_to_host(st_backend_ctx *ctx, void *dst, const void *src, size_t bytes) {
-  st__cuda_ctx *c = CTX(ctx);
+  st__cuda_ctx *c = use(ctx);
   if (!bytes) return;
   if (st__cuda_ok(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream),
                   "cudaMemcpyAsync (to host)"))
@@ -128,7 +137,7 @@ static void cuda_to_host(st_backend_ctx *ctx, void *dst, const void *src, size_t
 }
 
 static void cuda_synchronize(st_backend_ctx *ctx) {
-  st__cuda_ctx *c = CTX(ctx);
+  st__cuda_ctx *c = use(ctx);
   st__cuda_ok(c, cudaStreamSynchronize(c->stream), "cudaStreamSynchronize");
 }
 
@@ -197,7 +206,7 @@ static void lt_gemm(st__cuda_ctx *c, bool ta, bool tb, int m, int n, int k, floa
 static void cuda_gemm(st_backend_ctx *ctx, bool ta, bool tb, int m, int n, int k, float alpha,
                       const float *a, int lda, const float *b, int ldb, float beta, float *cm,
                       int ldc) {
-  st__cuda_ctx *c = CTX(ctx);
+  st__cuda_ctx *c = use(ctx);
   if (m <= 0 || n <= 0) return;
   if (k <= 0 || alpha == 0.0f) { /* C = beta C, as the reference */
     st__cuda_scale_matrix(c->stream, m, n, beta, cm, ldc);
@@ -210,101 +219,101 @@ static void cuda_gemm(st_backend_ctx *ctx, bool ta, bool tb, int m, int n, int k
 /* ---- the other slots: one kernel each ------------------------------------- */
 
 static void cuda_axpy(st_backend_ctx *ctx, size_t n, float alpha, const float *x, float *y) {
-  st__cuda_axpy(CTX(ctx)->stream, n, alpha, x, y);
+  st__cuda_axpy(use(ctx)->stream, n, alpha, x, y);
   check_launch(CTX(ctx), "axpy");
 }
 static void cuda_scale(st_backend_ctx *ctx, size_t n, float alpha, float *x) {
-  st__cuda_scale(CTX(ctx)->stream, n, alpha, x);
+  st__cuda_scale(use(ctx)->stream, n, alpha, x);
   check_launch(CTX(ctx), "scale");
 }
 static void cuda_fill(st_backend_ctx *ctx, size_t n, float value, float *x) {
-  st__cuda_fill(CTX(ctx)->stream, n, value, x);
+  st__cuda_fill(use(ctx)->stream, n, value, x);
   check_launch(CTX(ctx), "fill");
 }
 static void cuda_bias_add(st_backend_ctx *ctx, int rows, int cols, const float *bias, float *y) {
-  st__cuda_bias_add(CTX(ctx)->stream, rows, cols, bias, y);
+  st__cuda_bias_add(use(ctx)->stream, rows, cols, bias, y);
   check_launch(CTX(ctx), "bias_add");
 }
 static void cuda_bias_grad(st_backend_ctx *ctx, int rows, int cols, const float *dy, float *db) {
-  st__cuda_bias_grad(CTX(ctx)->stream, rows, cols, dy, db);
+  st__cuda_bias_grad(use(ctx)->stream, rows, cols, dy, db);
   check_launch(CTX(ctx), "bias_grad");
 }
 static void cuda_act_forward(st_backend_ctx *ctx, st_activation act, int rows, int cols,
                              const float *x, float *y) {
-  st__cuda_act_forward(CTX(ctx)->stream, (int)act, rows, cols, x, y);
+  st__cuda_act_forward(use(ctx)->stream, (int)act, rows, cols, x, y);
   check_launch(CTX(ctx), "act_forward");
 }
 static void cuda_act_backward(st_backend_ctx *ctx, st_activation act, int rows, int cols,
                               const float *x, const float *y, const float *dy, float *dx) {
-  st__cuda_act_backward(CTX(ctx)->stream, (int)act, rows, cols, x, y, dy, dx);
+  st__cuda_act_backward(use(ctx)->stream, (int)act, rows, cols, x, y, dy, dx);
   check_launch(CTX(ctx), "act_backward");
 }
 static void cuda_im2col(st_backend_ctx *ctx, const st_conv_geom *g, const float *x, float *col) {
-  st__cuda_im2col(CTX(ctx)->stream, *g, x, col);
+  st__cuda_im2col(use(ctx)->stream, *g, x, col);
   check_launch(CTX(ctx), "im2col");
 }
 static void cuda_col2im(st_backend_ctx *ctx, const st_conv_geom *g, const float *col, float *dx) {
-  st__cuda_col2im(CTX(ctx)->stream, *g, col, dx);
+  st__cuda_col2im(use(ctx)->stream, *g, col, dx);
   check_launch(CTX(ctx), "col2im");
 }
 static void cuda_maxpool_forward(st_backend_ctx *ctx, const st_pool_geom *g, const float *x,
                                  float *y) {
-  st__cuda_maxpool_forward(CTX(ctx)->stream, *g, x, y);
+  st__cuda_maxpool_forward(use(ctx)->stream, *g, x, y);
   check_launch(CTX(ctx), "maxpool_forward");
 }
 static void cuda_maxpool_backward(st_backend_ctx *ctx, const st_pool_geom *g, const float *x,
                                   const float *y, const float *dy, float *dx) {
-  st__cuda_maxpool_backward(CTX(ctx)->stream, *g, x, dy, dx);
+  st__cuda_maxpool_backward(use(ctx)->stream, *g, x, dy, dx);
   check_launch(CTX(ctx), "maxpool_backward");
 }
 static void cuda_avgpool_forward(st_backend_ctx *ctx, const st_pool_geom *g, const float *x,
                                  float *y) {
-  st__cuda_avgpool_forward(CTX(ctx)->stream, *g, x, y);
+  st__cuda_avgpool_forward(use(ctx)->stream, *g, x, y);
   check_launch(CTX(ctx), "avgpool_forward");
 }
 static void cuda_avgpool_backward(st_backend_ctx *ctx, const st_pool_geom *g, const float *dy,
                                   float *dx) {
-  st__cuda_avgpool_backward(CTX(ctx)->stream, *g, dy, dx);
+  st__cuda_avgpool_backward(use(ctx)->stream, *g, dy, dx);
   check_launch(CTX(ctx), "avgpool_backward");
 }
 static void cuda_bn_train(st_backend_ctx *ctx, int rows, int c, const float *x,
                           const float *gamma, const float *beta, float eps, float *mean,
                           float *invstd, float *y) {
-  st__cuda_bn_train(CTX(ctx)->stream, rows, c, x, gamma, beta, eps, mean, invstd, y);
+  st__cuda_bn_train(use(ctx)->stream, rows, c, x, gamma, beta, eps, mean, invstd, y);
   check_launch(CTX(ctx), "batchnorm_forward_train");
 }
 static void cuda_bn_infer(st_backend_ctx *ctx, int rows, int c, const float *x,
                           const float *gamma, const float *beta, const float *mm,
                           const float *mv, float eps, float *y) {
-  st__cuda_bn_infer(CTX(ctx)->stream, rows, c, x, gamma, beta, mm, mv, eps, y);
+  st__cuda_bn_infer(use(ctx)->stream, rows, c, x, gamma, beta, mm, mv, eps, y);
   check_launch(CTX(ctx), "batchnorm_forward_infer");
 }
 static void cuda_bn_backward(st_backend_ctx *ctx, int rows, int c, const float *x,
                              const float *gamma, const float *mean, const float *invstd,
                              const float *dy, float *dx, float *dgamma, float *dbeta) {
-  st__cuda_bn_backward(CTX(ctx)->stream, rows, c, x, gamma, mean, invstd, dy, dx, dgamma,
+  st__cuda_bn_backward(use(ctx)->stream, rows, c, x, gamma, mean, invstd, dy, dx, dgamma,
                        dbeta);
   check_launch(CTX(ctx), "batchnorm_backward");
 }
 static void cuda_dropout_forward(st_backend_ctx *ctx, size_t n, float rate, uint64_t seed,
                                  uint64_t stream, const float *x, float *y) {
-  st__cuda_dropout(CTX(ctx)->stream, n, rate, seed, stream, x, y);
+  st__cuda_dropout(use(ctx)->stream, n, rate, seed, stream, x, y);
   check_launch(CTX(ctx), "dropout_forward");
 }
 static void cuda_dropout_backward(st_backend_ctx *ctx, size_t n, float rate, uint64_t seed,
                                   uint64_t stream, const float *dy, float *dx) {
-  st__cuda_dropout(CTX(ctx)->stream, n, rate, seed, stream, dy, dx);
+  st__cuda_dropout(use(ctx)->stream, n, rate, seed, stream, dy, dx);
   check_launch(CTX(ctx), "dropout_backward");
 }
 static void cuda_loss(st_backend_ctx *ctx, st_loss_kind kind, int rows, int cols,
                       const float *pred, const float *y, float scale, float *loss,
                       float *dpred) {
-  st__cuda_loss(CTX(ctx)->stream, (int)kind, rows, cols, pred, y, scale, loss, dpred);
+  st__cuda_loss(use(ctx)->stream, (int)kind, rows, cols, pred, y, scale, loss, dpred);
   check_launch(CTX(ctx), "loss");
 }
 static void cuda_sgd(st_backend_ctx *ctx, size_t n, float lr, float momentum, bool nesterov,
                      float *p, const float *g, float *v) {
-  st__cuda_sgd(CTX(ctx)->stream, n, lr, momentum, nesterov, p, g, v);
+  st__cuda_sgd(use(ctx)->stream, n, lr, momentum, nesterov, p, g, v);
   check_launch(CTX(ctx), "sgd_update");
 }
 /* alpha (the bias-corrected rate) in double on the host, as the reference. */
@@ -312,12 +321,12 @@ static void cuda_adam(st_backend_ctx *ctx, size_t n, float lr, float beta1, floa
                       float eps, float weight_decay, int64_t t, float *p, const float *g,
                       float *m, float *v) {
   double alpha = lr * sqrt(1.0 - pow(beta2, (double)t)) / (1.0 - pow(beta1, (double)t));
-  st__cuda_adam(CTX(ctx)->stream, n, alpha, lr, beta1, beta2, eps, weight_decay, p, g, m, v);
+  st__cuda_adam(use(ctx)->stream, n, alpha, lr, beta1, beta2, eps, weight_decay, p, g, m, v);
   check_launch(CTX(ctx), "adam_update");
 }
 static void cuda_rmsprop(st_backend_ctx *ctx, size_t n, float lr, float rho, float momentum,
                          float eps, float *p, const float *g, float *ms, float *mom) {
-  st__cuda_rmsprop(CTX(ctx)->stream, n, lr, rho, momentum, eps, p, g, ms, mom);
+  st__cuda_rmsprop(use(ctx)->stream, n, lr, rho, momentum, eps, p, g, ms, mom);
   check_launch(CTX(ctx), "rmsprop_update");
 }
 
