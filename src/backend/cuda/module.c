@@ -12,6 +12,7 @@
  * A context belongs to one thread at a time (backend/impl.h). */
 #include <cublasLt.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,6 +158,17 @@ static const char *lt_status(cublasStatus_t s) {
 
 /* ---- gemm through cuBLASLt ------------------------------------------------ */
 
+/* The alignment cuBLASLt may assume for a matrix at p with leading
+ * dimension ld floats: the largest power of two up to 256 dividing both the
+ * address and the row stride (views into flat buffers are often only 4-byte
+ * aligned; the default preference, 256, would pick kernels that need more). */
+static uint32_t align_of(const void *p, int ld) {
+  uintptr_t v = (uintptr_t)p | ((uintptr_t)ld * sizeof(float));
+  uint32_t a = 256;
+  while (a > 4 && (v & (a - 1))) a >>= 1;
+  return a;
+}
+
 /* Row-major C[m,n] = alpha op(A) op(B) + beta C is column-major
  * C^T[n,m] = alpha op(B)^T op(A)^T + beta C^T: cuBLASLt's A is our B and its
  * B our A, with the same transposes, each a column-major view of the
@@ -187,6 +199,12 @@ static void lt_gemm(st__cuda_ctx *c, bool ta, bool tb, int m, int n, int k, floa
   if (s == CUBLAS_STATUS_SUCCESS)
     s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                              &ws, sizeof ws);
+  uint32_t al[4] = {align_of(b, ldb), align_of(a, lda), align_of(cm, ldc), align_of(cm, ldc)};
+  static const cublasLtMatmulPreferenceAttributes_t al_attr[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; i++)
+    s = cublasLtMatmulPreferenceSetAttribute(pref, al_attr[i], &al[i], sizeof al[i]);
   cublasLtMatmulHeuristicResult_t h;
   int found = 0;
   if (s == CUBLAS_STATUS_SUCCESS && (call = "cublasLtMatmulAlgoGetHeuristic", 1))
