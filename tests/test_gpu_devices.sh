@@ -5,7 +5,9 @@
 # built / not found, no driver (libcuda.so.1), no device (cudaGetDeviceCount),
 # index out of range (N of the count, logical GPUs included). The checks after
 # the driver use a stand-in module and an empty libcuda.so.1 (tests/fake_cuda/,
-# built into build/fake_cuda/). Also: --logical-gpus parsing, TensorFlow's
+# built into build/fake_cuda/); this build's real module is also loaded past
+# the empty libcuda.so.1, to show that it links, opens and hands over a complete
+# backend table. Also: --logical-gpus parsing, TensorFlow's
 # device spellings, and mirrored's default devices staying CPU without a GPU.
 # On a machine with an NVIDIA driver the rows that assume none are skipped.
 set -u
@@ -44,6 +46,20 @@ if [ $have_driver = 1 ]; then
 elif [ -f "$bin/libstrata_cuda.so" ]; then
   row "module built, no driver" 2 "device 'gpu:0': no NVIDIA driver: libcuda.so.1 cannot be loaded" -- "${M[@]}" gpu:0
   row "logical GPUs without a driver" 2 "logical_gpus 2 needs a GPU: no NVIDIA driver" -- "${M[@]}" cpu:0 --logical-gpus 2
+  # The real module past an empty libcuda.so.1: it loads (its CUDA libraries
+  # resolve, its entry point runs) and cudart's device query fails cleanly.
+  row "the real module loads; cudaGetDeviceCount answers" 2 \
+    "device 'gpu:0': no usable CUDA device: cudaGetDeviceCount failed: .*\(cuda[A-Za-z]+\)" \
+    "LD_LIBRARY_PATH=$fake" -- "${M[@]}" gpu:0
+  # ... and st_backend_get("cuda") returns its complete table (the conformance
+  # test gets past it to the device count, then skips).
+  LD_LIBRARY_PATH=$fake "$bin/test_cuda_backend" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  if [ $rc -eq 77 ] && grep -q "SKIP: no usable GPU: no usable CUDA device: cudaGetDeviceCount failed" "$tmp/err"; then
+    echo "ok - the real module's backend table loads (test_cuda_backend skips at the device count)"
+  else
+    echo "not ok - test_cuda_backend with the real module (exit $rc)"; sed 's/^/    /' "$tmp/err"; fail=1
+  fi
 else
   row "module not built" 2 "device 'gpu:0': this build of Strata has no CUDA backend" -- "${M[@]}" gpu:0
   row "logical GPUs without a module" 2 "logical_gpus 2 needs a GPU: this build of Strata has no CUDA backend" -- "${M[@]}" cpu:0 --logical-gpus 2
