@@ -20,8 +20,8 @@ fail=0
 [ -f "$fake/libstrata_fake_cuda.so" ] && [ -f "$fake/libcuda.so.1" ] ||
   { echo "skip: the stand-in CUDA module was not built ($fake)"; exit 77; }
 python3 "$src/tests/mkidx.py" "$tmp/good" || { echo "not ok - mkidx"; exit 1; }
-have_driver=0
-if ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '; then have_driver=1; fi
+have_driver=0 # libcuda.so.1 loadable as the loader would try it
+python3 -c 'import ctypes; ctypes.CDLL("libcuda.so.1")' 2>/dev/null && have_driver=1
 
 # row NAME EXIT PATTERN [ENV=VALUE ...] -- strata train arguments...
 row() {
@@ -67,7 +67,9 @@ fi
 # A module path that does not exist (past the driver check: the empty libcuda).
 row "module file missing" 2 "the CUDA backend module $tmp/none.so cannot be loaded" \
   STRATA_CUDA_MODULE="$tmp/none.so" "LD_LIBRARY_PATH=$fake" -- "${M[@]}" gpu:0
-# The stand-in module: device count 0, an error, 1 GPU.
+# The stand-in module: another interface number, device count 0, an error, 1 GPU.
+row "a module of another interface" 2 "module built for interface 999, this Strata has 1" \
+  "${F[@]}" STRATA_FAKE_ABI=999 -- "${M[@]}" gpu:0
 row "no device" 2 "device 'gpu:0': no CUDA device: cudaGetDeviceCount found 0 devices" \
   "${F[@]}" STRATA_FAKE_GPUS=0 -- "${M[@]}" gpu:0
 row "cudaGetDeviceCount fails" 2 "cudaGetDeviceCount failed: fake failure" \
