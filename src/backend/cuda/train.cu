@@ -8,19 +8,9 @@
 #include <stdint.h>
 
 #include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/launch.h"
 
-#define THREADS 256
 #define PROB_EPS 1e-7
-
-static unsigned blocks_for(size_t n) {
-  size_t b = (n + THREADS - 1) / THREADS;
-  return (unsigned)(b > 65535u * 8u ? 65535u * 8u : (b ? b : 1));
-}
-#define GRID_STRIDE(i, n) \
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
-       i += (size_t)gridDim.x * blockDim.x)
-#define LAUNCH(kernel, n, s, ...) \
-  do { if ((n) > 0) kernel<<<blocks_for(n), THREADS, 0, (s)>>>(__VA_ARGS__); } while (0)
 
 /* ---- batch normalization -------------------------------------------------- */
 
