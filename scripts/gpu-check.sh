@@ -40,6 +40,8 @@ check() {
   esac
 }
 check "conformance: every cuda slot vs the reference (test_cuda_backend)" "$b/test_cuda_backend"
+check "the same sources on the emulated runtime (test_cuda_emulated)" env STRATA_CLI="$b/strata" \
+  bash "$root/tests/test_cuda_emulated.sh"
 check "device checks (test_gpu_devices)" env STRATA_CLI="$b/strata" STRATA_SOURCE_DIR="$root" \
   bash "$root/tests/test_gpu_devices.sh"
 check "CPU suite unaffected (test_kernels, test_strategy)" bash -c "'$b/test_kernels' && '$b/test_strategy'"
