@@ -16,6 +16,7 @@ pkgs=(cmake make gcc pkg-config libopenblas-dev zlib1g-dev libjansson-dev datase
       openmpi-bin libopenmpi-dev python3
       protobuf-c-compiler libprotobuf-c-dev libzmq3-dev)
 pkgs+=(python3-dev python3-numpy python3-pytest) # the Python package strata and its tests (issue 14)
+pkgs+=(g++) # tests/cuda_emu: the CUDA module's kernels built as C++ host code (issue 16; skipped without)
 for arg in "$@"; do
   case "$arg" in
     --bench) pkgs+=(python3-torch python3-numpy) ;;

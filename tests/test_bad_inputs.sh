@@ -208,7 +208,7 @@ row D7 "--validation-split out of range" 2 "--validation-split: '1.5' is not a n
 row D7 "unknown strategy" 2 "--strategy: unknown strategy 'warp'" -- "${T[@]}" --data "$tmp/good" --strategy warp "${O[@]}"
 row D7 "a parameter_server chief without a cluster" 2 "TF_CONFIG is not set \(or give --cluster FILE --task TYPE:INDEX\)" \
   -- "${T[@]}" --data "$tmp/good" --strategy parameter_server --save "$out/prev.safetensors" --report "$out/new.json" --quiet
-row D7 "a device this build has not" 2 "device 'gpu:0': this build has no GPU backend" \
+row D7 "a GPU device (no module, driver or device here)" 2 "device 'gpu:0': (this build of Strata has no CUDA backend|no NVIDIA driver|no CUDA device)|devices 'gpu:0': the GPUs are there" \
   -- "${T[@]}" --data "$tmp/good" --strategy mirrored --devices gpu:0 "${O[@]}"
 row D7 "a device listed twice" 2 "'cpu:0' is listed twice" \
   -- "${T[@]}" --data "$tmp/good" --strategy mirrored --devices cpu:0,cpu:0 "${O[@]}"

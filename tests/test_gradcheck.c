@@ -554,7 +554,8 @@ static void test_backend_get(void) {
   const st_backend *got = NULL;
   CHECK_OK(st_backend_get("reference", &got));
   CHECK(got == be);
-  CHECK(st_backend_get("cuda", &got) == ST_ERR_NOT_BUILT);
+  st_status s = st_backend_get("cuda", &got); /* ST_OK only where the module and a driver are */
+  CHECK(s == ST_OK || s == ST_ERR_NOT_BUILT);
   CHECK(st_backend_get("tpu", &got) == ST_ERR_INVALID);
 }
 static void test_dy_kept(void) {

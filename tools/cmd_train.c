@@ -28,6 +28,7 @@ static cli_opt train_opts[] = {
     {"--strategy", "NAME", "one_device (default), mirrored, central_storage, multi_worker_mirrored (under mpirun) or pipeline (model parallel)", NULL},
     {"--devices", "LIST", "mirrored/central_storage/multi_worker_mirrored: (local) devices, e.g. cpu:0,cpu:1 (one replica each); pipeline: one stage each", NULL},
     {"--replicas", "N", "the same as a replica count (default: one per core; multi_worker_mirrored: 1 per worker)", NULL},
+    {"--logical-gpus", "N", "split each GPU into N logical GPUs (TensorFlow's logical devices); --devices gpu:0..gpu:(GPUs*N-1) name them", NULL},
     {"--cross-device-ops", "OPS", "mirrored: all_reduce (default) or reduction_to_one_device", NULL},
     {"--bytes-per-pack", "N", "mirrored: gradient pack size in bytes (default 4194304; 0 = one pack)", NULL},
     {"--no-overlap", NULL, "mirrored: all-reduce the packs after backward instead of during it", NULL},
@@ -98,6 +99,7 @@ typedef struct train_cfg {
   long shuffle_buffer;  /* -1 = not given */
   long parallel_reads;  /* --num-parallel-reads: 0 = not given, -1 = auto */
   const char *cache;    /* --cache FILE */
+  long logical_gpus;    /* --logical-gpus; 0 = not given */
 } train_cfg;
 
 /* Outputs of the right type, none an input or another output, backup and
@@ -293,6 +295,7 @@ static bool parse_train(const cli_opt *o, train_cfg *c) {
   if ((v = cli_get(o, NTRAIN, "--threads")) && !cli_int(cmd, "--threads", v, 1, 1024, &c->threads)) return false;
   if ((v = cli_get(o, NTRAIN, "--replicas")) && !cli_int(cmd, "--replicas", v, 1, ST_MAX_REPLICAS, &c->replicas)) return false;
   c->devices = cli_get(o, NTRAIN, "--devices");
+  if ((v = cli_get(o, NTRAIN, "--logical-gpus")) && !cli_int(cmd, "--logical-gpus", v, 1, ST_MAX_REPLICAS, &c->logical_gpus)) return false;
   c->cross_ops = cli_get(o, NTRAIN, "--cross-device-ops");
   c->bytes_per_pack = -1;
   if ((v = cli_get(o, NTRAIN, "--bytes-per-pack")) &&
@@ -570,6 +573,7 @@ static int run_train(const train_cfg *c) {
   st_strategy_options so = st_strategy_default_options(c->strategy);
   so.threads = (int)c->threads;
   so.devices = c->devices;
+  so.logical_gpus = (int)c->logical_gpus;
   so.replicas = (int)c->replicas;
   so.cross_device_ops = c->cross_ops;
   if (c->bytes_per_pack >= 0) so.bytes_per_pack = (size_t)c->bytes_per_pack;

@@ -121,6 +121,11 @@ typedef struct st_strategy_options {
    * Gradients are reduced after backward (no overlap, packs ignored); the
    * custom training loop (st_replica_apply_gradients) refuses it. */
   bool shard_optimizer;
+  /* Logical GPUs per physical GPU (TensorFlow's set_logical_device_
+   * configuration): `devices` gpu:0 .. gpu:(GPUs * logical_gpus - 1) then
+   * name them. 0 = unset; >= 1 needs a GPU (ST_ERR_NOT_BUILT or
+   * ST_ERR_INVALID saying what is missing otherwise). */
+  int logical_gpus;
 } st_strategy_options;
 /* The defaults noted above for a strategy of that kind. */
 st_strategy_options st_strategy_default_options(st_strategy_kind kind);

@@ -6,14 +6,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda.h"
 #include "backend/impl.h"
 
-/* "cuda" is listed so the user gets "not built" rather than "unknown". */
+/* "cuda": the module loaded at run time (cuda_load.c); its failures name what
+ * is missing (module not built, no driver, ...). */
 static st_status get_cuda(const st_backend **out) {
-  (void)out;
-  return st_error(ST_ERR_NOT_BUILT,
-                  "backend 'cuda' is not built into this Strata (no CUDA "
-                  "support compiled in); use 'cpu' or 'reference'");
+  const st__cuda_module *m = NULL;
+  st_status s = st__cuda_load(&m);
+  if (s != ST_OK) return st_error_prefix(s, "backend 'cuda': ");
+  if (!m->backend || !st__backend_table_complete(m->backend))
+    return st_error(ST_ERR_NOT_BUILT, "backend 'cuda': the loaded CUDA module has no complete "
+                    "backend table");
+  *out = m->backend;
+  return ST_OK;
 }
 
 static st_status get_cpu(const st_backend **out) {

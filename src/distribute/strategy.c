@@ -5,6 +5,7 @@
  * otherwise. */
 #include "distribute/collective/collective.h"
 #include "distribute/replica_group.h"
+#include "distribute/gpu_devices.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -55,22 +56,26 @@ st_strategy_options st_strategy_default_options(st_strategy_kind kind) {
   return o;
 }
 
-/* "cpu", "cpu:N" -> ST_OK; a GPU -> not built; anything else invalid. */
-static st_status check_device(const char *dev, int len) {
+/* "cpu", "cpu:N" -> ST_OK; a GPU -> checked by gpu_devices.c (logical: GPUs
+ * per physical GPU; *gpu set when it exists); anything else invalid. */
+static st_status check_device(const char *dev, int len, int logical, bool *gpu) {
   if ((len == 3 && !strncmp(dev, "cpu", 3)) || (len > 4 && !strncmp(dev, "cpu:", 4) &&
                                                 (int)strspn(dev + 4, "0123456789") == len - 4))
     return ST_OK;
-  if (!strncmp(dev, "gpu", 3) || !strncmp(dev, "cuda", 4))
-    return st_error(ST_ERR_NOT_BUILT, "device '%.*s': this build has no GPU backend", len, dev);
-  return st_error(ST_ERR_INVALID, "device '%.*s': expected cpu:N", len, dev);
+  bool is_gpu = false;
+  st_status s = st__gpu_device_check(dev, len, logical, &is_gpu);
+  if (is_gpu && s == ST_OK) *gpu = true;
+  if (is_gpu) return s;
+  return st_error(ST_ERR_INVALID, "device '%.*s': expected cpu:N or gpu:N", len, dev);
 }
 
 /* "cpu:0,cpu:1" -> 2 replicas; devices must be distinct. */
-static st_status count_devices(const char *list, int *n) {
+static st_status count_devices(const char *list, int logical, int *n) {
   *n = 0;
+  bool gpu = false;
   for (const char *p = list; *p;) {
     int len = (int)strcspn(p, ",");
-    st_status s = check_device(p, len);
+    st_status s = check_device(p, len, logical, &gpu);
     if (s != ST_OK) return s;
     for (const char *q = list; q < p; q += strcspn(q, ",") + 1)
       if ((int)strcspn(q, ",") == len && !strncmp(q, p, (size_t)len))
@@ -80,7 +85,7 @@ static st_status count_devices(const char *list, int *n) {
     if (*p == ',') p++;
   }
   if (*n == 0) return st_error(ST_ERR_INVALID, "devices '%s': no device given", list);
-  return ST_OK;
+  return gpu ? st__gpu_not_run_yet(list) : ST_OK;
 }
 
 /* Entries of a device list as count_devices walks it (a trailing comma ends
@@ -115,7 +120,7 @@ static st_status replica_count(const st_strategy_options *o, int *n) {
     return st_error(ST_ERR_INVALID, "strategy: give devices or replicas, not both");
   st_status s = check_replica_limit(o);
   if (s != ST_OK) return s;
-  if (o->devices) return count_devices(o->devices, n);
+  if (o->devices) return count_devices(o->devices, o->logical_gpus, n);
   *n = o->replicas ? o->replicas : st__cpu_count();
   if (*n > ST_MAX_REPLICAS) *n = ST_MAX_REPLICAS;
   return ST_OK;
@@ -130,10 +135,16 @@ st_status st_strategy_create(const st_strategy_options *o, st_strategy **out) {
   struct st_cluster *cluster = NULL;
   st_status s = ST_OK;
   int pipe_bounds[ST_MAX_REPLICAS], pipe_stages = 0;
+  s = st__logical_gpus_check(o);
+  if (s != ST_OK) return s;
   switch (o->kind) {
     case ST_STRATEGY_ONE_DEVICE:
       vt = &st__one_device_vtable;
-      if (o->device) s = check_device(o->device, (int)strlen(o->device));
+      if (o->device) {
+        bool gpu = false;
+        s = check_device(o->device, (int)strlen(o->device), o->logical_gpus, &gpu);
+        if (s == ST_OK && gpu) s = st__gpu_not_run_yet(o->device);
+      }
       break;
     case ST_STRATEGY_MIRRORED:
     case ST_STRATEGY_CENTRAL_STORAGE:

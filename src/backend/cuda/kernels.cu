@@ -1,0 +1,271 @@
+/* The CUDA backend's kernels (all but gemm, which is cuBLASLt in module.c),
+ * each the GPU form of the reference kernel of the same name
+ * (src/backend/reference.c), with the launchers cuda_internal.h declares.
+ * Determinism: no atomics anywhere; every reduction (bias and batch-norm
+ * gradients, softmax and loss rows, col2im, pooling backward) is done by one
+ * thread in a fixed order, gather-style, so results do not depend on
+ * scheduling. Row-wise math (softmax, losses, optimizer steps) is in double
+ * as in the reference. Simple one-thread-per-output kernels: correctness
+ * first; the fast forms (warp reductions, fused kernels) are open points of
+ * docs/GPU.md. */
+#include <math.h>
+#include <stdint.h>
+
+#include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/launch.h"
+
+/* ---- BLAS-like ------------------------------------------------------------ */
+
+__global__ void k_axpy(size_t n, float a, const float *x, float *y) { GRID_STRIDE(i, n) y[i] += a * x[i]; }
+__global__ void k_scale(size_t n, float a, float *x) { GRID_STRIDE(i, n) x[i] *= a; }
+__global__ void k_fill(size_t n, float v, float *x) { GRID_STRIDE(i, n) x[i] = v; }
+/* C[i, 0:n] *= beta; beta == 0 overwrites with 0 (NaNs vanish, BLAS rule). */
+__global__ void k_scale_matrix(int m, int n, float beta, float *c, int ldc) {
+  GRID_STRIDE(i, (size_t)m * n) {
+    float *p = c + (i / n) * (size_t)ldc + i % n;
+    *p = beta == 0.0f ? 0.0f : *p * beta;
+  }
+}
+
+extern "C" void st__cuda_axpy(cudaStream_t s, size_t n, float alpha, const float *x, float *y) {
+  LAUNCH(k_axpy, n, s, n, alpha, x, y);
+}
+extern "C" void st__cuda_scale(cudaStream_t s, size_t n, float alpha, float *x) {
+  LAUNCH(k_scale, n, s, n, alpha, x);
+}
+extern "C" void st__cuda_fill(cudaStream_t s, size_t n, float value, float *x) {
+  LAUNCH(k_fill, n, s, n, value, x);
+}
+extern "C" void st__cuda_scale_matrix(cudaStream_t s, int m, int n, float beta, float *c, int ldc) {
+  if (beta != 1.0f) LAUNCH(k_scale_matrix, (size_t)m * n, s, m, n, beta, c, ldc);
+}
+
+/* ---- bias and activations ------------------------------------------------- */
+
+__global__ void k_bias_add(int rows, int cols, const float *bias, float *y) {
+  GRID_STRIDE(i, (size_t)rows * cols) y[i] += bias[i % cols];
+}
+/* One thread per column, rows in order. */
+__global__ void k_bias_grad(int rows, int cols, const float *dy, float *db) {
+  GRID_STRIDE(j, (size_t)cols) {
+    double acc = 0.0;
+    for (int r = 0; r < rows; r++) acc += dy[(size_t)r * cols + j];
+    db[j] = (float)acc;
+  }
+}
+
+__device__ double act_scalar(int act, double x) {
+  switch (act) {
+    case ST_ACT_RELU: return x < 0.0 ? 0.0 : x;
+    case ST_ACT_SIGMOID: return x >= 0.0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x));
+    case ST_ACT_TANH: return tanh(x);
+    case ST_ACT_ELU: return x > 0.0 ? x : expm1(x);
+    case ST_ACT_GELU: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+    default: return x;
+  }
+}
+__device__ double act_deriv(int act, double x, double y) {
+  switch (act) {
+    case ST_ACT_RELU: return y > 0.0 ? 1.0 : 0.0;
+    case ST_ACT_SIGMOID: return y * (1.0 - y);
+    case ST_ACT_TANH: return 1.0 - y * y;
+    case ST_ACT_ELU: return y > 0.0 ? 1.0 : y + 1.0;
+    case ST_ACT_GELU:
+      return 0.5 * (1.0 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) * 0.39894228040143267794;
+    default: return 1.0;
+  }
+}
+__global__ void k_act_forward(int act, size_t n, const float *x, float *y) {
+  GRID_STRIDE(i, n) y[i] = (float)act_scalar(act, x[i]);
+}
+__global__ void k_softmax_forward(int rows, int cols, const float *x, float *y) {
+  GRID_STRIDE(r, (size_t)rows) {
+    const float *xr = x + r * cols;
+    float *yr = y + r * cols;
+    double mx = -INFINITY, sum = 0.0;
+    for (int j = 0; j < cols; j++) mx = fmax(mx, (double)xr[j]);
+    for (int j = 0; j < cols; j++) sum += exp((double)xr[j] - mx);
+    for (int j = 0; j < cols; j++) yr[j] = (float)(exp((double)xr[j] - mx) / sum);
+  }
+}
+__global__ void k_act_backward(int act, size_t n, const float *x, const float *y,
+                               const float *dy, float *dx) {
+  GRID_STRIDE(i, n) {
+    double xi = x ? x[i] : 0.0, yi = y ? y[i] : 0.0;
+    dx[i] = (float)((double)dy[i] * act_deriv(act, xi, yi));
+  }
+}
+__global__ void k_softmax_backward(int rows, int cols, const float *y, const float *dy,
+                                   float *dx) {
+  GRID_STRIDE(r, (size_t)rows) {
+    const float *yr = y + r * cols, *dyr = dy + r * cols;
+    float *dxr = dx + r * cols;
+    double dot = 0.0;
+    for (int j = 0; j < cols; j++) dot += (double)dyr[j] * yr[j];
+    for (int j = 0; j < cols; j++) dxr[j] = (float)((double)yr[j] * ((double)dyr[j] - dot));
+  }
+}
+
+extern "C" void st__cuda_bias_add(cudaStream_t s, int rows, int cols, const float *bias, float *y) {
+  LAUNCH(k_bias_add, (size_t)rows * cols, s, rows, cols, bias, y);
+}
+extern "C" void st__cuda_bias_grad(cudaStream_t s, int rows, int cols, const float *dy, float *db) {
+  LAUNCH(k_bias_grad, (size_t)cols, s, rows, cols, dy, db);
+}
+extern "C" void st__cuda_act_forward(cudaStream_t s, int act, int rows, int cols, const float *x,
+                                     float *y) {
+  if (act == ST_ACT_SOFTMAX) LAUNCH(k_softmax_forward, (size_t)rows, s, rows, cols, x, y);
+  else LAUNCH(k_act_forward, (size_t)rows * cols, s, act, (size_t)rows * cols, x, y);
+}
+extern "C" void st__cuda_act_backward(cudaStream_t s, int act, int rows, int cols, const float *x,
+                                      const float *y, const float *dy, float *dx) {
+  if (act == ST_ACT_SOFTMAX) LAUNCH(k_softmax_backward, (size_t)rows, s, rows, cols, y, dy, dx);
+  else LAUNCH(k_act_backward, (size_t)rows * cols, s, act, (size_t)rows * cols, x, y, dy, dx);
+}
+
+/* ---- convolution helpers -------------------------------------------------- */
+
+/* col[oh*ow, kh*kw*c]: one thread per element. */
+__global__ void k_im2col(st_conv_geom g, const float *x, float *col) {
+  size_t kc = (size_t)g.kh * g.kw * g.c;
+  GRID_STRIDE(i, (size_t)g.oh * g.ow * kc) {
+    size_t row = i / kc, rest = i % kc;
+    int oy = (int)(row / g.ow), ox = (int)(row % g.ow);
+    int ky = (int)(rest / ((size_t)g.kw * g.c)), kx = (int)(rest / g.c % g.kw),
+        ci = (int)(rest % g.c);
+    int iy = oy * g.sh - g.pad_top + ky, ix = ox * g.sw - g.pad_left + kx;
+    bool in = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
+    col[i] = in ? x[((size_t)iy * g.w + ix) * g.c + ci] : 0.0f;
+  }
+}
+/* dx[h,w,c] += the col entries that im2col read from it: one thread per dx
+ * element gathers them in (oy, ox) order (no scatter, no atomics). */
+__global__ void k_col2im(st_conv_geom g, const float *col, float *dx) {
+  size_t kc = (size_t)g.kh * g.kw * g.c;
+  GRID_STRIDE(i, (size_t)g.h * g.w * g.c) {
+    int ci = (int)(i % g.c), ix = (int)(i / g.c % g.w), iy = (int)(i / g.c / g.w);
+    float acc = 0.0f;
+    for (int ky = g.kh - 1; ky >= 0; ky--) {
+      int ty = iy + g.pad_top - ky;
+      if (ty < 0 || ty % g.sh || ty / g.sh >= g.oh) continue;
+      for (int kx = g.kw - 1; kx >= 0; kx--) {
+        int tx = ix + g.pad_left - kx;
+        if (tx < 0 || tx % g.sw || tx / g.sw >= g.ow) continue;
+        size_t row = (size_t)(ty / g.sh) * g.ow + tx / g.sw;
+        acc += col[row * kc + ((size_t)ky * g.kw + kx) * g.c + ci];
+      }
+    }
+    dx[i] += acc;
+  }
+}
+
+extern "C" void st__cuda_im2col(cudaStream_t s, st_conv_geom g, const float *x, float *col) {
+  LAUNCH(k_im2col, (size_t)g.oh * g.ow * g.kh * g.kw * g.c, s, g, x, col);
+}
+extern "C" void st__cuda_col2im(cudaStream_t s, st_conv_geom g, const float *col, float *dx) {
+  LAUNCH(k_col2im, (size_t)g.h * g.w * g.c, s, g, col, dx);
+}
+
+/* ---- pooling -------------------------------------------------------------- */
+
+__device__ size_t pidx(const st_pool_geom &g, int n, int y, int x, int c) {
+  return (((size_t)n * g.h + y) * g.w + x) * g.c + c;
+}
+__device__ void pool_window(const st_pool_geom &g, int oy, int ox, int *y0, int *y1, int *x0,
+                            int *x1) {
+  int sy = oy * g.sh - g.pad_top, sx = ox * g.sw - g.pad_left;
+  *y0 = sy < 0 ? 0 : sy;
+  *x0 = sx < 0 ? 0 : sx;
+  *y1 = sy + g.ph > g.h ? g.h : sy + g.ph;
+  *x1 = sx + g.pw > g.w ? g.w : sx + g.pw;
+}
+/* First max of a window in row-major order; the first NaN wins. */
+__device__ size_t pool_argmax(const st_pool_geom &g, const float *x, int n, int oy, int ox,
+                              int c) {
+  int y0, y1, x0, x1;
+  pool_window(g, oy, ox, &y0, &y1, &x0, &x1);
+  size_t best = pidx(g, n, y0, x0, c);
+  for (int y = y0; y < y1; y++)
+    for (int xx = x0; xx < x1; xx++) {
+      size_t i = pidx(g, n, y, xx, c);
+      if (x[i] > x[best] || (isnan(x[i]) && !isnan(x[best]))) best = i;
+    }
+  return best;
+}
+/* Output cells (oy in [*oy0, *oy1), ox in [*ox0, *ox1)) whose window may hold
+ * input row iy / column ix. */
+__device__ void covering(int i, int pad, int p, int s, int o, int *lo, int *hi) {
+  int t = i + pad; /* window start sy = oy*s - pad <= i < sy + p */
+  int a = t - p + 1;
+  *lo = a <= 0 ? 0 : (a + s - 1) / s;
+  *hi = t / s + 1;
+  if (*hi > o) *hi = o;
+}
+__global__ void k_maxpool_forward(st_pool_geom g, const float *x, float *y) {
+  GRID_STRIDE(o, (size_t)g.n * g.oh * g.ow * g.c) {
+    int c = (int)(o % g.c), ox = (int)(o / g.c % g.ow), oy = (int)(o / g.c / g.ow % g.oh),
+        n = (int)(o / g.c / g.ow / g.oh);
+    y[o] = x[pool_argmax(g, x, n, oy, ox, c)];
+  }
+}
+__global__ void k_maxpool_backward(st_pool_geom g, const float *x, const float *dy, float *dx) {
+  GRID_STRIDE(i, (size_t)g.n * g.h * g.w * g.c) {
+    int c = (int)(i % g.c), ix = (int)(i / g.c % g.w), iy = (int)(i / g.c / g.w % g.h),
+        n = (int)(i / g.c / g.w / g.h);
+    int oy0, oy1, ox0, ox1;
+    covering(iy, g.pad_top, g.ph, g.sh, g.oh, &oy0, &oy1);
+    covering(ix, g.pad_left, g.pw, g.sw, g.ow, &ox0, &ox1);
+    float acc = 0.0f;
+    if (!g.relu_input || x[i] > 0.0f)
+      for (int oy = oy0; oy < oy1; oy++)
+        for (int ox = ox0; ox < ox1; ox++)
+          if (pool_argmax(g, x, n, oy, ox, c) == i)
+            acc += dy[(((size_t)n * g.oh + oy) * g.ow + ox) * g.c + c];
+    dx[i] = acc;
+  }
+}
+__global__ void k_avgpool_forward(st_pool_geom g, const float *x, float *y) {
+  GRID_STRIDE(o, (size_t)g.n * g.oh * g.ow * g.c) {
+    int c = (int)(o % g.c), ox = (int)(o / g.c % g.ow), oy = (int)(o / g.c / g.ow % g.oh),
+        n = (int)(o / g.c / g.ow / g.oh);
+    int y0, y1, x0, x1;
+    pool_window(g, oy, ox, &y0, &y1, &x0, &x1);
+    double acc = 0.0;
+    for (int yy = y0; yy < y1; yy++)
+      for (int xx = x0; xx < x1; xx++) acc += x[pidx(g, n, yy, xx, c)];
+    y[o] = (float)(acc / ((double)(y1 - y0) * (x1 - x0)));
+  }
+}
+__global__ void k_avgpool_backward(st_pool_geom g, const float *dy, float *dx) {
+  GRID_STRIDE(i, (size_t)g.n * g.h * g.w * g.c) {
+    int c = (int)(i % g.c), ix = (int)(i / g.c % g.w), iy = (int)(i / g.c / g.w % g.h),
+        n = (int)(i / g.c / g.w / g.h);
+    int oy0, oy1, ox0, ox1;
+    covering(iy, g.pad_top, g.ph, g.sh, g.oh, &oy0, &oy1);
+    covering(ix, g.pad_left, g.pw, g.sw, g.ow, &ox0, &ox1);
+    float acc = 0.0f;
+    for (int oy = oy0; oy < oy1; oy++)
+      for (int ox = ox0; ox < ox1; ox++) {
+        int y0, y1, x0, x1;
+        pool_window(g, oy, ox, &y0, &y1, &x0, &x1);
+        float inv = (float)(1.0 / ((double)(y1 - y0) * (x1 - x0)));
+        acc += dy[(((size_t)n * g.oh + oy) * g.ow + ox) * g.c + c] * inv;
+      }
+    dx[i] = acc;
+  }
+}
+
+extern "C" void st__cuda_maxpool_forward(cudaStream_t s, st_pool_geom g, const float *x, float *y) {
+  LAUNCH(k_maxpool_forward, (size_t)g.n * g.oh * g.ow * g.c, s, g, x, y);
+}
+extern "C" void st__cuda_maxpool_backward(cudaStream_t s, st_pool_geom g, const float *x,
+                                          const float *dy, float *dx) {
+  LAUNCH(k_maxpool_backward, (size_t)g.n * g.h * g.w * g.c, s, g, x, dy, dx);
+}
+extern "C" void st__cuda_avgpool_forward(cudaStream_t s, st_pool_geom g, const float *x, float *y) {
+  LAUNCH(k_avgpool_forward, (size_t)g.n * g.oh * g.ow * g.c, s, g, x, y);
+}
+extern "C" void st__cuda_avgpool_backward(cudaStream_t s, st_pool_geom g, const float *dy,
+                                          float *dx) {
+  LAUNCH(k_avgpool_backward, (size_t)g.n * g.h * g.w * g.c, s, g, dy, dx);
+}
