@@ -169,7 +169,7 @@ static bool check_ps_flags(const cli_opt *o, const train_cfg *c) {
                                         "--steps-per-execution", "--heartbeat-interval",
                                         "--coordinator-timeout", "--max-staleness", "--ps-shards",
                                         "--ps-min-shard-bytes"};
-  static const char *const not_yet[] = {"--backup-dir", "--checkpoint-dir", "--early-stopping",
+  static const char *const not_yet[] = {"--checkpoint-dir", "--early-stopping",
                                         "--csv", "--log-dir", "--plot", "--devices", "--replicas"};
   bool ps = c->strategy == ST_STRATEGY_PARAMETER_SERVER;
   for (size_t i = 0; i < sizeof ps_only / sizeof *ps_only; i++)
@@ -258,7 +258,17 @@ static int run_ps(const train_cfg *c) {
   a.max_staleness = (v = cli_get(train_opts, NTRAIN, "--max-staleness")) ? atol(v) : -1;
   a.ps_shards = (v = cli_get(train_opts, NTRAIN, "--ps-shards")) ? atol(v) : 0;
   a.ps_min_shard_bytes = (v = cli_get(train_opts, NTRAIN, "--ps-min-shard-bytes")) ? atol(v) : 0;
-  return ps_train(&a);
+  a.backup_dir = c->backup_dir, a.backup_every = c->backup_every, a.resume_anyway = c->resume_anyway;
+  st__dir_lock lock = {-1, 0};
+  st_status s = c->backup_dir ? st__dir_lock_acquire(&lock, c->backup_dir) : ST_OK;
+  if (s != ST_OK) { /* as lock_dirs below */
+    if (s != ST_ERR_IO) return cli_fail("train", s);
+    fprintf(stderr, "strata train: %s\n", st_last_error());
+    return EXIT_WRITE;
+  }
+  int rc = ps_train(&a);
+  st__dir_lock_release(&lock, c->backup_dir);
+  return rc;
 }
 
 static bool parse_train(const cli_opt *o, train_cfg *c) {
