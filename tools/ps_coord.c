@@ -59,6 +59,7 @@ typedef struct coord {
   int64_t ps_lost, rollbacks, steps_rolled_back, backups, done_since_backup;
   int64_t resumed_step;      /* the global step a rerun resumed from (-1: a fresh start) */
   int64_t backup_step;       /* the global step of the latest backup */
+  int ps_lost_in_wait;       /* the ps await_reply saw lost (-1: none) */
 } coord;
 
 static volatile sig_atomic_t g_ps_stop;
@@ -71,14 +72,23 @@ static st_status send_to(coord *c, st_ps_socket *s, int type, uint64_t closure, 
 }
 
 static void ping_servers(coord *c);
+static void drain_heartbeats(coord *c);
 
 /* Wait for a reply of `type` from task (role, index) on s (heartbeats to the
- * servers go on meanwhile). */
+ * servers go on meanwhile). A ps that misses 3 heartbeats meanwhile fails
+ * the wait at once (c->ps_lost_in_wait names it). */
 static st_status await_reply(coord *c, st_ps_socket *s, int type, int role, int index, double timeout,
                              st_ps_msg *m) {
   double deadline = st_now_seconds() + timeout;
   while (st_now_seconds() < deadline && !g_ps_stop) {
     ping_servers(c);
+    drain_heartbeats(c);
+    double silent = role == ST_PS_PS && c->ps_seen[index] > 0 ? st_now_seconds() - c->ps_seen[index] : 0;
+    if (silent > 3 * c->job.heartbeat_interval) {
+      c->ps_lost_in_wait = index;
+      return st_error(ST_ERR_PEER, "ps:%d lost (no heartbeat for %.2f s) before it answered %s", index,
+                      silent, st__ps_msg_name(type - 1));
+    }
     if (st__ps_recv(s, c->job.job_id, 50, m) != ST_OK) continue;
     if (m->h.sender_role == role && m->h.sender_index == index) {
       if (m->h.type == type) return ST_OK;
@@ -187,7 +197,7 @@ static void check_workers(coord *c, closure *cls) {
     c->lost++;
     fprintf(stderr, "strata train: worker:%d lost (no heartbeat for %.2f s)%s\n", i, now - w->last_seen,
             w->busy >= 0 ? "; its closure goes to another worker" : "");
-    if (w->busy >= 0) {
+    if (w->busy >= 0 && cls) {
       cls[w->busy].state = 0;
       c->retried++;
     }
@@ -262,7 +272,16 @@ static st_status read_worker(coord *c, int epoch, int i, closure *cls, int *done
     if (m.h.type == ST_PS_MSG_JOB_OK) rejoin(c, i, &m);
     /* errors of its current closure (or of its job); one of a closure from
      * before a rollback is old news */
-    if (m.h.type == ST_PS_MSG_ERROR && c->w[i].alive && (m.h.closure == 0 || (k >= 0 && m.h.closure == want))) {
+    bool current = m.h.closure == 0 || (k >= 0 && m.h.closure == want);
+    if (m.h.type == ST_PS_MSG_ERROR && c->w[i].alive && current && k >= 0 && c->a->backup_dir &&
+        m.h.step == (uint64_t)ST_ERR_TIMEOUT) {
+      /* a ps did not answer it: the closure goes back to the queue (a ps that
+       * applied part of it skips that part); whether the ps is lost is the
+       * heartbeats' call (then every ps reloads the backup) */
+      fprintf(stderr, "strata train: worker:%d: %.*s; its closure is queued again\n", i, (int)m.h.payload_len,
+              (const char *)m.payload);
+      cls[k].state = 0, c->w[i].busy = -1, c->retried++;
+    } else if (m.h.type == ST_PS_MSG_ERROR && c->w[i].alive && current) {
       st_status e = st_error(ST_ERR_PEER, "worker:%d: %.*s", i, (int)m.h.payload_len, (const char *)m.payload);
       st__ps_msg_free(&m);
       return e;
@@ -285,6 +304,19 @@ static st_status read_worker(coord *c, int epoch, int i, closure *cls, int *done
 
 static st_status write_backup(coord *c, const st_train_position *pos);
 static st_status recover_ps(coord *c, int p, closure *cls);
+
+/* A backup; a ps lost while it is taken (after a first backup exists) is
+ * recovered as one lost while training (every ps reloads the previous
+ * backup, c->rewind). */
+static st_status backup_or_recover(coord *c, const st_train_position *pos, closure *cls) {
+  c->ps_lost_in_wait = -1;
+  st_status s = write_backup(c, pos);
+  if (s == ST_ERR_PEER && c->ps_lost_in_wait >= 0 && c->backups > 0) {
+    st_clear_error();
+    s = recover_ps(c, c->ps_lost_in_wait, cls);
+  }
+  return s;
+}
 
 /* The position of a backup inside epoch `epoch`: closures [0, k) done, with
  * these sums. */
@@ -326,7 +358,7 @@ static st_status run_epoch(coord *c, int epoch, int k0, double *sums) {
     }
     if (done == barrier) { /* every closure before the backup point done, none running */
       st_train_position pos = mid_epoch(c, epoch, barrier, sums);
-      if ((s = write_backup(c, &pos)) != ST_OK) break;
+      if ((s = backup_or_recover(c, &pos, cls)) != ST_OK || c->rewind) break;
       barrier = barrier + every < nc ? barrier + every : nc;
     }
     for (int i = 0; i < c->nw && s == ST_OK; i++) {
@@ -767,7 +799,7 @@ static int train_job(coord *c, double t0) {
     memset(sums, 0, sizeof sums);
     st_train_position pos = {0};
     pos.epoch = e, pos.nlogs = h.epochs, pos.logs = h.logs;
-    if (e < a->epochs) s = write_backup(c, &pos); /* the last one: deleted when done */
+    if (e < a->epochs) s = backup_or_recover(c, &pos, NULL); /* the last one: deleted when done */
   }
   h.train_seconds = st_now_seconds() - train0;
   h.samples_per_sec = h.train_seconds > 0 ? (double)h.train_samples / h.train_seconds : 0;

@@ -343,7 +343,8 @@ static void worker_run(server *sv, const st_ps_msg *m) {
   }
   if (s != ST_OK) {
     const char *e = st_last_error();
-    reply(sv, m, ST_PS_MSG_ERROR, m->h.closure, 0, e, strlen(e));
+    /* step: the status (ST_ERR_TIMEOUT: a ps did not answer; the chief decides) */
+    reply(sv, m, ST_PS_MSG_ERROR, m->h.closure, (uint64_t)s, e, strlen(e));
     fprintf(stderr, "strata server: worker:%d: %s\n", sv->cluster.self_index, e);
     if (s == ST_ERR_PEER) g_stop = 2; /* refused (fenced): a ps that does not answer is the chief's call */
     return;
