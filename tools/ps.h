@@ -80,6 +80,10 @@ st_ps_header ps_header(const st_ps_cluster *c, uint64_t job_id, uint32_t incarna
 #define PS_GENERATION_SHIFT 48
 static inline uint64_t ps_closure_generation(uint64_t closure) { return closure >> PS_GENERATION_SHIFT; }
 
+/* "short frame 2, bad magic 1" for the non-zero drop counters of c into
+ * buf; returns the frames dropped in all. */
+int64_t ps_drops_text(st_ps_counters c, char *buf, size_t n);
+
 /* Little-endian helpers for payloads. */
 void ps_put_u64(uint8_t *p, uint64_t v);
 uint64_t ps_get_u64(const uint8_t *p);

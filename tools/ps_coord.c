@@ -633,7 +633,11 @@ static char *ps_report_json(coord *c, uint64_t (*st)[9], const st_history *h, bo
     fprintf(f, "%s%lld", e ? ", " : "", (long long)h->logs[e].examples);
     *exact &= h->logs[e].examples == c->d.n_train;
   }
-  fprintf(f, "], \"backups_written\": %lld, \"ps_lost\": %lld, \"rollbacks\": %lld, "
+  char why[512];
+  int64_t dropped = ps_drops_text(st__ps_socket_counters(c->hb), why, sizeof why);
+  if (dropped) fprintf(stderr, "strata train: chief:0: %lld frames dropped (%s)\n", (long long)dropped, why);
+  fprintf(f, "], \"chief_frames_dropped\": %lld", (long long)dropped);
+  fprintf(f, ", \"backups_written\": %lld, \"ps_lost\": %lld, \"rollbacks\": %lld, "
           "\"steps_rolled_back\": %lld, \"resumed_from_step\": %lld", (long long)c->backups,
           (long long)c->ps_lost, (long long)c->rollbacks, (long long)c->steps_rolled_back,
           (long long)c->resumed_step);

@@ -473,6 +473,15 @@ static void handle(server *sv, st_ps_msg *m, heartbeat *hb) {
   if (m->h.sender_role == ST_PS_CHIEF) sv->chief_seen = st_now_seconds();
 }
 
+/* Frames this server dropped, by reason, on stderr (none: nothing). */
+static void log_drops(server *sv) {
+  char why[512];
+  int64_t n = ps_drops_text(st__ps_socket_counters(sv->sock), why, sizeof why);
+  if (n)
+    fprintf(stderr, "strata server: %s:%d: %lld frames dropped (%s)\n", st__ps_role_name(sv->cluster.self_role),
+            sv->cluster.self_index, (long long)n, why);
+}
+
 static int serve(server *sv, double job_timeout) {
   heartbeat hb;
   memset(&hb, 0, sizeof hb);
@@ -513,6 +522,7 @@ static int serve(server *sv, double job_timeout) {
     }
   }
   if (g_stop == 2) rc = EXIT_PEER;
+  log_drops(sv);
   if (hb.running) {
     atomic_store(&hb.stop, true);
     pthread_join(hb.th, NULL);
