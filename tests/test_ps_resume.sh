@@ -4,6 +4,9 @@
 # after a --backup-every backup: the servers exit; the same command again
 # resumes from the backup (every ps reloads it) and finishes with applied ==
 # scheduled on every ps and each example once per epoch.
+# Then the epoch-level callbacks with this strategy: ModelCheckpoint,
+# CSVLogger, TensorBoard, --plot and EarlyStopping (which stops the job;
+# applied == the steps of the epochs run).
 # (tests/test_ps_backup.sh: a lost ps.)
 . "$(dirname "$0")/ps_common.bash"
 T0=$SECONDS
@@ -30,5 +33,20 @@ check "[ $rc = 0 ] && grep -q 'resuming from' $tmp/l4" "the same command again r
 [ $rc = 0 ] || cat "$tmp/l4"
 check "json $tmp/r3.json '$every_ps_exact and $every_epoch and p[\"resumed_from_step\"] >= 63'" \
   "resumed after epoch 1: applied == scheduled on every ps, each example once per epoch"
+
+# ---- callbacks: EarlyStopping (patience 0 on val_accuracy, 6 epochs: it
+# stops when the first epoch fails to improve), ModelCheckpoint, CSV,
+# TensorBoard, plot ----
+unset STRATA_PS_TEST_STEP_DELAY_MS
+timeout 60 "$cli" launch --workers 2 --ps 1 --insecure -- train --model mlp --epochs 6 --train-examples 3000 \
+  --batch-size 32 --validation-split 0.2 --heartbeat-interval $hb --checkpoint-dir "$tmp/ck" --csv "$tmp/h.csv" \
+  --log-dir "$tmp/tb" --plot "$tmp/p.svg" --early-stopping 0 --monitor val_accuracy --report "$tmp/r5.json" \
+  > /dev/null 2> "$tmp/l5"
+rc=$?
+n=$(($(wc -l < "$tmp/h.csv") - 1))
+check "[ $rc = 0 ] && [ -e $tmp/ck/latest ] && [ -s $tmp/p.svg ] && ls $tmp/tb/train/* > /dev/null 2>&1" \
+  "ModelCheckpoint, TensorBoard and --plot wrote their files (rc $rc)"
+check "json $tmp/r5.json 'len(p[\"train_examples_per_epoch\"]) == $n and p[\"steps_scheduled\"] == $n * 75 and $every_ps_exact'" \
+  "CSVLogger: $n epochs logged, as many as ran; applied == scheduled for them"
 echo "took $((SECONDS - T0)) s"
 exit $fail

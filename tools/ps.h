@@ -108,6 +108,9 @@ typedef struct ps_train_args {
   const char *backup_dir;  /* BackupAndRestore (NULL: none) */
   long backup_every;       /* with backup_dir: also every N steps (at a closure boundary) */
   bool resume_anyway;
+  const st_callback *callbacks; /* epoch-level hooks (on_epoch_begin / on_epoch_end), run by the chief */
+  int ncallbacks;
+  const char *plot;        /* --plot FILE (NULL: none) */
 } ps_train_args;
 int ps_train(const ps_train_args *a);
 

@@ -60,6 +60,7 @@ typedef struct coord {
   int64_t resumed_step;      /* the global step a rerun resumed from (-1: a fresh start) */
   int64_t backup_step;       /* the global step of the latest backup */
   int ps_lost_in_wait;       /* the ps await_reply saw lost (-1: none) */
+  int64_t snapshot_step;     /* the chief's model holds every ps's state at this step (-1: not) */
 } coord;
 
 static volatile sig_atomic_t g_ps_stop;
@@ -308,6 +309,17 @@ static st_status recover_ps(coord *c, int p, closure *cls);
 /* A backup; a ps lost while it is taken (after a first backup exists) is
  * recovered as one lost while training (every ps reloads the previous
  * backup, c->rewind). */
+static st_status snapshot_all(coord *c, int64_t b);
+static st_status snapshot_or_recover(coord *c, int64_t b) {
+  c->ps_lost_in_wait = -1;
+  st_status s = snapshot_all(c, b);
+  if (s == ST_ERR_PEER && c->ps_lost_in_wait >= 0 && c->a->backup_dir && c->backups > 0) {
+    st_clear_error();
+    s = recover_ps(c, c->ps_lost_in_wait, NULL);
+  }
+  return s;
+}
+
 static st_status backup_or_recover(coord *c, const st_train_position *pos, closure *cls) {
   c->ps_lost_in_wait = -1;
   st_status s = write_backup(c, pos);
@@ -406,20 +418,11 @@ static int64_t pos_step(const coord *c, const st_train_position *pos) {
   return pos->epoch * c->steps_per_epoch + pos->step_in_epoch;
 }
 
-/* At a quiescent point (no closure running): every ps's variables and slots
- * (SNAPSHOT) into the chief's model, each ps checked to have applied
- * exactly the steps before the position, then the usual checkpoint
- * (src/io/checkpoint.c: variables, slots, step, position, identity) into
- * --backup-dir. */
-static st_status write_backup(coord *c, const st_train_position *pos) {
-  if (!c->a->backup_dir) return ST_OK;
+/* At a quiescent point (no closure running, global step b): every ps's
+ * variables and slots (SNAPSHOT) into the chief's model, each ps checked to
+ * have applied exactly the steps before b; the model's step becomes b. */
+static st_status snapshot_all(coord *c, int64_t b) {
   st_net *net = &c->model->net;
-  int64_t b = pos_step(c, pos);
-  for (int i = 0; i < pos->nlogs; i++)
-    if (pos->logs[i].examples != c->d.n_train)
-      return st_error(ST_ERR_INTERNAL, "backup: epoch %d trained on %lld examples, not the %lld of the "
-                      "training set: not written", i + 1, (long long)pos->logs[i].examples,
-                      (long long)c->d.n_train);
   size_t ns = (size_t)net->n_slots;
   for (int p = 0; p < c->nps; p++) {
     st_status s = send_to(c, c->ps[p], ST_PS_MSG_SNAPSHOT, 0, NULL, 0);
@@ -442,9 +445,26 @@ static st_status write_backup(coord *c, const st_train_position *pos) {
                       p, (unsigned long long)applied, (long long)b, (long long)b);
   }
   net->step = b;
+  c->snapshot_step = b;
+  return ST_OK;
+}
+
+/* At a quiescent point: the snapshot (unless the model holds it already),
+ * then the usual checkpoint (src/io/checkpoint.c: variables, slots, step,
+ * position, identity) into --backup-dir. */
+static st_status write_backup(coord *c, const st_train_position *pos) {
+  if (!c->a->backup_dir) return ST_OK;
+  int64_t b = pos_step(c, pos);
+  for (int i = 0; i < pos->nlogs; i++)
+    if (pos->logs[i].examples != c->d.n_train)
+      return st_error(ST_ERR_INTERNAL, "backup: epoch %d trained on %lld examples, not the %lld of the "
+                      "training set: not written", i + 1, (long long)pos->logs[i].examples,
+                      (long long)c->d.n_train);
+  st_status s = c->snapshot_step == b ? ST_OK : snapshot_all(c, b);
+  if (s != ST_OK) return s;
   st_checkpoint_options o = st_checkpoint_default_options();
   st__run_identity id = {c->job.batch, c->d.fingerprint, false};
-  st_status s = st__checkpoint_save_at(c->model, c->a->backup_dir, &o, pos, &id);
+  s = st__checkpoint_save_at(c->model, c->a->backup_dir, &o, pos, &id);
   if (s != ST_OK) return st_error_prefix(s, "backup: ");
   c->backups++, c->done_since_backup = 0, c->backup_step = b;
   return ST_OK;
@@ -472,6 +492,7 @@ static st_status restore_backup(coord *c) {
   free(c->pos.logs);
   c->pos = at;
   c->generation++;
+  c->snapshot_step = b; /* the model holds the backup: every ps's state once restored */
   size_t ns = (size_t)net->n_slots, maxf = 0;
   for (int p = 0; p < c->nps; p++) maxf = c->layout.ps_floats[p] > maxf ? c->layout.ps_floats[p] : maxf;
   float *buf = malloc((maxf * (1 + ns) + 1) * sizeof(float));
@@ -606,7 +627,7 @@ static char *ps_report_json(coord *c, uint64_t (*st)[9], const st_history *h, bo
   size_t len = 0;
   FILE *f = open_memstream(&s, &len);
   if (!f) return NULL;
-  int64_t total = c->job.total_steps;
+  int64_t total = (int64_t)h->epochs * c->steps_per_epoch; /* fewer after EarlyStopping */
   fprintf(f, "{\"workers\": %d, \"ps\": %d, \"steps_per_execution\": %lld, \"steps_scheduled\": %lld, "
           "\"closures_scheduled\": %lld, \"closures_retried\": %lld, \"workers_lost\": %lld, \"workers_rejoined\": %lld, "
           "\"heartbeat_interval\": %g, \"max_staleness\": %lld, \"variable_shards\": %d, \"per_ps\": [", c->nw, c->nps, (long long)c->job.steps_per_execution,
@@ -773,11 +794,15 @@ static int train_job(coord *c, double t0) {
   if (s == ST_OK && !h.logs) s = st_error(ST_ERR_NOMEM, "out of memory");
   c->h = &h;
   double train0 = st_now_seconds(), sums[4] = {0};
-  int e = 0, k0 = 0;
+  int e = 0, k0 = 0, begun = -1;
+  bool stop = false;
   if (s == ST_OK) s = start_backup(c, &h, &e, &k0, sums);
-  while (s == ST_OK && e < a->epochs) {
+  while (s == ST_OK && e < a->epochs && !stop) {
     double te = st_now_seconds();
-    s = run_epoch(c, e, k0, sums);
+    for (int i = 0; i < a->ncallbacks && s == ST_OK && e > begun && k0 == 0; i++)
+      if (a->callbacks[i].on_epoch_begin) s = a->callbacks[i].on_epoch_begin(a->callbacks[i].user, c->model, e);
+    begun = e > begun ? e : begun;
+    if (s == ST_OK) s = run_epoch(c, e, k0, sums);
     if (s == ST_OK && c->rewind) { /* a ps was lost: every ps reloaded the backup */
       c->rewind = false;
       rewind_to(c, &h, &e, &k0, sums);
@@ -789,12 +814,23 @@ static int train_job(coord *c, double t0) {
     l->lr = a->opt.lr.initial, l->seconds = st_now_seconds() - te, l->steps = c->steps_per_epoch;
     l->examples = (int64_t)sums[1];
     h.train_samples += l->examples;
-    if (c->d.val) { /* validation at epoch end, on the variables of every ps */
+    /* the chief's model gets every ps's variables (and, for callbacks that
+     * checkpoint and for the backup, their slots) */
+    if ((a->ncallbacks || a->backup_dir) && (s = snapshot_or_recover(c, (int64_t)(e + 1) * c->steps_per_epoch)) == ST_OK && c->rewind) {
+      c->rewind = false;
+      rewind_to(c, &h, &e, &k0, sums);
+      continue;
+    }
+    if (s == ST_OK && c->d.val) { /* validation at epoch end, on the variables of every ps */
       st_eval_result v = {0};
-      if ((s = pull_variables(c)) == ST_OK) s = st_model_evaluate(c->model, c->d.val, &v);
-      if (s != ST_OK) break;
+      if (c->snapshot_step != (int64_t)(e + 1) * c->steps_per_epoch) s = pull_variables(c);
+      if (s == ST_OK) s = st_model_evaluate(c->model, c->d.val, &v);
       l->has_validation = true, l->val_loss = v.loss, l->val_accuracy = v.accuracy;
     }
+    for (int i = 0; i < a->ncallbacks && s == ST_OK; i++) /* epoch-level callbacks, as TF's */
+      if (a->callbacks[i].on_epoch_end) s = a->callbacks[i].on_epoch_end(a->callbacks[i].user, c->model, l);
+    if (s != ST_OK) break;
+    stop = c->model->stop_training; /* EarlyStopping */
     if (!a->quiet)
       fprintf(stderr, "Epoch %d/%ld - %.1fs - loss: %.4f - accuracy: %.4f%s - closures: %lld (retried %lld)\n",
               e + 1, a->epochs, l->seconds, l->loss, l->accuracy, val_text(l), (long long)c->scheduled,
@@ -803,7 +839,7 @@ static int train_job(coord *c, double t0) {
     memset(sums, 0, sizeof sums);
     st_train_position pos = {0};
     pos.epoch = e, pos.nlogs = h.epochs, pos.logs = h.logs;
-    if (e < a->epochs) s = backup_or_recover(c, &pos, NULL); /* the last one: deleted when done */
+    if (e < a->epochs && !stop) s = backup_or_recover(c, &pos, NULL); /* the last one: deleted when done */
   }
   h.train_seconds = st_now_seconds() - train0;
   h.samples_per_sec = h.train_seconds > 0 ? (double)h.train_samples / h.train_seconds : 0;
@@ -818,13 +854,21 @@ static int train_job(coord *c, double t0) {
   if (s == ST_OK) {
     for (int p = 0; p < c->nps; p++)
       fprintf(stderr, "parameter_server: ps:%d applied %llu of %lld steps (%llu duplicates skipped, "
-              "%llu frames dropped)\n", p, (unsigned long long)stats[p][0], (long long)c->job.total_steps,
+              "%llu frames dropped)\n", p, (unsigned long long)stats[p][0], (long long)h.epochs * c->steps_per_epoch,
               (unsigned long long)stats[p][1], (unsigned long long)stats[p][3]);
     printf("test_loss: %.4f - test_accuracy: %.4f - samples/s: %.0f\n", test.loss, test.accuracy,
            h.samples_per_sec);
     if (!exact) {
       fprintf(stderr, "strata train: parameter_server: a ps did not apply every step exactly once\n");
       rc = EXIT_FAIL;
+    }
+  }
+  if (s == ST_OK && a->plot) {
+    char title[1100];
+    snprintf(title, sizeof title, "%s \u2014 parameter_server", a->model);
+    if (st_plot_history_svg(&h, title, a->plot) != ST_OK) {
+      fprintf(stderr, "strata train: --plot: %s\n", st_last_error());
+      rc = EXIT_WRITE;
     }
   }
   if (s == ST_OK && a->save && st_model_save_weights(c->model, a->save) != ST_OK) {
@@ -869,6 +913,7 @@ int ps_train(const ps_train_args *a) {
             "process that reaches the cluster's ports can change the model\n");
   fill_job(&c);
   c.incarnation = (uint32_t)ps_random_u64();
+  c.snapshot_step = -1, c.ps_lost_in_wait = -1;
   struct sigaction sa, old_term, old_int;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_stop;
