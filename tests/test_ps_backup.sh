@@ -36,15 +36,15 @@ check "json $tmp/r1.json 'p[\"steps_rolled_back\"] + sum(x[\"updates_rolled_back
 check "[ ! -e $tmp/b1/latest ]" "the backup is deleted when the job is done"
 
 # ---- P3 bound: the ps does not come back: exit 3 naming it after
-# --coordinator-timeout (1 s here) ----
-timeout 60 "$cli" launch --workers 1 --ps 2 --insecure -- train "${args[@]}" --coordinator-timeout 1 \
+# --coordinator-timeout (2 s here) ----
+timeout 60 "$cli" launch --workers 1 --ps 2 --insecure -- train "${args[@]}" --coordinator-timeout 2 \
   --backup-dir "$tmp/b2" > /dev/null 2> "$tmp/l2" &
 launch=$!
 wait_for 'Epoch 1/' "$tmp/l2"
 kill -9 "$(pid_of ps:1 "$tmp/l2")"
 wait $launch
 rc=$?
-check "[ $rc = 3 ] && grep -q 'ps:1 lost and not back within 1 s' $tmp/l2" \
+check "[ $rc = 3 ] && grep -q 'ps:1 lost and not back within 2 s' $tmp/l2" \
   "a lost ps that does not return: exit 3 naming it after --coordinator-timeout (rc $rc)"
 [ $rc = 3 ] || cat "$tmp/l2"
 

@@ -17,7 +17,7 @@ pid_of() { sed -n "s/.*$1 on .*, pid \([0-9]*\)/\1/p" "$2"; }
 
 # ---- P4: kill -9 of the chief after a backup (every 20 steps): the servers
 # exit; the same command again resumes from the backup, exactly once ----
-cmd=("$cli" launch --workers 2 --ps 2 --insecure -- train "${args[@]}" --coordinator-timeout 1
+cmd=("$cli" launch --workers 2 --ps 2 --insecure -- train "${args[@]}" --coordinator-timeout 5
      --backup-dir "$tmp/b3" --backup-every 20 --report "$tmp/r3.json")
 timeout 60 "${cmd[@]}" > /dev/null 2> "$tmp/l3" &
 launch=$!
@@ -34,16 +34,18 @@ check "[ $rc = 0 ] && grep -q 'resuming from' $tmp/l4" "the same command again r
 check "json $tmp/r3.json '$every_ps_exact and $every_epoch and p[\"resumed_from_step\"] >= 63'" \
   "resumed after epoch 1: applied == scheduled on every ps, each example once per epoch"
 
-# ---- callbacks: EarlyStopping (patience 0 on val_accuracy, 6 epochs: it
+# ---- callbacks (default 1 s heartbeats: no backup here, so a false ps loss
+# under a loaded sanitizer run would end the job): EarlyStopping (patience 0 on val_accuracy, 6 epochs: it
 # stops when the first epoch fails to improve), ModelCheckpoint, CSV,
 # TensorBoard, plot ----
 unset STRATA_PS_TEST_STEP_DELAY_MS
 timeout 60 "$cli" launch --workers 2 --ps 1 --insecure -- train --model mlp --epochs 6 --train-examples 3000 \
-  --batch-size 32 --validation-split 0.2 --heartbeat-interval $hb --checkpoint-dir "$tmp/ck" --csv "$tmp/h.csv" \
+  --batch-size 32 --validation-split 0.2 --checkpoint-dir "$tmp/ck" --csv "$tmp/h.csv" \
   --log-dir "$tmp/tb" --plot "$tmp/p.svg" --early-stopping 0 --monitor val_accuracy --report "$tmp/r5.json" \
   > /dev/null 2> "$tmp/l5"
 rc=$?
-n=$(($(wc -l < "$tmp/h.csv") - 1))
+[ $rc = 0 ] || grep -v insecure "$tmp/l5"
+n=$(( $(cat "$tmp/h.csv" 2>/dev/null | wc -l) - 1 ))
 check "[ $rc = 0 ] && [ -e $tmp/ck/latest ] && [ -s $tmp/p.svg ] && ls $tmp/tb/train/* > /dev/null 2>&1" \
   "ModelCheckpoint, TensorBoard and --plot wrote their files (rc $rc)"
 check "json $tmp/r5.json 'len(p[\"train_examples_per_epoch\"]) == $n and p[\"steps_scheduled\"] == $n * 75 and $every_ps_exact'" \
