@@ -489,6 +489,10 @@ static st_status restore_backup(coord *c) {
                     (long long)b, (long long)at.epoch + 1, (long long)at.step_in_epoch,
                     (long long)c->steps_per_epoch, (long long)spe);
   }
+  if (c->generation >= 0xffff) { /* closure ids carry it in 16 bits */
+    free(at.logs);
+    return st_error(ST_ERR_PEER, "backup: 65535 rollbacks in one run: giving up");
+  }
   free(c->pos.logs);
   c->pos = at;
   c->generation++;
