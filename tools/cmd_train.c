@@ -175,8 +175,7 @@ static bool check_ps_flags(const cli_opt *o, const train_cfg *c) {
                                         "--steps-per-execution", "--heartbeat-interval",
                                         "--coordinator-timeout", "--max-staleness", "--ps-shards",
                                         "--ps-min-shard-bytes"};
-  static const char *const not_yet[] = {"--backup-dir", "--checkpoint-dir", "--early-stopping",
-                                        "--csv", "--log-dir", "--plot", "--devices", "--replicas"};
+  static const char *const not_yet[] = {"--log-every", "--devices", "--replicas"};
   bool ps = c->strategy == ST_STRATEGY_PARAMETER_SERVER;
   for (size_t i = 0; i < sizeof ps_only / sizeof *ps_only; i++)
     if (!ps && cli_get(o, NTRAIN, ps_only[i])) {
@@ -254,8 +253,9 @@ static bool parse_tfrecord_flags(const cli_opt *o, train_cfg *c) {
   return !c->features || cli_check_readable("train", "--features", c->features);
 }
 
-/* --strategy parameter_server: this process is the chief (tools/ps_coord.c). */
-static int run_ps(const train_cfg *c) {
+/* --strategy parameter_server: this process is the chief (tools/ps_coord.c);
+ * cb[n]: the epoch-level callbacks the flags ask for. */
+static int run_ps(const train_cfg *c, const st_callback *cb, int n) {
   ps_train_args a;
   memset(&a, 0, sizeof a);
   a.model = c->model, a.data = c->data, a.save = c->save, a.report = c->report;
@@ -273,6 +273,8 @@ static int run_ps(const train_cfg *c) {
   a.max_staleness = (v = cli_get(train_opts, NTRAIN, "--max-staleness")) ? atol(v) : -1;
   a.ps_shards = (v = cli_get(train_opts, NTRAIN, "--ps-shards")) ? atol(v) : 0;
   a.ps_min_shard_bytes = (v = cli_get(train_opts, NTRAIN, "--ps-min-shard-bytes")) ? atol(v) : 0;
+  a.backup_dir = c->backup_dir, a.backup_every = c->backup_every, a.resume_anyway = c->resume_anyway;
+  a.callbacks = cb, a.ncallbacks = n, a.plot = c->plot;
   return ps_train(&a);
 }
 
@@ -515,6 +517,22 @@ static void unlock_dirs(const train_cfg *c, dir_locks *l) {
   st__dir_lock_release(&l->backup, c->backup_dir);
 }
 
+/* parameter_server: the chief takes the locks and builds the callbacks as
+ * below, then runs the job (run_ps). */
+static int run_ps_chief(const train_cfg *c) {
+  dir_locks locks = {{-1, 0}, {-1, 0}};
+  callbacks cbs = {0};
+  train_cfg no_progress = *c; /* the chief prints its own epoch lines */
+  no_progress.quiet = true;
+  st_status s = lock_dirs(c, &locks);
+  if (s == ST_OK) s = make_callbacks(&no_progress, true, &cbs);
+  int rc = s == ST_OK ? run_ps(c, cbs.cb, cbs.n) : s == ST_ERR_IO ? EXIT_WRITE : cli_fail("train", s);
+  if (s == ST_ERR_IO) fprintf(stderr, "strata train: %s\n", st_last_error());
+  free_callbacks(&cbs);
+  unlock_dirs(c, &locks);
+  return rc;
+}
+
 /* After a successful run: temp files of its outputs left by earlier runs
  * killed while writing them (base/fileio.h says which ones qualify). */
 static void clean_stale(const train_cfg *c, time_t start) {
@@ -547,7 +565,7 @@ static int load_tfrecord(const train_cfg *c, const st_strategy_options *so,
 }
 
 static int run_train(const train_cfg *c) {
-  if (c->strategy == ST_STRATEGY_PARAMETER_SERVER) return run_ps(c);
+  if (c->strategy == ST_STRATEGY_PARAMETER_SERVER) return run_ps_chief(c);
   double t0 = st_now_seconds();
   catch_stop_signals(); /* a signal while loading stops fit before its first step */
   cli_data d;

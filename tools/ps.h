@@ -75,6 +75,15 @@ int ps_load_cluster(const char *cmd, const char *cluster_file, const char *task,
 /* A header from this task. */
 st_ps_header ps_header(const st_ps_cluster *c, uint64_t job_id, uint32_t incarnation, int type);
 
+/* Closure ids: the generation (bumped by every rollback to a backup) in the
+ * top 16 bits, then epoch * 1000000007 + the closure's index in the epoch. */
+#define PS_GENERATION_SHIFT 48
+static inline uint64_t ps_closure_generation(uint64_t closure) { return closure >> PS_GENERATION_SHIFT; }
+
+/* "short frame 2, bad magic 1" for the non-zero drop counters of c into
+ * buf; returns the frames dropped in all. */
+int64_t ps_drops_text(st_ps_counters c, char *buf, size_t n);
+
 /* Little-endian helpers for payloads. */
 void ps_put_u64(uint8_t *p, uint64_t v);
 uint64_t ps_get_u64(const uint8_t *p);
@@ -96,6 +105,12 @@ typedef struct ps_train_args {
   double heartbeat_interval, coordinator_timeout;
   long max_staleness; /* -1 unbounded */
   long ps_shards, ps_min_shard_bytes; /* 0: none */
+  const char *backup_dir;  /* BackupAndRestore (NULL: none) */
+  long backup_every;       /* with backup_dir: also every N steps (at a closure boundary) */
+  bool resume_anyway;
+  const st_callback *callbacks; /* epoch-level hooks (on_epoch_begin / on_epoch_end), run by the chief */
+  int ncallbacks;
+  const char *plot;        /* --plot FILE (NULL: none) */
 } ps_train_args;
 int ps_train(const ps_train_args *a);
 

@@ -247,3 +247,17 @@ st_ps_header ps_header(const st_ps_cluster *c, uint64_t job_id, uint32_t incarna
   h.incarnation = incarnation;
   return h;
 }
+
+int64_t ps_drops_text(st_ps_counters c, char *buf, size_t n) {
+  int64_t total = 0;
+  size_t at = 0;
+  buf[0] = '\0';
+  for (int i = 1; i < ST_PS_DROP_COUNT; i++) {
+    if (!c.dropped[i]) continue;
+    total += c.dropped[i];
+    int w = snprintf(buf + at, n - at, "%s%s %lld", at ? ", " : "", st__ps_drop_name((st_ps_drop)i),
+                     (long long)c.dropped[i]);
+    if (w > 0 && (size_t)w < n - at) at += (size_t)w;
+  }
+  return total;
+}

@@ -22,7 +22,7 @@ static cli_opt launch_opts[] = {
     {"--workers", "N", "worker tasks (default 2)", NULL},
     {"--ps", "M", "parameter-server tasks (default 1)", NULL},
     {"--insecure", NULL, "no CURVE keys (trusted networks only)", NULL},
-    {"--restart-failed", NULL, "start a worker that dies again (up to 10 times per task); it rejoins the job", NULL},
+    {"--restart-failed", NULL, "start a worker or ps that dies again (up to 10 times per task); a worker rejoins the job, a ps reloads the latest --backup-dir backup", NULL},
 };
 #define NLAUNCH ((int)(sizeof launch_opts / sizeof *launch_opts))
 
@@ -125,22 +125,24 @@ typedef struct launched {
   int n;
   const st_ps_cluster *c;
   char **argv;          /* the server command line */
-  bool restart_failed;  /* --restart-failed: a worker that dies is started again */
+  bool restart_failed;  /* --restart-failed: a worker or ps that dies is started again */
 } launched;
 
-/* Server pid p ended with status: a worker that failed (a signal or a
+/* Server pid p ended with status: a worker or ps that failed (a signal or a
  * non-zero exit; exit 0 is the chief's STOP) is started again with
- * --restart-failed, at most 10 times per task (the new process rejoins);
+ * --restart-failed, at most 10 times per task (a worker rejoins; a ps gets
+ * the JOB and the latest backup from the chief, with --backup-dir);
  * otherwise it is forgotten. */
 static void server_ended(launched *l, pid_t p, int status) {
   for (int i = 0; i < l->n; i++) {
     if (l->pid[i] != p) continue;
     l->pid[i] = 0;
     bool failed = WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0);
-    if (!failed || !l->restart_failed || l->role[i] != ST_PS_WORKER || l->restarts[i] >= 10) return;
+    if (!failed || !l->restart_failed || l->restarts[i] >= 10) return;
     l->restarts[i]++;
     l->pid[i] = spawn(l->c, l->role[i], l->index[i], l->argv);
-    fprintf(stderr, "strata launch: worker:%d (pid %d) %s %d: restarted as pid %d\n", l->index[i], (int)p,
+    fprintf(stderr, "strata launch: %s:%d (pid %d) %s %d: restarted as pid %d\n",
+            st__ps_role_name((st_ps_role)l->role[i]), l->index[i], (int)p,
             WIFSIGNALED(status) ? "killed by signal" : "exited with", WIFSIGNALED(status) ? WTERMSIG(status) :
             WEXITSTATUS(status), (int)l->pid[i]);
     return;

@@ -46,6 +46,8 @@ typedef struct server {
   double staleness_sum;
   int64_t staleness_max;
   int64_t stale;         /* pushes over --max-staleness, answered "recompute" */
+  uint64_t generation;   /* from the last RESTORE: pushes of closures of older ones are refused */
+  int64_t rolled_back;   /* updates applied, then undone by a RESTORE */
   uint32_t fenced[ST_PS_MAX_TASKS]; /* per worker: a lost incarnation (0: none) */
   /* worker */
   cli_data data;
@@ -57,6 +59,7 @@ typedef struct server {
   int fault_sig;           /* SIGKILL or SIGSTOP, raised once */
   int step_delay_ms;       /* test hook STRATA_PS_TEST_STEP_DELAY_MS: slower steps */
   uint64_t pull_id;        /* this worker's PULL requests */
+  bool abandoned;          /* a ps answered a push "rolled back": the closure is void */
 } server;
 
 static st_status reply(server *sv, const st_ps_msg *to, int type, uint64_t closure, uint64_t step,
@@ -87,6 +90,11 @@ static void ps_push(server *sv, const st_ps_msg *m) {
     sv->refused++; /* a worker the chief declared lost: its late pushes change nothing */
     const char *e = "this worker was declared lost by the chief (missed heartbeats); its pushes are refused";
     reply(sv, m, ST_PS_MSG_ERROR, m->h.closure, m->h.step, e, strlen(e));
+    return;
+  }
+  if (m->h.sender_role == ST_PS_WORKER && ps_closure_generation(m->h.closure) < sv->generation) {
+    applied = 3; /* a closure from before the last RESTORE (the job rolled back): void */
+    reply(sv, m, ST_PS_MSG_ACK, m->h.closure, m->h.step, &applied, 1);
     return;
   }
   if (m->h.sender_role != ST_PS_WORKER || m->h.step >= (uint64_t)sv->job.total_steps ||
@@ -126,15 +134,57 @@ static void ps_stats(server *sv, const st_ps_msg *m) {
   st_ps_counters c = st__ps_socket_counters(sv->sock);
   int64_t dropped = 0;
   for (int i = 1; i < ST_PS_DROP_COUNT; i++) dropped += c.dropped[i];
-  uint8_t p[8 * 8];
+  uint8_t p[9 * 8];
   double mean = sv->napplied ? sv->staleness_sum / (double)sv->napplied : 0;
   uint64_t mean_bits;
   memcpy(&mean_bits, &mean, 8);
-  uint64_t v[8] = {(uint64_t)sv->napplied, (uint64_t)sv->duplicates, (uint64_t)sv->refused,
+  uint64_t v[9] = {(uint64_t)sv->napplied, (uint64_t)sv->duplicates, (uint64_t)sv->refused,
                    (uint64_t)dropped, mean_bits, (uint64_t)sv->staleness_max,
-                   (uint64_t)st__ps_transport_refused(sv->t), (uint64_t)sv->stale};
-  for (int i = 0; i < 8; i++) ps_put_u64(p + 8 * i, v[i]);
+                   (uint64_t)st__ps_transport_refused(sv->t), (uint64_t)sv->stale,
+                   (uint64_t)sv->rolled_back};
+  for (int i = 0; i < 9; i++) ps_put_u64(p + 8 * i, v[i]);
   reply(sv, m, ST_PS_MSG_STATS_OK, 0, 0, p, sizeof p);
+}
+
+/* SNAPSHOT: the variables, then each optimizer slot, of this ps (packed). */
+static void ps_snapshot(server *sv, const st_ps_msg *m) {
+  int me = sv->cluster.self_index;
+  st_net *net = &sv->model->net;
+  size_t n = sv->layout.ps_floats[me], ns = (size_t)net->n_slots;
+  float *buf = malloc((n * (1 + ns) + 1) * sizeof(float));
+  if (!buf) {
+    reply(sv, m, ST_PS_MSG_ERROR, 0, 0, "out of memory", 13);
+    return;
+  }
+  ps_pack(&sv->layout, me, net->params, buf);
+  for (size_t k = 0; k < ns; k++) ps_pack(&sv->layout, me, net->slots[k], buf + n * (1 + k));
+  reply(sv, m, ST_PS_MSG_SNAPSHOT_OK, (uint64_t)sv->napplied, (uint64_t)sv->version, buf,
+        n * (1 + ns) * sizeof(float));
+  free(buf);
+}
+
+/* RESTORE: variables and slots of a backup; steps below the backup's count
+ * as applied, the others not; closures of older generations are void. */
+static void ps_restore(server *sv, const st_ps_msg *m) {
+  int me = sv->cluster.self_index;
+  st_net *net = &sv->model->net;
+  size_t n = sv->layout.ps_floats[me], ns = (size_t)net->n_slots;
+  if (m->h.payload_len != n * (1 + ns) * sizeof(float) || m->h.step > (uint64_t)sv->job.total_steps) {
+    const char *e = "RESTORE of the wrong size or step";
+    reply(sv, m, ST_PS_MSG_ERROR, 0, 0, e, strlen(e));
+    return;
+  }
+  const float *buf = (const float *)m->payload;
+  ps_unpack(&sv->layout, me, buf, net->params);
+  for (size_t k = 0; k < ns; k++) ps_unpack(&sv->layout, me, buf + n * (1 + k), net->slots[k]);
+  int64_t b = (int64_t)m->h.step;
+  if (sv->napplied > b) sv->rolled_back += sv->napplied - b;
+  for (int64_t i = 0; i < sv->job.total_steps; i++) sv->applied[i] = i < b;
+  sv->version = sv->napplied = b;
+  sv->generation = m->h.closure;
+  fprintf(stderr, "strata server: ps:%d: restored from the backup at step %lld (generation %llu)\n", me,
+          (long long)b, (unsigned long long)sv->generation);
+  reply(sv, m, ST_PS_MSG_RESTORE_OK, m->h.closure, m->h.step, NULL, 0);
 }
 
 /* ---- worker ---- */
@@ -193,7 +243,8 @@ static st_status request(server *sv, int p, st_ps_header *h, const void *payload
     }
     st__ps_msg_free(m);
   }
-  return st_error(ST_ERR_PEER, "ps:%d did not answer %s", p, st__ps_msg_name(type));
+  return st_error(ST_ERR_TIMEOUT, "ps:%d did not answer %s within %.0f s", p, st__ps_msg_name(type),
+                  sv->job.coordinator_timeout);
 }
 
 /* Pull every ps's variables into the net; versions[p] = their versions. */
@@ -229,6 +280,7 @@ static st_status push_all(server *sv, uint64_t closure, uint64_t step, const uin
                           closure, step, &m);
     if (s != ST_OK) return s;
     if (m.h.payload_len == 1 && m.payload[0] == 2) *stale = true;
+    if (m.h.payload_len == 1 && m.payload[0] == 3) sv->abandoned = true;
     st__ps_msg_free(&m);
     /* test hook: kill -9 or SIGSTOP this worker after the first ps applied
      * this step, before the others did (a closure applied in part) */
@@ -263,6 +315,7 @@ static st_status worker_step(server *sv, uint64_t closure, uint64_t step, const 
     if (sv->step_delay_ms > 0) usleep((useconds_t)sv->step_delay_ms * 1000);
     bool stale = false;
     if ((s = push_all(sv, closure, step, versions, &stale)) != ST_OK || stale) continue;
+    if (sv->abandoned) return ST_OK; /* the job rolled back past this closure */
     sums[0] += loss, sums[1] += n, sums[2] += (double)st.correct, sums[3] += (double)st.metric_count;
     return ST_OK;
   }
@@ -276,8 +329,9 @@ static void worker_run(server *sv, const st_ps_msg *m) {
   st_status s = ST_OK;
   uint64_t nsteps = m->h.payload_len >= 8 ? ps_get_u64(p) : 0;
   p += 8;
+  sv->abandoned = false;
   int64_t n_train = sv->data.n_train;
-  for (uint64_t i = 0; i < nsteps && s == ST_OK; i++) {
+  for (uint64_t i = 0; i < nsteps && s == ST_OK && !sv->abandoned; i++) {
     if (end - p < 16) goto bad;
     uint64_t step = ps_get_u64(p), n = ps_get_u64(p + 8);
     p += 16;
@@ -289,9 +343,15 @@ static void worker_run(server *sv, const st_ps_msg *m) {
   }
   if (s != ST_OK) {
     const char *e = st_last_error();
-    reply(sv, m, ST_PS_MSG_ERROR, m->h.closure, 0, e, strlen(e));
+    /* step: the status (ST_ERR_TIMEOUT: a ps did not answer; the chief decides) */
+    reply(sv, m, ST_PS_MSG_ERROR, m->h.closure, (uint64_t)s, e, strlen(e));
     fprintf(stderr, "strata server: worker:%d: %s\n", sv->cluster.self_index, e);
-    if (s == ST_ERR_PEER) g_stop = 2;
+    if (s == ST_ERR_PEER) g_stop = 2; /* refused (fenced): a ps that does not answer is the chief's call */
+    return;
+  }
+  if (sv->abandoned) { /* the chief rolled back to a backup: it no longer waits for this closure */
+    fprintf(stderr, "strata server: worker:%d: closure %llx abandoned (the job rolled back to a backup)\n",
+            sv->cluster.self_index, (unsigned long long)m->h.closure);
     return;
   }
   uint8_t out[4 * 8];
@@ -402,6 +462,8 @@ static void handle(server *sv, st_ps_msg *m, heartbeat *hb) {
         sv->fenced[m->h.closure] = (uint32_t)m->h.step;
       break;
     case ST_PS_MSG_STATS: if (sv->have_job && sv->applied) ps_stats(sv, m); break;
+    case ST_PS_MSG_SNAPSHOT: if (chief && sv->have_job && sv->applied) ps_snapshot(sv, m); break;
+    case ST_PS_MSG_RESTORE: if (chief && sv->have_job && sv->applied) ps_restore(sv, m); break;
     case ST_PS_MSG_RUN:
       if (sv->have_job && sv->rep && m->h.sender_role == ST_PS_CHIEF) worker_run(sv, m);
       break;
@@ -409,6 +471,15 @@ static void handle(server *sv, st_ps_msg *m, heartbeat *hb) {
   }
   /* the time spent handling it (a closure, loading the data) is not silence */
   if (m->h.sender_role == ST_PS_CHIEF) sv->chief_seen = st_now_seconds();
+}
+
+/* Frames this server dropped, by reason, on stderr (none: nothing). */
+static void log_drops(server *sv) {
+  char why[512];
+  int64_t n = ps_drops_text(st__ps_socket_counters(sv->sock), why, sizeof why);
+  if (n)
+    fprintf(stderr, "strata server: %s:%d: %lld frames dropped (%s)\n", st__ps_role_name(sv->cluster.self_role),
+            sv->cluster.self_index, (long long)n, why);
 }
 
 static int serve(server *sv, double job_timeout) {
@@ -451,6 +522,7 @@ static int serve(server *sv, double job_timeout) {
     }
   }
   if (g_stop == 2) rc = EXIT_PEER;
+  log_drops(sv);
   if (hb.running) {
     atomic_store(&hb.stop, true);
     pthread_join(hb.th, NULL);

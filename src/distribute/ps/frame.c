@@ -10,7 +10,7 @@ static const char *const k_drop[ST_PS_DROP_COUNT] = {
 
 static const char *const k_msg[ST_PS_MSG_TYPE_END] = {
     "?", "JOB", "JOB_OK", "PULL", "PULL_OK", "PUSH", "ACK", "RUN", "DONE", "HEARTBEAT", "STATS",
-    "STATS_OK", "STOP", "ERROR", "FENCE"};
+    "STATS_OK", "STOP", "ERROR", "FENCE", "SNAPSHOT", "SNAPSHOT_OK", "RESTORE", "RESTORE_OK"};
 
 const char *st__ps_drop_name(st_ps_drop d) {
   return (unsigned)d < ST_PS_DROP_COUNT ? k_drop[d] : "?";

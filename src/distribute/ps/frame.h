@@ -45,6 +45,13 @@ typedef enum st_ps_msg_type {
   ST_PS_MSG_STOP,      /* chief -> server: the job is over */
   ST_PS_MSG_ERROR,     /* server -> chief: text payload */
   ST_PS_MSG_FENCE,     /* chief -> ps: refuse pushes of worker `closure`, incarnation `step` */
+  ST_PS_MSG_SNAPSHOT,  /* chief -> ps: send your variables and optimizer slots (a backup) */
+  ST_PS_MSG_SNAPSHOT_OK, /* ps -> chief: variables then each slot; step = version,
+                            closure = updates applied */
+  ST_PS_MSG_RESTORE,   /* chief -> ps: variables then slots of a backup; step = the backup's
+                          global step (steps below it count as applied, the rest as not),
+                          closure = the generation (pushes of older ones are refused) */
+  ST_PS_MSG_RESTORE_OK, /* ps -> chief */
   ST_PS_MSG_TYPE_END
 } st_ps_msg_type;
 
