@@ -525,7 +525,7 @@ static int run_ps_chief(const train_cfg *c) {
   train_cfg no_progress = *c; /* the chief prints its own epoch lines */
   no_progress.quiet = true;
   st_status s = lock_dirs(c, &locks);
-  if (s == ST_OK) s = make_callbacks(&no_progress, true, &cbs);
+  if (s == ST_OK) s = make_callbacks(&no_progress, true, false, &cbs);
   int rc = s == ST_OK ? run_ps(c, cbs.cb, cbs.n) : s == ST_ERR_IO ? EXIT_WRITE : cli_fail("train", s);
   if (s == ST_ERR_IO) fprintf(stderr, "strata train: %s\n", st_last_error());
   free_callbacks(&cbs);
