@@ -817,6 +817,156 @@ static PyObject *py_stop_training(PyObject *self, PyObject *cap) {
   Py_RETURN_NONE;
 }
 
+/* ---- custom training loops: strategy.run per replica ------------------------ */
+
+/* st_strategy_run over a Python function: each replica's thread takes the GIL,
+ * calls fn(replica_id, context handle) and keeps the result; the replica steps
+ * (replica_train, replica_all_reduce) release the GIL while they compute and
+ * wait in the replicas' collectives, so the other replicas' Python runs. */
+static const char *const CAP_REPLICA = "strata.replica_context";
+static const char *const CAP_REPLICA_DONE = "strata.replica_context (its strategy.run returned)";
+
+typedef struct py_run {
+  PyObject *fn;           /* fn(replica_id, context) */
+  PyObject *results;      /* list: one result per local replica */
+  PyObject *et, *ev, *tb; /* the first exception a replica raised */
+} py_run;
+
+static st_status run_replica(st_replica_context *ctx, void *arg) {
+  py_run *r = arg;
+  PyGILState_STATE g = PyGILState_Ensure();
+  st_status s = ST_OK;
+  int id = st_replica_id(ctx);
+  PyObject *cap = PyCapsule_New(ctx, CAP_REPLICA, NULL);
+  PyObject *res = cap ? PyObject_CallFunction(r->fn, "iO", id, cap) : NULL;
+  if (cap) PyCapsule_SetName(cap, CAP_REPLICA_DONE); /* handles kept past the run refuse */
+  Py_XDECREF(cap);
+  if (res) PyList_SetItem(r->results, id, res); /* steals res */
+  else {
+    if (!r->et) PyErr_Fetch(&r->et, &r->ev, &r->tb);
+    else PyErr_Clear();
+    s = st_error(ST_ERR_STOPPED, "replica %d: the Python function raised an exception", id);
+  }
+  PyGILState_Release(g);
+  return s;
+}
+
+/* strategy_run(model, fn, local_replicas) -> [fn's result of each replica] */
+static PyObject *py_strategy_run(PyObject *self, PyObject *args) {
+  PyObject *mcap, *fn;
+  int n;
+  if (!PyArg_ParseTuple(args, "OOi", &mcap, &fn, &n)) return NULL;
+  py_model *pm = cap_get(mcap, CAP_MODEL);
+  if (!pm) return NULL;
+  st_strategy *s = pm->strategy ? cap_get(pm->strategy, CAP_STRATEGY) : NULL;
+  if (!s) {
+    PyErr_SetString(PyExc_ValueError, "strategy.run: the model has no strategy");
+    return NULL;
+  }
+  if (n < 1 || n > ST_MAX_REPLICAS) {
+    PyErr_Format(PyExc_ValueError, "strategy.run: %d local replicas", n);
+    return NULL;
+  }
+  py_run r = {fn, PyList_New(n), NULL, NULL, NULL};
+  if (!r.results) return NULL;
+  for (int i = 0; i < n; i++) {
+    Py_INCREF(Py_None);
+    PyList_SetItem(r.results, i, Py_None);
+  }
+  if (claim(mcap, NULL, NULL, "strategy.run")) {
+    Py_DECREF(r.results);
+    return NULL;
+  }
+  st_status rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = st_strategy_run(s, run_replica, &r);
+  Py_END_ALLOW_THREADS
+  release(mcap, NULL, NULL);
+  if (r.et) {
+    Py_DECREF(r.results);
+    PyErr_Restore(r.et, r.ev, r.tb);
+    return NULL;
+  }
+  if (rc != ST_OK) {
+    Py_DECREF(r.results);
+    return st_py_raise(rc, "strategy.run");
+  }
+  return r.results;
+}
+
+static st_replica_context *replica_of(PyObject *cap) {
+  if (PyCapsule_IsValid(cap, CAP_REPLICA_DONE)) {
+    PyErr_SetString(PyExc_RuntimeError, "this replica context belongs to a strategy.run that has "
+                    "returned; train inside the function strategy.run calls");
+    return NULL;
+  }
+  return cap_get(cap, CAP_REPLICA);
+}
+
+/* A float32 NumPy array of a replica step (borrowed into *t). */
+static int replica_array(PyObject *arr, const char *what, st_tensor *t) {
+  if (tensor_from_array(arr, what, t)) return -1;
+  if (t->dtype != ST_F32) {
+    PyErr_Format(PyExc_ValueError, "%s: float32 expected", what);
+    return -1;
+  }
+  return 0;
+}
+
+/* replica_train(ctx, x float32 [n, ...], y float32 [n, ...]) -> (loss_sum,
+ * correct, global_batch): the replicas' example counts summed (the global
+ * batch), gradients of this replica's examples, the all-reduced update. */
+static PyObject *py_replica_train(PyObject *self, PyObject *args) {
+  PyObject *ccap, *xa, *ya;
+  if (!PyArg_ParseTuple(args, "OOO", &ccap, &xa, &ya)) return NULL;
+  st_replica_context *c = replica_of(ccap);
+  st_tensor x, y;
+  if (!c || replica_array(xa, "x", &x) || replica_array(ya, "y", &y)) return NULL;
+  if (y.dims[0] != x.dims[0]) {
+    PyErr_Format(PyExc_ValueError, "train_on_batch: x has %lld examples and y has %lld",
+                 (long long)x.dims[0], (long long)y.dims[0]);
+    return NULL;
+  }
+  st_batch b = {(int)x.dims[0], x.data, y.data};
+  double loss = 0;
+  int64_t correct = 0;
+  float global = (float)b.size;
+  st_status s;
+  Py_BEGIN_ALLOW_THREADS
+  s = st_replica_all_reduce(c, ST_REDUCE_SUM, &global, 1);
+  if (s == ST_OK && global < 1)
+    s = st_error(ST_ERR_INVALID, "train_on_batch: the replicas' batch slices are all empty");
+  if (s == ST_OK) s = st_replica_compute_gradients(c, &b, (int64_t)global, &loss, &correct);
+  if (s == ST_OK) s = st_replica_apply_gradients(c);
+  Py_END_ALLOW_THREADS
+  if (s != ST_OK) return st_py_raise(s, "train_on_batch");
+  return Py_BuildValue("(dLL)", loss, (long long)correct, (long long)global);
+}
+
+/* replica_all_reduce(ctx, op 0 SUM / 1 MEAN, float32 array) -> bytearray of
+ * the reduced values. */
+static PyObject *py_replica_all_reduce(PyObject *self, PyObject *args) {
+  PyObject *ccap, *arr;
+  int op;
+  if (!PyArg_ParseTuple(args, "OiO", &ccap, &op, &arr)) return NULL;
+  st_replica_context *c = replica_of(ccap);
+  st_tensor t;
+  if (!c || replica_array(arr, "value", &t)) return NULL;
+  size_t n = st_tensor_count(&t);
+  PyObject *buf = PyByteArray_FromStringAndSize((const char *)t.data, (Py_ssize_t)(n * 4));
+  if (!buf) return NULL;
+  float *p = (float *)PyByteArray_AsString(buf);
+  st_status s;
+  Py_BEGIN_ALLOW_THREADS
+  s = st_replica_all_reduce(c, op == 1 ? ST_REDUCE_MEAN : ST_REDUCE_SUM, p, n);
+  Py_END_ALLOW_THREADS
+  if (s != ST_OK) {
+    Py_DECREF(buf);
+    return st_py_raise(s, "all_reduce");
+  }
+  return buf;
+}
+
 /* ---- files ---------------------------------------------------------------------- */
 
 static PyObject *tensor_to_py(st_tensor *t) {
@@ -928,6 +1078,9 @@ static PyMethodDef methods[] = {
     {"tb_create", py_tb_create, METH_VARARGS, "TensorBoard event writer"},
     {"tb_scalar", py_tb_scalar, METH_VARARGS, "write and flush one scalar"},
     {"loss_is_sparse", py_loss_is_sparse, METH_VARARGS, "whether a loss takes class indices"},
+    {"strategy_run", py_strategy_run, METH_VARARGS, "fn(replica_id, ctx) on every local replica"},
+    {"replica_train", py_replica_train, METH_VARARGS, "one replica's share of a training step"},
+    {"replica_all_reduce", py_replica_all_reduce, METH_VARARGS, "all-reduce floats over the replicas"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_strata",

@@ -1,6 +1,7 @@
 """tf.keras.Sequential on Strata's engine: the layers, compile, fit,
 evaluate, predict, summary and weights of one st_model (include/strata/
 train.h), bound to the strategy whose scope it was created in."""
+import itertools
 import math
 import os
 
@@ -54,6 +55,9 @@ class _Driver:
             cb.on_epoch_end(t[0], logs)
 
 
+_compile_counter = itertools.count(1)
+
+
 class Sequential:
     """tf.keras.Sequential: a stack of layers (a list or .add()). Created
     inside `strategy.scope()` it trains under that strategy."""
@@ -69,6 +73,7 @@ class Sequential:
         self._cap = None
         self._strategy = _distribute._scoped_strategy()
         self._compiled = False
+        self._compile_order = 0
         self._compile_args = None
         self.optimizer = None
         self.loss = None
@@ -139,6 +144,7 @@ class Sequential:
         self._strategy = strategy
         cap = _strata.model_create(shape, global_seed(), strategy._create(), self.name)
         self._cap, self._input_shape = cap, shape
+        strategy._register(self)
         for layer in self._layers:
             if not isinstance(layer, _layers.Rescaling):
                 self._add_engine(layer)
@@ -204,6 +210,7 @@ class Sequential:
         opt, lossobj, codes = self._compile_args
         _strata.model_compile(self._cap, *opt._args(), lossobj._engine_name, codes or [0])
         self._compiled = True
+        self._compile_order = next(_compile_counter)
 
     def _ensure_compiled(self, what):
         self._require_built(what)
@@ -223,6 +230,8 @@ class Sequential:
         """(engine dataset, batch) for arrays or a tf.data.Dataset."""
         from .. import data as _data
         sparse = getattr(self, "_sparse", False)
+        if isinstance(x, _distribute.DistributedDataset):
+            x = x._dataset
         if isinstance(x, _data.Dataset):
             if y is not None:
                 raise ValueError("%s: `y` must be None when x is a dataset" % where)
@@ -395,12 +404,50 @@ class Sequential:
         unsupported("train_on_batch", sample_weight=(sample_weight, None), class_weight=(class_weight, None))
         if self._compile_args is None:
             raise RuntimeError("You must compile your model before training/testing. Use `model.compile(optimizer, loss)`.")
+        ctx = _distribute._current_replica()
+        if ctx is not None:
+            return self._replica_step(ctx, x, y, return_dict)
         xa = features(x, "train_on_batch: x")
         ds, _ = self._arrays(xa, y, len(xa) or 1, "train_on_batch")
         self._ensure_compiled("train_on_batch")
         driver = _Driver(self, [], self._metric_key, 0)
         logs, _ = _strata.model_fit(self._cap, ds, 1, None, driver, 0, 0)
         out = self._epoch_logs(logs[0], self._metric_key)
+        if return_dict:
+            return out
+        return out["loss"] if len(out) == 1 else list(out.values())
+
+    def _replica_step(self, ctx, x, y, return_dict):
+        """train_on_batch inside strategy.run: this replica's share of one
+        step (its examples' gradients, all-reduced, applied once per step).
+        Returns the replica's loss sum and correct count divided by the
+        global batch (tf.nn.compute_average_loss's scaling): reduce with
+        ReduceOp.SUM for the global batch's mean loss and accuracy."""
+        if ctx._handle is None or ctx._model is not self:
+            other = "no compiled model" if ctx._model is None else "model %r" % ctx._model.name
+            raise NotImplementedError(
+                "train_on_batch inside strategy.run: this run is bound to %s of the strategy (the "
+                "most recently compiled one); Strata trains one model per strategy.run, compiled "
+                "before the run" % other)
+        xa = features(x, "train_on_batch: x")
+        if tuple(xa.shape[1:]) != tuple(self._input_shape):
+            raise ValueError("train_on_batch: x has examples of shape %s, the model takes %s"
+                             % (tuple(xa.shape[1:]), tuple(self._input_shape)))
+        ya = labels(y, self._sparse, "train_on_batch: y")
+        if len(ya) != len(xa):
+            raise ValueError("train_on_batch: x has %d examples and y has %d; they must match" % (len(xa), len(ya)))
+        x32 = xa if xa.dtype == np.float32 else xa.astype(np.float32)
+        if self._scale != 1.0:  # as the engine's source: float(x) * float32(scale)
+            x32 = x32 * np.float32(self._scale)
+        y32 = np.ascontiguousarray(ya.astype(np.float32).reshape(len(ya), -1))
+        want = 1 if self._sparse else int(np.prod(self.output_shape[1:]))
+        if y32.shape[1] != want:
+            raise ValueError("train_on_batch: labels of %d values per example, the model's loss takes %d"
+                             % (y32.shape[1], want))
+        loss_sum, correct, global_batch = _strata.replica_train(ctx._handle, np.ascontiguousarray(x32), y32)
+        out = {"loss": loss_sum / global_batch}
+        if self._metric_key:
+            out[self._metric_key] = correct / global_batch
         if return_dict:
             return out
         return out["loss"] if len(out) == 1 else list(out.values())
