@@ -115,9 +115,6 @@ class ReplicaContext:
     def strategy(self):
         return self._strategy
 
-    def _local_id(self, n):
-        return self._id % n
-
     def all_reduce(self, reduce_op, value, options=None):
         """SUM or MEAN of value over every replica (float32, through the
         engine's collective); every replica must call it, in the same order."""
@@ -329,8 +326,8 @@ class Strategy:
         when given (MEAN over an axis averages over every replica's
         examples together, as TensorFlow). A value that is not PerReplica is
         taken as the same on every replica. Nests of values are reduced leaf
-        by leaf. Under MultiWorkerMirroredStrategy the workers' values are
-        all-reduced too (a model of this strategy must be compiled)."""
+        by leaf. Not across MultiWorkerMirroredStrategy workers (neither is
+        run: the engine has no multi-worker custom loop yet)."""
         op = _op(reduce_op, "reduce")
         return _map_nest(lambda v: self._reduce_one(op, v, axis), value)
 
@@ -348,20 +345,9 @@ class Strategy:
             total = total + a
         count = float(sum(counts))  # replicas (axis None) or examples summed over
         if self._workers()[1] > 1:
-            model = self._run_model()
-            if model is None:
-                raise ValueError("reduce: MultiWorkerMirroredStrategy reduces across workers through "
-                                 "a compiled model's replicas; compile a model in this strategy first")
-            shape = np.shape(total)
-            packed = np.append(np.asarray(total, dtype=np.float32).reshape(-1), np.float32(count))
-            n, zeros = self._local_replicas(), np.zeros_like(packed)
-
-            def each():  # the worker's total once (local replica 0), exact sums
-                ctx = get_replica_context()
-                return ctx.all_reduce(ReduceOp.SUM, packed if ctx._local_id(n) == 0 else zeros)
-            out = self.run(each)
-            out = np.asarray(out.values[0] if isinstance(out, PerReplica) else out)
-            total, count = out[:-1].reshape(shape), float(out[-1])
+            raise NotImplementedError("reduce: across MultiWorkerMirroredStrategy workers is not "
+                                      "supported by Strata (its engine runs no custom training loops "
+                                      "across workers yet; use fit)")
         if op == ReduceOp.SUM:
             return total
         return total / np.asarray(count, dtype=np.result_type(total, np.float32))
