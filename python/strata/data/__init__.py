@@ -392,7 +392,15 @@ def _split(elem, where):
     return elem, None
 
 
-def engine_pipeline(ds, scale, sparse, where, steps=None, need_labels=True):
+def python_epochs(ds):
+    """Whether fit must run ds's pipeline in Python again for every epoch:
+    an untraceable map (or other Python-only op) with a shuffle that
+    reshuffles each iteration."""
+    return (any(op[0] == "shuffle" and op[3] for op in ds._ops)
+            and any(op[0] not in _ENGINE_OPS for op in ds._ops) and trace(ds) is None)
+
+
+def engine_pipeline(ds, scale, sparse, where, steps=None, need_labels=True, epoch=0):
     """(dataset handle, batch size) of the C pipeline that yields what ds
     yields, for fit / evaluate / predict."""
     traced = None
@@ -400,7 +408,7 @@ def engine_pipeline(ds, scale, sparse, where, steps=None, need_labels=True):
         traced = _traced_source(ds, scale, sparse, where, need_labels)
     if traced is None and (any(op[0] not in _ENGINE_OPS for op in ds._ops)
                            or isinstance(ds._source, (_Files, _TFRecord))):
-        return _materialized(ds, scale, sparse, where, steps, need_labels)
+        return _materialized(ds, scale, sparse, where, steps, need_labels, epoch)
     if traced is not None:
         h = traced
     else:
@@ -534,14 +542,16 @@ def _feature_spec(s):
     return (o[1], o[2], tuple(s.shape))
 
 
-def _materialized(ds, scale, sparse, where, steps, need_labels):
+def _materialized(ds, scale, sparse, where, steps, need_labels, epoch=0):
     xs, ys, batch = [], [], 0
-    it = iter(ds.as_numpy_iterator())
-    if steps is not None:
-        it = itertools.islice(it, int(steps))
-    elif int(ds.cardinality()) == -1:
+    if steps is None and int(ds.cardinality()) == -1:
         raise ValueError("%s: the dataset is infinite (repeat()); give steps_per_epoch / steps" % where)
-    for elem in it:
+    saved, ds._epoch = ds._epoch, epoch  # the shuffle order of that epoch (read as it runs)
+    try:
+        elems = list(itertools.islice(ds.as_numpy_iterator(), None if steps is None else int(steps)))
+    finally:
+        ds._epoch = saved
+    for elem in elems:
         x, y = _split(elem, where)
         xs.append(np.asarray(x))
         batch = max(batch, len(xs[-1]))

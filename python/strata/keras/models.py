@@ -226,7 +226,7 @@ class Sequential:
         return ["loss"] + ([self._metric_key] if getattr(self, "_metric_key", None) else [])
 
     # ---- data ----
-    def _arrays(self, x, y, batch, where, shuffle=False, steps=None, labelled=True):
+    def _arrays(self, x, y, batch, where, shuffle=False, steps=None, labelled=True, epoch=0):
         """(engine dataset, batch) for arrays or a tf.data.Dataset."""
         from .. import data as _data
         sparse = getattr(self, "_sparse", False)
@@ -238,7 +238,7 @@ class Sequential:
             if self._cap is None:
                 first = next(iter(x.as_numpy_iterator()))
                 self._build(np.shape(first[0] if isinstance(first, tuple) else first)[1:])
-            return _data.engine_pipeline(x, self._scale, sparse, where, steps, labelled)
+            return _data.engine_pipeline(x, self._scale, sparse, where, steps, labelled, epoch)
         if isinstance(x, dict):
             raise NotImplementedError("%s: dict inputs are not supported by Strata" % where)
         xa = features(x, where + ": x")
@@ -295,7 +295,8 @@ class Sequential:
                 raise ValueError("fit: validation_split=%r of %d examples leaves no training or "
                                  "validation examples" % (validation_split, len(xa)))
             x, y, validation_data = xa[:split], ya[:split], (xa[split:], ya[split:])
-        train, batch = self._arrays(x, y, batch_size, "fit", bool(shuffle), steps_per_epoch)
+        train, batch = self._arrays(x, y, batch_size, "fit", bool(shuffle), steps_per_epoch,
+                                    epoch=int(initial_epoch))
         self._ensure_compiled("fit")
         val = None
         if validation_data is not None:
@@ -334,7 +335,22 @@ class Sequential:
         for cb in cbs:
             cb.on_train_begin({})
         n = max(epochs - initial_epoch, 0)
-        _logs, sps = _strata.model_fit(self._cap, train, n, val, driver, every, initial_epoch, *backup)
+        if isinstance(x, _distribute.DistributedDataset):
+            x = x._dataset
+        if n > 1 and isinstance(x, _data.Dataset) and _data.python_epochs(x):
+            # a Python map over a reshuffled dataset: run it again for every
+            # epoch (its new order), one engine epoch at a time
+            self._stop, rates = False, []
+            for e in range(initial_epoch, epochs):
+                if e > initial_epoch:
+                    train, _ = self._arrays(x, None, None, "fit", steps=steps_per_epoch, epoch=e)
+                _logs, sps = _strata.model_fit(self._cap, train, 1, val, driver, every, e, *backup)
+                rates.append(sps)
+                if self._stop:
+                    break
+            sps = sum(rates) / len(rates)
+        else:
+            _logs, sps = _strata.model_fit(self._cap, train, n, val, driver, every, initial_epoch, *backup)
         history.samples_per_sec = sps  # the engine's, training only, first 20 steps excluded
         self._fit_calls = getattr(self, "_fit_calls", 0) + 1
         for cb in cbs:
