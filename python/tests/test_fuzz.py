@@ -34,7 +34,8 @@ def test_public_callables_random_arguments():
                 pass
 
 
-def test_extension_random_arguments():
+def test_extension_random_arguments(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # tfrecord_write / list_files take random names as paths
     rng = random.Random(7)
     names = [n for n in dir(_strata) if callable(getattr(_strata, n)) and n != "mnist_load"]
     model = tf.keras.Sequential([tf.keras.layers.Dense(2, input_shape=(3,))])

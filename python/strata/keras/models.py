@@ -49,6 +49,7 @@ class _Driver:
                 cb.on_train_batch_begin(step + 1, {})
 
     def on_epoch_end(self, t):
+        self.model._epoch_steps = t[8]  # the engine's count (unknown before for file datasets)
         logs = self.model._epoch_logs(t, self.key)
         self.last = logs
         for cb in self.cbs:
