@@ -154,6 +154,8 @@ def serialize_example(features):
 
 
 class TFRecordOptions:
+    """tf.io.TFRecordOptions: compression_type only (None, '' or 'GZIP')."""
+
     def __init__(self, compression_type=None, **kwargs):
         self.compression_type = compression_type or ""
 

@@ -162,6 +162,8 @@ class Dataset:
         seed None: the global seed, so the order repeats). ValueError when
         nothing matches."""
         patterns = [file_pattern] if isinstance(file_pattern, (str, os.PathLike)) else list(file_pattern)
+        if shuffle is not None and not isinstance(shuffle, (bool, np.bool_, int)):
+            raise ValueError("list_files: shuffle=%r (expected a bool)" % (shuffle,))
         shuffle = True if shuffle is None else bool(shuffle)
         seed = global_seed() if seed is None else int(seed)
         names = []

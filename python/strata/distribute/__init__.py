@@ -221,10 +221,8 @@ def _regroup(results):
 
 
 def _op(reduce_op, where):
-    if reduce_op in (ReduceOp.SUM, "sum"):
-        return ReduceOp.SUM
-    if reduce_op in (ReduceOp.MEAN, "mean"):
-        return ReduceOp.MEAN
+    if isinstance(reduce_op, str) and reduce_op.upper() in (ReduceOp.SUM, ReduceOp.MEAN):
+        return reduce_op.upper()
     raise ValueError("%s: reduce_op %r (expected ReduceOp.SUM or ReduceOp.MEAN)" % (where, reduce_op))
 
 
