@@ -129,3 +129,20 @@ def test_all_reduce_and_errors_inside_run(fashion):
         strategy.run(lambda a, b: other.train_on_batch(a, b), args=batch)
     with pytest.raises(ValueError, match="shape"):
         strategy.run(lambda a, b: model.train_on_batch(a[:, :10], b), args=batch)
+
+
+def test_distribute_datasets_from_function():
+    strategy = _mirrored()
+    x, y = np.arange(50, dtype=np.float32).reshape(25, 2), np.arange(25)
+
+    def dataset_fn(ctx):
+        assert ctx.num_input_pipelines == 1 and ctx.input_pipeline_id == 0
+        return tf.data.Dataset.from_tensor_slices((x, y)).batch(ctx.get_per_replica_batch_size(10))
+
+    batches = list(strategy.distribute_datasets_from_function(dataset_fn))
+    assert len(batches) == 3
+    firsts = [strategy.experimental_local_results(b[1]) for b in batches]
+    assert [v.tolist() for v in firsts[0]] == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
+    assert [len(v) for v in firsts[2]] == [5, 0]  # the last replica's share is empty
+    ids = strategy.run(lambda a, b: len(b), args=batches[1])
+    assert strategy.experimental_local_results(ids) == (5, 5)

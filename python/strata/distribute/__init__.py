@@ -155,6 +155,58 @@ class DistributedDataset:
         return "<DistributedDataset over %r>" % (self._dataset,)
 
 
+class InputContext:
+    """tf.distribute.InputContext: what distribute_datasets_from_function's
+    dataset_fn is given."""
+
+    def __init__(self, num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=1):
+        self.num_input_pipelines = num_input_pipelines
+        self.input_pipeline_id = input_pipeline_id
+        self.num_replicas_in_sync = num_replicas_in_sync
+
+    def get_per_replica_batch_size(self, global_batch_size):
+        if global_batch_size % self.num_replicas_in_sync:
+            raise ValueError("The `global_batch_size` %r is not divisible by `num_replicas_in_sync` %r"
+                             % (global_batch_size, self.num_replicas_in_sync))
+        return global_batch_size // self.num_replicas_in_sync
+
+
+class _PerReplicaDataset(DistributedDataset):
+    """distribute_datasets_from_function's result: consecutive elements, one
+    per local replica."""
+
+    def __init__(self, dataset, n):
+        self._dataset, self._n = dataset, n
+
+    def __iter__(self):
+        it = iter(self._dataset)
+        while True:
+            group = []
+            for e in it:
+                group.append(e)
+                if len(group) == self._n:
+                    break
+            if not group:
+                return
+            if self._n == 1:
+                yield group[0]
+                continue
+            while len(group) < self._n:
+                group.append(_map_nest(lambda a: a[:0], group[-1]))
+            yield _map_nest_many(group)
+
+
+def _map_nest_many(group):
+    """[nest per replica] -> one nest of PerReplica leaves."""
+    first = group[0]
+    if isinstance(first, (tuple, list)):
+        out = [_map_nest_many([g[i] for g in group]) for i in range(len(first))]
+        return tuple(out) if isinstance(first, tuple) else out
+    if isinstance(first, dict):
+        return {k: _map_nest_many([g[k] for g in group]) for k in first}
+    return PerReplica(group)
+
+
 def _span(total, n, i):
     """Part i of total items over n parts: [total*i//n, total*(i+1)//n), the
     engine's split (src/base/split.h)."""
@@ -360,7 +412,15 @@ class Strategy:
         return DistributedDataset(self, dataset)
 
     def distribute_datasets_from_function(self, dataset_fn, options=None):
-        return dataset_fn(None)
+        """dataset_fn(InputContext) builds this worker's dataset of
+        per-replica batches (batch it with
+        ctx.get_per_replica_batch_size(global_batch)); iterating the result
+        gives each local replica the next element in turn, as PerReplica
+        values (the element itself with one local replica). A replica left
+        without an element at the end gets an empty slice."""
+        rank, workers = self._workers()
+        ctx = InputContext(workers, rank, self.num_replicas_in_sync)
+        return _PerReplicaDataset(dataset_fn(ctx), self._local_replicas())
 
     def experimental_local_results(self, value):
         """The local replicas' values of a PerReplica (or of each leaf of a
@@ -479,6 +539,6 @@ def in_cross_replica_context():
 
 
 __all__ = ["ReduceOp", "Strategy", "PerReplica", "DistributedValues", "ReplicaContext",
-           "DistributedDataset", "get_replica_context", "in_cross_replica_context", "OneDeviceStrategy", "MirroredStrategy", "CentralStorageStrategy",
+           "DistributedDataset", "InputContext", "get_replica_context", "in_cross_replica_context", "OneDeviceStrategy", "MirroredStrategy", "CentralStorageStrategy",
            "MultiWorkerMirroredStrategy", "NcclAllReduce", "HierarchicalCopyAllReduce",
            "ReductionToOneDevice", "CrossDeviceOps", "get_strategy", "has_strategy", "experimental"]
