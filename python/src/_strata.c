@@ -14,6 +14,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -617,7 +618,7 @@ static st_status map_ops_apply(void *user, float *x, size_t nx, float *y, size_t
       case MAP_SUB: for (size_t i = 0; i < nx; i++) x[i] = x[i] - c; break;
       case MAP_RSUB: for (size_t i = 0; i < nx; i++) x[i] = c - x[i]; break;
       case MAP_RDIV: for (size_t i = 0; i < nx; i++) x[i] = c / x[i]; break;
-      default: for (size_t i = 0; i < nx; i++) x[i] = (float)(int)(x[i] * 255.0f + 0.5f); break;
+      default: for (size_t i = 0; i < nx; i++) x[i] = floorf(x[i] * 255.0f + 0.5f); break;
     }
   }
   return ST_OK;
@@ -638,7 +639,8 @@ static PyObject *py_dataset_map_ops(PyObject *self, PyObject *args) {
   m->n = (int)PyList_Size(ops);
   for (int k = 0; k < m->n; k++) {
     double c = 0;
-    if (!PyArg_ParseTuple(PyList_GetItem(ops, k), "id", &m->kind[k], &c) || m->kind[k] < 0 ||
+    PyObject *op = PyList_GetItem(ops, k);
+    if (!PyTuple_Check(op) || !PyArg_ParseTuple(op, "id", &m->kind[k], &c) || m->kind[k] < 0 ||
         m->kind[k] >= MAP_OPS) {
       free(m);
       if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "map: unknown op");
