@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
 """Python `model.fit` (import strata as tf) vs `strata train`: samples/s of
 one epoch of Fashion-MNIST, batch 128, default strategy, for the mlp and the
-cnn, alternating runs. Reports the engine's samples/s (training only, first
-20 steps excluded: the figure the CLI prints) for both, and the Python wall
-clock of the whole fit call.
-    PYTHONPATH=build/python python3 bench/python_bench.py [--reps N] [--cli build/strata]"""
+cnn, alternating runs, beside the PyTorch peer (the same models, Adam,
+batch 128, 1 epoch: /work/shared/peers/torch_train.py run with /usr/bin/python3
+and as many threads as cores, as Strata's default strategy uses, with
+OMP_WAIT_POLICY=passive). Reports the
+engine's samples/s (training only, first 20 steps excluded: the figure the
+CLI prints; torch_train.py times the same way) for all three, the Python
+wall clock of the whole fit call, the ratios of medians and the load average.
+    PYTHONPATH=build/python python3 bench/python_bench.py [--reps N] [--cli build/strata]
+        [--torch /work/shared/peers/torch_train.py]  (--torch '' leaves PyTorch out)"""
 import argparse
 import json
 import os
@@ -32,6 +37,22 @@ def cli_run(cli, model):
         return json.load(open(rep))["samples_per_sec"]
 
 
+def torch_run(script, model):
+    """samples/s of the PyTorch peer (None when torch is not installed)."""
+    # OMP_WAIT_POLICY=passive: PyTorch's OpenMP threads otherwise spin and,
+    # on a shared machine, run 2-3x slower with 2 threads than with 1
+    # (/work/shared/peers/RESULTS.md)
+    r = subprocess.run(["/usr/bin/python3", script, "--model", model, "--batch", "128", "--epochs", "1",
+                        "--threads", str(os.cpu_count() or 1), "--seed", "0", "--no-eval-each-epoch"],
+                       capture_output=True, text=True, env=dict(os.environ, OMP_WAIT_POLICY="passive"))
+    for line in r.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])["samples_per_s"]
+    if "No module named 'torch'" in r.stderr:
+        return None
+    raise RuntimeError("%s failed: %s" % (script, r.stderr[-2000:]))
+
+
 def py_run(model, x, y):
     m = tf.keras.Sequential([L.Rescaling(1 / 255., input_shape=(28, 28, 1))] + MODELS[model]())
     m.compile("adam", tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True), ["accuracy"])
@@ -44,21 +65,33 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--cli", default=os.path.join(os.path.dirname(__file__), "..", "build", "strata"))
+    ap.add_argument("--torch", default="/work/shared/peers/torch_train.py")
     a = ap.parse_args()
+    use_torch = bool(a.torch) and os.path.exists(a.torch)
     (x, y), _ = tf.keras.datasets.fashion_mnist.load_data()
-    print("| model | strata train | Python fit (engine) | Python fit (wall, whole call) | fit / train |")
-    print("|---|---|---|---|---|")
+    print("load average at start: %.2f %.2f %.2f" % os.getloadavg())
+    print("| model | strata train | Python fit (engine) | Python fit (wall, whole call) | PyTorch | "
+          "fit / train | fit / PyTorch |")
+    print("|---|---|---|---|---|---|---|")
     for model in ("mlp", "cnn"):
-        c, p, w = [], [], []
+        c, p, w, t = [], [], [], []
         for _ in range(a.reps):
             c.append(cli_run(a.cli, model))
             e, wall = py_run(model, x, y)
             p.append(e)
             w.append(wall)
-        mc, mp, mw = statistics.median(c), statistics.median(p), statistics.median(w)
-        print("| %s | %s | %s | %s | %.3f |" % (model, " / ".join("%.0f" % v for v in c),
-              " / ".join("%.0f" % v for v in p), " / ".join("%.0f" % v for v in w), mp / mc))
+            if use_torch:
+                v = torch_run(a.torch, model)
+                if v is not None:
+                    t.append(v)
+        mc, mp = statistics.median(c), statistics.median(p)
+        mt = statistics.median(t) if t else None
+        print("| %s | %s | %s | %s | %s | %.3f | %s |" % (
+            model, " / ".join("%.0f" % v for v in c), " / ".join("%.0f" % v for v in p),
+            " / ".join("%.0f" % v for v in w), " / ".join("%.0f" % v for v in t) if t else "n/a",
+            mp / mc, "%.2f" % (mp / mt) if mt else "n/a"))
         sys.stdout.flush()
+    print("load average at end: %.2f %.2f %.2f" % os.getloadavg())
 
 
 if __name__ == "__main__":

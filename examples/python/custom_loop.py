@@ -1,7 +1,9 @@
-"""A custom training loop with strategy.run over a distributed dataset.
-Strata has no tf.GradientTape: the step function calls
-model.train_on_batch, which computes the gradients of the global batch on
-every replica (each takes its share) and applies the all-reduced update.
+"""A custom training loop with strategy.run over a distributed dataset, as
+TensorFlow's tutorial writes it. Strata has no tf.GradientTape: the step
+function, called once per replica on its slice of the global batch, calls
+model.train_on_batch, which computes the gradients of the replica's examples
+(loss scaled by the global batch, as tf.nn.compute_average_loss) and applies
+the all-reduced update with the other replicas: fit's step, exactly.
 
     PYTHONPATH=build/python python3 examples/python/custom_loop.py [N_EXAMPLES] [EPOCHS]
 """
@@ -38,18 +40,20 @@ with strategy.scope():
 
 
 def train_step(inputs):
-    images, labels = inputs
+    images, labels = inputs  # this replica's slice of the global batch
+    # this replica's share of the global batch's mean loss and accuracy
     loss, acc = model.train_on_batch(images, labels)
-    return loss * len(images), acc * len(images), len(images)
+    return loss, acc
 
 
 for epoch in range(epochs):
-    total_loss = total_acc = seen = 0.0
+    total_loss = total_acc = 0.0
+    batches = 0
     for batch in train_dist_dataset:
-        loss_sum, acc_sum, count = strategy.run(train_step, args=(batch,))
-        total_loss += strategy.reduce(tf.distribute.ReduceOp.SUM, loss_sum, axis=None)
-        total_acc += acc_sum
-        seen += count
+        per_replica_loss, per_replica_acc = strategy.run(train_step, args=(batch,))
+        total_loss += strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_loss, axis=None)
+        total_acc += strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_acc, axis=None)
+        batches += 1
     test_loss, test_acc = model.evaluate(x_test, y_test, verbose=0)
     print("Epoch {}, Loss: {:.4f}, Accuracy: {:.4f}, Test Loss: {:.4f}, Test Accuracy: {:.4f}".format(
-        epoch + 1, total_loss / seen, total_acc / seen, test_loss, test_acc))
+        epoch + 1, total_loss / batches, total_acc / batches, test_loss, test_acc))

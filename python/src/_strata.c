@@ -14,6 +14,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,6 +59,8 @@ typedef struct py_dataset {
   st_dataset *ds;
   PyObject *keep[2]; /* the arrays whose memory the source borrows */
   int busy;          /* being iterated by a verb running without the GIL */
+  void *owned[8];    /* malloc'd state of its C map stages (freed with it) */
+  int nowned;
 } py_dataset;
 
 static void strategy_capsule_free(PyObject *cap) {
@@ -78,6 +81,7 @@ static void dataset_capsule_free(PyObject *cap) {
   st_dataset_destroy(d->ds);
   Py_XDECREF(d->keep[0]);
   Py_XDECREF(d->keep[1]);
+  for (int i = 0; i < d->nowned; i++) free(d->owned[i]);
   free(d);
 }
 
@@ -587,6 +591,235 @@ static PyObject *py_dataset_cardinality(PyObject *self, PyObject *cap) {
   return ds ? PyLong_FromLongLong(st_dataset_cardinality(ds)) : NULL;
 }
 
+/* ---- traced maps and file datasets (tf.data.TFRecordDataset, list_files) ---- */
+
+/* An element-wise map a traced Python function reduced to: ops on every x
+ * value in order, each in float32 as NumPy computes it (x * c, x / c, x + c,
+ * x - c, c - x, c / x), after an optional "round255" that recovers a raw byte
+ * from the TFRecord source's byte * (1/255) (exact: the product is within
+ * half a unit of the byte / 255). */
+enum { MAP_MUL, MAP_DIV, MAP_ADD, MAP_SUB, MAP_RSUB, MAP_RDIV, MAP_ROUND255, MAP_OPS };
+typedef struct py_map_ops {
+  int n;
+  int kind[32];
+  float c[32];
+} py_map_ops;
+
+static st_status map_ops_apply(void *user, float *x, size_t nx, float *y, size_t ny) {
+  const py_map_ops *m = user;
+  (void)y;
+  (void)ny;
+  for (int k = 0; k < m->n; k++) {
+    const float c = m->c[k];
+    switch (m->kind[k]) {
+      case MAP_MUL: for (size_t i = 0; i < nx; i++) x[i] = x[i] * c; break;
+      case MAP_DIV: for (size_t i = 0; i < nx; i++) x[i] = x[i] / c; break;
+      case MAP_ADD: for (size_t i = 0; i < nx; i++) x[i] = x[i] + c; break;
+      case MAP_SUB: for (size_t i = 0; i < nx; i++) x[i] = x[i] - c; break;
+      case MAP_RSUB: for (size_t i = 0; i < nx; i++) x[i] = c - x[i]; break;
+      case MAP_RDIV: for (size_t i = 0; i < nx; i++) x[i] = c / x[i]; break;
+      default: for (size_t i = 0; i < nx; i++) x[i] = floorf(x[i] * 255.0f + 0.5f); break;
+    }
+  }
+  return ST_OK;
+}
+
+/* dataset_map_ops(ds, [(kind, constant), ...]): the ops as a C map stage. */
+static PyObject *py_dataset_map_ops(PyObject *self, PyObject *args) {
+  PyObject *cap, *ops;
+  if (!PyArg_ParseTuple(args, "OO", &cap, &ops)) return NULL;
+  py_dataset *d = cap_get(cap, CAP_DATASET);
+  if (!d || !dataset_of(cap)) return NULL;
+  if (!PyList_Check(ops) || PyList_Size(ops) > 32 || d->nowned >= 8) {
+    PyErr_SetString(PyExc_ValueError, "map: at most 32 ops in a list, 8 maps a dataset");
+    return NULL;
+  }
+  py_map_ops *m = calloc(1, sizeof *m);
+  if (!m) return PyErr_NoMemory();
+  m->n = (int)PyList_Size(ops);
+  for (int k = 0; k < m->n; k++) {
+    double c = 0;
+    PyObject *op = PyList_GetItem(ops, k);
+    if (!PyTuple_Check(op) || !PyArg_ParseTuple(op, "id", &m->kind[k], &c) || m->kind[k] < 0 ||
+        m->kind[k] >= MAP_OPS) {
+      free(m);
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "map: unknown op");
+      return NULL;
+    }
+    m->c[k] = (float)c;
+  }
+  st_status s = st_dataset_map(d->ds, map_ops_apply, m, &d->ds);
+  if (s != ST_OK) {
+    free(m);
+    return st_py_raise(s, "map");
+  }
+  d->owned[d->nowned++] = m;
+  Py_RETURN_NONE;
+}
+
+/* list_files(pattern, shuffle, seed) -> [names] (st_list_files' order) */
+static PyObject *py_list_files(PyObject *self, PyObject *args) {
+  const char *pattern;
+  int shuffle;
+  unsigned long long seed;
+  if (!PyArg_ParseTuple(args, "spK", &pattern, &shuffle, &seed)) return NULL;
+  char **files = NULL;
+  int n = 0;
+  st_status s = st_list_files(pattern, shuffle != 0, seed, &files, &n);
+  if (s != ST_OK) return st_py_raise(s, "list_files");
+  PyObject *out = PyList_New(n);
+  for (int i = 0; out && i < n; i++) {
+    PyObject *name = PyUnicode_DecodeFSDefault(files[i]);
+    if (!name) {
+      Py_CLEAR(out);
+      break;
+    }
+    PyList_SetItem(out, i, name);
+  }
+  st_list_files_free(files, n);
+  return out;
+}
+
+static const char *const CAP_READER = "strata.tfrecord_reader";
+
+static void reader_capsule_free(PyObject *cap) {
+  st_tfrecord_reader_destroy(PyCapsule_GetPointer(cap, CAP_READER));
+}
+
+/* Record options from a compression name and a buffer size (0: default). */
+static int record_options(const char *compression, long long buffer, st_tfrecord_options *o) {
+  *o = st_tfrecord_default_options();
+  if (st_compression_parse(compression ? compression : "", &o->compression) != ST_OK) {
+    st_py_raise(ST_ERR_INVALID, "compression_type");
+    return -1;
+  }
+  if (buffer < 0) {
+    PyErr_Format(PyExc_ValueError, "buffer_size %lld must be >= 0", buffer);
+    return -1;
+  }
+  if (buffer > 0) o->buffer_size = (size_t)buffer;
+  return 0;
+}
+
+/* tfrecord_reader(path, compression, buffer_size) -> reader handle */
+static PyObject *py_tfrecord_reader(PyObject *self, PyObject *args) {
+  const char *path, *comp;
+  long long buffer;
+  if (!PyArg_ParseTuple(args, "szL", &path, &comp, &buffer)) return NULL;
+  st_tfrecord_options o;
+  if (record_options(comp, buffer, &o)) return NULL;
+  st_tfrecord_reader *r = NULL;
+  st_status s = st_tfrecord_reader_create(path, &o, &r);
+  if (s != ST_OK) return st_py_raise(s, "TFRecordDataset");
+  PyObject *cap = PyCapsule_New(r, CAP_READER, reader_capsule_free);
+  if (!cap) st_tfrecord_reader_destroy(r);
+  return cap;
+}
+
+/* tfrecord_next(reader) -> the next record's bytes, or None at the end */
+static PyObject *py_tfrecord_next(PyObject *self, PyObject *cap) {
+  st_tfrecord_reader *r = cap_get(cap, CAP_READER);
+  if (!r) return NULL;
+  const void *data;
+  size_t size;
+  bool end;
+  st_status s = st_tfrecord_reader_next(r, &data, &size, &end);
+  if (s != ST_OK) return st_py_raise(s, "TFRecordDataset");
+  if (end) Py_RETURN_NONE;
+  return PyBytes_FromStringAndSize(data, (Py_ssize_t)size);
+}
+
+/* tfrecord_write(path, compression, [bytes]) writes every record, then
+ * renames the file into place. */
+static PyObject *py_tfrecord_write(PyObject *self, PyObject *args) {
+  const char *path, *comp;
+  PyObject *records;
+  if (!PyArg_ParseTuple(args, "szO!", &path, &comp, &PyList_Type, &records)) return NULL;
+  st_tfrecord_options o;
+  if (record_options(comp, 0, &o)) return NULL;
+  st_tfrecord_writer *w = NULL;
+  st_status s = st_tfrecord_writer_create(path, &o, &w);
+  for (Py_ssize_t i = 0; s == ST_OK && i < PyList_Size(records); i++) {
+    PyObject *r = PyList_GetItem(records, i);
+    char *data = PyBytes_AsString(r);
+    if (!data) {
+      st_tfrecord_writer_destroy(w);
+      return NULL;
+    }
+    s = st_tfrecord_writer_write(w, data, (size_t)PyBytes_Size(r));
+  }
+  if (s != ST_OK) {
+    st_tfrecord_writer_destroy(w);
+    return st_py_raise(s, "TFRecordWriter");
+  }
+  if ((s = st_tfrecord_writer_close(w)) != ST_OK) return st_py_raise(s, "TFRecordWriter");
+  Py_RETURN_NONE;
+}
+
+/* A feature spec from (name, dtype name, shape tuple). */
+static int feature_spec(PyObject *t, st_feature_spec *f) {
+  const char *name, *dtype;
+  PyObject *shape;
+  if (!PyArg_ParseTuple(t, "ssO", &name, &dtype, &shape)) return -1;
+  memset(f, 0, sizeof *f);
+  if (strlen(name) >= sizeof f->name) {
+    PyErr_Format(PyExc_ValueError, "feature name '%s' is too long", name);
+    return -1;
+  }
+  strcpy(f->name, name);
+  if (!strcmp(dtype, "float32")) f->dtype = ST_FEATURE_FLOAT32;
+  else if (!strcmp(dtype, "int64")) f->dtype = ST_FEATURE_INT64;
+  else if (!strcmp(dtype, "uint8")) f->dtype = ST_FEATURE_UINT8;
+  else {
+    PyErr_Format(PyExc_ValueError, "feature '%s': dtype %s", name, dtype);
+    return -1;
+  }
+  return PyTuple_Size(shape) == 0 ? 0 : parse_shape(shape, "feature shape", &f->shape);
+}
+
+/* dataset_tfrecord([file names as bytes], compression, buffer_size, x spec, y spec or None,
+ * cycle_length, block_length) -> dataset handle */
+static PyObject *py_dataset_tfrecord(PyObject *self, PyObject *args) {
+  PyObject *files, *xs, *ys;
+  const char *comp;
+  long long buffer;
+  int cycle, block;
+  if (!PyArg_ParseTuple(args, "OzLOOii", &files, &comp, &buffer, &xs, &ys, &cycle, &block))
+    return NULL;
+  st_tfrecord_dataset_options o = st_tfrecord_dataset_default_options();
+  if (record_options(comp, buffer, &o.record) || feature_spec(xs, &o.spec.x) ||
+      (ys != Py_None && feature_spec(ys, &o.spec.y)))
+    return NULL;
+  o.cycle_length = cycle;
+  o.block_length = block;
+  if (!PyList_Check(files) || PyList_Size(files) < 1 || PyList_Size(files) > 1000000) {
+    PyErr_SetString(PyExc_ValueError, "TFRecordDataset: a non-empty list of file names expected");
+    return NULL;
+  }
+  int n = (int)PyList_Size(files);
+  const char **names = calloc((size_t)n, sizeof *names);
+  if (!names) return PyErr_NoMemory();
+  for (int i = 0; i < n; i++)
+    if (!(names[i] = PyBytes_AsString(PyList_GetItem(files, i)))) { /* os.fsencode()d */
+      free(names);
+      return NULL;
+    }
+  py_dataset *d = calloc(1, sizeof *d);
+  st_status s = d ? st_dataset_tfrecord(names, n, &o, &d->ds) : ST_ERR_NOMEM;
+  free(names);
+  if (!d) return PyErr_NoMemory();
+  if (s != ST_OK) {
+    free(d);
+    return st_py_raise(s, "TFRecordDataset");
+  }
+  PyObject *cap = PyCapsule_New(d, CAP_DATASET, dataset_capsule_free);
+  if (!cap) {
+    st_dataset_destroy(d->ds);
+    free(d);
+  }
+  return cap;
+}
+
 /* ---- fit and its callbacks ------------------------------------------------- */
 
 /* The one C callback of a Python fit: it calls the Python callback list
@@ -817,6 +1050,156 @@ static PyObject *py_stop_training(PyObject *self, PyObject *cap) {
   Py_RETURN_NONE;
 }
 
+/* ---- custom training loops: strategy.run per replica ------------------------ */
+
+/* st_strategy_run over a Python function: each replica's thread takes the GIL,
+ * calls fn(replica_id, context handle) and keeps the result; the replica steps
+ * (replica_train, replica_all_reduce) release the GIL while they compute and
+ * wait in the replicas' collectives, so the other replicas' Python runs. */
+static const char *const CAP_REPLICA = "strata.replica_context";
+static const char *const CAP_REPLICA_DONE = "strata.replica_context (its strategy.run returned)";
+
+typedef struct py_run {
+  PyObject *fn;           /* fn(replica_id, context) */
+  PyObject *results;      /* list: one result per local replica */
+  PyObject *et, *ev, *tb; /* the first exception a replica raised */
+} py_run;
+
+static st_status run_replica(st_replica_context *ctx, void *arg) {
+  py_run *r = arg;
+  PyGILState_STATE g = PyGILState_Ensure();
+  st_status s = ST_OK;
+  int id = st_replica_id(ctx);
+  PyObject *cap = PyCapsule_New(ctx, CAP_REPLICA, NULL);
+  PyObject *res = cap ? PyObject_CallFunction(r->fn, "iO", id, cap) : NULL;
+  if (cap) PyCapsule_SetName(cap, CAP_REPLICA_DONE); /* handles kept past the run refuse */
+  Py_XDECREF(cap);
+  if (res) PyList_SetItem(r->results, id, res); /* steals res */
+  else {
+    if (!r->et) PyErr_Fetch(&r->et, &r->ev, &r->tb);
+    else PyErr_Clear();
+    s = st_error(ST_ERR_STOPPED, "replica %d: the Python function raised an exception", id);
+  }
+  PyGILState_Release(g);
+  return s;
+}
+
+/* strategy_run(model, fn, local_replicas) -> [fn's result of each replica] */
+static PyObject *py_strategy_run(PyObject *self, PyObject *args) {
+  PyObject *mcap, *fn;
+  int n;
+  if (!PyArg_ParseTuple(args, "OOi", &mcap, &fn, &n)) return NULL;
+  py_model *pm = cap_get(mcap, CAP_MODEL);
+  if (!pm) return NULL;
+  st_strategy *s = pm->strategy ? cap_get(pm->strategy, CAP_STRATEGY) : NULL;
+  if (!s) {
+    PyErr_SetString(PyExc_ValueError, "strategy.run: the model has no strategy");
+    return NULL;
+  }
+  if (n < 1 || n > ST_MAX_REPLICAS) {
+    PyErr_Format(PyExc_ValueError, "strategy.run: %d local replicas", n);
+    return NULL;
+  }
+  py_run r = {fn, PyList_New(n), NULL, NULL, NULL};
+  if (!r.results) return NULL;
+  for (int i = 0; i < n; i++) {
+    Py_INCREF(Py_None);
+    PyList_SetItem(r.results, i, Py_None);
+  }
+  if (claim(mcap, NULL, NULL, "strategy.run")) {
+    Py_DECREF(r.results);
+    return NULL;
+  }
+  st_status rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = st_strategy_run(s, run_replica, &r);
+  Py_END_ALLOW_THREADS
+  release(mcap, NULL, NULL);
+  if (r.et) {
+    Py_DECREF(r.results);
+    PyErr_Restore(r.et, r.ev, r.tb);
+    return NULL;
+  }
+  if (rc != ST_OK) {
+    Py_DECREF(r.results);
+    return st_py_raise(rc, "strategy.run");
+  }
+  return r.results;
+}
+
+static st_replica_context *replica_of(PyObject *cap) {
+  if (PyCapsule_IsValid(cap, CAP_REPLICA_DONE)) {
+    PyErr_SetString(PyExc_RuntimeError, "this replica context belongs to a strategy.run that has "
+                    "returned; train inside the function strategy.run calls");
+    return NULL;
+  }
+  return cap_get(cap, CAP_REPLICA);
+}
+
+/* A float32 NumPy array of a replica step (borrowed into *t). */
+static int replica_array(PyObject *arr, const char *what, st_tensor *t) {
+  if (tensor_from_array(arr, what, t)) return -1;
+  if (t->dtype != ST_F32) {
+    PyErr_Format(PyExc_ValueError, "%s: float32 expected", what);
+    return -1;
+  }
+  return 0;
+}
+
+/* replica_train(ctx, x float32 [n, ...], y float32 [n, ...]) -> (loss_sum,
+ * correct, global_batch): the replicas' example counts summed (the global
+ * batch), gradients of this replica's examples, the all-reduced update. */
+static PyObject *py_replica_train(PyObject *self, PyObject *args) {
+  PyObject *ccap, *xa, *ya;
+  if (!PyArg_ParseTuple(args, "OOO", &ccap, &xa, &ya)) return NULL;
+  st_replica_context *c = replica_of(ccap);
+  st_tensor x, y;
+  if (!c || replica_array(xa, "x", &x) || replica_array(ya, "y", &y)) return NULL;
+  if (y.dims[0] != x.dims[0]) {
+    PyErr_Format(PyExc_ValueError, "train_on_batch: x has %lld examples and y has %lld",
+                 (long long)x.dims[0], (long long)y.dims[0]);
+    return NULL;
+  }
+  st_batch b = {(int)x.dims[0], x.data, y.data};
+  double loss = 0;
+  int64_t correct = 0;
+  float global = (float)b.size;
+  st_status s;
+  Py_BEGIN_ALLOW_THREADS
+  s = st_replica_all_reduce(c, ST_REDUCE_SUM, &global, 1);
+  if (s == ST_OK && global < 1)
+    s = st_error(ST_ERR_INVALID, "train_on_batch: the replicas' batch slices are all empty");
+  if (s == ST_OK) s = st_replica_compute_gradients(c, &b, (int64_t)global, &loss, &correct);
+  if (s == ST_OK) s = st_replica_apply_gradients(c);
+  Py_END_ALLOW_THREADS
+  if (s != ST_OK) return st_py_raise(s, "train_on_batch");
+  return Py_BuildValue("(dLL)", loss, (long long)correct, (long long)global);
+}
+
+/* replica_all_reduce(ctx, op 0 SUM / 1 MEAN, float32 array) -> bytearray of
+ * the reduced values. */
+static PyObject *py_replica_all_reduce(PyObject *self, PyObject *args) {
+  PyObject *ccap, *arr;
+  int op;
+  if (!PyArg_ParseTuple(args, "OiO", &ccap, &op, &arr)) return NULL;
+  st_replica_context *c = replica_of(ccap);
+  st_tensor t;
+  if (!c || replica_array(arr, "value", &t)) return NULL;
+  size_t n = st_tensor_count(&t);
+  PyObject *buf = PyByteArray_FromStringAndSize((const char *)t.data, (Py_ssize_t)(n * 4));
+  if (!buf) return NULL;
+  float *p = (float *)PyByteArray_AsString(buf);
+  st_status s;
+  Py_BEGIN_ALLOW_THREADS
+  s = st_replica_all_reduce(c, op == 1 ? ST_REDUCE_MEAN : ST_REDUCE_SUM, p, n);
+  Py_END_ALLOW_THREADS
+  if (s != ST_OK) {
+    Py_DECREF(buf);
+    return st_py_raise(s, "all_reduce");
+  }
+  return buf;
+}
+
 /* ---- files ---------------------------------------------------------------------- */
 
 static PyObject *tensor_to_py(st_tensor *t) {
@@ -928,6 +1311,15 @@ static PyMethodDef methods[] = {
     {"tb_create", py_tb_create, METH_VARARGS, "TensorBoard event writer"},
     {"tb_scalar", py_tb_scalar, METH_VARARGS, "write and flush one scalar"},
     {"loss_is_sparse", py_loss_is_sparse, METH_VARARGS, "whether a loss takes class indices"},
+    {"strategy_run", py_strategy_run, METH_VARARGS, "fn(replica_id, ctx) on every local replica"},
+    {"dataset_map_ops", py_dataset_map_ops, METH_VARARGS, "a traced element-wise map as a C stage"},
+    {"list_files", py_list_files, METH_VARARGS, "list_files(pattern, shuffle, seed) -> [names]"},
+    {"tfrecord_reader", py_tfrecord_reader, METH_VARARGS, "open a TFRecord file"},
+    {"tfrecord_next", py_tfrecord_next, METH_O, "the next record's bytes or None"},
+    {"tfrecord_write", py_tfrecord_write, METH_VARARGS, "write a TFRecord file"},
+    {"dataset_tfrecord", py_dataset_tfrecord, METH_VARARGS, "the C TFRecord dataset source"},
+    {"replica_train", py_replica_train, METH_VARARGS, "one replica's share of a training step"},
+    {"replica_all_reduce", py_replica_all_reduce, METH_VARARGS, "all-reduce floats over the replicas"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_strata",

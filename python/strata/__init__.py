@@ -26,6 +26,8 @@ if "numpy" not in _sys.modules and "OPENBLAS_CORETYPE" not in _os.environ:
 
 import numpy as _np  # noqa: E402
 from . import data, distribute, keras
+from . import io
+from .data._trace import Sym as _Sym
 from ._util import set_global_seed as _set_seed
 
 __version__ = _strata.version
@@ -37,6 +39,8 @@ string = _np.str_
 
 def cast(x, dtype):
     """x as a NumPy array of dtype (tf.cast)."""
+    if isinstance(x, _Sym):
+        return x._cast(dtype)
     return _np.asarray(x).astype(dtype)
 
 
@@ -49,14 +53,24 @@ convert_to_tensor = constant
 
 
 def reshape(x, shape):
+    if isinstance(x, _Sym):
+        return x._reshape(shape)
     return _np.reshape(x, shape)
 
 
 def expand_dims(x, axis):
+    if isinstance(x, _Sym):
+        return x._expand_dims(axis)
     return _np.expand_dims(x, axis)
 
 
-def one_hot(indices, depth, dtype=_np.float32):
+def one_hot(indices, depth, on_value=None, off_value=None, axis=None, dtype=_np.float32, name=None):
+    if on_value is not None or off_value is not None or axis not in (None, -1):
+        raise NotImplementedError("tf.one_hot: on_value / off_value / axis are not supported by Strata")
+    if isinstance(indices, _Sym):
+        if _np.dtype(dtype) != _np.float32:
+            raise NotImplementedError("tf.one_hot: dtype %s (float32 only)" % _np.dtype(dtype))
+        return indices._one_hot(depth)
     return keras.utils.to_categorical(indices, depth, dtype)
 
 
@@ -81,5 +95,5 @@ def function(fn=None, **kwargs):
     return fn if fn is not None else (lambda f: f)
 
 
-__all__ = ["keras", "distribute", "data", "random", "nn", "cast", "constant", "float32", "int32",
+__all__ = ["keras", "distribute", "data", "io", "reshape", "one_hot", "expand_dims", "random", "nn", "cast", "constant", "float32", "int32",
            "int64", "uint8", "function", "config"]

@@ -1,15 +1,22 @@
-"""tf.data on NumPy arrays. A Dataset records its source arrays and its
-transforms. Iterating it in Python yields NumPy arrays (Tensor, an ndarray
-with a .numpy() method); `model.fit(dataset)` runs the same transforms in
-Strata's C pipeline (src/data/) instead, without a copy of the arrays.
-A pipeline with `map` (a Python function) is run once in Python when fit
-starts and its batches are then fed to the engine as they came out."""
+"""tf.data on NumPy arrays and TFRecord files. A Dataset records its source
+(arrays, file names, or TFRecord files) and its transforms. Iterating it in
+Python yields NumPy arrays (Tensor, an ndarray with a .numpy() method);
+`model.fit(dataset)` runs the same transforms in Strata's C pipeline
+(src/data/) instead, without a copy of the arrays. A `map` function is
+traced once with symbolic stand-ins (data/_trace.py): the common Keras
+preprocessing (float32 casts, scale / shift by constants, reshape, one_hot
+of labels, parse_single_example of TFRecord records) then runs in C; any
+other map runs in Python when fit starts (slower) and its batches are fed to
+the engine as they came out."""
 import itertools
+import os
 
 import numpy as np
 
 from .. import _strata
 from .._util import as_array, features, global_seed, labels
+from . import _trace
+from ._trace import Sym
 
 AUTOTUNE = -1
 
@@ -63,9 +70,65 @@ def _stack(items):
     return np.stack([np.asarray(i) for i in items])
 
 
+class _Files:
+    """A dataset source of file names (list_files, from_tensor_slices of
+    strings): what interleave / TFRecordDataset take."""
+
+    def __init__(self, names):
+        self.names = [os.fspath(n) for n in names]
+
+
+class _TFRecord:
+    """A dataset source of TFRecord records: files read cycle_length at a
+    time, block_length records from each in turn (st_dataset_tfrecord's
+    order)."""
+
+    def __init__(self, files, compression, buffer_size, cycle=1, block=1):
+        self.files, self.compression, self.buffer_size = files, compression, buffer_size
+        self.cycle, self.block = cycle, block
+
+    def records(self):
+        """Records in the C source's interleave order (src/data/dataset_tfrecord.c)."""
+        files, cycle, block = self.files, min(self.cycle, len(self.files)), self.block
+        slots, cur, in_block, nxt, live = [None] * cycle, 0, 0, 0, 0
+        while True:
+            r = slots[cur]
+            if r is None:
+                if nxt < len(files):
+                    slots[cur] = _strata.tfrecord_reader(files[nxt], self.compression, self.buffer_size)
+                    nxt, live = nxt + 1, live + 1
+                elif live == 0:
+                    return
+                else:
+                    cur, in_block = (cur + 1) % cycle, 0
+                continue
+            rec = _strata.tfrecord_next(r)
+            if rec is None:
+                slots[cur], live = None, live - 1
+                cur, in_block = (cur + 1) % cycle, 0
+                continue
+            yield rec
+            in_block += 1
+            if in_block >= block:
+                cur, in_block = (cur + 1) % cycle, 0
+
+
+class _SymFile:
+    """The file name interleave's function is traced with."""
+
+
+def _compression(c):
+    if c is None:
+        return ""
+    if not isinstance(c, str) or c.upper() not in ("", "GZIP", "NONE"):
+        raise ValueError("TFRecordDataset: compression_type %r (expected None, '' or 'GZIP')" % (c,))
+    return "" if c.upper() == "NONE" else c.upper()
+
+
 class Dataset:
-    """tf.data.Dataset over in-memory arrays: from_tensor_slices, shuffle,
-    batch, repeat, take, skip, shard, prefetch, cache, map, unbatch."""
+    """tf.data.Dataset over in-memory arrays or TFRecord files:
+    from_tensor_slices, list_files, shuffle, batch, repeat, take, skip,
+    shard, prefetch, cache, map, interleave (of TFRecordDataset), unbatch."""
 
     def __init__(self, source, ops, n):
         self._source, self._ops, self._n = source, ops, n
@@ -74,7 +137,12 @@ class Dataset:
     # ---- construction ----
     @staticmethod
     def from_tensor_slices(tensors, name=None):
-        """Elements are the rows of the arrays (tuples and dicts kept)."""
+        """Elements are the rows of the arrays (tuples and dicts kept); a list
+        of strings gives a dataset of file names (for interleave)."""
+        if isinstance(tensors, (str, bytes)) or (isinstance(tensors, (list, tuple)) and tensors
+                                                  and all(isinstance(t, str) for t in tensors)):
+            names = [tensors] if isinstance(tensors, (str, bytes)) else list(tensors)
+            return Dataset(_Files(names), [], len(names))
         src = _map_tree(lambda a: as_array(a, "from_tensor_slices"), tensors)
         leaves = _leaves(src)
         if not leaves:
@@ -86,6 +154,48 @@ class Dataset:
             raise ValueError("from_tensor_slices: the arrays have different first dimensions %s"
                              % sorted(sizes))
         return Dataset(src, [], sizes.pop())
+
+    @staticmethod
+    def list_files(file_pattern, shuffle=None, seed=None, name=None):
+        """The files matching a glob pattern (or a list of them), sorted, or
+        in a seeded random order with shuffle (default True as TensorFlow;
+        seed None: the global seed, so the order repeats). ValueError when
+        nothing matches."""
+        patterns = [file_pattern] if isinstance(file_pattern, (str, os.PathLike)) else list(file_pattern)
+        if shuffle is not None and not isinstance(shuffle, (bool, np.bool_, int)):
+            raise ValueError("list_files: shuffle=%r (expected a bool)" % (shuffle,))
+        shuffle = True if shuffle is None else bool(shuffle)
+        seed = global_seed() if seed is None else int(seed)
+        names = []
+        for p in patterns:
+            names += _strata.list_files(os.fspath(p), shuffle, seed % 2 ** 64)
+        return Dataset(_Files(names), [], len(names))
+
+    def interleave(self, map_func, cycle_length=None, block_length=None, num_parallel_calls=None,
+                   deterministic=None, name=None):
+        """Over a dataset of file names: `lambda f: tf.data.TFRecordDataset(f,
+        ...)` reads cycle_length files at a time (default: the CPU count),
+        block_length records (default 1) from each in turn, in C when fit
+        reads it. Other interleave functions are not supported."""
+        if not isinstance(self._source, _Files) or self._ops:
+            raise NotImplementedError("interleave: only over a dataset of file names (list_files / "
+                                      "from_tensor_slices of strings) is it supported by Strata")
+        try:
+            inner = map_func(_SymFile())
+        except Exception as e:  # noqa: BLE001 - anything the function does with a name
+            raise NotImplementedError("interleave: map_func must be `lambda f: tf.data.TFRecordDataset(f, "
+                                      "...)` for Strata (it raised %s: %s)" % (type(e).__name__, e)) from None
+        if not isinstance(inner, Dataset) or not isinstance(inner._source, _TFRecord) or \
+                inner._source.files != [_SymFile] or inner._ops:
+            raise NotImplementedError("interleave: map_func must return tf.data.TFRecordDataset(f, ...) of "
+                                      "its argument, untransformed, for Strata")
+        cycle = os.cpu_count() or 1 if cycle_length in (None, AUTOTUNE) else int(cycle_length)
+        block = 1 if block_length in (None, AUTOTUNE) else int(block_length)
+        if cycle < 1 or block < 1:
+            raise ValueError("interleave: cycle_length=%r, block_length=%r must be >= 1" % (cycle_length, block_length))
+        src = inner._source
+        return Dataset(_TFRecord(list(self._source.names), src.compression, src.buffer_size, cycle, block),
+                       [], UNKNOWN_CARDINALITY)
 
     def _with(self, op):
         return Dataset(self._source, self._ops + [op], self._n)
@@ -172,6 +282,10 @@ class Dataset:
     def _iter(self, k):
         if k == 0:
             src = self._source
+            if isinstance(src, _Files):
+                return iter(list(src.names))
+            if isinstance(src, _TFRecord):
+                return src.records()
             return (_map_tree(lambda a: a[i], src) for i in range(self._n))
         op = self._ops[k - 1]
         kind = op[0]
@@ -210,7 +324,7 @@ class Dataset:
         _, size, seed, reshuffle = op
         epoch = self._epoch if reshuffle else 0
         rng = np.random.default_rng([global_seed() if seed is None else int(seed), epoch])
-        size = self._n if size == AUTOTUNE else size
+        size = (self._n if self._n >= 0 else 10000) if size == AUTOTUNE else size
         buf = list(itertools.islice(it, size))
         for e in it:
             j = int(rng.integers(len(buf)))
@@ -232,6 +346,38 @@ class Dataset:
         return "<Dataset %s>" % " -> ".join(["from_tensor_slices"] + [op[0] for op in self._ops])
 
 
+def TFRecordDataset(filenames, compression_type=None, buffer_size=None, num_parallel_reads=None, name=None):
+    """tf.data.TFRecordDataset: the serialized records of TFRecord files (a
+    name, a list, or a dataset of names such as list_files), read in C with
+    every CRC checked; compression_type None / '' / 'GZIP'; buffer_size the
+    read buffer in bytes (default 256 KiB); num_parallel_reads > 1 reads that
+    many files in turn, a record from each (deterministic, as interleave).
+    Elements are bytes; map them with tf.io.parse_single_example."""
+    comp = _compression(compression_type)
+    buf = 0 if buffer_size is None else int(buffer_size)
+    if buf < 0:
+        raise ValueError("TFRecordDataset: buffer_size=%r must be >= 0" % (buffer_size,))
+    if isinstance(filenames, _SymFile):
+        files = [_SymFile]
+    elif isinstance(filenames, Dataset):
+        if not isinstance(filenames._source, _Files):
+            raise ValueError("TFRecordDataset: filenames must be file names (a dataset of strings)")
+        files = list(filenames._iter(len(filenames._ops)))
+    elif isinstance(filenames, (str, bytes, os.PathLike)):
+        files = [os.fsdecode(filenames)]
+    else:
+        files = [os.fsdecode(f) for f in filenames]
+    if not files:
+        raise ValueError("TFRecordDataset: no file names given")
+    for f in files:
+        if f is not _SymFile and not isinstance(f, str):
+            raise ValueError("TFRecordDataset: file name %r is not a string" % (f,))
+    cycle = 1 if num_parallel_reads in (None, AUTOTUNE) else int(num_parallel_reads)
+    if cycle < 1:
+        raise ValueError("TFRecordDataset: num_parallel_reads=%r must be >= 1" % (num_parallel_reads,))
+    return Dataset(_TFRecord(files, comp, buf, cycle, 1), [], UNKNOWN_CARDINALITY)
+
+
 _ENGINE_OPS = ("shuffle", "batch", "repeat", "take", "skip", "shard", "prefetch", "cache")
 
 
@@ -248,17 +394,32 @@ def _split(elem, where):
     return elem, None
 
 
-def engine_pipeline(ds, scale, sparse, where, steps=None, need_labels=True):
+def python_epochs(ds):
+    """Whether fit must run ds's pipeline in Python again for every epoch:
+    an untraceable map (or other Python-only op) with a shuffle that
+    reshuffles each iteration."""
+    return (any(op[0] == "shuffle" and op[3] for op in ds._ops)
+            and any(op[0] not in _ENGINE_OPS for op in ds._ops) and trace(ds) is None)
+
+
+def engine_pipeline(ds, scale, sparse, where, steps=None, need_labels=True, epoch=0):
     """(dataset handle, batch size) of the C pipeline that yields what ds
     yields, for fit / evaluate / predict."""
-    if any(op[0] not in _ENGINE_OPS for op in ds._ops):
-        return _materialized(ds, scale, sparse, where, steps, need_labels)
-    x, y = _split(ds._source, where)
-    if need_labels and y is None:
-        raise ValueError("%s: the dataset yields no labels (expected (x, y) elements)" % where)
-    x = features(x, where + ": x")
-    y = labels(y, sparse, where + ": y") if y is not None and need_labels else None
-    h = _strata.dataset_from_arrays(x, y, scale)
+    traced = None
+    if any(op[0] == "map" for op in ds._ops) or isinstance(ds._source, _TFRecord):
+        traced = _traced_source(ds, scale, sparse, where, need_labels)
+    if traced is None and (any(op[0] not in _ENGINE_OPS for op in ds._ops)
+                           or isinstance(ds._source, (_Files, _TFRecord))):
+        return _materialized(ds, scale, sparse, where, steps, need_labels, epoch)
+    if traced is not None:
+        h = traced
+    else:
+        x, y = _split(ds._source, where)
+        if need_labels and y is None:
+            raise ValueError("%s: the dataset yields no labels (expected (x, y) elements)" % where)
+        x = features(x, where + ": x")
+        y = labels(y, sparse, where + ": y") if y is not None and need_labels else None
+        h = _strata.dataset_from_arrays(x, y, scale)
     batch = 0
     for op in ds._ops:
         k = op[0]
@@ -288,14 +449,111 @@ def engine_pipeline(ds, scale, sparse, where, steps=None, need_labels=True):
     return h, batch
 
 
-def _materialized(ds, scale, sparse, where, steps, need_labels):
+def trace(ds):
+    """What ds's map functions compute, traced with Sym stand-ins: the
+    final element as Syms, or None when a function is not traceable (or an
+    op other than the engine's and map is in the way)."""
+    src = ds._source
+    if isinstance(src, _Files):
+        return None
+    if isinstance(src, _TFRecord):
+        elem = Sym(("record",), object, ())
+    else:
+        count = itertools.count()
+        elem = _map_tree(lambda a: Sym(("leaf", next(count)), a.dtype, a.shape[1:]), src)
+    for op in ds._ops:
+        if op[0] == "batch":
+            elem = _map_tree(lambda v: v._with(batched=True) if isinstance(v, Sym) else v, elem)
+        elif op[0] == "map":
+            try:
+                elem = op[1](*elem) if isinstance(elem, tuple) else op[1](elem)
+            except Exception:  # noqa: BLE001 - untraceable: the map stays in Python
+                return None
+            if isinstance(elem, list):
+                elem = tuple(elem)
+        elif op[0] not in _ENGINE_OPS:
+            return None
+    if isinstance(elem, tuple) and len(elem) == 1:
+        elem = elem[0]
+    if isinstance(elem, Sym):
+        elem = (elem, None)
+    if not (isinstance(elem, tuple) and len(elem) == 2 and isinstance(elem[0], Sym)
+            and (elem[1] is None or isinstance(elem[1], Sym))):
+        return None
+    return elem
+
+
+def _traced_source(ds, scale, sparse, where, need_labels):
+    """The C source (with a C map stage for x's ops) of a traced pipeline,
+    before its engine ops; None when it does not trace."""
+    elem = trace(ds)
+    if elem is None:
+        return None
+    xs, ys = elem
+    if xs.one_hot or (ys is not None and ys.ops):
+        return None
+    if need_labels and ys is None:
+        raise ValueError("%s: the dataset yields no labels (expected (x, y) elements)" % where)
+    ops = list(xs.ops)
+    if isinstance(ds._source, _TFRecord):
+        xspec = _feature_spec(xs)
+        yspec = _feature_spec(ys) if ys is not None and need_labels else None
+        if xspec is None or (ys is not None and need_labels and (yspec is None or ys.one_hot)):
+            return None
+        if xs.origin[0] == "raw":
+            ops.insert(0, ("round255", 0.0))  # the C source's byte * (1/255) back to the byte
+        if scale != 1.0:
+            ops.append(("mul", scale))
+        src = ds._source
+        h = _strata.dataset_tfrecord([os.fsencode(f) for f in src.files], src.compression, src.buffer_size,
+                                     xspec, yspec, src.cycle, src.block)
+    else:
+        leaves = _leaves(ds._source)
+        if xs.origin[0] != "leaf" or (ys is not None and ys.origin[0] != "leaf"):
+            return None
+        xa = leaves[xs.origin[1]]
+        if ops and xa.ndim < 2:
+            return None  # NumPy scalars (rank-1 sources) widen to float64 in Python
+        x = features(xa, where + ": x")
+        if tuple(xs.shape) != x.shape[1:]:
+            x = x.reshape((len(x),) + tuple(xs.shape))
+        y = None
+        if ys is not None and need_labels:
+            ya = leaves[ys.origin[1]]
+            if ys.one_hot:
+                from ..keras.utils import to_categorical
+                ya = to_categorical(ya, ys.one_hot)
+            y = labels(ya, sparse, where + ": y")
+        if ops and scale != 1.0:
+            ops.append(("mul", scale))
+        h = _strata.dataset_from_arrays(x, y, 1.0 if ops else scale)
+    if ops:
+        _strata.dataset_map_ops(h, _trace.c_ops(ops))
+    return h
+
+
+def _feature_spec(s):
+    """(name, dtype, shape) of the C feature spec a Sym reads, or None."""
+    o = s.origin
+    if o[0] == "raw":
+        if s.shape is None or None in s.shape:
+            return None
+        return (o[1], "uint8", tuple(s.shape))
+    if o[0] != "feature" or o[2] == "string" or s.one_hot:
+        return None
+    return (o[1], o[2], tuple(s.shape))
+
+
+def _materialized(ds, scale, sparse, where, steps, need_labels, epoch=0):
     xs, ys, batch = [], [], 0
-    it = iter(ds.as_numpy_iterator())
-    if steps is not None:
-        it = itertools.islice(it, int(steps))
-    elif int(ds.cardinality()) == -1:
+    if steps is None and int(ds.cardinality()) == -1:
         raise ValueError("%s: the dataset is infinite (repeat()); give steps_per_epoch / steps" % where)
-    for elem in it:
+    saved, ds._epoch = ds._epoch, epoch  # the shuffle order of that epoch (read as it runs)
+    try:
+        elems = list(itertools.islice(ds.as_numpy_iterator(), None if steps is None else int(steps)))
+    finally:
+        ds._epoch = saved
+    for elem in elems:
         x, y = _split(elem, where)
         xs.append(np.asarray(x))
         batch = max(batch, len(xs[-1]))
@@ -312,4 +570,4 @@ def _materialized(ds, scale, sparse, where, steps, need_labels):
     return h, batch
 
 
-__all__ = ["Dataset", "AUTOTUNE", "experimental", "Tensor"]
+__all__ = ["Dataset", "TFRecordDataset", "AUTOTUNE", "experimental", "Tensor"]

@@ -85,11 +85,12 @@ class ProgbarLogger(Callback):
         n = batch + 1
         done = int(30 * n / steps) if steps > 0 else 0
         bar = "=" * max(done - 1, 0) + (">" if done < 30 else "=") + "." * (30 - done)
-        sys.stdout.write("\r%d/%d [%s] - %s" % (n, steps, bar, _fmt(logs)))
+        total = str(steps) if steps > 0 else "Unknown"  # file datasets: not known before the epoch ends
+        sys.stdout.write("\r%d/%s [%s] - %s" % (n, total, bar, _fmt(logs)))
         sys.stdout.flush()
 
     def on_epoch_end(self, epoch, logs=None):
-        steps = self.params.get("steps") or 0
+        steps = self.params.get("steps") or getattr(self.model, "_epoch_steps", 0) or 0
         secs = time.time() - self._t0
         head = "\r%d/%d [%s]" % (steps, steps, "=" * 30) if self.verbose == 1 else "%d/%d" % (steps, steps)
         print("%s - %.0fs %.0fms/step - %s" % (head, secs, 1000 * secs / max(steps, 1), _fmt(logs)))

@@ -1,6 +1,7 @@
 """tf.keras.Sequential on Strata's engine: the layers, compile, fit,
 evaluate, predict, summary and weights of one st_model (include/strata/
 train.h), bound to the strategy whose scope it was created in."""
+import itertools
 import math
 import os
 
@@ -48,10 +49,14 @@ class _Driver:
                 cb.on_train_batch_begin(step + 1, {})
 
     def on_epoch_end(self, t):
+        self.model._epoch_steps = t[8]  # the engine's count (unknown before for file datasets)
         logs = self.model._epoch_logs(t, self.key)
         self.last = logs
         for cb in self.cbs:
             cb.on_epoch_end(t[0], logs)
+
+
+_compile_counter = itertools.count(1)
 
 
 class Sequential:
@@ -69,6 +74,7 @@ class Sequential:
         self._cap = None
         self._strategy = _distribute._scoped_strategy()
         self._compiled = False
+        self._compile_order = 0
         self._compile_args = None
         self.optimizer = None
         self.loss = None
@@ -139,6 +145,7 @@ class Sequential:
         self._strategy = strategy
         cap = _strata.model_create(shape, global_seed(), strategy._create(), self.name)
         self._cap, self._input_shape = cap, shape
+        strategy._register(self)
         for layer in self._layers:
             if not isinstance(layer, _layers.Rescaling):
                 self._add_engine(layer)
@@ -204,6 +211,7 @@ class Sequential:
         opt, lossobj, codes = self._compile_args
         _strata.model_compile(self._cap, *opt._args(), lossobj._engine_name, codes or [0])
         self._compiled = True
+        self._compile_order = next(_compile_counter)
 
     def _ensure_compiled(self, what):
         self._require_built(what)
@@ -219,17 +227,19 @@ class Sequential:
         return ["loss"] + ([self._metric_key] if getattr(self, "_metric_key", None) else [])
 
     # ---- data ----
-    def _arrays(self, x, y, batch, where, shuffle=False, steps=None, labelled=True):
+    def _arrays(self, x, y, batch, where, shuffle=False, steps=None, labelled=True, epoch=0):
         """(engine dataset, batch) for arrays or a tf.data.Dataset."""
         from .. import data as _data
         sparse = getattr(self, "_sparse", False)
+        if isinstance(x, _distribute.DistributedDataset):
+            x = x._dataset
         if isinstance(x, _data.Dataset):
             if y is not None:
                 raise ValueError("%s: `y` must be None when x is a dataset" % where)
             if self._cap is None:
                 first = next(iter(x.as_numpy_iterator()))
                 self._build(np.shape(first[0] if isinstance(first, tuple) else first)[1:])
-            return _data.engine_pipeline(x, self._scale, sparse, where, steps, labelled)
+            return _data.engine_pipeline(x, self._scale, sparse, where, steps, labelled, epoch)
         if isinstance(x, dict):
             raise NotImplementedError("%s: dict inputs are not supported by Strata" % where)
         xa = features(x, where + ": x")
@@ -286,7 +296,8 @@ class Sequential:
                 raise ValueError("fit: validation_split=%r of %d examples leaves no training or "
                                  "validation examples" % (validation_split, len(xa)))
             x, y, validation_data = xa[:split], ya[:split], (xa[split:], ya[split:])
-        train, batch = self._arrays(x, y, batch_size, "fit", bool(shuffle), steps_per_epoch)
+        train, batch = self._arrays(x, y, batch_size, "fit", bool(shuffle), steps_per_epoch,
+                                    epoch=int(initial_epoch))
         self._ensure_compiled("fit")
         val = None
         if validation_data is not None:
@@ -325,7 +336,22 @@ class Sequential:
         for cb in cbs:
             cb.on_train_begin({})
         n = max(epochs - initial_epoch, 0)
-        _logs, sps = _strata.model_fit(self._cap, train, n, val, driver, every, initial_epoch, *backup)
+        if isinstance(x, _distribute.DistributedDataset):
+            x = x._dataset
+        if n > 1 and isinstance(x, _data.Dataset) and _data.python_epochs(x):
+            # a Python map over a reshuffled dataset: run it again for every
+            # epoch (its new order), one engine epoch at a time
+            self._stop, rates = False, []
+            for e in range(initial_epoch, epochs):
+                if e > initial_epoch:
+                    train, _ = self._arrays(x, None, None, "fit", steps=steps_per_epoch, epoch=e)
+                _logs, sps = _strata.model_fit(self._cap, train, 1, val, driver, every, e, *backup)
+                rates.append(sps)
+                if self._stop:
+                    break
+            sps = sum(rates) / len(rates)
+        else:
+            _logs, sps = _strata.model_fit(self._cap, train, n, val, driver, every, initial_epoch, *backup)
         history.samples_per_sec = sps  # the engine's, training only, first 20 steps excluded
         self._fit_calls = getattr(self, "_fit_calls", 0) + 1
         for cb in cbs:
@@ -395,12 +421,50 @@ class Sequential:
         unsupported("train_on_batch", sample_weight=(sample_weight, None), class_weight=(class_weight, None))
         if self._compile_args is None:
             raise RuntimeError("You must compile your model before training/testing. Use `model.compile(optimizer, loss)`.")
+        ctx = _distribute._current_replica()
+        if ctx is not None:
+            return self._replica_step(ctx, x, y, return_dict)
         xa = features(x, "train_on_batch: x")
         ds, _ = self._arrays(xa, y, len(xa) or 1, "train_on_batch")
         self._ensure_compiled("train_on_batch")
         driver = _Driver(self, [], self._metric_key, 0)
         logs, _ = _strata.model_fit(self._cap, ds, 1, None, driver, 0, 0)
         out = self._epoch_logs(logs[0], self._metric_key)
+        if return_dict:
+            return out
+        return out["loss"] if len(out) == 1 else list(out.values())
+
+    def _replica_step(self, ctx, x, y, return_dict):
+        """train_on_batch inside strategy.run: this replica's share of one
+        step (its examples' gradients, all-reduced, applied once per step).
+        Returns the replica's loss sum and correct count divided by the
+        global batch (tf.nn.compute_average_loss's scaling): reduce with
+        ReduceOp.SUM for the global batch's mean loss and accuracy."""
+        if ctx._handle is None or ctx._model is not self:
+            other = "no compiled model" if ctx._model is None else "model %r" % ctx._model.name
+            raise NotImplementedError(
+                "train_on_batch inside strategy.run: this run is bound to %s of the strategy (the "
+                "most recently compiled one); Strata trains one model per strategy.run, compiled "
+                "before the run" % other)
+        xa = features(x, "train_on_batch: x")
+        if tuple(xa.shape[1:]) != tuple(self._input_shape):
+            raise ValueError("train_on_batch: x has examples of shape %s, the model takes %s"
+                             % (tuple(xa.shape[1:]), tuple(self._input_shape)))
+        ya = labels(y, self._sparse, "train_on_batch: y")
+        if len(ya) != len(xa):
+            raise ValueError("train_on_batch: x has %d examples and y has %d; they must match" % (len(xa), len(ya)))
+        x32 = xa if xa.dtype == np.float32 else xa.astype(np.float32)
+        if self._scale != 1.0:  # as the engine's source: float(x) * float32(scale)
+            x32 = x32 * np.float32(self._scale)
+        y32 = np.ascontiguousarray(ya.astype(np.float32).reshape(len(ya), -1))
+        want = 1 if self._sparse else int(np.prod(self.output_shape[1:]))
+        if y32.shape[1] != want:
+            raise ValueError("train_on_batch: labels of %d values per example, the model's loss takes %d"
+                             % (y32.shape[1], want))
+        loss_sum, correct, global_batch = _strata.replica_train(ctx._handle, np.ascontiguousarray(x32), y32)
+        out = {"loss": loss_sum / global_batch}
+        if self._metric_key:
+            out[self._metric_key] = correct / global_batch
         if return_dict:
             return out
         return out["loss"] if len(out) == 1 else list(out.values())
