@@ -25,6 +25,17 @@
  * then broken: later operations fail at once, and MPI_Finalize is skipped at
  * exit (it would wait for the missing peer).
  *
+ * Naming the rank that is really missing: a survivor may be waiting for
+ * another survivor that itself waits for the lost rank (in the all-gather
+ * phase rank 0 waits for rank 1's reduced chunk, which needs the cut rank 2's
+ * part). So a rank that times out first tells every peer which ranks it
+ * misses (a LOST message, tag TAG_LOST), then waits up to GRACE_S (1 s,
+ * none with two ranks) for the LOST messages of the peers it waited for; the rank it
+ * names is one it waited for, directly or through such reports, that sent no
+ * report (a rank that reports is alive). A survivor therefore fails within
+ * the timeout + GRACE_S and names the lost rank, and says through which peer
+ * it waited for it.
+ *
  * A process that leaves the job early (an error outside the collectives, e.g.
  * the chief could not write a checkpoint) says so first: st__collective_mpi_leave
  * sends every peer a LEAVE message (tag TAG_LEAVE: how many operations it
@@ -49,6 +60,7 @@
 
 #include "base/split.h" /* st__split */
 #include "distribute/collective/collective.h"
+#include "distribute/collective/mpi/mpi_fault.h"
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static st_status g_init_status = ST_OK;
@@ -110,12 +122,24 @@ typedef struct leave_msg {
   uint64_t done;          /* operations the sender finished */
   char why[504];          /* its error, "" when it left without one */
 } leave_msg;
-enum { TAG_LEAVE = 32001, TAG_P2P = 32002 }; /* operation tags are below 32000 */
+enum { TAG_LEAVE = 32001, TAG_P2P = 32002, TAG_LOST = 32003 }; /* operation tags are below 32000 */
+
+/* The LOST message (TAG_LOST, MPI_BYTE): the sender's wait timed out, these
+ * ranks' messages were missing (bit r: rank r). */
+typedef struct lost_msg {
+  uint64_t op;            /* the sender's operation number */
+  uint64_t missing;       /* ranks it waited for */
+} lost_msg;
+_Static_assert(ST_MAX_WORKERS <= 64, "lost_msg.missing is a 64-bit rank mask");
+/* How long a rank that timed out waits for its peers' LOST messages. */
+#define GRACE_S 1.0
 
 typedef struct peer_left {
   bool gone;
   uint64_t done;
   char why[sizeof ((leave_msg *)0)->why];
+  bool lost;              /* it sent a LOST message: alive, but timed out */
+  uint64_t missing;       /* the ranks that message named */
 } peer_left;
 
 typedef struct mpi_coll {
@@ -128,6 +152,9 @@ typedef struct mpi_coll {
   bool requests_lost;     /* a failure left requests pending: keep the comm */
   bool left;              /* st__collective_mpi_leave was called */
   leave_msg leave;        /* what it sent (sends need a live buffer) */
+  lost_msg lost;          /* the LOST message this transport sent */
+  MPI_Request *lost_req;  /* [size]: its sends, never waited for (a peer may be cut) */
+  uint64_t cut;           /* st__collective_mpi_test_cut: peers not talked to */
   peer_left *peers;       /* [size]: LEAVE messages received */
   float *tmp;             /* receive scratch */
   size_t tmp_cap;         /* floats */
@@ -242,8 +269,91 @@ static st_status check_leaves(mpi_coll *c, int first, int n, int op) {
   return ST_OK;
 }
 
+/* Receive the LOST messages that have arrived. */
+static void receive_lost(mpi_coll *c) {
+  for (;;) {
+    int flag = 0;
+    MPI_Status st;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_LOST, c->comm, &flag, &st) != MPI_SUCCESS || !flag) return;
+    lost_msg m = {0, 0};
+    if (MPI_Recv(&m, (int)sizeof m, MPI_BYTE, st.MPI_SOURCE, TAG_LOST, c->comm,
+                 MPI_STATUS_IGNORE) != MPI_SUCCESS)
+      return;
+    c->peers[st.MPI_SOURCE].lost = true;
+    c->peers[st.MPI_SOURCE].missing = m.missing;
+  }
+}
+
+/* Tell every peer (but those cut by the test switch) that this transport
+ * timed out waiting for the ranks of `missing`. The sends are not waited for:
+ * the lost rank is among the peers. */
+static void report_lost(mpi_coll *c, uint64_t missing) {
+  c->lost = (lost_msg){c->ops, missing};
+  for (int j = 0; j < c->base.size; j++)
+    if (j != c->base.self && !(c->cut >> j & 1))
+      MPI_Isend(&c->lost, (int)sizeof c->lost, MPI_BYTE, j, TAG_LOST, c->comm, &c->lost_req[j]);
+}
+
+static int lowest_rank(uint64_t mask) { return mask ? __builtin_ctzll(mask) : -1; }
+
+/* The rank to name after a timeout that missed the ranks of `waited`: the
+ * ranks reachable from them through the peers' LOST reports that sent none
+ * (a rank that reports is alive); the lowest of them, or, when every one
+ * reported (they wait for one another), the lowest of `waited`. *via: a rank
+ * of `waited` whose report named it (-1: waited for directly). */
+static int name_missing(const mpi_coll *c, uint64_t waited, int *via) {
+  uint64_t reach = waited, seen = 0, reported = 0;
+  while (reach & ~seen) {
+    int p = lowest_rank(reach & ~seen);
+    seen |= 1ull << p;
+    if (c->peers[p].lost) reported |= 1ull << p, reach |= c->peers[p].missing;
+  }
+  reach &= ~(1ull << c->base.self);
+  int who = lowest_rank(reach & ~reported);
+  if (who < 0) who = lowest_rank(waited);
+  *via = -1;
+  if (!(waited >> who & 1))
+    for (uint64_t w = waited & reported; w && *via < 0; w &= w - 1)
+      if (c->peers[lowest_rank(w)].missing >> who & 1) *via = lowest_rank(w);
+  if (!(waited >> who & 1) && *via < 0) *via = lowest_rank(waited & reported);
+  return who;
+}
+
+/* The deadline of a wait on slots [first, first + n) passed: report the
+ * missing ranks, give the peers GRACE_S to report theirs, name the lost one. */
+static st_status fail_timeout(mpi_coll *c, int first, int n, int op) {
+  uint64_t waited = 0;
+  for (int i = first; i < first + n; i++)
+    if (c->req[i] != MPI_REQUEST_NULL) waited |= 1ull << c->peer[i];
+  c->broken = true;
+  c->requests_lost = true;
+  atomic_store(&g_broken, true);
+  report_lost(c, waited);
+  /* with two ranks the one waited for is the only candidate */
+  double grace = c->base.size > 2 ? GRACE_S : 0.0;
+  double t0 = MPI_Wtime();
+  for (int spins = 0;; spins++) {
+    receive_lost(c);
+    uint64_t silent = waited;
+    for (int j = 0; j < c->base.size; j++)
+      if (c->peers[j].lost) silent &= ~(1ull << j);
+    if (!silent || MPI_Wtime() - t0 >= grace) break;
+    pause_a_little(spins, MPI_Wtime() - t0);
+  }
+  int via = -1, who = name_missing(c, waited, &via);
+  char how[96] = "";
+  if (via >= 0)
+    snprintf(how, sizeof how, "; this worker waited for rank %d, which waited for rank %d", via,
+             who);
+  return st_error(ST_ERR_TIMEOUT,
+                  "rank %d did not join %s #%llu at step %lld within %g s "
+                  "(--collective-timeout%s; the rank died, stalls, is cut off or runs another step)",
+                  who, g_op_names[op], (unsigned long long)c->ops,
+                  c->step ? (long long)*c->step : -1LL, c->timeout, how);
+}
+
 /* Wait for the requests of slots [first, first + n); on the deadline name the
- * first peer still missing. */
+ * missing peer (fail_timeout). */
 static st_status wait_range(mpi_coll *c, int first, int n, int op) {
   double t0 = MPI_Wtime();
   int left = 0;
@@ -265,19 +375,7 @@ static st_status wait_range(mpi_coll *c, int first, int n, int op) {
     if (left == 0) break;
     st_status s = (spins & 63) == 63 ? check_leaves(c, first, n, op) : ST_OK;
     if (s != ST_OK) return s;
-    if (MPI_Wtime() - t0 > c->timeout) {
-      int missing = -1;
-      for (int i = first; i < first + n && missing < 0; i++)
-        if (c->req[i] != MPI_REQUEST_NULL) missing = c->peer[i];
-      c->broken = true;
-      c->requests_lost = true;
-      atomic_store(&g_broken, true);
-      return st_error(ST_ERR_TIMEOUT,
-                      "rank %d did not join %s #%llu at step %lld within %g s "
-                      "(--collective-timeout; the rank died, stalls or runs another step)",
-                      missing, g_op_names[op], (unsigned long long)c->ops,
-                      c->step ? (long long)*c->step : -1LL, c->timeout);
-    }
+    if (MPI_Wtime() - t0 > c->timeout) return fail_timeout(c, first, n, op);
     pause_a_little(spins, MPI_Wtime() - t0);
   }
   return ST_OK;
@@ -299,12 +397,22 @@ static int tag_of(const mpi_coll *c, int phase) { return (int)((c->ops * 2 + (ui
 /* Post a receive of n floats from peer into buf (request slot k). */
 static void post_recv(mpi_coll *c, int k, float *buf, size_t n, int peer, int tag) {
   c->peer[k] = peer;
+  if (c->cut >> peer & 1) {
+    memset(buf, 0, n * sizeof(float));
+    return;
+  }
   MPI_Irecv(buf, (int)n, MPI_FLOAT, peer, tag, c->comm, &c->req[k]);
 }
 
 static void post_send(mpi_coll *c, int k, const float *buf, size_t n, int peer, int tag) {
   c->peer[k] = peer;
+  if (c->cut >> peer & 1) return;
   MPI_Isend(buf, (int)n, MPI_FLOAT, peer, tag, c->comm, &c->req[k]);
+}
+
+void st__collective_mpi_test_cut(st_collective *cc, int peer) {
+  mpi_coll *c = (mpi_coll *)cc;
+  if (peer >= 0 && peer < c->base.size && peer != c->base.self) c->cut |= 1ull << peer;
 }
 
 static void scale(float *buf, size_t n, int size) {
@@ -504,19 +612,27 @@ void st__collective_mpi_leave(st_collective *cc, const char *why) {
 }
 
 /* A transport whose requests are still pending keeps its communicator and,
- * when a LEAVE could not be sent, its memory (MPI may still write to it). */
+ * when a LEAVE or LOST message could not be sent, its memory (MPI may still
+ * read it). */
 static void mpi_destroy(st_collective *cc) {
   mpi_coll *c = (mpi_coll *)cc;
   if (!c->requests_lost) {
     receive_leaves(c);
+    receive_lost(c);
     MPI_Comm_free(&c->comm);
+  }
+  bool keep = c->left && c->requests_lost;
+  for (int j = 0; j < c->base.size; j++) {
+    int done = 1;
+    if (c->lost_req[j] != MPI_REQUEST_NULL) MPI_Test(&c->lost_req[j], &done, MPI_STATUS_IGNORE);
+    keep = keep || !done;
   }
   free(c->tmp);
   free(c->req);
   free(c->peer);
   free(c->done_idx);
   free(c->peers);
-  if (!(c->left && c->requests_lost)) free(c);
+  if (!keep) free(c->lost_req), free(c);
 }
 
 /* ---- point-to-point (tag TAG_P2P: in send order between a pair) ---- */
@@ -613,17 +729,19 @@ static st_status create_on(double timeout_s, const int64_t *step, bool split, in
     c->peer = calloc((size_t)c->nreq, sizeof *c->peer);
     c->done_idx = malloc((size_t)c->nreq * sizeof *c->done_idx);
     c->peers = calloc((size_t)size, sizeof *c->peers);
+    c->lost_req = malloc((size_t)size * sizeof *c->lost_req);
   }
-  if (!c || !c->req || !c->peer || !c->done_idx || !c->peers) {
-    if (c) free(c->req), free(c->peer), free(c->done_idx), free(c->peers);
+  if (!c || !c->req || !c->peer || !c->done_idx || !c->peers || !c->lost_req) {
+    if (c) free(c->req), free(c->peer), free(c->done_idx), free(c->peers), free(c->lost_req);
     free(c);
     return st_error(ST_ERR_NOMEM, "MPI transport: out of memory");
   }
   for (int i = 0; i < c->nreq; i++) c->req[i] = MPI_REQUEST_NULL;
+  for (int j = 0; j < size; j++) c->lost_req[j] = MPI_REQUEST_NULL;
   int made = split ? MPI_Comm_split(MPI_COMM_WORLD, color, rank, &c->comm)
                    : MPI_Comm_dup(MPI_COMM_WORLD, &c->comm);
   if (made != MPI_SUCCESS) {
-    free(c->req), free(c->peer), free(c->done_idx), free(c->peers), free(c);
+    free(c->req), free(c->peer), free(c->done_idx), free(c->peers), free(c->lost_req), free(c);
     return st_error(ST_ERR_PEER, "MPI transport: MPI_Comm_dup failed");
   }
   MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
