@@ -2,7 +2,11 @@
  * buffers with non-blocking point-to-point messages on a communicator of
  * their own. Built only when CMake finds MPI (mpi_none.c otherwise).
  *
- * all_reduce is reduce-scatter + all-gather done directly: [0, n) is cut into
+ * all_reduce of a small buffer (at most 16 KiB) takes one round: each rank
+ * sends its whole buffer to every other rank (in pieces small enough to be
+ * sent eagerly) and sums all of them itself in rank order 0, 1, ..., size-1:
+ * one latency instead of two, for (size-1) times the bytes. Larger ones are
+ * reduce-scatter + all-gather done directly: [0, n) is cut into
  * `size` chunks; rank r receives chunk r from every other rank, sums it in
  * rank order 0, 1, ..., size-1 (so every element is bit-identical on every
  * rank and from run to run, which MPI_Allreduce does not promise), then sends
@@ -168,6 +172,19 @@ typedef struct mpi_coll {
  * flight. Request slots: segment k's reduce-scatter messages (2 (size-1)) in
  * group 2 (k % WINDOW), its all-gather messages in group 2 (k % WINDOW) + 1. */
 enum { SEG_FLOATS = 32768, WINDOW = 4 };
+
+/* Small all-reduces take one round (all_reduce_one_round): at most
+ * ONE_ROUND_BYTES, and at most ONE_ROUND_SENT bytes sent by each rank (the
+ * whole buffer to every peer). Their messages are cut into pieces of
+ * PIECE_FLOATS (4000 bytes), each under OpenMPI's shared-memory eager limit
+ * (btl_vader_eager_limit 4096 bytes with its header): sent at once, without
+ * the rendezvous handshake a larger message waits for. */
+enum { ONE_ROUND_BYTES = 16384, ONE_ROUND_SENT = 65536, PIECE_FLOATS = 1000 };
+
+static bool one_round(size_t n, int size) {
+  size_t bytes = n * sizeof(float);
+  return bytes <= ONE_ROUND_BYTES && bytes * (size_t)(size - 1) <= ONE_ROUND_SENT;
+}
 #define REQ_SLOTS(size) (2 * WINDOW * 2 * (size))
 
 static const char *g_op_names[] = {"all-reduce", "broadcast", "all-gather", "reduce-scatter",
@@ -441,14 +458,15 @@ typedef struct ar_plan {
   float *out;  /* reduce_scatter: recv, where my chunk's sum goes; NULL: in place */
   int op;      /* OP_ALL_REDUCE or OP_REDUCE_SCATTER (for messages) */
   size_t lo[ST_MAX_WORKERS], len[ST_MAX_WORKERS];
+  size_t seg;  /* floats per segment */
   int me, size, tag_rs, tag_ag;
 } ar_plan;
 
 /* Segment k of chunk j: *off (from the chunk's start) and its length (0: none). */
 static size_t seg_of(const ar_plan *p, int j, size_t k, size_t *off) {
-  *off = k * SEG_FLOATS;
+  *off = k * p->seg;
   if (*off >= p->len[j]) return 0;
-  return p->len[j] - *off < SEG_FLOATS ? p->len[j] - *off : SEG_FLOATS;
+  return p->len[j] - *off < p->seg ? p->len[j] - *off : p->seg;
 }
 
 /* Post segment k's reduce-scatter: my part of every peer's chunk goes to it,
@@ -456,10 +474,10 @@ static size_t seg_of(const ar_plan *p, int j, size_t k, size_t *off) {
 static void post_rs(mpi_coll *c, const ar_plan *p, size_t k) {
   int first = (int)(k % WINDOW) * 2 * 2 * p->size, n = first;
   size_t off, mine = seg_of(p, p->me, k, &off);
-  float *slot = c->tmp + (k % WINDOW) * (size_t)p->size * SEG_FLOATS;
+  float *slot = c->tmp + (k % WINDOW) * (size_t)p->size * p->seg;
   for (int j = 0; j < p->size; j++) {
     if (j == p->me) continue;
-    if (mine) post_recv(c, n++, slot + (size_t)j * SEG_FLOATS, mine, j, p->tag_rs);
+    if (mine) post_recv(c, n++, slot + (size_t)j * p->seg, mine, j, p->tag_rs);
     size_t joff, jn = seg_of(p, j, k, &joff);
     if (jn) post_send(c, n++, p->buf + p->lo[j] + joff, jn, j, p->tag_rs);
   }
@@ -489,10 +507,35 @@ static void reduce_segment(mpi_coll *c, const ar_plan *p, size_t k, st_reduce_op
   const float *src[ST_MAX_WORKERS];
   const float *mine = p->buf + p->lo[p->me] + off;
   float *out = p->out ? p->out + off : p->buf + p->lo[p->me] + off;
-  const float *slot = c->tmp + (k % WINDOW) * (size_t)p->size * SEG_FLOATS;
-  for (int j = 0; j < p->size; j++) src[j] = j == p->me ? mine : slot + (size_t)j * SEG_FLOATS;
+  const float *slot = c->tmp + (k % WINDOW) * (size_t)p->size * p->seg;
+  for (int j = 0; j < p->size; j++) src[j] = j == p->me ? mine : slot + (size_t)j * p->seg;
   sum_in_rank_order(out, src, p->size, n);
   if (op == ST_REDUCE_MEAN) scale(out, n, p->size);
+}
+
+/* A small all-reduce in one round: every rank sends its whole buffer to every
+ * peer and sums all of them in rank order itself (the same sums, bit for bit,
+ * as the two-round exchange: each element is still src[0] + src[1] + ...). */
+static st_status all_reduce_one_round(mpi_coll *c, float *buf, size_t n, st_reduce_op op) {
+  int me = c->base.self, size = c->base.size, k = 0, tag = tag_of(c, 0);
+  st_status s = reserve_tmp(c, (size_t)size * n);
+  if (s != ST_OK) return s;
+  const float *src[ST_MAX_WORKERS];
+  size_t piece = PIECE_FLOATS; /* fewer, larger pieces when the request slots run short */
+  while ((n + piece - 1) / piece * 2 * (size_t)(size - 1) > (size_t)c->nreq) piece *= 2;
+  for (int j = 0; j < size; j++) {
+    src[j] = j == me ? buf : c->tmp + (size_t)j * n;
+    if (j == me) continue;
+    for (size_t lo = 0; lo < n; lo += piece) {
+      size_t len = n - lo < piece ? n - lo : piece;
+      post_recv(c, k++, c->tmp + (size_t)j * n + lo, len, j, tag);
+      post_send(c, k++, buf + lo, len, j, tag);
+    }
+  }
+  if ((s = wait_all(c, k, OP_ALL_REDUCE)) != ST_OK) return s;
+  sum_in_rank_order(buf, src, size, n);
+  if (op == ST_REDUCE_MEAN) scale(buf, n, size);
+  return ST_OK;
 }
 
 static st_status mpi_all_reduce(st_collective *cc, int rank, float *buf, size_t n, st_reduce_op op) {
@@ -501,18 +544,19 @@ static st_status mpi_all_reduce(st_collective *cc, int rank, float *buf, size_t 
   c->ops++;
   int size = c->base.size;
   if (size == 1 || n == 0) return ST_OK;
+  if (one_round(n, size)) return all_reduce_one_round(c, buf, n, op);
   ar_plan p = {.buf = buf, .me = c->base.self, .size = size, .tag_rs = tag_of(c, 0),
-               .tag_ag = tag_of(c, 1)};
+               .tag_ag = tag_of(c, 1), .seg = SEG_FLOATS};
   size_t segs = 0;
   for (int j = 0; j < size; j++) {
     int start, count;
     st__split((int)n, size, j, &start, &count);
     p.lo[j] = (size_t)start;
     p.len[j] = (size_t)count;
-    size_t sj = (p.len[j] + SEG_FLOATS - 1) / SEG_FLOATS;
+    size_t sj = (p.len[j] + p.seg - 1) / p.seg;
     segs = sj > segs ? sj : segs;
   }
-  st_status s = reserve_tmp(c, (size_t)WINDOW * (size_t)size * SEG_FLOATS);
+  st_status s = reserve_tmp(c, (size_t)WINDOW * (size_t)size * p.seg);
   if (s != ST_OK) return s;
   for (size_t k = 0; k + 1 < WINDOW && k < segs; k++) post_rs(c, &p, k);
   for (size_t k = 0; k < segs; k++) {
@@ -571,10 +615,10 @@ static st_status mpi_reduce_scatter(st_collective *cc, int rank, const float *se
   /* buf is only read (sent, and my chunk summed on the stack); recv may be
    * my chunk of it */
   ar_plan p = {.buf = (float *)send, .out = recv, .op = OP_REDUCE_SCATTER, .me = c->base.self,
-               .size = size, .tag_rs = tag_of(c, 0), .tag_ag = tag_of(c, 1)};
+               .size = size, .tag_rs = tag_of(c, 0), .tag_ag = tag_of(c, 1), .seg = SEG_FLOATS};
   for (int j = 0; j < size; j++) p.lo[j] = (size_t)j * n, p.len[j] = n;
-  size_t segs = (n + SEG_FLOATS - 1) / SEG_FLOATS;
-  st_status s = reserve_tmp(c, (size_t)WINDOW * (size_t)size * SEG_FLOATS);
+  size_t segs = (n + p.seg - 1) / p.seg;
+  st_status s = reserve_tmp(c, (size_t)WINDOW * (size_t)size * p.seg);
   if (s != ST_OK) return s;
   for (size_t k = 0; k + 1 < WINDOW && k < segs; k++) post_rs(c, &p, k);
   for (size_t k = 0; k < segs; k++) {
