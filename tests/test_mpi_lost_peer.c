@@ -6,7 +6,9 @@
  * reduced chunk (which needs rank 2's data). Both survivors must name rank 2
  * (rank 0 "through rank 1"), whichever times out first: the same timeouts,
  * rank 0's shorter (it must wait for rank 1's report), rank 1's shorter (the
- * report is there before rank 0's deadline). Each rank writes its error to a
+ * report is there before rank 0's deadline); and rank 0 waiting on another
+ * transport (a barrier) than the one on which rank 1 waits for rank 2 (the
+ * reports are process-wide). Each rank writes its error to a
  * file; this process, outside mpirun, checks them (the ranks whose transport
  * failed skip MPI_Finalize, so mpirun's own exit code says nothing).
  * Skips (77) when mpirun is missing or Strata was built without MPI. */
@@ -21,11 +23,12 @@
 #include "distribute/collective/mpi/mpi_fault.h"
 #include "tmpdir.h"
 
-enum { SCENARIOS = 3 };
+enum { SCENARIOS = 4, OTHER_TRANSPORT = 3 };
 /* per scenario, the collective timeouts of ranks 0, 1, 2 (seconds) */
-static const double g_timeouts[SCENARIOS][3] = {{1.0, 1.0, 1.0}, {0.5, 1.0, 1.0}, {1.0, 0.5, 1.0}};
+static const double g_timeouts[SCENARIOS][3] = {
+    {1.0, 1.0, 1.0}, {0.5, 1.0, 1.0}, {1.0, 0.5, 1.0}, {1.0, 1.0, 1.0}};
 static const char *g_names[SCENARIOS] = {"same timeouts", "rank 0 times out first",
-                                         "rank 1 times out first"};
+                                         "rank 1 times out first", "on another transport"};
 
 /* ---- inside mpirun: one process per rank ---- */
 
@@ -36,26 +39,29 @@ static void write_result(const char *dir, int scenario, int rank, const char *wh
   if (f) fprintf(f, "%s\n", what), fclose(f);
 }
 
-static int run_rank(const char *dir) {
+static int run_rank(const char *dir, int s) {
   int rank = 0, size = 1;
   st_collective *ctl = NULL;
-  if (st__mpi_world(&rank, &size) != ST_OK || size != 3 ||
+  if (st__mpi_world(&rank, &size) != ST_OK || size != 3 || s < 0 || s >= SCENARIOS ||
       st__collective_mpi_create(30.0, NULL, &ctl) != ST_OK)
     return 1;
   /* 32 KiB: the two-round exchange (smaller ones take one round, in which
    * rank 0 would have every part it needs) */
   static float buf[8192];
-  for (int s = 0; s < SCENARIOS; s++) {
-    st_collective *c = NULL;
-    if (st__collective_mpi_create(g_timeouts[s][rank], NULL, &c) != ST_OK) return 1;
-    if (rank == 2) st__collective_mpi_test_cut(c, 1);
-    for (int i = 0; i < 8192; i++) buf[i] = (float)(rank + i);
-    st_status st = c->vt->all_reduce(c, rank, buf, 8192, ST_REDUCE_SUM);
-    write_result(dir, s, rank, st == ST_OK ? "ok" : st_last_error());
-    if (ctl->vt->barrier(ctl, rank) != ST_OK) return 1; /* the survivors have failed */
-    st__collective_destroy(c);
-  }
-  return 0;
+  st_collective *c = NULL, *d = NULL;
+  if (st__collective_mpi_create(g_timeouts[s][rank], NULL, &c) != ST_OK ||
+      st__collective_mpi_create(g_timeouts[s][rank], NULL, &d) != ST_OK)
+    return 1;
+  if (rank == 2) st__collective_mpi_test_cut(c, 1);
+  for (int i = 0; i < 8192; i++) buf[i] = (float)(rank + i);
+  /* OTHER_TRANSPORT: 4 KiB take one round, which rank 0 completes (it has
+   * every part); it goes on to a barrier on another transport and waits
+   * there for rank 1, still in the all-reduce; rank 2 (cut) stays away */
+  size_t n = s == OTHER_TRANSPORT ? 1024 : 8192;
+  st_status st = c->vt->all_reduce(c, rank, buf, n, ST_REDUCE_SUM);
+  if (st == ST_OK && s == OTHER_TRANSPORT && rank == 0) st = d->vt->barrier(d, rank);
+  write_result(dir, s, rank, st == ST_OK ? "ok" : st_last_error());
+  return ctl->vt->barrier(ctl, rank) != ST_OK; /* after the survivors have failed */
 }
 
 /* ---- outside mpirun: start the ranks, check what they wrote ---- */
@@ -84,12 +90,24 @@ static void check_scenario(int s) {
   CHECK(strstr(r0, "this worker waited for rank 1, which waited for rank 2") != NULL);
 }
 
+/* rank 0 waits on another transport than the one where rank 1 timed out */
+static void test_other_transport(void) {
+  char r0[1024], r1[1024], r2[1024];
+  read_result(OTHER_TRANSPORT, 0, r0, sizeof r0);
+  read_result(OTHER_TRANSPORT, 1, r1, sizeof r1);
+  read_result(OTHER_TRANSPORT, 2, r2, sizeof r2);
+  CHECK_STREQ(r2, "ok\n");
+  CHECK(strstr(r1, "rank 2 did not join all-reduce #1 ") != NULL);
+  CHECK(strstr(r0, "rank 2 did not join all-gather #1 ") != NULL);
+}
+
 static void test_same_timeouts(void) { check_scenario(0); }
 static void test_rank0_times_out_first(void) { check_scenario(1); }
 static void test_rank1_times_out_first(void) { check_scenario(2); }
 static const check_case cases[] = {CHECK_CASE(test_same_timeouts),
                                    CHECK_CASE(test_rank0_times_out_first),
-                                   CHECK_CASE(test_rank1_times_out_first)};
+                                   CHECK_CASE(test_rank1_times_out_first),
+                                   CHECK_CASE(test_other_transport)};
 
 static int launch(void) {
   setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
@@ -106,16 +124,21 @@ static int launch(void) {
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) return 1;
   self[n] = '\0';
-  /* the ranks that failed exit without MPI_Finalize: mpirun's code is not checked */
-  snprintf(cmd, sizeof cmd, "timeout 60 mpirun -np 3 '%s' >'%s' 2>&1", self, tmp_path("mpirun.log"));
-  return system(cmd) == -1;
+  /* one job per scenario (a process keeps the reports it received); the
+   * ranks that failed exit without MPI_Finalize: mpirun's code is not checked */
+  for (int s = 0; s < SCENARIOS; s++) {
+    snprintf(cmd, sizeof cmd, "timeout 60 mpirun -np 3 '%s' --scenario %d >>'%s' 2>&1", self, s,
+             tmp_path("mpirun.log"));
+    if (system(cmd) == -1) return 1;
+  }
+  return 0;
 }
 
 int main(int argc, char **argv) {
   if (argc == 2 && !strcmp(argv[1], "--list")) return CHECK_MAIN(argc, argv, cases);
   if (getenv("OMPI_COMM_WORLD_SIZE")) {
     const char *dir = getenv("STRATA_TEST_DIR");
-    int rc = dir ? run_rank(dir) : 1;
+    int rc = dir && argc == 3 ? run_rank(dir, atoi(argv[2])) : 1;
     fflush(NULL);
     _exit(rc); /* no MPI_Finalize: the survivors' transports are broken */
   }

@@ -71,6 +71,14 @@ static st_status g_init_status = ST_OK;
 static char g_init_error[256];
 static int g_rank, g_size, g_node_size = 1;
 static atomic_bool g_broken; /* a collective failed: do not finalise */
+/* LOST messages travel on a communicator of their own (a duplicate of the
+ * world), with world ranks, so that a worker waiting on one transport (e.g.
+ * the step agreement's all-gather) sees the report a peer sent when its wait
+ * on another transport (the gradients' all-reduce) timed out. */
+static MPI_Comm g_lost_comm = MPI_COMM_NULL;
+static pthread_mutex_t g_lost_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t g_lost_from;                 /* world ranks that sent a LOST message */
+static uint64_t g_lost_missing[ST_MAX_WORKERS]; /* the world ranks each one missed */
 
 static void finalize_at_exit(void) {
   int finalized = 0;
@@ -106,6 +114,10 @@ static void init_once(void) {
     MPI_Comm_size(node, &g_node_size);
     MPI_Comm_free(&node);
   }
+  if (MPI_Comm_dup(MPI_COMM_WORLD, &g_lost_comm) == MPI_SUCCESS)
+    MPI_Comm_set_errhandler(g_lost_comm, MPI_ERRORS_RETURN);
+  else
+    g_lost_comm = MPI_COMM_NULL;
 }
 
 bool st__mpi_built(void) { return true; }
@@ -142,8 +154,6 @@ typedef struct peer_left {
   bool gone;
   uint64_t done;
   char why[sizeof ((leave_msg *)0)->why];
-  bool lost;              /* it sent a LOST message: alive, but timed out */
-  uint64_t missing;       /* the ranks that message named */
 } peer_left;
 
 typedef struct mpi_coll {
@@ -157,7 +167,8 @@ typedef struct mpi_coll {
   bool left;              /* st__collective_mpi_leave was called */
   leave_msg leave;        /* what it sent (sends need a live buffer) */
   lost_msg lost;          /* the LOST message this transport sent */
-  MPI_Request *lost_req;  /* [size]: its sends, never waited for (a peer may be cut) */
+  MPI_Request *lost_req;  /* [world size]: its sends, never waited for (a peer may be cut) */
+  int *world_of;          /* [size]: the world rank of each rank of comm */
   uint64_t cut;           /* st__collective_mpi_test_cut: peers not talked to */
   peer_left *peers;       /* [size]: LEAVE messages received */
   float *tmp;             /* receive scratch */
@@ -286,78 +297,106 @@ static st_status check_leaves(mpi_coll *c, int first, int n, int op) {
   return ST_OK;
 }
 
-/* Receive the LOST messages that have arrived. */
-static void receive_lost(mpi_coll *c) {
+/* Receive the LOST messages that have arrived (any transport's thread; one
+ * at a time, so that two threads cannot probe the same message); returns the
+ * world ranks that have reported, and copies what each missed. */
+static uint64_t receive_lost(uint64_t missing[ST_MAX_WORKERS]) {
+  pthread_mutex_lock(&g_lost_mu);
   for (;;) {
     int flag = 0;
     MPI_Status st;
-    if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_LOST, c->comm, &flag, &st) != MPI_SUCCESS || !flag) return;
+    if (g_lost_comm == MPI_COMM_NULL ||
+        MPI_Iprobe(MPI_ANY_SOURCE, TAG_LOST, g_lost_comm, &flag, &st) != MPI_SUCCESS || !flag)
+      break;
     lost_msg m = {0, 0};
-    if (MPI_Recv(&m, (int)sizeof m, MPI_BYTE, st.MPI_SOURCE, TAG_LOST, c->comm,
+    if (MPI_Recv(&m, (int)sizeof m, MPI_BYTE, st.MPI_SOURCE, TAG_LOST, g_lost_comm,
                  MPI_STATUS_IGNORE) != MPI_SUCCESS)
-      return;
-    c->peers[st.MPI_SOURCE].lost = true;
-    c->peers[st.MPI_SOURCE].missing = m.missing;
+      break;
+    g_lost_from |= 1ull << st.MPI_SOURCE;
+    g_lost_missing[st.MPI_SOURCE] |= m.missing;
   }
+  uint64_t from = g_lost_from;
+  memcpy(missing, g_lost_missing, sizeof g_lost_missing);
+  pthread_mutex_unlock(&g_lost_mu);
+  return from;
 }
 
-/* Tell every peer (but those cut by the test switch) that this transport
- * timed out waiting for the ranks of `missing`. The sends are not waited for:
- * the lost rank is among the peers. */
-static void report_lost(mpi_coll *c, uint64_t missing) {
-  c->lost = (lost_msg){c->ops, missing};
+/* The world ranks of a mask of c's ranks. */
+static uint64_t to_world(const mpi_coll *c, uint64_t mask) {
+  uint64_t w = 0;
   for (int j = 0; j < c->base.size; j++)
-    if (j != c->base.self && !(c->cut >> j & 1))
-      MPI_Isend(&c->lost, (int)sizeof c->lost, MPI_BYTE, j, TAG_LOST, c->comm, &c->lost_req[j]);
+    if (mask >> j & 1) w |= 1ull << c->world_of[j];
+  return w;
+}
+
+/* Tell every other process (but those cut by the test switch) that this
+ * transport timed out waiting for the world ranks of `missing`. The sends
+ * are not waited for: the lost rank is among the peers. */
+static void report_lost(mpi_coll *c, uint64_t missing) {
+  if (g_lost_comm == MPI_COMM_NULL) return;
+  c->lost = (lost_msg){c->ops, missing};
+  uint64_t cut = to_world(c, c->cut);
+  for (int j = 0; j < g_size; j++)
+    if (j != g_rank && !(cut >> j & 1))
+      MPI_Isend(&c->lost, (int)sizeof c->lost, MPI_BYTE, j, TAG_LOST, g_lost_comm,
+                &c->lost_req[j]);
 }
 
 static int lowest_rank(uint64_t mask) { return mask ? __builtin_ctzll(mask) : -1; }
 
-/* The rank to name after a timeout that missed the ranks of `waited`: the
- * ranks reachable from them through the peers' LOST reports that sent none
- * (a rank that reports is alive); the lowest of them, or, when every one
- * reported (they wait for one another), the lowest of `waited`. *via: a rank
- * of `waited` whose report named it (-1: waited for directly). */
-static int name_missing(const mpi_coll *c, uint64_t waited, int *via) {
+/* The world rank to name after a timeout that missed the world ranks of
+ * `waited`: the ranks reachable from them through the LOST reports (`from`
+ * reported, missing what `missing` says) that sent none (a rank that reports
+ * is alive); the lowest of them, or, when every one reported (they wait for
+ * one another), the lowest of `waited`. *via: a rank of `waited` whose report
+ * named it (-1: waited for directly). */
+static int name_missing(uint64_t waited, uint64_t from, const uint64_t *missing, int *via) {
   uint64_t reach = waited, seen = 0, reported = 0;
   while (reach & ~seen) {
     int p = lowest_rank(reach & ~seen);
     seen |= 1ull << p;
-    if (c->peers[p].lost) reported |= 1ull << p, reach |= c->peers[p].missing;
+    if (from >> p & 1) reported |= 1ull << p, reach |= missing[p];
   }
-  reach &= ~(1ull << c->base.self);
+  reach &= ~(1ull << g_rank);
   int who = lowest_rank(reach & ~reported);
   if (who < 0) who = lowest_rank(waited);
   *via = -1;
   if (!(waited >> who & 1))
     for (uint64_t w = waited & reported; w && *via < 0; w &= w - 1)
-      if (c->peers[lowest_rank(w)].missing >> who & 1) *via = lowest_rank(w);
+      if (missing[lowest_rank(w)] >> who & 1) *via = lowest_rank(w);
   if (!(waited >> who & 1) && *via < 0) *via = lowest_rank(waited & reported);
   return who;
+}
+
+/* c's rank of a world rank (-1: not in c's group). */
+static int from_world(const mpi_coll *c, int world) {
+  for (int j = 0; j < c->base.size; j++)
+    if (c->world_of[j] == world) return j;
+  return -1;
 }
 
 /* The deadline of a wait on slots [first, first + n) passed: report the
  * missing ranks, give the peers GRACE_S to report theirs, name the lost one. */
 static st_status fail_timeout(mpi_coll *c, int first, int n, int op) {
-  uint64_t waited = 0;
+  uint64_t waited = 0, from = 0, missing[ST_MAX_WORKERS];
   for (int i = first; i < first + n; i++)
     if (c->req[i] != MPI_REQUEST_NULL) waited |= 1ull << c->peer[i];
+  waited = to_world(c, waited);
   c->broken = true;
   c->requests_lost = true;
   atomic_store(&g_broken, true);
   report_lost(c, waited);
-  /* with two ranks the one waited for is the only candidate */
-  double grace = c->base.size > 2 ? GRACE_S : 0.0;
+  /* with two processes the one waited for is the only candidate */
+  double grace = g_size > 2 ? GRACE_S : 0.0;
   double t0 = MPI_Wtime();
   for (int spins = 0;; spins++) {
-    receive_lost(c);
-    uint64_t silent = waited;
-    for (int j = 0; j < c->base.size; j++)
-      if (c->peers[j].lost) silent &= ~(1ull << j);
-    if (!silent || MPI_Wtime() - t0 >= grace) break;
+    from = receive_lost(missing);
+    if (!(waited & ~from) || MPI_Wtime() - t0 >= grace) break;
     pause_a_little(spins, MPI_Wtime() - t0);
   }
-  int via = -1, who = name_missing(c, waited, &via);
+  int via_w = -1, who_w = name_missing(waited, from, missing, &via_w);
+  int who = from_world(c, who_w), via = via_w >= 0 ? from_world(c, via_w) : -1;
+  if (who < 0) who = who_w; /* (a group transport: the lost process is not in it) */
   char how[96] = "";
   if (via >= 0)
     snprintf(how, sizeof how, "; this worker waited for rank %d, which waited for rank %d", via,
@@ -662,11 +701,10 @@ static void mpi_destroy(st_collective *cc) {
   mpi_coll *c = (mpi_coll *)cc;
   if (!c->requests_lost) {
     receive_leaves(c);
-    receive_lost(c);
     MPI_Comm_free(&c->comm);
   }
   bool keep = c->left && c->requests_lost;
-  for (int j = 0; j < c->base.size; j++) {
+  for (int j = 0; j < g_size; j++) {
     int done = 1;
     if (c->lost_req[j] != MPI_REQUEST_NULL) MPI_Test(&c->lost_req[j], &done, MPI_STATUS_IGNORE);
     keep = keep || !done;
@@ -676,6 +714,7 @@ static void mpi_destroy(st_collective *cc) {
   free(c->peer);
   free(c->done_idx);
   free(c->peers);
+  free(c->world_of);
   if (!keep) free(c->lost_req), free(c);
 }
 
@@ -774,9 +813,12 @@ static st_status create_on(double timeout_s, const int64_t *step, bool split, in
     c->done_idx = malloc((size_t)c->nreq * sizeof *c->done_idx);
     c->peers = calloc((size_t)size, sizeof *c->peers);
     c->lost_req = malloc((size_t)size * sizeof *c->lost_req);
+    c->world_of = malloc((size_t)size * sizeof *c->world_of);
   }
-  if (!c || !c->req || !c->peer || !c->done_idx || !c->peers || !c->lost_req) {
-    if (c) free(c->req), free(c->peer), free(c->done_idx), free(c->peers), free(c->lost_req);
+  if (!c || !c->req || !c->peer || !c->done_idx || !c->peers || !c->lost_req || !c->world_of) {
+    if (c)
+      free(c->req), free(c->peer), free(c->done_idx), free(c->peers), free(c->lost_req),
+          free(c->world_of);
     free(c);
     return st_error(ST_ERR_NOMEM, "MPI transport: out of memory");
   }
@@ -785,13 +827,28 @@ static st_status create_on(double timeout_s, const int64_t *step, bool split, in
   int made = split ? MPI_Comm_split(MPI_COMM_WORLD, color, rank, &c->comm)
                    : MPI_Comm_dup(MPI_COMM_WORLD, &c->comm);
   if (made != MPI_SUCCESS) {
-    free(c->req), free(c->peer), free(c->done_idx), free(c->peers), free(c->lost_req), free(c);
+    free(c->req), free(c->peer), free(c->done_idx), free(c->peers), free(c->lost_req),
+        free(c->world_of), free(c);
     return st_error(ST_ERR_PEER, "MPI transport: MPI_Comm_dup failed");
   }
   MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
   if (split) {
     MPI_Comm_size(c->comm, &size);
     MPI_Comm_rank(c->comm, &rank);
+  }
+  for (int j = 0; j < size; j++) c->world_of[j] = j;
+  if (split) { /* the world rank of each rank of the group */
+    MPI_Group world, group;
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    MPI_Comm_group(c->comm, &group);
+    int *mine = malloc((size_t)size * sizeof *mine);
+    if (mine) {
+      for (int j = 0; j < size; j++) mine[j] = j;
+      MPI_Group_translate_ranks(group, size, mine, world, c->world_of);
+      free(mine);
+    }
+    MPI_Group_free(&group);
+    MPI_Group_free(&world);
   }
   c->base = (st_collective){&mpi_vtable, size, ST_CROSS_ALL_REDUCE, rank};
   c->timeout = timeout_s;
