@@ -33,8 +33,10 @@
  * another survivor that itself waits for the lost rank (in the all-gather
  * phase rank 0 waits for rank 1's reduced chunk, which needs the cut rank 2's
  * part). So a rank that times out first tells every peer which ranks it
- * misses (a LOST message, tag TAG_LOST), then waits up to GRACE_S (1 s,
- * none with two ranks) for the LOST messages of the peers it waited for; the rank it
+ * misses (a LOST message, tag TAG_LOST, in world ranks, on a communicator of
+ * the process rather than of the transport: a peer may be waiting on another
+ * transport), then waits up to GRACE_S (1 s, none with two processes) for the
+ * LOST messages of the peers it waited for; the rank it
  * names is one it waited for, directly or through such reports, that sent no
  * report (a rank that reports is alive). A survivor therefore fails within
  * the timeout + GRACE_S and names the lost rank, and says through which peer
