@@ -1,6 +1,8 @@
 /* The MPI and hierarchical transports against a plain rank-order reference:
  * all_reduce (SUM, MEAN; sizes 0, 1, fewer elements than ranks, odd sizes,
- * several chunks; chunks of one and two pipeline segments, 98305 = 3 x 32768 + 1
+ * several chunks; the one-round exchange of small buffers in one piece (1000
+ * floats) and in several (2500, and 4096 = 16 KiB, the largest), 4099 just
+ * above it; chunks of one and two pipeline segments, 98305 = 3 x 32768 + 1
  * floats, and of more segments than are in flight, 491527), broadcast from
  * every root, all_gather, reduce_scatter (one segment, and several in place),
  * barrier; results bit-identical to the reference on every rank. Run by CTest
@@ -26,7 +28,7 @@ static float reference_sum(int size, size_t i, st_reduce_op op) {
 
 static void test_process_ops(st_collective *c) {
   int me = c->self, size = c->size;
-  size_t sizes[] = {0, 1, 2, 5, 1000, 4099, 98305, 100003, 491527};
+  size_t sizes[] = {0, 1, 2, 5, 1000, 2500, 4096, 4099, 98305, 100003, 491527};
   for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++)
     for (int op = 0; op < ST_REDUCE_COUNT; op++) {
       size_t n = sizes[k];

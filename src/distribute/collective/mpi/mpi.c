@@ -2,7 +2,11 @@
  * buffers with non-blocking point-to-point messages on a communicator of
  * their own. Built only when CMake finds MPI (mpi_none.c otherwise).
  *
- * all_reduce is reduce-scatter + all-gather done directly: [0, n) is cut into
+ * all_reduce of a small buffer (at most 16 KiB) takes one round: each rank
+ * sends its whole buffer to every other rank (in pieces small enough to be
+ * sent eagerly) and sums all of them itself in rank order 0, 1, ..., size-1:
+ * one latency instead of two, for (size-1) times the bytes. Larger ones are
+ * reduce-scatter + all-gather done directly: [0, n) is cut into
  * `size` chunks; rank r receives chunk r from every other rank, sums it in
  * rank order 0, 1, ..., size-1 (so every element is bit-identical on every
  * rank and from run to run, which MPI_Allreduce does not promise), then sends
@@ -24,6 +28,19 @@
  * missing, the operation and its number, instead of a hang. The transport is
  * then broken: later operations fail at once, and MPI_Finalize is skipped at
  * exit (it would wait for the missing peer).
+ *
+ * Naming the rank that is really missing: a survivor may be waiting for
+ * another survivor that itself waits for the lost rank (in the all-gather
+ * phase rank 0 waits for rank 1's reduced chunk, which needs the cut rank 2's
+ * part). So a rank that times out first tells every peer which ranks it
+ * misses (a LOST message, tag TAG_LOST, in world ranks, on a communicator of
+ * the process rather than of the transport: a peer may be waiting on another
+ * transport), then waits up to GRACE_S (1 s, none with two processes) for the
+ * LOST messages of the peers it waited for; the rank it
+ * names is one it waited for, directly or through such reports, that sent no
+ * report (a rank that reports is alive). A survivor therefore fails within
+ * the timeout + GRACE_S and names the lost rank, and says through which peer
+ * it waited for it.
  *
  * A process that leaves the job early (an error outside the collectives, e.g.
  * the chief could not write a checkpoint) says so first: st__collective_mpi_leave
@@ -49,12 +66,21 @@
 
 #include "base/split.h" /* st__split */
 #include "distribute/collective/collective.h"
+#include "distribute/collective/mpi/mpi_fault.h"
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static st_status g_init_status = ST_OK;
 static char g_init_error[256];
 static int g_rank, g_size, g_node_size = 1;
 static atomic_bool g_broken; /* a collective failed: do not finalise */
+/* LOST messages travel on a communicator of their own (a duplicate of the
+ * world), with world ranks, so that a worker waiting on one transport (e.g.
+ * the step agreement's all-gather) sees the report a peer sent when its wait
+ * on another transport (the gradients' all-reduce) timed out. */
+static MPI_Comm g_lost_comm = MPI_COMM_NULL;
+static pthread_mutex_t g_lost_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t g_lost_from;                 /* world ranks that sent a LOST message */
+static uint64_t g_lost_missing[ST_MAX_WORKERS]; /* the world ranks each one missed */
 
 static void finalize_at_exit(void) {
   int finalized = 0;
@@ -90,6 +116,10 @@ static void init_once(void) {
     MPI_Comm_size(node, &g_node_size);
     MPI_Comm_free(&node);
   }
+  if (MPI_Comm_dup(MPI_COMM_WORLD, &g_lost_comm) == MPI_SUCCESS)
+    MPI_Comm_set_errhandler(g_lost_comm, MPI_ERRORS_RETURN);
+  else
+    g_lost_comm = MPI_COMM_NULL;
 }
 
 bool st__mpi_built(void) { return true; }
@@ -110,7 +140,17 @@ typedef struct leave_msg {
   uint64_t done;          /* operations the sender finished */
   char why[504];          /* its error, "" when it left without one */
 } leave_msg;
-enum { TAG_LEAVE = 32001, TAG_P2P = 32002 }; /* operation tags are below 32000 */
+enum { TAG_LEAVE = 32001, TAG_P2P = 32002, TAG_LOST = 32003 }; /* operation tags are below 32000 */
+
+/* The LOST message (TAG_LOST, MPI_BYTE): the sender's wait timed out, these
+ * ranks' messages were missing (bit r: rank r). */
+typedef struct lost_msg {
+  uint64_t op;            /* the sender's operation number */
+  uint64_t missing;       /* ranks it waited for */
+} lost_msg;
+_Static_assert(ST_MAX_WORKERS <= 64, "lost_msg.missing is a 64-bit rank mask");
+/* How long a rank that timed out waits for its peers' LOST messages. */
+#define GRACE_S 1.0
 
 typedef struct peer_left {
   bool gone;
@@ -128,6 +168,10 @@ typedef struct mpi_coll {
   bool requests_lost;     /* a failure left requests pending: keep the comm */
   bool left;              /* st__collective_mpi_leave was called */
   leave_msg leave;        /* what it sent (sends need a live buffer) */
+  lost_msg lost;          /* the LOST message this transport sent */
+  MPI_Request *lost_req;  /* [world size]: its sends, never waited for (a peer may be cut) */
+  int *world_of;          /* [size]: the world rank of each rank of comm */
+  uint64_t cut;           /* st__collective_mpi_test_cut: peers not talked to */
   peer_left *peers;       /* [size]: LEAVE messages received */
   float *tmp;             /* receive scratch */
   size_t tmp_cap;         /* floats */
@@ -141,6 +185,19 @@ typedef struct mpi_coll {
  * flight. Request slots: segment k's reduce-scatter messages (2 (size-1)) in
  * group 2 (k % WINDOW), its all-gather messages in group 2 (k % WINDOW) + 1. */
 enum { SEG_FLOATS = 32768, WINDOW = 4 };
+
+/* Small all-reduces take one round (all_reduce_one_round): at most
+ * ONE_ROUND_BYTES, and at most ONE_ROUND_SENT bytes sent by each rank (the
+ * whole buffer to every peer). Their messages are cut into pieces of
+ * PIECE_FLOATS (4000 bytes), each under OpenMPI's shared-memory eager limit
+ * (btl_vader_eager_limit 4096 bytes with its header): sent at once, without
+ * the rendezvous handshake a larger message waits for. */
+enum { ONE_ROUND_BYTES = 16384, ONE_ROUND_SENT = 65536, PIECE_FLOATS = 1000 };
+
+static bool one_round(size_t n, int size) {
+  size_t bytes = n * sizeof(float);
+  return bytes <= ONE_ROUND_BYTES && bytes * (size_t)(size - 1) <= ONE_ROUND_SENT;
+}
 #define REQ_SLOTS(size) (2 * WINDOW * 2 * (size))
 
 static const char *g_op_names[] = {"all-reduce", "broadcast", "all-gather", "reduce-scatter",
@@ -242,8 +299,119 @@ static st_status check_leaves(mpi_coll *c, int first, int n, int op) {
   return ST_OK;
 }
 
+/* Receive the LOST messages that have arrived (any transport's thread; one
+ * at a time, so that two threads cannot probe the same message); returns the
+ * world ranks that have reported, and copies what each missed. */
+static uint64_t receive_lost(uint64_t missing[ST_MAX_WORKERS]) {
+  pthread_mutex_lock(&g_lost_mu);
+  for (;;) {
+    int flag = 0;
+    MPI_Status st;
+    if (g_lost_comm == MPI_COMM_NULL ||
+        MPI_Iprobe(MPI_ANY_SOURCE, TAG_LOST, g_lost_comm, &flag, &st) != MPI_SUCCESS || !flag)
+      break;
+    lost_msg m = {0, 0};
+    if (MPI_Recv(&m, (int)sizeof m, MPI_BYTE, st.MPI_SOURCE, TAG_LOST, g_lost_comm,
+                 MPI_STATUS_IGNORE) != MPI_SUCCESS)
+      break;
+    g_lost_from |= 1ull << st.MPI_SOURCE;
+    g_lost_missing[st.MPI_SOURCE] |= m.missing;
+  }
+  uint64_t from = g_lost_from;
+  memcpy(missing, g_lost_missing, sizeof g_lost_missing);
+  pthread_mutex_unlock(&g_lost_mu);
+  return from;
+}
+
+/* The world ranks of a mask of c's ranks. */
+static uint64_t to_world(const mpi_coll *c, uint64_t mask) {
+  uint64_t w = 0;
+  for (int j = 0; j < c->base.size; j++)
+    if (mask >> j & 1) w |= 1ull << c->world_of[j];
+  return w;
+}
+
+/* Tell every other process (but those cut by the test switch) that this
+ * transport timed out waiting for the world ranks of `missing`. The sends
+ * are not waited for: the lost rank is among the peers. */
+static void report_lost(mpi_coll *c, uint64_t missing) {
+  if (g_lost_comm == MPI_COMM_NULL) return;
+  c->lost = (lost_msg){c->ops, missing};
+  uint64_t cut = to_world(c, c->cut);
+  for (int j = 0; j < g_size; j++)
+    if (j != g_rank && !(cut >> j & 1))
+      MPI_Isend(&c->lost, (int)sizeof c->lost, MPI_BYTE, j, TAG_LOST, g_lost_comm,
+                &c->lost_req[j]);
+}
+
+static int lowest_rank(uint64_t mask) { return mask ? __builtin_ctzll(mask) : -1; }
+
+/* The world rank to name after a timeout that missed the world ranks of
+ * `waited`: the ranks reachable from them through the LOST reports (`from`
+ * reported, missing what `missing` says) that sent none (a rank that reports
+ * is alive); the lowest of them, or, when every one reported (they wait for
+ * one another), the lowest of `waited`. *via: a rank of `waited` whose report
+ * named it (-1: waited for directly). */
+static int name_missing(uint64_t waited, uint64_t from, const uint64_t *missing, int *via) {
+  uint64_t reach = waited, seen = 0, reported = 0;
+  while (reach & ~seen) {
+    int p = lowest_rank(reach & ~seen);
+    seen |= 1ull << p;
+    if (from >> p & 1) reported |= 1ull << p, reach |= missing[p];
+  }
+  reach &= ~(1ull << g_rank);
+  int who = lowest_rank(reach & ~reported);
+  if (who < 0) who = lowest_rank(waited);
+  *via = -1;
+  if (!(waited >> who & 1))
+    for (uint64_t w = waited & reported; w && *via < 0; w &= w - 1)
+      if (missing[lowest_rank(w)] >> who & 1) *via = lowest_rank(w);
+  if (!(waited >> who & 1) && *via < 0) *via = lowest_rank(waited & reported);
+  return who;
+}
+
+/* c's rank of a world rank (-1: not in c's group). */
+static int from_world(const mpi_coll *c, int world) {
+  for (int j = 0; j < c->base.size; j++)
+    if (c->world_of[j] == world) return j;
+  return -1;
+}
+
+/* The deadline of a wait on slots [first, first + n) passed: report the
+ * missing ranks, give the peers GRACE_S to report theirs, name the lost one. */
+static st_status fail_timeout(mpi_coll *c, int first, int n, int op) {
+  uint64_t waited = 0, from = 0, missing[ST_MAX_WORKERS];
+  for (int i = first; i < first + n; i++)
+    if (c->req[i] != MPI_REQUEST_NULL) waited |= 1ull << c->peer[i];
+  waited = to_world(c, waited);
+  c->broken = true;
+  c->requests_lost = true;
+  atomic_store(&g_broken, true);
+  report_lost(c, waited);
+  /* with two processes the one waited for is the only candidate */
+  double grace = g_size > 2 ? GRACE_S : 0.0;
+  double t0 = MPI_Wtime();
+  for (int spins = 0;; spins++) {
+    from = receive_lost(missing);
+    if (!(waited & ~from) || MPI_Wtime() - t0 >= grace) break;
+    pause_a_little(spins, MPI_Wtime() - t0);
+  }
+  int via_w = -1, who_w = name_missing(waited, from, missing, &via_w);
+  int who = from_world(c, who_w), via = via_w >= 0 ? from_world(c, via_w) : -1;
+  if (who < 0) who = who_w; /* (a group transport: the lost process is not in it) */
+  char how[96] = "";
+  if (via >= 0)
+    snprintf(how, sizeof how, "; this worker waited for rank %d, which waited for rank %d", via,
+             who);
+  return st_error(ST_ERR_TIMEOUT,
+                  "rank %d did not join %s #%llu at step %lld within %g s "
+                  "(--collective-timeout%s; the rank died, stalls, is cut off or runs another step)",
+                  who, g_op_names[op], (unsigned long long)c->ops,
+                  c->step ? (long long)*c->step : -1LL, c->timeout, how);
+}
+
 /* Wait for the requests of slots [first, first + n); on the deadline name the
- * first peer still missing. */
+ * missing peer (fail_timeout). */
 static st_status wait_range(mpi_coll *c, int first, int n, int op) {
   double t0 = MPI_Wtime();
   int left = 0;
@@ -265,19 +433,7 @@ static st_status wait_range(mpi_coll *c, int first, int n, int op) {
     if (left == 0) break;
     st_status s = (spins & 63) == 63 ? check_leaves(c, first, n, op) : ST_OK;
     if (s != ST_OK) return s;
-    if (MPI_Wtime() - t0 > c->timeout) {
-      int missing = -1;
-      for (int i = first; i < first + n && missing < 0; i++)
-        if (c->req[i] != MPI_REQUEST_NULL) missing = c->peer[i];
-      c->broken = true;
-      c->requests_lost = true;
-      atomic_store(&g_broken, true);
-      return st_error(ST_ERR_TIMEOUT,
-                      "rank %d did not join %s #%llu at step %lld within %g s "
-                      "(--collective-timeout; the rank died, stalls or runs another step)",
-                      missing, g_op_names[op], (unsigned long long)c->ops,
-                      c->step ? (long long)*c->step : -1LL, c->timeout);
-    }
+    if (MPI_Wtime() - t0 > c->timeout) return fail_timeout(c, first, n, op);
     pause_a_little(spins, MPI_Wtime() - t0);
   }
   return ST_OK;
@@ -299,12 +455,22 @@ static int tag_of(const mpi_coll *c, int phase) { return (int)((c->ops * 2 + (ui
 /* Post a receive of n floats from peer into buf (request slot k). */
 static void post_recv(mpi_coll *c, int k, float *buf, size_t n, int peer, int tag) {
   c->peer[k] = peer;
+  if (c->cut >> peer & 1) {
+    memset(buf, 0, n * sizeof(float));
+    return;
+  }
   MPI_Irecv(buf, (int)n, MPI_FLOAT, peer, tag, c->comm, &c->req[k]);
 }
 
 static void post_send(mpi_coll *c, int k, const float *buf, size_t n, int peer, int tag) {
   c->peer[k] = peer;
+  if (c->cut >> peer & 1) return;
   MPI_Isend(buf, (int)n, MPI_FLOAT, peer, tag, c->comm, &c->req[k]);
+}
+
+void st__collective_mpi_test_cut(st_collective *cc, int peer) {
+  mpi_coll *c = (mpi_coll *)cc;
+  if (peer >= 0 && peer < c->base.size && peer != c->base.self) c->cut |= 1ull << peer;
 }
 
 static void scale(float *buf, size_t n, int size) {
@@ -333,14 +499,15 @@ typedef struct ar_plan {
   float *out;  /* reduce_scatter: recv, where my chunk's sum goes; NULL: in place */
   int op;      /* OP_ALL_REDUCE or OP_REDUCE_SCATTER (for messages) */
   size_t lo[ST_MAX_WORKERS], len[ST_MAX_WORKERS];
+  size_t seg;  /* floats per segment */
   int me, size, tag_rs, tag_ag;
 } ar_plan;
 
 /* Segment k of chunk j: *off (from the chunk's start) and its length (0: none). */
 static size_t seg_of(const ar_plan *p, int j, size_t k, size_t *off) {
-  *off = k * SEG_FLOATS;
+  *off = k * p->seg;
   if (*off >= p->len[j]) return 0;
-  return p->len[j] - *off < SEG_FLOATS ? p->len[j] - *off : SEG_FLOATS;
+  return p->len[j] - *off < p->seg ? p->len[j] - *off : p->seg;
 }
 
 /* Post segment k's reduce-scatter: my part of every peer's chunk goes to it,
@@ -348,10 +515,10 @@ static size_t seg_of(const ar_plan *p, int j, size_t k, size_t *off) {
 static void post_rs(mpi_coll *c, const ar_plan *p, size_t k) {
   int first = (int)(k % WINDOW) * 2 * 2 * p->size, n = first;
   size_t off, mine = seg_of(p, p->me, k, &off);
-  float *slot = c->tmp + (k % WINDOW) * (size_t)p->size * SEG_FLOATS;
+  float *slot = c->tmp + (k % WINDOW) * (size_t)p->size * p->seg;
   for (int j = 0; j < p->size; j++) {
     if (j == p->me) continue;
-    if (mine) post_recv(c, n++, slot + (size_t)j * SEG_FLOATS, mine, j, p->tag_rs);
+    if (mine) post_recv(c, n++, slot + (size_t)j * p->seg, mine, j, p->tag_rs);
     size_t joff, jn = seg_of(p, j, k, &joff);
     if (jn) post_send(c, n++, p->buf + p->lo[j] + joff, jn, j, p->tag_rs);
   }
@@ -381,10 +548,35 @@ static void reduce_segment(mpi_coll *c, const ar_plan *p, size_t k, st_reduce_op
   const float *src[ST_MAX_WORKERS];
   const float *mine = p->buf + p->lo[p->me] + off;
   float *out = p->out ? p->out + off : p->buf + p->lo[p->me] + off;
-  const float *slot = c->tmp + (k % WINDOW) * (size_t)p->size * SEG_FLOATS;
-  for (int j = 0; j < p->size; j++) src[j] = j == p->me ? mine : slot + (size_t)j * SEG_FLOATS;
+  const float *slot = c->tmp + (k % WINDOW) * (size_t)p->size * p->seg;
+  for (int j = 0; j < p->size; j++) src[j] = j == p->me ? mine : slot + (size_t)j * p->seg;
   sum_in_rank_order(out, src, p->size, n);
   if (op == ST_REDUCE_MEAN) scale(out, n, p->size);
+}
+
+/* A small all-reduce in one round: every rank sends its whole buffer to every
+ * peer and sums all of them in rank order itself (the same sums, bit for bit,
+ * as the two-round exchange: each element is still src[0] + src[1] + ...). */
+static st_status all_reduce_one_round(mpi_coll *c, float *buf, size_t n, st_reduce_op op) {
+  int me = c->base.self, size = c->base.size, k = 0, tag = tag_of(c, 0);
+  st_status s = reserve_tmp(c, (size_t)size * n);
+  if (s != ST_OK) return s;
+  const float *src[ST_MAX_WORKERS];
+  size_t piece = PIECE_FLOATS; /* fewer, larger pieces when the request slots run short */
+  while ((n + piece - 1) / piece * 2 * (size_t)(size - 1) > (size_t)c->nreq) piece *= 2;
+  for (int j = 0; j < size; j++) {
+    src[j] = j == me ? buf : c->tmp + (size_t)j * n;
+    if (j == me) continue;
+    for (size_t lo = 0; lo < n; lo += piece) {
+      size_t len = n - lo < piece ? n - lo : piece;
+      post_recv(c, k++, c->tmp + (size_t)j * n + lo, len, j, tag);
+      post_send(c, k++, buf + lo, len, j, tag);
+    }
+  }
+  if ((s = wait_all(c, k, OP_ALL_REDUCE)) != ST_OK) return s;
+  sum_in_rank_order(buf, src, size, n);
+  if (op == ST_REDUCE_MEAN) scale(buf, n, size);
+  return ST_OK;
 }
 
 static st_status mpi_all_reduce(st_collective *cc, int rank, float *buf, size_t n, st_reduce_op op) {
@@ -393,18 +585,19 @@ static st_status mpi_all_reduce(st_collective *cc, int rank, float *buf, size_t 
   c->ops++;
   int size = c->base.size;
   if (size == 1 || n == 0) return ST_OK;
+  if (one_round(n, size)) return all_reduce_one_round(c, buf, n, op);
   ar_plan p = {.buf = buf, .me = c->base.self, .size = size, .tag_rs = tag_of(c, 0),
-               .tag_ag = tag_of(c, 1)};
+               .tag_ag = tag_of(c, 1), .seg = SEG_FLOATS};
   size_t segs = 0;
   for (int j = 0; j < size; j++) {
     int start, count;
     st__split((int)n, size, j, &start, &count);
     p.lo[j] = (size_t)start;
     p.len[j] = (size_t)count;
-    size_t sj = (p.len[j] + SEG_FLOATS - 1) / SEG_FLOATS;
+    size_t sj = (p.len[j] + p.seg - 1) / p.seg;
     segs = sj > segs ? sj : segs;
   }
-  st_status s = reserve_tmp(c, (size_t)WINDOW * (size_t)size * SEG_FLOATS);
+  st_status s = reserve_tmp(c, (size_t)WINDOW * (size_t)size * p.seg);
   if (s != ST_OK) return s;
   for (size_t k = 0; k + 1 < WINDOW && k < segs; k++) post_rs(c, &p, k);
   for (size_t k = 0; k < segs; k++) {
@@ -463,10 +656,10 @@ static st_status mpi_reduce_scatter(st_collective *cc, int rank, const float *se
   /* buf is only read (sent, and my chunk summed on the stack); recv may be
    * my chunk of it */
   ar_plan p = {.buf = (float *)send, .out = recv, .op = OP_REDUCE_SCATTER, .me = c->base.self,
-               .size = size, .tag_rs = tag_of(c, 0), .tag_ag = tag_of(c, 1)};
+               .size = size, .tag_rs = tag_of(c, 0), .tag_ag = tag_of(c, 1), .seg = SEG_FLOATS};
   for (int j = 0; j < size; j++) p.lo[j] = (size_t)j * n, p.len[j] = n;
-  size_t segs = (n + SEG_FLOATS - 1) / SEG_FLOATS;
-  st_status s = reserve_tmp(c, (size_t)WINDOW * (size_t)size * SEG_FLOATS);
+  size_t segs = (n + p.seg - 1) / p.seg;
+  st_status s = reserve_tmp(c, (size_t)WINDOW * (size_t)size * p.seg);
   if (s != ST_OK) return s;
   for (size_t k = 0; k + 1 < WINDOW && k < segs; k++) post_rs(c, &p, k);
   for (size_t k = 0; k < segs; k++) {
@@ -504,19 +697,27 @@ void st__collective_mpi_leave(st_collective *cc, const char *why) {
 }
 
 /* A transport whose requests are still pending keeps its communicator and,
- * when a LEAVE could not be sent, its memory (MPI may still write to it). */
+ * when a LEAVE or LOST message could not be sent, its memory (MPI may still
+ * read it). */
 static void mpi_destroy(st_collective *cc) {
   mpi_coll *c = (mpi_coll *)cc;
   if (!c->requests_lost) {
     receive_leaves(c);
     MPI_Comm_free(&c->comm);
   }
+  bool keep = c->left && c->requests_lost;
+  for (int j = 0; j < g_size; j++) {
+    int done = 1;
+    if (c->lost_req[j] != MPI_REQUEST_NULL) MPI_Test(&c->lost_req[j], &done, MPI_STATUS_IGNORE);
+    keep = keep || !done;
+  }
   free(c->tmp);
   free(c->req);
   free(c->peer);
   free(c->done_idx);
   free(c->peers);
-  if (!(c->left && c->requests_lost)) free(c);
+  free(c->world_of);
+  if (!keep) free(c->lost_req), free(c);
 }
 
 /* ---- point-to-point (tag TAG_P2P: in send order between a pair) ---- */
@@ -613,23 +814,43 @@ static st_status create_on(double timeout_s, const int64_t *step, bool split, in
     c->peer = calloc((size_t)c->nreq, sizeof *c->peer);
     c->done_idx = malloc((size_t)c->nreq * sizeof *c->done_idx);
     c->peers = calloc((size_t)size, sizeof *c->peers);
+    c->lost_req = malloc((size_t)size * sizeof *c->lost_req);
+    c->world_of = malloc((size_t)size * sizeof *c->world_of);
   }
-  if (!c || !c->req || !c->peer || !c->done_idx || !c->peers) {
-    if (c) free(c->req), free(c->peer), free(c->done_idx), free(c->peers);
+  if (!c || !c->req || !c->peer || !c->done_idx || !c->peers || !c->lost_req || !c->world_of) {
+    if (c)
+      free(c->req), free(c->peer), free(c->done_idx), free(c->peers), free(c->lost_req),
+          free(c->world_of);
     free(c);
     return st_error(ST_ERR_NOMEM, "MPI transport: out of memory");
   }
   for (int i = 0; i < c->nreq; i++) c->req[i] = MPI_REQUEST_NULL;
+  for (int j = 0; j < size; j++) c->lost_req[j] = MPI_REQUEST_NULL;
   int made = split ? MPI_Comm_split(MPI_COMM_WORLD, color, rank, &c->comm)
                    : MPI_Comm_dup(MPI_COMM_WORLD, &c->comm);
   if (made != MPI_SUCCESS) {
-    free(c->req), free(c->peer), free(c->done_idx), free(c->peers), free(c);
+    free(c->req), free(c->peer), free(c->done_idx), free(c->peers), free(c->lost_req),
+        free(c->world_of), free(c);
     return st_error(ST_ERR_PEER, "MPI transport: MPI_Comm_dup failed");
   }
   MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
   if (split) {
     MPI_Comm_size(c->comm, &size);
     MPI_Comm_rank(c->comm, &rank);
+  }
+  for (int j = 0; j < size; j++) c->world_of[j] = j;
+  if (split) { /* the world rank of each rank of the group */
+    MPI_Group world, group;
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    MPI_Comm_group(c->comm, &group);
+    int *mine = malloc((size_t)size * sizeof *mine);
+    if (mine) {
+      for (int j = 0; j < size; j++) mine[j] = j;
+      MPI_Group_translate_ranks(group, size, mine, world, c->world_of);
+      free(mine);
+    }
+    MPI_Group_free(&group);
+    MPI_Group_free(&world);
   }
   c->base = (st_collective){&mpi_vtable, size, ST_CROSS_ALL_REDUCE, rank};
   c->timeout = timeout_s;
