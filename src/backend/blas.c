@@ -23,6 +23,13 @@
 #ifndef STRATA_OPENBLAS_PATH
 #define STRATA_OPENBLAS_PATH "libopenblas.so"
 #endif
+/* ThreadSanitizer builds set 1: OpenBLAS is not instrumented, so TSan cannot
+ * see how its worker threads hand a gemm's result back and reports races on
+ * every multi-threaded gemm; one BLAS thread keeps TSan's reports to Strata's
+ * own threads. 0: no cap. */
+#ifndef STRATA_BLAS_MAX_THREADS
+#define STRATA_BLAS_MAX_THREADS 0
+#endif
 
 enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
 
@@ -125,6 +132,8 @@ st_status st__blas_load(void) {
 
 void st_blas_set_threads(int threads) {
   if (st__blas_load() != ST_OK) return;
+  if (STRATA_BLAS_MAX_THREADS > 0 && (threads <= 0 || threads > STRATA_BLAS_MAX_THREADS))
+    threads = STRATA_BLAS_MAX_THREADS;
   if (threads > 0 && g_set_threads) g_set_threads(threads);
 }
 
