@@ -39,13 +39,13 @@ typedef struct coord {
   double *ps_seen;           /* [nps] last heartbeat of each ps */
   wstate *w;                 /* [nw] */
   int nw, nps;
-  ps_job job;
+  st__ps_job job;
   uint32_t incarnation;
   cli_data d;
   bool have_data;
   st_strategy *strategy;
   st_model *model;
-  ps_layout layout;
+  st__ps_layout layout;
   int64_t steps_per_epoch, scheduled, retried, lost, rejoined;
   char *job_text;            /* the JOB payload, kept to re-send to lost workers */
   uint32_t *perm;            /* [n_train] this epoch's order */
@@ -67,7 +67,7 @@ static volatile sig_atomic_t g_ps_stop;
 static void on_stop(int sig) { (void)sig, g_ps_stop = 1; }
 
 static st_status send_to(coord *c, st_ps_socket *s, int type, uint64_t closure, const void *p, size_t n) {
-  st_ps_header h = ps_header(&c->cluster, c->job.job_id, c->incarnation, type);
+  st_ps_header h = st__ps_make_header(&c->cluster, c->job.job_id, c->incarnation, type);
   h.closure = closure;
   return st__ps_send(s, NULL, &h, p, n, 2000);
 }
@@ -126,7 +126,7 @@ static st_status connect_all(coord *c) {
  * workers load the data first: up to 120 s, or the coordinator timeout when
  * longer). */
 static st_status send_jobs(coord *c) {
-  char *text = c->job_text = ps_job_encode(&c->job);
+  char *text = c->job_text = st__ps_job_encode(&c->job);
   if (!text) return st_error(ST_ERR_NOMEM, "out of memory");
   st_status s = ST_OK;
   for (int p = 0; s == ST_OK && p < c->nps; p++) s = send_to(c, c->ps[p], ST_PS_MSG_JOB, 0, text, strlen(text));
@@ -161,7 +161,7 @@ static void permute(coord *c, int epoch) {
 
 /* The id of closure k of an epoch in this generation. */
 static uint64_t closure_id(const coord *c, int epoch, int k) {
-  return c->generation << PS_GENERATION_SHIFT | ((uint64_t)epoch * 1000000007ULL + (uint64_t)k);
+  return c->generation << ST__PS_GENERATION_SHIFT | ((uint64_t)epoch * 1000000007ULL + (uint64_t)k);
 }
 
 /* RUN of closure k of the epoch to worker w. */
@@ -174,12 +174,12 @@ static st_status run_closure(coord *c, int epoch, int k, closure *cl, int w) {
   }
   uint8_t *p = malloc(bytes), *q = p;
   if (!p) return st_error(ST_ERR_NOMEM, "out of memory");
-  ps_put_u64(q, (uint64_t)cl->n), q += 8;
+  st__ps_put_u64(q, (uint64_t)cl->n), q += 8;
   for (int s = 0; s < cl->n; s++) {
     int64_t b = cl->first + s, lo = b * B, hi = lo + B < n ? lo + B : n;
-    ps_put_u64(q, (uint64_t)(epoch * c->steps_per_epoch + b)), ps_put_u64(q + 8, (uint64_t)(hi - lo));
+    st__ps_put_u64(q, (uint64_t)(epoch * c->steps_per_epoch + b)), st__ps_put_u64(q + 8, (uint64_t)(hi - lo));
     q += 16;
-    for (int64_t i = lo; i < hi; i++, q += 8) ps_put_u64(q, c->perm[i]);
+    for (int64_t i = lo; i < hi; i++, q += 8) st__ps_put_u64(q, c->perm[i]);
   }
   st_status st = send_to(c, c->w[w].sock, ST_PS_MSG_RUN, closure_id(c, epoch, k), p, bytes);
   free(p);
@@ -204,7 +204,7 @@ static void check_workers(coord *c, closure *cls) {
     }
     w->busy = -1;
     for (int p = 0; p < c->nps; p++) { /* fence it: its late pushes are refused */
-      st_ps_header h = ps_header(&c->cluster, c->job.job_id, c->incarnation, ST_PS_MSG_FENCE);
+      st_ps_header h = st__ps_make_header(&c->cluster, c->job.job_id, c->incarnation, ST_PS_MSG_FENCE);
       h.closure = (uint64_t)i, h.step = w->incarnation;
       st__ps_send(c->ps[p], NULL, &h, NULL, 0, 1000);
     }
@@ -220,7 +220,7 @@ static void drain_heartbeats(coord *c) {
     if (m.h.type == ST_PS_MSG_HEARTBEAT && m.h.sender_role == ST_PS_PS) c->ps_seen[m.h.sender_index] = st_now_seconds();
     if (m.h.type == ST_PS_MSG_HEARTBEAT && w && w->alive) w->last_seen = st_now_seconds();
     if (m.h.type == ST_PS_MSG_HEARTBEAT && w && !w->alive && m.h.incarnation == w->incarnation) {
-      st_ps_header h = ps_header(&c->cluster, c->job.job_id, c->incarnation, ST_PS_MSG_FENCE);
+      st_ps_header h = st__ps_make_header(&c->cluster, c->job.job_id, c->incarnation, ST_PS_MSG_FENCE);
       st__ps_send(c->hb, &m, &h, NULL, 0, 0); /* a lost worker came back: tell it */
     }
     st__ps_msg_free(&m);
@@ -250,7 +250,7 @@ static void ping_servers(coord *c) {
      * restarted process of that task (a new incarnation) can rejoin */
     if (!w->sock && st__ps_connect(c->t, st__ps_cluster_task(&c->cluster, ST_PS_WORKER, i), &w->sock) != ST_OK)
       continue;
-    st_ps_header h = ps_header(&c->cluster, c->job.job_id, c->incarnation, ST_PS_MSG_JOB);
+    st_ps_header h = st__ps_make_header(&c->cluster, c->job.job_id, c->incarnation, ST_PS_MSG_JOB);
     if (c->job_text) st__ps_send(w->sock, NULL, &h, c->job_text, strlen(c->job_text), 0); /* never wait */
   }
 }
@@ -289,10 +289,10 @@ static st_status read_worker(coord *c, int epoch, int i, closure *cls, int *done
     }
     if (m.h.type == ST_PS_MSG_DONE && k >= 0 && m.h.closure == want && m.h.payload_len == 32) {
       double loss;
-      uint64_t bits = ps_get_u64(m.payload);
+      uint64_t bits = st__ps_get_u64(m.payload);
       memcpy(&loss, &bits, 8);
       sums[0] += loss;
-      for (int f = 1; f < 4; f++) sums[f] += (double)ps_get_u64(m.payload + 8 * f);
+      for (int f = 1; f < 4; f++) sums[f] += (double)st__ps_get_u64(m.payload + 8 * f);
       cls[k].state = 2;
       c->w[i].busy = -1;
       c->done_since_backup += cls[k].n;
@@ -434,8 +434,8 @@ static st_status snapshot_all(coord *c, int64_t b) {
     bool exact = m.h.closure == (uint64_t)b && m.h.step == (uint64_t)b;
     if (ok && exact) {
       const float *f = (const float *)m.payload;
-      ps_unpack(&c->layout, p, f, net->params);
-      for (size_t k = 0; k < ns; k++) ps_unpack(&c->layout, p, f + n * (1 + k), net->slots[k]);
+      st__ps_unpack(&c->layout, p, f, net->params);
+      for (size_t k = 0; k < ns; k++) st__ps_unpack(&c->layout, p, f + n * (1 + k), net->slots[k]);
     }
     uint64_t applied = m.h.closure;
     st__ps_msg_free(&m);
@@ -503,9 +503,9 @@ static st_status restore_backup(coord *c) {
   if (!buf) return st_error(ST_ERR_NOMEM, "out of memory");
   for (int p = 0; s == ST_OK && p < c->nps; p++) {
     size_t n = c->layout.ps_floats[p];
-    ps_pack(&c->layout, p, net->params, buf);
-    for (size_t k = 0; k < ns; k++) ps_pack(&c->layout, p, net->slots[k], buf + n * (1 + k));
-    st_ps_header h = ps_header(&c->cluster, c->job.job_id, c->incarnation, ST_PS_MSG_RESTORE);
+    st__ps_pack(&c->layout, p, net->params, buf);
+    for (size_t k = 0; k < ns; k++) st__ps_pack(&c->layout, p, net->slots[k], buf + n * (1 + k));
+    st_ps_header h = st__ps_make_header(&c->cluster, c->job.job_id, c->incarnation, ST_PS_MSG_RESTORE);
     h.closure = c->generation, h.step = (uint64_t)b;
     st_ps_msg m;
     s = st__ps_send(c->ps[p], NULL, &h, buf, n * (1 + ns) * sizeof(float), 5000);
@@ -557,7 +557,7 @@ static st_status recover_ps(coord *c, int p, closure *cls) {
       last_offer = now;
       for (int q = 0; q < c->nps; q++)
         if (lost[q]) {
-          st_ps_header h = ps_header(&c->cluster, c->job.job_id, c->incarnation, ST_PS_MSG_JOB);
+          st_ps_header h = st__ps_make_header(&c->cluster, c->job.job_id, c->incarnation, ST_PS_MSG_JOB);
           st__ps_send(c->ps[q], NULL, &h, c->job_text, strlen(c->job_text), 0); /* never wait */
         }
     }
@@ -605,7 +605,7 @@ static st_status gather_stats(coord *c, uint64_t (*st)[9]) {
     st_ps_msg m;
     if (s == ST_OK) s = await_reply(c, c->ps[p], ST_PS_MSG_STATS_OK, ST_PS_PS, p, 30, &m);
     if (s != ST_OK) return s;
-    for (int f = 0; f < 9; f++) st[p][f] = m.h.payload_len == 72 ? ps_get_u64(m.payload + 8 * f) : 0;
+    for (int f = 0; f < 9; f++) st[p][f] = m.h.payload_len == 72 ? st__ps_get_u64(m.payload + 8 * f) : 0;
     st__ps_msg_free(&m);
   }
   return ST_OK;
@@ -619,7 +619,7 @@ static st_status pull_variables(coord *c) {
     if (s == ST_OK) s = await_reply(c, c->ps[p], ST_PS_MSG_PULL_OK, ST_PS_PS, p, 30, &m);
     if (s != ST_OK) return s;
     bool ok = m.h.payload_len == c->layout.ps_floats[p] * sizeof(float);
-    if (ok) ps_unpack(&c->layout, p, (const float *)m.payload, c->model->net.params);
+    if (ok) st__ps_unpack(&c->layout, p, (const float *)m.payload, c->model->net.params);
     st__ps_msg_free(&m);
     if (!ok) return st_error(ST_ERR_FORMAT, "ps:%d sent variables of the wrong size", p);
   }
@@ -659,7 +659,7 @@ static char *ps_report_json(coord *c, uint64_t (*st)[9], const st_history *h, bo
     *exact &= h->logs[e].examples == c->d.n_train;
   }
   char why[512];
-  int64_t dropped = ps_drops_text(st__ps_socket_counters(c->hb), why, sizeof why);
+  int64_t dropped = st__ps_drops_text(st__ps_socket_counters(c->hb), why, sizeof why);
   if (dropped) fprintf(stderr, "strata train: chief:0: %lld frames dropped (%s)\n", (long long)dropped, why);
   fprintf(f, "], \"chief_frames_dropped\": %lld", (long long)dropped);
   fprintf(f, ", \"backups_written\": %lld, \"ps_lost\": %lld, \"rollbacks\": %lld, "
@@ -685,7 +685,7 @@ static void coord_free(coord *c) {
   free(c->ps), free(c->w), free(c->perm), free(c->job_text), free(c->ps_seen), free(c->pos.logs);
   st__ps_socket_close(c->hb);
   st__ps_transport_destroy(c->t);
-  ps_layout_free(&c->layout);
+  st__ps_layout_free(&c->layout);
   st_model_destroy(c->model);
   st_strategy_destroy(c->strategy);
   if (c->have_data) cli_free_data(&c->d);
@@ -701,8 +701,8 @@ static int fail_rc(st_status s) {
 
 static void fill_job(coord *c) {
   const ps_train_args *a = c->a;
-  ps_job *j = &c->job;
-  j->job_id = ps_random_u64();
+  st__ps_job *j = &c->job;
+  j->job_id = st__ps_random_u64();
   snprintf(j->model, sizeof j->model, "%s", a->model);
   snprintf(j->data, sizeof j->data, "%s", a->data);
   j->seed = a->seed, j->batch = a->batch, j->train_examples = a->train_examples;
@@ -779,10 +779,10 @@ static int train_job(coord *c, double t0) {
                          (uint64_t)a->seed, false, &c->d);
   if (rc) return rc;
   c->have_data = true;
-  st_status s = ps_build_model(&c->job, &c->strategy, &c->model);
+  st_status s = st__ps_build_model(&c->job, &c->strategy, &c->model);
   if (s == ST_OK && (rc = cli_match_model_input("train", &c->d, st_model_input_shape(c->model))))
     return rc;
-  if (s == ST_OK) s = ps_layout_make(&c->model->net, c->cluster.count[ST_PS_PS], &c->job, &c->layout);
+  if (s == ST_OK) s = st__ps_layout_make(&c->model->net, c->cluster.count[ST_PS_PS], &c->job, &c->layout);
   c->steps_per_epoch = (c->d.n_train + a->batch - 1) / a->batch;
   c->job.total_steps = c->steps_per_epoch * a->epochs;
   c->perm = malloc((size_t)c->d.n_train * sizeof *c->perm);
@@ -916,7 +916,7 @@ int ps_train(const ps_train_args *a) {
     fprintf(stderr, "strata train: warning: --insecure: no encryption or authentication; any "
             "process that reaches the cluster's ports can change the model\n");
   fill_job(&c);
-  c.incarnation = (uint32_t)ps_random_u64();
+  c.incarnation = (uint32_t)st__ps_random_u64();
   c.snapshot_step = -1, c.ps_lost_in_wait = -1;
   struct sigaction sa, old_term, old_int;
   memset(&sa, 0, sizeof sa);
