@@ -6,8 +6,9 @@
  * builds the job's model and then serves (a ps holds and updates its
  * variables, applying each global step at most once; a worker runs the
  * closures the chief hands it) until the chief sends STOP. The chief today is
- * `strata train --strategy parameter_server` (the coordinator is not yet in
- * the library).
+ * `strata train --strategy parameter_server` or a program calling
+ * st_ps_train (below): the chief hands out closures of steps, re-runs those
+ * of lost workers, and gathers the variables at the end.
  *
  *   st_ps_server_options o = st_ps_server_default_options();
  *   o.cluster_file = "cluster.json", o.task = "worker:0", o.keys_dir = "keys";
@@ -23,6 +24,7 @@
 #include <stdint.h>
 
 #include "strata/data.h"
+#include "strata/train.h"
 
 /* What a worker task must train on: the job's data as the chief sent it. */
 typedef struct st_ps_data_request {
@@ -70,5 +72,73 @@ st_ps_server_options st_ps_server_default_options(void);
  * job_timeout, the job could not be set up, or the chief declared this worker
  * lost. Every line it reports goes to on_message first. */
 st_status st_ps_server_run(const st_ps_server_options *o);
+
+/* The chief of a parameter-server job (what `strata train --strategy
+ * parameter_server` runs). The cluster fields are as st_ps_server_options's;
+ * the task must be the chief. */
+typedef struct st_ps_train_options {
+  const char *tf_config, *cluster_file, *task, *keys_dir;
+  bool insecure;
+  /* The job every task builds: a built-in model name or a Keras JSON path
+   * (every task reads it), the data the workers load (their
+   * st_ps_server_options.data gets this spec), and how training goes. */
+  const char *model, *data;
+  int64_t n_train;            /* training examples (the workers' n_train) */
+  const char *data_fingerprint; /* backup identity (st_fit_options); NULL: none */
+  st_dataset *validation;     /* borrowed; evaluated at each epoch end; NULL: none */
+  int64_t epochs, batch, seed, train_examples;
+  double val_split;           /* sent to the workers' data request */
+  st_optimizer_options optimizer; /* applied on the ps */
+  int64_t steps_per_execution;    /* steps per closure (1) */
+  double heartbeat_interval;      /* seconds (1); a task silent for 3 is lost */
+  double coordinator_timeout;     /* seconds (60): servers exit when the chief is silent this long */
+  int64_t max_staleness;          /* -1: unbounded */
+  int64_t ps_shards, ps_min_shard_bytes; /* variable partitioning (0: none) */
+  const char *backup_dir;         /* BackupAndRestore (NULL: none; a lost ps then ends the job) */
+  int64_t backup_every;           /* with backup_dir: also every N steps */
+  bool resume_anyway;
+  bool keep_backup;               /* false: the backup is deleted once the job ran exactly once (as fit) */
+  const st_callback *callbacks;   /* epoch-level hooks, run by the chief */
+  int ncallbacks;
+  /* Called once the chief's model is built and compiled, before any JOB is
+   * sent: may check the data against the model and replace *validation. */
+  st_status (*prepare)(void *user, st_model *m, st_dataset **validation);
+  void *prepare_user;
+  st_ps_message_fn on_message;    /* diagnostics (NULL: st_log at ST_LOG_INFO) */
+  st_ps_message_fn on_progress;   /* one line per epoch (NULL: none) */
+  void *message_user;
+  st_ps_stop_fn should_stop;      /* true: the job stops with ST_ERR_STOPPED */
+  void *stop_user;
+  bool quiet;                     /* no start, resume or epoch lines */
+} st_ps_train_options;
+/* Defaults: 1 epoch, batch 32, Adam, the values noted above. */
+st_ps_train_options st_ps_train_default_options(void);
+
+/* What one ps did (STATS at the end of the job). */
+typedef struct st_ps_stats {
+  int64_t updates_applied, duplicates_skipped, pushes_refused, frames_dropped;
+  double staleness_mean;
+  int64_t staleness_max, connections_refused, stale_pushes_recomputed, updates_rolled_back;
+} st_ps_stats;
+
+typedef struct st_ps_train_result {
+  st_model *model;        /* owned: the job's model holding the trained variables */
+  st_strategy *strategy;  /* owned: the model's (one device) */
+  st_history history;     /* the epochs trained */
+  int workers, nps;
+  int64_t steps_per_epoch;
+  st_ps_stats *per_ps;    /* owned [nps] */
+  bool exactly_once;      /* every ps applied every step once; every epoch saw each example once */
+  char *report_json;      /* owned: the "parameter_server" object of `strata train --report` */
+} st_ps_train_result;
+
+/* Run the job as the chief: JOB to every server, closures to the workers
+ * until the epochs are done, then every ps's counters and variables into
+ * out->model, and STOP to every server. ST_ERR_INVALID for a bad cluster,
+ * task or option (naming the field); ST_ERR_PEER when a task is lost beyond
+ * recovery; ST_ERR_STOPPED on a stop request. *out is filled on success
+ * (freed with st_ps_train_result_free) and empty on failure. */
+st_status st_ps_train(const st_ps_train_options *o, st_ps_train_result *out);
+void st_ps_train_result_free(st_ps_train_result *r); /* accepts an emptied result */
 
 #endif
