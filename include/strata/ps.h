@@ -64,6 +64,7 @@ typedef struct st_ps_server_options {
   void *stop_user;
 } st_ps_server_options;
 
+/* job_timeout 120 s, everything else empty (the environment's TF_CONFIG). */
 st_ps_server_options st_ps_server_default_options(void);
 /* Run a worker or ps task until the chief's STOP (ST_OK), a stop request
  * (ST_OK), or a failure: ST_ERR_INVALID for a bad cluster or task (naming the
