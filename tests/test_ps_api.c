@@ -152,8 +152,53 @@ static void *server_main(void *arg) {
   return NULL;
 }
 
-/* One job on a fresh cluster; the trained weights into *w (malloc'd). */
-static void run_job(data *d, float **w, size_t *nw) {
+/* The chief's order of epoch e (src/train/ps_chief.c permute): what a
+ * custom loop schedules to train as st_ps_train does. */
+static void permute(uint32_t *perm, int64_t n, uint64_t seed, int epoch) {
+  for (int64_t i = 0; i < n; i++) perm[i] = (uint32_t)i;
+  st_rng r = st_rng_make(seed, 0x5053u + (uint64_t)epoch);
+  for (int64_t i = n - 1; i > 0; i--) {
+    int64_t j = (int64_t)st_rng_below(&r, (uint64_t)i + 1);
+    uint32_t t = perm[i];
+    perm[i] = perm[j], perm[j] = t;
+  }
+}
+
+/* The coordinator API: both epochs' batches scheduled in the chief's order,
+ * fetched, joined; errors of schedule named. */
+static st_status custom_loop(const st_ps_train_options *o, st_ps_train_result *r) {
+  st_ps_coordinator *k = NULL;
+  st_status s = st_ps_coordinator_create(o, &k);
+  CHECK_OK(s);
+  if (s != ST_OK) return s;
+  uint32_t perm[N_EX];
+  int64_t h[16], nh = 0;
+  for (int e = 0; e < 2; e++) {
+    permute(perm, N_EX, (uint64_t)o->seed, e);
+    for (int b = 0; b < N_EX / 64; b++) CHECK_OK(st_ps_coordinator_schedule(k, perm + 64 * b, 64, &h[nh++]));
+  }
+  CHECK_EQ(nh, 16);
+  CHECK_EQ(h[15], 15);
+  int64_t extra;
+  CHECK_EQ(st_ps_coordinator_schedule(k, perm, 64, &extra), ST_ERR_INVALID); /* all 16 steps scheduled */
+  CHECK(strstr(st_last_error(), "all scheduled") != NULL);
+  st_ps_closure_result first, last;
+  CHECK_OK(st_ps_coordinator_fetch(k, h[0], &first));
+  CHECK_OK(st_ps_coordinator_join(k));
+  CHECK_OK(st_ps_coordinator_fetch(k, h[15], &last));
+  CHECK_EQ(first.examples, 64);
+  CHECK_LT(last.loss, first.loss);
+  CHECK_EQ(st_ps_coordinator_fetch(k, 16, &last), ST_ERR_INVALID);
+  CHECK_EQ(st_ps_coordinator_closures_retried(k), 0);
+  s = st_ps_coordinator_finish(k, r);
+  CHECK_OK(s);
+  st_ps_coordinator_destroy(k);
+  return s;
+}
+
+/* One job on a fresh cluster (st_ps_train, or the coordinator API when
+ * custom); the trained weights into *w (malloc'd). */
+static void run_job(data *d, bool custom, float **w, size_t *nw) {
   int ports[3] = {free_port(), free_port(), free_port()};
   task tasks[2];
   memset(tasks, 0, sizeof tasks);
@@ -171,7 +216,7 @@ static void run_job(data *d, float **w, size_t *nw) {
   o.optimizer.lr.initial = 0.01f;
   o.on_message = quiet_message;
   st_ps_train_result r;
-  st_status s = st_ps_train(&o, &r);
+  st_status s = custom ? custom_loop(&o, &r) : st_ps_train(&o, &r);
   CHECK_OK(s);
   for (int i = 0; i < 2; i++) {
     pthread_join(tasks[i].th, NULL);
@@ -184,10 +229,12 @@ static void run_job(data *d, float **w, size_t *nw) {
   CHECK_EQ(r.workers, 1);
   CHECK_EQ(r.steps_per_epoch, 8);
   CHECK_EQ(r.per_ps[0].updates_applied, 16);
-  CHECK_EQ(r.history.epochs, 2);
-  CHECK_EQ(r.history.logs[0].examples, N_EX);
-  CHECK_LT(r.history.logs[1].loss, r.history.logs[0].loss);
-  CHECK(strstr(r.report_json, "\"exactly_once\": true") != NULL);
+  if (!custom) {
+    CHECK_EQ(r.history.epochs, 2);
+    CHECK_EQ(r.history.logs[0].examples, N_EX);
+    CHECK_LT(r.history.logs[1].loss, r.history.logs[0].loss);
+    CHECK(strstr(r.report_json, "\"exactly_once\": true") != NULL);
+  }
   *nw = r.model->net.n_params;
   *w = malloc(*nw * sizeof(float));
   memcpy(*w, r.model->net.params, *nw * sizeof(float));
@@ -200,11 +247,26 @@ static void cluster_in_threads_trains_exactly_once(void) {
   make_data(d);
   float *w1, *w2;
   size_t n1, n2;
-  run_job(d, &w1, &n1);
-  run_job(d, &w2, &n2);
+  run_job(d, false, &w1, &n1);
+  run_job(d, false, &w2, &n2);
   CHECK_GT(n1, 0);
   CHECK_EQ(n1, n2);
   if (n1 && n1 == n2) CHECK(memcmp(w1, w2, n1 * sizeof(float)) == 0); /* one worker: deterministic */
+  free(w1), free(w2), free(d);
+}
+
+/* A custom loop scheduling st_ps_train's batches in its order trains the
+ * same weight bytes (one worker: the same updates in the same order). */
+static void coordinator_custom_loop_matches_st_ps_train(void) {
+  data *d = malloc(sizeof *d);
+  make_data(d);
+  float *w1, *w2;
+  size_t n1, n2;
+  run_job(d, false, &w1, &n1);
+  run_job(d, true, &w2, &n2);
+  CHECK_GT(n2, 0);
+  CHECK_EQ(n1, n2);
+  if (n1 && n1 == n2) CHECK(memcmp(w1, w2, n1 * sizeof(float)) == 0);
   free(w1), free(w2), free(d);
 }
 
@@ -212,6 +274,7 @@ static const check_case cases[] = {
     CHECK_CASE(bad_cluster_is_invalid_naming_the_field),
     CHECK_CASE(server_without_job_stops),
     CHECK_CASE(cluster_in_threads_trains_exactly_once),
+    CHECK_CASE(coordinator_custom_loop_matches_st_ps_train),
 };
 int main(int argc, char **argv) {
   if (!st__ps_transport_built()) {

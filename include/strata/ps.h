@@ -142,4 +142,57 @@ typedef struct st_ps_train_result {
 st_status st_ps_train(const st_ps_train_options *o, st_ps_train_result *out);
 void st_ps_train_result_free(st_ps_train_result *r); /* accepts an emptied result */
 
+/* A coordinator for custom loops, in the spirit of TensorFlow's
+ * ClusterCoordinator: the chief side of a job whose closures the caller
+ * schedules. A closure here is one training step (pull every ps's
+ * variables, forward and backward on the batch, push each ps its part of the
+ * gradients) over the training examples the caller names; a free worker
+ * runs it. schedule returns at once with a handle (the closure's global
+ * step, 0, 1, ...: a RemoteValue); join waits for every scheduled closure;
+ * fetch waits for one and gives its result. The exactly-once record is
+ * st_ps_train's: each ps applies each step at most once, a closure of a lost
+ * worker runs again on another (the ps skip what they applied already), and
+ * finish checks every ps applied every scheduled step once.
+ *
+ *   st_ps_coordinator *k;
+ *   st_ps_coordinator_create(&o, &k);         (o as for st_ps_train)
+ *   for (...) st_ps_coordinator_schedule(k, idx, n, &h[i]);
+ *   st_ps_coordinator_join(k);
+ *   st_ps_coordinator_fetch(k, h[0], &r);      (r.loss, r.accuracy)
+ *   st_ps_coordinator_finish(k, &result);      (trained model, counters)
+ *   st_ps_coordinator_destroy(k);
+ *
+ * o->epochs x ceil(n_train / batch) bounds the steps that may be scheduled;
+ * steps_per_execution is 1; backup_dir and callbacks are refused
+ * (ST_ERR_INVALID: st_ps_train has them). A failure of the job (a lost ps,
+ * every worker lost, a stop request) is returned by the call that sees it
+ * and by every later one. One thread at a time. */
+typedef struct st_ps_coordinator st_ps_coordinator;
+/* The result of one closure (its batch's mean loss and accuracy). */
+typedef struct st_ps_closure_result {
+  double loss, accuracy;
+  int64_t examples, correct;
+} st_ps_closure_result;
+/* Connect to the cluster and send every server the job (as st_ps_train
+ * does before its first closure). o, its strings and validation must stay
+ * valid until st_ps_coordinator_destroy. */
+st_status st_ps_coordinator_create(const st_ps_train_options *o, st_ps_coordinator **out);
+/* Queue one training step over the examples idx[0..n) (1 <= n <= batch, each
+ * below n_train); *handle names it for fetch. ST_ERR_INVALID once the job's
+ * steps are all scheduled. */
+st_status st_ps_coordinator_schedule(st_ps_coordinator *k, const uint32_t *idx, int64_t n, int64_t *handle);
+/* Wait until every scheduled closure is done. */
+st_status st_ps_coordinator_join(st_ps_coordinator *k);
+/* Wait for closure `handle` and give its result. */
+st_status st_ps_coordinator_fetch(st_ps_coordinator *k, int64_t handle, st_ps_closure_result *out);
+/* Join, then every ps's counters and variables into *out (model, per_ps,
+ * exactly_once: every ps applied each scheduled step once; no history or
+ * report_json) and STOP to every server. Free *out with
+ * st_ps_train_result_free. */
+st_status st_ps_coordinator_finish(st_ps_coordinator *k, st_ps_train_result *out);
+/* Closures run again because their worker was lost. */
+int64_t st_ps_coordinator_closures_retried(const st_ps_coordinator *k);
+/* Accepts NULL; sends STOP to every server when finish did not. */
+void st_ps_coordinator_destroy(st_ps_coordinator *k);
+
 #endif

@@ -64,6 +64,7 @@ typedef struct coord {
   int64_t backup_step;       /* the global step of the latest backup */
   int ps_lost_in_wait;       /* the ps await_reply saw lost (-1: none) */
   int64_t snapshot_step;     /* the chief's model holds every ps's state at this step (-1: not) */
+  double *results;           /* coordinator API: [4 * total_steps] loss, examples, correct, metric count */
 } coord;
 
 /* One line to the caller (a->on_message, else st_log). */
@@ -302,11 +303,12 @@ static st_status read_worker(coord *c, int epoch, int i, closure *cls, int *done
       return e;
     }
     if (m.h.type == ST_PS_MSG_DONE && k >= 0 && m.h.closure == want && m.h.payload_len == 32) {
-      double loss;
+      double v[4];
       uint64_t bits = st__ps_get_u64(m.payload);
-      memcpy(&loss, &bits, 8);
-      sums[0] += loss;
-      for (int f = 1; f < 4; f++) sums[f] += (double)st__ps_get_u64(m.payload + 8 * f);
+      memcpy(&v[0], &bits, 8);
+      for (int f = 1; f < 4; f++) v[f] = (double)st__ps_get_u64(m.payload + 8 * f);
+      for (int f = 0; f < 4; f++) sums[f] += v[f];
+      if (c->results) memcpy(c->results + 4 * (size_t)k, v, sizeof v); /* the coordinator API's fetch */
       cls[k].state = 2;
       c->w[i].busy = -1;
       c->done_since_backup += cls[k].n;
@@ -697,6 +699,7 @@ static void coord_free(coord *c) {
   for (int p = 0; c->ps && p < c->nps; p++) st__ps_socket_close(c->ps[p]);
   for (int i = 0; c->w && i < c->nw; i++) st__ps_socket_close(c->w[i].sock);
   free(c->ps), free(c->w), free(c->perm), free(c->job_text), free(c->ps_seen), free(c->pos.logs);
+  free(c->results);
   st__ps_socket_close(c->hb);
   st__ps_transport_destroy(c->t);
   st__ps_layout_free(&c->layout);
@@ -955,4 +958,237 @@ st_status st_ps_train(const st_ps_train_options *a, st_ps_train_result *out) {
   stop_servers(&c);
   coord_free(&c);
   return s;
+}
+
+/* ---- The coordinator API (st_ps_coordinator_*): closures scheduled one
+ * step at a time by the caller, as TensorFlow's ClusterCoordinator ---- */
+
+struct st_ps_coordinator {
+  coord c;
+  st_ps_train_options o;  /* a copy (its strings borrowed) */
+  closure *cls;           /* [total_steps]: closure k is step k (handle k) */
+  uint32_t *idx;          /* [total_steps * batch]: the examples of each */
+  int *count;             /* [total_steps] */
+  int64_t scheduled, done;
+  st_status failed;       /* a failure of the job: every later call returns it */
+  char failure[512];
+  bool stopped;
+};
+
+/* The failure of the job, kept: the API's later calls report it again. */
+static st_status coordinator_fail(st_ps_coordinator *k, st_status s) {
+  if (k->failed == ST_OK) {
+    k->failed = s;
+    snprintf(k->failure, sizeof k->failure, "%s", st_last_error());
+  }
+  return st_error(k->failed, "%s", k->failure);
+}
+
+/* RUN of closure (step) h to worker w. */
+static st_status run_custom(st_ps_coordinator *k, int64_t h, int w) {
+  coord *c = &k->c;
+  int n = k->count[h];
+  size_t bytes = 8 + 16 + 8 * (size_t)n;
+  uint8_t *p = malloc(bytes), *q = p;
+  if (!p) return st_error(ST_ERR_NOMEM, "out of memory");
+  st__ps_put_u64(q, 1), st__ps_put_u64(q + 8, (uint64_t)h), st__ps_put_u64(q + 16, (uint64_t)n);
+  q += 24;
+  for (int i = 0; i < n; i++, q += 8) st__ps_put_u64(q, k->idx[(size_t)h * (size_t)c->job.batch + (size_t)i]);
+  st_status s = send_to(c, c->w[w].sock, ST_PS_MSG_RUN, closure_id(c, 0, (int)h), p, bytes);
+  free(p);
+  k->cls[h].state = 1, k->cls[h].worker = w, c->w[w].busy = (int)h;
+  c->scheduled++;
+  return s;
+}
+
+/* One round: queued closures to free workers, replies, heartbeats, losses
+ * (as run_epoch does for an epoch). */
+static st_status pump(st_ps_coordinator *k, int wait_ms) {
+  coord *c = &k->c;
+  if (k->failed != ST_OK) return coordinator_fail(k, k->failed);
+  st_status s = ST_OK;
+  if (stop_asked(c)) s = st_error(ST_ERR_STOPPED, "stopped by a request");
+  int64_t next = 0;
+  for (int i = 0; i < c->nw && s == ST_OK; i++) {
+    if (!c->w[i].alive || c->w[i].busy >= 0) continue;
+    while (next < k->scheduled && k->cls[next].state != 0) next++;
+    if (next < k->scheduled) s = run_custom(k, next, i);
+  }
+  st_ps_socket *socks[64];
+  bool ready[64];
+  int n = 0;
+  socks[n++] = c->hb;
+  for (int i = 0; i < c->nw && n < 64; i++) socks[n++] = c->w[i].sock;
+  if (s == ST_OK) st__ps_poll(socks, n, wait_ms, ready);
+  drain_heartbeats(c);
+  double sums[4] = {0};
+  int done = 0;
+  for (int i = 0; i < c->nw && s == ST_OK; i++) s = read_worker(c, 0, i, k->cls, &done, sums);
+  k->done += done;
+  check_workers(c, k->cls);
+  int p = s == ST_OK ? lost_ps(c) : -1;
+  if (p >= 0)
+    s = st_error(ST_ERR_PEER, "ps:%d lost (no heartbeat for %.2f s); the coordinator API cannot recover a "
+                 "lost ps (no backup): rerun the job", p, st_now_seconds() - c->ps_seen[p]);
+  ping_servers(c);
+  int alive = 0;
+  for (int i = 0; i < c->nw; i++) alive += c->w[i].alive;
+  if (s == ST_OK && !alive && k->done < k->scheduled) {
+    double since = st_now_seconds();
+    while (s == ST_OK && !alive) { /* wait up to the coordinator timeout for one to rejoin */
+      if (stop_asked(c)) s = st_error(ST_ERR_STOPPED, "stopped by a request");
+      else if (st_now_seconds() - since > c->job.coordinator_timeout)
+        s = st_error(ST_ERR_PEER, "every worker was lost (none rejoined within %.0f s)", c->job.coordinator_timeout);
+      st__ps_poll(socks, 1, 20, ready);
+      drain_heartbeats(c);
+      for (int i = 0; i < c->nw && s == ST_OK; i++) s = read_worker(c, 0, i, k->cls, &done, sums);
+      ping_servers(c);
+      for (int i = 0; i < c->nw; i++) alive += c->w[i].alive;
+    }
+  }
+  return s == ST_OK ? ST_OK : coordinator_fail(k, s);
+}
+
+st_status st_ps_coordinator_create(const st_ps_train_options *o, st_ps_coordinator **out) {
+  if (!o || !out) return st_error(ST_ERR_INVALID, "st_ps_coordinator_create: %s is NULL", o ? "out" : "options");
+  *out = NULL;
+  st_status s = check_options(o);
+  if (s != ST_OK) return s;
+  if (o->backup_dir || o->ncallbacks)
+    return st_error(ST_ERR_INVALID, "st_ps_train_options.%s: not supported by the coordinator API (st_ps_train has it)",
+                    o->backup_dir ? "backup_dir" : "callbacks");
+  st_ps_coordinator *k = calloc(1, sizeof *k);
+  if (!k) return st_error(ST_ERR_NOMEM, "out of memory");
+  k->o = *o;
+  k->o.steps_per_execution = 1;
+  coord *c = &k->c;
+  c->a = &k->o;
+  c->n_train = o->n_train, c->val = o->validation;
+  if ((s = load_cluster(o, &c->cluster)) != ST_OK) {
+    free(k);
+    return s;
+  }
+  if (c->cluster.self_role != ST_PS_CHIEF)
+    s = st_error(ST_ERR_INVALID, "task %s:%d: the coordinator runs on the chief; workers and ps run "
+                 "st_ps_server_run ('strata server')", st__ps_role_name(c->cluster.self_role), c->cluster.self_index);
+  fill_job(c);
+  c->incarnation = (uint32_t)st__ps_random_u64();
+  c->snapshot_step = -1, c->ps_lost_in_wait = -1, c->resumed_step = -1;
+  if (s == ST_OK) s = st__ps_build_model(&c->job, &c->strategy, &c->model);
+  if (s == ST_OK && o->prepare) s = o->prepare(o->prepare_user, c->model, &c->val);
+  if (s == ST_OK) s = st__ps_layout_make(&c->model->net, c->cluster.count[ST_PS_PS], &c->job, &c->layout);
+  c->steps_per_epoch = (c->n_train + o->batch - 1) / o->batch;
+  c->job.total_steps = c->steps_per_epoch * o->epochs;
+  size_t total = (size_t)c->job.total_steps;
+  if (s == ST_OK && total > 1000000000) s = st_error(ST_ERR_INVALID, "st_ps_train_options.epochs: %lld steps in all (at most 10^9 with the coordinator API)", (long long)total);
+  if (s == ST_OK) {
+    k->cls = calloc(total, sizeof *k->cls);
+    k->idx = malloc(total * (size_t)o->batch * sizeof *k->idx);
+    k->count = calloc(total, sizeof *k->count);
+    c->results = calloc(total * 4, sizeof *c->results);
+    if (!k->cls || !k->idx || !k->count || !c->results) s = st_error(ST_ERR_NOMEM, "out of memory");
+  }
+  if (s == ST_OK) s = connect_all(c);
+  if (s == ST_OK) s = send_jobs(c);
+  if (s == ST_OK && !o->quiet)
+    say(c, "parameter_server job %016llx: %d workers, %d ps, up to %lld closures of one step (coordinator API, %s)",
+        (unsigned long long)c->job.job_id, c->nw, c->nps, (long long)c->job.total_steps,
+        o->insecure ? "insecure" : "CURVE");
+  if (s != ST_OK) {
+    st_ps_coordinator_destroy(k);
+    return s;
+  }
+  *out = k;
+  return ST_OK;
+}
+
+st_status st_ps_coordinator_schedule(st_ps_coordinator *k, const uint32_t *idx, int64_t n, int64_t *handle) {
+  if (!k || !idx || !handle)
+    return st_error(ST_ERR_INVALID, "st_ps_coordinator_schedule: %s is NULL", !k ? "coordinator" : !idx ? "idx" : "handle");
+  if (k->failed != ST_OK) return coordinator_fail(k, k->failed);
+  coord *c = &k->c;
+  if (k->stopped) return st_error(ST_ERR_INVALID, "st_ps_coordinator_schedule: the job was finished");
+  if (n < 1 || n > c->job.batch)
+    return st_error(ST_ERR_INVALID, "st_ps_coordinator_schedule: n %lld (must be 1..%lld, the batch size)",
+                    (long long)n, (long long)c->job.batch);
+  if (k->scheduled >= c->job.total_steps)
+    return st_error(ST_ERR_INVALID, "st_ps_coordinator_schedule: the job has %lld steps (epochs x steps per "
+                    "epoch), all scheduled", (long long)c->job.total_steps);
+  for (int64_t i = 0; i < n; i++)
+    if (idx[i] >= (uint64_t)c->n_train)
+      return st_error(ST_ERR_INVALID, "st_ps_coordinator_schedule: idx[%lld] = %u (the training set has %lld)",
+                      (long long)i, idx[i], (long long)c->n_train);
+  int64_t h = k->scheduled++;
+  memcpy(k->idx + (size_t)h * (size_t)c->job.batch, idx, (size_t)n * sizeof *idx);
+  k->count[h] = (int)n;
+  k->cls[h].first = h, k->cls[h].n = 1, k->cls[h].state = 0, k->cls[h].worker = -1;
+  *handle = h;
+  return pump(k, 0); /* hand it to a free worker now, if any */
+}
+
+st_status st_ps_coordinator_join(st_ps_coordinator *k) {
+  if (!k) return st_error(ST_ERR_INVALID, "st_ps_coordinator_join: coordinator is NULL");
+  st_status s = ST_OK;
+  while (s == ST_OK && k->done < k->scheduled) s = pump(k, 20);
+  return s == ST_OK && k->failed ? coordinator_fail(k, k->failed) : s;
+}
+
+st_status st_ps_coordinator_fetch(st_ps_coordinator *k, int64_t handle, st_ps_closure_result *out) {
+  if (!k || !out) return st_error(ST_ERR_INVALID, "st_ps_coordinator_fetch: %s is NULL", k ? "out" : "coordinator");
+  if (handle < 0 || handle >= k->scheduled)
+    return st_error(ST_ERR_INVALID, "st_ps_coordinator_fetch: handle %lld was not scheduled", (long long)handle);
+  st_status s = ST_OK;
+  while (s == ST_OK && k->cls[handle].state != 2) s = pump(k, 20);
+  if (s != ST_OK) return s;
+  const double *v = k->c.results + 4 * (size_t)handle;
+  out->loss = v[1] > 0 ? v[0] / v[1] : 0;
+  out->examples = (int64_t)v[1], out->correct = (int64_t)v[2];
+  out->accuracy = v[3] > 0 ? v[2] / v[3] : 0;
+  return ST_OK;
+}
+
+st_status st_ps_coordinator_finish(st_ps_coordinator *k, st_ps_train_result *out) {
+  if (!k || !out) return st_error(ST_ERR_INVALID, "st_ps_coordinator_finish: %s is NULL", k ? "out" : "coordinator");
+  memset(out, 0, sizeof *out);
+  st_status s = st_ps_coordinator_join(k);
+  coord *c = &k->c;
+  uint64_t(*stats)[9] = NULL;
+  if (s == ST_OK && !(stats = calloc((size_t)c->nps + 1, sizeof *stats))) s = st_error(ST_ERR_NOMEM, "out of memory");
+  if (s == ST_OK) s = gather_stats(c, stats);
+  if (s == ST_OK) s = pull_variables(c);
+  if (s == ST_OK && !(out->per_ps = calloc((size_t)c->nps + 1, sizeof *out->per_ps)))
+    s = st_error(ST_ERR_NOMEM, "out of memory");
+  if (s != ST_OK) {
+    free(stats);
+    free(out->per_ps);
+    out->per_ps = NULL;
+    return coordinator_fail(k, s);
+  }
+  out->exactly_once = true;
+  for (int p = 0; p < c->nps; p++) {
+    st_ps_stats *ps = &out->per_ps[p];
+    ps->updates_applied = (int64_t)stats[p][0], ps->duplicates_skipped = (int64_t)stats[p][1];
+    ps->pushes_refused = (int64_t)stats[p][2], ps->frames_dropped = (int64_t)stats[p][3];
+    memcpy(&ps->staleness_mean, &stats[p][4], 8);
+    ps->staleness_max = (int64_t)stats[p][5], ps->connections_refused = (int64_t)stats[p][6];
+    ps->stale_pushes_recomputed = (int64_t)stats[p][7], ps->updates_rolled_back = (int64_t)stats[p][8];
+    out->exactly_once &= ps->updates_applied == k->scheduled;
+  }
+  free(stats);
+  out->workers = c->nw, out->nps = c->nps, out->steps_per_epoch = c->steps_per_epoch;
+  out->model = c->model, out->strategy = c->strategy;
+  c->model = NULL, c->strategy = NULL;
+  stop_servers(c);
+  k->stopped = true;
+  return ST_OK;
+}
+
+int64_t st_ps_coordinator_closures_retried(const st_ps_coordinator *k) { return k ? k->c.retried : 0; }
+
+void st_ps_coordinator_destroy(st_ps_coordinator *k) {
+  if (!k) return;
+  if (!k->stopped) stop_servers(&k->c);
+  coord_free(&k->c);
+  free(k->cls), free(k->idx), free(k->count);
+  free(k);
 }
