@@ -434,32 +434,67 @@ static int64_t pos_step(const coord *c, const st_train_position *pos) {
   return pos->epoch * c->steps_per_epoch + pos->step_in_epoch;
 }
 
-/* At a quiescent point (no closure running, global step b): every ps's
- * variables and slots (SNAPSHOT) into the chief's model, each ps checked to
- * have applied exactly the steps before b; the model's step becomes b. */
-static st_status snapshot_all(coord *c, int64_t b) {
-  st_net *net = &c->model->net;
-  size_t ns = (size_t)net->n_slots;
-  for (int p = 0; p < c->nps; p++) {
-    st_status s = send_to(c, c->ps[p], ST_PS_MSG_SNAPSHOT, 0, NULL, 0);
+/* Floats per SNAPSHOT / RESTORE chunk: 64 MiB (a frame carries at most 256
+ * MiB; a model's variables and Adam slots on one ps pass that above ~22M
+ * parameters); tests lower it with STRATA_PS_TEST_CHUNK_BYTES. */
+static size_t chunk_floats(void) {
+  const char *v = getenv("STRATA_PS_TEST_CHUNK_BYTES");
+  long long b = v ? atoll(v) : 0;
+  if (b < (long long)sizeof(float) || b > (64LL << 20)) b = 64LL << 20;
+  return (size_t)b / sizeof(float);
+}
+
+/* Every float of ps p's variables and slots (n * (1 + ns)) into buf, chunk
+ * by chunk; *applied / *version: its counters (the same in every chunk). */
+static st_status snapshot_ps(coord *c, int p, float *buf, size_t total, uint64_t *applied, uint64_t *version) {
+  size_t chunk = chunk_floats();
+  for (size_t off = 0; off < total || off == 0; off += chunk) {
+    st_ps_header h = st__ps_make_header(&c->cluster, c->job.job_id, c->incarnation, ST_PS_MSG_SNAPSHOT);
+    h.version_seen = off, h.step = chunk;
+    st_status s = st__ps_send(c->ps[p], NULL, &h, NULL, 0, 2000);
     st_ps_msg m;
     if (s == ST_OK) s = await_reply(c, c->ps[p], ST_PS_MSG_SNAPSHOT_OK, ST_PS_PS, p, 30, &m);
     if (s != ST_OK) return st_error_prefix(s, "backup: ");
-    size_t n = c->layout.ps_floats[p];
-    bool ok = m.h.payload_len == n * (1 + ns) * sizeof(float);
-    bool exact = m.h.closure == (uint64_t)b && m.h.step == (uint64_t)b;
-    if (ok && exact) {
-      const float *f = (const float *)m.payload;
-      st__ps_unpack(&c->layout, p, f, net->params);
-      for (size_t k = 0; k < ns; k++) st__ps_unpack(&c->layout, p, f + n * (1 + k), net->slots[k]);
-    }
-    uint64_t applied = m.h.closure;
+    size_t want = total - off < chunk ? total - off : chunk;
+    bool ok = m.h.payload_len == want * sizeof(float) && m.h.version_seen == off &&
+              (off == 0 || (m.h.closure == *applied && m.h.step == *version));
+    if (ok) memcpy(buf + off, m.payload, want * sizeof(float));
+    *applied = m.h.closure, *version = m.h.step;
     st__ps_msg_free(&m);
     if (!ok) return st_error(ST_ERR_FORMAT, "backup: ps:%d sent a snapshot of the wrong size", p);
-    if (!exact)
-      return st_error(ST_ERR_INTERNAL, "backup: ps:%d applied %llu updates at step %lld (expected %lld)",
-                      p, (unsigned long long)applied, (long long)b, (long long)b);
+    if (total == 0) break;
   }
+  return ST_OK;
+}
+
+/* At a quiescent point (no closure running, global step b): every ps's
+ * variables and slots (SNAPSHOT, in chunks) into the chief's model, each ps
+ * checked to have applied exactly the steps before b; the model's step
+ * becomes b. */
+static st_status snapshot_all(coord *c, int64_t b) {
+  st_net *net = &c->model->net;
+  size_t ns = (size_t)net->n_slots, maxf = 0;
+  for (int p = 0; p < c->nps; p++) maxf = c->layout.ps_floats[p] > maxf ? c->layout.ps_floats[p] : maxf;
+  float *buf = malloc((maxf * (1 + ns) + 1) * sizeof(float));
+  if (!buf) return st_error(ST_ERR_NOMEM, "out of memory");
+  for (int p = 0; p < c->nps; p++) {
+    size_t n = c->layout.ps_floats[p];
+    uint64_t applied = 0, version = 0;
+    st_status s = snapshot_ps(c, p, buf, n * (1 + ns), &applied, &version);
+    bool exact = applied == (uint64_t)b && version == (uint64_t)b;
+    if (s == ST_OK && exact) {
+      st__ps_unpack(&c->layout, p, buf, net->params);
+      for (size_t k = 0; k < ns; k++) st__ps_unpack(&c->layout, p, buf + n * (1 + k), net->slots[k]);
+    }
+    if (s == ST_OK && !exact)
+      s = st_error(ST_ERR_INTERNAL, "backup: ps:%d applied %llu updates at step %lld (expected %lld)",
+                   p, (unsigned long long)applied, (long long)b, (long long)b);
+    if (s != ST_OK) {
+      free(buf);
+      return s;
+    }
+  }
+  free(buf);
   net->step = b;
   c->snapshot_step = b;
   return ST_OK;
@@ -521,12 +556,21 @@ static st_status restore_backup(coord *c) {
     size_t n = c->layout.ps_floats[p];
     st__ps_pack(&c->layout, p, net->params, buf);
     for (size_t k = 0; k < ns; k++) st__ps_pack(&c->layout, p, net->slots[k], buf + n * (1 + k));
-    st_ps_header h = st__ps_make_header(&c->cluster, c->job.job_id, c->incarnation, ST_PS_MSG_RESTORE);
-    h.closure = c->generation, h.step = (uint64_t)b;
-    st_ps_msg m;
-    s = st__ps_send(c->ps[p], NULL, &h, buf, n * (1 + ns) * sizeof(float), 5000);
-    if (s == ST_OK) s = await_reply(c, c->ps[p], ST_PS_MSG_RESTORE_OK, ST_PS_PS, p, 30, &m);
-    if (s == ST_OK) st__ps_msg_free(&m);
+    size_t total = n * (1 + ns), chunk = chunk_floats();
+    for (size_t off = 0; s == ST_OK && (off < total || off == 0); off += chunk) { /* in chunks (snapshot_ps) */
+      size_t len = total - off < chunk ? total - off : chunk;
+      st_ps_header h = st__ps_make_header(&c->cluster, c->job.job_id, c->incarnation, ST_PS_MSG_RESTORE);
+      h.closure = c->generation, h.step = (uint64_t)b, h.version_seen = off;
+      st_ps_msg m;
+      s = st__ps_send(c->ps[p], NULL, &h, buf + off, len * sizeof(float), 5000);
+      if (s == ST_OK) s = await_reply(c, c->ps[p], ST_PS_MSG_RESTORE_OK, ST_PS_PS, p, 30, &m);
+      if (s == ST_OK) {
+        bool right = m.h.version_seen == off;
+        st__ps_msg_free(&m);
+        if (!right) s = st_error(ST_ERR_FORMAT, "backup: ps:%d acknowledged the wrong RESTORE chunk", p);
+      }
+      if (total == 0) break;
+    }
     c->ps_seen[p] = st_now_seconds();
   }
   free(buf);

@@ -42,6 +42,8 @@ typedef struct server {
   uint64_t generation;   /* from the last RESTORE: pushes of closures of older ones are refused */
   int64_t rolled_back;   /* updates applied, then undone by a RESTORE */
   uint32_t fenced[ST_PS_MAX_TASKS]; /* per worker: a lost incarnation (0: none) */
+  float *restore_buf;    /* RESTORE chunks staged (floats [0, restore_have)) */
+  size_t restore_have;
   /* worker */
   const st_tensor *train_x, *train_y; /* from o->data, borrowed */
   int64_t n_train;
@@ -155,45 +157,73 @@ static void ps_stats(server *sv, const st_ps_msg *m) {
   reply(sv, m, ST_PS_MSG_STATS_OK, 0, 0, p, sizeof p);
 }
 
-/* SNAPSHOT: the variables, then each optimizer slot, of this ps (packed). */
+/* SNAPSHOT: the variables, then each optimizer slot, of this ps (packed),
+ * in chunks: the request asks for the floats from version_seen on, at most
+ * step of them (0: all); the reply echoes the offset in version_seen. A
+ * RESTORE or SNAPSHOT of a large model with its slots exceeds one frame's
+ * 256 MiB: the chief asks chunk by chunk (at a quiescent point: nothing
+ * changes in between). */
 static void ps_snapshot(server *sv, const st_ps_msg *m) {
   int me = sv->cluster.self_index;
   st_net *net = &sv->model->net;
-  size_t n = sv->layout.ps_floats[me], ns = (size_t)net->n_slots;
-  float *buf = malloc((n * (1 + ns) + 1) * sizeof(float));
+  size_t n = sv->layout.ps_floats[me], ns = (size_t)net->n_slots, total = n * (1 + ns);
+  size_t off = (size_t)m->h.version_seen, len = m->h.step ? (size_t)m->h.step : total;
+  if (off > total) off = total;
+  if (len > total - off) len = total - off;
+  float *buf = malloc((total + 1) * sizeof(float));
   if (!buf) {
     reply(sv, m, ST_PS_MSG_ERROR, 0, 0, "out of memory", 13);
     return;
   }
   st__ps_pack(&sv->layout, me, net->params, buf);
   for (size_t k = 0; k < ns; k++) st__ps_pack(&sv->layout, me, net->slots[k], buf + n * (1 + k));
-  reply(sv, m, ST_PS_MSG_SNAPSHOT_OK, (uint64_t)sv->napplied, (uint64_t)sv->version, buf,
-        n * (1 + ns) * sizeof(float));
+  st_ps_header h = st__ps_make_header(&sv->cluster, sv->job.job_id, sv->incarnation, ST_PS_MSG_SNAPSHOT_OK);
+  h.closure = (uint64_t)sv->napplied, h.step = (uint64_t)sv->version, h.version_seen = off;
+  st__ps_send(sv->sock, m, &h, buf + off, len * sizeof(float), 5000);
   free(buf);
 }
 
-/* RESTORE: variables and slots of a backup; steps below the backup's count
- * as applied, the others not; closures of older generations are void. */
+/* RESTORE: variables and slots of a backup, in chunks (version_seen: the
+ * chunk's offset in floats; each answered RESTORE_OK with it) staged until
+ * the last one; then steps below the backup's count as applied, the others
+ * not; closures of older generations are void. */
 static void ps_restore(server *sv, const st_ps_msg *m) {
   int me = sv->cluster.self_index;
   st_net *net = &sv->model->net;
-  size_t n = sv->layout.ps_floats[me], ns = (size_t)net->n_slots;
-  if (m->h.payload_len != n * (1 + ns) * sizeof(float) || m->h.step > (uint64_t)sv->job.total_steps) {
+  size_t n = sv->layout.ps_floats[me], ns = (size_t)net->n_slots, total = n * (1 + ns);
+  size_t off = (size_t)m->h.version_seen, len = m->h.payload_len / sizeof(float);
+  if (off == 0) sv->restore_have = 0;
+  if (m->h.payload_len % sizeof(float) || off != sv->restore_have || len > total - off ||
+      (len == 0 && total) || m->h.step > (uint64_t)sv->job.total_steps) {
     const char *e = "RESTORE of the wrong size or step";
+    sv->restore_have = 0;
     reply(sv, m, ST_PS_MSG_ERROR, 0, 0, e, strlen(e));
     return;
   }
-  const float *buf = (const float *)m->payload;
+  if (!sv->restore_buf && !(sv->restore_buf = malloc((total + 1) * sizeof(float)))) {
+    reply(sv, m, ST_PS_MSG_ERROR, 0, 0, "out of memory", 13);
+    return;
+  }
+  memcpy(sv->restore_buf + off, m->payload, len * sizeof(float));
+  sv->restore_have = off + len;
+  st_ps_header h = st__ps_make_header(&sv->cluster, sv->job.job_id, sv->incarnation, ST_PS_MSG_RESTORE_OK);
+  h.closure = m->h.closure, h.step = m->h.step, h.version_seen = off;
+  if (sv->restore_have < total) { /* more chunks to come */
+    st__ps_send(sv->sock, m, &h, NULL, 0, 5000);
+    return;
+  }
+  const float *buf = sv->restore_buf;
   st__ps_unpack(&sv->layout, me, buf, net->params);
   for (size_t k = 0; k < ns; k++) st__ps_unpack(&sv->layout, me, buf + n * (1 + k), net->slots[k]);
+  sv->restore_have = 0;
   int64_t b = (int64_t)m->h.step;
   if (sv->napplied > b) sv->rolled_back += sv->napplied - b;
   for (int64_t i = 0; i < sv->job.total_steps; i++) sv->applied[i] = i < b;
   sv->version = sv->napplied = b;
   sv->generation = m->h.closure;
   say(sv, "ps:%d: restored from the backup at step %lld (generation %llu)", me,
-          (long long)b, (unsigned long long)sv->generation);
-  reply(sv, m, ST_PS_MSG_RESTORE_OK, m->h.closure, m->h.step, NULL, 0);
+      (long long)b, (unsigned long long)sv->generation);
+  st__ps_send(sv->sock, m, &h, NULL, 0, 5000);
 }
 
 /* ---- worker ---- */
@@ -554,7 +584,7 @@ static void server_free(server *sv) {
   st__ps_socket_close(sv->sock);
   st__ps_transport_destroy(sv->t);
   st__replica_destroy(sv->rep);
-  free(sv->x), free(sv->y), free(sv->packed), free(sv->applied);
+  free(sv->x), free(sv->y), free(sv->packed), free(sv->applied), free(sv->restore_buf);
   st__ps_layout_free(&sv->layout);
   st_model_destroy(sv->model);
   st_strategy_destroy(sv->strategy);
