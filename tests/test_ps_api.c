@@ -199,10 +199,11 @@ static st_status custom_loop(const st_ps_train_options *o, st_ps_train_result *r
 }
 
 static bool resumed; /* the last run_job with a backup resumed from step 12 */
+static size_t n_state; /* the last run_job's model's state floats */
 
 /* One job on a fresh cluster (st_ps_train, or the coordinator API when
  * custom); the trained weights into *w (malloc'd). */
-static void run_job(data *d, bool custom, const char *backup_dir, float **w, size_t *nw) {
+static void run_job(data *d, const char *model, bool custom, const char *backup_dir, float **w, size_t *nw) {
   int ports[3] = {free_port(), free_port(), free_port()};
   task tasks[2];
   memset(tasks, 0, sizeof tasks);
@@ -215,7 +216,7 @@ static void run_job(data *d, bool custom, const char *backup_dir, float **w, siz
   char cfg[512];
   tf_config(cfg, sizeof cfg, ports, "chief");
   st_ps_train_options o = st_ps_train_default_options();
-  o.tf_config = cfg, o.insecure = true, o.model = "mlp", o.data = "in-memory", o.n_train = N_EX;
+  o.tf_config = cfg, o.insecure = true, o.model = model, o.data = "in-memory", o.n_train = N_EX;
   o.epochs = 2, o.batch = 64, o.seed = 5, o.steps_per_execution = 2;
   o.optimizer.lr.initial = 0.01f;
   o.on_message = quiet_message;
@@ -241,9 +242,13 @@ static void run_job(data *d, bool custom, const char *backup_dir, float **w, siz
     CHECK(strstr(r.report_json, "\"exactly_once\": true") != NULL);
   }
   if (backup_dir) resumed = strstr(r.report_json, "\"resumed_from_step\": 12") != NULL;
-  *nw = r.model->net.n_params;
+  /* the weights, then the state (BatchNormalization's moving statistics) */
+  const st_net *net = &r.model->net;
+  *nw = net->n_params + net->n_state;
   *w = malloc(*nw * sizeof(float));
-  memcpy(*w, r.model->net.params, *nw * sizeof(float));
+  memcpy(*w, net->params, net->n_params * sizeof(float));
+  if (net->n_state) memcpy(*w + net->n_params, net->state, net->n_state * sizeof(float));
+  n_state = net->n_state;
   st_ps_train_result_free(&r);
   CHECK(r.model == NULL);
 }
@@ -253,8 +258,8 @@ static void cluster_in_threads_trains_exactly_once(void) {
   make_data(d);
   float *w1, *w2;
   size_t n1, n2;
-  run_job(d, false, NULL, &w1, &n1);
-  run_job(d, false, NULL, &w2, &n2);
+  run_job(d, "mlp", false, NULL, &w1, &n1);
+  run_job(d, "mlp", false, NULL, &w2, &n2);
   CHECK_GT(n1, 0);
   CHECK_EQ(n1, n2);
   if (n1 && n1 == n2) CHECK(memcmp(w1, w2, n1 * sizeof(float)) == 0); /* one worker: deterministic */
@@ -268,8 +273,8 @@ static void coordinator_custom_loop_matches_st_ps_train(void) {
   make_data(d);
   float *w1, *w2;
   size_t n1, n2;
-  run_job(d, false, NULL, &w1, &n1);
-  run_job(d, true, NULL, &w2, &n2);
+  run_job(d, "mlp", false, NULL, &w1, &n1);
+  run_job(d, "mlp", true, NULL, &w2, &n2);
   CHECK_GT(n2, 0);
   CHECK_EQ(n1, n2);
   if (n1 && n1 == n2) CHECK(memcmp(w1, w2, n1 * sizeof(float)) == 0);
@@ -292,9 +297,9 @@ static void backup_restore_in_chunks(void) {
   make_data(d);
   float *w1, *w2;
   size_t n1, n2;
-  run_job(d, false, dir, &w1, &n1);
+  run_job(d, "mlp", false, dir, &w1, &n1);
   CHECK(!resumed);
-  run_job(d, false, dir, &w2, &n2);
+  run_job(d, "mlp", false, dir, &w2, &n2);
   CHECK(resumed);
   CHECK_GT(n1, 0);
   CHECK_EQ(n1, n2);
@@ -306,12 +311,40 @@ static void backup_restore_in_chunks(void) {
   CHECK_EQ(system(cmd), 0);
 }
 
+/* BatchNormalization (issue 13 item 4): the moving statistics live on ps 0;
+ * each PUSH carries the step's change of them with the gradients and the ps
+ * adds it once, under the same exactly-once record. A model with
+ * BatchNormalization (tests/keras/mixed_keras3.json) trains exactly once,
+ * its moving statistics left their initial values (zeros and ones: pushed
+ * and applied), and a second run gives the same bytes, state included. */
+static void batchnorm_statistics_on_the_ps(void) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s", __FILE__);
+  char *slash = strrchr(path, '/');
+  snprintf(slash ? slash + 1 : path, sizeof path - (size_t)(slash ? slash + 1 - path : 0), "keras/mixed_keras3.json");
+  data *d = malloc(sizeof *d);
+  make_data(d);
+  float *w1, *w2;
+  size_t n1, n2;
+  run_job(d, path, false, NULL, &w1, &n1);
+  size_t ns = n_state;
+  run_job(d, path, false, NULL, &w2, &n2);
+  CHECK_GT(ns, 0);
+  CHECK_EQ(n1, n2);
+  if (n1 && n1 == n2) CHECK(memcmp(w1, w2, n1 * sizeof(float)) == 0);
+  size_t moved = 0;
+  for (size_t i = 0; n1 && i < ns; i++) moved += w1[n1 - ns + i] != 0.0f && w1[n1 - ns + i] != 1.0f;
+  CHECK_EQ(moved, ns);
+  free(w1), free(w2), free(d);
+}
+
 static const check_case cases[] = {
     CHECK_CASE(bad_cluster_is_invalid_naming_the_field),
     CHECK_CASE(server_without_job_stops),
     CHECK_CASE(cluster_in_threads_trains_exactly_once),
     CHECK_CASE(coordinator_custom_loop_matches_st_ps_train),
     CHECK_CASE(backup_restore_in_chunks),
+    CHECK_CASE(batchnorm_statistics_on_the_ps),
 };
 int main(int argc, char **argv) {
   if (!st__ps_transport_built()) {

@@ -475,16 +475,17 @@ static st_status snapshot_all(coord *c, int64_t b) {
   st_net *net = &c->model->net;
   size_t ns = (size_t)net->n_slots, maxf = 0;
   for (int p = 0; p < c->nps; p++) maxf = c->layout.ps_floats[p] > maxf ? c->layout.ps_floats[p] : maxf;
-  float *buf = malloc((maxf * (1 + ns) + 1) * sizeof(float));
+  float *buf = malloc((maxf * (1 + ns) + c->layout.n_state + 1) * sizeof(float));
   if (!buf) return st_error(ST_ERR_NOMEM, "out of memory");
   for (int p = 0; p < c->nps; p++) {
-    size_t n = c->layout.ps_floats[p];
+    size_t n = c->layout.ps_floats[p], nst = p == 0 ? c->layout.n_state : 0;
     uint64_t applied = 0, version = 0;
-    st_status s = snapshot_ps(c, p, buf, n * (1 + ns), &applied, &version);
+    st_status s = snapshot_ps(c, p, buf, n * (1 + ns) + nst, &applied, &version);
     bool exact = applied == (uint64_t)b && version == (uint64_t)b;
     if (s == ST_OK && exact) {
       st__ps_unpack(&c->layout, p, buf, net->params);
       for (size_t k = 0; k < ns; k++) st__ps_unpack(&c->layout, p, buf + n * (1 + k), net->slots[k]);
+      if (nst) memcpy(net->state, buf + n * (1 + ns), nst * sizeof(float));
     }
     if (s == ST_OK && !exact)
       s = st_error(ST_ERR_INTERNAL, "backup: ps:%d applied %llu updates at step %lld (expected %lld)",
@@ -550,13 +551,14 @@ static st_status restore_backup(coord *c) {
   c->snapshot_step = b; /* the model holds the backup: every ps's state once restored */
   size_t ns = (size_t)net->n_slots, maxf = 0;
   for (int p = 0; p < c->nps; p++) maxf = c->layout.ps_floats[p] > maxf ? c->layout.ps_floats[p] : maxf;
-  float *buf = malloc((maxf * (1 + ns) + 1) * sizeof(float));
+  float *buf = malloc((maxf * (1 + ns) + c->layout.n_state + 1) * sizeof(float));
   if (!buf) return st_error(ST_ERR_NOMEM, "out of memory");
   for (int p = 0; s == ST_OK && p < c->nps; p++) {
-    size_t n = c->layout.ps_floats[p];
+    size_t n = c->layout.ps_floats[p], nst = p == 0 ? c->layout.n_state : 0;
     st__ps_pack(&c->layout, p, net->params, buf);
     for (size_t k = 0; k < ns; k++) st__ps_pack(&c->layout, p, net->slots[k], buf + n * (1 + k));
-    size_t total = n * (1 + ns), chunk = chunk_floats();
+    if (nst) memcpy(buf + n * (1 + ns), net->state, nst * sizeof(float));
+    size_t total = n * (1 + ns) + nst, chunk = chunk_floats();
     for (size_t off = 0; s == ST_OK && (off < total || off == 0); off += chunk) { /* in chunks (snapshot_ps) */
       size_t len = total - off < chunk ? total - off : chunk;
       st_ps_header h = st__ps_make_header(&c->cluster, c->job.job_id, c->incarnation, ST_PS_MSG_RESTORE);
@@ -678,8 +680,10 @@ static st_status pull_variables(coord *c) {
     st_ps_msg m;
     if (s == ST_OK) s = await_reply(c, c->ps[p], ST_PS_MSG_PULL_OK, ST_PS_PS, p, 30, &m);
     if (s != ST_OK) return s;
-    bool ok = m.h.payload_len == c->layout.ps_floats[p] * sizeof(float);
+    bool ok = m.h.payload_len == st__ps_wire_floats(&c->layout, p) * sizeof(float);
     if (ok) st__ps_unpack(&c->layout, p, (const float *)m.payload, c->model->net.params);
+    if (ok && p == 0 && c->layout.n_state) /* BatchNormalization's moving statistics */
+      memcpy(c->model->net.state, (const float *)m.payload + c->layout.ps_floats[0], c->layout.n_state * sizeof(float));
     st__ps_msg_free(&m);
     if (!ok) return st_error(ST_ERR_FORMAT, "ps:%d sent variables of the wrong size", p);
   }

@@ -146,11 +146,7 @@ st_status st__ps_build_model(const st__ps_job *j, st_strategy **strategy, st_mod
   bool softmax = nl && st_layer_output_activation(st_model_layer(*model, nl - 1)) == ST_ACT_SOFTMAX;
   co.loss = softmax ? ST_LOSS_SPARSE_CE : ST_LOSS_SPARSE_CE_LOGITS;
   co.optimizer = j->opt;
-  if ((s = st_model_compile(*model, &co)) != ST_OK) return s;
-  if ((*model)->net.n_state)
-    return st_error(ST_ERR_INVALID, "parameter_server: models with non-trainable variables "
-                    "(BatchNormalization) are not supported yet");
-  return ST_OK;
+  return st_model_compile(*model, &co); /* non-trainable state (BatchNormalization): on ps 0 */
 }
 
 /* Shards of a variable of d0 rows and `bytes` bytes. */
@@ -181,6 +177,7 @@ st_status st__ps_layout_make(const st_net *net, int nps, const st__ps_job *j, st
     return st_error(ST_ERR_NOMEM, "out of memory");
   }
   out->nps = nps;
+  out->n_state = net->n_state;
   for (int i = 0; i < net->nlayers; i++)
     for (int p = 0; p < net->layers[i]->nparams; p++) {
       const st_param_spec *ps = &net->layers[i]->params[p];

@@ -37,7 +37,17 @@ typedef struct st__ps_layout {
   int nvars, nps;
   st__ps_var *vars;        /* owned [nvars] */
   size_t *ps_floats;   /* owned [nps]: floats each ps holds */
+  size_t n_state;      /* the net's non-trainable floats (BatchNormalization's
+                          moving statistics): all on ps 0 */
 } st__ps_layout;
+
+/* Floats of ps p's PULL_OK and PUSH payloads: its variables (gradients),
+ * then on ps 0 the state (in a PUSH: the step's change of the state, which
+ * the ps adds once, with the step's gradients). SNAPSHOT / RESTORE carry the
+ * variables, each optimizer slot, then that state. */
+static inline size_t st__ps_wire_floats(const st__ps_layout *l, int p) {
+  return l->ps_floats[p] + (p == 0 ? l->n_state : 0);
+}
 
 /* Encode as text (malloc'd) / decode (ST_ERR_FORMAT naming the line). */
 char *st__ps_job_encode(const st__ps_job *j);

@@ -43,6 +43,7 @@ typedef struct server {
   int64_t rolled_back;   /* updates applied, then undone by a RESTORE */
   uint32_t fenced[ST_PS_MAX_TASKS]; /* per worker: a lost incarnation (0: none) */
   float *restore_buf;    /* RESTORE chunks staged (floats [0, restore_have)) */
+  float *state0;         /* worker: the state as pulled for this step (BatchNormalization) */
   size_t restore_have;
   /* worker */
   const st_tensor *train_x, *train_y; /* from o->data, borrowed */
@@ -87,6 +88,8 @@ static void ps_pull(server *sv, const st_ps_msg *m) {
   int me = sv->cluster.self_index;
   size_t n = sv->layout.ps_floats[me];
   st__ps_pack(&sv->layout, me, sv->model->net.params, sv->packed);
+  if (me == 0 && sv->layout.n_state) memcpy(sv->packed + n, sv->model->net.state, sv->layout.n_state * sizeof(float));
+  n = st__ps_wire_floats(&sv->layout, me);
   reply(sv, m, ST_PS_MSG_PULL_OK, m->h.closure, (uint64_t)sv->version, sv->packed, n * sizeof(float));
 }
 
@@ -94,7 +97,6 @@ static void ps_pull(server *sv, const st_ps_msg *m) {
  * duplicate and changes nothing. */
 static void ps_push(server *sv, const st_ps_msg *m) {
   int me = sv->cluster.self_index;
-  size_t n = sv->layout.ps_floats[me];
   uint8_t applied = 0;
   if (m->h.sender_role == ST_PS_WORKER && sv->fenced[m->h.sender_index] &&
       sv->fenced[m->h.sender_index] == m->h.incarnation) {
@@ -109,7 +111,8 @@ static void ps_push(server *sv, const st_ps_msg *m) {
     return;
   }
   if (m->h.sender_role != ST_PS_WORKER || m->h.step >= (uint64_t)sv->job.total_steps ||
-      m->h.payload_len != n * sizeof(float) || m->h.version_seen > (uint64_t)sv->version) {
+      m->h.payload_len != st__ps_wire_floats(&sv->layout, me) * sizeof(float) ||
+      m->h.version_seen > (uint64_t)sv->version) {
     sv->refused++;
     return;
   }
@@ -131,6 +134,7 @@ static void ps_push(server *sv, const st_ps_msg *m) {
                          net->params + v->offset, g, slots);
       g += v->size;
     }
+    for (size_t i = 0; me == 0 && i < sv->layout.n_state; i++) net->state[i] += g[i]; /* the step's state change */
     sv->staleness_sum += (double)lag;
     if (lag > sv->staleness_max) sv->staleness_max = lag;
     sv->applied[m->h.step] = 1;
@@ -167,6 +171,8 @@ static void ps_snapshot(server *sv, const st_ps_msg *m) {
   int me = sv->cluster.self_index;
   st_net *net = &sv->model->net;
   size_t n = sv->layout.ps_floats[me], ns = (size_t)net->n_slots, total = n * (1 + ns);
+  size_t nst = me == 0 ? sv->layout.n_state : 0;
+  total += nst;
   size_t off = (size_t)m->h.version_seen, len = m->h.step ? (size_t)m->h.step : total;
   if (off > total) off = total;
   if (len > total - off) len = total - off;
@@ -177,6 +183,7 @@ static void ps_snapshot(server *sv, const st_ps_msg *m) {
   }
   st__ps_pack(&sv->layout, me, net->params, buf);
   for (size_t k = 0; k < ns; k++) st__ps_pack(&sv->layout, me, net->slots[k], buf + n * (1 + k));
+  if (nst) memcpy(buf + n * (1 + ns), net->state, nst * sizeof(float));
   st_ps_header h = st__ps_make_header(&sv->cluster, sv->job.job_id, sv->incarnation, ST_PS_MSG_SNAPSHOT_OK);
   h.closure = (uint64_t)sv->napplied, h.step = (uint64_t)sv->version, h.version_seen = off;
   st__ps_send(sv->sock, m, &h, buf + off, len * sizeof(float), 5000);
@@ -191,6 +198,8 @@ static void ps_restore(server *sv, const st_ps_msg *m) {
   int me = sv->cluster.self_index;
   st_net *net = &sv->model->net;
   size_t n = sv->layout.ps_floats[me], ns = (size_t)net->n_slots, total = n * (1 + ns);
+  size_t nst = me == 0 ? sv->layout.n_state : 0;
+  total += nst;
   size_t off = (size_t)m->h.version_seen, len = m->h.payload_len / sizeof(float);
   if (off == 0) sv->restore_have = 0;
   if (m->h.payload_len % sizeof(float) || off != sv->restore_have || len > total - off ||
@@ -215,6 +224,7 @@ static void ps_restore(server *sv, const st_ps_msg *m) {
   const float *buf = sv->restore_buf;
   st__ps_unpack(&sv->layout, me, buf, net->params);
   for (size_t k = 0; k < ns; k++) st__ps_unpack(&sv->layout, me, buf + n * (1 + k), net->slots[k]);
+  if (nst) memcpy(net->state, buf + n * (1 + ns), nst * sizeof(float));
   sv->restore_have = 0;
   int64_t b = (int64_t)m->h.step;
   if (sv->napplied > b) sv->rolled_back += sv->napplied - b;
@@ -295,8 +305,12 @@ static st_status pull_all(server *sv, uint64_t *versions) {
     st_ps_msg m;
     st_status s = request(sv, p, &h, NULL, 0, ST_PS_MSG_PULL_OK, h.closure, 0, &m);
     if (s != ST_OK) return s;
-    bool ok = m.h.payload_len == sv->layout.ps_floats[p] * sizeof(float);
+    bool ok = m.h.payload_len == st__ps_wire_floats(&sv->layout, p) * sizeof(float);
     if (ok) st__ps_unpack(&sv->layout, p, (const float *)m.payload, sv->model->net.params);
+    if (ok && p == 0 && sv->layout.n_state) { /* the state, and its value before this step */
+      memcpy(sv->model->net.state, (const float *)m.payload + sv->layout.ps_floats[0], sv->layout.n_state * sizeof(float));
+      memcpy(sv->state0, sv->model->net.state, sv->layout.n_state * sizeof(float));
+    }
     versions[p] = m.h.step;
     st__ps_msg_free(&m);
     if (!ok) return st_error(ST_ERR_FORMAT, "ps:%d sent variables of the wrong size", p);
@@ -312,10 +326,12 @@ static st_status push_all(server *sv, uint64_t closure, uint64_t step, const uin
   int nps = sv->cluster.count[ST_PS_PS];
   for (int p = 0; p < nps; p++) {
     st__ps_pack(&sv->layout, p, sv->rep->grads, sv->packed);
+    for (size_t i = 0; p == 0 && i < sv->layout.n_state; i++) /* the step's change of the state */
+      sv->packed[sv->layout.ps_floats[0] + i] = sv->model->net.state[i] - sv->state0[i];
     st_ps_header h = st__ps_make_header(&sv->cluster, sv->job.job_id, sv->incarnation, ST_PS_MSG_PUSH);
     h.closure = closure, h.step = step, h.version_seen = versions[p];
     st_ps_msg m;
-    st_status s = request(sv, p, &h, sv->packed, sv->layout.ps_floats[p] * sizeof(float), ST_PS_MSG_ACK,
+    st_status s = request(sv, p, &h, sv->packed, st__ps_wire_floats(&sv->layout, p) * sizeof(float), ST_PS_MSG_ACK,
                           closure, step, &m);
     if (s != ST_OK) return s;
     if (m.h.payload_len == 1 && m.payload[0] == 2) *stale = true;
@@ -442,9 +458,10 @@ static st_status setup_job(server *sv) {
   if (s != ST_OK) return s;
   size_t maxf = 0;
   for (int p = 0; p < sv->layout.nps; p++)
-    if (sv->layout.ps_floats[p] > maxf) maxf = sv->layout.ps_floats[p];
+    if (st__ps_wire_floats(&sv->layout, p) > maxf) maxf = st__ps_wire_floats(&sv->layout, p);
   sv->packed = malloc((maxf ? maxf : 1) * sizeof(float));
-  if (!sv->packed) return st_error(ST_ERR_NOMEM, "out of memory");
+  sv->state0 = malloc((sv->layout.n_state + 1) * sizeof(float));
+  if (!sv->packed || !sv->state0) return st_error(ST_ERR_NOMEM, "out of memory");
   if (sv->cluster.self_role == ST_PS_PS) {
     sv->applied = calloc((size_t)sv->job.total_steps, 1);
     return sv->applied ? ST_OK : st_error(ST_ERR_NOMEM, "out of memory");
@@ -584,7 +601,7 @@ static void server_free(server *sv) {
   st__ps_socket_close(sv->sock);
   st__ps_transport_destroy(sv->t);
   st__replica_destroy(sv->rep);
-  free(sv->x), free(sv->y), free(sv->packed), free(sv->applied), free(sv->restore_buf);
+  free(sv->x), free(sv->y), free(sv->packed), free(sv->applied), free(sv->restore_buf), free(sv->state0);
   st__ps_layout_free(&sv->layout);
   st_model_destroy(sv->model);
   st_strategy_destroy(sv->strategy);
