@@ -23,6 +23,7 @@
 typedef struct server {
   const st_ps_server_options *o;
   int stop_code;         /* 1: STOP from the chief; 2: a failure already reported */
+  char failure[512];     /* with stop_code 2: what it was */
   st_ps_cluster cluster;
   st_ps_transport *t;
   st_ps_socket *sock;    /* ROUTER at our address */
@@ -401,7 +402,10 @@ static void worker_run(server *sv, const st_ps_msg *m) {
     /* step: the status (ST_ERR_TIMEOUT: a ps did not answer; the chief decides) */
     reply(sv, m, ST_PS_MSG_ERROR, m->h.closure, (uint64_t)s, e, strlen(e));
     say(sv, "worker:%d: %s", sv->cluster.self_index, e);
-    if (s == ST_ERR_PEER) sv->stop_code = 2; /* refused (fenced): a ps that does not answer is the chief's call */
+    if (s == ST_ERR_PEER) { /* refused (fenced): a ps that does not answer is the chief's call */
+      sv->stop_code = 2;
+      snprintf(sv->failure, sizeof sv->failure, "worker:%d: %s", sv->cluster.self_index, e);
+    }
     return;
   }
   if (sv->abandoned) { /* the chief rolled back to a backup: it no longer waits for this closure */
@@ -503,6 +507,8 @@ static void handle(server *sv, st_ps_msg *m, heartbeat *hb) {
         const char *e = st_last_error();
         say(sv, "%s:%d: %s", st__ps_role_name(sv->cluster.self_role),
                 sv->cluster.self_index, e);
+        snprintf(sv->failure, sizeof sv->failure, "%s:%d: %s", st__ps_role_name(sv->cluster.self_role),
+                 sv->cluster.self_index, e);
         reply(sv, m, ST_PS_MSG_ERROR, 0, 0, e, strlen(e));
         sv->stop_code = 2;
         break;
@@ -583,8 +589,7 @@ static st_status serve(server *sv, double job_timeout) {
     }
   }
   if (why[0]) say(sv, "%s", why);
-  if (sv->stop_code == 2 && !why[0]) snprintf(why, sizeof why, "%s:%d: stopped after a failure (reported above)",
-                                              st__ps_role_name(sv->cluster.self_role), sv->cluster.self_index);
+  if (sv->stop_code == 2 && !why[0]) snprintf(why, sizeof why, "%s", sv->failure); /* said when it happened */
   log_drops(sv);
   if (hb.running) {
     atomic_store(&hb.stop, true);
