@@ -8,7 +8,7 @@
 # FILE:LINE: folder A includes folder B (upward|sideways) per violation, exit 1.
 root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 declare -A rank=([base]=0 [backend]=1 [nn]=2 [data]=2 [distribute]=3 [model]=4 [io]=5 [train]=6 [top]=7)
-declare -A pub=([base]=base [version]=base [backend]=backend [nn]=nn [data]=data [distribute]=distribute [train]=model [strata]=top)
+declare -A pub=([base]=base [version]=base [backend]=backend [nn]=nn [data]=data [distribute]=distribute [train]=model [ps]=train [strata]=top)
 bad=0
 while IFS=: read -r file line text; do
   rel=${file#"$root"/}

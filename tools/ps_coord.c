@@ -1,695 +1,36 @@
-/* The chief of a parameter-server job (`strata train --strategy
- * parameter_server`): it sends the JOB to every server, hands out closures
- * (steps_per_execution steps each, the batches of a per-epoch permutation so
- * that every epoch visits each training example exactly once), re-queues the
- * closure of a worker that missed 3 heartbeats, and at the end gathers the
- * ps's counters and variables, evaluates, saves and reports (ps.h has the
- * protocol). */
+/* `strata train --strategy parameter_server`: the chief of a parameter-server
+ * job. The CLI's part: the cluster checks and warnings with its exit codes,
+ * the data (cli_load_data), messages on stderr, then the library's chief
+ * (st_ps_train, src/train/ps_chief.c) and, after it, the test evaluation,
+ * the per-ps lines, --plot, --save and --report (ps.h has the protocol). */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "io/checkpoint.h"
 #include "ps.h"
 #include "report.h"
-
-typedef struct closure {
-  int64_t first;  /* batch index in the epoch */
-  int n;          /* steps */
-  int state;      /* 0 queued, 1 running, 2 done */
-  int worker;
-} closure;
-
-typedef struct wstate {
-  st_ps_socket *sock;
-  bool alive;
-  int busy;         /* closure index or -1 */
-  uint32_t incarnation; /* from its JOB_OK */
-  double last_seen;
-} wstate;
-
-typedef struct coord {
-  const ps_train_args *a;
-  st_ps_cluster cluster;
-  st_ps_transport *t;
-  st_ps_socket *hb;          /* ROUTER at the chief's address */
-  st_ps_socket **ps;         /* [nps] */
-  double *ps_seen;           /* [nps] last heartbeat of each ps */
-  wstate *w;                 /* [nw] */
-  int nw, nps;
-  ps_job job;
-  uint32_t incarnation;
-  cli_data d;
-  bool have_data;
-  st_strategy *strategy;
-  st_model *model;
-  ps_layout layout;
-  int64_t steps_per_epoch, scheduled, retried, lost, rejoined;
-  char *job_text;            /* the JOB payload, kept to re-send to lost workers */
-  uint32_t *perm;            /* [n_train] this epoch's order */
-  double last_ping;
-  /* BackupAndRestore (--backup-dir) */
-  uint64_t generation;       /* bumped by every rollback to a backup (closure ids carry it) */
-  st_history *h;             /* the epochs finished so far (saved in backups) */
-  st_train_position pos;     /* the position of the backup restored last (owned logs) */
-  bool rewind;               /* a ps was lost and every ps reloaded the backup: go to pos */
-  int64_t every_closures;    /* --backup-every in closures (0: epoch ends only) */
-  int64_t ps_lost, rollbacks, steps_rolled_back, backups, done_since_backup;
-  int64_t resumed_step;      /* the global step a rerun resumed from (-1: a fresh start) */
-  int64_t backup_step;       /* the global step of the latest backup */
-  int ps_lost_in_wait;       /* the ps await_reply saw lost (-1: none) */
-  int64_t snapshot_step;     /* the chief's model holds every ps's state at this step (-1: not) */
-} coord;
+#include "strata/ps.h"
 
 static volatile sig_atomic_t g_ps_stop;
 static void on_stop(int sig) { (void)sig, g_ps_stop = 1; }
+static bool should_stop(void *user) { return (void)user, g_ps_stop != 0; }
+static void on_message(void *user, const char *line) { (void)user, fprintf(stderr, "strata train: %s\n", line); }
+static void on_progress(void *user, const char *line) { (void)user, fprintf(stderr, "%s\n", line); }
 
-static st_status send_to(coord *c, st_ps_socket *s, int type, uint64_t closure, const void *p, size_t n) {
-  st_ps_header h = ps_header(&c->cluster, c->job.job_id, c->incarnation, type);
-  h.closure = closure;
-  return st__ps_send(s, NULL, &h, p, n, 2000);
-}
+typedef struct chief_data {
+  cli_data *d;
+  int rc; /* of cli_match_model_input */
+} chief_data;
 
-static void ping_servers(coord *c);
-static void drain_heartbeats(coord *c);
-
-/* Wait for a reply of `type` from task (role, index) on s (heartbeats to the
- * servers go on meanwhile). A ps that misses 3 heartbeats meanwhile fails
- * the wait at once (c->ps_lost_in_wait names it). */
-static st_status await_reply(coord *c, st_ps_socket *s, int type, int role, int index, double timeout,
-                             st_ps_msg *m) {
-  double deadline = st_now_seconds() + timeout;
-  while (st_now_seconds() < deadline && !g_ps_stop) {
-    ping_servers(c);
-    drain_heartbeats(c);
-    double silent = role == ST_PS_PS && c->ps_seen[index] > 0 ? st_now_seconds() - c->ps_seen[index] : 0;
-    if (silent > 3 * c->job.heartbeat_interval) {
-      c->ps_lost_in_wait = index;
-      return st_error(ST_ERR_PEER, "ps:%d lost (no heartbeat for %.2f s) before it answered %s", index,
-                      silent, st__ps_msg_name(type - 1));
-    }
-    if (st__ps_recv(s, c->job.job_id, 50, m) != ST_OK) continue;
-    if (m->h.sender_role == role && m->h.sender_index == index) {
-      if (m->h.type == type) return ST_OK;
-      if (m->h.type == ST_PS_MSG_ERROR) {
-        st_status e = st_error(ST_ERR_INVALID, "%s:%d: %.*s", st__ps_role_name((st_ps_role)role), index,
-                               (int)m->h.payload_len, (const char *)m->payload);
-        st__ps_msg_free(m);
-        return e;
-      }
-    }
-    st__ps_msg_free(m);
-  }
-  return st_error(ST_ERR_PEER, "%s:%d did not answer %s within %.0f s",
-                  st__ps_role_name((st_ps_role)role), index, st__ps_msg_name(type - 1), timeout);
-}
-
-static st_status connect_all(coord *c) {
-  st_ps_transport_options to = {&c->cluster, c->a->keys, c->a->insecure, 0, NULL};
-  st_status s = st__ps_transport_create(&to, &c->t);
-  if (s == ST_OK) s = st__ps_listen(c->t, st__ps_cluster_task(&c->cluster, ST_PS_CHIEF, 0), &c->hb);
-  c->nw = c->cluster.count[ST_PS_WORKER], c->nps = c->cluster.count[ST_PS_PS];
-  c->ps = calloc((size_t)c->nps, sizeof *c->ps);
-  c->w = calloc((size_t)c->nw, sizeof *c->w);
-  c->ps_seen = calloc((size_t)c->nps, sizeof *c->ps_seen);
-  if (s == ST_OK && (!c->ps || !c->w || !c->ps_seen)) s = st_error(ST_ERR_NOMEM, "out of memory");
-  for (int p = 0; s == ST_OK && p < c->nps; p++)
-    s = st__ps_connect(c->t, st__ps_cluster_task(&c->cluster, ST_PS_PS, p), &c->ps[p]);
-  for (int i = 0; s == ST_OK && i < c->nw; i++)
-    s = st__ps_connect(c->t, st__ps_cluster_task(&c->cluster, ST_PS_WORKER, i), &c->w[i].sock);
-  return s;
-}
-
-/* JOB to every server, JOB_OK from each (servers may still be starting, and
- * workers load the data first: up to 120 s, or the coordinator timeout when
- * longer). */
-static st_status send_jobs(coord *c) {
-  char *text = c->job_text = ps_job_encode(&c->job);
-  if (!text) return st_error(ST_ERR_NOMEM, "out of memory");
-  st_status s = ST_OK;
-  for (int p = 0; s == ST_OK && p < c->nps; p++) s = send_to(c, c->ps[p], ST_PS_MSG_JOB, 0, text, strlen(text));
-  for (int i = 0; s == ST_OK && i < c->nw; i++) s = send_to(c, c->w[i].sock, ST_PS_MSG_JOB, 0, text, strlen(text));
-  st_ps_msg m;
-  double wait = c->job.coordinator_timeout > 120 ? c->job.coordinator_timeout : 120;
-  for (int p = 0; s == ST_OK && p < c->nps; p++)
-    if ((s = await_reply(c, c->ps[p], ST_PS_MSG_JOB_OK, ST_PS_PS, p, wait, &m)) == ST_OK) {
-      st__ps_msg_free(&m);
-      c->ps_seen[p] = st_now_seconds();
-    }
-  for (int i = 0; s == ST_OK && i < c->nw; i++)
-    if ((s = await_reply(c, c->w[i].sock, ST_PS_MSG_JOB_OK, ST_PS_WORKER, i, wait, &m)) == ST_OK) {
-      c->w[i].incarnation = m.h.incarnation;
-      st__ps_msg_free(&m);
-      c->w[i].alive = true, c->w[i].busy = -1, c->w[i].last_seen = st_now_seconds();
-    }
-  return s;
-}
-
-/* This epoch's order of the training examples (seeded by seed and epoch). */
-static void permute(coord *c, int epoch) {
-  int64_t n = c->d.n_train;
-  for (int64_t i = 0; i < n; i++) c->perm[i] = (uint32_t)i;
-  st_rng r = st_rng_make((uint64_t)c->job.seed, 0x5053u + (uint64_t)epoch);
-  for (int64_t i = n - 1; i > 0; i--) {
-    int64_t j = (int64_t)st_rng_below(&r, (uint64_t)i + 1);
-    uint32_t t = c->perm[i];
-    c->perm[i] = c->perm[j], c->perm[j] = t;
-  }
-}
-
-/* The id of closure k of an epoch in this generation. */
-static uint64_t closure_id(const coord *c, int epoch, int k) {
-  return c->generation << PS_GENERATION_SHIFT | ((uint64_t)epoch * 1000000007ULL + (uint64_t)k);
-}
-
-/* RUN of closure k of the epoch to worker w. */
-static st_status run_closure(coord *c, int epoch, int k, closure *cl, int w) {
-  int64_t B = c->job.batch, n = c->d.n_train;
-  size_t bytes = 8;
-  for (int s = 0; s < cl->n; s++) {
-    int64_t lo = (cl->first + s) * B, hi = lo + B < n ? lo + B : n;
-    bytes += 16 + 8 * (size_t)(hi - lo);
-  }
-  uint8_t *p = malloc(bytes), *q = p;
-  if (!p) return st_error(ST_ERR_NOMEM, "out of memory");
-  ps_put_u64(q, (uint64_t)cl->n), q += 8;
-  for (int s = 0; s < cl->n; s++) {
-    int64_t b = cl->first + s, lo = b * B, hi = lo + B < n ? lo + B : n;
-    ps_put_u64(q, (uint64_t)(epoch * c->steps_per_epoch + b)), ps_put_u64(q + 8, (uint64_t)(hi - lo));
-    q += 16;
-    for (int64_t i = lo; i < hi; i++, q += 8) ps_put_u64(q, c->perm[i]);
-  }
-  st_status st = send_to(c, c->w[w].sock, ST_PS_MSG_RUN, closure_id(c, epoch, k), p, bytes);
-  free(p);
-  cl->state = 1, cl->worker = w, c->w[w].busy = k;
-  c->scheduled++;
-  return st;
-}
-
-/* A worker silent for 3 heartbeat intervals is lost; its closure is queued again. */
-static void check_workers(coord *c, closure *cls) {
-  double now = st_now_seconds(), limit = 3 * c->job.heartbeat_interval;
-  for (int i = 0; i < c->nw; i++) {
-    wstate *w = &c->w[i];
-    if (!w->alive || now - w->last_seen <= limit) continue;
-    w->alive = false;
-    c->lost++;
-    fprintf(stderr, "strata train: worker:%d lost (no heartbeat for %.2f s)%s\n", i, now - w->last_seen,
-            w->busy >= 0 ? "; its closure goes to another worker" : "");
-    if (w->busy >= 0 && cls) {
-      cls[w->busy].state = 0;
-      c->retried++;
-    }
-    w->busy = -1;
-    for (int p = 0; p < c->nps; p++) { /* fence it: its late pushes are refused */
-      st_ps_header h = ps_header(&c->cluster, c->job.job_id, c->incarnation, ST_PS_MSG_FENCE);
-      h.closure = (uint64_t)i, h.step = w->incarnation;
-      st__ps_send(c->ps[p], NULL, &h, NULL, 0, 1000);
-    }
-    st__ps_socket_close(w->sock); /* drop what was queued for it */
-    w->sock = NULL;
-  }
-}
-
-static void drain_heartbeats(coord *c) {
-  st_ps_msg m;
-  while (st__ps_recv(c->hb, c->job.job_id, 0, &m) == ST_OK) {
-    wstate *w = m.h.sender_role == ST_PS_WORKER ? &c->w[m.h.sender_index] : NULL;
-    if (m.h.type == ST_PS_MSG_HEARTBEAT && m.h.sender_role == ST_PS_PS) c->ps_seen[m.h.sender_index] = st_now_seconds();
-    if (m.h.type == ST_PS_MSG_HEARTBEAT && w && w->alive) w->last_seen = st_now_seconds();
-    if (m.h.type == ST_PS_MSG_HEARTBEAT && w && !w->alive && m.h.incarnation == w->incarnation) {
-      st_ps_header h = ps_header(&c->cluster, c->job.job_id, c->incarnation, ST_PS_MSG_FENCE);
-      st__ps_send(c->hb, &m, &h, NULL, 0, 0); /* a lost worker came back: tell it */
-    }
-    st__ps_msg_free(&m);
-  }
-}
-
-/* The first ps silent for 3 heartbeat intervals, or -1. */
-static int lost_ps(const coord *c) {
-  double now = st_now_seconds(), limit = 3 * c->job.heartbeat_interval;
-  for (int p = 0; p < c->nps; p++)
-    if (now - c->ps_seen[p] > limit) return p;
-  return -1;
-}
-
-static void ping_servers(coord *c) {
-  double now = st_now_seconds();
-  if (now - c->last_ping < c->job.heartbeat_interval) return;
-  c->last_ping = now;
-  for (int p = 0; p < c->nps; p++) send_to(c, c->ps[p], ST_PS_MSG_HEARTBEAT, 0, NULL, 0);
-  for (int i = 0; i < c->nw; i++) {
-    wstate *w = &c->w[i];
-    if (w->alive) {
-      send_to(c, w->sock, ST_PS_MSG_HEARTBEAT, 0, NULL, 0);
-      continue;
-    }
-    /* a lost worker: offer the JOB again, on a fresh connection, so that a
-     * restarted process of that task (a new incarnation) can rejoin */
-    if (!w->sock && st__ps_connect(c->t, st__ps_cluster_task(&c->cluster, ST_PS_WORKER, i), &w->sock) != ST_OK)
-      continue;
-    st_ps_header h = ps_header(&c->cluster, c->job.job_id, c->incarnation, ST_PS_MSG_JOB);
-    if (c->job_text) st__ps_send(w->sock, NULL, &h, c->job_text, strlen(c->job_text), 0); /* never wait */
-  }
-}
-
-/* JOB_OK from lost worker i: a new incarnation of the task rejoins. */
-static void rejoin(coord *c, int i, const st_ps_msg *m) {
-  wstate *w = &c->w[i];
-  if (w->alive || m->h.incarnation == w->incarnation) return; /* the fenced process itself */
-  w->alive = true, w->busy = -1, w->last_seen = st_now_seconds(), w->incarnation = m->h.incarnation;
-  c->rejoined++;
-  fprintf(stderr, "strata train: worker:%d rejoined (a new process of the task); it gets work again\n", i);
-}
-
-/* DONE or ERROR from worker i; sums += the closure's figures. */
-static st_status read_worker(coord *c, int epoch, int i, closure *cls, int *done, double *sums) {
-  st_ps_msg m;
-  while (c->w[i].sock && st__ps_recv(c->w[i].sock, c->job.job_id, 0, &m) == ST_OK) {
-    int k = c->w[i].busy;
-    uint64_t want = closure_id(c, epoch, k);
-    if (m.h.type == ST_PS_MSG_JOB_OK) rejoin(c, i, &m);
-    /* errors of its current closure (or of its job); one of a closure from
-     * before a rollback is old news */
-    bool current = m.h.closure == 0 || (k >= 0 && m.h.closure == want);
-    if (m.h.type == ST_PS_MSG_ERROR && c->w[i].alive && current && k >= 0 && c->a->backup_dir &&
-        m.h.step == (uint64_t)ST_ERR_TIMEOUT) {
-      /* a ps did not answer it: the closure goes back to the queue (a ps that
-       * applied part of it skips that part); whether the ps is lost is the
-       * heartbeats' call (then every ps reloads the backup) */
-      fprintf(stderr, "strata train: worker:%d: %.*s; its closure is queued again\n", i, (int)m.h.payload_len,
-              (const char *)m.payload);
-      cls[k].state = 0, c->w[i].busy = -1, c->retried++;
-    } else if (m.h.type == ST_PS_MSG_ERROR && c->w[i].alive && current) {
-      st_status e = st_error(ST_ERR_PEER, "worker:%d: %.*s", i, (int)m.h.payload_len, (const char *)m.payload);
-      st__ps_msg_free(&m);
-      return e;
-    }
-    if (m.h.type == ST_PS_MSG_DONE && k >= 0 && m.h.closure == want && m.h.payload_len == 32) {
-      double loss;
-      uint64_t bits = ps_get_u64(m.payload);
-      memcpy(&loss, &bits, 8);
-      sums[0] += loss;
-      for (int f = 1; f < 4; f++) sums[f] += (double)ps_get_u64(m.payload + 8 * f);
-      cls[k].state = 2;
-      c->w[i].busy = -1;
-      c->done_since_backup += cls[k].n;
-      (*done)++;
-    }
-    st__ps_msg_free(&m);
-  }
+/* The model is built: its input decides whether the images are flattened. */
+static st_status prepare(void *user, st_model *m, st_dataset **validation) {
+  chief_data *cd = user;
+  if ((cd->rc = cli_match_model_input("train", cd->d, st_model_input_shape(m))))
+    return st_error(ST_ERR_INVALID, "the data does not fit the model");
+  *validation = cd->d->val;
   return ST_OK;
-}
-
-static st_status write_backup(coord *c, const st_train_position *pos);
-static st_status recover_ps(coord *c, int p, closure *cls);
-
-/* A backup; a ps lost while it is taken (after a first backup exists) is
- * recovered as one lost while training (every ps reloads the previous
- * backup, c->rewind). */
-static st_status snapshot_all(coord *c, int64_t b);
-static st_status snapshot_or_recover(coord *c, int64_t b) {
-  c->ps_lost_in_wait = -1;
-  st_status s = snapshot_all(c, b);
-  if (s == ST_ERR_PEER && c->ps_lost_in_wait >= 0 && c->a->backup_dir && c->backups > 0) {
-    st_clear_error();
-    s = recover_ps(c, c->ps_lost_in_wait, NULL);
-  }
-  return s;
-}
-
-static st_status backup_or_recover(coord *c, const st_train_position *pos, closure *cls) {
-  c->ps_lost_in_wait = -1;
-  st_status s = write_backup(c, pos);
-  if (s == ST_ERR_PEER && c->ps_lost_in_wait >= 0 && c->backups > 0) {
-    st_clear_error();
-    s = recover_ps(c, c->ps_lost_in_wait, cls);
-  }
-  return s;
-}
-
-/* The position of a backup inside epoch `epoch`: closures [0, k) done, with
- * these sums. */
-static st_train_position mid_epoch(const coord *c, int epoch, int k, const double *sums) {
-  st_train_position pos = {0};
-  pos.epoch = epoch, pos.step_in_epoch = (int64_t)k * c->job.steps_per_execution;
-  pos.loss_sum = sums[0], pos.examples = (int64_t)sums[1], pos.correct = (int64_t)sums[2];
-  pos.metric_count = (int64_t)sums[3];
-  pos.nlogs = c->h->epochs, pos.logs = c->h->logs;
-  return pos;
-}
-
-/* One epoch from closure k0 on (the ones before are done: a resumed
- * backup's position): every closure done once. sums: loss, examples,
- * correct, metric count. With --backup-every, closures are handed out up to
- * the next backup point only; when all before it are done (a quiescent
- * point: no closure runs) the backup is written. A lost ps with
- * --backup-dir: every ps reloads the backup and c->rewind is set. */
-static st_status run_epoch(coord *c, int epoch, int k0, double *sums) {
-  int64_t spe = c->job.steps_per_execution;
-  int nc = (int)((c->steps_per_epoch + spe - 1) / spe), done = k0;
-  closure *cls = calloc((size_t)nc, sizeof *cls);
-  if (!cls) return st_error(ST_ERR_NOMEM, "out of memory");
-  for (int k = 0; k < nc; k++) {
-    cls[k].first = k * spe;
-    cls[k].n = (int)(cls[k].first + spe <= c->steps_per_epoch ? spe : c->steps_per_epoch - cls[k].first);
-    cls[k].state = k < k0 ? 2 : 0;
-  }
-  int every = (int)c->every_closures, barrier = every ? (k0 / every + 1) * every : nc;
-  if (barrier > nc) barrier = nc;
-  permute(c, epoch);
-  st_status s = ST_OK;
-  int next = k0;
-  double none_since = 0;
-  while (s == ST_OK && done < nc && !c->rewind) {
-    if (g_ps_stop) {
-      s = st_error(ST_ERR_STOPPED, "stopped by a signal");
-      break;
-    }
-    if (done == barrier) { /* every closure before the backup point done, none running */
-      st_train_position pos = mid_epoch(c, epoch, barrier, sums);
-      if ((s = backup_or_recover(c, &pos, cls)) != ST_OK || c->rewind) break;
-      barrier = barrier + every < nc ? barrier + every : nc;
-    }
-    for (int i = 0; i < c->nw && s == ST_OK; i++) {
-      if (!c->w[i].alive || c->w[i].busy >= 0) continue;
-      while (next < nc && cls[next].state != 0) next++;
-      int k = next;
-      if (k >= barrier) /* a re-queued closure */
-        for (k = 0; k < barrier && cls[k].state != 0; k++) {}
-      if (k < barrier) s = run_closure(c, epoch, k, &cls[k], i);
-    }
-    st_ps_socket *socks[64];
-    bool ready[64];
-    int n = 0;
-    socks[n++] = c->hb;
-    for (int i = 0; i < c->nw && n < 64; i++) socks[n++] = c->w[i].sock;
-    st__ps_poll(socks, n, 20, ready);
-    drain_heartbeats(c);
-    for (int i = 0; i < c->nw && s == ST_OK; i++) s = read_worker(c, epoch, i, cls, &done, sums);
-    check_workers(c, cls);
-    int p = s == ST_OK ? lost_ps(c) : -1;
-    if (p >= 0 && !c->a->backup_dir)
-      s = st_error(ST_ERR_PEER, "ps:%d lost (no heartbeat for %.2f s); without --backup-dir a lost ps "
-                   "cannot be recovered: rerun the job (with --backup-dir it waits for the ps to "
-                   "return and reloads the latest backup)", p, st_now_seconds() - c->ps_seen[p]);
-    else if (p >= 0)
-      s = recover_ps(c, p, cls);
-    ping_servers(c);
-    int alive = 0;
-    for (int i = 0; i < c->nw; i++) alive += c->w[i].alive;
-    /* no worker left: wait up to the coordinator timeout for one to rejoin */
-    if (alive) none_since = 0;
-    else if (!none_since) none_since = st_now_seconds();
-    else if (s == ST_OK && st_now_seconds() - none_since > c->job.coordinator_timeout)
-      s = st_error(ST_ERR_PEER, "every worker was lost (none rejoined within %.0f s)",
-                   c->job.coordinator_timeout);
-  }
-  free(cls);
-  return s;
-}
-
-/* ---- BackupAndRestore ---- */
-
-/* The global step of a position. */
-static int64_t pos_step(const coord *c, const st_train_position *pos) {
-  return pos->epoch * c->steps_per_epoch + pos->step_in_epoch;
-}
-
-/* At a quiescent point (no closure running, global step b): every ps's
- * variables and slots (SNAPSHOT) into the chief's model, each ps checked to
- * have applied exactly the steps before b; the model's step becomes b. */
-static st_status snapshot_all(coord *c, int64_t b) {
-  st_net *net = &c->model->net;
-  size_t ns = (size_t)net->n_slots;
-  for (int p = 0; p < c->nps; p++) {
-    st_status s = send_to(c, c->ps[p], ST_PS_MSG_SNAPSHOT, 0, NULL, 0);
-    st_ps_msg m;
-    if (s == ST_OK) s = await_reply(c, c->ps[p], ST_PS_MSG_SNAPSHOT_OK, ST_PS_PS, p, 30, &m);
-    if (s != ST_OK) return st_error_prefix(s, "backup: ");
-    size_t n = c->layout.ps_floats[p];
-    bool ok = m.h.payload_len == n * (1 + ns) * sizeof(float);
-    bool exact = m.h.closure == (uint64_t)b && m.h.step == (uint64_t)b;
-    if (ok && exact) {
-      const float *f = (const float *)m.payload;
-      ps_unpack(&c->layout, p, f, net->params);
-      for (size_t k = 0; k < ns; k++) ps_unpack(&c->layout, p, f + n * (1 + k), net->slots[k]);
-    }
-    uint64_t applied = m.h.closure;
-    st__ps_msg_free(&m);
-    if (!ok) return st_error(ST_ERR_FORMAT, "backup: ps:%d sent a snapshot of the wrong size", p);
-    if (!exact)
-      return st_error(ST_ERR_INTERNAL, "backup: ps:%d applied %llu updates at step %lld (expected %lld)",
-                      p, (unsigned long long)applied, (long long)b, (long long)b);
-  }
-  net->step = b;
-  c->snapshot_step = b;
-  return ST_OK;
-}
-
-/* At a quiescent point: the snapshot (unless the model holds it already),
- * then the usual checkpoint (src/io/checkpoint.c: variables, slots, step,
- * position, identity) into --backup-dir. */
-static st_status write_backup(coord *c, const st_train_position *pos) {
-  if (!c->a->backup_dir) return ST_OK;
-  int64_t b = pos_step(c, pos);
-  for (int i = 0; i < pos->nlogs; i++)
-    if (pos->logs[i].examples != c->d.n_train)
-      return st_error(ST_ERR_INTERNAL, "backup: epoch %d trained on %lld examples, not the %lld of the "
-                      "training set: not written", i + 1, (long long)pos->logs[i].examples,
-                      (long long)c->d.n_train);
-  st_status s = c->snapshot_step == b ? ST_OK : snapshot_all(c, b);
-  if (s != ST_OK) return s;
-  st_checkpoint_options o = st_checkpoint_default_options();
-  st__run_identity id = {c->job.batch, c->d.fingerprint, false};
-  s = st__checkpoint_save_at(c->model, c->a->backup_dir, &o, pos, &id);
-  if (s != ST_OK) return st_error_prefix(s, "backup: ");
-  c->backups++, c->done_since_backup = 0, c->backup_step = b;
-  return ST_OK;
-}
-
-/* Read the latest backup of --backup-dir into the chief's model and c->pos
- * (its checksums, names, shapes and the run's identity checked), then send
- * every ps its variables and slots (RESTORE, a new generation: pushes of
- * closures handed out before are refused). */
-static st_status restore_backup(coord *c) {
-  const char *dir = c->a->backup_dir;
-  st_train_position at = {0};
-  st__run_identity id = {c->job.batch, c->d.fingerprint, c->a->resume_anyway};
-  st_status s = st__checkpoint_restore_at(c->model, dir, &at, &id);
-  if (s != ST_OK) return st_error_prefix(s, "backup: cannot resume: ");
-  st_net *net = &c->model->net;
-  int64_t b = net->step, spe = c->job.steps_per_execution;
-  if (b != pos_step(c, &at) || at.step_in_epoch % spe || at.epoch > c->a->epochs || b > c->job.total_steps) {
-    free(at.logs);
-    return st_error(ST_ERR_INVALID, "backup: %s: step %lld (epoch %lld, step %lld of it) is not a closure "
-                    "boundary of this run (%lld steps per epoch, --steps-per-execution %lld)", dir,
-                    (long long)b, (long long)at.epoch + 1, (long long)at.step_in_epoch,
-                    (long long)c->steps_per_epoch, (long long)spe);
-  }
-  if (c->generation >= 0xffff) { /* closure ids carry it in 16 bits */
-    free(at.logs);
-    return st_error(ST_ERR_PEER, "backup: 65535 rollbacks in one run: giving up");
-  }
-  free(c->pos.logs);
-  c->pos = at;
-  c->generation++;
-  c->snapshot_step = b; /* the model holds the backup: every ps's state once restored */
-  size_t ns = (size_t)net->n_slots, maxf = 0;
-  for (int p = 0; p < c->nps; p++) maxf = c->layout.ps_floats[p] > maxf ? c->layout.ps_floats[p] : maxf;
-  float *buf = malloc((maxf * (1 + ns) + 1) * sizeof(float));
-  if (!buf) return st_error(ST_ERR_NOMEM, "out of memory");
-  for (int p = 0; s == ST_OK && p < c->nps; p++) {
-    size_t n = c->layout.ps_floats[p];
-    ps_pack(&c->layout, p, net->params, buf);
-    for (size_t k = 0; k < ns; k++) ps_pack(&c->layout, p, net->slots[k], buf + n * (1 + k));
-    st_ps_header h = ps_header(&c->cluster, c->job.job_id, c->incarnation, ST_PS_MSG_RESTORE);
-    h.closure = c->generation, h.step = (uint64_t)b;
-    st_ps_msg m;
-    s = st__ps_send(c->ps[p], NULL, &h, buf, n * (1 + ns) * sizeof(float), 5000);
-    if (s == ST_OK) s = await_reply(c, c->ps[p], ST_PS_MSG_RESTORE_OK, ST_PS_PS, p, 30, &m);
-    if (s == ST_OK) st__ps_msg_free(&m);
-    c->ps_seen[p] = st_now_seconds();
-  }
-  free(buf);
-  c->done_since_backup = 0;
-  return s;
-}
-
-/* ps q is lost: say so, and talk to it on a fresh connection (what was
- * queued for the lost process is dropped). */
-static st_status mark_lost(coord *c, int q, bool *lost, int *nlost) {
-  fprintf(stderr, "strata train: ps:%d lost (no heartbeat for %.2f s); training paused: waiting up to "
-          "%.0f s (--coordinator-timeout) for a new process of the task, then every ps reloads the "
-          "backup at step %lld\n", q, st_now_seconds() - c->ps_seen[q], c->job.coordinator_timeout,
-          (long long)c->backup_step);
-  lost[q] = true, (*nlost)++, c->ps_lost++;
-  st__ps_socket_close(c->ps[q]);
-  c->ps[q] = NULL;
-  return st__ps_connect(c->t, st__ps_cluster_task(&c->cluster, ST_PS_PS, q), &c->ps[q]);
-}
-
-/* ps p was lost and --backup-dir is set: training pauses; the JOB is offered
- * to the task every heartbeat interval (on a fresh connection) until a
- * process of it answers, for up to --coordinator-timeout (then exit 3
- * naming it); then every ps reloads the latest backup and the epoch loop
- * rewinds to it (c->rewind). Other ps lost meanwhile are waited for too. */
-static st_status recover_ps(coord *c, int p, closure *cls) {
-  double t0 = st_now_seconds(), last_offer = 0, limit = c->job.coordinator_timeout;
-  bool *lost = calloc((size_t)c->nps, sizeof *lost);
-  if (!lost) return st_error(ST_ERR_NOMEM, "out of memory");
-  int nlost = 0;
-  st_status s = mark_lost(c, p, lost, &nlost);
-  while (s == ST_OK && nlost > 0) {
-    double now = st_now_seconds();
-    for (int q = 0; q < c->nps; q++)
-      if (lost[q]) c->ps_seen[q] = now; /* lost_ps names another one */
-    int q = lost_ps(c);
-    if (q >= 0 && (s = mark_lost(c, q, lost, &nlost)) != ST_OK) break;
-    if (g_ps_stop) s = st_error(ST_ERR_STOPPED, "stopped by a signal");
-    for (int q = 0; s == ST_OK && q < c->nps; q++)
-      if (lost[q] && now - t0 > limit)
-        s = st_error(ST_ERR_PEER, "ps:%d lost and not back within %.0f s (--coordinator-timeout)", q, limit);
-    if (s != ST_OK) break;
-    if (now - last_offer >= c->job.heartbeat_interval) {
-      last_offer = now;
-      for (int q = 0; q < c->nps; q++)
-        if (lost[q]) {
-          st_ps_header h = ps_header(&c->cluster, c->job.job_id, c->incarnation, ST_PS_MSG_JOB);
-          st__ps_send(c->ps[q], NULL, &h, c->job_text, strlen(c->job_text), 0); /* never wait */
-        }
-    }
-    st__ps_poll(&c->hb, 1, 20, (bool[1]){false});
-    drain_heartbeats(c);
-    for (int i = 0; i < c->nw; i++) { /* rejoins; the rest is void after the rollback */
-      st_ps_msg m;
-      while (c->w[i].sock && st__ps_recv(c->w[i].sock, c->job.job_id, 0, &m) == ST_OK) {
-        if (m.h.type == ST_PS_MSG_JOB_OK) rejoin(c, i, &m);
-        st__ps_msg_free(&m);
-      }
-    }
-    check_workers(c, cls);
-    for (int q = 0; q < c->nps; q++) {
-      st_ps_msg m;
-      while (lost[q] && st__ps_recv(c->ps[q], c->job.job_id, 0, &m) == ST_OK) {
-        if (m.h.type == ST_PS_MSG_JOB_OK && m.h.sender_role == ST_PS_PS && m.h.sender_index == q) {
-          fprintf(stderr, "strata train: ps:%d is back after %.2f s\n", q, st_now_seconds() - t0);
-          lost[q] = false, nlost--;
-        }
-        st__ps_msg_free(&m);
-      }
-      if (!lost[q]) c->ps_seen[q] = st_now_seconds();
-    }
-    ping_servers(c);
-  }
-  free(lost);
-  if (s != ST_OK) return s;
-  int64_t redo = c->done_since_backup;
-  if ((s = restore_backup(c)) != ST_OK) return s;
-  c->rollbacks++, c->steps_rolled_back += redo;
-  for (int i = 0; i < c->nw; i++) c->w[i].busy = -1; /* their closures are void */
-  c->rewind = true;
-  fprintf(stderr, "strata train: every ps reloaded the backup at step %lld (epoch %lld, step %lld of it); "
-          "training goes on from there (%lld finished steps run again)\n", (long long)pos_step(c, &c->pos),
-          (long long)c->pos.epoch + 1, (long long)c->pos.step_in_epoch, (long long)redo);
-  return ST_OK;
-}
-
-/* Per ps: applied, duplicates, refused, dropped, staleness mean (bits), max,
- * connections refused, stale pushes answered "recompute". */
-static st_status gather_stats(coord *c, uint64_t (*st)[9]) {
-  for (int p = 0; p < c->nps; p++) {
-    st_status s = send_to(c, c->ps[p], ST_PS_MSG_STATS, 0, NULL, 0);
-    st_ps_msg m;
-    if (s == ST_OK) s = await_reply(c, c->ps[p], ST_PS_MSG_STATS_OK, ST_PS_PS, p, 30, &m);
-    if (s != ST_OK) return s;
-    for (int f = 0; f < 9; f++) st[p][f] = m.h.payload_len == 72 ? ps_get_u64(m.payload + 8 * f) : 0;
-    st__ps_msg_free(&m);
-  }
-  return ST_OK;
-}
-
-/* The trained variables from every ps into the model. */
-static st_status pull_variables(coord *c) {
-  for (int p = 0; p < c->nps; p++) {
-    st_status s = send_to(c, c->ps[p], ST_PS_MSG_PULL, 0, NULL, 0);
-    st_ps_msg m;
-    if (s == ST_OK) s = await_reply(c, c->ps[p], ST_PS_MSG_PULL_OK, ST_PS_PS, p, 30, &m);
-    if (s != ST_OK) return s;
-    bool ok = m.h.payload_len == c->layout.ps_floats[p] * sizeof(float);
-    if (ok) ps_unpack(&c->layout, p, (const float *)m.payload, c->model->net.params);
-    st__ps_msg_free(&m);
-    if (!ok) return st_error(ST_ERR_FORMAT, "ps:%d sent variables of the wrong size", p);
-  }
-  return ST_OK;
-}
-
-static char *ps_report_json(coord *c, uint64_t (*st)[9], const st_history *h, bool *exact) {
-  char *s = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&s, &len);
-  if (!f) return NULL;
-  int64_t total = (int64_t)h->epochs * c->steps_per_epoch; /* fewer after EarlyStopping */
-  fprintf(f, "{\"workers\": %d, \"ps\": %d, \"steps_per_execution\": %lld, \"steps_scheduled\": %lld, "
-          "\"closures_scheduled\": %lld, \"closures_retried\": %lld, \"workers_lost\": %lld, \"workers_rejoined\": %lld, "
-          "\"heartbeat_interval\": %g, \"max_staleness\": %lld, \"variable_shards\": %d, \"per_ps\": [", c->nw, c->nps, (long long)c->job.steps_per_execution,
-          (long long)total, (long long)c->scheduled, (long long)c->retried, (long long)c->lost, (long long)c->rejoined,
-          c->job.heartbeat_interval, (long long)c->job.max_staleness, c->layout.nvars);
-  *exact = true;
-  for (int p = 0; p < c->nps; p++) {
-    double mean;
-    memcpy(&mean, &st[p][4], 8);
-    *exact &= st[p][0] == (uint64_t)total;
-    fprintf(f, "%s{\"task\": \"ps:%d\", \"floats\": %zu, \"updates_applied\": %llu, \"duplicates_skipped\": %llu, "
-            "\"pushes_refused\": %llu, \"frames_dropped\": %llu, \"staleness_mean\": %.4f, "
-            "\"staleness_max\": %llu, \"connections_refused\": %llu, \"stale_pushes_recomputed\": %llu, "
-            "\"updates_rolled_back\": %llu}",
-            p ? ", " : "", p, c->layout.ps_floats[p],
-            (unsigned long long)st[p][0], (unsigned long long)st[p][1], (unsigned long long)st[p][2],
-            (unsigned long long)st[p][3], mean, (unsigned long long)st[p][5], (unsigned long long)st[p][6],
-            (unsigned long long)st[p][7], (unsigned long long)st[p][8]);
-  }
-  /* examples trained on per epoch (completed closures only; a permutation
-   * split in batches: n_train each when every example was visited once) */
-  fprintf(f, "], \"train_examples_per_epoch\": [");
-  for (int e = 0; e < h->epochs; e++) {
-    fprintf(f, "%s%lld", e ? ", " : "", (long long)h->logs[e].examples);
-    *exact &= h->logs[e].examples == c->d.n_train;
-  }
-  char why[512];
-  int64_t dropped = ps_drops_text(st__ps_socket_counters(c->hb), why, sizeof why);
-  if (dropped) fprintf(stderr, "strata train: chief:0: %lld frames dropped (%s)\n", (long long)dropped, why);
-  fprintf(f, "], \"chief_frames_dropped\": %lld", (long long)dropped);
-  fprintf(f, ", \"backups_written\": %lld, \"ps_lost\": %lld, \"rollbacks\": %lld, "
-          "\"steps_rolled_back\": %lld, \"resumed_from_step\": %lld", (long long)c->backups,
-          (long long)c->ps_lost, (long long)c->rollbacks, (long long)c->steps_rolled_back,
-          (long long)c->resumed_step);
-  fprintf(f, ", \"exactly_once\": %s}", *exact ? "true" : "false");
-  fclose(f);
-  return s;
-}
-
-static void stop_servers(coord *c) {
-  for (int p = 0; c->ps && p < c->nps; p++)
-    if (c->ps[p]) send_to(c, c->ps[p], ST_PS_MSG_STOP, 0, NULL, 0);
-  for (int i = 0; c->w && i < c->nw; i++)
-    if (c->w[i].sock) send_to(c, c->w[i].sock, ST_PS_MSG_STOP, 0, NULL, 0);
-  if (c->t) usleep(100000); /* let the STOPs leave before the sockets close (linger 0) */
-}
-
-static void coord_free(coord *c) {
-  for (int p = 0; c->ps && p < c->nps; p++) st__ps_socket_close(c->ps[p]);
-  for (int i = 0; c->w && i < c->nw; i++) st__ps_socket_close(c->w[i].sock);
-  free(c->ps), free(c->w), free(c->perm), free(c->job_text), free(c->ps_seen), free(c->pos.logs);
-  st__ps_socket_close(c->hb);
-  st__ps_transport_destroy(c->t);
-  ps_layout_free(&c->layout);
-  st_model_destroy(c->model);
-  st_strategy_destroy(c->strategy);
-  if (c->have_data) cli_free_data(&c->d);
-  st__ps_cluster_free(&c->cluster);
 }
 
 static int fail_rc(st_status s) {
@@ -699,233 +40,109 @@ static int fail_rc(st_status s) {
   return EXIT_USAGE;
 }
 
-static void fill_job(coord *c) {
-  const ps_train_args *a = c->a;
-  ps_job *j = &c->job;
-  j->job_id = ps_random_u64();
-  snprintf(j->model, sizeof j->model, "%s", a->model);
-  snprintf(j->data, sizeof j->data, "%s", a->data);
-  j->seed = a->seed, j->batch = a->batch, j->train_examples = a->train_examples;
-  j->val_split = a->val_split;
-  j->steps_per_execution = a->steps_per_execution > 0 ? a->steps_per_execution : 1;
-  j->heartbeat_interval = a->heartbeat_interval > 0 ? a->heartbeat_interval : 1.0;
-  j->coordinator_timeout = a->coordinator_timeout > 0 ? a->coordinator_timeout : 60.0;
-  j->opt = a->opt;
-  j->max_staleness = a->max_staleness;
-  j->ps_shards = a->ps_shards, j->ps_min_shard_bytes = a->ps_min_shard_bytes;
+static st_ps_train_options train_options(const ps_train_args *a, cli_data *d, chief_data *cd) {
+  st_ps_train_options o = st_ps_train_default_options();
+  o.cluster_file = a->cluster_file, o.task = a->task, o.keys_dir = a->keys, o.insecure = a->insecure;
+  o.model = a->model, o.data = a->data, o.n_train = d->n_train, o.data_fingerprint = d->fingerprint;
+  o.validation = d->val;
+  o.epochs = a->epochs, o.batch = a->batch, o.seed = a->seed, o.train_examples = a->train_examples;
+  o.val_split = a->val_split, o.optimizer = a->opt;
+  o.steps_per_execution = a->steps_per_execution, o.heartbeat_interval = a->heartbeat_interval;
+  o.coordinator_timeout = a->coordinator_timeout, o.max_staleness = a->max_staleness;
+  o.ps_shards = a->ps_shards, o.ps_min_shard_bytes = a->ps_min_shard_bytes;
+  o.backup_dir = a->backup_dir, o.backup_every = a->backup_every, o.resume_anyway = a->resume_anyway;
+  o.keep_backup = true; /* deleted below once the outputs are written */
+  o.callbacks = a->callbacks, o.ncallbacks = a->ncallbacks;
+  o.prepare = prepare, o.prepare_user = cd;
+  o.on_message = on_message, o.on_progress = on_progress, o.should_stop = should_stop;
+  o.quiet = a->quiet;
+  return o;
 }
 
-/* " - val_loss: X - val_accuracy: Y" when the epoch was validated. */
-static const char *val_text(const st_epoch_logs *l) {
-  static char buf[96];
-  buf[0] = '\0';
-  if (l->has_validation)
-    snprintf(buf, sizeof buf, " - val_loss: %.4f - val_accuracy: %.4f", l->val_loss, l->val_accuracy);
-  return buf;
-}
-
-/* Go to c->pos (a backup just restored): its epoch, closure and sums, the
- * epochs it had finished. */
-static void rewind_to(coord *c, st_history *h, int *e, int *k0, double *sums) {
-  const st_train_position *p = &c->pos;
-  *e = (int)p->epoch, *k0 = (int)(p->step_in_epoch / c->job.steps_per_execution);
-  sums[0] = p->loss_sum, sums[1] = (double)p->examples, sums[2] = (double)p->correct;
-  sums[3] = (double)p->metric_count;
-  int n = p->nlogs < c->a->epochs ? p->nlogs : (int)c->a->epochs;
-  if (n) memcpy(h->logs, p->logs, (size_t)n * sizeof *h->logs);
-  /* state.json's history has no example counts: an epoch-end backup is
-   * written only once its epoch trained on each example exactly once
-   * (write_backup), so each finished epoch of a backup did */
-  for (int i = 0; i < n; i++) h->logs[i].examples = c->d.n_train;
-  h->epochs = n;
-  h->train_samples = 0;
-  for (int i = 0; i < n; i++) h->train_samples += h->logs[i].examples;
-}
-
-/* --backup-dir: resume from its backup when there is one (a rerun after the
- * chief was lost: every ps reloads it), else write one of the start (so a
- * ps lost in the first epoch rolls back to it). No `latest` file is a fresh
- * start; a damaged one is an error (as fit's BackupAndRestore). */
-static st_status start_backup(coord *c, st_history *h, int *e, int *k0, double *sums) {
-  const char *dir = c->a->backup_dir;
-  c->resumed_step = -1;
-  if (!dir) return ST_OK;
-  int64_t spe = c->job.steps_per_execution, every = c->a->backup_every;
-  c->every_closures = every > 0 ? (every + spe - 1) / spe : 0;
-  char latest[4096];
-  st_status s = st_checkpoint_latest(dir, latest, sizeof latest);
-  if (s != ST_OK) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/latest", dir);
-    if (access(path, F_OK) == 0) return st_error_prefix(s, "backup: cannot resume: ");
-    st_clear_error();
-    st_train_position pos = {0};
-    return write_backup(c, &pos);
-  }
-  if ((s = restore_backup(c)) != ST_OK) return s;
-  c->resumed_step = c->backup_step = pos_step(c, &c->pos);
-  rewind_to(c, h, e, k0, sums);
-  if (!c->a->quiet)
-    fprintf(stderr, "strata train: resuming from %s at epoch %d, step %lld of it (global step %lld); "
-            "every ps reloaded it\n", latest, *e + 1, (long long)c->pos.step_in_epoch,
-            (long long)c->resumed_step);
-  return ST_OK;
-}
-
-/* Everything after the cluster is known; returns the exit code. */
-static int train_job(coord *c, double t0) {
-  const ps_train_args *a = c->a;
-  int rc = cli_load_data("train", a->data, a->val_split, a->train_examples, (int)a->batch,
-                         (uint64_t)a->seed, false, &c->d);
-  if (rc) return rc;
-  c->have_data = true;
-  st_status s = ps_build_model(&c->job, &c->strategy, &c->model);
-  if (s == ST_OK && (rc = cli_match_model_input("train", &c->d, st_model_input_shape(c->model))))
-    return rc;
-  if (s == ST_OK) s = ps_layout_make(&c->model->net, c->cluster.count[ST_PS_PS], &c->job, &c->layout);
-  c->steps_per_epoch = (c->d.n_train + a->batch - 1) / a->batch;
-  c->job.total_steps = c->steps_per_epoch * a->epochs;
-  c->perm = malloc((size_t)c->d.n_train * sizeof *c->perm);
-  if (s == ST_OK && !c->perm) s = st_error(ST_ERR_NOMEM, "out of memory");
-  if (s == ST_OK) s = connect_all(c);
-  if (s == ST_OK) s = send_jobs(c);
-  if (s == ST_OK && !a->quiet)
-    fprintf(stderr, "strata train: parameter_server job %016llx: %d workers, %d ps, %lld steps of %ld "
-            "examples (%s)\n", (unsigned long long)c->job.job_id, c->nw, c->nps,
-            (long long)c->job.total_steps, a->batch, a->insecure ? "insecure" : "CURVE");
-  st_history h = {0};
-  h.logs = calloc((size_t)a->epochs + 1, sizeof *h.logs);
-  if (s == ST_OK && !h.logs) s = st_error(ST_ERR_NOMEM, "out of memory");
-  c->h = &h;
-  double train0 = st_now_seconds(), sums[4] = {0};
-  int e = 0, k0 = 0, begun = -1;
-  bool stop = false;
-  if (s == ST_OK) s = start_backup(c, &h, &e, &k0, sums);
-  while (s == ST_OK && e < a->epochs && !stop) {
-    double te = st_now_seconds();
-    for (int i = 0; i < a->ncallbacks && s == ST_OK && e > begun && k0 == 0; i++)
-      if (a->callbacks[i].on_epoch_begin) s = a->callbacks[i].on_epoch_begin(a->callbacks[i].user, c->model, e);
-    begun = e > begun ? e : begun;
-    if (s == ST_OK) s = run_epoch(c, e, k0, sums);
-    if (s == ST_OK && c->rewind) { /* a ps was lost: every ps reloaded the backup */
-      c->rewind = false;
-      rewind_to(c, &h, &e, &k0, sums);
-      continue;
-    }
-    if (s != ST_OK) break;
-    st_epoch_logs *l = &h.logs[h.epochs++];
-    l->epoch = e, l->loss = sums[1] ? sums[0] / sums[1] : 0, l->accuracy = sums[3] ? sums[2] / sums[3] : 0;
-    l->lr = a->opt.lr.initial, l->seconds = st_now_seconds() - te, l->steps = c->steps_per_epoch;
-    l->examples = (int64_t)sums[1];
-    h.train_samples += l->examples;
-    /* the chief's model gets every ps's variables (and, for callbacks that
-     * checkpoint and for the backup, their slots) */
-    if ((a->ncallbacks || a->backup_dir) && (s = snapshot_or_recover(c, (int64_t)(e + 1) * c->steps_per_epoch)) == ST_OK && c->rewind) {
-      c->rewind = false;
-      rewind_to(c, &h, &e, &k0, sums);
-      continue;
-    }
-    if (s == ST_OK && c->d.val) { /* validation at epoch end, on the variables of every ps */
-      st_eval_result v = {0};
-      if (c->snapshot_step != (int64_t)(e + 1) * c->steps_per_epoch) s = pull_variables(c);
-      if (s == ST_OK) s = st_model_evaluate(c->model, c->d.val, &v);
-      l->has_validation = true, l->val_loss = v.loss, l->val_accuracy = v.accuracy;
-    }
-    for (int i = 0; i < a->ncallbacks && s == ST_OK; i++) /* epoch-level callbacks, as TF's */
-      if (a->callbacks[i].on_epoch_end) s = a->callbacks[i].on_epoch_end(a->callbacks[i].user, c->model, l);
-    if (s != ST_OK) break;
-    stop = c->model->stop_training; /* EarlyStopping */
-    if (!a->quiet)
-      fprintf(stderr, "Epoch %d/%ld - %.1fs - loss: %.4f - accuracy: %.4f%s - closures: %lld (retried %lld)\n",
-              e + 1, a->epochs, l->seconds, l->loss, l->accuracy, val_text(l), (long long)c->scheduled,
-              (long long)c->retried);
-    e++, k0 = 0;
-    memset(sums, 0, sizeof sums);
-    st_train_position pos = {0};
-    pos.epoch = e, pos.nlogs = h.epochs, pos.logs = h.logs;
-    if (e < a->epochs && !stop) s = backup_or_recover(c, &pos, NULL); /* the last one: deleted when done */
-  }
-  h.train_seconds = st_now_seconds() - train0;
-  h.samples_per_sec = h.train_seconds > 0 ? (double)h.train_samples / h.train_seconds : 0;
-  uint64_t(*stats)[9] = calloc((size_t)c->nps, sizeof *stats);
-  if (s == ST_OK && !stats) s = st_error(ST_ERR_NOMEM, "out of memory");
-  if (s == ST_OK) s = gather_stats(c, stats);
-  if (s == ST_OK) s = pull_variables(c);
+/* After st_ps_train: the test set, the per-ps lines, the outputs. */
+static int finish(const ps_train_args *a, cli_data *d, st_ps_train_result *r, double t0) {
+  int rc = EXIT_OK;
   st_eval_result test = {0};
-  if (s == ST_OK) s = st_model_evaluate(c->model, c->d.test, &test);
-  bool exact = false;
-  char *pj = s == ST_OK ? ps_report_json(c, stats, &h, &exact) : NULL;
-  if (s == ST_OK) {
-    for (int p = 0; p < c->nps; p++)
-      fprintf(stderr, "parameter_server: ps:%d applied %llu of %lld steps (%llu duplicates skipped, "
-              "%llu frames dropped)\n", p, (unsigned long long)stats[p][0], (long long)h.epochs * c->steps_per_epoch,
-              (unsigned long long)stats[p][1], (unsigned long long)stats[p][3]);
-    printf("test_loss: %.4f - test_accuracy: %.4f - samples/s: %.0f\n", test.loss, test.accuracy,
-           h.samples_per_sec);
-    if (!exact) {
-      fprintf(stderr, "strata train: parameter_server: a ps did not apply every step exactly once\n");
-      rc = EXIT_FAIL;
-    }
+  st_status s = st_model_evaluate(r->model, d->test, &test);
+  if (s != ST_OK) {
+    fprintf(stderr, "strata train: %s\n", st_last_error());
+    return fail_rc(s);
   }
-  if (s == ST_OK && a->plot) {
+  for (int p = 0; p < r->nps; p++)
+    fprintf(stderr, "parameter_server: ps:%d applied %llu of %lld steps (%llu duplicates skipped, "
+            "%llu frames dropped)\n", p, (unsigned long long)r->per_ps[p].updates_applied,
+            (long long)r->history.epochs * r->steps_per_epoch, (unsigned long long)r->per_ps[p].duplicates_skipped,
+            (unsigned long long)r->per_ps[p].frames_dropped);
+  printf("test_loss: %.4f - test_accuracy: %.4f - samples/s: %.0f\n", test.loss, test.accuracy,
+         r->history.samples_per_sec);
+  if (!r->exactly_once) {
+    fprintf(stderr, "strata train: parameter_server: a ps did not apply every step exactly once\n");
+    rc = EXIT_FAIL;
+  }
+  if (a->plot) {
     char title[1100];
     snprintf(title, sizeof title, "%s \u2014 parameter_server", a->model);
-    if (st_plot_history_svg(&h, title, a->plot) != ST_OK) {
+    if (st_plot_history_svg(&r->history, title, a->plot) != ST_OK) {
       fprintf(stderr, "strata train: --plot: %s\n", st_last_error());
       rc = EXIT_WRITE;
     }
   }
-  if (s == ST_OK && a->save && st_model_save_weights(c->model, a->save) != ST_OK) {
+  if (a->save && st_model_save_weights(r->model, a->save) != ST_OK) {
     fprintf(stderr, "strata train: --save: %s\n", st_last_error());
     rc = EXIT_WRITE;
   }
-  report_info ri = {a->model, "parameter_server", st_optimizer_name(a->opt.kind), c->nw, (int)a->batch,
-                    (uint64_t)a->seed, a->lr, c->d.n_train, c->d.n_val, &h, test, st_now_seconds() - t0,
+  report_info ri = {a->model, "parameter_server", st_optimizer_name(a->opt.kind), r->workers, (int)a->batch,
+                    (uint64_t)a->seed, a->lr, d->n_train, d->n_val, &r->history, test, st_now_seconds() - t0,
                     NULL};
-  if (s == ST_OK && (rc == EXIT_OK || !exact) && a->report && /* not exact: the report says where */
-      report_write_extra(a->report, &ri, "parameter_server", pj) != 0) {
+  if ((rc == EXIT_OK || !r->exactly_once) && a->report && /* not exact: the report says where */
+      report_write_extra(a->report, &ri, "parameter_server", r->report_json) != 0) {
     fprintf(stderr, "strata train: --report %s: could not write the file\n", a->report);
     rc = EXIT_WRITE;
   }
-  if (s != ST_OK) {
-    fprintf(stderr, "strata train: %s\n", st_last_error());
-    rc = fail_rc(s);
-  }
-  if (s == ST_OK && rc == EXIT_OK && a->backup_dir) st__checkpoint_remove_all(a->backup_dir); /* as fit */
-  free(pj);
-  free(stats);
-  st_history_destroy(&h);
+  if (rc == EXIT_OK && a->backup_dir) st__checkpoint_remove_all(a->backup_dir); /* as fit */
   return rc;
 }
 
 int ps_train(const ps_train_args *a) {
   double t0 = st_now_seconds();
-  coord c;
-  memset(&c, 0, sizeof c);
-  c.a = a;
-  int rc = ps_load_cluster("train", a->cluster_file, a->task, &c.cluster);
+  st_ps_cluster cluster; /* checked here first: the CLI's messages and exit codes */
+  int rc = ps_load_cluster("train", a->cluster_file, a->task, &cluster);
   if (rc) return rc;
-  if (c.cluster.self_role != ST_PS_CHIEF) {
+  st_ps_role role = cluster.self_role;
+  int index = cluster.self_index;
+  st__ps_cluster_free(&cluster);
+  if (role != ST_PS_CHIEF) {
     fprintf(stderr, "strata train: task %s:%d: --strategy parameter_server runs on the chief; start "
-            "workers and ps with 'strata server'\n", st__ps_role_name(c.cluster.self_role),
-            c.cluster.self_index);
-    st__ps_cluster_free(&c.cluster);
+            "workers and ps with 'strata server'\n", st__ps_role_name(role), index);
     return EXIT_USAGE;
   }
   if (a->insecure)
     fprintf(stderr, "strata train: warning: --insecure: no encryption or authentication; any "
             "process that reaches the cluster's ports can change the model\n");
-  fill_job(&c);
-  c.incarnation = (uint32_t)ps_random_u64();
-  c.snapshot_step = -1, c.ps_lost_in_wait = -1;
+  cli_data d;
+  memset(&d, 0, sizeof d);
+  if ((rc = cli_load_data("train", a->data, a->val_split, a->train_examples, (int)a->batch,
+                          (uint64_t)a->seed, false, &d)))
+    return rc;
   struct sigaction sa, old_term, old_int;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_stop;
   sigaction(SIGTERM, &sa, &old_term);
   sigaction(SIGINT, &sa, &old_int);
-  rc = train_job(&c, t0);
-  stop_servers(&c);
-  coord_free(&c);
+  chief_data cd = {&d, 0};
+  st_ps_train_options o = train_options(a, &d, &cd);
+  st_ps_train_result r;
+  st_status s = st_ps_train(&o, &r);
+  if (s == ST_OK) {
+    rc = finish(a, &d, &r, t0);
+  } else if (cd.rc) {
+    rc = cd.rc; /* cli_match_model_input said why */
+  } else {
+    fprintf(stderr, "strata train: %s\n", st_last_error());
+    rc = fail_rc(s);
+  }
+  st_ps_train_result_free(&r);
+  cli_free_data(&d);
   sigaction(SIGTERM, &old_term, NULL);
   sigaction(SIGINT, &old_int, NULL);
   return rc;

@@ -60,7 +60,7 @@ static bool port_taken(const st_ps_cluster *c, int r, int i, int port) {
 static st_status make_cluster(int nw, int nps, st_ps_cluster *c) {
   memset(c, 0, sizeof *c);
   int n[ST_PS_ROLE_COUNT] = {1, nw, nps};
-  st_rng rng = st_rng_make(ps_random_u64(), 0);
+  st_rng rng = st_rng_make(st__ps_random_u64(), 0);
   for (int r = 0; r < ST_PS_ROLE_COUNT; r++) {
     c->tasks[r] = calloc((size_t)n[r], sizeof(st_ps_task));
     if (!c->tasks[r]) return st_error(ST_ERR_NOMEM, "out of memory");
@@ -287,4 +287,20 @@ int cmd_keygen(int argc, char **argv) {
            c.count[0] + c.count[1] + c.count[2], pos[0]);
   st__ps_cluster_free(&c);
   return s == ST_OK ? EXIT_OK : cli_fail("keygen", s);
+}
+
+int ps_load_cluster(const char *cmd, const char *cluster_file, const char *task, st_ps_cluster *c) {
+  st_status s;
+  if (cluster_file || task) {
+    if (!cluster_file || !task) {
+      fprintf(stderr, "strata %s: --cluster and --task go together\n", cmd);
+      return EXIT_USAGE;
+    }
+    s = st__ps_cluster_parse_file(cluster_file, task, c);
+  } else {
+    s = st__ps_cluster_from_env(c);
+  }
+  if (s == ST_OK) return EXIT_OK;
+  fprintf(stderr, "strata %s: %s\n", cmd, st_last_error());
+  return s == ST_ERR_NOMEM ? EXIT_FAIL : EXIT_USAGE;
 }

@@ -1,18 +1,16 @@
 /* strata server: a worker or ps task of a parameter-server job (ps.h has the
- * protocol). It binds its address, waits for the chief's JOB, builds the
- * model and then serves until STOP, or exits 3 when the chief has been silent
- * for the job's coordinator timeout. */
-#include <math.h>
-#include <pthread.h>
+ * protocol): the options, the training data (cli_load_data, as the chief
+ * loads it) and the messages on stderr around the library's server loop
+ * (st_ps_server_run, src/train/ps_server.c). It exits 3 when the chief has
+ * been silent for the job's coordinator timeout. */
 #include <signal.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "distribute/strategy.h"
 #include "ps.h"
+#include "strata/ps.h"
 
 #define SERVER_USAGE "[--cluster FILE --task TYPE:INDEX] [--keys DIR | --insecure]"
 
@@ -27,522 +25,26 @@ static cli_opt server_opts[] = {
 
 static volatile sig_atomic_t g_stop;
 static void on_signal(int sig) { (void)sig, g_stop = 1; }
+static bool should_stop(void *user) { return (void)user, g_stop != 0; }
+static void on_message(void *user, const char *line) { (void)user, fprintf(stderr, "strata server: %s\n", line); }
 
-/* What one server process holds. */
-typedef struct server {
-  st_ps_cluster cluster;
-  st_ps_transport *t;
-  st_ps_socket *sock;    /* ROUTER at our address */
-  uint32_t incarnation;
-  ps_job job;
-  bool have_job;
-  st_strategy *strategy;
-  st_model *model;
-  ps_layout layout;
-  double chief_seen;     /* last message from the chief */
-  /* ps */
-  uint8_t *applied;      /* [total_steps] 1 once applied */
-  int64_t version, napplied, duplicates, refused;
-  double staleness_sum;
-  int64_t staleness_max;
-  int64_t stale;         /* pushes over --max-staleness, answered "recompute" */
-  uint64_t generation;   /* from the last RESTORE: pushes of closures of older ones are refused */
-  int64_t rolled_back;   /* updates applied, then undone by a RESTORE */
-  uint32_t fenced[ST_PS_MAX_TASKS]; /* per worker: a lost incarnation (0: none) */
-  /* worker */
-  cli_data data;
-  bool have_data;
-  st_ps_socket **ps_socks; /* [nps] */
-  st_replica *rep;
-  float *x, *y, *packed;   /* one batch; one ps's variables */
-  int64_t fault_step;      /* test hook STRATA_PS_TEST_FAULT=kill|stop:WORKER:STEP */
-  int fault_sig;           /* SIGKILL or SIGSTOP, raised once */
-  int step_delay_ms;       /* test hook STRATA_PS_TEST_STEP_DELAY_MS: slower steps */
-  uint64_t pull_id;        /* this worker's PULL requests */
-  bool abandoned;          /* a ps answered a push "rolled back": the closure is void */
-} server;
+/* The job's training set, loaded as the chief loads it. */
+typedef struct server_data {
+  cli_data d;
+  bool loaded;
+} server_data;
 
-static st_status reply(server *sv, const st_ps_msg *to, int type, uint64_t closure, uint64_t step,
-                       const void *payload, size_t len) {
-  st_ps_header h = ps_header(&sv->cluster, sv->job.job_id, sv->incarnation, type);
-  h.closure = closure;
-  h.step = step;
-  return st__ps_send(sv->sock, to, &h, payload, len, 5000);
-}
-
-/* ---- ps ---- */
-
-static void ps_pull(server *sv, const st_ps_msg *m) {
-  int me = sv->cluster.self_index;
-  size_t n = sv->layout.ps_floats[me];
-  ps_pack(&sv->layout, me, sv->model->net.params, sv->packed);
-  reply(sv, m, ST_PS_MSG_PULL_OK, m->h.closure, (uint64_t)sv->version, sv->packed, n * sizeof(float));
-}
-
-/* Apply the gradients of one global step once; a repeat is acknowledged as a
- * duplicate and changes nothing. */
-static void ps_push(server *sv, const st_ps_msg *m) {
-  int me = sv->cluster.self_index;
-  size_t n = sv->layout.ps_floats[me];
-  uint8_t applied = 0;
-  if (m->h.sender_role == ST_PS_WORKER && sv->fenced[m->h.sender_index] &&
-      sv->fenced[m->h.sender_index] == m->h.incarnation) {
-    sv->refused++; /* a worker the chief declared lost: its late pushes change nothing */
-    const char *e = "this worker was declared lost by the chief (missed heartbeats); its pushes are refused";
-    reply(sv, m, ST_PS_MSG_ERROR, m->h.closure, m->h.step, e, strlen(e));
-    return;
-  }
-  if (m->h.sender_role == ST_PS_WORKER && ps_closure_generation(m->h.closure) < sv->generation) {
-    applied = 3; /* a closure from before the last RESTORE (the job rolled back): void */
-    reply(sv, m, ST_PS_MSG_ACK, m->h.closure, m->h.step, &applied, 1);
-    return;
-  }
-  if (m->h.sender_role != ST_PS_WORKER || m->h.step >= (uint64_t)sv->job.total_steps ||
-      m->h.payload_len != n * sizeof(float) || m->h.version_seen > (uint64_t)sv->version) {
-    sv->refused++;
-    return;
-  }
-  int64_t lag = sv->version - (int64_t)m->h.version_seen;
-  if (sv->applied[m->h.step]) {
-    sv->duplicates++;
-  } else if (sv->job.max_staleness >= 0 && lag > sv->job.max_staleness) {
-    sv->stale++; /* bounded delay: computed from variables too old; pull and recompute */
-    applied = 2;
-  } else {
-    st_net *net = &sv->model->net;
-    const float *g = (const float *)m->payload;
-    for (int i = 0; i < sv->layout.nvars; i++) {
-      const ps_var *v = &sv->layout.vars[i];
-      if (v->ps != me) continue;
-      float *slots[4];
-      for (int k = 0; k < net->n_slots; k++) slots[k] = net->slots[k] + v->offset;
-      st_optimizer_apply(&net->optimizer, net->be_ctx, sv->version, v->size,
-                         net->params + v->offset, g, slots);
-      g += v->size;
-    }
-    sv->staleness_sum += (double)lag;
-    if (lag > sv->staleness_max) sv->staleness_max = lag;
-    sv->applied[m->h.step] = 1;
-    sv->version++;
-    sv->napplied++;
-    applied = 1;
-  }
-  reply(sv, m, ST_PS_MSG_ACK, m->h.closure, m->h.step, &applied, 1);
-}
-
-static void ps_stats(server *sv, const st_ps_msg *m) {
-  st_ps_counters c = st__ps_socket_counters(sv->sock);
-  int64_t dropped = 0;
-  for (int i = 1; i < ST_PS_DROP_COUNT; i++) dropped += c.dropped[i];
-  uint8_t p[9 * 8];
-  double mean = sv->napplied ? sv->staleness_sum / (double)sv->napplied : 0;
-  uint64_t mean_bits;
-  memcpy(&mean_bits, &mean, 8);
-  uint64_t v[9] = {(uint64_t)sv->napplied, (uint64_t)sv->duplicates, (uint64_t)sv->refused,
-                   (uint64_t)dropped, mean_bits, (uint64_t)sv->staleness_max,
-                   (uint64_t)st__ps_transport_refused(sv->t), (uint64_t)sv->stale,
-                   (uint64_t)sv->rolled_back};
-  for (int i = 0; i < 9; i++) ps_put_u64(p + 8 * i, v[i]);
-  reply(sv, m, ST_PS_MSG_STATS_OK, 0, 0, p, sizeof p);
-}
-
-/* SNAPSHOT: the variables, then each optimizer slot, of this ps (packed). */
-static void ps_snapshot(server *sv, const st_ps_msg *m) {
-  int me = sv->cluster.self_index;
-  st_net *net = &sv->model->net;
-  size_t n = sv->layout.ps_floats[me], ns = (size_t)net->n_slots;
-  float *buf = malloc((n * (1 + ns) + 1) * sizeof(float));
-  if (!buf) {
-    reply(sv, m, ST_PS_MSG_ERROR, 0, 0, "out of memory", 13);
-    return;
-  }
-  ps_pack(&sv->layout, me, net->params, buf);
-  for (size_t k = 0; k < ns; k++) ps_pack(&sv->layout, me, net->slots[k], buf + n * (1 + k));
-  reply(sv, m, ST_PS_MSG_SNAPSHOT_OK, (uint64_t)sv->napplied, (uint64_t)sv->version, buf,
-        n * (1 + ns) * sizeof(float));
-  free(buf);
-}
-
-/* RESTORE: variables and slots of a backup; steps below the backup's count
- * as applied, the others not; closures of older generations are void. */
-static void ps_restore(server *sv, const st_ps_msg *m) {
-  int me = sv->cluster.self_index;
-  st_net *net = &sv->model->net;
-  size_t n = sv->layout.ps_floats[me], ns = (size_t)net->n_slots;
-  if (m->h.payload_len != n * (1 + ns) * sizeof(float) || m->h.step > (uint64_t)sv->job.total_steps) {
-    const char *e = "RESTORE of the wrong size or step";
-    reply(sv, m, ST_PS_MSG_ERROR, 0, 0, e, strlen(e));
-    return;
-  }
-  const float *buf = (const float *)m->payload;
-  ps_unpack(&sv->layout, me, buf, net->params);
-  for (size_t k = 0; k < ns; k++) ps_unpack(&sv->layout, me, buf + n * (1 + k), net->slots[k]);
-  int64_t b = (int64_t)m->h.step;
-  if (sv->napplied > b) sv->rolled_back += sv->napplied - b;
-  for (int64_t i = 0; i < sv->job.total_steps; i++) sv->applied[i] = i < b;
-  sv->version = sv->napplied = b;
-  sv->generation = m->h.closure;
-  fprintf(stderr, "strata server: ps:%d: restored from the backup at step %lld (generation %llu)\n", me,
-          (long long)b, (unsigned long long)sv->generation);
-  reply(sv, m, ST_PS_MSG_RESTORE_OK, m->h.closure, m->h.step, NULL, 0);
-}
-
-/* ---- worker ---- */
-
-static st_status worker_connect(server *sv) {
-  int nps = sv->cluster.count[ST_PS_PS];
-  sv->ps_socks = calloc((size_t)nps, sizeof *sv->ps_socks);
-  if (!sv->ps_socks) return st_error(ST_ERR_NOMEM, "out of memory");
-  for (int p = 0; p < nps; p++) {
-    st_status s = st__ps_connect(sv->t, st__ps_cluster_task(&sv->cluster, ST_PS_PS, p), &sv->ps_socks[p]);
-    if (s != ST_OK) return s;
-  }
-  return ST_OK;
-}
-
-/* The batch of indices idx[0..n) of the training set into sv->x, sv->y. */
-static void gather(server *sv, const uint8_t *idx, int n) {
-  const st_tensor *tx = &sv->data.raw.train_x, *ty = &sv->data.raw.train_y;
-  size_t per = st_tensor_count(tx) / (size_t)tx->dims[0];
-  for (int i = 0; i < n; i++) {
-    uint32_t k = (uint32_t)ps_get_u64(idx + 8 * i);
-    float *dst = sv->x + (size_t)i * per;
-    if (tx->dtype == ST_U8)
-      for (size_t e = 0; e < per; e++) dst[e] = ((const uint8_t *)tx->data)[k * per + e] * (1.0f / 255.0f);
-    else
-      memcpy(dst, (const float *)tx->data + k * per, per * sizeof(float));
-    sv->y[i] = ((const uint8_t *)ty->data)[k];
-  }
-}
-
-/* One request to ps p and its reply of `type` whose closure field is
- * `closure` (and, for ACK, whose step is `step`): the request is sent again
- * every 0.2 s until then (a frame may be lost: the ps answers a repeated
- * PULL again and acknowledges a repeated PUSH as a duplicate), for up to the
- * job's coordinator timeout (then the ps is lost). Replies to earlier
- * requests are skipped. */
-static st_status request(server *sv, int p, st_ps_header *h, const void *payload, size_t len, int type,
-                         uint64_t closure, uint64_t step, st_ps_msg *m) {
-  st_ps_socket *s = sv->ps_socks[p];
-  double deadline = st_now_seconds() + sv->job.coordinator_timeout, resend = 0;
-  while (st_now_seconds() < deadline && !g_stop) {
-    if (st_now_seconds() >= resend) {
-      st_ps_header copy = *h;
-      st_status st = st__ps_send(s, NULL, &copy, payload, len, 5000);
-      if (st != ST_OK) return st;
-      resend = st_now_seconds() + 0.2;
-    }
-    if (st__ps_recv(s, sv->job.job_id, 50, m) != ST_OK) continue;
-    bool from_p = m->h.sender_role == ST_PS_PS && m->h.sender_index == p;
-    bool mine = m->h.closure == closure && (type != ST_PS_MSG_ACK || m->h.step == step);
-    if (from_p && mine && m->h.type == type) return ST_OK;
-    if (from_p && mine && m->h.type == ST_PS_MSG_ERROR) {
-      st_status e = st_error(ST_ERR_PEER, "ps:%d: %.*s", p, (int)m->h.payload_len, (const char *)m->payload);
-      st__ps_msg_free(m);
-      return e;
-    }
-    st__ps_msg_free(m);
-  }
-  return st_error(ST_ERR_TIMEOUT, "ps:%d did not answer %s within %.0f s", p, st__ps_msg_name(type),
-                  sv->job.coordinator_timeout);
-}
-
-/* Pull every ps's variables into the net; versions[p] = their versions. */
-static st_status pull_all(server *sv, uint64_t *versions) {
-  int nps = sv->cluster.count[ST_PS_PS];
-  for (int p = 0; p < nps; p++) {
-    st_ps_header h = ps_header(&sv->cluster, sv->job.job_id, sv->incarnation, ST_PS_MSG_PULL);
-    h.closure = ++sv->pull_id; /* echoed by the ps: tells this pull's answer from older ones */
-    st_ps_msg m;
-    st_status s = request(sv, p, &h, NULL, 0, ST_PS_MSG_PULL_OK, h.closure, 0, &m);
-    if (s != ST_OK) return s;
-    bool ok = m.h.payload_len == sv->layout.ps_floats[p] * sizeof(float);
-    if (ok) ps_unpack(&sv->layout, p, (const float *)m.payload, sv->model->net.params);
-    versions[p] = m.h.step;
-    st__ps_msg_free(&m);
-    if (!ok) return st_error(ST_ERR_FORMAT, "ps:%d sent variables of the wrong size", p);
-  }
-  return ST_OK;
-}
-
-/* Push each ps its part of the gradients of global step `step`; wait for the
- * ACKs. *stale: a ps refused them as over --max-staleness (recompute). */
-static st_status push_all(server *sv, uint64_t closure, uint64_t step, const uint64_t *versions,
-                          bool *stale) {
-  *stale = false;
-  int nps = sv->cluster.count[ST_PS_PS];
-  for (int p = 0; p < nps; p++) {
-    ps_pack(&sv->layout, p, sv->rep->grads, sv->packed);
-    st_ps_header h = ps_header(&sv->cluster, sv->job.job_id, sv->incarnation, ST_PS_MSG_PUSH);
-    h.closure = closure, h.step = step, h.version_seen = versions[p];
-    st_ps_msg m;
-    st_status s = request(sv, p, &h, sv->packed, sv->layout.ps_floats[p] * sizeof(float), ST_PS_MSG_ACK,
-                          closure, step, &m);
-    if (s != ST_OK) return s;
-    if (m.h.payload_len == 1 && m.payload[0] == 2) *stale = true;
-    if (m.h.payload_len == 1 && m.payload[0] == 3) sv->abandoned = true;
-    st__ps_msg_free(&m);
-    /* test hook: kill -9 or SIGSTOP this worker after the first ps applied
-     * this step, before the others did (a closure applied in part) */
-    if (sv->fault_sig && step == (uint64_t)sv->fault_step && p == 0) {
-      int sig = sv->fault_sig;
-      sv->fault_sig = 0;
-      fprintf(stderr, "strata server: worker:%d: test hook: %s at step %lld\n", sv->cluster.self_index,
-              sig == SIGKILL ? "SIGKILL" : "SIGSTOP", (long long)step);
-      raise(sig);
-    }
-  }
-  return ST_OK;
-}
-
-/* One step: forward, metrics, backward, push. sums: loss, examples, correct,
- * metric count, staleness sum, staleness max. */
-static st_status worker_step(server *sv, uint64_t closure, uint64_t step, const uint8_t *idx, int n,
-                             double *sums) {
-  uint64_t versions[ST_PS_MAX_TASKS];
-  gather(sv, idx, n);
-  st_net *net = &sv->model->net;
-  st_status s = st__net_check_labels(net, sv->y, n, 0);
-  /* with --max-staleness a ps may refuse gradients of too old variables:
-   * pull fresh ones and compute again (a ps that applied the step already
-   * skips the repeat) */
-  for (int attempt = 0; s == ST_OK && attempt < 100000; attempt++) {
-    if ((s = pull_all(sv, versions)) != ST_OK) return s;
-    const float *out = st__replica_forward(net, sv->rep, sv->x, n, true, (int64_t)step);
-    st_step_stats st = {0};
-    st__step_metrics(net, out, sv->y, n, &st);
-    double loss = st__replica_loss_backward(net, sv->rep, sv->x, sv->y, n, n, (int64_t)step, NULL, NULL);
-    if (sv->step_delay_ms > 0) usleep((useconds_t)sv->step_delay_ms * 1000);
-    bool stale = false;
-    if ((s = push_all(sv, closure, step, versions, &stale)) != ST_OK || stale) continue;
-    if (sv->abandoned) return ST_OK; /* the job rolled back past this closure */
-    sums[0] += loss, sums[1] += n, sums[2] += (double)st.correct, sums[3] += (double)st.metric_count;
-    return ST_OK;
-  }
-  return s != ST_OK ? s : st_error(ST_ERR_INTERNAL, "step %llu: stale 100000 times", (unsigned long long)step);
-}
-
-/* RUN: u64 nsteps, then per step u64 global step, u64 n, n x u64 index. */
-static void worker_run(server *sv, const st_ps_msg *m) {
-  const uint8_t *p = m->payload, *end = m->payload + m->h.payload_len;
-  double sums[6] = {0};
-  st_status s = ST_OK;
-  uint64_t nsteps = m->h.payload_len >= 8 ? ps_get_u64(p) : 0;
-  p += 8;
-  sv->abandoned = false;
-  int64_t n_train = sv->data.n_train;
-  for (uint64_t i = 0; i < nsteps && s == ST_OK && !sv->abandoned; i++) {
-    if (end - p < 16) goto bad;
-    uint64_t step = ps_get_u64(p), n = ps_get_u64(p + 8);
-    p += 16;
-    if (n == 0 || n > (uint64_t)sv->job.batch || (uint64_t)(end - p) / 8 < n) goto bad;
-    for (uint64_t k = 0; k < n; k++)
-      if (ps_get_u64(p + 8 * k) >= (uint64_t)n_train) goto bad;
-    s = worker_step(sv, m->h.closure, step, p, (int)n, sums);
-    p += 8 * n;
-  }
-  if (s != ST_OK) {
-    const char *e = st_last_error();
-    /* step: the status (ST_ERR_TIMEOUT: a ps did not answer; the chief decides) */
-    reply(sv, m, ST_PS_MSG_ERROR, m->h.closure, (uint64_t)s, e, strlen(e));
-    fprintf(stderr, "strata server: worker:%d: %s\n", sv->cluster.self_index, e);
-    if (s == ST_ERR_PEER) g_stop = 2; /* refused (fenced): a ps that does not answer is the chief's call */
-    return;
-  }
-  if (sv->abandoned) { /* the chief rolled back to a backup: it no longer waits for this closure */
-    fprintf(stderr, "strata server: worker:%d: closure %llx abandoned (the job rolled back to a backup)\n",
-            sv->cluster.self_index, (unsigned long long)m->h.closure);
-    return;
-  }
-  uint8_t out[4 * 8];
-  for (int k = 0; k < 4; k++) ps_put_u64(out + 8 * k, (uint64_t)sums[k]);
-  uint64_t lb;
-  memcpy(&lb, &sums[0], 8);
-  ps_put_u64(out, lb);
-  reply(sv, m, ST_PS_MSG_DONE, m->h.closure, m->h.step, out, sizeof out);
-  return;
-bad:
-  reply(sv, m, ST_PS_MSG_ERROR, m->h.closure, 0, "malformed RUN", 13);
-}
-
-/* ---- heartbeats (worker or ps -> chief), on their own thread and socket ---- */
-typedef struct heartbeat {
-  server *sv;
-  pthread_t th;
-  atomic_bool stop;
-  atomic_bool fenced; /* the chief answered FENCE: it declared us lost */
-  bool running;
-} heartbeat;
-
-static void *heartbeat_main(void *arg) {
-  heartbeat *hb = arg;
-  server *sv = hb->sv;
-  st_ps_socket *s = NULL;
-  if (st__ps_connect(sv->t, st__ps_cluster_task(&sv->cluster, ST_PS_CHIEF, 0), &s) != ST_OK) return NULL;
-  int ms = (int)(sv->job.heartbeat_interval * 1000.0);
-  if (ms < 10) ms = 10;
-  while (!atomic_load(&hb->stop)) {
-    st_ps_header h = ps_header(&sv->cluster, sv->job.job_id, sv->incarnation, ST_PS_MSG_HEARTBEAT);
-    st__ps_send(s, NULL, &h, NULL, 0, 0);
-    st_ps_msg m;
-    while (st__ps_recv(s, sv->job.job_id, 0, &m) == ST_OK) {
-      if (m.h.type == ST_PS_MSG_FENCE && m.h.sender_role == ST_PS_CHIEF) atomic_store(&hb->fenced, true);
-      st__ps_msg_free(&m);
-    }
-    for (int slept = 0; slept < ms && !atomic_load(&hb->stop); slept += 10) usleep(10000);
-  }
-  st__ps_socket_close(s);
-  return NULL;
-}
-
-/* ---- JOB ---- */
-
-static st_status setup_job(server *sv) {
-  st_status s = ps_build_model(&sv->job, &sv->strategy, &sv->model);
-  if (s == ST_OK) s = ps_layout_make(&sv->model->net, sv->cluster.count[ST_PS_PS], &sv->job, &sv->layout);
-  if (s != ST_OK) return s;
-  size_t maxf = 0;
-  for (int p = 0; p < sv->layout.nps; p++)
-    if (sv->layout.ps_floats[p] > maxf) maxf = sv->layout.ps_floats[p];
-  sv->packed = malloc((maxf ? maxf : 1) * sizeof(float));
-  if (!sv->packed) return st_error(ST_ERR_NOMEM, "out of memory");
-  if (sv->cluster.self_role == ST_PS_PS) {
-    sv->applied = calloc((size_t)sv->job.total_steps, 1);
-    return sv->applied ? ST_OK : st_error(ST_ERR_NOMEM, "out of memory");
-  }
-  int rc = cli_load_data("server", sv->job.data, sv->job.val_split, sv->job.train_examples,
-                         (int)sv->job.batch, (uint64_t)sv->job.seed, false, &sv->data);
-  if (rc) return st_error(ST_ERR_INVALID, "--data %s: cannot load the training data", sv->job.data);
-  sv->have_data = true;
-  if (cli_match_model_input("server", &sv->data, st_model_input_shape(sv->model)) != EXIT_OK)
+static st_status load_data(void *user, const st_ps_data_request *r, const st_tensor **x, const st_tensor **y,
+                           int64_t *n_train) {
+  server_data *sd = user;
+  if (sd->loaded) cli_free_data(&sd->d), sd->loaded = false;
+  int rc = cli_load_data("server", r->spec, r->val_split, r->train_examples, (int)r->batch, r->seed, false, &sd->d);
+  if (rc) return st_error(ST_ERR_INVALID, "--data %s: cannot load the training data", r->spec);
+  sd->loaded = true;
+  if (cli_match_model_input("server", &sd->d, r->input) != EXIT_OK)
     return st_error(ST_ERR_INVALID, "the data does not fit the model");
-  const st_tensor *tx = &sv->data.raw.train_x;
-  size_t per = st_tensor_count(tx) / (size_t)tx->dims[0];
-  sv->x = malloc((size_t)sv->job.batch * per * sizeof(float));
-  sv->y = malloc((size_t)sv->job.batch * sizeof(float));
-  if (!sv->x || !sv->y) return st_error(ST_ERR_NOMEM, "out of memory");
-  st_net *net = &sv->model->net;
-  s = st__replica_create(net, net->be, 0, (int)sv->job.batch, net->params, net->state, &sv->rep);
-  return s == ST_OK ? worker_connect(sv) : s;
-}
-
-static void handle(server *sv, st_ps_msg *m, heartbeat *hb) {
-  if (m->h.sender_role == ST_PS_CHIEF) sv->chief_seen = st_now_seconds();
-  bool chief = m->h.sender_role == ST_PS_CHIEF;
-  if ((m->h.type == ST_PS_MSG_JOB || m->h.type == ST_PS_MSG_STOP || m->h.type == ST_PS_MSG_STATS) && !chief)
-    return; /* only the chief starts, stops or asks for the counters */
-  switch (m->h.type) {
-    case ST_PS_MSG_JOB: {
-      if (sv->have_job) { /* the chief again (same job): confirm */
-        reply(sv, m, ST_PS_MSG_JOB_OK, 0, 0, NULL, 0);
-        break;
-      }
-      st_status s = ps_job_decode((const char *)m->payload, m->h.payload_len, &sv->job);
-      if (s == ST_OK) s = setup_job(sv);
-      if (s != ST_OK) {
-        const char *e = st_last_error();
-        fprintf(stderr, "strata server: %s:%d: %s\n", st__ps_role_name(sv->cluster.self_role),
-                sv->cluster.self_index, e);
-        reply(sv, m, ST_PS_MSG_ERROR, 0, 0, e, strlen(e));
-        g_stop = 2;
-        break;
-      }
-      sv->have_job = true;
-      hb->sv = sv; /* workers and ps: the chief detects a lost ps too */
-      hb->running = pthread_create(&hb->th, NULL, heartbeat_main, hb) == 0;
-      reply(sv, m, ST_PS_MSG_JOB_OK, 0, 0, NULL, 0);
-      break;
-    }
-    case ST_PS_MSG_STOP: g_stop = 1; break;
-    case ST_PS_MSG_HEARTBEAT: break;
-    case ST_PS_MSG_PULL: if (sv->have_job && sv->applied) ps_pull(sv, m); break;
-    case ST_PS_MSG_PUSH: if (sv->have_job && sv->applied) ps_push(sv, m); break;
-    case ST_PS_MSG_FENCE:
-      if (sv->applied && m->h.sender_role == ST_PS_CHIEF && m->h.closure < ST_PS_MAX_TASKS)
-        sv->fenced[m->h.closure] = (uint32_t)m->h.step;
-      break;
-    case ST_PS_MSG_STATS: if (sv->have_job && sv->applied) ps_stats(sv, m); break;
-    case ST_PS_MSG_SNAPSHOT: if (chief && sv->have_job && sv->applied) ps_snapshot(sv, m); break;
-    case ST_PS_MSG_RESTORE: if (chief && sv->have_job && sv->applied) ps_restore(sv, m); break;
-    case ST_PS_MSG_RUN:
-      if (sv->have_job && sv->rep && m->h.sender_role == ST_PS_CHIEF) worker_run(sv, m);
-      break;
-    default: break;
-  }
-  /* the time spent handling it (a closure, loading the data) is not silence */
-  if (m->h.sender_role == ST_PS_CHIEF) sv->chief_seen = st_now_seconds();
-}
-
-/* Frames this server dropped, by reason, on stderr (none: nothing). */
-static void log_drops(server *sv) {
-  char why[512];
-  int64_t n = ps_drops_text(st__ps_socket_counters(sv->sock), why, sizeof why);
-  if (n)
-    fprintf(stderr, "strata server: %s:%d: %lld frames dropped (%s)\n", st__ps_role_name(sv->cluster.self_role),
-            sv->cluster.self_index, (long long)n, why);
-}
-
-static int serve(server *sv, double job_timeout) {
-  heartbeat hb;
-  memset(&hb, 0, sizeof hb);
-  double start = st_now_seconds();
-  int rc = EXIT_OK;
-  int64_t refused_logged = 0;
-  while (!g_stop) {
-    int64_t refused = st__ps_transport_refused(sv->t);
-    if (refused > refused_logged) { /* N3: refused peers are logged */
-      fprintf(stderr, "strata server: %s:%d: refused %lld connection(s) whose CURVE key is not in "
-              "the cluster's allow-list\n", st__ps_role_name(sv->cluster.self_role),
-              sv->cluster.self_index, (long long)(refused - refused_logged));
-      refused_logged = refused;
-    }
-    st_ps_msg m;
-    if (st__ps_recv(sv->sock, sv->have_job ? sv->job.job_id : 0, 200, &m) == ST_OK) {
-      handle(sv, &m, &hb);
-      st__ps_msg_free(&m);
-    }
-    double now = st_now_seconds();
-    if (atomic_load(&hb.fenced)) {
-      fprintf(stderr, "strata server: worker:%d: the chief declared this worker lost (missed "
-              "heartbeats: stopped or too slow): exiting\n", sv->cluster.self_index);
-      rc = EXIT_PEER;
-      break;
-    }
-    if (!sv->have_job && now - start > job_timeout) {
-      fprintf(stderr, "strata server: no JOB from the chief within %.0f s\n", job_timeout);
-      rc = EXIT_PEER;
-      break;
-    }
-    if (sv->have_job && now - sv->chief_seen > sv->job.coordinator_timeout) {
-      fprintf(stderr, "strata server: %s:%d: the chief has been silent for %.1f s (coordinator "
-              "timeout): exiting\n", st__ps_role_name(sv->cluster.self_role),
-              sv->cluster.self_index, now - sv->chief_seen);
-      rc = EXIT_PEER;
-      break;
-    }
-  }
-  if (g_stop == 2) rc = EXIT_PEER;
-  log_drops(sv);
-  if (hb.running) {
-    atomic_store(&hb.stop, true);
-    pthread_join(hb.th, NULL);
-  }
-  return rc;
-}
-
-static void server_free(server *sv) {
-  int nps = sv->cluster.count[ST_PS_PS];
-  for (int p = 0; sv->ps_socks && p < nps; p++) st__ps_socket_close(sv->ps_socks[p]);
-  free(sv->ps_socks);
-  st__ps_socket_close(sv->sock);
-  st__ps_transport_destroy(sv->t);
-  st__replica_destroy(sv->rep);
-  free(sv->x), free(sv->y), free(sv->packed), free(sv->applied);
-  ps_layout_free(&sv->layout);
-  st_model_destroy(sv->model);
-  st_strategy_destroy(sv->strategy);
-  if (sv->have_data) cli_free_data(&sv->data);
-  st__ps_cluster_free(&sv->cluster);
+  *x = &sd->d.raw.train_x, *y = &sd->d.raw.train_y, *n_train = sd->d.n_train;
+  return ST_OK;
 }
 
 int cmd_server(int argc, char **argv) {
@@ -555,43 +57,30 @@ int cmd_server(int argc, char **argv) {
       !cli_float("server", "--job-timeout", v, 0.1, 1e6, &job_timeout))
     return EXIT_USAGE;
   if (!keys) keys = getenv("STRATA_KEYS");
-  server sv;
-  memset(&sv, 0, sizeof sv);
-  if ((rc = ps_load_cluster("server", cli_get(server_opts, NSERVER, "--cluster"),
-                            cli_get(server_opts, NSERVER, "--task"), &sv.cluster)))
-    return rc;
-  if (sv.cluster.self_role == ST_PS_CHIEF) {
+  st_ps_cluster cluster; /* checked here first: the CLI's messages and exit codes */
+  const char *file = cli_get(server_opts, NSERVER, "--cluster"), *task = cli_get(server_opts, NSERVER, "--task");
+  if ((rc = ps_load_cluster("server", file, task, &cluster))) return rc;
+  st_ps_role role = cluster.self_role;
+  st__ps_cluster_free(&cluster);
+  if (role == ST_PS_CHIEF) {
     fprintf(stderr, "strata server: task chief: the chief runs 'strata train --strategy "
             "parameter_server', not 'strata server'\n");
-    st__ps_cluster_free(&sv.cluster);
     return EXIT_USAGE;
   }
-  char kind[8];
-  int fw;
-  long long fs;
-  if (sv.cluster.self_role == ST_PS_WORKER && (v = getenv("STRATA_PS_TEST_FAULT")) &&
-      sscanf(v, "%7[a-z]:%d:%lld", kind, &fw, &fs) == 3 && fw == sv.cluster.self_index) {
-    sv.fault_sig = !strcmp(kind, "kill") ? SIGKILL : !strcmp(kind, "stop") ? SIGSTOP : 0;
-    sv.fault_step = fs;
-  }
-  if ((v = getenv("STRATA_PS_TEST_STEP_DELAY_MS"))) sv.step_delay_ms = atoi(v);
   if (insecure)
     fprintf(stderr, "strata server: warning: --insecure: no encryption or authentication; any "
             "process that reaches this port can change the model\n");
-  sv.incarnation = (uint32_t)ps_random_u64() | 1u; /* never 0: 0 means "not fenced" */
-  st_ps_transport_options to = {&sv.cluster, keys, insecure, 0, getenv("STRATA_PS_TEST_NET")};
-  st_status s = st__ps_transport_create(&to, &sv.t);
-  if (s == ST_OK)
-    s = st__ps_listen(sv.t, st__ps_cluster_task(&sv.cluster, sv.cluster.self_role, sv.cluster.self_index),
-                      &sv.sock);
-  if (s != ST_OK) {
-    rc = cli_fail("server", s);
-    server_free(&sv);
-    return rc;
-  }
+  server_data sd;
+  memset(&sd, 0, sizeof sd);
+  st_ps_server_options o = st_ps_server_default_options();
+  o.cluster_file = file, o.task = task, o.keys_dir = keys, o.insecure = insecure, o.job_timeout = job_timeout;
+  o.data = load_data, o.data_user = &sd;
+  o.on_message = on_message, o.should_stop = should_stop;
   signal(SIGTERM, on_signal);
   signal(SIGINT, on_signal);
-  rc = serve(&sv, job_timeout);
-  server_free(&sv);
+  st_status s = st_ps_server_run(&o);
+  if (s == ST_ERR_PEER) rc = EXIT_PEER; /* its line went to on_message */
+  else if (s != ST_OK) rc = cli_fail("server", s);
+  if (sd.loaded) cli_free_data(&sd.d);
   return rc;
 }

@@ -9,4 +9,5 @@
 #include "strata/data.h"
 #include "strata/distribute.h"
 #include "strata/train.h"
+#include "strata/ps.h"
 #endif

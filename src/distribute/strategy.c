@@ -170,10 +170,11 @@ st_status st_strategy_create(const st_strategy_options *o, st_strategy **out) {
       break;
     case ST_STRATEGY_PARAMETER_SERVER:
       return st_error(ST_ERR_NOT_BUILT,
-                      "strategy '%s' is not available through the C API in this version of "
-                      "Strata: run it with the CLI (strata launch, strata server, strata train "
-                      "--strategy parameter_server); one_device, mirrored, central_storage and "
-                      "multi_worker_mirrored are",
+                      "strategy '%s' is not available through st_strategy_create in this version of "
+                      "Strata: its C API is strata/ps.h (st_ps_train on the chief, st_ps_server_run on "
+                      "workers and ps, st_ps_coordinator_* for custom loops), or the CLI (strata launch, "
+                      "strata server, strata train --strategy parameter_server); one_device, mirrored, "
+                      "central_storage and multi_worker_mirrored are",
                       st_strategy_kind_name(o->kind));
     default:
       return st_error(ST_ERR_INVALID, "strategy kind %d out of range", (int)o->kind);

@@ -1,6 +1,7 @@
-/* What the parameter-server processes share: the job description (encoded
- * as key=value lines for the JOB message), the model built from it, the
- * placement of variables on the ps tasks, and the cluster loading. */
+/* What the parameter-server tasks share (train/ps_job.h; moved from the
+ * CLI's tools/ps_job.c): the job description (encoded as key=value lines for
+ * the JOB message), the model built from it, the placement of variables on
+ * the ps tasks. */
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -9,19 +10,20 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ps.h"
+#include "model/model.h"
+#include "train/ps_job.h"
 
-void ps_put_u64(uint8_t *p, uint64_t v) {
+void st__ps_put_u64(uint8_t *p, uint64_t v) {
   for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
-uint64_t ps_get_u64(const uint8_t *p) {
+uint64_t st__ps_get_u64(const uint8_t *p) {
   uint64_t v = 0;
   for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
   return v;
 }
 
-uint64_t ps_random_u64(void) {
+uint64_t st__ps_random_u64(void) {
   uint64_t v = 0;
   int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
   if (fd >= 0) {
@@ -32,7 +34,7 @@ uint64_t ps_random_u64(void) {
   return v ? v : 1;
 }
 
-char *ps_job_encode(const ps_job *j) {
+char *st__ps_job_encode(const st__ps_job *j) {
   const st_optimizer_options *o = &j->opt;
   char *s = NULL;
   size_t len = 0;
@@ -69,7 +71,7 @@ static bool decode_opt(const char *v, st_optimizer_options *o) {
   return true;
 }
 
-static bool decode_line(const char *k, const char *v, ps_job *j) {
+static bool decode_line(const char *k, const char *v, st__ps_job *j) {
   char *end = NULL;
 #define I64(name) if (!strcmp(k, #name)) return (j->name = strtoll(v, &end, 10)), *end == '\0' && j->name >= 0
 #define F64(name) if (!strcmp(k, #name)) return (j->name = strtod(v, &end)), *end == '\0' && j->name >= 0
@@ -94,7 +96,7 @@ static bool decode_line(const char *k, const char *v, ps_job *j) {
   return false;
 }
 
-st_status ps_job_decode(const char *text, size_t len, ps_job *j) {
+st_status st__ps_job_decode(const char *text, size_t len, st__ps_job *j) {
   memset(j, 0, sizeof *j);
   char *copy = malloc(len + 1);
   if (!copy) return st_error(ST_ERR_NOMEM, "out of memory");
@@ -122,7 +124,7 @@ st_status ps_job_decode(const char *text, size_t len, ps_job *j) {
   return s;
 }
 
-st_status ps_build_model(const ps_job *j, st_strategy **strategy, st_model **model) {
+st_status st__ps_build_model(const st__ps_job *j, st_strategy **strategy, st_model **model) {
   *strategy = NULL, *model = NULL;
   st_strategy_options so = st_strategy_default_options(ST_STRATEGY_ONE_DEVICE);
   so.threads = 1;
@@ -131,7 +133,8 @@ st_status ps_build_model(const ps_job *j, st_strategy **strategy, st_model **mod
   st_model_options mo = st_model_default_options(st_shape3(28, 28, 1));
   mo.seed = (uint64_t)j->seed;
   mo.strategy = *strategy;
-  if (cli_is_json_model(j->model)) {
+  size_t mlen = strlen(j->model);
+  if (mlen > 5 && !strcmp(j->model + mlen - 5, ".json")) { /* a Keras model file */
     mo.name = NULL;
     s = st_model_from_keras_json(j->model, &mo, model);
   } else {
@@ -143,15 +146,11 @@ st_status ps_build_model(const ps_job *j, st_strategy **strategy, st_model **mod
   bool softmax = nl && st_layer_output_activation(st_model_layer(*model, nl - 1)) == ST_ACT_SOFTMAX;
   co.loss = softmax ? ST_LOSS_SPARSE_CE : ST_LOSS_SPARSE_CE_LOGITS;
   co.optimizer = j->opt;
-  if ((s = st_model_compile(*model, &co)) != ST_OK) return s;
-  if ((*model)->net.n_state)
-    return st_error(ST_ERR_INVALID, "parameter_server: models with non-trainable variables "
-                    "(BatchNormalization) are not supported yet");
-  return ST_OK;
+  return st_model_compile(*model, &co); /* non-trainable state (BatchNormalization): on ps 0 */
 }
 
 /* Shards of a variable of d0 rows and `bytes` bytes. */
-static int64_t shard_count(const ps_job *j, int nps, int64_t d0, int64_t bytes) {
+static int64_t shard_count(const st__ps_job *j, int nps, int64_t d0, int64_t bytes) {
   int64_t k = 1;
   if (j && j->ps_shards > 0) k = j->ps_shards;
   if (j && j->ps_min_shard_bytes > 0) {
@@ -162,7 +161,7 @@ static int64_t shard_count(const ps_job *j, int nps, int64_t d0, int64_t bytes) 
   return k < 1 ? 1 : k;
 }
 
-st_status ps_layout_make(const st_net *net, int nps, const ps_job *j, ps_layout *out) {
+st_status st__ps_layout_make(const st_net *net, int nps, const st__ps_job *j, st__ps_layout *out) {
   memset(out, 0, sizeof *out);
   int64_t n = 0;
   for (int i = 0; i < net->nlayers; i++)
@@ -174,10 +173,11 @@ st_status ps_layout_make(const st_net *net, int nps, const ps_job *j, ps_layout 
   out->vars = calloc((size_t)(n ? n : 1), sizeof *out->vars);
   out->ps_floats = calloc((size_t)nps, sizeof *out->ps_floats);
   if (!out->vars || !out->ps_floats) {
-    ps_layout_free(out);
+    st__ps_layout_free(out);
     return st_error(ST_ERR_NOMEM, "out of memory");
   }
   out->nps = nps;
+  out->n_state = net->n_state;
   for (int i = 0; i < net->nlayers; i++)
     for (int p = 0; p < net->layers[i]->nparams; p++) {
       const st_param_spec *ps = &net->layers[i]->params[p];
@@ -188,7 +188,7 @@ st_status ps_layout_make(const st_net *net, int nps, const ps_job *j, ps_layout 
       size_t row = size / (size_t)d0;
       for (int64_t s = 0; s < k; s++) { /* rows [d0*s/k, d0*(s+1)/k) */
         int64_t r0 = d0 * s / k, r1 = d0 * (s + 1) / k;
-        ps_var *v = &out->vars[out->nvars];
+        st__ps_var *v = &out->vars[out->nvars];
         v->offset = ps->offset + (size_t)r0 * row;
         v->size = (size_t)(r1 - r0) * row;
         v->ps = out->nvars % nps;
@@ -199,13 +199,13 @@ st_status ps_layout_make(const st_net *net, int nps, const ps_job *j, ps_layout 
   return ST_OK;
 }
 
-void ps_layout_free(ps_layout *l) {
+void st__ps_layout_free(st__ps_layout *l) {
   free(l->vars);
   free(l->ps_floats);
   memset(l, 0, sizeof *l);
 }
 
-void ps_pack(const ps_layout *l, int ps, const float *params, float *packed) {
+void st__ps_pack(const st__ps_layout *l, int ps, const float *params, float *packed) {
   for (int i = 0; i < l->nvars; i++)
     if (l->vars[i].ps == ps) {
       memcpy(packed, params + l->vars[i].offset, l->vars[i].size * sizeof(float));
@@ -213,7 +213,7 @@ void ps_pack(const ps_layout *l, int ps, const float *params, float *packed) {
     }
 }
 
-void ps_unpack(const ps_layout *l, int ps, const float *packed, float *params) {
+void st__ps_unpack(const st__ps_layout *l, int ps, const float *packed, float *params) {
   for (int i = 0; i < l->nvars; i++)
     if (l->vars[i].ps == ps) {
       memcpy(params + l->vars[i].offset, packed, l->vars[i].size * sizeof(float));
@@ -221,23 +221,7 @@ void ps_unpack(const ps_layout *l, int ps, const float *packed, float *params) {
     }
 }
 
-int ps_load_cluster(const char *cmd, const char *cluster_file, const char *task, st_ps_cluster *c) {
-  st_status s;
-  if (cluster_file || task) {
-    if (!cluster_file || !task) {
-      fprintf(stderr, "strata %s: --cluster and --task go together\n", cmd);
-      return EXIT_USAGE;
-    }
-    s = st__ps_cluster_parse_file(cluster_file, task, c);
-  } else {
-    s = st__ps_cluster_from_env(c);
-  }
-  if (s == ST_OK) return EXIT_OK;
-  fprintf(stderr, "strata %s: %s\n", cmd, st_last_error());
-  return s == ST_ERR_NOMEM ? EXIT_FAIL : EXIT_USAGE;
-}
-
-st_ps_header ps_header(const st_ps_cluster *c, uint64_t job_id, uint32_t incarnation, int type) {
+st_ps_header st__ps_make_header(const st_ps_cluster *c, uint64_t job_id, uint32_t incarnation, int type) {
   st_ps_header h;
   memset(&h, 0, sizeof h);
   h.type = (uint16_t)type;
@@ -248,7 +232,7 @@ st_ps_header ps_header(const st_ps_cluster *c, uint64_t job_id, uint32_t incarna
   return h;
 }
 
-int64_t ps_drops_text(st_ps_counters c, char *buf, size_t n) {
+int64_t st__ps_drops_text(st_ps_counters c, char *buf, size_t n) {
   int64_t total = 0;
   size_t at = 0;
   buf[0] = '\0';
