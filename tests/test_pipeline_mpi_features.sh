@@ -8,6 +8,10 @@
 #  - ModelCheckpoint (--checkpoint-dir, a collective now: every stage sends
 #    its share to the chief): the last checkpoint's weights and optimizer
 #    files are byte-identical to the one-process pipeline's;
+#  - --load-weights: each rank reads only its stage's tensors; the bytes of
+#    the one-process pipeline started from the same file;
+#  - a damaged backup (one byte of the last stage's slot data): every rank
+#    checks every CRC (streamed) and both exit 2 naming the same tensor;
 #  - EarlyStopping runs on every rank (global figures): both stop together;
 #  - resuming from --backup-dir after SIGKILL of the whole job: the same
 #    bytes as an uninterrupted run.
@@ -33,6 +37,23 @@ check "ModelCheckpoint: weights and slots byte-identical to one process" \
   "cmp -s $c1/weights.safetensors $c2/weights.safetensors && cmp -s $c1/optimizer.safetensors $c2/optimizer.safetensors"
 "$cli" evaluate --data a --model "$m" --weights two.st >eval 2>&1
 check "strata evaluate reads the 2 ranks' --save" "[ \$? -eq 0 ] && grep -q test_accuracy eval"
+
+"$cli" "${args[@]}" --epochs 1 --devices cpu:0,cpu:1 --load-weights two.st --save lw1.st >/dev/null
+run "$cli" "${args[@]}" --epochs 1 --load-weights two.st --save lw2.st >/dev/null
+check "--load-weights, 2 ranks: bit-identical to one process (and not the file's weights)" \
+  "[ \$? -eq 0 ] && cmp -s lw1.st lw2.st && ! cmp -s lw1.st two.st"
+mkdir bad && cp -r "$c2" bad/ && cp ck2/latest bad/ # latest names the last checkpoint
+python3 - "bad/$(basename "$c2")/optimizer.safetensors" <<'PY'
+import sys
+b = bytearray(open(sys.argv[1], "rb").read())
+b[-5] ^= 0x40  # the last slot tensor: the last stage's
+open(sys.argv[1], "wb").write(bytes(b))
+PY
+: >mpi.bad; timeout 120 mpirun -np 2 "$cli" "${args[@]}" --epochs 4 --backup-dir bad >/dev/null 2>mpi.bad
+rc=$?
+n=$(grep -c "optimizer.safetensors: tensor '[^']*': checksum mismatch (data damaged)" mpi.bad)
+check "damaged backup: exit 2, both ranks name the same tensor (rc $rc, $n lines)" \
+  "[ $rc -eq 2 ] && [ $n -eq 2 ] && [ \$(grep -o \"tensor '[^']*'\" mpi.bad | sort -u | wc -l) -eq 1 ]" || cat mpi.bad
 
 # under a sanitizer (CI's ASan/TSan passes, ~5x slower) the rest is left out
 if [ "${STRATA_SANITIZED:-0}" = 1 ]; then
