@@ -94,7 +94,9 @@ static st_status save_streamed(const st_model *m, const char *path) {
   if (!ts || !x.layer || !x.param || !x.buf) s = st_error(ST_ERR_NOMEM, "save_weights: out of memory");
   const char *keys[] = {"format", "model"};
   const char *vals[] = {"strata", m->name};
+  m->strategy->begin_vars(m->strategy, (st_net *)&m->net, false);
   if (s == ST_OK) s = st__safetensors_write_fetch(path, ts, n, keys, vals, 2, fetch_var, &x);
+  m->strategy->end_vars(m->strategy, (st_net *)&m->net, s); /* a failure stops the stages */
   free(ts), free(x.layer), free(x.param), free(x.buf);
   return s;
 }
