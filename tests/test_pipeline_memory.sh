@@ -9,7 +9,7 @@
 #    parameters and bytes it tried to allocate;
 #  - 2 pipeline stages under `mpirun -np 2` (each rank under the same limit)
 #    start from --load-weights (a file this script writes), train one Adam
-#    step, back up (--backup-dir, on /dev/shm when there is one: 1.6 GB) and
+#    step, back up (--backup-dir: 1.6 GB, on /dev/shm when it has room) and
 #    are killed (-9); the same command resumes from the backup, trains the
 #    second epoch's step, evaluates and --saves (every tensor, streamed to
 #    the chief one at a time: it never holds the model). Loading and
@@ -67,7 +67,10 @@ with open("init.st", "wb") as f:
             f.write(part)
             left -= len(part)
 PY
-shm=$(mktemp -d -p /dev/shm 2>/dev/null || mktemp -d -p "$tmp")
+# backups (2 x 1.6 GB at a time) and the save on /dev/shm when it has room
+# (no fsync to a disk; a container's default 64 MB /dev/shm has not), else $tmp
+free_kb=$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 {print $4}')
+if [ "${free_kb:-0}" -gt 5000000 ]; then shm=$(mktemp -d -p /dev/shm); else shm=$(mktemp -d -p "$tmp"); fi
 trap 'rm -rf "$tmp" "$shm"' EXIT
 cat >limit.sh <<'EOF2'
 #!/bin/sh
