@@ -8,6 +8,13 @@
 #  - ModelCheckpoint (--checkpoint-dir, a collective now: every stage sends
 #    its share to the chief): the last checkpoint's weights and optimizer
 #    files are byte-identical to the one-process pipeline's;
+#  - --load-weights: each rank reads only its stage's tensors; the bytes of
+#    the one-process pipeline started from the same file;
+#  - a damaged backup (one byte of the last stage's slot data): every rank
+#    checks every CRC (streamed) and both exit 2 naming the same tensor;
+#  - the chief unable to write --save (ulimit -f on rank 0): it exits 4
+#    naming the file, and tells the other stage, which exits 3 at once
+#    (saying the chief stopped the save) instead of after the timeout;
 #  - EarlyStopping runs on every rank (global figures): both stop together;
 #  - resuming from --backup-dir after SIGKILL of the whole job: the same
 #    bytes as an uninterrupted run.
@@ -33,6 +40,39 @@ check "ModelCheckpoint: weights and slots byte-identical to one process" \
   "cmp -s $c1/weights.safetensors $c2/weights.safetensors && cmp -s $c1/optimizer.safetensors $c2/optimizer.safetensors"
 "$cli" evaluate --data a --model "$m" --weights two.st >eval 2>&1
 check "strata evaluate reads the 2 ranks' --save" "[ \$? -eq 0 ] && grep -q test_accuracy eval"
+
+"$cli" "${args[@]}" --epochs 1 --devices cpu:0,cpu:1 --load-weights two.st --save lw1.st >/dev/null
+run "$cli" "${args[@]}" --epochs 1 --load-weights two.st --save lw2.st >/dev/null
+check "--load-weights, 2 ranks: bit-identical to one process (and not the file's weights)" \
+  "[ \$? -eq 0 ] && cmp -s lw1.st lw2.st && ! cmp -s lw1.st two.st"
+mkdir bad && cp -r "$c2" bad/ && cp ck2/latest bad/ # latest names the last checkpoint
+python3 - "bad/$(basename "$c2")/optimizer.safetensors" <<'PY'
+import sys
+b = bytearray(open(sys.argv[1], "rb").read())
+b[-5] ^= 0x40  # the last slot tensor: the last stage's
+open(sys.argv[1], "wb").write(bytes(b))
+PY
+: >mpi.bad; timeout 120 mpirun -np 2 "$cli" "${args[@]}" --epochs 4 --backup-dir bad >/dev/null 2>mpi.bad
+rc=$?
+n=$(grep -c "optimizer.safetensors: tensor '[^']*': checksum mismatch (data damaged)" mpi.bad)
+check "damaged backup: exit 2, both ranks name the same tensor (rc $rc, $n lines)" \
+  "[ $rc -eq 2 ] && [ $n -eq 2 ] && [ \$(grep -o \"tensor '[^']*'\" mpi.bad | sort -u | wc -l) -eq 1 ]" || cat mpi.bad
+
+cat >fsz.sh <<'EOF2'
+#!/bin/sh
+[ "$OMPI_COMM_WORLD_RANK" = 0 ] && ulimit -f 1 # rank 0 cannot write a file over 1 KiB
+"$@" 2>"err.$OMPI_COMM_WORLD_RANK"
+echo $? >"rc.$OMPI_COMM_WORLD_RANK"
+EOF2
+chmod +x fsz.sh
+t0=$(date +%s)
+timeout 120 mpirun -np 2 ./fsz.sh "$cli" train --data a --model mlp --quiet --strategy pipeline \
+  --collective-timeout 60 --save fsz.st >/dev/null 2>>mpi.log
+el=$(( $(date +%s) - t0 ))
+check "--save unwritable on the chief: rank 0 exits 4 naming the file (rc $(cat rc.0))" \
+  "[ \"\$(cat rc.0)\" = 4 ] && grep -q 'strata train: --save: fsz.st: writing .*File too large' err.0"
+check "... rank 1 exits 3 at once: the chief stopped the save (rc $(cat rc.1), ${el}s, timeout 60)" \
+  "[ \"\$(cat rc.1)\" = 3 ] && grep -q 'the chief (rank 0) stopped the save' err.1 && [ $el -lt 30 ]"
 
 # under a sanitizer (CI's ASan/TSan passes, ~5x slower) the rest is left out
 if [ "${STRATA_SANITIZED:-0}" = 1 ]; then

@@ -291,6 +291,60 @@ static void test_bad_headers(void) {
 
 /* 200 random single-bit flips in the length + header: never a crash; either
  * rejected with the file named, or accepted. */
+/* Header only, then tensors one at a time by offset, and the streamed
+ * checksums (a pipeline stage's restore): the same data and CRCs as a whole
+ * read; a header whose order is not the data's; a file that changed size. */
+static void test_header_and_offsets(void) {
+  char p[128];
+  path_in(p, sizeof p, "h.safetensors");
+  CHECK_OK(st__safetensors_write(p, g_t, 4, g_mk, g_mv, 2));
+  st_safetensors whole, h;
+  CHECK_OK(st__safetensors_read(p, &whole));
+  CHECK_OK(st__safetensors_read_header(p, &h));
+  CHECK(h.n == 4 && h.blob == NULL && h.offsets != NULL);
+  uint32_t file_crc = 0, crc[4] = {0};
+  CHECK_OK(st__safetensors_checksums(p, &h, &file_crc, crc));
+  size_t n = 0;
+  unsigned char *bytes = slurp(p, &n);
+  CHECK(bytes && file_crc == st_crc32c(0, bytes, n));
+  free(bytes);
+  for (int i = 0; i < h.n && i < 4; i++) {
+    size_t count = 1;
+    for (int d = 0; d < h.tensors[i].rank; d++) count *= (size_t)h.tensors[i].dims[d];
+    CHECK(h.tensors[i].data == NULL && strcmp(h.tensors[i].name, whole.tensors[i].name) == 0);
+    float buf[16] = {0};
+    if (count) CHECK_OK(st__safetensors_read_tensor(p, &h, i, buf));
+    CHECK(count == 0 || memcmp(buf, whole.tensors[i].data, count * sizeof(float)) == 0);
+    CHECK_EQ(crc[i], st_crc32c(0, whole.tensors[i].data, count * sizeof(float)));
+  }
+  st__safetensors_free(&whole);
+  st__safetensors_free(&h);
+  CHECK(h.offsets == NULL);
+  /* the header lists b before a, the data holds a then b */
+  const char *hdr = "{\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]},"
+                    "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
+  size_t hl = strlen(hdr);
+  unsigned char raw[512] = {0};
+  for (int b = 0; b < 8; b++) raw[b] = (unsigned char)((uint64_t)hl >> (8 * b));
+  memcpy(raw + 8, hdr, hl);
+  float data[3] = {1.5f, -2.0f, 7.25f};
+  memcpy(raw + 8 + hl, data, sizeof data);
+  CHECK(write_bytes(p, raw, 8 + hl + sizeof data) == 0);
+  CHECK_OK(st__safetensors_read_header(p, &h));
+  CHECK_OK(st__safetensors_checksums(p, &h, &file_crc, crc));
+  CHECK(h.n == 2 && strcmp(h.tensors[0].name, "b") == 0);
+  CHECK_EQ(crc[0], st_crc32c(0, &data[2], 4));
+  CHECK_EQ(crc[1], st_crc32c(0, data, 8));
+  float got[2] = {0};
+  CHECK_OK(st__safetensors_read_tensor(p, &h, 1, got));
+  CHECK(got[0] == 1.5f && got[1] == -2.0f);
+  CHECK(write_bytes(p, raw, 8 + hl + sizeof data - 4) == 0); /* shorter since */
+  st_clear_error();
+  CHECK_EQ(st__safetensors_read_tensor(p, &h, 1, got), ST_ERR_FORMAT);
+  CHECK(strstr(st_last_error(), "changed while it was read") != NULL);
+  st__safetensors_free(&h);
+}
+
 static void test_bit_flips(void) {
   char p[128], q[128];
   path_in(p, sizeof p, "a.safetensors");
@@ -344,7 +398,8 @@ static void remove_dir(void) {
 
 static const check_case cases[] = {
     CHECK_CASE(test_round_trip), CHECK_CASE(test_metadata_and_layout), CHECK_CASE(test_write_errors),
-    CHECK_CASE(test_truncation), CHECK_CASE(test_bad_headers),         CHECK_CASE(test_bit_flips)};
+    CHECK_CASE(test_truncation), CHECK_CASE(test_bad_headers),         CHECK_CASE(test_bit_flips),
+    CHECK_CASE(test_header_and_offsets)};
 
 int main(int argc, char **argv) {
   snprintf(g_dir, sizeof g_dir, "/tmp/strata_st_XXXXXX");

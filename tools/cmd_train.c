@@ -41,6 +41,7 @@ static cli_opt train_opts[] = {
     {"--micro-batches", "M", "pipeline: micro-batches per global batch (default: one per stage)", NULL},
     {"--pipeline-schedule", "NAME", "pipeline: gpipe (default: all forwards, then all backwards) or 1f1b", NULL},
     {"--save", "FILE", "write the trained weights as safetensors", NULL},
+    {"--load-weights", "FILE", "start from the weights in FILE (safetensors, as --save writes) instead of initialising them", NULL},
     {"--report", "FILE", "write a JSON report of the run", NULL},
     {"--backup-dir", "DIR", "BackupAndRestore: resume an interrupted run from DIR; deleted when done", NULL},
     {"--backup-every", "N", "with --backup-dir: also back up every N steps (default: each epoch)", NULL},
@@ -100,6 +101,7 @@ typedef struct train_cfg {
   long parallel_reads;  /* --num-parallel-reads: 0 = not given, -1 = auto */
   const char *cache;    /* --cache FILE */
   long logical_gpus;    /* --logical-gpus; 0 = not given */
+  const char *load_weights; /* --load-weights FILE */
 } train_cfg;
 
 /* Outputs of the right type, none an input or another output, backup and
@@ -109,9 +111,10 @@ static bool check_paths(const train_cfg *c) {
                             {"--plot", c->plot}};
   const cli_path dirs[] = {{"--backup-dir", c->backup_dir}, {"--checkpoint-dir", c->ckpt_dir},
                            {"--log-dir", c->log_dir}};
-  const cli_path inputs[] = {{"--model", cli_is_json_model(c->model) ? c->model : NULL}};
+  const cli_path inputs[] = {{"--model", cli_is_json_model(c->model) ? c->model : NULL},
+                             {"--load-weights", c->load_weights}};
   const char *data = strcmp(c->data, "fashion-mnist") ? c->data : CLI_FASHION_MNIST_DIR;
-  return cli_check_outputs("train", files, 4, dirs, 3, inputs, 1, data);
+  return cli_check_outputs("train", files, 4, dirs, 3, inputs, 2, data);
 }
 
 /* Flags that only make sense together, and monitors that exist. */
@@ -376,6 +379,12 @@ static bool parse_train(const cli_opt *o, train_cfg *c) {
   if (!check_ps_flags(o, c)) return false;
   if (!check_callback_flags(c)) return false;
   if (!parse_tfrecord_flags(o, c)) return false;
+  if ((c->load_weights = cli_get(o, NTRAIN, "--load-weights")) &&
+      (c->strategy == ST_STRATEGY_PARAMETER_SERVER || !cli_check_readable(cmd, "--load-weights", c->load_weights))) {
+    if (c->strategy == ST_STRATEGY_PARAMETER_SERVER)
+      fprintf(stderr, "strata train: --load-weights is not supported with --strategy parameter_server\n");
+    return false;
+  }
   bool json = cli_is_json_model(c->model), known = json;
   for (const char *const *n = st_builtin_model_names(); *n; n++) known |= !strcmp(*n, c->model);
   if (known)
@@ -606,6 +615,7 @@ static int run_train(const train_cfg *c) {
   if (tfr && so.auto_shard == ST_AUTO_SHARD_AUTO) so.auto_shard = ST_AUTO_SHARD_FILE;
   st_status s = build_model(c->model, &so, (uint64_t)c->seed, &c->opt, &strategy, &model);
   if (s != ST_OK) goto fail;
+  if (c->load_weights && (s = st_model_load_weights(model, c->load_weights)) != ST_OK) goto fail;
   if (tfr && (rc = load_tfrecord(c, &so, strategy, &ta, &d)) != EXIT_OK) goto done;
   if ((rc = cli_match_model_input("train", &d, st_model_input_shape(model))) != EXIT_OK)
     goto done;

@@ -54,6 +54,7 @@ typedef struct procs {
   double idle[ST_MAX_REPLICAS];
   int in_flight[ST_MAX_REPLICAS];
   bool replayed;
+  int asked[ST_MAX_REPLICAS], owed[ST_MAX_REPLICAS]; /* a streamed save: per stage */
   /* the current step */
   const st_batch *b;
   int share_start, share;                    /* this replica's examples */
@@ -373,7 +374,21 @@ static float *var_of(st_net *m, int layer, int param, int slot) {
                   : m->slots[slot] + l->params[param].offset;
 }
 
-/* send_vars (strategy.h). */
+/* The markers of a streamed save, chief to stage: send the next tensor, or
+ * stop (the chief could not write the file). */
+#define ASK_NEXT 1.0f
+#define ASK_STOP -1.0f
+
+/* The tensors stage i sends in a streamed save. */
+static int stage_tensors(const procs *p, const st_net *m, int i, bool with_slots) {
+  int n = 0;
+  for (int l = p->first_layer[i]; l < p->first_layer[i + 1]; l++)
+    for (int q = 0; q < m->layers[l]->nparams; q++)
+      n += 1 + (with_slots && m->layers[l]->params[q].trainable ? m->n_slots : 0);
+  return n;
+}
+
+/* send_vars (strategy.h): each tensor when the chief asks for it. */
 static st_status procs_send_vars(st_strategy *s, st_net *m, bool with_slots) {
   procs *p = s->impl;
   if (!p) return st_error(ST_ERR_INVALID, "pipeline: the strategy is not attached");
@@ -385,6 +400,12 @@ static st_status procs_send_vars(st_strategy *s, st_net *m, bool with_slots) {
         const st_layer *l = m->layers[i];
         if (k >= 0 && !l->params[q].trainable) continue;
         int h = -1;
+        float ask = 0;
+        if ((st = recv_from(p, &ask, 1, 0)) != ST_OK) break;
+        if (ask != ASK_NEXT)
+          return st_error(ST_ERR_PEER, "pipeline stage %d (rank %d): the chief (rank 0) stopped "
+                          "the save: it could not write the file (its error is on its stderr)",
+                          p->stage, p->rank);
         st = send_to(p, var_of(m, i, q, k), st_shape_size(l->params[q].shape), 0, &h);
         if (st == ST_OK && (st = p->p2p->vt->wait(p->p2p, h)) != ST_OK)
           st = exchange_failed(p, st, 0, "sending to");
@@ -401,10 +422,44 @@ static st_status procs_recv_var(st_strategy *s, st_net *m, int layer, int param,
     *data = var_of(m, layer, param, slot);
     return ST_OK;
   }
-  int stage = 0;
+  int stage = 0, h = -1;
   while (layer >= p->first_layer[stage + 1]) stage++;
   *data = buf;
+  const float ask = ASK_NEXT;
+  st_status st = send_to(p, &ask, 1, stage * p->D, &h);
+  if (st == ST_OK && (st = p->p2p->vt->wait(p->p2p, h)) != ST_OK)
+    st = exchange_failed(p, st, stage * p->D, "sending to");
+  if (st != ST_OK) return st;
+  p->asked[stage]++;
   return recv_from(p, buf, st_shape_size(m->layers[layer]->params[param].shape), stage * p->D);
+}
+
+/* begin_vars (strategy.h). */
+static void procs_begin_vars(st_strategy *s, st_net *m, bool with_slots) {
+  procs *p = s->impl;
+  for (int i = 0; p && i < p->S; i++) {
+    p->asked[i] = 0;
+    p->owed[i] = i ? stage_tensors(p, m, i, with_slots) : 0;
+  }
+}
+
+/* end_vars (strategy.h): ASK_STOP to every stage still owed a question
+ * (best effort: a stage that is gone times out on its own). */
+static void procs_end_vars(st_strategy *s, st_net *m, st_status failed) {
+  procs *p = s->impl;
+  (void)m;
+  char keep[1024];
+  snprintf(keep, sizeof keep, "%s", st_last_error());
+  bool stopped = false;
+  for (int i = 1; p && i < p->S; i++) {
+    if (p->asked[i] >= p->owed[i]) continue;
+    const float stop = ASK_STOP;
+    int h = -1;
+    if (p->p2p->vt->send(p->p2p, &stop, 1, i * p->D, &h) == ST_OK) p->p2p->vt->wait(p->p2p, h);
+    p->asked[i] = p->owed[i];
+    stopped = true;
+  }
+  if (failed != ST_OK && stopped) st_error(failed, "%s", keep);
 }
 
 void st__pipeline_procs_hooks(st_strategy *s) {
@@ -413,6 +468,8 @@ void st__pipeline_procs_hooks(st_strategy *s) {
   s->expose_vars = procs_expose_vars;
   s->send_vars = procs_send_vars;
   s->recv_var = procs_recv_var;
+  s->begin_vars = procs_begin_vars;
+  s->end_vars = procs_end_vars;
 }
 
 enum { REC = 18 }; /* floats per process in the all-gathered record */

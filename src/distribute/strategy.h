@@ -101,6 +101,15 @@ struct st_strategy {
   st_status (*send_vars)(struct st_strategy *s, st_net *m, bool with_slots);
   st_status (*recv_var)(struct st_strategy *s, st_net *m, int layer, int param, int slot,
                         float *buf, const float **data);
+  /* The chief's side of a streamed save (NULL where recv_var is): it asks a
+   * stage for each tensor before recv_var receives it, and a stage sends
+   * nothing unasked. begin_vars before a save's first recv_var (with_slots
+   * as the stages' send_vars); end_vars after its last, or where the save
+   * failed (failed: its status, whose message stays): every stage not asked
+   * for all its tensors is told to stop, so its send_vars fails at once
+   * (ST_ERR_PEER) instead of waiting for --collective-timeout. */
+  void (*begin_vars)(struct st_strategy *s, st_net *m, bool with_slots);
+  void (*end_vars)(struct st_strategy *s, st_net *m, st_status failed);
   /* Lifetime: models created with this strategy (st__strategy_hold) keep it
    * alive. st_strategy_destroy with models left only marks it destroyed
    * (those models then refuse their verbs); the last st__strategy_release

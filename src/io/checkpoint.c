@@ -334,6 +334,9 @@ st_status st_checkpoint_save(st_model *m, const char *dir, const st_checkpoint_o
   return st__checkpoint_save_at(m, dir, o, st__model_position(m), NULL);
 }
 
+static st_status save_as_chief(st_model *m, const char *dir, const st_checkpoint_options *o,
+                               const st_train_position *pos, const st__run_identity *id);
+
 st_status st__checkpoint_save_at(st_model *m, const char *dir, const st_checkpoint_options *o,
                                  const st_train_position *pos, const st__run_identity *id) {
   if (!m->compiled) return st_error(ST_ERR_INVALID, "checkpoint: model is not compiled");
@@ -343,7 +346,17 @@ st_status st__checkpoint_save_at(st_model *m, const char *dir, const st_checkpoi
   if (m->strategy->send_vars && !st__strategy_is_chief(m->strategy)) /* pipeline: */
     return m->strategy->send_vars(m->strategy, &m->net, true); /* the chief streams them */
   if (!st__strategy_is_chief(m->strategy)) return ST_OK; /* multi-worker: the chief writes */
-  s = st__mkdir_p(dir);
+  if (!m->strategy->recv_var) return save_as_chief(m, dir, o, pos, id);
+  m->strategy->begin_vars(m->strategy, &m->net, true);
+  s = save_as_chief(m, dir, o, pos, id);
+  m->strategy->end_vars(m->strategy, &m->net, s); /* a failure stops the stages at once */
+  return s;
+}
+
+/* The chief's part of st__checkpoint_save_at: the directory and its files. */
+static st_status save_as_chief(st_model *m, const char *dir, const st_checkpoint_options *o,
+                               const st_train_position *pos, const st__run_identity *id) {
+  st_status s = st__mkdir_p(dir);
   if (s != ST_OK) return s;
   m->strategy->vt->sync_to_model(m->strategy, &m->net);
   long seq = st__ckpt_next_seq(dir);

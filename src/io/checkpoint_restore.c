@@ -20,6 +20,7 @@ typedef struct loaded {
   char dir[4096];
   json_t *state;
   st_safetensors w, o;
+  bool local; /* a pipeline stage across processes: headers only (see apply_local) */
 } loaded;
 
 static st_status state_int(const loaded *L, const char *key, int64_t lo, int64_t *out) {
@@ -59,29 +60,69 @@ static st_status load_state(loaded *L) {
   return s;
 }
 
-/* CRC of a file's bytes against state.json; on a mismatch name the tensor. */
+/* Tensor t's CRC32C against state.json's for it in group. */
+static bool tensor_crc_ok(const loaded *L, const char *group, const char *name, uint32_t crc) {
+  json_t *c = json_object_get(json_object_get(json_object_get(L->state, "tensors"), group), name);
+  return json_is_integer(c) && (uint32_t)json_integer_value(c) == crc;
+}
+
+static size_t tensor_floats(const st_named_tensor *t) {
+  size_t cnt = 1;
+  for (int d = 0; d < t->rank; d++) cnt *= (size_t)t->dims[d];
+  return cnt;
+}
+
+/* The file read (L->local: its header), its CRC and (L->local) each
+ * tensor's; *unparsed: the file's bytes were read (crc is theirs) but do not
+ * parse. */
+static st_status read_file(loaded *L, const char *p, st_safetensors *out, uint32_t *crc,
+                           uint32_t **tcrc, bool *unparsed) {
+  *unparsed = false;
+  if (!L->local) {
+    st_status s = st__ckpt_file_crc(p, crc);
+    if (s == ST_OK && (s = st__safetensors_read(p, out)) != ST_OK) *unparsed = true;
+    return s;
+  }
+  st_status s = st__safetensors_read_header(p, out);
+  if (s != ST_OK) { /* the file's CRC decides the message, as above */
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", st_last_error());
+    if (st__ckpt_file_crc(p, crc) != ST_OK) return ST_ERR_IO;
+    *unparsed = true;
+    return st_error(s, "%s", msg);
+  }
+  *tcrc = calloc((size_t)out->n + 1, sizeof **tcrc);
+  if (!*tcrc) return st_error(ST_ERR_NOMEM, "checkpoint: out of memory");
+  return st__safetensors_checksums(p, out, crc, *tcrc);
+}
+
+/* CRC of a file's bytes against state.json; on a mismatch name the tensor.
+ * L->local: the tensors' CRCs from one streamed pass (every process checks
+ * every byte, so all stages agree on a damaged file and name the same
+ * tensor); only the header is kept. */
 static st_status check_file(loaded *L, const char *file, const char *group, st_safetensors *out) {
   char p[4200];
   snprintf(p, sizeof p, "%s/%s", L->dir, file);
-  uint32_t crc = 0;
-  st_status s = st__ckpt_file_crc(p, &crc);
-  if (s != ST_OK) return s;
+  uint32_t crc = 0, *tcrc = NULL;
+  bool unparsed;
+  st_status s = read_file(L, p, out, &crc, &tcrc, &unparsed);
   json_t *want = json_object_get(json_object_get(L->state, "files"), file);
   bool file_ok = json_is_integer(want) && (uint32_t)json_integer_value(want) == crc;
-  s = st__safetensors_read(p, out);
-  if (s != ST_OK) return file_ok ? s : st_error(ST_ERR_FORMAT, "%s: checksum mismatch: %s", p, st_last_error());
-  json_t *crcs = json_object_get(json_object_get(L->state, "tensors"), group);
-  for (int i = 0; i < out->n; i++) {
-    const st_named_tensor *t = &out->tensors[i];
-    size_t cnt = 1;
-    for (int d = 0; d < t->rank; d++) cnt *= (size_t)t->dims[d];
-    json_t *c = json_object_get(crcs, t->name);
-    if (!json_is_integer(c) || (uint32_t)json_integer_value(c) != st_crc32c(0, t->data, cnt * 4))
-      return st_error(ST_ERR_FORMAT, "%s: tensor '%s': checksum mismatch (data damaged)", p, t->name);
+  if (s != ST_OK) {
+    free(tcrc);
+    if (!unparsed || file_ok) return s;
+    return st_error(ST_ERR_FORMAT, "%s: checksum mismatch: %s", p, st_last_error());
   }
-  if (!file_ok)
+  for (int i = 0; s == ST_OK && i < out->n; i++) {
+    const st_named_tensor *t = &out->tensors[i];
+    uint32_t c = tcrc ? tcrc[i] : st_crc32c(0, t->data, tensor_floats(t) * 4);
+    if (!tensor_crc_ok(L, group, t->name, c))
+      s = st_error(ST_ERR_FORMAT, "%s: tensor '%s': checksum mismatch (data damaged)", p, t->name);
+  }
+  free(tcrc);
+  if (s == ST_OK && !file_ok)
     return st_error(ST_ERR_FORMAT, "%s: checksum mismatch in the file's header", p);
-  return ST_OK;
+  return s;
 }
 
 /* Every variable and slot of the model is in the files with its shape. */
@@ -144,6 +185,44 @@ static st_status stage_slots(st_model *m) {
       if (!n->slots[k]) return st_error(ST_ERR_NOMEM, "checkpoint: out of memory for the slots");
     }
   return ST_OK;
+}
+
+/* L->local: this stage's variables and slots read from the files straight
+ * into its share of the model (nothing else becomes memory), each checked
+ * against its CRC again (the file could have changed since check_file). An
+ * I/O error here leaves the share partly restored. */
+static st_status read_local(const loaded *L, const char *file, const char *group,
+                            const st_safetensors *f, int i, float *dst) {
+  char p[4200];
+  snprintf(p, sizeof p, "%s/%s", L->dir, file);
+  const st_named_tensor *t = &f->tensors[i];
+  st_status s = st__safetensors_read_tensor(p, f, i, dst);
+  if (s == ST_OK && !tensor_crc_ok(L, group, t->name, st_crc32c(0, dst, tensor_floats(t) * 4)))
+    s = st_error(ST_ERR_FORMAT, "%s: tensor '%s': checksum mismatch (the file changed while "
+                 "it was read)", p, t->name);
+  return s;
+}
+
+static st_status apply_local(const loaded *L, st_model *m) {
+  st_net *n = &m->net;
+  int t = 0, per = L->o.n / (n->n_slots ? n->n_slots : 1);
+  st_status s = ST_OK;
+  for (int i = 0; s == ST_OK && i < n->nlayers; i++)
+    for (int p = 0; s == ST_OK && p < n->layers[i]->nparams; p++) {
+      const st_layer *l = n->layers[i];
+      bool mine = st__var_is_local(n, l, p);
+      st_named_tensor want;
+      st__describe_var(l, p, &want);
+      int w = (int)(st__safetensors_find(&L->w, want.name) - L->w.tensors);
+      if (mine) s = read_local(L, "weights.safetensors", "weights", &L->w, w,
+                               st__var_ptr(l, p, n->params, n->state));
+      if (!l->params[p].trainable) continue;
+      for (int k = 0; mine && s == ST_OK && k < n->n_slots; k++)
+        s = read_local(L, "optimizer.safetensors", "optimizer", &L->o, k * per + t,
+                       n->slots[k] + l->params[p].offset);
+      t++;
+    }
+  return s;
 }
 
 static void apply_vars(const loaded *L, st_model *m) {
@@ -360,6 +439,7 @@ st_status st__checkpoint_restore_at(st_model *m, const char *dir, st_train_posit
   if (!m->compiled) return st_error(ST_ERR_INVALID, "checkpoint: model is not compiled");
   loaded L;
   memset(&L, 0, sizeof L);
+  L.local = m->net.reserved;
   bool keep_lr = false;
   st_status s = resolve(dir, &L);
   if (s == ST_OK) s = load_state(&L);
@@ -369,10 +449,10 @@ st_status st__checkpoint_restore_at(st_model *m, const char *dir, st_train_posit
   if (s == ST_OK) s = check_model(&L, m);
   position pos = {0};
   if (s == ST_OK) s = read_position(&L, &pos);
-  if (s == ST_OK && m->strategy->expose_vars) s = m->strategy->expose_vars(m->strategy, &m->net);
-  if (s == ST_OK) s = stage_slots(m);
-  if (s == ST_OK) { /* all checked: now the model changes */
-    apply_vars(&L, m);
+  if (s == ST_OK && !L.local) s = stage_slots(m);
+  if (s == ST_OK && L.local) s = apply_local(&L, m); /* all checked: now the model changes */
+  else if (s == ST_OK) apply_vars(&L, m);
+  if (s == ST_OK) {
     st__train_position_clear(at);
     *at = pos.p;
     m->net.step = pos.step;

@@ -439,6 +439,28 @@ static st_status read_header(int fd, const char *path, uint64_t file_size,
   return ST_OK;
 }
 
+/* header_only: names, shapes and each tensor's file offset (data NULL). */
+static st_status index_tensors(const char *path, const entry *e, size_t n, uint64_t data_start,
+                               uint64_t file_size, st_safetensors *out) {
+  out->tensors = st_calloc(n ? n : 1, sizeof *out->tensors);
+  out->offsets = st_calloc(n ? n : 1, sizeof *out->offsets);
+  if (!out->tensors || !out->offsets) {
+    st__safetensors_free(out);
+    return st_error(ST_ERR_NOMEM, "%s: %zu header entries", path, n);
+  }
+  for (size_t i = 0; i < n; i++) {
+    st_named_tensor *t = &out->tensors[i];
+    snprintf(t->name, sizeof t->name, "%s", e[i].name);
+    t->rank = e[i].rank;
+    memcpy(t->dims, e[i].dims, sizeof t->dims);
+    out->offsets[i] = data_start + e[i].begin;
+  }
+  out->n = (int)n;
+  out->data_start = data_start;
+  out->file_size = file_size;
+  return ST_OK;
+}
+
 /* Build *out from validated entries: read the buffer, point tensors into it. */
 static st_status load_tensors(int fd, const char *path, const entry *e, size_t n,
                               uint64_t data_start, uint64_t buffer_len,
@@ -467,7 +489,7 @@ static st_status load_tensors(int fd, const char *path, const entry *e, size_t n
   return ST_OK;
 }
 
-st_status st__safetensors_read(const char *path, st_safetensors *out) {
+static st_status read_file(const char *path, bool header_only, st_safetensors *out) {
   ST_ASSERT(path && out);
   memset(out, 0, sizeof *out);
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block */
@@ -502,13 +524,104 @@ st_status st__safetensors_read(const char *path, st_safetensors *out) {
     s = st_error(ST_ERR_FORMAT, "%s: %zu tensors", path, n);
     goto done;
   }
-  s = load_tensors(fd, path, e, n, 8 + hdr_len, buffer_len, out);
+  s = header_only ? index_tensors(path, e, n, 8 + hdr_len, size, out)
+                  : load_tensors(fd, path, e, n, 8 + hdr_len, buffer_len, out);
 done:
   free(e);
   json_decref(root);
   free(hdr);
   close(fd);
   return s;
+}
+
+st_status st__safetensors_read(const char *path, st_safetensors *out) {
+  return read_file(path, false, out);
+}
+
+st_status st__safetensors_read_header(const char *path, st_safetensors *out) {
+  return read_file(path, true, out);
+}
+
+/* Open path for the reads below: a regular file of the size the header was
+ * read from (replaced or truncated since: a clear error, not garbage). */
+static st_status reopen(const char *path, const st_safetensors *s, int *fd) {
+  *fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (*fd < 0) return st_error(ST_ERR_IO, "%s: %s", path, strerror(errno));
+  struct stat sb;
+  if (fstat(*fd, &sb) != 0 || !S_ISREG(sb.st_mode) || (uint64_t)sb.st_size != s->file_size) {
+    close(*fd);
+    return st_error(ST_ERR_FORMAT, "%s: the file changed while it was read (now %lld bytes, "
+                    "was %llu)", path, (long long)sb.st_size, (unsigned long long)s->file_size);
+  }
+  return ST_OK;
+}
+
+st_status st__safetensors_read_tensor(const char *path, const st_safetensors *s, int i,
+                                      float *dst) {
+  ST_ASSERT(path && s && s->offsets && i >= 0 && i < s->n && dst);
+  int fd;
+  st_status st = reopen(path, s, &fd);
+  if (st != ST_OK) return st;
+  st = read_exact(fd, path, dst, (size_t)tensor_count(&s->tensors[i]) * sizeof(float),
+                  s->offsets[i]);
+  close(fd);
+  return st;
+}
+
+typedef struct at_offset {
+  uint64_t offset;
+  int i;
+} at_offset;
+
+static int cmp_offset(const void *a, const void *b) {
+  uint64_t x = ((const at_offset *)a)->offset, y = ((const at_offset *)b)->offset;
+  return (x > y) - (x < y);
+}
+
+/* Tensor order by file offset (the header's order need not be the data's). */
+static int *by_offset(const st_safetensors *s) {
+  at_offset *a = malloc(sizeof *a * (size_t)(s->n ? s->n : 1));
+  int *order = malloc(sizeof(int) * (size_t)(s->n ? s->n : 1));
+  for (int i = 0; a && order && i < s->n; i++) a[i] = (at_offset){s->offsets[i], i};
+  if (a && order) qsort(a, (size_t)s->n, sizeof *a, cmp_offset);
+  for (int i = 0; a && order && i < s->n; i++) order[i] = a[i].i;
+  if (!a) free(order), order = NULL;
+  free(a);
+  return order;
+}
+
+st_status st__safetensors_checksums(const char *path, const st_safetensors *s,
+                                    uint32_t *file_crc, uint32_t *tensor_crc) {
+  ST_ASSERT(path && s && s->offsets && file_crc && (s->n == 0 || tensor_crc));
+  enum { CHUNK = 1 << 20 };
+  int fd, *order = by_offset(s);
+  unsigned char *buf = malloc(CHUNK);
+  st_status st = order && buf ? reopen(path, s, &fd)
+                              : st_error(ST_ERR_NOMEM, "%s: checksum buffers", path);
+  if (st != ST_OK) {
+    free(order), free(buf);
+    return st;
+  }
+  *file_crc = 0;
+  for (int i = 0; i < s->n; i++) tensor_crc[i] = 0;
+  int j = 0; /* the tensor (in offset order) the next data byte belongs to */
+  for (uint64_t pos = 0; st == ST_OK && pos < s->file_size;) {
+    size_t n = s->file_size - pos < CHUNK ? (size_t)(s->file_size - pos) : CHUNK;
+    if ((st = read_exact(fd, path, buf, n, pos)) != ST_OK) break;
+    *file_crc = st_crc32c(*file_crc, buf, n);
+    for (uint64_t at = pos > s->data_start ? pos : s->data_start; at < pos + n && j < s->n;) {
+      int t = order[j];
+      uint64_t end = s->offsets[t] + tensor_count(&s->tensors[t]) * sizeof(float);
+      uint64_t stop = end < pos + n ? end : pos + n;
+      tensor_crc[t] = st_crc32c(tensor_crc[t], buf + (at - pos), (size_t)(stop - at));
+      at = stop;
+      if (at == end) j++;
+    }
+    pos += n;
+  }
+  close(fd);
+  free(order), free(buf);
+  return st;
 }
 
 const st_named_tensor *st__safetensors_find(const st_safetensors *s,
@@ -522,5 +635,6 @@ void st__safetensors_free(st_safetensors *s) {
   if (!s) return;
   st_free(s->tensors);
   st_free(s->blob);
+  st_free(s->offsets);
   memset(s, 0, sizeof *s);
 }

@@ -41,8 +41,25 @@ typedef struct st_safetensors {
   int n;
   st_named_tensor *tensors; /* [n], in file order */
   void *blob;               /* owns the tensors' data */
+  /* st__safetensors_read_header only (NULL / 0 otherwise): */
+  uint64_t *offsets;        /* [n] file offset of each tensor's first byte */
+  uint64_t data_start, file_size;
 } st_safetensors;
 st_status st__safetensors_read(const char *path, st_safetensors *out);
+/* The header alone, validated as st__safetensors_read validates it: names
+ * and shapes, data NULL, each tensor's file offset in out->offsets. Its
+ * tensors are then read one at a time into the caller's memory (a pipeline
+ * stage reads only its own). */
+st_status st__safetensors_read_header(const char *path, st_safetensors *out);
+/* Tensor i of a header read from path into dst (room for its floats);
+ * ST_ERR_FORMAT if the file's size changed since. */
+st_status st__safetensors_read_tensor(const char *path, const st_safetensors *s, int i,
+                                      float *dst);
+/* One streamed pass over the file (1 MiB at a time): the CRC32C of all its
+ * bytes and of each tensor's data (tensor_crc[n]), memory independent of
+ * the file's size. */
+st_status st__safetensors_checksums(const char *path, const st_safetensors *s,
+                                    uint32_t *file_crc, uint32_t *tensor_crc);
 /* Tensor by name or NULL. */
 const st_named_tensor *st__safetensors_find(const st_safetensors *s,
                                             const char *name);

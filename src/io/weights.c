@@ -24,6 +24,13 @@ void st__describe_var(const st_layer *l, int p, st_named_tensor *t) {
   for (int d = 0; d < t->rank; d++) t->dims[d] = l->params[p].shape.dims[d];
 }
 
+bool st__var_is_local(const st_net *n, const st_layer *l, int p) {
+  if (!n->reserved) return true;
+  size_t off = l->params[p].offset;
+  return l->params[p].trainable ? off >= n->own_p && off - n->own_p < n->own_np
+                                : off >= n->own_s && off - n->own_s < n->own_ns;
+}
+
 /* Host copies of every variable, in layer order (one allocation in *blob). */
 st_status st__gather_vars(const st_model *m, st_named_tensor *ts, float **blob) {
   size_t total = m->net.n_params + m->net.n_state;
@@ -87,7 +94,9 @@ static st_status save_streamed(const st_model *m, const char *path) {
   if (!ts || !x.layer || !x.param || !x.buf) s = st_error(ST_ERR_NOMEM, "save_weights: out of memory");
   const char *keys[] = {"format", "model"};
   const char *vals[] = {"strata", m->name};
+  m->strategy->begin_vars(m->strategy, (st_net *)&m->net, false);
   if (s == ST_OK) s = st__safetensors_write_fetch(path, ts, n, keys, vals, 2, fetch_var, &x);
+  m->strategy->end_vars(m->strategy, (st_net *)&m->net, s); /* a failure stops the stages */
   free(ts), free(x.layer), free(x.param), free(x.buf);
   return s;
 }
@@ -152,6 +161,27 @@ static st_status keep_pending(st_model *m, const st_safetensors *f) {
   return ST_OK;
 }
 
+/* The variables of f (names and shapes checked), read from path into the
+ * model: a pipeline stage across processes (st_net.reserved, f a header)
+ * reads only its own, straight into its share; nothing else becomes memory. */
+static st_status apply_loaded(st_model *m, const char *path, const st_safetensors *f) {
+  st_net *n = &m->net;
+  st_status s = ST_OK;
+  for (int i = 0; s == ST_OK && i < n->nlayers; i++)
+    for (int p = 0; s == ST_OK && p < n->layers[i]->nparams; p++) {
+      const st_layer *l = n->layers[i];
+      st_named_tensor want;
+      st__describe_var(l, p, &want);
+      const st_named_tensor *got = st__safetensors_find(f, want.name);
+      float *dst = st__var_ptr(l, p, n->params, n->state);
+      if (n->reserved && st__var_is_local(n, l, p))
+        s = st__safetensors_read_tensor(path, f, (int)(got - f->tensors), dst);
+      else if (!n->reserved)
+        st__be_to_device(n->be_ctx, dst, got->data, st_shape_size(l->params[p].shape) * sizeof(float));
+    }
+  return s;
+}
+
 st_status st_model_load_weights(st_model *m, const char *path) {
   st_status s = st__model_check(m, "st_model_load_weights", false);
   if (s == ST_OK && m->compiled) s = check_path_args(m, path, "st_model_load_weights");
@@ -161,7 +191,8 @@ st_status st_model_load_weights(st_model *m, const char *path) {
     s = st_error(ST_ERR_INVALID, "st_model_load_weights: %s", m->add_error);
   if (s != ST_OK) return s;
   st_safetensors f;
-  s = st__safetensors_read(path, &f);
+  bool local = m->compiled && m->net.reserved; /* a pipeline stage: its tensors only */
+  s = local ? st__safetensors_read_header(path, &f) : st__safetensors_read(path, &f);
   if (s != ST_OK) return s;
   int n = st__model_var_count(m);
   if (f.n != n)
@@ -177,16 +208,7 @@ st_status st_model_load_weights(st_model *m, const char *path) {
     st__safetensors_free(&f);
     return s;
   }
-  if (s == ST_OK && m->strategy->expose_vars) s = m->strategy->expose_vars(m->strategy, &m->net);
-  for (int i = 0; s == ST_OK && i < m->net.nlayers; i++)
-    for (int p = 0; p < m->net.layers[i]->nparams; p++) {
-      const st_layer *l = m->net.layers[i];
-      st_named_tensor want;
-      st__describe_var(l, p, &want);
-      const st_named_tensor *got = st__safetensors_find(&f, want.name);
-      st__be_to_device(m->net.be_ctx, st__var_ptr(l, p, m->net.params, m->net.state), got->data,
-                       st_shape_size(l->params[p].shape) * sizeof(float));
-    }
+  if (s == ST_OK) s = apply_loaded(m, path, &f);
   if (s == ST_OK) m->strategy->vt->sync_from_model(m->strategy, &m->net);
   st__safetensors_free(&f);
   return s;

@@ -118,7 +118,11 @@ static void warn_loss_activation(const st_model *m, st_loss_kind loss) {
 
 /* recompile of a net whose variables are reserved (a pipeline stage across
  * processes, base/vmem.h): the four slot layouts stay reserved; the new
- * optimizer's slots are the stage's share again, zero. */
+ * optimizer's slots are the stage's share again, zero. The strategy stays
+ * attached: a stage's buffers and transports do not depend on the
+ * optimizer, and detaching would free the MPI communicators while the
+ * peers' LEAVE messages may still be in flight, then duplicate new ones
+ * (MPI_Comm_dup hung in 3 runs of 4: tests/test_pipeline_recompile_mpi.c). */
 static st_status recompile_reserved(st_model *m, const st_compile_options *o) {
   st_net *n = &m->net;
   m->compile = *o;
@@ -136,7 +140,7 @@ static st_status recompile_reserved(st_model *m, const st_compile_options *o) {
                                  : ST_OK;
     if (s != ST_OK) return s;
   }
-  st_status s = m->strategy->vt->attach(m->strategy, n);
+  st_status s = m->strategy->net == n ? ST_OK : m->strategy->vt->attach(m->strategy, n);
   if (s != ST_OK) return s;
   m->compiled = true;
   return ST_OK;
@@ -148,9 +152,9 @@ static st_status recompile_reserved(st_model *m, const st_compile_options *o) {
  * attached again so its replicas see the new optimizer. */
 static st_status recompile(st_model *m, const st_compile_options *o) {
   st_net *n = &m->net;
-  if (m->strategy->net == n) m->strategy->vt->detach(m->strategy);
   m->compiled = false;
   if (n->reserved) return recompile_reserved(m, o);
+  if (m->strategy->net == n) m->strategy->vt->detach(m->strategy);
   for (int i = 0; i < n->n_slots; i++) n->be->free(n->be_ctx, n->slots[i]);
   memset(n->slots, 0, sizeof n->slots); /* NULL: none staged (shard_optimizer) */
   m->compile = *o;
