@@ -116,14 +116,10 @@ static void warn_loss_activation(const st_model *m, st_loss_kind loss) {
            loss == ST_LOSS_CE ? "ST_LOSS_CE_LOGITS" : "ST_LOSS_SPARSE_CE_LOGITS");
 }
 
-/* recompile of a net whose variables are reserved (a pipeline stage across
- * processes, base/vmem.h): the four slot layouts stay reserved; the new
- * optimizer's slots are the stage's share again, zero. The strategy stays
- * attached: a stage's buffers and transports do not depend on the
- * optimizer, and detaching would free the MPI communicators while the
- * peers' LEAVE messages may still be in flight, then duplicate new ones
- * (MPI_Comm_dup hung in 3 runs of 4: tests/test_pipeline_recompile_mpi.c). */
-static st_status recompile_reserved(st_model *m, const st_compile_options *o) {
+/* A second compile's new settings: optimizer (iterations 0: schedules and
+ * Adam's bias correction restart), loss and metrics; the slots are the
+ * caller's to make. */
+static void adopt_compile_options(st_model *m, const st_compile_options *o) {
   st_net *n = &m->net;
   m->compile = *o;
   n->optimizer = o->optimizer;
@@ -133,6 +129,18 @@ static st_status recompile_reserved(st_model *m, const st_compile_options *o) {
   n->step = 0;
   st__train_position_clear(&m->last_pos);
   n->n_slots = st_optimizer_slot_count(&n->optimizer);
+}
+
+/* recompile of a net whose variables are reserved (a pipeline stage across
+ * processes, base/vmem.h): the four slot layouts stay reserved; the new
+ * optimizer's slots are the stage's share again, zero. The strategy stays
+ * attached: a stage's buffers and transports do not depend on the
+ * optimizer, and detaching would free the MPI communicators while the
+ * peers' LEAVE messages may still be in flight, then duplicate new ones
+ * (MPI_Comm_dup hung in 3 runs of 4: tests/test_pipeline_recompile_mpi.c). */
+static st_status recompile_reserved(st_model *m, const st_compile_options *o) {
+  st_net *n = &m->net;
+  adopt_compile_options(m, o);
   for (int i = 0; i < 4; i++) {
     st__vm_keep_only(n->slots[i], n->n_params, 0, 0);
     st_status s = i < n->n_slots ? st__vm_commit(n->slots[i], n->n_params, n->own_p, n->own_np,
@@ -157,14 +165,7 @@ static st_status recompile(st_model *m, const st_compile_options *o) {
   if (m->strategy->net == n) m->strategy->vt->detach(m->strategy);
   for (int i = 0; i < n->n_slots; i++) n->be->free(n->be_ctx, n->slots[i]);
   memset(n->slots, 0, sizeof n->slots); /* NULL: none staged (shard_optimizer) */
-  m->compile = *o;
-  n->optimizer = o->optimizer;
-  n->loss = o->loss;
-  n->nmetrics = o->nmetrics;
-  memcpy(n->metrics, o->metrics, sizeof n->metrics);
-  n->step = 0;
-  st__train_position_clear(&m->last_pos);
-  n->n_slots = st_optimizer_slot_count(&n->optimizer);
+  adopt_compile_options(m, o);
   for (int i = 0; i < n->n_slots && !m->strategy->opts.shard_optimizer; i++) {
     n->slots[i] = n->be->alloc(n->be_ctx, (n->n_params ? n->n_params : 1) * sizeof(float));
     if (!n->slots[i]) {
