@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "mpi_env.h"
 #include "distribute/collective/collective.h"
 
 /* Rank r's element i: distinct per rank and element, not exactly summable. */
@@ -125,20 +126,7 @@ static int relaunch(int argc, char **argv) {
     printf("SKIP: this build of Strata has no MPI transport (libopenmpi-dev missing at build time)\n");
     return 77;
   }
-  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-  setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
-  /* sanitizer builds: reports from inside OpenMPI are suppressed (the files
-   * say why); nothing else is */
-  const char *src = getenv("STRATA_SOURCE_DIR");
-  if (src) {
-    char v[4096];
-    snprintf(v, sizeof v, "suppressions=%s/tests/lsan-mpi.supp:fast_unwind_on_malloc=0", src);
-    setenv("LSAN_OPTIONS", v, 1);
-    const char *t = getenv("TSAN_OPTIONS");
-    snprintf(v, sizeof v, "%s suppressions=%s/tests/tsan-mpi.supp", t ? t : "", src);
-    setenv("TSAN_OPTIONS", v, 1);
-  }
+  mpi_test_env();
   char cmd[4096];
   int len = snprintf(cmd, sizeof cmd, "timeout 120 mpirun -np 3 %s", argv[0]);
   for (int a = 1; a < argc && len < (int)sizeof cmd; a++) /* case names: identifiers */

@@ -17,6 +17,7 @@
 
 #include "distribute/collective/collective.h"
 #include "distribute/strategy.h"
+#include "mpi_env.h"
 #include "shard_fixture.h"
 
 static void save(st_model *m, const char *dir, const char *name) {
@@ -65,18 +66,7 @@ static void launch(const char *self) {
   }
   char dir[] = "/tmp/strata_recompile_mpi_XXXXXX", cmd[4600], a[700], b[700];
   CHECK(mkdtemp(dir) != NULL);
-  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-  setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
-  const char *src = getenv("STRATA_SOURCE_DIR");
-  if (src) { /* sanitizer builds: OpenMPI's own reports are suppressed */
-    char v[4096];
-    snprintf(v, sizeof v, "suppressions=%s/tests/lsan-mpi.supp:fast_unwind_on_malloc=0", src);
-    setenv("LSAN_OPTIONS", v, 1);
-    const char *t = getenv("TSAN_OPTIONS");
-    snprintf(v, sizeof v, "%s suppressions=%s/tests/tsan-mpi.supp", t ? t : "", src);
-    setenv("TSAN_OPTIONS", v, 1);
-  }
+  mpi_test_env();
   for (int fresh = 0; fresh < 2; fresh++) {
     snprintf(cmd, sizeof cmd, "STRATA_RECOMPILE_RUN='%d %s' timeout 120 mpirun -np 2 %s", fresh,
              dir, self);

@@ -14,6 +14,7 @@
 
 #include "distribute/collective/collective.h"
 #include "distribute/strategy.h"
+#include "mpi_env.h"
 #include "shard_fixture.h"
 
 /* One worker of one run (one model per process): 1 epoch, a checkpoint
@@ -72,18 +73,7 @@ static void launch(const char *self) {
   }
   char dir[] = "/tmp/strata_shard_mpi_XXXXXX", cmd[4600];
   CHECK(mkdtemp(dir) != NULL);
-  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-  setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
-  const char *src = getenv("STRATA_SOURCE_DIR");
-  if (src) { /* sanitizer builds: OpenMPI's own reports are suppressed */
-    char v[4096];
-    snprintf(v, sizeof v, "suppressions=%s/tests/lsan-mpi.supp:fast_unwind_on_malloc=0", src);
-    setenv("LSAN_OPTIONS", v, 1);
-    const char *t = getenv("TSAN_OPTIONS");
-    snprintf(v, sizeof v, "%s suppressions=%s/tests/tsan-mpi.supp", t ? t : "", src);
-    setenv("TSAN_OPTIONS", v, 1);
-  }
+  mpi_test_env();
   compare(self, dir, 1, 0); /* adam: the MPI transport's reduce-scatter, 2 shards */
   compare(self, dir, 1, 2); /* sgd with momentum */
   compare(self, dir, 2, 0); /* 2 local replicas each: the hierarchical one, 4 shards */

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "mpi_env.h"
 #include "distribute/collective/collective.h"
 #include "model/model.h"
 #include "strata/strata.h"
@@ -150,18 +151,7 @@ static void launch(const char *self) {
   }
   char dir[] = "/tmp/strata_autoshard_XXXXXX";
   CHECK(mkdtemp(dir) != NULL);
-  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-  setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
-  const char *src = getenv("STRATA_SOURCE_DIR");
-  if (src) { /* sanitizer builds: OpenMPI's own reports are suppressed */
-    char v[4096];
-    snprintf(v, sizeof v, "suppressions=%s/tests/lsan-mpi.supp:fast_unwind_on_malloc=0", src);
-    setenv("LSAN_OPTIONS", v, 1);
-    const char *t = getenv("TSAN_OPTIONS");
-    snprintf(v, sizeof v, "%s suppressions=%s/tests/tsan-mpi.supp", t ? t : "", src);
-    setenv("TSAN_OPTIONS", v, 1);
-  }
+  mpi_test_env();
   write_files(dir);
   /* 4 files: FILE. Worker r reads files r and r + 2; every example once. */
   if (run(self, dir, NFILES, 8)) {
