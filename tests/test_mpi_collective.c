@@ -1,9 +1,12 @@
-/* The MPI and hierarchical transports against a plain rank-order reference:
+/* The MPI and hierarchical transports against a plain rank-order reference,
+ * the MPI transport both through shared memory (the ranks of this test share
+ * a machine) and through messages (STRATA_MPI_SHM=0):
  * all_reduce (SUM, MEAN; sizes 0, 1, fewer elements than ranks, odd sizes,
  * several chunks; the one-round exchange of small buffers in one piece (1000
  * floats) and in several (2500, and 4096 = 16 KiB, the largest), 4099 just
  * above it; chunks of one and two pipeline segments, 98305 = 3 x 32768 + 1
- * floats, and of more segments than are in flight, 491527), broadcast from
+ * floats, and of more segments than are in flight, 491527; through shared
+ * memory two rounds of 262144 floats, the second of 262149 one of 5), broadcast from
  * every root, all_gather, reduce_scatter (one segment, and several in place),
  * barrier; results bit-identical to the reference on every rank. Run by CTest
  * directly, it starts itself under `mpirun -np 3`; skips (77) when mpirun is
@@ -17,6 +20,7 @@
 #include "check.h"
 #include "mpi_env.h"
 #include "distribute/collective/collective.h"
+#include "distribute/collective/mpi/mpi_fault.h"
 
 /* Rank r's element i: distinct per rank and element, not exactly summable. */
 static float value(int r, size_t i) { return 0.1f * (float)(r + 1) + 1e-3f * (float)(i % 97) + 1e-7f * (float)r; }
@@ -29,7 +33,7 @@ static float reference_sum(int size, size_t i, st_reduce_op op) {
 
 static void test_process_ops(st_collective *c) {
   int me = c->self, size = c->size;
-  size_t sizes[] = {0, 1, 2, 5, 1000, 2500, 4096, 4099, 98305, 100003, 491527};
+  size_t sizes[] = {0, 1, 2, 5, 1000, 2500, 4096, 4099, 98305, 100003, 262149, 491527};
   for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++)
     for (int op = 0; op < ST_REDUCE_COUNT; op++) {
       size_t n = sizes[k];
@@ -135,10 +139,19 @@ static int relaunch(int argc, char **argv) {
   return rc == 0 ? 0 : 1;
 }
 
-static st_collective *g_coll; /* the MPI transport of this rank (main) */
-static void test_process_ops_mpi(void) { test_process_ops(g_coll); }
+static st_collective *g_coll; /* the MPI transport of this rank (main): shared memory */
+static st_collective *g_msgs; /* one made with STRATA_MPI_SHM=0: messages */
+static void test_process_ops_mpi(void) {
+  CHECK(st__collective_mpi_uses_shm(g_coll));
+  test_process_ops(g_coll);
+}
+static void test_process_ops_messages(void) {
+  CHECK(!st__collective_mpi_uses_shm(g_msgs));
+  test_process_ops(g_msgs);
+}
 static void test_hierarchical_mpi(void) { test_hierarchical(g_coll); }
 static const check_case cases[] = {CHECK_CASE(test_process_ops_mpi),
+                                   CHECK_CASE(test_process_ops_messages),
                                    CHECK_CASE(test_hierarchical_mpi)};
 
 /* Outside mpirun: relaunches itself (with the case names) under mpirun -np 3. */
@@ -149,9 +162,13 @@ int main(int argc, char **argv) {
   CHECK_OK(st__mpi_world(&rank, &size));
   CHECK(size == 3);
   CHECK_OK(st__collective_mpi_create(30.0, NULL, &g_coll));
-  if (!g_coll) return check_report();
+  setenv("STRATA_MPI_SHM", "0", 1);
+  CHECK_OK(st__collective_mpi_create(30.0, NULL, &g_msgs));
+  unsetenv("STRATA_MPI_SHM");
+  if (!g_coll || !g_msgs) return check_report();
   CHECK(g_coll->self == rank && g_coll->size == size);
   int rc = CHECK_MAIN(argc, argv, cases);
+  st__collective_destroy(g_msgs);
   st__collective_destroy(g_coll);
   return rc;
 }

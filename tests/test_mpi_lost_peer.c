@@ -9,7 +9,11 @@
  * its 1 s grace), rank 1's shorter (the report is there before rank 0's
  * deadline); and rank 0 waiting on another
  * transport (a barrier) than the one on which rank 1 waits for rank 2 (the
- * reports are process-wide). Each rank writes its error to a
+ * reports are process-wide). The cut emulates a network link, so these
+ * four run with STRATA_MPI_SHM=0 (messages); a fifth runs the all-reduce
+ * through shared memory (the default on one machine) with rank 2 staying
+ * away from it: ranks 0 and 1 wait for it directly and both name it. Each
+ * rank writes its error to a
  * file; this process, outside mpirun, checks them (the ranks whose transport
  * failed skip MPI_Finalize, so mpirun's own exit code says nothing).
  * Skips (77) when mpirun is missing or Strata was built without MPI. */
@@ -24,12 +28,13 @@
 #include "distribute/collective/mpi/mpi_fault.h"
 #include "tmpdir.h"
 
-enum { SCENARIOS = 4, OTHER_TRANSPORT = 3 };
+enum { SCENARIOS = 5, OTHER_TRANSPORT = 3, SHARED_MEMORY = 4 };
 /* per scenario, the collective timeouts of ranks 0, 1, 2 (seconds) */
 static const double g_timeouts[SCENARIOS][3] = {
-    {1.0, 1.0, 1.0}, {0.5, 0.8, 1.0}, {1.0, 0.5, 1.0}, {1.0, 1.0, 1.0}};
+    {1.0, 1.0, 1.0}, {0.5, 0.8, 1.0}, {1.0, 0.5, 1.0}, {1.0, 1.0, 1.0}, {1.0, 0.5, 1.0}};
 static const char *g_names[SCENARIOS] = {"same timeouts", "rank 0 times out first",
-                                         "rank 1 times out first", "on another transport"};
+                                         "rank 1 times out first", "on another transport",
+                                         "shared memory, rank 2 away"};
 
 /* ---- inside mpirun: one process per rank ---- */
 
@@ -53,6 +58,11 @@ static int run_rank(const char *dir, int s) {
   if (st__collective_mpi_create(g_timeouts[s][rank], NULL, &c) != ST_OK ||
       st__collective_mpi_create(g_timeouts[s][rank], NULL, &d) != ST_OK)
     return 1;
+  if (s == SHARED_MEMORY && !st__collective_mpi_uses_shm(c)) return 1;
+  if (rank == 2 && s == SHARED_MEMORY) { /* away: it joins only the final barrier */
+    write_result(dir, s, rank, "away");
+    return ctl->vt->barrier(ctl, rank) != ST_OK;
+  }
   if (rank == 2) st__collective_mpi_test_cut(c, 1);
   for (int i = 0; i < 8192; i++) buf[i] = (float)(rank + i);
   /* OTHER_TRANSPORT: 4 KiB take one round, which rank 0 completes (it has
@@ -103,6 +113,21 @@ static void check_scenario(int s) {
   CHECK(strstr(r0, "this worker waited for rank 1, which waited for rank 2") != NULL);
 }
 
+/* shared memory: both survivors waited for rank 2 itself */
+static void test_shared_memory(void) {
+  char r0[1024], r1[1024], r2[1024];
+  if (skipped(SHARED_MEMORY)) return;
+  read_result(SHARED_MEMORY, 0, r0, sizeof r0);
+  read_result(SHARED_MEMORY, 1, r1, sizeof r1);
+  read_result(SHARED_MEMORY, 2, r2, sizeof r2);
+  CHECK_STREQ(r2, "away\n");
+  for (int k = 0; k < 2; k++) {
+    const char *r = k ? r1 : r0;
+    CHECK(strstr(r, "rank 2 did not join all-reduce #1 ") != NULL);
+    CHECK(strstr(r, "which waited for") == NULL);
+  }
+}
+
 /* rank 0 waits on another transport than the one where rank 1 timed out */
 static void test_other_transport(void) {
   char r0[1024], r1[1024], r2[1024];
@@ -121,7 +146,8 @@ static void test_rank1_times_out_first(void) { check_scenario(2); }
 static const check_case cases[] = {CHECK_CASE(test_same_timeouts),
                                    CHECK_CASE(test_rank0_times_out_first),
                                    CHECK_CASE(test_rank1_times_out_first),
-                                   CHECK_CASE(test_other_transport)};
+                                   CHECK_CASE(test_other_transport),
+                                   CHECK_CASE(test_shared_memory)};
 
 static int launch(void) {
   setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
@@ -141,6 +167,10 @@ static int launch(void) {
   /* one job per scenario (a process keeps the reports it received); the
    * ranks that failed exit without MPI_Finalize: mpirun's code is not checked */
   for (int s = 0; s < g_jobs; s++) {
+    if (s == SHARED_MEMORY)
+      unsetenv("STRATA_MPI_SHM");
+    else
+      setenv("STRATA_MPI_SHM", "0", 1);
     snprintf(cmd, sizeof cmd, "timeout 60 mpirun -np 3 '%s' --scenario %d >>'%s' 2>&1", self, s,
              tmp_path("mpirun.log"));
     if (system(cmd) == -1) return 1;

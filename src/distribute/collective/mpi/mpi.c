@@ -67,6 +67,7 @@
 #include "base/split.h" /* st__split */
 #include "distribute/collective/collective.h"
 #include "distribute/collective/mpi/mpi_fault.h"
+#include "distribute/collective/mpi/mpi_shm.h"
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static st_status g_init_status = ST_OK;
@@ -179,6 +180,8 @@ typedef struct mpi_coll {
   MPI_Request *req;       /* [nreq], MPI_REQUEST_NULL when not in use */
   int *peer;              /* [nreq]: the rank each request waits for */
   int *done_idx;          /* [nreq] */
+  st__mpi_shm *shm;       /* all ranks on one machine: all-reduces through it */
+  double wait_t0;         /* the start of the current wait on shm */
 } mpi_coll;
 
 /* Pipelined all-reduce: segments of SEG_FLOATS (128 KiB), WINDOW of them in
@@ -272,15 +275,14 @@ static void abandon(mpi_coll *c) {
     }
 }
 
-/* A pending request of slots [first, first + n) waits for a peer that left
+/* A peer of the mask `waiting` (ranks whose part this one waits for) left
  * after finishing fewer operations than this one: its part never comes. */
-static st_status check_leaves(mpi_coll *c, int first, int n, int op) {
+static st_status check_leaves_of(mpi_coll *c, uint64_t waiting, int op) {
   receive_leaves(c);
-  for (int i = first; i < first + n; i++) {
-    if (c->req[i] == MPI_REQUEST_NULL) continue;
-    const peer_left *p = &c->peers[c->peer[i]];
+  for (int who = 0; who < c->base.size; who++) {
+    if (!(waiting >> who & 1)) continue;
+    const peer_left *p = &c->peers[who];
     if (!p->gone || p->done >= c->ops) continue;
-    int who = c->peer[i];
     uint64_t done = p->done;
     abandon(c);
     long long step = c->step ? (long long)*c->step : -1LL;
@@ -297,6 +299,14 @@ static st_status check_leaves(mpi_coll *c, int first, int n, int op) {
                     who, (unsigned long long)done, g_op_names[op], (unsigned long long)c->ops, step);
   }
   return ST_OK;
+}
+
+/* The peers that the pending requests of slots [first, first + n) wait for. */
+static uint64_t pending_peers(const mpi_coll *c, int first, int n) {
+  uint64_t m = 0;
+  for (int i = first; i < first + n; i++)
+    if (c->req[i] != MPI_REQUEST_NULL) m |= 1ull << c->peer[i];
+  return m;
 }
 
 /* Receive the LOST messages that have arrived (any transport's thread; one
@@ -377,13 +387,10 @@ static int from_world(const mpi_coll *c, int world) {
   return -1;
 }
 
-/* The deadline of a wait on slots [first, first + n) passed: report the
+/* The deadline of a wait for the ranks of `waiting` passed: report the
  * missing ranks, give the peers GRACE_S to report theirs, name the lost one. */
-static st_status fail_timeout(mpi_coll *c, int first, int n, int op) {
-  uint64_t waited = 0, from = 0, missing[ST_MAX_WORKERS];
-  for (int i = first; i < first + n; i++)
-    if (c->req[i] != MPI_REQUEST_NULL) waited |= 1ull << c->peer[i];
-  waited = to_world(c, waited);
+static st_status fail_timeout(mpi_coll *c, uint64_t waiting, int op) {
+  uint64_t waited = to_world(c, waiting), from = 0, missing[ST_MAX_WORKERS];
   c->broken = true;
   c->requests_lost = true;
   atomic_store(&g_broken, true);
@@ -431,9 +438,9 @@ static st_status wait_range(mpi_coll *c, int first, int n, int op) {
     }
     if (got != MPI_UNDEFINED) left -= got;
     if (left == 0) break;
-    st_status s = (spins & 63) == 63 ? check_leaves(c, first, n, op) : ST_OK;
+    st_status s = (spins & 63) == 63 ? check_leaves_of(c, pending_peers(c, first, n), op) : ST_OK;
     if (s != ST_OK) return s;
-    if (MPI_Wtime() - t0 > c->timeout) return fail_timeout(c, first, n, op);
+    if (MPI_Wtime() - t0 > c->timeout) return fail_timeout(c, pending_peers(c, first, n), op);
     pause_a_little(spins, MPI_Wtime() - t0);
   }
   return ST_OK;
@@ -468,28 +475,13 @@ static void post_send(mpi_coll *c, int k, const float *buf, size_t n, int peer, 
   MPI_Isend(buf, (int)n, MPI_FLOAT, peer, tag, c->comm, &c->req[k]);
 }
 
+bool st__collective_mpi_uses_shm(const st_collective *cc) {
+  return ((const mpi_coll *)cc)->shm != NULL;
+}
+
 void st__collective_mpi_test_cut(st_collective *cc, int peer) {
   mpi_coll *c = (mpi_coll *)cc;
   if (peer >= 0 && peer < c->base.size && peer != c->base.self) c->cut |= 1ull << peer;
-}
-
-static void scale(float *buf, size_t n, int size) {
-  float f = 1.0f / (float)size;
-  for (size_t e = 0; e < n; e++) buf[e] *= f;
-}
-
-/* out[0, len) = sum over ranks j in order 0, 1, ..., size-1 of src[j][0, len)
- * (out may be one of the sources: summed in blocks on the stack). */
-static void sum_in_rank_order(float *out, const float *const *src, int size, size_t len) {
-  enum { BLOCK = 1024 };
-  float acc[BLOCK];
-  for (size_t lo = 0; lo < len; lo += BLOCK) {
-    size_t nb = len - lo < BLOCK ? len - lo : BLOCK;
-    memcpy(acc, src[0] + lo, nb * sizeof(float));
-    for (int j = 1; j < size; j++)
-      for (size_t e = 0; e < nb; e++) acc[e] += src[j][lo + e];
-    memcpy(out + lo, acc, nb * sizeof(float));
-  }
 }
 
 /* One all-reduce's layout: chunk j of the buffer is [lo[j], lo[j] + len[j]),
@@ -550,8 +542,7 @@ static void reduce_segment(mpi_coll *c, const ar_plan *p, size_t k, st_reduce_op
   float *out = p->out ? p->out + off : p->buf + p->lo[p->me] + off;
   const float *slot = c->tmp + (k % WINDOW) * (size_t)p->size * p->seg;
   for (int j = 0; j < p->size; j++) src[j] = j == p->me ? mine : slot + (size_t)j * p->seg;
-  sum_in_rank_order(out, src, p->size, n);
-  if (op == ST_REDUCE_MEAN) scale(out, n, p->size);
+  st__sum_in_rank_order(out, NULL, src, p->size, n, op);
 }
 
 /* A small all-reduce in one round: every rank sends its whole buffer to every
@@ -574,8 +565,20 @@ static st_status all_reduce_one_round(mpi_coll *c, float *buf, size_t n, st_redu
     }
   }
   if ((s = wait_all(c, k, OP_ALL_REDUCE)) != ST_OK) return s;
-  sum_in_rank_order(buf, src, size, n);
-  if (op == ST_REDUCE_MEAN) scale(buf, n, size);
+  st__sum_in_rank_order(buf, NULL, src, size, n, op);
+  return ST_OK;
+}
+
+/* A wait of the shared-memory all-reduce (mpi_shm.c), as wait_range's: the
+ * peers that left, the deadline, the pauses. */
+static st_status shm_wait(void *ctx, uint64_t missing, int spins) {
+  mpi_coll *c = ctx;
+  if (spins == 0) c->wait_t0 = MPI_Wtime();
+  double waited = MPI_Wtime() - c->wait_t0;
+  st_status s = (spins & 63) == 63 ? check_leaves_of(c, missing, OP_ALL_REDUCE) : ST_OK;
+  if (s != ST_OK) return s;
+  if (waited > c->timeout) return fail_timeout(c, missing, OP_ALL_REDUCE);
+  pause_a_little(spins, waited);
   return ST_OK;
 }
 
@@ -585,6 +588,11 @@ static st_status mpi_all_reduce(st_collective *cc, int rank, float *buf, size_t 
   c->ops++;
   int size = c->base.size;
   if (size == 1 || n == 0) return ST_OK;
+  if (c->shm) {
+    st_status s = st__mpi_shm_all_reduce(c->shm, buf, n, op, shm_wait, c);
+    if (s != ST_OK) c->broken = true;
+    return s;
+  }
   if (one_round(n, size)) return all_reduce_one_round(c, buf, n, op);
   ar_plan p = {.buf = buf, .me = c->base.self, .size = size, .tag_rs = tag_of(c, 0),
                .tag_ag = tag_of(c, 1), .seg = SEG_FLOATS};
@@ -711,6 +719,7 @@ static void mpi_destroy(st_collective *cc) {
     if (c->lost_req[j] != MPI_REQUEST_NULL) MPI_Test(&c->lost_req[j], &done, MPI_STATUS_IGNORE);
     keep = keep || !done;
   }
+  st__mpi_shm_close(c->shm);
   free(c->tmp);
   free(c->req);
   free(c->peer);
@@ -852,6 +861,7 @@ static st_status create_on(double timeout_s, const int64_t *step, bool split, in
     MPI_Group_free(&group);
     MPI_Group_free(&world);
   }
+  c->shm = st__mpi_shm_open(c->comm, rank, size);
   c->base = (st_collective){&mpi_vtable, size, ST_CROSS_ALL_REDUCE, rank};
   c->timeout = timeout_s;
   c->step = step;
