@@ -2,6 +2,12 @@
  * buffers with non-blocking point-to-point messages on a communicator of
  * their own. Built only when CMake finds MPI (mpi_none.c otherwise).
  *
+ * When every rank of the communicator runs on one machine, all_reduce goes
+ * through a shared-memory segment instead (mpi_shm.c: the same rank-order
+ * sums, the same bits; the waits below name a missing peer as for
+ * messages); STRATA_MPI_SHM=0 keeps it on messages. What follows is the
+ * message path: between machines, and every other operation.
+ *
  * all_reduce of a small buffer (at most 16 KiB) takes one round: each rank
  * sends its whole buffer to every other rank (in pieces small enough to be
  * sent eagerly) and sums all of them itself in rank order 0, 1, ..., size-1:

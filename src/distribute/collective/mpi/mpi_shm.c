@@ -48,7 +48,9 @@
 #include "base/split.h" /* st__split */
 
 /* SPAN floats (1 MiB) per round: a round's slots stay in the caches while
- * they are copied in, summed and copied out. */
+ * they are copied in, summed and copied out (bench/mpi_allreduce_bench.c with
+ * 2 ranks: 64K floats lost to MPI_Allreduce at 1-4 MiB, 16K floats more so;
+ * -DSHM_SPAN=... to measure another). */
 #ifndef SHM_SPAN
 #define SHM_SPAN 262144
 #endif
