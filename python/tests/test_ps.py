@@ -230,3 +230,31 @@ def test_server_and_strategy_arguments():
     m.compile("sgd", tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     with pytest.raises(ValueError, match="only the chief trains"):
         m.fit(np.zeros((4, 4), np.float32), np.zeros(4, np.uint8), verbose=0)
+
+
+def test_server_ends_on_stop_ctrl_c_and_job_timeout():
+    """join() returns on stop() from another thread, raises
+    KeyboardInterrupt on SIGINT and ConnectionError when no job comes."""
+    _zmq_or_skip()
+    import signal
+    import threading
+    import time
+    cluster = _cluster(1, 1)
+    server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name="worker", task_index=0)
+    t0 = time.monotonic()
+    threading.Timer(0.3, server.stop).start()
+    server.join()
+    assert time.monotonic() - t0 < 5
+    with pytest.raises(ConnectionError, match="JOB|job"):
+        tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name="ps", task_index=0, job_timeout=0.5).join()
+    servers = Servers(cluster)
+    p = servers.procs[0]
+    time.sleep(1.0)  # past the import: the server is polling
+    p.send_signal(signal.SIGINT)
+    try:
+        p.wait(timeout=10)
+        out = p.stdout.read().decode(errors="replace")
+    finally:
+        codes = servers.reap(failed=True)
+    assert codes[0] == -signal.SIGINT, out  # an uncaught KeyboardInterrupt re-raises SIGINT
+    assert "KeyboardInterrupt" in out
