@@ -126,7 +126,9 @@ def test_fit_matches_strata_launch(fashion, tmp_path):
 
 def test_two_workers_fit_and_coordinator(fashion):
     """2 workers + 1 ps under TF_CONFIG: fit trains every step exactly once,
-    then a ClusterCoordinator custom loop on a second cluster."""
+    then a ClusterCoordinator custom loop on a second cluster. fit's
+    callbacks run at each epoch's begin and end; stop_training ends the job
+    after epoch 2 of 4 (16 steps scheduled, each applied once)."""
     _zmq_or_skip()
     (x, y), _ = fashion
     for form in ("fit", "coordinator"):
@@ -142,8 +144,20 @@ def test_two_workers_fit_and_coordinator(fashion):
                           metrics=["accuracy"])
             before = model.get_weights()[0].copy()
             if form == "fit":
-                h = model.fit(x[:512], y[:512], epochs=2, batch_size=64, verbose=0)
+                seen = []
+
+                class StopAfter2(tf.keras.callbacks.Callback):  # as EarlyStopping stops fit
+                    def on_epoch_begin(self, epoch, logs=None):
+                        seen.append(("begin", epoch))
+
+                    def on_epoch_end(self, epoch, logs=None):
+                        seen.append(("end", epoch, sorted(logs)))
+                        self.model.stop_training = epoch == 1
+
+                h = model.fit(x[:512], y[:512], epochs=4, batch_size=64, verbose=0, callbacks=[StopAfter2()])
                 assert len(h.history["loss"]) == 2 and np.isfinite(h.history["loss"]).all()
+                assert seen == [("begin", 0), ("end", 0, ["accuracy", "loss"]), ("begin", 1),
+                                ("end", 1, ["accuracy", "loss"])]
                 job = strategy.last_job
                 steps = 16
             else:
