@@ -272,3 +272,30 @@ def test_server_ends_on_stop_ctrl_c_and_job_timeout():
         codes = servers.reap(failed=True)
     assert codes[0] == -signal.SIGINT, out  # an uncaught KeyboardInterrupt re-raises SIGINT
     assert "KeyboardInterrupt" in out
+
+
+def test_callback_exception_ends_the_job(fashion):
+    """An exception in a chief's callback is raised again from fit and the
+    servers get STOP (exit 0 at once, not after their timeouts)."""
+    _zmq_or_skip()
+    (x, y), _ = fashion
+    cluster = _cluster(1, 1)
+    servers = Servers(cluster)
+
+    class Boom(tf.keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            raise RuntimeError("boom at epoch %d" % epoch)
+
+    try:
+        strategy = tf.distribute.experimental.ParameterServerStrategy(
+            tf.distribute.cluster_resolver.SimpleClusterResolver(tf.train.ClusterSpec(cluster), task_type="chief",
+                                                                 task_id=0))
+        with strategy.scope():
+            model = _model()
+        model.compile("sgd", tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        with pytest.raises(RuntimeError, match="boom at epoch 0"):
+            model.fit(x[:256], y[:256], epochs=3, batch_size=64, verbose=0, callbacks=[Boom()])
+    except BaseException:
+        servers.reap(failed=True)
+        raise
+    assert servers.reap(timeout=10) == [0, 0], servers.output()
