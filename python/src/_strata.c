@@ -1326,8 +1326,11 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_strata",
                                     "Strata's C engine (libstrata) for the strata package.", -1,
                                     methods, NULL, NULL, NULL, NULL};
 
+int st_py_ps_register(PyObject *module); /* python/src/ps.c */
+
 PyMODINIT_FUNC PyInit__strata(void) {
   PyObject *m = PyModule_Create(&module);
+  if (m && st_py_ps_register(m) < 0) Py_CLEAR(m);
   if (m) PyModule_AddStringConstant(m, "version", STRATA_VERSION);
   return m;
 }

@@ -75,6 +75,7 @@ def one_hot(indices, depth, on_value=None, off_value=None, axis=None, dtype=_np.
 
 
 random = _types.SimpleNamespace(set_seed=_set_seed)
+train = _types.SimpleNamespace(ClusterSpec=distribute.cluster_resolver.ClusterSpec)
 nn = _types.SimpleNamespace(**{n: getattr(keras.activations, n) for n in ("relu", "sigmoid", "tanh", "softmax", "elu", "gelu")})
 config = _types.SimpleNamespace(
     list_physical_devices=lambda kind=None: [] if kind and kind.upper() == "GPU" else
@@ -96,4 +97,4 @@ def function(fn=None, **kwargs):
 
 
 __all__ = ["keras", "distribute", "data", "io", "reshape", "one_hot", "expand_dims", "random", "nn", "cast", "constant", "float32", "int32",
-           "int64", "uint8", "function", "config"]
+           "int64", "uint8", "function", "config", "train"]

@@ -542,3 +542,10 @@ __all__ = ["ReduceOp", "Strategy", "PerReplica", "DistributedValues", "ReplicaCo
            "DistributedDataset", "InputContext", "get_replica_context", "in_cross_replica_context", "OneDeviceStrategy", "MirroredStrategy", "CentralStorageStrategy",
            "MultiWorkerMirroredStrategy", "NcclAllReduce", "HierarchicalCopyAllReduce",
            "ReductionToOneDevice", "CrossDeviceOps", "get_strategy", "has_strategy", "experimental"]
+
+# ParameterServerStrategy (issue 14): python/strata/distribute/ps.py, cluster_resolver.py
+from . import cluster_resolver  # noqa: E402
+from .ps import ParameterServerStrategy, Server, ClusterCoordinator, RemoteValue  # noqa: E402
+experimental.ParameterServerStrategy = ParameterServerStrategy
+experimental.coordinator = type("coordinator", (), {"ClusterCoordinator": ClusterCoordinator, "RemoteValue": RemoteValue})
+__all__ += ["ParameterServerStrategy", "Server", "cluster_resolver"]

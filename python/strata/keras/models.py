@@ -276,6 +276,10 @@ class Sequential:
         unsupported("fit", class_weight=(class_weight, None), sample_weight=(sample_weight, None),
                     validation_freq=(validation_freq, 1))
         reject_kwargs("fit", kwargs, ("max_queue_size", "workers", "use_multiprocessing"))
+        ps_fit = getattr(self.distribute_strategy, "_ps_fit", None)  # ParameterServerStrategy's chief
+        if ps_fit is not None:
+            return ps_fit(self, x, y, batch_size, epochs, verbose, callbacks, validation_split, validation_data,
+                          shuffle, initial_epoch, steps_per_epoch)
         if self._compile_args is None:
             raise RuntimeError("You must compile your model before training/testing. Use `model.compile(optimizer, loss)`.")
         if shuffle not in (True, False, "batch"):
