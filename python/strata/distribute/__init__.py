@@ -347,6 +347,9 @@ class Strategy:
         the replicas together compute exactly fit's step for the global batch.
         With a model of this strategy compiled, the replicas run in parallel
         on the engine's replica threads; otherwise one after the other.
+        Under MultiWorkerMirroredStrategy every worker (mpirun process) calls
+        run the same number of times; its local replicas' update spans every
+        worker (fit's weights bytes on each).
         Returns fn's result: a PerReplica (per nest leaf) with more than one
         local replica, the plain value with one."""
         kwargs = kwargs or {}
