@@ -25,6 +25,7 @@
  * control transport and add them worker-major, in replica order, so every
  * worker gets the same bits. */
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -113,14 +114,19 @@ static st_status reduce_workers(const st_strategy *s, st_reduce_op op, const cha
                                 float *out) {
   struct st_cluster *cl = s->cluster;
   int w = st__cluster_size(cl), r = s->local_replicas;
-  float counts[ST_MAX_WORKERS], mine = (float)n;
-  st_status st = st__cluster_all_gather(cl, &mine, 1, counts);
+  /* n as the bits of a uint64 (two floats' worth) per worker */
+  float counts[2 * ST_MAX_WORKERS], mine[2];
+  uint64_t n64 = n, theirs;
+  memcpy(mine, &n64, sizeof n64);
+  st_status st = st__cluster_all_gather(cl, mine, 2, counts);
   if (st != ST_OK) return st_error_prefix(st, "%s: ", fn);
-  for (int k = 0; k < w; k++)
-    if (counts[k] != mine)
-      return st_error(ST_ERR_INVALID, "%s: rank %d reduces %.0f values per replica, this worker "
+  for (int k = 0; k < w; k++) {
+    memcpy(&theirs, counts + 2 * k, sizeof theirs);
+    if (theirs != n64)
+      return st_error(ST_ERR_INVALID, "%s: rank %d reduces %llu values per replica, this worker "
                       "(rank %d) %zu: every worker must reduce the same shape", fn, k,
-                      (double)counts[k], st__cluster_rank(cl), n);
+                      (unsigned long long)theirs, st__cluster_rank(cl), n);
+  }
   if (n == 0) return ST_OK;
   size_t per = (size_t)r * n;
   float *send = malloc(per * sizeof *send), *all = malloc((size_t)w * per * sizeof *all);
