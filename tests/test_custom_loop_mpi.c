@@ -25,6 +25,12 @@
 
 enum { BATCH = 37 };
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+static const bool g_sanitized = true;
+#else
+static const bool g_sanitized = false;
+#endif
+
 static double now(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -236,7 +242,13 @@ static void launch(const char *self) {
   char dir[] = "/tmp/strata_loop_mpi_XXXXXX", cmd[4600];
   CHECK(mkdtemp(dir) != NULL);
   mpi_test_env();
-  for (int local = 1; local <= 2; local++) {
+  if (g_sanitized) { /* ~7 s per mpirun there: the 2-replica loop and its reduces only */
+    fprintf(stderr, "sanitizer build: only the loop with 2 local replicas (the fit comparison "
+            "and the leaving workers run in the Release suite)\n");
+    run(self, dir, "loop", 2);
+    compare(dir, "loop2-r0", "loop2-r1");
+  }
+  for (int local = 1; local <= 2 && !g_sanitized; local++) {
     run(self, dir, "fit", local);
     run(self, dir, "loop", local);
     char f[32], l[32], l1[32];
@@ -246,9 +258,11 @@ static void launch(const char *self) {
     compare(dir, f, l);
     compare(dir, l, l1);
   }
-  check_leaving(self, dir, "fail", ST_ERR_PEER);
-  check_leaving(self, dir, "leave", ST_ERR_PEER);
-  check_leaving(self, dir, "absent", ST_ERR_TIMEOUT);
+  if (!g_sanitized) {
+    check_leaving(self, dir, "fail", ST_ERR_PEER);
+    check_leaving(self, dir, "leave", ST_ERR_PEER);
+    check_leaving(self, dir, "absent", ST_ERR_TIMEOUT);
+  }
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   CHECK(system(cmd) == 0);
 }
