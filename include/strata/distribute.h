@@ -185,7 +185,15 @@ st_status st_strategy_pipeline_stage_stats(const st_strategy *s, int i,
  * usually takes the replica's slice of a global batch, computes gradients and
  * applies them; st_replica_all_reduce reduces any other values across the
  * replicas. The strategy must be bound to a compiled model. One-device runs fn
- * once. Every replica must make the same calls in the same order. */
+ * once. Every replica must make the same calls in the same order.
+ * multi_worker_mirrored (processes launched by mpirun): every worker calls
+ * st_strategy_run the same number of times; fn runs on its local replicas,
+ * st_replica_slice gives each its share of the worker's share of the global
+ * batch (as fit splits it), and st_replica_apply_gradients and
+ * st_replica_all_reduce span every replica of every worker (fit's update
+ * bytes). A worker that fails or destroys its model makes its peers' run
+ * fail with ST_ERR_PEER naming its rank; one that stalls, with
+ * ST_ERR_TIMEOUT after the collective timeout. */
 typedef enum st_reduce_op { ST_REDUCE_SUM = 0, ST_REDUCE_MEAN, ST_REDUCE_COUNT } st_reduce_op;
 typedef struct st_replica_context st_replica_context;
 typedef st_status (*st_replica_fn)(st_replica_context *ctx, void *arg);
@@ -202,22 +210,30 @@ typedef st_status (*st_replica_fn)(st_replica_context *ctx, void *arg);
 st_status st_strategy_run(st_strategy *s, st_replica_fn fn, void *arg);
 /* out[n] = reduction over replicas of per_replica[r*n .. r*n+n), in replica
  * order (for values collected per replica inside st_strategy_run).
- * ST_ERR_INVALID for a NULL s, an unknown op, or NULL buffers with n > 0. */
+ * multi_worker_mirrored with several workers: a collective (every worker
+ * calls it with the same n) over every replica of every worker, added
+ * worker-major in replica order, so every worker gets the same bits; MEAN
+ * divides by all replicas. ST_ERR_INVALID for a NULL s, an unknown op, NULL
+ * buffers with n > 0, a worker with another n, or (across workers) s not
+ * bound to a compiled model. */
 st_status st_strategy_reduce(const st_strategy *s, st_reduce_op op, const float *per_replica,
                              size_t n, float *out);
 /* The same over a tensor each replica kept in its own buffer:
  * out[j] = per_replica[0][j] + per_replica[1][j] + ... (in replica order;
  * MEAN then divides by the replica count), for j < n. per_replica holds one
  * pointer per replica of this process (st_strategy_num_replicas_in_sync for
- * a single-process strategy), as st_strategy_reduce; out may be one of them. ST_ERR_INVALID for a NULL s, an unknown op, or (n >
+ * a single-process strategy), as st_strategy_reduce; out may be one of them;
+ * across workers as st_strategy_reduce. ST_ERR_INVALID for a NULL s, an unknown op, or (n >
  * 0) a NULL per_replica, out or per_replica[i]. */
 st_status st_strategy_reduce_tensor(const st_strategy *s, st_reduce_op op,
                                     const float *const *per_replica, size_t n, float *out);
 
-/* This replica's id (0-based) and the replicas of the run (0 for NULL). */
+/* This replica's id (0-based) and the replicas of the run (0 for NULL):
+ * this process's (local) replicas under multi_worker_mirrored. */
 int st_replica_id(const st_replica_context *c);
 int st_replica_count(const st_replica_context *c);
-/* This replica's contiguous share of a global batch (as fit splits it);
+/* This replica's contiguous share of a global batch (as fit splits it:
+ * under multi_worker_mirrored with auto-shard DATA, of this worker's share);
  * an empty batch for NULL arguments. The batch points into global's data. */
 st_batch st_replica_slice(const st_replica_context *c, const st_batch *global);
 /* Forward and backward on this replica's examples with the loss summed over

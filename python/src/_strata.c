@@ -1200,6 +1200,47 @@ static PyObject *py_replica_all_reduce(PyObject *self, PyObject *args) {
   return buf;
 }
 
+/* strategy_reduce(model, op 0 SUM / 1 MEAN, float32 array [local replicas, n])
+ * -> bytearray of the n reduced values: st_strategy_reduce on the model's
+ * strategy (across workers under multi_worker_mirrored: every worker calls
+ * it, with the same n). */
+static PyObject *py_strategy_reduce(PyObject *self, PyObject *args) {
+  PyObject *mcap, *arr;
+  int op;
+  if (!PyArg_ParseTuple(args, "OiO", &mcap, &op, &arr)) return NULL;
+  py_model *pm = cap_get(mcap, CAP_MODEL);
+  if (!pm) return NULL;
+  st_strategy *s = pm->strategy ? cap_get(pm->strategy, CAP_STRATEGY) : NULL;
+  st_tensor t;
+  if (!s) {
+    PyErr_SetString(PyExc_ValueError, "strategy.reduce: the model has no strategy");
+    return NULL;
+  }
+  if (replica_array(arr, "value", &t)) return NULL;
+  if (t.rank != 2 || t.dims[0] != st_strategy_num_replicas_in_sync(s) / st_strategy_worker_count(s)) {
+    PyErr_SetString(PyExc_ValueError, "strategy.reduce: one row per local replica expected");
+    return NULL;
+  }
+  size_t n = (size_t)t.dims[1];
+  PyObject *buf = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(n * 4));
+  if (!buf) return NULL;
+  float *p = (float *)PyByteArray_AsString(buf);
+  st_status rc;
+  if (claim(mcap, NULL, NULL, "strategy.reduce")) {
+    Py_DECREF(buf);
+    return NULL;
+  }
+  Py_BEGIN_ALLOW_THREADS
+  rc = st_strategy_reduce(s, op == 1 ? ST_REDUCE_MEAN : ST_REDUCE_SUM, t.data, n, p);
+  Py_END_ALLOW_THREADS
+  release(mcap, NULL, NULL);
+  if (rc != ST_OK) {
+    Py_DECREF(buf);
+    return st_py_raise(rc, "strategy.reduce");
+  }
+  return buf;
+}
+
 /* ---- files ---------------------------------------------------------------------- */
 
 static PyObject *tensor_to_py(st_tensor *t) {
@@ -1320,6 +1361,7 @@ static PyMethodDef methods[] = {
     {"dataset_tfrecord", py_dataset_tfrecord, METH_VARARGS, "the C TFRecord dataset source"},
     {"replica_train", py_replica_train, METH_VARARGS, "one replica's share of a training step"},
     {"replica_all_reduce", py_replica_all_reduce, METH_VARARGS, "all-reduce floats over the replicas"},
+    {"strategy_reduce", py_strategy_reduce, METH_VARARGS, "st_strategy_reduce over every worker"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_strata",

@@ -9,8 +9,23 @@
  * one that failed or returned early wakes every replica waiting for it, and
  * they return ST_ERR_PEER. st_strategy_run then reports the first replica to
  * fail (in time: the cause, not the replicas woken by it) and resets the
- * collective, so the strategy can run again. */
+ * collective, so the strategy can run again.
+ *
+ * Across workers (multi_worker_mirrored under mpirun): every worker calls
+ * st_strategy_run the same number of times; its local replicas run fn and
+ * the group's collective (hier.c) spans the processes, so
+ * st_replica_apply_gradients sums every replica of every worker as fit's step
+ * does (local replicas in order, then the workers in rank order) and
+ * st_replica_all_reduce reduces over all of them. st_replica_slice takes the
+ * worker's share of the global batch first, as fit. A worker that fails or
+ * leaves is not seen by the local abort: its peers wait in the process
+ * transport until it reports (when its model is destroyed) or the collective
+ * timeout, then fail with ST_ERR_PEER naming its rank. st_strategy_reduce and
+ * st_strategy_reduce_tensor gather every worker's per-replica values over the
+ * control transport and add them worker-major, in replica order, so every
+ * worker gets the same bits. */
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +36,7 @@ struct st_replica_context {
   st_strategy *s;
   st_net *m;
   int rank, count;
+  int total; /* replicas of every worker */
   bool applied;
   st_status status;
   st_replica_fn fn;
@@ -67,13 +83,14 @@ st_status st_strategy_run(st_strategy *s, st_replica_fn fn, void *arg) {
   if (!s->net || !s->group)
     return st_error(ST_ERR_INVALID, "st_strategy_run: the strategy is not bound to a compiled "
                     "model");
-  if (s->cluster)
+  if (s->cluster && s->vt != &st__multi_worker_vtable)
     return st_error(ST_ERR_NOT_BUILT, "st_strategy_run: custom training loops are not "
-                    "supported by multi_worker_mirrored yet (use fit)");
+                    "supported by %s across workers (use fit)", s->vt->name);
   run_state *rs = calloc(1, sizeof *rs);
   if (!rs) return st_error(ST_ERR_NOMEM, "st_strategy_run: out of memory");
-  int n = s->local_replicas;
-  for (int i = 0; i < n; i++) rs->ctx[i] = (st_replica_context){s, s->net, i, n, false, ST_OK, fn, arg};
+  int n = s->local_replicas, total = n * (s->cluster ? st__cluster_size(s->cluster) : 1);
+  for (int i = 0; i < n; i++)
+    rs->ctx[i] = (st_replica_context){s, s->net, i, n, total, false, ST_OK, fn, arg};
   if (n == 1)
     run_task(rs, 0);
   else
@@ -88,6 +105,46 @@ st_status st_strategy_run(st_strategy *s, st_replica_fn fn, void *arg) {
   return st;
 }
 
+/* Every worker's per-replica values (flat [L*n], or L pointers), gathered
+ * over the control transport after their counts, then added worker-major in
+ * replica order: ((w0 r0 + w0 r1) + w1 r0) + ...; MEAN multiplies by
+ * 1 / (replicas of every worker), as one process does with its own. */
+static st_status reduce_workers(const st_strategy *s, st_reduce_op op, const char *fn,
+                                const float *flat, const float *const *ptrs, size_t n,
+                                float *out) {
+  struct st_cluster *cl = s->cluster;
+  int w = st__cluster_size(cl), r = s->local_replicas;
+  /* n as the bits of a uint64 (two floats' worth) per worker */
+  float counts[2 * ST_MAX_WORKERS], mine[2];
+  uint64_t n64 = n, theirs;
+  memcpy(mine, &n64, sizeof n64);
+  st_status st = st__cluster_all_gather(cl, mine, 2, counts);
+  if (st != ST_OK) return st_error_prefix(st, "%s: ", fn);
+  for (int k = 0; k < w; k++) {
+    memcpy(&theirs, counts + 2 * k, sizeof theirs);
+    if (theirs != n64)
+      return st_error(ST_ERR_INVALID, "%s: rank %d reduces %llu values per replica, this worker "
+                      "(rank %d) %zu: every worker must reduce the same shape", fn, k,
+                      (unsigned long long)theirs, st__cluster_rank(cl), n);
+  }
+  if (n == 0) return ST_OK;
+  size_t per = (size_t)r * n;
+  float *send = malloc(per * sizeof *send), *all = malloc((size_t)w * per * sizeof *all);
+  if (!send || !all) st = st_error(ST_ERR_NOMEM, "%s: out of memory for %zu values", fn, per);
+  for (int i = 0; st == ST_OK && i < r; i++)
+    memcpy(send + (size_t)i * n, flat ? flat + (size_t)i * n : ptrs[i], n * sizeof *send);
+  if (st == ST_OK && (st = st__cluster_all_gather(cl, send, per, all)) != ST_OK)
+    st = st_error_prefix(st, "%s: ", fn);
+  for (size_t j = 0; st == ST_OK && j < n; j++) {
+    float acc = all[j];
+    for (size_t i = 1; i < (size_t)w * (size_t)r; i++) acc += all[i * n + j];
+    out[j] = op == ST_REDUCE_MEAN ? acc * (1.0f / (float)(w * r)) : acc;
+  }
+  free(send);
+  free(all);
+  return st;
+}
+
 st_status st_strategy_reduce(const st_strategy *s, st_reduce_op op, const float *per_replica,
                              size_t n, float *out) {
   if (!s) return st_error(ST_ERR_INVALID, "st_strategy_reduce: s is NULL");
@@ -97,6 +154,8 @@ st_status st_strategy_reduce(const st_strategy *s, st_reduce_op op, const float 
     return st_error(ST_ERR_INVALID, "st_strategy_reduce: %s is NULL (n = %zu)",
                     per_replica ? "out" : "per_replica", n);
   int r = s->local_replicas;
+  if (s->cluster && st__cluster_size(s->cluster) > 1)
+    return reduce_workers(s, op, "st_strategy_reduce", per_replica, NULL, n, out);
   for (size_t j = 0; j < n; j++) {
     float acc = per_replica[j];
     for (int i = 1; i < r; i++) acc += per_replica[(size_t)i * n + j];
@@ -119,6 +178,8 @@ st_status st_strategy_reduce_tensor(const st_strategy *s, st_reduce_op op,
   for (int i = 0; i < r; i++)
     if (!per_replica[i])
       return st_error(ST_ERR_INVALID, "%s: per_replica[%d] is NULL (n = %zu)", fn, i, n);
+  if (s->cluster && st__cluster_size(s->cluster) > 1)
+    return reduce_workers(s, op, fn, NULL, per_replica, n, out);
   for (size_t j = 0; j < n; j++) {
     float acc = per_replica[0][j];
     for (int i = 1; i < r; i++) acc += per_replica[i][j];
@@ -132,12 +193,14 @@ int st_replica_count(const st_replica_context *c) { return c ? c->count : 0; }
 
 st_batch st_replica_slice(const st_replica_context *c, const st_batch *global) {
   if (!c || !global) return (st_batch){0, NULL, NULL};
+  st_batch mine = *global; /* this worker's examples (all of them in one process) */
+  if (c->s->cluster) st__cluster_shard_batch(c->s->cluster, c->m, global, &mine);
   int start, count;
-  st__split(global->size, c->count, c->rank, &start, &count);
+  st__split(mine.size, c->count, c->rank, &start, &count);
   size_t xs = st_shape_size(c->m->input_shape);
   size_t ys = st_loss_is_sparse(c->m->loss) ? 1 : st__net_output_size(c->m);
-  if (!global->x || !global->y) return (st_batch){count, NULL, NULL};
-  return (st_batch){count, global->x + (size_t)start * xs, global->y + (size_t)start * ys};
+  if (!mine.x || !mine.y) return (st_batch){count, NULL, NULL};
+  return (st_batch){count, mine.x + (size_t)start * xs, mine.y + (size_t)start * ys};
 }
 
 /* The arguments of st_replica_compute_gradients. */
@@ -189,7 +252,7 @@ st_status st_replica_all_reduce(st_replica_context *c, st_reduce_op op, float *b
   if ((unsigned)op >= ST_REDUCE_COUNT)
     return st_error(ST_ERR_INVALID, "st_replica_all_reduce: op %d out of range", (int)op);
   if (n && !buf) return st_error(ST_ERR_INVALID, "st_replica_all_reduce: buf is NULL (n = %zu)", n);
-  if (c->count == 1) return ST_OK;
+  if (c->total == 1) return ST_OK;
   st_collective *coll = c->s->group->coll;
   return coll->vt->all_reduce(coll, c->rank, buf, n, op);
 }
@@ -219,5 +282,5 @@ st_status st_replica_apply_gradients(st_replica_context *c) {
   c->applied = true;
   /* no replica may read the shared variables of the next step before all
    * chunks are written */
-  return c->count > 1 ? c->s->group->coll->vt->barrier(c->s->group->coll, c->rank) : ST_OK;
+  return c->total > 1 ? c->s->group->coll->vt->barrier(c->s->group->coll, c->rank) : ST_OK;
 }

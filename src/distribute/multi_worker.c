@@ -527,3 +527,15 @@ st_status st__cluster_open(st_strategy *s, st_net *m) {
 void st__cluster_close(struct st_cluster *c, const char *why) { destroy_transports(c, why); }
 
 double st__cluster_timeout(const struct st_cluster *c) { return c->timeout; }
+
+void st__cluster_shard_batch(const struct st_cluster *c, const st_net *m, const st_batch *b,
+                             st_batch *out) {
+  shard(c, m, b, out);
+}
+
+st_status st__cluster_all_gather(struct st_cluster *c, const float *send, size_t n, float *recv) {
+  if (!c->ctl)
+    return st_error(ST_ERR_INVALID, "multi_worker_mirrored: the strategy is not bound to a "
+                    "compiled model (its transport across workers is not open)");
+  return c->ctl->vt->all_gather(c->ctl, c->rank, send, n, recv);
+}

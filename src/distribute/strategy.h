@@ -170,6 +170,15 @@ uint32_t st__net_structure_crc(const st_net *m);
 st_status st__cluster_open(st_strategy *s, st_net *m);
 void st__cluster_close(struct st_cluster *c, const char *why);
 double st__cluster_timeout(const struct st_cluster *c);
+/* Custom training loops across workers (custom_loop.c): this worker's
+ * examples of a global batch as fit takes them (its contiguous share under
+ * auto-shard DATA, the whole batch otherwise; no copy), and an all-gather
+ * of n floats per worker over the control transport (recv[size * n],
+ * worker-major; the bytes as they are). ST_ERR_INVALID when the cluster's
+ * transport is not open (no model attached). */
+void st__cluster_shard_batch(const struct st_cluster *c, const st_net *m, const st_batch *b,
+                             st_batch *out);
+st_status st__cluster_all_gather(struct st_cluster *c, const float *send, size_t n, float *recv);
 
 /* strategy.c: what fit asks of the workers, the same call with or without a
  * cluster (caller's thread).

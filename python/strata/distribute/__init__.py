@@ -347,6 +347,9 @@ class Strategy:
         the replicas together compute exactly fit's step for the global batch.
         With a model of this strategy compiled, the replicas run in parallel
         on the engine's replica threads; otherwise one after the other.
+        Under MultiWorkerMirroredStrategy every worker (mpirun process) calls
+        run the same number of times; its local replicas' update spans every
+        worker (fit's weights bytes on each).
         Returns fn's result: a PerReplica (per nest leaf) with more than one
         local replica, the plain value with one."""
         kwargs = kwargs or {}
@@ -376,8 +379,11 @@ class Strategy:
         when given (MEAN over an axis averages over every replica's
         examples together, as TensorFlow). A value that is not PerReplica is
         taken as the same on every replica. Nests of values are reduced leaf
-        by leaf. Not across MultiWorkerMirroredStrategy workers (neither is
-        run: the engine has no multi-worker custom loop yet)."""
+        by leaf. Under MultiWorkerMirroredStrategy the reduction spans every
+        replica of every worker (worker-major, replica order: the same value
+        on every worker, which must all call reduce with the same shapes); the
+        values travel as float32 (exact for integers up to 2**24), through
+        the transport of the strategy's compiled model."""
         op = _op(reduce_op, "reduce")
         return _map_nest(lambda v: self._reduce_one(op, v, axis), value)
 
@@ -395,12 +401,30 @@ class Strategy:
             total = total + a
         count = float(sum(counts))  # replicas (axis None) or examples summed over
         if self._workers()[1] > 1:
-            raise NotImplementedError("reduce: across MultiWorkerMirroredStrategy workers is not "
-                                      "supported by Strata (its engine runs no custom training loops "
-                                      "across workers yet; use fit)")
+            total, count = self._reduce_workers(arrs, counts)
         if op == ReduceOp.SUM:
             return total
         return total / np.asarray(count, dtype=np.result_type(total, np.float32))
+
+    def _reduce_workers(self, arrs, counts):
+        """(sum over every worker's replicas, their count) through the
+        engine's st_strategy_reduce: one float32 row per local replica, its
+        values then its count (examples or 1)."""
+        model = self._run_model()
+        if model is None:
+            raise ValueError("reduce: across MultiWorkerMirroredStrategy workers needs a model "
+                             "compiled in the strategy's scope (its transport between the workers)")
+        dtype, shape = np.result_type(*arrs), np.shape(arrs[0])
+        if any(np.shape(a) != shape for a in arrs):
+            raise ValueError("reduce: the replicas' values have different shapes %s"
+                             % [np.shape(a) for a in arrs])
+        rows = np.stack([np.append(np.asarray(a, dtype=np.float32).reshape(-1), np.float32(c))
+                         for a, c in zip(arrs, counts)])
+        out = np.frombuffer(_strata.strategy_reduce(model._cap, 0, np.ascontiguousarray(rows)),
+                            dtype=np.float32)
+        total = out[:-1].reshape(shape)
+        total = total.astype(dtype) if dtype.kind in "biu" else total
+        return (total[()] if total.ndim == 0 else total.copy()), float(out[-1])
 
     def experimental_distribute_dataset(self, dataset, options=None):
         """A DistributedDataset: iterating it yields each global batch split
