@@ -5,6 +5,7 @@
  * state: it hands the position to the checkpoint writer and reader, and
  * leaves the model where it ended), calls the callbacks and times training. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@ st_fit_options st_fit_default_options(void) {
   memset(&o, 0, sizeof o);
   o.epochs = 1;
   o.warmup_steps = 20;
+  o.validation_freq = 1;
   return o;
 }
 
@@ -261,7 +263,9 @@ static st_status train_pass(st_model *m, st_dataset *ds, fit_state *fs, st_step_
       break;
     }
     if (!go) break;
-    if ((s = check_labels(m, &b, tot->examples)) != ST_OK) break;
+    if ((s = check_labels(m, &b, tot->examples)) != ST_OK ||
+        (s = st__net_check_classes(&m->net, b.y, b.size, tot->examples)) != ST_OK)
+      break;
     m->strategy->side = (st__side_task){take_next, &la};
     s = fit_step(m, &b, tot, fs);
     m->strategy->side = (st__side_task){NULL, NULL};
@@ -289,6 +293,18 @@ static st_status close_epoch(st_train_position *p, const st_epoch_logs *lg) {
   return ST_OK;
 }
 
+/* Keras's _should_eval: validation after 1-based epoch e when e is listed in
+ * o->validation_epochs, else when e is a multiple of o->validation_freq. */
+static bool should_validate(const st_fit_options *o, int epoch) {
+  int e = epoch + 1;
+  if (o->nvalidation_epochs > 0) {
+    for (int i = 0; i < o->nvalidation_epochs; i++)
+      if (o->validation_epochs[i] == e) return true;
+    return false;
+  }
+  return o->validation_freq <= 1 || e % o->validation_freq == 0;
+}
+
 static st_status fit_epoch(st_model *m, st_dataset *train, fit_state *fs) {
   const st_fit_options *o = fs->o;
   st_status s;
@@ -310,7 +326,7 @@ static st_status fit_epoch(st_model *m, st_dataset *train, fit_state *fs) {
   lg.examples = tot.examples;
   lg.loss = tot.loss_sum / (double)tot.examples;
   lg.accuracy = ratio(tot.correct, tot.metric_count);
-  if (o->validation) {
+  if (o->validation && should_validate(o, fs->epoch)) {
     st_eval_result ev;
     if ((s = st_model_evaluate(m, o->validation, &ev)) != ST_OK)
       return st_error_prefix(s, "validation: ");
@@ -384,6 +400,28 @@ static void keep_position(st_model *m, st_train_position *p) {
   memset(p, 0, sizeof *p);
 }
 
+/* validation_freq / validation_epochs and class_weight of o (fn names the
+ * function). */
+static st_status check_fit_extras(const st_fit_options *o, const char *fn) {
+  if (o->validation_freq < 0)
+    return st_error(ST_ERR_INVALID, "%s: o->validation_freq %d is negative", fn, o->validation_freq);
+  if (o->nvalidation_epochs < 0 || (o->nvalidation_epochs > 0 && !o->validation_epochs))
+    return st_error(ST_ERR_INVALID, "%s: o->validation_epochs is NULL or o->nvalidation_epochs "
+                    "%d is negative", fn, o->nvalidation_epochs);
+  for (int i = 0; i < o->nvalidation_epochs; i++)
+    if (o->validation_epochs[i] < 1)
+      return st_error(ST_ERR_INVALID, "%s: o->validation_epochs[%d] = %d (epochs are 1-based)", fn,
+                      i, o->validation_epochs[i]);
+  if (o->nclass_weight < 0 || (o->nclass_weight > 0 && !o->class_weight))
+    return st_error(ST_ERR_INVALID, "%s: o->class_weight is NULL or o->nclass_weight %d is "
+                    "negative", fn, o->nclass_weight);
+  for (int i = 0; i < o->nclass_weight; i++)
+    if (!isfinite(o->class_weight[i]))
+      return st_error(ST_ERR_INVALID, "%s: o->class_weight[%d] = %g is not finite", fn, i,
+                      (double)o->class_weight[i]);
+  return ST_OK;
+}
+
 /* The pointers fit is given, checked before anything is touched. */
 static st_status check_fit_args(const st_model *m, const st_dataset *train,
                                 const st_fit_options *o, const st_history *out) {
@@ -398,7 +436,7 @@ static st_status check_fit_args(const st_model *m, const st_dataset *train,
   if (o->ncallbacks > 0 && !o->callbacks)
     return st_error(ST_ERR_INVALID, "%s: o->callbacks is NULL with o->ncallbacks = %d", fn,
                     o->ncallbacks);
-  return ST_OK;
+  return check_fit_extras(o, fn);
 }
 
 static st_status fit_checked(st_model *m, st_dataset *train, st_fit_options *o,
@@ -472,6 +510,8 @@ static st_status fit_checked(st_model *m, st_dataset *train, st_fit_options *o,
       (o->validation && (s = check_source_labels(m, o->validation, "validation data")) != ST_OK))
     return s;
   if (o->epochs < 0) return st_error(ST_ERR_INVALID, "fit: epochs %d (must be >= 0)", o->epochs);
+  if (o->nclass_weight > 0 && !strcmp(m->strategy->vt->name, "pipeline"))
+    return st_error(ST_ERR_INVALID, "fit: class_weight is not supported by the pipeline strategy");
   fit_state fs = {.o = o, .steps_per_epoch = st_dataset_cardinality(train)};
   if ((s = maybe_restore(m, train, &fs)) == ST_OK)
     s = st__strategy_check_fit(m->strategy, &m->net, st_dataset_batch_size(train),
@@ -481,7 +521,11 @@ static st_status fit_checked(st_model *m, st_dataset *train, st_fit_options *o,
     keep_position(m, &fs.pos);
     return s;
   }
+  m->net.class_weight = o->nclass_weight > 0 ? o->class_weight : NULL;
+  m->net.n_class_weight = o->nclass_weight;
   s = fit_epochs(m, train, &fs);
+  m->net.class_weight = NULL;
+  m->net.n_class_weight = 0;
   st_status hs = copy_history(&fs, out);
   keep_position(m, &fs.pos);
   if (s == ST_OK && o->backup_dir && st__strategy_is_chief(m->strategy))
