@@ -173,7 +173,8 @@ typedef struct st_fit_options {
   /* Keras's class_weight (borrowed [nclass_weight]; NULL = none): each
    * training example's loss term and gradient are multiplied by the weight of
    * its label's class (the index for sparse labels and single-value labels,
-   * truncated; the first largest value's index for one-hot rows), the sum
+   * rounded half to even as Keras 3's tf.round; the first largest value's
+   * index for one-hot rows), the sum
    * divided by the global batch as without weights (SUM_OVER_BATCH_SIZE); the
    * epoch's `loss` is sum(w_i * l_i) / examples, as Keras reports it, while
    * accuracy and validation stay unweighted. A training label whose class has

@@ -3,6 +3,8 @@
  * variables. Pure functions of the net; any thread. */
 #include "nn/net.h"
 
+#include <math.h>
+
 st_shape st__net_output_shape(const st_net *m) {
   return m->nlayers ? m->layers[m->nlayers - 1]->out_shape : m->input_shape;
 }
@@ -31,7 +33,7 @@ static size_t label_width(const st_net *m) {
 
 int64_t st__net_example_class(const st_net *m, const float *y) {
   size_t w = label_width(m);
-  if (w == 1) return (int64_t)y[0]; /* tf.cast to int64: truncation */
+  if (w == 1) return (int64_t)nearbyintf(y[0]); /* tf.round: half to even */
   size_t best = 0;
   for (size_t j = 1; j < w; j++)
     if (y[j] > y[best]) best = j;
@@ -43,8 +45,8 @@ st_status st__net_check_classes(const st_net *m, const float *y, int n, int64_t 
   size_t w = label_width(m);
   for (int i = 0; i < n; i++) {
     const float *row = y + (size_t)i * w;
-    double cls = w > 1 ? (double)st__net_example_class(m, row) : (double)row[0];
-    if (!(cls > -1.0 && cls < (double)m->n_class_weight))
+    double cls = w > 1 ? (double)st__net_example_class(m, row) : (double)nearbyint(row[0]);
+    if (!(cls >= 0.0 && cls < (double)m->n_class_weight))
       return st_error(ST_ERR_INVALID, "class_weight: example %lld has class %g, which has no "
                       "weight (class_weight covers classes 0 to %d)", (long long)(first + i),
                       cls, m->n_class_weight - 1);

@@ -117,9 +117,10 @@ size_t st__net_output_size(const st_net *m);
  * (checked before a kernel uses it as an index); ST_ERR_INVALID naming the
  * label and its example (first + i) otherwise. OK for the other losses. */
 st_status st__net_check_labels(const st_net *m, const float *y, int n, int64_t first);
-/* The class of one example's label row y (Keras's class_weight map: the
- * index itself for sparse losses and single-output labels, truncated to an
- * integer; the first largest value's index for labels of several values). */
+/* The class of one example's label row y (Keras 3's class_weight map: the
+ * index itself for sparse losses and single-value labels, rounded half to
+ * even as tf.round; the first largest value's index for labels of several
+ * values). */
 int64_t st__net_example_class(const st_net *m, const float *y);
 /* With class weights set: every example's class in [0, n_class_weight)
  * (ST_ERR_INVALID naming the example, first + i, otherwise). OK without. */
