@@ -4,8 +4,9 @@
  * one SGD step with class weights moves a Dense layer's weights as a plain
  * double-precision reference of Keras's weighted SUM_OVER_BATCH_SIZE loss
  * does, with the reported loss sum(w_i * l_i) / n and accuracy unweighted;
- * mirrored x2 gives the one-device step; bad options and a label without a
- * weight are errors naming them. */
+ * mirrored x2 gives the one-device step; sample weights carried as the
+ * labels' last value give the same step, shuffled and mirrored; bad options,
+ * a label without a weight and a non-finite weight are errors naming them. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,6 +173,74 @@ static void test_class_weight_step(void) {
   st_history_destroy(&hm);
 }
 
+/* Dense C logits trained one step on labels [N, 2] = (class, weight):
+ * sample_weight_column under strategy s, shuffled or not (the weights must
+ * follow the examples); the weights after into w1, the loss into *loss. */
+static void sw_step(st_strategy *s, const float *sw, bool shuffle, float *w0, float *w1,
+                    double *loss) {
+  static float yw[N * 2];
+  for (int i = 0; i < N; i++) yw[2 * i] = Y[i], yw[2 * i + 1] = sw[i];
+  st_model *m = model(false, s);
+  CHECK_OK(st_model_get_weights(m, w0));
+  st_tensor xt = {ST_F32, 2, {N, D}, X}, yt = {ST_F32, 2, {N, 2}, yw};
+  st_dataset *ds = NULL;
+  CHECK_OK(st_dataset_from_tensor_slices(&xt, &yt, 1.0f, false, &ds));
+  if (shuffle) CHECK_OK(st_dataset_shuffle(ds, N, 9, true, &ds));
+  CHECK_OK(st_dataset_batch(ds, N, false, &ds));
+  st_fit_options o = st_fit_default_options();
+  o.sample_weight_column = true;
+  st_history h;
+  CHECK_OK(st_model_fit(m, ds, &o, &h));
+  CHECK_OK(st_model_get_weights(m, w1));
+  *loss = h.epochs ? h.logs[0].loss : -1;
+  st_history_destroy(&h);
+  st_dataset_destroy(ds);
+  st_model_destroy(m);
+}
+
+/* Per-example weights equal to the class weights give class_weight's step
+ * (same reference), shuffled too (one full batch: the same sum, reordered)
+ * and under mirrored x2 (each replica weights its own half). */
+static void test_sample_weight_step(void) {
+  static const float cw[C] = {0.25f, 3.0f, 1.5f};
+  float sw[N], w0[D * C + C], w1[D * C + C];
+  for (int i = 0; i < N; i++) sw[i] = cw[(int)Y[i]];
+  double ref[D * C + C], loss, acc, got;
+  st_strategy_options so = st_strategy_default_options(ST_STRATEGY_MIRRORED);
+  so.devices = "cpu:0,cpu:1";
+  st_strategy *s = NULL;
+  CHECK_OK(st_strategy_create(&so, &s));
+  for (int v = 0; v < 3; v++) {
+    sw_step(v == 2 ? s : NULL, sw, v >= 1, w0, w1, &got);
+    reference_step(w0, cw, 0.5f, ref, &loss, &acc);
+    double worst = 0;
+    for (int k = 0; k < D * C + C; k++) worst = fmax(worst, fabs(w1[k] - ref[k]));
+    CHECK_LT(worst, 2e-6);
+    CHECK_LT(fabs(got - loss), 1e-5 * loss);
+  }
+  st_strategy_destroy(s);
+  /* a non-finite weight names its example */
+  sw[5] = NAN;
+  static float yw[N * 2];
+  for (int i = 0; i < N; i++) yw[2 * i] = Y[i], yw[2 * i + 1] = sw[i];
+  st_model *m = model(false, NULL);
+  st_tensor xt = {ST_F32, 2, {N, D}, X}, yt = {ST_F32, 2, {N, 2}, yw};
+  st_dataset *ds = NULL;
+  CHECK_OK(st_dataset_from_tensor_slices(&xt, &yt, 1.0f, false, &ds));
+  CHECK_OK(st_dataset_batch(ds, 16, false, &ds));
+  st_fit_options o = st_fit_default_options();
+  o.sample_weight_column = true;
+  st_history h;
+  CHECK_EQ(st_model_fit(m, ds, &o, &h), ST_ERR_INVALID);
+  CHECK(strstr(st_last_error(), "sample_weight: example 5 has weight nan"));
+  st_history_destroy(&h);
+  o.sample_weight_column = false; /* labels of 2 values for a sparse loss */
+  CHECK_EQ(st_model_fit(m, ds, &o, &h), ST_ERR_INVALID);
+  st_history_destroy(&h);
+  st_dataset_destroy(ds);
+  st_model_destroy(m);
+}
+
 static st_status fit_with(int freq, const int *list, int nlist, const float *cw, int ncw) {
   st_model *m = model(false, NULL);
   st_dataset *tr = dataset(16);
@@ -215,6 +284,7 @@ static void test_errors(void) {
 
 static const check_case cases[] = {CHECK_CASE(test_validation_freq),
                                    CHECK_CASE(test_class_weight_step),
+                                   CHECK_CASE(test_sample_weight_step),
                                    CHECK_CASE(test_errors)};
 int main(int argc, char **argv) {
   fixture_argmax_data(11, N, D, C, X, Y);

@@ -182,6 +182,14 @@ typedef struct st_fit_options {
    * parameter_server strategies. */
   const float *class_weight;
   int nclass_weight;
+  /* Keras's sample_weight: when true, each training example's labels carry
+   * one more value at the end, its weight (labels of y_size = the loss's
+   * width + 1, so weights follow shuffle, shard, batch and the replica
+   * split); the loss term and gradient of the example are multiplied by it,
+   * as class_weight's are (not together with class_weight, validation_split
+   * nor the pipeline strategy; a non-finite weight is ST_ERR_INVALID naming
+   * the example). Validation data has no weight column. */
+  bool sample_weight_column;
 } st_fit_options;
 /* One epoch, no validation, no callbacks, warmup 20, no backup. */
 st_fit_options st_fit_default_options(void);

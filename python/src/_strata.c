@@ -950,8 +950,9 @@ static PyObject *py_model_fit(PyObject *self, PyObject *args) {
   const char *backup = NULL;
   long long backup_every = 0;
   PyObject *vepochs = Py_None, *cweights = Py_None;
-  if (!PyArg_ParseTuple(args, "OOiOOii|zLOO", &mcap, &tcap, &epochs, &vcap, &obj, &batch_every,
-                        &offset, &backup, &backup_every, &vepochs, &cweights))
+  int sw_column = 0;
+  if (!PyArg_ParseTuple(args, "OOiOOii|zLOOp", &mcap, &tcap, &epochs, &vcap, &obj, &batch_every,
+                        &offset, &backup, &backup_every, &vepochs, &cweights, &sw_column))
     return NULL;
   st_model *m = model_of(mcap);
   st_dataset *train = m ? dataset_of(tcap) : NULL;
@@ -960,6 +961,7 @@ static PyObject *py_model_fit(PyObject *self, PyObject *args) {
   o.epochs = epochs;
   fit_lists fl = {0};
   if (fit_lists_parse(vepochs, cweights, &fl, &o)) return NULL;
+  o.sample_weight_column = sw_column != 0;
   if (vcap != Py_None && !(o.validation = dataset_of(vcap))) return NULL;
   py_fit_cb c = {obj, batch_every, offset, NULL, NULL, NULL};
   st_callback cb = {&c, cb_epoch_begin, cb_batch_end, cb_epoch_end, NULL};

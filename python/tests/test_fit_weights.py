@@ -157,3 +157,67 @@ def test_class_weight_one_hot_and_dataset():
 def test_class_weight_rejects(cw, match):
     with pytest.raises(ValueError, match=match):
         model().fit(X, Y, class_weight=cw, verbose=0)
+
+
+def test_sample_weight_step_against_numpy():
+    """Per-example weights (here random, shuffled fit, mirrored x2) give the
+    reference step of weights w_i: they follow the shuffle and the split."""
+    w = RNG.uniform(0.1, 3.0, len(X)).astype(np.float32)
+    m = model()
+    w0 = m.get_weights()
+    h = m.fit(X, Y, batch_size=len(X), epochs=1, shuffle=True, sample_weight=w, verbose=0)
+    ref, loss, acc = reference_step_w(w0, w, 0.5, X, Y)
+    for got, want in zip(m.get_weights(), ref):
+        assert np.max(np.abs(got - want)) < 2e-6
+    assert abs(h.history["loss"][0] - loss) < 1e-5 * loss
+    assert abs(h.history["accuracy"][0] - acc) < 1e-12
+    with tf.distribute.MirroredStrategy(["cpu:0", "cpu:1"]).scope():
+        m2 = model()
+    m2.set_weights(w0)
+    ds = tf.data.Dataset.from_tensor_slices((X, Y, w)).shuffle(len(X)).batch(len(X))
+    m2.fit(ds, epochs=1, verbose=0)  # (x, y, w) elements
+    for got, want in zip(m2.get_weights(), ref):
+        assert np.max(np.abs(got - want)) < 2e-6
+    m3 = model()
+    m3.set_weights(w0)
+    m3.train_on_batch(X, Y, sample_weight=w)
+    for got, want in zip(m3.get_weights(), ref):
+        assert np.max(np.abs(got - want)) < 2e-6
+
+
+def test_sample_weight_ones_give_the_unweighted_bytes():
+    """Weight 1 for every example (two shuffled epochs of 3 batches) gives the
+    unweighted run's weights bytes: the weight column changes neither the
+    shuffle nor the arithmetic."""
+    m1, m2 = model(hidden=True), model(hidden=True)
+    m2.set_weights(m1.get_weights())
+    m1.fit(X, Y, batch_size=16, epochs=2, verbose=0)
+    m2.fit(X, Y, batch_size=16, epochs=2, sample_weight=np.ones(len(X)), verbose=0)
+    for a, b in zip(m1.get_weights(), m2.get_weights()):
+        assert np.array_equal(a, b)
+
+
+def reference_step_w(ws, sw, lr, x, y):
+    W, b = ws[0].astype(np.float64), ws[1].astype(np.float64)
+    z = x.astype(np.float64) @ W + b
+    z -= z.max(axis=1, keepdims=True)
+    p = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+    n = len(y)
+    w = sw.astype(np.float64)
+    loss = float(np.sum(w * -np.log(p[np.arange(n), y])) / n)
+    dz = p.copy()
+    dz[np.arange(n), y] -= 1
+    dz *= (w / n)[:, None]
+    acc = float(np.mean(np.argmax(z, axis=1) == y))
+    return [W - lr * x.T.astype(np.float64) @ dz, b - lr * dz.sum(axis=0)], loss, acc
+
+
+@pytest.mark.parametrize("kw,exc,match", [
+    (dict(sample_weight=np.ones(5)), ValueError, "one weight per example"),
+    (dict(sample_weight=np.full(48, np.nan)), ValueError, "finite"),
+    (dict(sample_weight=np.ones(48), class_weight={0: 1.0}), ValueError, "at the same time"),
+    (dict(sample_weight=np.ones(48), validation_split=0.25), NotImplementedError, "validation_split"),
+])
+def test_sample_weight_rejects(kw, exc, match):
+    with pytest.raises(exc, match=match):
+        model().fit(X, Y, verbose=0, **kw)

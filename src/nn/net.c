@@ -56,10 +56,12 @@ st_status st__net_check_classes(const st_net *m, const float *y, int n, int64_t 
 
 void st__net_apply_class_weights(const st_net *m, st_replica *r, const float *y, int n,
                                  int cols, float *loss, float *dpred) {
-  if (!m->class_weight) return;
+  if (!m->class_weight && !m->sample_weights) return;
   size_t w = label_width(m);
+  size_t first = m->sample_weights ? (size_t)(y - m->sample_labels) / w : 0;
   for (int i = 0; i < n; i++) {
-    float cw = m->class_weight[st__net_example_class(m, y + (size_t)i * w)];
+    float cw = m->sample_weights ? m->sample_weights[first + (size_t)i]
+                                 : m->class_weight[st__net_example_class(m, y + (size_t)i * w)];
     loss[i] *= cw;
     if (dpred) r->be->scale(r->ctx, (size_t)cols, cw, dpred + (size_t)i * (size_t)cols);
   }

@@ -45,6 +45,11 @@ typedef struct st_net {
    * class_weight[class] (st__net_example_class); evaluation is unweighted. */
   const float *class_weight;
   int n_class_weight;
+  /* Keras's sample_weight while fit trains (borrowed; NULL = none): the
+   * weight of the example whose label row is sample_labels + k * label
+   * width is sample_weights[k] (fit's de-interleaved copy of the batch: the
+   * replicas' slices point into it). */
+  const float *sample_weights, *sample_labels;
   /* Pipeline stage across processes (base/vmem.h): params, state and slots
    * are reserved address space of which only the trainable floats
    * [own_p, own_p + own_np) and the state floats [own_s, own_s + own_ns) are
@@ -126,7 +131,8 @@ int64_t st__net_example_class(const st_net *m, const float *y);
  * (ST_ERR_INVALID naming the example, first + i, otherwise). OK without. */
 st_status st__net_check_classes(const st_net *m, const float *y, int n, int64_t first);
 /* Multiply loss[i] and the row dpred[i] (cols floats; may be NULL) by the
- * class weight of example i's label (a no-op without class weights). */
+ * class weight of example i's label, or its sample weight (y points into
+ * m->sample_labels); a no-op without either. */
 void st__net_apply_class_weights(const st_net *m, st_replica *r, const float *y, int n,
                                  int cols, float *loss, float *dpred);
 /* True if some layer runs collectives (every replica must then run forward and

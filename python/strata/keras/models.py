@@ -262,8 +262,11 @@ class Sequential:
         return ["loss"] + ([self._metric_key] if getattr(self, "_metric_key", None) else [])
 
     # ---- data ----
-    def _arrays(self, x, y, batch, where, shuffle=False, steps=None, labelled=True, epoch=0):
-        """(engine dataset, batch) for arrays or a tf.data.Dataset."""
+    def _arrays(self, x, y, batch, where, shuffle=False, steps=None, labelled=True, epoch=0,
+                weights=None):
+        """(engine dataset, batch) for arrays or a tf.data.Dataset; weights:
+        fit's sample_weight (an array, or True for a dataset of (x, y, w)),
+        appended to the labels."""
         from .. import data as _data
         sparse = getattr(self, "_sparse", False)
         if isinstance(x, _distribute.DistributedDataset):
@@ -274,7 +277,8 @@ class Sequential:
             if self._cap is None:
                 first = next(iter(x.as_numpy_iterator()))
                 self._build(np.shape(first[0] if isinstance(first, tuple) else first)[1:])
-            return _data.engine_pipeline(x, self._scale, sparse, where, steps, labelled, epoch)
+            return _data.engine_pipeline(x, self._scale, sparse, where, steps, labelled, epoch,
+                                         weights is True)
         if isinstance(x, dict):
             raise NotImplementedError("%s: dict inputs are not supported by Strata" % where)
         xa = features(x, where + ": x")
@@ -289,6 +293,8 @@ class Sequential:
                 raise ValueError("%s: x has %d examples and y has %d; they must match" % (where, len(xa), len(ya)))
         if len(xa) == 0:
             raise ValueError("%s: no examples (x is empty)" % where)
+        if weights is not None:
+            ya = _data.with_weights(ya, weights, len(xa), where)
         batch = 32 if batch is None else batch
         if not isinstance(batch, (int, np.integer)) or isinstance(batch, bool) or batch <= 0:
             raise ValueError("%s: batch_size=%r must be a positive integer" % (where, batch))
@@ -308,8 +314,9 @@ class Sequential:
             validation_batch_size=None, validation_freq=1, **kwargs):
         """Train; returns a History whose .history has Keras's keys
         ('loss', the metric, 'val_loss', 'val_<metric>')."""
-        unsupported("fit", sample_weight=(sample_weight, None))
         cweights = _class_weights("fit", class_weight)
+        if sample_weight is not None and cweights is not None:
+            raise ValueError("fit: you cannot use class_weight and sample_weight at the same time")
         reject_kwargs("fit", kwargs, ("max_queue_size", "workers", "use_multiprocessing"))
         if self._compile_args is None:
             raise RuntimeError("You must compile your model before training/testing. Use `model.compile(optimizer, loss)`.")
@@ -322,7 +329,19 @@ class Sequential:
         if not 0.0 <= float(validation_split) < 1.0:
             raise ValueError("fit: validation_split=%r must be in [0, 1)" % (validation_split,))
         keep = []
+        if isinstance(x, (_data.Dataset, _distribute.DistributedDataset)) and sample_weight is not None:
+            raise ValueError("fit: sample_weight is not supported when x is a dataset (yield "
+                             "(x, y, sample_weight) elements instead)")
+        xds = x._dataset if isinstance(x, _distribute.DistributedDataset) else x
+        weighted = sample_weight if sample_weight is not None else (
+            True if isinstance(xds, _data.Dataset) and _data.yields_weights(xds) else None)
+        if weighted is not None and cweights is not None:
+            raise ValueError("fit: you cannot use class_weight and sample_weight at the same time")
         if validation_split and validation_data is None:
+            if sample_weight is not None:
+                raise NotImplementedError("fit: sample_weight with validation_split is not supported "
+                                          "by Strata (validation sample weights); split the arrays "
+                                          "and pass validation_data=(x_val, y_val)")
             if isinstance(x, _data.Dataset):
                 raise ValueError("fit: validation_split is only supported for NumPy arrays, not datasets")
             xa, ya = features(x, "fit: x"), np.asarray(y)
@@ -333,7 +352,7 @@ class Sequential:
             x, y, validation_data = xa[:split], ya[:split], (xa[split:], ya[split:])
         validate = _validation_epochs(validation_freq)
         train, batch = self._arrays(x, y, batch_size, "fit", bool(shuffle), steps_per_epoch,
-                                    epoch=int(initial_epoch))
+                                    epoch=int(initial_epoch), weights=weighted)
         self._ensure_compiled("fit")
         val = None
         if validation_data is not None:
@@ -381,9 +400,11 @@ class Sequential:
             self._stop, rates = False, []
             for e in range(initial_epoch, epochs):
                 if e > initial_epoch:
-                    train, _ = self._arrays(x, None, None, "fit", steps=steps_per_epoch, epoch=e)
+                    train, _ = self._arrays(x, None, None, "fit", steps=steps_per_epoch, epoch=e,
+                                            weights=weighted)
                 _logs, sps = _strata.model_fit(self._cap, train, 1, val if validate(e + 1) else None,
-                                               driver, every, e, *backup, None, cweights)
+                                               driver, every, e, *backup, None, cweights,
+                                               weighted is not None)
                 rates.append(sps)
                 if self._stop:
                     break
@@ -392,7 +413,8 @@ class Sequential:
             # the engine counts this call's epochs from 1: Keras's epoch initial_epoch + c
             listed = [c for c in range(1, n + 1) if validate(initial_epoch + c)]
             _logs, sps = _strata.model_fit(self._cap, train, n, val if listed else None, driver, every,
-                                           initial_epoch, *backup, listed, cweights)
+                                           initial_epoch, *backup, listed, cweights,
+                                           weighted is not None)
         history.samples_per_sec = sps  # the engine's, training only, first 20 steps excluded
         self._fit_calls = getattr(self, "_fit_calls", 0) + 1
         for cb in cbs:
@@ -459,21 +481,24 @@ class Sequential:
     def train_on_batch(self, x, y=None, sample_weight=None, class_weight=None, return_dict=False):
         """One optimizer step on the batch (split over the replicas by the
         strategy); returns the batch's loss (and metric) as evaluate does."""
-        unsupported("train_on_batch", sample_weight=(sample_weight, None))
         cweights = _class_weights("train_on_batch", class_weight)
+        if sample_weight is not None and cweights is not None:
+            raise ValueError("train_on_batch: you cannot use class_weight and sample_weight at the same time")
         if self._compile_args is None:
             raise RuntimeError("You must compile your model before training/testing. Use `model.compile(optimizer, loss)`.")
         ctx = _distribute._current_replica()
         if ctx is not None:
-            if cweights is not None:
-                raise NotImplementedError("train_on_batch inside strategy.run: class_weight is not "
-                                          "supported by Strata there (fit and train_on_batch outside take it)")
+            if cweights is not None or sample_weight is not None:
+                raise NotImplementedError("train_on_batch inside strategy.run: class_weight and "
+                                          "sample_weight are not supported by Strata there (fit and "
+                                          "train_on_batch outside take them)")
             return self._replica_step(ctx, x, y, return_dict)
         xa = features(x, "train_on_batch: x")
-        ds, _ = self._arrays(xa, y, len(xa) or 1, "train_on_batch")
+        ds, _ = self._arrays(xa, y, len(xa) or 1, "train_on_batch", weights=sample_weight)
         self._ensure_compiled("train_on_batch")
         driver = _Driver(self, [], self._metric_key, 0)
-        logs, _ = _strata.model_fit(self._cap, ds, 1, None, driver, 0, 0, None, 0, None, cweights)
+        logs, _ = _strata.model_fit(self._cap, ds, 1, None, driver, 0, 0, None, 0, None, cweights,
+                                    sample_weight is not None)
         out = self._epoch_logs(logs[0], self._metric_key)
         if return_dict:
             return out
