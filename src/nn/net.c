@@ -54,7 +54,7 @@ st_status st__net_check_classes(const st_net *m, const float *y, int n, int64_t 
   return ST_OK;
 }
 
-void st__net_apply_class_weights(const st_net *m, st_replica *r, const float *y, int n,
+void st__net_apply_example_weights(const st_net *m, st_replica *r, const float *y, int n,
                                  int cols, float *loss, float *dpred) {
   if (!m->class_weight && !m->sample_weights) return;
   size_t w = label_width(m);

@@ -133,7 +133,7 @@ st_status st__net_check_classes(const st_net *m, const float *y, int n, int64_t 
 /* Multiply loss[i] and the row dpred[i] (cols floats; may be NULL) by the
  * class weight of example i's label, or its sample weight (y points into
  * m->sample_labels); a no-op without either. */
-void st__net_apply_class_weights(const st_net *m, st_replica *r, const float *y, int n,
+void st__net_apply_example_weights(const st_net *m, st_replica *r, const float *y, int n,
                                  int cols, float *loss, float *dpred);
 /* True if some layer runs collectives (every replica must then run forward and
  * backward each step, with an empty slice too). */
