@@ -24,6 +24,7 @@ static cli_opt train_opts[] = {
     {"--lr", "X", "learning rate (default: the optimizer's Keras default)", NULL},
     {"--seed", "S", "seed for weights, shuffling and dropout (default 0)", NULL},
     {"--validation-split", "F", "fraction of the training data held out for validation (default 0)", NULL},
+    {"--validation-freq", "N", "validate after every Nth epoch only (Keras's validation_freq; default 1)", NULL},
     {"--train-examples", "N", "use only the first N training examples (default all)", NULL},
     {"--strategy", "NAME", "one_device (default), mirrored, central_storage, multi_worker_mirrored (under mpirun) or pipeline (model parallel)", NULL},
     {"--devices", "LIST", "mirrored/central_storage/multi_worker_mirrored: (local) devices, e.g. cpu:0,cpu:1 (one replica each); pipeline: one stage each", NULL},
@@ -86,6 +87,7 @@ typedef struct train_cfg {
   bool no_overlap;
   bool shard_optimizer;
   double lr, val_split, collective_timeout;
+  long val_freq; /* --validation-freq */
   st_auto_shard auto_shard;
   st_optimizer_options opt;
   st_strategy_kind strategy;
@@ -292,6 +294,7 @@ static bool parse_train(const cli_opt *o, train_cfg *c) {
   c->allow_nonfinite = cli_get(o, NTRAIN, "--allow-nonfinite") != NULL;
   c->resume_anyway = cli_get(o, NTRAIN, "--resume-anyway") != NULL;
   c->epochs = 1;
+  c->val_freq = 1;
   c->batch = 32;
   st_optimizer_kind ok = ST_OPT_ADAM;
   if ((v = cli_get(o, NTRAIN, "--epochs")) && !cli_int(cmd, "--epochs", v, 1, 100000, &c->epochs)) return false;
@@ -323,6 +326,7 @@ static bool parse_train(const cli_opt *o, train_cfg *c) {
   if ((v = cli_get(o, NTRAIN, "--log-every")) && !cli_int(cmd, "--log-every", v, 0, INT_MAX, &c->log_every)) return false;
   if ((v = cli_get(o, NTRAIN, "--train-examples")) && !cli_int(cmd, "--train-examples", v, 1, 1L << 40, &c->train_examples)) return false;
   if ((v = cli_get(o, NTRAIN, "--validation-split")) && !cli_float(cmd, "--validation-split", v, 0.0, 0.99, &c->val_split)) return false;
+  if ((v = cli_get(o, NTRAIN, "--validation-freq")) && !cli_int(cmd, "--validation-freq", v, 1, 100000, &c->val_freq)) return false;
   if ((v = cli_get(o, NTRAIN, "--optimizer")) && st_optimizer_parse(v, &ok) != ST_OK) {
     fprintf(stderr, "strata train: --optimizer: %s\n", st_last_error());
     return false;
@@ -636,6 +640,7 @@ static int run_train(const train_cfg *c) {
   fo.backup_every_steps = c->backup_every;
   fo.data_fingerprint = d.fingerprint;
   fo.resume_anyway = c->resume_anyway;
+  fo.validation_freq = (int)c->val_freq;
   s = st_model_fit(model, d.train, &fo, &h);
   free_callbacks(&cbs);
   if (tfr && !c->quiet) cli_tfrecord_report("train", &ta, &d);

@@ -159,6 +159,37 @@ typedef struct st_fit_options {
    * with the same batch size. The caller's `train` is not changed. As in
    * Keras, a non-NULL `validation` takes precedence (a warning is logged). */
   double validation_split;
+  /* Keras's validation_freq: validation runs after 1-based epoch e when e is
+   * a multiple of validation_freq (1, or 0, = every epoch), or, when
+   * nvalidation_epochs > 0, when e is one of validation_epochs[] (borrowed;
+   * Keras's list form). Epochs without validation have has_validation false
+   * in their logs (History, CSVLogger, TensorBoard and progress leave val_*
+   * out; EarlyStopping / save-best ModelCheckpoint monitoring val_* skip the
+   * epoch with a warning, as Keras). Epochs count from the run's start (a
+   * resumed backup's epochs included). */
+  int validation_freq;
+  const int *validation_epochs;
+  int nvalidation_epochs;
+  /* Keras's class_weight (borrowed [nclass_weight]; NULL = none): each
+   * training example's loss term and gradient are multiplied by the weight of
+   * its label's class (the index for sparse labels and single-value labels,
+   * rounded half to even as Keras 3's tf.round; the first largest value's
+   * index for one-hot rows), the sum
+   * divided by the global batch as without weights (SUM_OVER_BATCH_SIZE); the
+   * epoch's `loss` is sum(w_i * l_i) / examples, as Keras reports it, while
+   * accuracy and validation stay unweighted. A training label whose class has
+   * no weight is ST_ERR_INVALID naming the example. Not with the pipeline or
+   * parameter_server strategies. */
+  const float *class_weight;
+  int nclass_weight;
+  /* Keras's sample_weight: when true, each training example's labels carry
+   * one more value at the end, its weight (labels of y_size = the loss's
+   * width + 1, so weights follow shuffle, shard, batch and the replica
+   * split); the loss term and gradient of the example are multiplied by it,
+   * as class_weight's are (not together with class_weight, validation_split
+   * nor the pipeline strategy; a non-finite weight is ST_ERR_INVALID naming
+   * the example). Validation data has no weight column. */
+  bool sample_weight_column;
 } st_fit_options;
 /* One epoch, no validation, no callbacks, warmup 20, no backup. */
 st_fit_options st_fit_default_options(void);

@@ -892,19 +892,76 @@ static st_status cb_epoch_end(void *user, st_model *m, const st_epoch_logs *l) {
 /* fit(model, train, epochs, val or None, callbacks obj, batch_every,
  * epoch_offset[, backup_dir, backup_every_steps]) -> (list of epoch log
  * tuples, samples_per_sec) */
+/* fit's validation epochs (1-based ints, None = every epoch) and class
+ * weights (floats, None = none) as the C arrays st_fit_options borrows. */
+typedef struct fit_lists {
+  int *epochs;
+  float *weights;
+} fit_lists;
+
+static void fit_lists_free(fit_lists *fl) {
+  PyMem_Free(fl->epochs);
+  PyMem_Free(fl->weights);
+  fl->epochs = NULL;
+  fl->weights = NULL;
+}
+
+static int fit_lists_parse(PyObject *vepochs, PyObject *cweights, fit_lists *fl,
+                           st_fit_options *o) {
+  if (vepochs != Py_None) {
+    Py_ssize_t n = PySequence_Size(vepochs);
+    if (n < 0) return -1;
+    if (!(fl->epochs = PyMem_Calloc((size_t)n + 1, sizeof(int)))) goto nomem;
+    for (Py_ssize_t i = 0; i < n; i++) {
+      PyObject *v = PySequence_GetItem(vepochs, i);
+      long e = v ? PyLong_AsLong(v) : -1;
+      Py_XDECREF(v);
+      if (e == -1 && PyErr_Occurred()) goto fail;
+      fl->epochs[i] = e < 1 || e > INT_MAX ? 0 : (int)e; /* 0: fit names it */
+    }
+    o->validation_epochs = fl->epochs;
+    o->nvalidation_epochs = (int)n;
+  }
+  if (cweights != Py_None) {
+    Py_ssize_t n = PySequence_Size(cweights);
+    if (n < 0) goto fail;
+    if (!(fl->weights = PyMem_Calloc((size_t)n + 1, sizeof(float)))) goto nomem;
+    for (Py_ssize_t i = 0; i < n; i++) {
+      PyObject *v = PySequence_GetItem(cweights, i);
+      double w = v ? PyFloat_AsDouble(v) : -1.0;
+      Py_XDECREF(v);
+      if (w == -1.0 && PyErr_Occurred()) goto fail;
+      fl->weights[i] = (float)w;
+    }
+    o->class_weight = fl->weights;
+    o->nclass_weight = (int)n;
+  }
+  return 0;
+nomem:
+  PyErr_NoMemory();
+fail:
+  fit_lists_free(fl);
+  return -1;
+}
+
 static PyObject *py_model_fit(PyObject *self, PyObject *args) {
   PyObject *mcap, *tcap, *vcap, *obj;
   int epochs, batch_every, offset;
   const char *backup = NULL;
   long long backup_every = 0;
-  if (!PyArg_ParseTuple(args, "OOiOOii|zL", &mcap, &tcap, &epochs, &vcap, &obj, &batch_every,
-                        &offset, &backup, &backup_every))
+  PyObject *vepochs = Py_None, *cweights = Py_None;
+  int sw_column = 0;
+  if (!PyArg_ParseTuple(args, "OOiOOii|zLOOp", &mcap, &tcap, &epochs, &vcap, &obj, &batch_every,
+                        &offset, &backup, &backup_every, &vepochs, &cweights, &sw_column))
     return NULL;
   st_model *m = model_of(mcap);
   st_dataset *train = m ? dataset_of(tcap) : NULL;
   if (!train) return NULL;
   st_fit_options o = st_fit_default_options();
   o.epochs = epochs;
+  fit_lists fl = {0};
+  if (fit_lists_parse(vepochs, cweights, &fl, &o)) return NULL;
+  o.sample_weight_column = sw_column != 0;
   if (vcap != Py_None && !(o.validation = dataset_of(vcap))) return NULL;
   py_fit_cb c = {obj, batch_every, offset, NULL, NULL, NULL};
   st_callback cb = {&c, cb_epoch_begin, cb_batch_end, cb_epoch_end, NULL};
@@ -915,10 +972,14 @@ static PyObject *py_model_fit(PyObject *self, PyObject *args) {
   st_clear_stop_request();
   st_history h;
   st_status s;
-  if (claim(mcap, tcap, vcap == Py_None ? NULL : vcap, "fit")) return NULL;
+  if (claim(mcap, tcap, vcap == Py_None ? NULL : vcap, "fit")) {
+    fit_lists_free(&fl);
+    return NULL;
+  }
   Py_BEGIN_ALLOW_THREADS
   s = st_model_fit(m, train, &o, &h);
   Py_END_ALLOW_THREADS
+  fit_lists_free(&fl);
   release(mcap, tcap, vcap == Py_None ? NULL : vcap);
   st_clear_stop_request();
   if (c.et) {

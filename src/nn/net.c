@@ -3,6 +3,8 @@
  * variables. Pure functions of the net; any thread. */
 #include "nn/net.h"
 
+#include <math.h>
+
 st_shape st__net_output_shape(const st_net *m) {
   return m->nlayers ? m->layers[m->nlayers - 1]->out_shape : m->input_shape;
 }
@@ -22,6 +24,47 @@ st_status st__net_check_labels(const st_net *m, const float *y, int n, int64_t f
                       (long long)(first + i), (long long)classes, (long long)classes);
   }
   return ST_OK;
+}
+
+/* Floats per example label: 1 for sparse losses, the outputs otherwise. */
+static size_t label_width(const st_net *m) {
+  return st_loss_is_sparse(m->loss) ? 1 : st__net_output_size(m);
+}
+
+int64_t st__net_example_class(const st_net *m, const float *y) {
+  size_t w = label_width(m);
+  if (w == 1) return (int64_t)nearbyintf(y[0]); /* tf.round: half to even */
+  size_t best = 0;
+  for (size_t j = 1; j < w; j++)
+    if (y[j] > y[best]) best = j;
+  return (int64_t)best;
+}
+
+st_status st__net_check_classes(const st_net *m, const float *y, int n, int64_t first) {
+  if (!m->class_weight) return ST_OK;
+  size_t w = label_width(m);
+  for (int i = 0; i < n; i++) {
+    const float *row = y + (size_t)i * w;
+    double cls = w > 1 ? (double)st__net_example_class(m, row) : (double)nearbyint(row[0]);
+    if (!(cls >= 0.0 && cls < (double)m->n_class_weight))
+      return st_error(ST_ERR_INVALID, "class_weight: example %lld has class %g, which has no "
+                      "weight (class_weight covers classes 0 to %d)", (long long)(first + i),
+                      cls, m->n_class_weight - 1);
+  }
+  return ST_OK;
+}
+
+void st__net_apply_example_weights(const st_net *m, st_replica *r, const float *y, int n,
+                                 int cols, float *loss, float *dpred) {
+  if (!m->class_weight && !m->sample_weights) return;
+  size_t w = label_width(m);
+  size_t first = m->sample_weights ? (size_t)(y - m->sample_labels) / w : 0;
+  for (int i = 0; i < n; i++) {
+    float cw = m->sample_weights ? m->sample_weights[first + (size_t)i]
+                                 : m->class_weight[st__net_example_class(m, y + (size_t)i * w)];
+    loss[i] *= cw;
+    if (dpred) r->be->scale(r->ctx, (size_t)cols, cw, dpred + (size_t)i * (size_t)cols);
+  }
 }
 
 bool st__net_uses_collectives(const st_net *m) {

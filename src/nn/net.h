@@ -40,6 +40,16 @@ typedef struct st_net {
   int nmetrics;
   st_metric_kind metrics[4];
   int64_t step;               /* optimizer updates applied so far */
+  /* Keras's class_weight while fit trains (borrowed; NULL = none): each
+   * example's training loss term and its gradient are multiplied by
+   * class_weight[class] (st__net_example_class); evaluation is unweighted. */
+  const float *class_weight;
+  int n_class_weight;
+  /* Keras's sample_weight while fit trains (borrowed; NULL = none): the
+   * weight of the example whose label row is sample_labels + k * label
+   * width is sample_weights[k] (fit's de-interleaved copy of the batch: the
+   * replicas' slices point into it). */
+  const float *sample_weights, *sample_labels;
   /* Pipeline stage across processes (base/vmem.h): params, state and slots
    * are reserved address space of which only the trainable floats
    * [own_p, own_p + own_np) and the state floats [own_s, own_s + own_ns) are
@@ -112,6 +122,19 @@ size_t st__net_output_size(const st_net *m);
  * (checked before a kernel uses it as an index); ST_ERR_INVALID naming the
  * label and its example (first + i) otherwise. OK for the other losses. */
 st_status st__net_check_labels(const st_net *m, const float *y, int n, int64_t first);
+/* The class of one example's label row y (Keras 3's class_weight map: the
+ * index itself for sparse losses and single-value labels, rounded half to
+ * even as tf.round; the first largest value's index for labels of several
+ * values). */
+int64_t st__net_example_class(const st_net *m, const float *y);
+/* With class weights set: every example's class in [0, n_class_weight)
+ * (ST_ERR_INVALID naming the example, first + i, otherwise). OK without. */
+st_status st__net_check_classes(const st_net *m, const float *y, int n, int64_t first);
+/* Multiply loss[i] and the row dpred[i] (cols floats; may be NULL) by the
+ * class weight of example i's label, or its sample weight (y points into
+ * m->sample_labels); a no-op without either. */
+void st__net_apply_example_weights(const st_net *m, st_replica *r, const float *y, int n,
+                                 int cols, float *loss, float *dpred);
 /* True if some layer runs collectives (every replica must then run forward and
  * backward each step, with an empty slice too). */
 bool st__net_uses_collectives(const st_net *m);

@@ -190,6 +190,7 @@ double st__replica_loss_backward(const st_net *m, st_replica *r,
   if (n == 0) be->fill(r->ctx, m->n_params, 0.0f, r->grads); /* runs only for the collectives */
   be->loss(r->ctx, m->loss, n, cols, out, y, 1.0f / (float)global_batch,
            r->loss_rows, r->dbuf[0]);
+  st__net_apply_example_weights(m, r, y, n, cols, r->loss_rows, r->dbuf[0]);
   int cur = 0, first = first_trainable_layer(m);
   for (int i = m->nlayers - 1; i >= 0; i--) {
     if (i >= first) {

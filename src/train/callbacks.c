@@ -220,9 +220,11 @@ static bool es_improved(const early_stopping *e, double cur) {
 static st_status es_epoch_end(void *user, st_model *m, const st_epoch_logs *l) {
   early_stopping *e = user;
   bool val = e->monitor == MON_VAL_LOSS || e->monitor == MON_VAL_ACCURACY;
-  if (val && !l->has_validation)
-    return st_error(ST_ERR_INVALID, "EarlyStopping monitors %s but fit has no validation data",
-                    monitor_names[e->monitor]);
+  if (val && !l->has_validation) { /* an epoch validation_freq skips (fit checked the rest) */
+    st_log(ST_LOG_WARN, "EarlyStopping: %s is not available at epoch %d (validation_freq): "
+           "skipping the epoch", monitor_names[e->monitor], l->epoch + 1);
+    return ST_OK;
+  }
   double cur = es_value(e, l);
   st_status s;
   if (e->restore && !e->have_weights && (s = es_snapshot(e, m)) != ST_OK) return s;
@@ -321,12 +323,14 @@ static st_status mc_epoch_end(void *user, st_model *m, const st_epoch_logs *l) {
   model_checkpoint *c = user;
   if (c->best_only) {
     bool val = c->monitor == MON_VAL_LOSS || c->monitor == MON_VAL_ACCURACY;
-    if (val && !l->has_validation)
-      return st_error(ST_ERR_INVALID, "ModelCheckpoint monitors %s but fit has no validation data",
-                      c->monitor_name);
+    if (l->epoch == 0) c->best = c->maximize ? -INFINITY : INFINITY;
+    if (val && !l->has_validation) { /* an epoch validation_freq skips */
+      st_log(ST_LOG_WARN, "ModelCheckpoint: %s is not available at epoch %d (validation_freq): "
+             "not saving", c->monitor_name, l->epoch + 1);
+      return ST_OK;
+    }
     early_stopping probe = {.monitor = c->monitor};
     double cur = es_value(&probe, l);
-    if (l->epoch == 0) c->best = c->maximize ? -INFINITY : INFINITY;
     if (!(c->maximize ? cur > c->best : cur < c->best)) return ST_OK;
     c->best = cur;
   }

@@ -5,6 +5,7 @@
  * state: it hands the position to the checkpoint writer and reader, and
  * leaves the model where it ended), calls the callbacks and times training. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@ st_fit_options st_fit_default_options(void) {
   memset(&o, 0, sizeof o);
   o.epochs = 1;
   o.warmup_steps = 20;
+  o.validation_freq = 1;
   return o;
 }
 
@@ -59,9 +61,10 @@ static const char *shape_hint(st_shape data, st_shape in) {
 }
 
 /* no_labels: the error when the dataset has none (fit, evaluate); NULL where
- * labels are optional (predict). */
+ * labels are optional (predict). extra: label values after the loss's (1: a
+ * sample weight column). */
 static st_status check_data(const st_model *m, st_dataset *ds, const char *what,
-                            const char *no_labels) {
+                            const char *no_labels, size_t extra) {
   if (!ds) return st_error(ST_ERR_INVALID, "%s: no dataset", what);
   if (st_dataset_batch_size(ds) <= 0)
     return st_error(ST_ERR_INVALID, "%s: dataset must be batched (st_dataset_batch)", what);
@@ -75,7 +78,7 @@ static st_status check_data(const st_model *m, st_dataset *ds, const char *what,
   size_t ys = st_dataset_y_size(ds), out = st__net_output_size(&m->net);
   if (ys == 0)
     return no_labels ? st_error(ST_ERR_INVALID, "%s", no_labels) : ST_OK;
-  size_t want = st_loss_is_sparse(m->net.loss) ? 1 : out;
+  size_t want = (st_loss_is_sparse(m->net.loss) ? 1 : out) + extra;
   if (ys != want)
     return st_error(ST_ERR_INVALID, "%s: dataset labels have %zu values per example; loss %s "
                     "on a model with %zu outputs needs %zu", what, ys,
@@ -144,6 +147,8 @@ static st_status run_pass(st_model *m, st_dataset *ds, step_fn step, void *arg,
 /* ---- fit ---- */
 typedef struct fit_state {
   const st_fit_options *o;
+  float *sw_labels, *sw_weights; /* sample_weight_column: the batch split (grown) */
+  int sw_cap;
   st_train_position pos; /* where training stands (saved in backups) */
   st__run_identity id;   /* the run's identity (recorded in backups, checked on resume) */
   int epoch;
@@ -238,6 +243,33 @@ static st_status next_batch(lookahead *la, st_batch *b, bool *end) {
   return ST_OK;
 }
 
+/* sample_weight_column: the batch's labels without their last value go to
+ * fs->sw_labels, that value to fs->sw_weights (the net's sample weights);
+ * *b then points at the labels. */
+static st_status split_sample_weights(st_model *m, fit_state *fs, st_batch *b, int64_t first) {
+  size_t w = st_loss_is_sparse(m->net.loss) ? 1 : st__net_output_size(&m->net);
+  if (b->size > fs->sw_cap) {
+    float *l = realloc(fs->sw_labels, (size_t)b->size * w * sizeof(float));
+    if (l) fs->sw_labels = l;
+    float *ws = l ? realloc(fs->sw_weights, (size_t)b->size * sizeof(float)) : NULL;
+    if (!ws) return st_error(ST_ERR_NOMEM, "fit: out of memory for sample weights");
+    fs->sw_weights = ws;
+    fs->sw_cap = b->size;
+  }
+  for (int i = 0; i < b->size; i++) {
+    const float *row = b->y + (size_t)i * (w + 1);
+    memcpy(fs->sw_labels + (size_t)i * w, row, w * sizeof(float));
+    if (!isfinite(row[w]))
+      return st_error(ST_ERR_INVALID, "sample_weight: example %lld has weight %g (not finite)",
+                      (long long)(first + i), (double)row[w]);
+    fs->sw_weights[i] = row[w];
+  }
+  b->y = fs->sw_labels;
+  m->net.sample_labels = fs->sw_labels;
+  m->net.sample_weights = fs->sw_weights;
+  return ST_OK;
+}
+
 /* One pass over the epoch's batches, skipping those a restored checkpoint
  * had already trained on; stops early when asked to (st_request_stop). */
 static st_status train_pass(st_model *m, st_dataset *ds, fit_state *fs, st_step_stats *tot) {
@@ -261,7 +293,12 @@ static st_status train_pass(st_model *m, st_dataset *ds, fit_state *fs, st_step_
       break;
     }
     if (!go) break;
-    if ((s = check_labels(m, &b, tot->examples)) != ST_OK) break;
+    if (fs->o->sample_weight_column &&
+        (s = split_sample_weights(m, fs, &b, tot->examples)) != ST_OK)
+      break;
+    if ((s = check_labels(m, &b, tot->examples)) != ST_OK ||
+        (s = st__net_check_classes(&m->net, b.y, b.size, tot->examples)) != ST_OK)
+      break;
     m->strategy->side = (st__side_task){take_next, &la};
     s = fit_step(m, &b, tot, fs);
     m->strategy->side = (st__side_task){NULL, NULL};
@@ -289,6 +326,18 @@ static st_status close_epoch(st_train_position *p, const st_epoch_logs *lg) {
   return ST_OK;
 }
 
+/* Keras's _should_eval: validation after 1-based epoch e when e is listed in
+ * o->validation_epochs, else when e is a multiple of o->validation_freq. */
+static bool should_validate(const st_fit_options *o, int epoch) {
+  int e = epoch + 1;
+  if (o->nvalidation_epochs > 0) {
+    for (int i = 0; i < o->nvalidation_epochs; i++)
+      if (o->validation_epochs[i] == e) return true;
+    return false;
+  }
+  return o->validation_freq <= 1 || e % o->validation_freq == 0;
+}
+
 static st_status fit_epoch(st_model *m, st_dataset *train, fit_state *fs) {
   const st_fit_options *o = fs->o;
   st_status s;
@@ -310,7 +359,7 @@ static st_status fit_epoch(st_model *m, st_dataset *train, fit_state *fs) {
   lg.examples = tot.examples;
   lg.loss = tot.loss_sum / (double)tot.examples;
   lg.accuracy = ratio(tot.correct, tot.metric_count);
-  if (o->validation) {
+  if (o->validation && should_validate(o, fs->epoch)) {
     st_eval_result ev;
     if ((s = st_model_evaluate(m, o->validation, &ev)) != ST_OK)
       return st_error_prefix(s, "validation: ");
@@ -384,6 +433,34 @@ static void keep_position(st_model *m, st_train_position *p) {
   memset(p, 0, sizeof *p);
 }
 
+/* validation_freq / validation_epochs and class_weight of o (fn names the
+ * function). */
+static st_status check_fit_extras(const st_fit_options *o, const char *fn) {
+  if (o->validation_freq < 0)
+    return st_error(ST_ERR_INVALID, "%s: o->validation_freq %d is negative", fn, o->validation_freq);
+  if (o->nvalidation_epochs < 0 || (o->nvalidation_epochs > 0 && !o->validation_epochs))
+    return st_error(ST_ERR_INVALID, "%s: o->validation_epochs is NULL or o->nvalidation_epochs "
+                    "%d is negative", fn, o->nvalidation_epochs);
+  for (int i = 0; i < o->nvalidation_epochs; i++)
+    if (o->validation_epochs[i] < 1)
+      return st_error(ST_ERR_INVALID, "%s: o->validation_epochs[%d] = %d (epochs are 1-based)", fn,
+                      i, o->validation_epochs[i]);
+  if (o->nclass_weight < 0 || (o->nclass_weight > 0 && !o->class_weight))
+    return st_error(ST_ERR_INVALID, "%s: o->class_weight is NULL or o->nclass_weight %d is "
+                    "negative", fn, o->nclass_weight);
+  for (int i = 0; i < o->nclass_weight; i++)
+    if (!isfinite(o->class_weight[i]))
+      return st_error(ST_ERR_INVALID, "%s: o->class_weight[%d] = %g is not finite", fn, i,
+                      (double)o->class_weight[i]);
+  if (o->sample_weight_column && o->nclass_weight > 0)
+    return st_error(ST_ERR_INVALID, "%s: o->class_weight and o->sample_weight_column together "
+                    "(as Keras: give one or the other)", fn);
+  if (o->sample_weight_column && o->validation_split != 0.0)
+    return st_error(ST_ERR_INVALID, "%s: o->sample_weight_column with o->validation_split (hold "
+                    "the validation rows out with take/skip, without the weight column)", fn);
+  return ST_OK;
+}
+
 /* The pointers fit is given, checked before anything is touched. */
 static st_status check_fit_args(const st_model *m, const st_dataset *train,
                                 const st_fit_options *o, const st_history *out) {
@@ -398,7 +475,7 @@ static st_status check_fit_args(const st_model *m, const st_dataset *train,
   if (o->ncallbacks > 0 && !o->callbacks)
     return st_error(ST_ERR_INVALID, "%s: o->callbacks is NULL with o->ncallbacks = %d", fn,
                     o->ncallbacks);
-  return ST_OK;
+  return check_fit_extras(o, fn);
 }
 
 static st_status fit_checked(st_model *m, st_dataset *train, st_fit_options *o,
@@ -426,7 +503,8 @@ st_status st_model_fit(st_model *m, st_dataset *train, st_fit_options *o, st_his
   st_status s = check_fit_args(m, train, o, out);
   if (out) memset(out, 0, sizeof *out);
   if (s != ST_OK) return s;
-  s = check_data(m, train, "fit", "st_model_fit: the dataset has no labels");
+  s = check_data(m, train, "fit", "st_model_fit: the dataset has no labels",
+                 o->sample_weight_column ? 1 : 0);
   if (s != ST_OK) return s;
   if (o->validation_split != 0.0 && o->validation)
     st_log(ST_LOG_WARN, "st_model_fit: both validation and validation_split %g are set: "
@@ -464,7 +542,7 @@ static st_status fit_checked(st_model *m, st_dataset *train, st_fit_options *o,
   st_status s;
   if (o->validation &&
       (s = check_data(m, o->validation, "fit: validation data",
-                      "st_model_fit: the validation dataset has no labels")) != ST_OK)
+                      "st_model_fit: the validation dataset has no labels", 0)) != ST_OK)
     return s;
   if ((s = st__callbacks_check_fit(o->callbacks, o->ncallbacks, o->validation != NULL)) != ST_OK)
     return s;
@@ -472,6 +550,9 @@ static st_status fit_checked(st_model *m, st_dataset *train, st_fit_options *o,
       (o->validation && (s = check_source_labels(m, o->validation, "validation data")) != ST_OK))
     return s;
   if (o->epochs < 0) return st_error(ST_ERR_INVALID, "fit: epochs %d (must be >= 0)", o->epochs);
+  if ((o->nclass_weight > 0 || o->sample_weight_column) && !strcmp(m->strategy->vt->name, "pipeline"))
+    return st_error(ST_ERR_INVALID, "fit: %s is not supported by the pipeline strategy",
+                    o->nclass_weight > 0 ? "class_weight" : "sample_weight");
   fit_state fs = {.o = o, .steps_per_epoch = st_dataset_cardinality(train)};
   if ((s = maybe_restore(m, train, &fs)) == ST_OK)
     s = st__strategy_check_fit(m->strategy, &m->net, st_dataset_batch_size(train),
@@ -481,7 +562,14 @@ static st_status fit_checked(st_model *m, st_dataset *train, st_fit_options *o,
     keep_position(m, &fs.pos);
     return s;
   }
+  m->net.class_weight = o->nclass_weight > 0 ? o->class_weight : NULL;
+  m->net.n_class_weight = o->nclass_weight;
   s = fit_epochs(m, train, &fs);
+  m->net.class_weight = NULL;
+  m->net.n_class_weight = 0;
+  m->net.sample_weights = m->net.sample_labels = NULL;
+  free(fs.sw_labels);
+  free(fs.sw_weights);
   st_status hs = copy_history(&fs, out);
   keep_position(m, &fs.pos);
   if (s == ST_OK && o->backup_dir && st__strategy_is_chief(m->strategy))
@@ -510,7 +598,7 @@ st_status st_model_evaluate(st_model *m, st_dataset *ds, st_eval_result *out) {
   st_status s = check_pass_args(m, ds, out, "st_model_evaluate");
   if (out) memset(out, 0, sizeof *out);
   if (s == ST_OK)
-    s = check_data(m, ds, "evaluate", "st_model_evaluate: the dataset has no labels");
+    s = check_data(m, ds, "evaluate", "st_model_evaluate: the dataset has no labels", 0);
   if (s != ST_OK) return s;
   st_step_stats tot = {0};
   if ((s = run_pass(m, ds, eval_step, NULL, &tot)) != ST_OK) return s;
@@ -536,7 +624,7 @@ static st_status count_examples(st_dataset *ds, int64_t *n) {
 st_status st_model_predict(st_model *m, st_dataset *ds, st_tensor *out) {
   st_status s = check_pass_args(m, ds, out, "st_model_predict");
   if (out) memset(out, 0, sizeof *out);
-  if (s == ST_OK) s = check_data(m, ds, "predict", NULL);
+  if (s == ST_OK) s = check_data(m, ds, "predict", NULL, 0);
   int64_t n = 0;
   if (s != ST_OK || (s = count_examples(ds, &n)) != ST_OK) return s;
   size_t cols = st__net_output_size(&m->net);

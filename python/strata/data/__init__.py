@@ -402,9 +402,28 @@ def python_epochs(ds):
             and any(op[0] not in _ENGINE_OPS for op in ds._ops) and trace(ds) is None)
 
 
-def engine_pipeline(ds, scale, sparse, where, steps=None, need_labels=True, epoch=0):
+def yields_weights(ds):
+    """Whether ds's elements are (x, y, sample_weight) (fit takes those of
+    from_tensor_slices under the engine's ops: the weight rides as the
+    labels' last value)."""
+    return isinstance(ds._source, tuple) and len(ds._source) == 3
+
+
+def engine_pipeline(ds, scale, sparse, where, steps=None, need_labels=True, epoch=0, weights=False):
     """(dataset handle, batch size) of the C pipeline that yields what ds
-    yields, for fit / evaluate / predict."""
+    yields, for fit / evaluate / predict (weights: fit's (x, y, w) source,
+    w appended to each example's labels)."""
+    if weights:
+        if any(op[0] not in _ENGINE_OPS for op in ds._ops):
+            raise NotImplementedError("%s: a dataset of (x, y, sample_weight) through %s is not "
+                                      "supported by Strata (only %s)" % (
+                                          where, ", ".join(sorted({op[0] for op in ds._ops} - set(_ENGINE_OPS))),
+                                          ", ".join(sorted(_ENGINE_OPS))))
+        x, y, w = ds._source
+        x = features(x, where + ": x")
+        y = labels(y, sparse, where + ": y")
+        h = _strata.dataset_from_arrays(x, with_weights(y, w, len(x), where), scale)
+        return _engine_ops(ds, h, where, steps)
     traced = None
     if any(op[0] == "map" for op in ds._ops) or isinstance(ds._source, _TFRecord):
         traced = _traced_source(ds, scale, sparse, where, need_labels)
@@ -420,6 +439,28 @@ def engine_pipeline(ds, scale, sparse, where, steps=None, need_labels=True, epoc
         x = features(x, where + ": x")
         y = labels(y, sparse, where + ": y") if y is not None and need_labels else None
         h = _strata.dataset_from_arrays(x, y, scale)
+    return _engine_ops(ds, h, where, steps)
+
+
+def with_weights(y, w, n, where):
+    """Labels y [n] or [n, k] with each example's sample weight appended:
+    float32 [n, k + 1] (what st_fit_options.sample_weight_column reads)."""
+    w = np.asarray(w)
+    if w.dtype.kind not in "fiub":
+        raise ValueError("%s: sample_weight of dtype %s is not numeric" % (where, w.dtype))
+    w = w.astype(np.float32)
+    if w.ndim == 2 and w.shape[1] == 1:
+        w = w.reshape(len(w))
+    if w.ndim != 1 or len(w) != n:
+        raise ValueError("%s: sample_weight of shape %s; expected one weight per example (%d,)"
+                         % (where, w.shape, n))
+    if n and not np.isfinite(w).all():
+        row = int(np.argwhere(~np.isfinite(w))[0][0])
+        raise ValueError("%s: sample_weight of example %d is %r (weights must be finite)" % (where, row, float(w[row])))
+    return np.ascontiguousarray(np.concatenate([y.astype(np.float32).reshape(n, -1), w.reshape(n, 1)], axis=1))
+
+
+def _engine_ops(ds, h, where, steps):
     batch = 0
     for op in ds._ops:
         k = op[0]

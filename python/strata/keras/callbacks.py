@@ -204,12 +204,15 @@ class CSVLogger(Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         logs = logs or {}
-        keys = sorted(logs)
         if self._writer is None:
+            keys = sorted(logs)
+            if getattr(self.model, "_fit_validates", False) and not any(k.startswith("val_") for k in keys):
+                keys += ["val_" + k for k in keys]  # validation_freq skipped this epoch (Keras 3)
+            self._keys = keys
             self._writer = csv.writer(self._file, delimiter=self.sep)
             if not self._header:
                 self._writer.writerow(["epoch"] + keys)
-        self._writer.writerow([epoch] + [logs[k] for k in keys])
+        self._writer.writerow([epoch] + [logs.get(k, "NA") for k in self._keys])
         self._file.flush()
 
     def on_train_end(self, logs=None):

@@ -59,6 +59,41 @@ class _Driver:
 _compile_counter = itertools.count(1)
 
 
+def _validation_epochs(freq):
+    """Keras's _should_eval as a function of the 1-based epoch: every
+    `freq`th epoch for an int, the listed epochs for a list/tuple/set."""
+    if isinstance(freq, (int, np.integer)) and not isinstance(freq, bool):
+        if freq < 1:
+            raise ValueError("fit: validation_freq=%r must be at least 1" % (freq,))
+        return lambda e: e % int(freq) == 0
+    if isinstance(freq, (list, tuple, set, frozenset, range)):
+        epochs = set()
+        for e in freq:
+            if not isinstance(e, (int, np.integer)) or isinstance(e, bool) or e < 1:
+                raise ValueError("fit: validation_freq=%r: epochs are integers from 1" % (freq,))
+            epochs.add(int(e))
+        return lambda e: e in epochs
+    raise ValueError("fit: validation_freq=%r: expected an int or a list of epochs" % (freq,))
+
+
+def _class_weights(where, class_weight):
+    """Keras 3's class_weight dict as the engine's weight per class 0..max
+    key (a class between the keys weighs 1.0); None for None."""
+    if class_weight is None:
+        return None
+    if not isinstance(class_weight, dict):
+        raise ValueError("%s: class_weight=%r must be a dict {class: weight}" % (where, class_weight))
+    if not class_weight:
+        return None
+    for k, v in class_weight.items():
+        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 0:
+            raise ValueError("%s: class_weight key %r is not a class index (an integer >= 0)" % (where, k))
+        if not isinstance(v, (int, float, np.integer, np.floating)) or not math.isfinite(float(v)):
+            raise ValueError("%s: class_weight[%r] = %r is not a finite number" % (where, k, v))
+    top = max(int(k) for k in class_weight)
+    return [float(class_weight.get(c, 1.0)) for c in range(top + 1)]
+
+
 class Sequential:
     """tf.keras.Sequential: a stack of layers (a list or .add()). Created
     inside `strategy.scope()` it trains under that strategy."""
@@ -227,8 +262,11 @@ class Sequential:
         return ["loss"] + ([self._metric_key] if getattr(self, "_metric_key", None) else [])
 
     # ---- data ----
-    def _arrays(self, x, y, batch, where, shuffle=False, steps=None, labelled=True, epoch=0):
-        """(engine dataset, batch) for arrays or a tf.data.Dataset."""
+    def _arrays(self, x, y, batch, where, shuffle=False, steps=None, labelled=True, epoch=0,
+                weights=None):
+        """(engine dataset, batch) for arrays or a tf.data.Dataset; weights:
+        fit's sample_weight (an array, or True for a dataset of (x, y, w)),
+        appended to the labels."""
         from .. import data as _data
         sparse = getattr(self, "_sparse", False)
         if isinstance(x, _distribute.DistributedDataset):
@@ -239,7 +277,8 @@ class Sequential:
             if self._cap is None:
                 first = next(iter(x.as_numpy_iterator()))
                 self._build(np.shape(first[0] if isinstance(first, tuple) else first)[1:])
-            return _data.engine_pipeline(x, self._scale, sparse, where, steps, labelled, epoch)
+            return _data.engine_pipeline(x, self._scale, sparse, where, steps, labelled, epoch,
+                                         weights is True)
         if isinstance(x, dict):
             raise NotImplementedError("%s: dict inputs are not supported by Strata" % where)
         xa = features(x, where + ": x")
@@ -254,6 +293,8 @@ class Sequential:
                 raise ValueError("%s: x has %d examples and y has %d; they must match" % (where, len(xa), len(ya)))
         if len(xa) == 0:
             raise ValueError("%s: no examples (x is empty)" % where)
+        if weights is not None:
+            ya = _data.with_weights(ya, weights, len(xa), where)
         batch = 32 if batch is None else batch
         if not isinstance(batch, (int, np.integer)) or isinstance(batch, bool) or batch <= 0:
             raise ValueError("%s: batch_size=%r must be a positive integer" % (where, batch))
@@ -273,8 +314,9 @@ class Sequential:
             validation_batch_size=None, validation_freq=1, **kwargs):
         """Train; returns a History whose .history has Keras's keys
         ('loss', the metric, 'val_loss', 'val_<metric>')."""
-        unsupported("fit", class_weight=(class_weight, None), sample_weight=(sample_weight, None),
-                    validation_freq=(validation_freq, 1))
+        cweights = _class_weights("fit", class_weight)
+        if sample_weight is not None and cweights is not None:
+            raise ValueError("fit: you cannot use class_weight and sample_weight at the same time")
         reject_kwargs("fit", kwargs, ("max_queue_size", "workers", "use_multiprocessing"))
         ps_fit = getattr(self.distribute_strategy, "_ps_fit", None)  # ParameterServerStrategy's chief
         if ps_fit is not None:
@@ -291,7 +333,19 @@ class Sequential:
         if not 0.0 <= float(validation_split) < 1.0:
             raise ValueError("fit: validation_split=%r must be in [0, 1)" % (validation_split,))
         keep = []
+        if isinstance(x, (_data.Dataset, _distribute.DistributedDataset)) and sample_weight is not None:
+            raise ValueError("fit: sample_weight is not supported when x is a dataset (yield "
+                             "(x, y, sample_weight) elements instead)")
+        xds = x._dataset if isinstance(x, _distribute.DistributedDataset) else x
+        weighted = sample_weight if sample_weight is not None else (
+            True if isinstance(xds, _data.Dataset) and _data.yields_weights(xds) else None)
+        if weighted is not None and cweights is not None:
+            raise ValueError("fit: you cannot use class_weight and sample_weight at the same time")
         if validation_split and validation_data is None:
+            if sample_weight is not None:
+                raise NotImplementedError("fit: sample_weight with validation_split is not supported "
+                                          "by Strata (validation sample weights); split the arrays "
+                                          "and pass validation_data=(x_val, y_val)")
             if isinstance(x, _data.Dataset):
                 raise ValueError("fit: validation_split is only supported for NumPy arrays, not datasets")
             xa, ya = features(x, "fit: x"), np.asarray(y)
@@ -300,8 +354,9 @@ class Sequential:
                 raise ValueError("fit: validation_split=%r of %d examples leaves no training or "
                                  "validation examples" % (validation_split, len(xa)))
             x, y, validation_data = xa[:split], ya[:split], (xa[split:], ya[split:])
+        validate = _validation_epochs(validation_freq)
         train, batch = self._arrays(x, y, batch_size, "fit", bool(shuffle), steps_per_epoch,
-                                    epoch=int(initial_epoch))
+                                    epoch=int(initial_epoch), weights=weighted)
         self._ensure_compiled("fit")
         val = None
         if validation_data is not None:
@@ -337,6 +392,7 @@ class Sequential:
                          for cb in cbs if not (isinstance(cb, _callbacks.ProgbarLogger) and verbose != 1)) else 0
         driver = _Driver(self, cbs, self._metric_key, every)
         self.history = history
+        self._fit_validates = val is not None
         for cb in cbs:
             cb.on_train_begin({})
         n = max(epochs - initial_epoch, 0)
@@ -348,14 +404,21 @@ class Sequential:
             self._stop, rates = False, []
             for e in range(initial_epoch, epochs):
                 if e > initial_epoch:
-                    train, _ = self._arrays(x, None, None, "fit", steps=steps_per_epoch, epoch=e)
-                _logs, sps = _strata.model_fit(self._cap, train, 1, val, driver, every, e, *backup)
+                    train, _ = self._arrays(x, None, None, "fit", steps=steps_per_epoch, epoch=e,
+                                            weights=weighted)
+                _logs, sps = _strata.model_fit(self._cap, train, 1, val if validate(e + 1) else None,
+                                               driver, every, e, *backup, None, cweights,
+                                               weighted is not None)
                 rates.append(sps)
                 if self._stop:
                     break
             sps = sum(rates) / len(rates)
         else:
-            _logs, sps = _strata.model_fit(self._cap, train, n, val, driver, every, initial_epoch, *backup)
+            # the engine counts this call's epochs from 1: Keras's epoch initial_epoch + c
+            listed = [c for c in range(1, n + 1) if validate(initial_epoch + c)]
+            _logs, sps = _strata.model_fit(self._cap, train, n, val if listed else None, driver, every,
+                                           initial_epoch, *backup, listed, cweights,
+                                           weighted is not None)
         history.samples_per_sec = sps  # the engine's, training only, first 20 steps excluded
         self._fit_calls = getattr(self, "_fit_calls", 0) + 1
         for cb in cbs:
@@ -422,17 +485,24 @@ class Sequential:
     def train_on_batch(self, x, y=None, sample_weight=None, class_weight=None, return_dict=False):
         """One optimizer step on the batch (split over the replicas by the
         strategy); returns the batch's loss (and metric) as evaluate does."""
-        unsupported("train_on_batch", sample_weight=(sample_weight, None), class_weight=(class_weight, None))
+        cweights = _class_weights("train_on_batch", class_weight)
+        if sample_weight is not None and cweights is not None:
+            raise ValueError("train_on_batch: you cannot use class_weight and sample_weight at the same time")
         if self._compile_args is None:
             raise RuntimeError("You must compile your model before training/testing. Use `model.compile(optimizer, loss)`.")
         ctx = _distribute._current_replica()
         if ctx is not None:
+            if cweights is not None or sample_weight is not None:
+                raise NotImplementedError("train_on_batch inside strategy.run: class_weight and "
+                                          "sample_weight are not supported by Strata there (fit and "
+                                          "train_on_batch outside take them)")
             return self._replica_step(ctx, x, y, return_dict)
         xa = features(x, "train_on_batch: x")
-        ds, _ = self._arrays(xa, y, len(xa) or 1, "train_on_batch")
+        ds, _ = self._arrays(xa, y, len(xa) or 1, "train_on_batch", weights=sample_weight)
         self._ensure_compiled("train_on_batch")
         driver = _Driver(self, [], self._metric_key, 0)
-        logs, _ = _strata.model_fit(self._cap, ds, 1, None, driver, 0, 0)
+        logs, _ = _strata.model_fit(self._cap, ds, 1, None, driver, 0, 0, None, 0, None, cweights,
+                                    sample_weight is not None)
         out = self._epoch_logs(logs[0], self._metric_key)
         if return_dict:
             return out
