@@ -9,6 +9,10 @@
  *   mpirun --oversubscribe -np 2 /tmp/mpi_allreduce_bench [trials=7] [fused_mib=4] [min_bytes=4096] [max_bytes=268435456]
  * (fused_mib 0: no "fused" rows, half the time; min/max_bytes: a size range)
  *
+ * "strata messages": the same transport made with STRATA_MPI_SHM=0, which on
+ * one machine is the message exchange used between machines (the default
+ * "strata all-reduce" goes through shared memory when the ranks share one).
+ *
  * Per size S (4 KiB .. 256 MiB by x4): 3 warm-up ops, then `trials` trials of
  * `iters` back-to-back in-place float SUM all-reduces (iters: a trial moves
  * >= ~128 MiB, 3..1000 ops); time per op = max over ranks; median over
@@ -39,6 +43,13 @@ static void strata_op(st_collective *c, float *buf, size_t n, size_t pack) {
     fprintf(stderr, "all-reduce failed: %s\n", st_last_error());
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
+}
+
+static st_collective *g_msgs; /* made with STRATA_MPI_SHM=0 */
+
+static void strata_msgs_op(st_collective *c, float *buf, size_t n, size_t pack) {
+  (void)c;
+  strata_op(g_msgs, buf, n, pack);
 }
 
 static void mpi_op(st_collective *c, float *buf, size_t n, size_t pack) {
@@ -88,6 +99,12 @@ int main(int argc, char **argv) {
     fprintf(stderr, "%s\n", st_last_error());
     return 1;
   }
+  setenv("STRATA_MPI_SHM", "0", 1);
+  if (st__collective_mpi_create(60.0, NULL, &g_msgs) != ST_OK) {
+    fprintf(stderr, "%s\n", st_last_error());
+    return 1;
+  }
+  unsetenv("STRATA_MPI_SHM");
   if (rank == 0) {
     printf("# %d processes, %d trials, medians; GB/s = 1e9 B/s; fused pack %zu MiB\n", size,
            trials, pack * sizeof(float) >> 20);
@@ -98,9 +115,10 @@ int main(int argc, char **argv) {
     op_fn f;
   } ops[] = {{"strata all-reduce", strata_op},
              {"MPI_Allreduce", mpi_op},
+             {"strata messages", strata_msgs_op},
              {"fused: strata packs", strata_fused},
              {"fused: MPI per tensor", mpi_per_tensor}};
-  int nops = pack ? 4 : 2; /* pack 0: no fused rows */
+  int nops = pack ? 5 : 3; /* pack 0: no fused rows */
   for (size_t bytes = 4096; bytes <= hi; bytes *= 4) {
     if (bytes < lo) continue;
     size_t n = bytes / sizeof(float);
@@ -108,8 +126,8 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < n; i++) buf[i] = (float)(i % 7) * 0.001f;
     int iters = (int)((128u << 20) / bytes);
     iters = iters < 3 ? 3 : iters > 1000 ? 1000 : iters;
-    double med[4];
-    double *t = malloc(sizeof(double) * 4 * (size_t)trials);
+    double med[5];
+    double *t = malloc(sizeof(double) * 5 * (size_t)trials);
     for (int k = 0; k < nops; k++) time_op(ops[k].f, c, buf, n, pack, 3); /* warm-up */
     for (int r = 0; r < trials; r++) /* alternate the contenders trial by trial */
       for (int k = 0; k < nops; k++) t[k * trials + r] = time_op(ops[k].f, c, buf, n, pack, iters);
@@ -121,14 +139,15 @@ int main(int argc, char **argv) {
         printf("%-10zu %-24s %12.1f %10.2f %10.2f\n", bytes, ops[k].name, med[k] * 1e6, alg,
                alg * 2.0 * (size - 1) / size);
     }
+    if (rank == 0)
+      printf("%-10zu %-24s %12.2fx %10.2fx (messages)\n", bytes, "MPI time / strata time",
+             med[1] / med[0], med[1] / med[2]);
     if (rank == 0 && pack)
-      printf("%-10zu %-24s %12.2fx %21.2fx\n", bytes, "MPI time / strata time", med[1] / med[0],
-             med[3] / med[2]);
-    else if (rank == 0)
-      printf("%-10zu %-24s %12.2fx\n", bytes, "MPI time / strata time", med[1] / med[0]);
+      printf("%-10zu %-24s %12.2fx\n", bytes, "fused: MPI / strata", med[4] / med[3]);
     free(t);
     free(buf);
   }
+  st__collective_destroy(g_msgs);
   st__collective_destroy(c);
   return 0;
 }
