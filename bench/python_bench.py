@@ -9,7 +9,8 @@ engine's samples/s (training only, first 20 steps excluded: the figure the
 CLI prints; torch_train.py times the same way) for all three, the Python
 wall clock of the whole fit call, the ratios of medians and the load average.
     PYTHONPATH=build/python python3 bench/python_bench.py [--reps N] [--cli build/strata]
-        [--torch /work/shared/peers/torch_train.py]  (--torch '' leaves PyTorch out)"""
+        [--torch /work/shared/peers/torch_train.py]  (--torch '' leaves PyTorch out)
+        [--models mlp,cnn]"""
 import argparse
 import json
 import os
@@ -66,6 +67,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--cli", default=os.path.join(os.path.dirname(__file__), "..", "build", "strata"))
     ap.add_argument("--torch", default="/work/shared/peers/torch_train.py")
+    ap.add_argument("--models", default="mlp,cnn", help="comma-separated: mlp, cnn")
     a = ap.parse_args()
     use_torch = bool(a.torch) and os.path.exists(a.torch)
     (x, y), _ = tf.keras.datasets.fashion_mnist.load_data()
@@ -73,7 +75,7 @@ def main():
     print("| model | strata train | Python fit (engine) | Python fit (wall, whole call) | PyTorch | "
           "fit / train | fit / PyTorch |")
     print("|---|---|---|---|---|---|---|")
-    for model in ("mlp", "cnn"):
+    for model in a.models.split(","):
         c, p, w, t = [], [], [], []
         for _ in range(a.reps):
             c.append(cli_run(a.cli, model))
