@@ -35,12 +35,14 @@ static st_optimizer_options sf_optimizer(int which) {
 }
 
 /* Dense 64 relu -> Dense 5 logits under `kind` with `replicas` (local)
- * replicas, compiled with optimizer `which`. */
-static st_model *sf_model(st_strategy_kind kind, int replicas, bool shard, int which) {
+ * replicas, compiled with optimizer `which`, collectives timing out after
+ * `timeout` s. */
+static st_model *sf_model_timeout(st_strategy_kind kind, int replicas, bool shard, int which,
+                                  double timeout) {
   st_strategy_options so = st_strategy_default_options(kind);
   if (replicas) so.replicas = replicas;
   so.shard_optimizer = shard;
-  so.collective_timeout = 30; /* a hang fails in seconds, not minutes */
+  so.collective_timeout = timeout;
   st_strategy *s = NULL;
   CHECK_OK(st_strategy_create(&so, &s));
   if (!s) return NULL;
@@ -60,6 +62,11 @@ static st_model *sf_model(st_strategy_kind kind, int replicas, bool shard, int w
   CHECK_OK(st_model_compile(m, &co));
   m->owns_strategy = true;
   return m;
+}
+
+/* ... with a timeout of 30 s: a hang fails in seconds, not minutes. */
+static st_model *sf_model(st_strategy_kind kind, int replicas, bool shard, int which) {
+  return sf_model_timeout(kind, replicas, shard, which, 30);
 }
 
 static void sf_fit(st_model *m, int epochs) {

@@ -37,30 +37,9 @@ static double now(void) {
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* shard_fixture.h's model with a collective timeout of `timeout` s. */
+/* shard_fixture.h's model (Adam) with a collective timeout of `timeout` s. */
 static st_model *model(int replicas, double timeout) {
-  st_strategy_options so = st_strategy_default_options(ST_STRATEGY_MULTI_WORKER_MIRRORED);
-  so.replicas = replicas;
-  so.collective_timeout = timeout;
-  st_strategy *s = NULL;
-  CHECK_OK(st_strategy_create(&so, &s));
-  if (!s) return NULL;
-  st_model_options mo = st_model_default_options(st_shape1(SF_D));
-  mo.seed = 4;
-  mo.strategy = s;
-  st_model *m = NULL;
-  CHECK_OK(st_sequential_create(&mo, &m));
-  st_layer *l = NULL;
-  CHECK_OK(st_dense(64, ST_ACT_RELU, &l));
-  CHECK_OK(st_model_add(m, l));
-  CHECK_OK(st_dense(SF_C, ST_ACT_LINEAR, &l));
-  CHECK_OK(st_model_add(m, l));
-  st_compile_options co = st_compile_default_options();
-  co.loss = ST_LOSS_SPARSE_CE_LOGITS;
-  co.optimizer = sf_optimizer(0);
-  CHECK_OK(st_model_compile(m, &co));
-  m->owns_strategy = true;
-  return m;
+  return sf_model_timeout(ST_STRATEGY_MULTI_WORKER_MIRRORED, replicas, false, 0, timeout);
 }
 
 static void save(st_model *m, const char *dir, const char *name, int rank) {
@@ -231,12 +210,9 @@ static void check_leaving(const char *self, const char *dir, const char *mode, s
 }
 
 static void launch(const char *self) {
-  if (system("command -v mpirun >/dev/null 2>&1") != 0) {
-    check_skip("mpirun not found (apt-get install openmpi-bin libopenmpi-dev)");
-    return;
-  }
-  if (!st__mpi_built()) {
-    check_skip("this build of Strata has no MPI transport (libopenmpi-dev missing at build time)");
+  const char *missing = mpi_test_missing();
+  if (missing) {
+    check_skip(missing);
     return;
   }
   char dir[] = "/tmp/strata_loop_mpi_XXXXXX", cmd[4600];

@@ -122,12 +122,9 @@ static void test_hierarchical(st_collective *net) {
 }
 
 static int relaunch(int argc, char **argv) {
-  if (system("command -v mpirun >/dev/null 2>&1") != 0) {
-    printf("SKIP: mpirun not found (apt-get install openmpi-bin libopenmpi-dev)\n");
-    return 77;
-  }
-  if (!st__mpi_built()) {
-    printf("SKIP: this build of Strata has no MPI transport (libopenmpi-dev missing at build time)\n");
+  const char *missing = mpi_test_missing();
+  if (missing) {
+    printf("SKIP: %s\n", missing);
     return 77;
   }
   mpi_test_env();

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "mpi_env.h"
 #include "distribute/collective/collective.h"
 #include "distribute/collective/mpi/mpi_fault.h"
 #include "tmpdir.h"
@@ -150,15 +151,7 @@ static const check_case cases[] = {CHECK_CASE(test_same_timeouts),
                                    CHECK_CASE(test_shared_memory)};
 
 static int launch(void) {
-  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-  setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
-  const char *src = getenv("STRATA_SOURCE_DIR");
-  if (src) { /* sanitizer builds: reports from inside OpenMPI are suppressed */
-    char v[4096];
-    snprintf(v, sizeof v, "suppressions=%s/tests/lsan-mpi.supp:fast_unwind_on_malloc=0", src);
-    setenv("LSAN_OPTIONS", v, 1);
-  }
+  mpi_test_env();
   setenv("STRATA_TEST_DIR", g_dir, 1);
   char cmd[1024], self[512];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -186,12 +179,9 @@ int main(int argc, char **argv) {
     fflush(NULL);
     _exit(rc); /* no MPI_Finalize: the survivors' transports are broken */
   }
-  if (system("command -v mpirun >/dev/null 2>&1") != 0) {
-    printf("SKIP: mpirun not found (apt-get install openmpi-bin libopenmpi-dev)\n");
-    return 77;
-  }
-  if (!st__mpi_built()) {
-    printf("SKIP: this build of Strata has no MPI transport (libopenmpi-dev missing at build time)\n");
+  const char *missing = mpi_test_missing();
+  if (missing) {
+    printf("SKIP: %s\n", missing);
     return 77;
   }
   const char *san = getenv("STRATA_SANITIZED");

@@ -56,12 +56,9 @@ static void worker(bool fresh, const char *dir) {
 }
 
 static void launch(const char *self) {
-  if (system("command -v mpirun >/dev/null 2>&1") != 0) {
-    check_skip("mpirun not found (apt-get install openmpi-bin libopenmpi-dev)");
-    return;
-  }
-  if (!st__mpi_built()) {
-    check_skip("this build of Strata has no MPI transport (libopenmpi-dev missing at build time)");
+  const char *missing = mpi_test_missing();
+  if (missing) {
+    check_skip(missing);
     return;
   }
   char dir[] = "/tmp/strata_recompile_mpi_XXXXXX", cmd[4600], a[700], b[700];

@@ -63,12 +63,9 @@ static void compare(const char *self, const char *dir, int local, int which) {
 }
 
 static void launch(const char *self) {
-  if (system("command -v mpirun >/dev/null 2>&1") != 0) {
-    check_skip("mpirun not found (apt-get install openmpi-bin libopenmpi-dev)");
-    return;
-  }
-  if (!st__mpi_built()) {
-    check_skip("this build of Strata has no MPI transport (libopenmpi-dev missing at build time)");
+  const char *missing = mpi_test_missing();
+  if (missing) {
+    check_skip(missing);
     return;
   }
   char dir[] = "/tmp/strata_shard_mpi_XXXXXX", cmd[4600];

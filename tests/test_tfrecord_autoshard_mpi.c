@@ -141,12 +141,9 @@ static bool run(const char *self, const char *dir, int nfiles, int batch) {
 }
 
 static void launch(const char *self) {
-  if (system("command -v mpirun >/dev/null 2>&1") != 0) {
-    check_skip("mpirun not found (apt-get install openmpi-bin libopenmpi-dev)");
-    return;
-  }
-  if (!st__mpi_built()) {
-    check_skip("this build of Strata has no MPI transport (libopenmpi-dev missing at build time)");
+  const char *missing = mpi_test_missing();
+  if (missing) {
+    check_skip(missing);
     return;
   }
   char dir[] = "/tmp/strata_autoshard_XXXXXX";
