@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "free_port.h"
 #include "distribute/ps/transport.h"
 #include "model/model.h"
 #include "strata/ps.h"
@@ -45,18 +46,6 @@ const char *__tsan_default_suppressions(void) {
 #else
 #define SKIP_UNDER_TSAN() do {} while (0)
 #endif
-
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof a;
-  int port = -1;
-  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-      getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-    port = ntohs(a.sin_port);
-  if (fd >= 0) close(fd);
-  return port;
-}
 
 /* TF_CONFIG of a chief, one worker, one ps on ports[0..2], as task `type`. */
 static void tf_config(char *buf, size_t n, const int *ports, const char *type) {

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "free_port.h"
 #include "distribute/ps/transport.h"
 
 /* ThreadSanitizer: libzmq is not instrumented (tools/tsan_zmq.c says why). */
@@ -22,18 +23,6 @@ const char *__tsan_default_suppressions(void) {
          "called_from_lib:libsodium.so\n" /* CURVE's decryption, called by libzmq */
          "race:libzmq.so\n"
          "race:libsodium.so\n";
-}
-
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof a;
-  int port = -1;
-  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-      getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-    port = ntohs(a.sin_port);
-  if (fd >= 0) close(fd);
-  return port;
 }
 
 /* chief, worker, ps on free loopback ports; this process plays `self`. */

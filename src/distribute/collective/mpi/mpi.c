@@ -2,11 +2,9 @@
  * buffers with non-blocking point-to-point messages on a communicator of
  * their own. Built only when CMake finds MPI (mpi_none.c otherwise).
  *
- * When every rank of the communicator runs on one machine, all_reduce goes
- * through a shared-memory segment instead (mpi_shm.c: the same rank-order
- * sums, the same bits; the waits below name a missing peer as for
- * messages); STRATA_MPI_SHM=0 keeps it on messages. What follows is the
- * message path: between machines, and every other operation.
+ * When every rank runs on one machine, all_reduce goes through shared memory
+ * instead (mpi_shm.c: the same sums and bits, waits as below; STRATA_MPI_SHM=0
+ * keeps it on messages). What follows is the message path.
  *
  * all_reduce of a small buffer (at most 16 KiB) takes one round: each rank
  * sends its whole buffer to every other rank (in pieces small enough to be
@@ -35,18 +33,13 @@
  * then broken: later operations fail at once, and MPI_Finalize is skipped at
  * exit (it would wait for the missing peer).
  *
- * Naming the rank that is really missing: a survivor may be waiting for
- * another survivor that itself waits for the lost rank (in the all-gather
- * phase rank 0 waits for rank 1's reduced chunk, which needs the cut rank 2's
- * part). So a rank that times out first tells every peer which ranks it
- * misses (a LOST message, tag TAG_LOST, in world ranks, on a communicator of
- * the process rather than of the transport: a peer may be waiting on another
- * transport), then waits up to GRACE_S (1 s, none with two processes) for the
- * LOST messages of the peers it waited for; the rank it
- * names is one it waited for, directly or through such reports, that sent no
- * report (a rank that reports is alive). A survivor therefore fails within
- * the timeout + GRACE_S and names the lost rank, and says through which peer
- * it waited for it.
+ * Naming the rank that is really missing (a survivor may wait for another
+ * survivor that waits for the lost rank): a rank that times out first sends
+ * every process a LOST report of the ranks it misses (mpi_lost.c), waits up
+ * to GRACE_S (1 s, none with two processes) for the reports of the peers it
+ * waited for, and names a rank it waited for, directly or through them, that
+ * sent none; so it fails within the timeout + GRACE_S, saying through which
+ * peer it waited.
  *
  * A process that leaves the job early (an error outside the collectives, e.g.
  * the chief could not write a checkpoint) says so first: st__collective_mpi_leave
@@ -73,6 +66,7 @@
 #include "base/split.h" /* st__split */
 #include "distribute/collective/collective.h"
 #include "distribute/collective/mpi/mpi_fault.h"
+#include "distribute/collective/mpi/mpi_lost.h"
 #include "distribute/collective/mpi/mpi_shm.h"
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -84,10 +78,6 @@ static atomic_bool g_broken; /* a collective failed: do not finalise */
  * world), with world ranks, so that a worker waiting on one transport (e.g.
  * the step agreement's all-gather) sees the report a peer sent when its wait
  * on another transport (the gradients' all-reduce) timed out. */
-static MPI_Comm g_lost_comm = MPI_COMM_NULL;
-static pthread_mutex_t g_lost_mu = PTHREAD_MUTEX_INITIALIZER;
-static uint64_t g_lost_from;                 /* world ranks that sent a LOST message */
-static uint64_t g_lost_missing[ST_MAX_WORKERS]; /* the world ranks each one missed */
 
 static void finalize_at_exit(void) {
   int finalized = 0;
@@ -123,10 +113,7 @@ static void init_once(void) {
     MPI_Comm_size(node, &g_node_size);
     MPI_Comm_free(&node);
   }
-  if (MPI_Comm_dup(MPI_COMM_WORLD, &g_lost_comm) == MPI_SUCCESS)
-    MPI_Comm_set_errhandler(g_lost_comm, MPI_ERRORS_RETURN);
-  else
-    g_lost_comm = MPI_COMM_NULL;
+  st__mpi_lost_init();
 }
 
 bool st__mpi_built(void) { return true; }
@@ -147,15 +134,8 @@ typedef struct leave_msg {
   uint64_t done;          /* operations the sender finished */
   char why[504];          /* its error, "" when it left without one */
 } leave_msg;
-enum { TAG_LEAVE = 32001, TAG_P2P = 32002, TAG_LOST = 32003 }; /* operation tags are below 32000 */
-
-/* The LOST message (TAG_LOST, MPI_BYTE): the sender's wait timed out, these
- * ranks' messages were missing (bit r: rank r). */
-typedef struct lost_msg {
-  uint64_t op;            /* the sender's operation number */
-  uint64_t missing;       /* ranks it waited for */
-} lost_msg;
-_Static_assert(ST_MAX_WORKERS <= 64, "lost_msg.missing is a 64-bit rank mask");
+/* operation tags are below 32000; mpi_lost.c's LOST reports use 32003 */
+enum { TAG_LEAVE = 32001, TAG_P2P = 32002 };
 /* How long a rank that timed out waits for its peers' LOST messages. */
 #define GRACE_S 1.0
 
@@ -175,7 +155,7 @@ typedef struct mpi_coll {
   bool requests_lost;     /* a failure left requests pending: keep the comm */
   bool left;              /* st__collective_mpi_leave was called */
   leave_msg leave;        /* what it sent (sends need a live buffer) */
-  lost_msg lost;          /* the LOST message this transport sent */
+  st__lost_msg lost;      /* the LOST message this transport sent */
   MPI_Request *lost_req;  /* [world size]: its sends, never waited for (a peer may be cut) */
   int *world_of;          /* [size]: the world rank of each rank of comm */
   uint64_t cut;           /* st__collective_mpi_test_cut: peers not talked to */
@@ -315,30 +295,6 @@ static uint64_t pending_peers(const mpi_coll *c, int first, int n) {
   return m;
 }
 
-/* Receive the LOST messages that have arrived (any transport's thread; one
- * at a time, so that two threads cannot probe the same message); returns the
- * world ranks that have reported, and copies what each missed. */
-static uint64_t receive_lost(uint64_t missing[ST_MAX_WORKERS]) {
-  pthread_mutex_lock(&g_lost_mu);
-  for (;;) {
-    int flag = 0;
-    MPI_Status st;
-    if (g_lost_comm == MPI_COMM_NULL ||
-        MPI_Iprobe(MPI_ANY_SOURCE, TAG_LOST, g_lost_comm, &flag, &st) != MPI_SUCCESS || !flag)
-      break;
-    lost_msg m = {0, 0};
-    if (MPI_Recv(&m, (int)sizeof m, MPI_BYTE, st.MPI_SOURCE, TAG_LOST, g_lost_comm,
-                 MPI_STATUS_IGNORE) != MPI_SUCCESS)
-      break;
-    g_lost_from |= 1ull << st.MPI_SOURCE;
-    g_lost_missing[st.MPI_SOURCE] |= m.missing;
-  }
-  uint64_t from = g_lost_from;
-  memcpy(missing, g_lost_missing, sizeof g_lost_missing);
-  pthread_mutex_unlock(&g_lost_mu);
-  return from;
-}
-
 /* The world ranks of a mask of c's ranks. */
 static uint64_t to_world(const mpi_coll *c, uint64_t mask) {
   uint64_t w = 0;
@@ -348,42 +304,10 @@ static uint64_t to_world(const mpi_coll *c, uint64_t mask) {
 }
 
 /* Tell every other process (but those cut by the test switch) that this
- * transport timed out waiting for the world ranks of `missing`. The sends
- * are not waited for: the lost rank is among the peers. */
+ * transport timed out waiting for the world ranks of `missing`. */
 static void report_lost(mpi_coll *c, uint64_t missing) {
-  if (g_lost_comm == MPI_COMM_NULL) return;
-  c->lost = (lost_msg){c->ops, missing};
-  uint64_t cut = to_world(c, c->cut);
-  for (int j = 0; j < g_size; j++)
-    if (j != g_rank && !(cut >> j & 1))
-      MPI_Isend(&c->lost, (int)sizeof c->lost, MPI_BYTE, j, TAG_LOST, g_lost_comm,
-                &c->lost_req[j]);
-}
-
-static int lowest_rank(uint64_t mask) { return mask ? __builtin_ctzll(mask) : -1; }
-
-/* The world rank to name after a timeout that missed the world ranks of
- * `waited`: the ranks reachable from them through the LOST reports (`from`
- * reported, missing what `missing` says) that sent none (a rank that reports
- * is alive); the lowest of them, or, when every one reported (they wait for
- * one another), the lowest of `waited`. *via: a rank of `waited` whose report
- * named it (-1: waited for directly). */
-static int name_missing(uint64_t waited, uint64_t from, const uint64_t *missing, int *via) {
-  uint64_t reach = waited, seen = 0, reported = 0;
-  while (reach & ~seen) {
-    int p = lowest_rank(reach & ~seen);
-    seen |= 1ull << p;
-    if (from >> p & 1) reported |= 1ull << p, reach |= missing[p];
-  }
-  reach &= ~(1ull << g_rank);
-  int who = lowest_rank(reach & ~reported);
-  if (who < 0) who = lowest_rank(waited);
-  *via = -1;
-  if (!(waited >> who & 1))
-    for (uint64_t w = waited & reported; w && *via < 0; w &= w - 1)
-      if (missing[lowest_rank(w)] >> who & 1) *via = lowest_rank(w);
-  if (!(waited >> who & 1) && *via < 0) *via = lowest_rank(waited & reported);
-  return who;
+  c->lost = (st__lost_msg){c->ops, missing};
+  st__mpi_lost_report(&c->lost, g_rank, g_size, to_world(c, c->cut), c->lost_req);
 }
 
 /* c's rank of a world rank (-1: not in c's group). */
@@ -405,11 +329,11 @@ static st_status fail_timeout(mpi_coll *c, uint64_t waiting, int op) {
   double grace = g_size > 2 ? GRACE_S : 0.0;
   double t0 = MPI_Wtime();
   for (int spins = 0;; spins++) {
-    from = receive_lost(missing);
+    from = st__mpi_lost_receive(missing);
     if (!(waited & ~from) || MPI_Wtime() - t0 >= grace) break;
     pause_a_little(spins, MPI_Wtime() - t0);
   }
-  int via_w = -1, who_w = name_missing(waited, from, missing, &via_w);
+  int via_w = -1, who_w = st__mpi_lost_name(waited, from, missing, g_rank, &via_w);
   int who = from_world(c, who_w), via = via_w >= 0 ? from_world(c, via_w) : -1;
   if (who < 0) who = who_w; /* (a group transport: the lost process is not in it) */
   char how[96] = "";
@@ -481,9 +405,7 @@ static void post_send(mpi_coll *c, int k, const float *buf, size_t n, int peer, 
   MPI_Isend(buf, (int)n, MPI_FLOAT, peer, tag, c->comm, &c->req[k]);
 }
 
-bool st__collective_mpi_uses_shm(const st_collective *cc) {
-  return ((const mpi_coll *)cc)->shm != NULL;
-}
+bool st__collective_mpi_uses_shm(const st_collective *cc) { return ((const mpi_coll *)cc)->shm; }
 
 void st__collective_mpi_test_cut(st_collective *cc, int peer) {
   mpi_coll *c = (mpi_coll *)cc;
