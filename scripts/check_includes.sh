@@ -3,11 +3,11 @@
 # its own folder and the folders below it; a public header include/strata/X.h
 # likewise by its layer (train.h holds the model's API: layer model). An
 # #include "strata/X.h" counts as X's layer. Order, bottom to top:
-#   base < backend < nn, data (siblings) < distribute < model < io < train
+#   base < backend < nn, data (siblings) < distribute < ps < model < io < train
 # Usage: scripts/check_includes.sh [ROOT] (default: this repository). Prints
 # FILE:LINE: folder A includes folder B (upward|sideways) per violation, exit 1.
 root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
-declare -A rank=([base]=0 [backend]=1 [nn]=2 [data]=2 [distribute]=3 [model]=4 [io]=5 [train]=6 [top]=7)
+declare -A rank=([base]=0 [backend]=1 [nn]=2 [data]=2 [distribute]=3 [ps]=4 [model]=5 [io]=6 [train]=7 [top]=8)
 declare -A pub=([base]=base [version]=base [backend]=backend [nn]=nn [data]=data [distribute]=distribute [train]=model [ps]=train [strata]=top)
 bad=0
 while IFS=: read -r file line text; do
