@@ -1,8 +1,19 @@
 /* Backend registry: st_backend_get maps a name to a backend table; contexts
  * are made here (st_backend_ctx_create), with the optional ctx_create slot's
- * fallback. To add a backend: write its table (backend/impl.h) in its own
- * file(s), add a row here, and a case in tests/test_kernels.c. A backend that
- * was not built answers ST_ERR_NOT_BUILT. */
+ * fallback. A backend that was not built answers ST_ERR_NOT_BUILT.
+ *
+ * Adding a backend touches seven files (scripts/check_complete.py, run by
+ * tests/test_completeness.sh, fails on any of those marked *):
+ *  1. its table (backend/impl.h) in its own file(s), with the
+ *     _Static_assert on ST__BACKEND_SLOTS (the compiler then names a slot
+ *     left out) and a context (ctx_create) if it keeps state;
+ *  2. a row in backends[] below, and its name in st_backend_get's message;
+ *  3. CMakeLists.txt: its sources (or a module loaded with dlopen, like cuda);
+ *  4. tests/test_kernels.c: its name in k_backends, so every kernel is
+ *     compared with the reference*;
+ *  5. how a device string reaches it (gpu:N -> cuda in src/distribute/
+ *     gpu_devices.c; STRATA_BACKEND in src/model/compile.c);
+ *  6. the README's "backends" row* and docs (docs/GPU.md for cuda). */
 #include <stdlib.h>
 #include <string.h>
 

@@ -21,10 +21,18 @@
  * Optional slots may be NULL; callers go through the st__be_* helpers below,
  * which apply the stated fallback. The required slots follow `alloc`.
  *
- * Adding a kernel: add the slot here (after `alloc`), write it in
- * src/backend/reference.c, the fast version in src/backend/cpu*.c, and a case
- * in tests/test_kernels.c. The static_assert in each backend file checks the
- * table is filled. */
+ * Adding a kernel touches seven files (the static_assert on
+ * ST__BACKEND_SLOTS in each backend file fails the build until 2-4 are done):
+ *  1. the slot here (after `alloc`; or before it, optional, with an st__be_*
+ *     fallback helper at the end of this header);
+ *  2. src/backend/reference.c: the plain C version (the ground truth);
+ *  3. src/backend/cpu*.c: the fast version (or the reference's, named so);
+ *  4. src/backend/cuda/module.c: the table entry, and the device kernel in
+ *     src/backend/cuda/kernels.cu or train.cu (tests/cuda_emu/ compiles those
+ *     files as host code, so test_cuda_backend checks it without a GPU);
+ *  5. tests/test_kernels.c: a case comparing every built backend with the
+ *     reference (and NaN/edge cases);
+ *  6. the caller in src/nn/ or src/distribute/ that uses the slot. */
 #ifndef STRATA_SRC_BACKEND_IMPL_H
 #define STRATA_SRC_BACKEND_IMPL_H
 
