@@ -13,26 +13,49 @@ static void tb_capsule_free(PyObject *cap) {
   st_tensorboard_destroy(PyCapsule_GetPointer(cap, CAP_TB));
 }
 
-/* model_from_keras_json(text, seed, strategy or None[, name]) -> model
- * handle: the Sequential the JSON describes, input shape from the JSON,
- * bound to the strategy. Errors (ValueError) name "model_from_json", the
- * layer's position, name and class, and the option, as the CLI's name the
- * file. */
+/* The model's name: the public API shows it only in the summary's first
+ * line, Model: "name" (the importer made it printable). */
+static PyObject *model_name(const st_model *m) {
+  char *text = NULL;
+  st_status s = st_model_summary(m, &text);
+  if (s != ST_OK) return st__py_raise(s, "model_from_json");
+  char *nl = strchr(text, '\n');
+  if (nl) *nl = 0;
+  char *a = strchr(text, '"'), *b = strrchr(text, '"');
+  PyObject *r = a && b > a ? PyUnicode_FromStringAndSize(a + 1, b - a - 1)
+                           : PyUnicode_FromString("sequential");
+  free(text);
+  return r;
+}
+
+/* model_from_keras_json(text, seed, strategy or None) -> (model handle,
+ * input shape, name): the Sequential the JSON describes, bound to the
+ * strategy. Errors (ValueError) name "model_from_json", the layer's
+ * position, name and class, and the option, as the CLI's name the file. */
 static PyObject *py_model_from_keras_json(PyObject *self, PyObject *args) {
-  const char *text, *name = NULL;
+  const char *text;
   Py_ssize_t len;
   unsigned long long seed;
   PyObject *strategy;
-  if (!PyArg_ParseTuple(args, "s#KO|z", &text, &len, &seed, &strategy, &name)) return NULL;
+  if (!PyArg_ParseTuple(args, "s#KO", &text, &len, &seed, &strategy)) return NULL;
   st_model_options o = st_model_default_options(st_shape1(1));
   o.seed = seed;
-  o.name = name;
+  o.name = NULL; /* the config's name */
   if (strategy != Py_None && !(o.strategy = st__py_cap_get(strategy, ST__PY_CAP_STRATEGY)))
     return NULL;
   st_model *m = NULL;
   st_status s = st_model_from_keras_json_text(text, (size_t)len, "model_from_json", &o, &m);
   if (s != ST_OK) return st__py_raise(s, "model_from_json");
-  return st__py_model_capsule(m, strategy);
+  PyObject *name = model_name(m);
+  PyObject *shape = st__py_shape_tuple(st_model_input_shape(m));
+  PyObject *cap = st__py_model_capsule(m, strategy);
+  if (!cap || !name || !shape) {
+    Py_XDECREF(name);
+    Py_XDECREF(shape);
+    Py_XDECREF(cap);
+    return NULL;
+  }
+  return Py_BuildValue("(NNN)", cap, shape, name);
 }
 
 static PyObject *tensor_to_py(st_tensor *t) {
@@ -93,7 +116,7 @@ static PyObject *py_tb_scalar(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"model_from_keras_json", py_model_from_keras_json, METH_VARARGS,
-     "model_from_keras_json(text, seed, strategy, name=None) -> model handle"},
+     "(model handle, input shape, name) of a Keras model.to_json() text"},
     {"mnist_load", py_mnist_load, METH_VARARGS, "the four IDX files of a directory"},
     {"tb_create", py_tb_create, METH_VARARGS, "TensorBoard event writer"},
     {"tb_scalar", py_tb_scalar, METH_VARARGS, "write and flush one scalar"},
