@@ -187,6 +187,26 @@ class Sequential:
         if self._compile_args is not None:
             self._engine_compile()
 
+    @classmethod
+    def _from_json(cls, text):
+        """A built model from Keras JSON text: the engine reads and builds
+        it; the layer objects are made from the engine's layers' options."""
+        model = cls()
+        strategy = model._strategy or _distribute.get_strategy()
+        cap, shape, name = _strata.model_from_keras_json(text, global_seed(), strategy._create())
+        model._strategy, model._cap, model._input_shape, model.name = strategy, cap, tuple(shape), name
+        strategy._register(model)
+        infos = _strata.model_layers(cap)
+        for (cls_name, lname, opts), info in zip(_strata.model_layer_options(cap), infos):
+            # float32 options (momentum, epsilon, rate) as their shortest decimal
+            opts = {k: float(str(np.float32(v))) if isinstance(v, float) else v for k, v in opts.items()}
+            layer = getattr(_layers, cls_name)(**opts)
+            layer.name, layer.output_shape, layer._params = info[0], (None,) + info[2], info[3]
+            layer._model = model
+            model._layers.append(layer)
+            model._engine_layers.append(layer)
+        return model
+
     def _require_built(self, what):
         if self._cap is None:
             raise ValueError("%s: this model has not yet been built (give the first layer an "
@@ -649,6 +669,16 @@ def load_model(*args, **kwargs):
 
 
 def model_from_json(json_string, custom_objects=None):
-    """A Sequential model from Keras's model.to_json() text (Keras 2 or 3)."""
-    from ._json import model_from_json as load
-    return load(json_string, custom_objects)
+    """A Sequential model from Keras's model.to_json() text (Keras 2 or 3
+    layouts): the library's reader (st_model_from_keras_json_text, the one
+    `strata train --model FILE.json` uses) builds it, with the input shape
+    the JSON gives, under the strategy in scope. An unsupported layer or
+    option raises ValueError naming the layer's position, name, class and
+    the option."""
+    if custom_objects:
+        raise NotImplementedError("model_from_json: custom_objects are not supported by Strata")
+    if isinstance(json_string, (bytes, bytearray)):
+        json_string = bytes(json_string).decode("utf-8", "replace")
+    if not isinstance(json_string, str):
+        raise TypeError("model_from_json: expected the JSON text (a str), got %s" % type(json_string).__name__)
+    return Sequential._from_json(json_string)
