@@ -38,12 +38,15 @@ typedef struct cli_opt {
   cli_store_fn fn;     /* CLI_FN */
 } cli_opt;
 
-/* Table rows: name, metavar, the config struct T's field, help. */
+/* Table rows: name, metavar, the config struct T's field, help. CLI_FIELD
+ * is offsetof(T, f) that does not compile unless f has the kind's type
+ * (pointer subtraction needs compatible types; sizeof does not evaluate it). */
+#define CLI_FIELD(T, f, type) (offsetof(T, f) + 0 * sizeof(&((T *)0)->f - (type *)0))
 #define CLI_OPT_RAW(n, m, h) {n, m, h, NULL, CLI_RAW, 0, 0, 0, NULL}
-#define CLI_OPT_STR(n, m, T, f, h) {n, m, h, NULL, CLI_STR, offsetof(T, f), 0, 0, NULL}
-#define CLI_OPT_FLAG(n, T, f, h) {n, NULL, h, NULL, CLI_FLAG, offsetof(T, f), 0, 0, NULL}
-#define CLI_OPT_INT(n, m, T, f, lo, hi, h) {n, m, h, NULL, CLI_INT, offsetof(T, f), lo, hi, NULL}
-#define CLI_OPT_FLOAT(n, m, T, f, lo, hi, h) {n, m, h, NULL, CLI_FLOAT, offsetof(T, f), lo, hi, NULL}
+#define CLI_OPT_STR(n, m, T, f, h) {n, m, h, NULL, CLI_STR, CLI_FIELD(T, f, const char *), 0, 0, NULL}
+#define CLI_OPT_FLAG(n, T, f, h) {n, NULL, h, NULL, CLI_FLAG, CLI_FIELD(T, f, bool), 0, 0, NULL}
+#define CLI_OPT_INT(n, m, T, f, lo, hi, h) {n, m, h, NULL, CLI_INT, CLI_FIELD(T, f, long), lo, hi, NULL}
+#define CLI_OPT_FLOAT(n, m, T, f, lo, hi, h) {n, m, h, NULL, CLI_FLOAT, CLI_FIELD(T, f, double), lo, hi, NULL}
 #define CLI_OPT_FN(n, m, T, f, fn, h) {n, m, h, NULL, CLI_FN, offsetof(T, f), 0, 0, fn}
 
 /* Parse argv[first..] into opts. Prints the error to stderr and returns
