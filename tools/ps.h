@@ -24,14 +24,13 @@
 #define STRATA_TOOLS_PS_H
 
 #include "cli.h"
-#include "distribute/ps/cluster.h"
-#include "distribute/ps/transport.h"
-#include "model/model.h"
-#include "train/ps_job.h"
 
-/* The cluster of this process: --cluster FILE with --task, or TF_CONFIG.
- * Prints the error and returns EXIT_USAGE on failure. */
-int ps_load_cluster(const char *cmd, const char *cluster_file, const char *task, st_ps_cluster *c);
+/* The task of this process in its cluster (--cluster FILE with --task, or
+ * TF_CONFIG): *role "chief", "worker" or "ps", and *index. Prints the error
+ * and returns EXIT_USAGE (EXIT_FAIL when out of memory) on failure
+ * (ps_launch.c, the one CLI file that reads clusters). */
+int ps_load_task(const char *cmd, const char *cluster_file, const char *task, const char **role,
+                 int *index);
 
 int cmd_server(int argc, char **argv);
 int cmd_launch(int argc, char **argv);
