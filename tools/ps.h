@@ -4,6 +4,8 @@
  *   strata launch --workers N --ps M -- train ...   a whole cluster on
  *                                     loopback (ps_launch.c)
  *   strata keygen DIR                 CURVE keys for a cluster (ps_launch.c)
+ *   strata launch --workers N -- train ... --strategy multi_worker_mirrored
+ *                                     N TF_CONFIG workers (launch_mw.c)
  * and what they share (st__ps_job.c): the job the chief sends every server, the
  * model built from it, and the placement of variables on the ps tasks.
  *
@@ -31,6 +33,12 @@
  * (ps_launch.c, the one CLI file that reads clusters). */
 int ps_load_task(const char *cmd, const char *cluster_file, const char *task, const char **role,
                  int *index);
+
+/* A free TCP port on 127.0.0.1 for a task launch starts (ps_launch.c), or -1. */
+int launch_free_port(st_rng *r);
+/* strata launch with `--strategy multi_worker_mirrored` after `--` (its
+ * options already parsed: workers, whether --ps was given): launch_mw.c. */
+int launch_multi_worker(int argc, char **argv, int dd, long workers, bool ps_given);
 
 int cmd_server(int argc, char **argv);
 int cmd_launch(int argc, char **argv);

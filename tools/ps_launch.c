@@ -1,7 +1,8 @@
 /* strata launch: a whole parameter-server cluster on this machine (loopback,
  * free ports, CURVE keys in a temp directory, TF_CONFIG per process), its
- * signals forwarded, torn down when the chief ends; and strata keygen: CURVE
- * keys for a cluster. */
+ * signals forwarded, torn down when the chief ends (with `--strategy
+ * multi_worker_mirrored` after `--`: its workers instead, launch_mw.c); and
+ * strata keygen: CURVE keys for a cluster. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -19,7 +20,8 @@
 #include "ps.h"
 #include "train/ps_job.h"
 
-#define LAUNCH_USAGE "--workers N --ps M [--insecure] [--restart-failed] -- train [train options]"
+#define LAUNCH_USAGE "--workers N --ps M [--insecure] [--restart-failed] -- train [train options]\n" \
+  "       strata launch --workers N -- train [train options] --strategy multi_worker_mirrored"
 
 typedef struct launch_cfg {
   long workers, ps;
@@ -43,7 +45,7 @@ static void on_sig(int sig) { g_sig = sig; }
 /* A free TCP port on 127.0.0.1, below Linux's ephemeral range (32768-60999)
  * so that no outgoing connection takes it between this check and the
  * server's bind: random ports in 20000..32767 until one binds. */
-static int free_port(st_rng *r) {
+int launch_free_port(st_rng *r) {
   for (int tries = 0; tries < 1000; tries++) {
     int port = 20000 + (int)st_rng_below(r, 12768);
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -80,7 +82,7 @@ static st_status make_cluster(int nw, int nps, st_ps_cluster *c) {
       st_ps_task *t = &c->tasks[r][i];
       t->role = (st_ps_role)r, t->index = i;
       for (int tries = 0; tries < 100; tries++) /* not one given to an earlier task */
-        if ((t->port = free_port(&rng)) < 0 || !port_taken(c, r, i, t->port)) break;
+        if ((t->port = launch_free_port(&rng)) < 0 || !port_taken(c, r, i, t->port)) break;
       snprintf(t->host, sizeof t->host, "127.0.0.1");
       if (t->port < 0) return st_error(ST_ERR_IO, "no free port on 127.0.0.1");
     }
@@ -214,6 +216,9 @@ int cmd_launch(int argc, char **argv) {
   if (!cli_store("launch", launch_opts, NLAUNCH, &o)) return EXIT_USAGE;
   long nw = o.workers, nps = o.ps;
   bool insecure = o.insecure;
+  for (int i = dd + 2; i < argc; i++)
+    if (!strcmp(argv[i - 1], "--strategy") && !strcmp(argv[i], "multi_worker_mirrored"))
+      return launch_multi_worker(argc, argv, dd, nw, cli_get(launch_opts, NLAUNCH, "--ps") != NULL);
   if (!st__ps_transport_built()) {
     fprintf(stderr, "strata launch: this build of Strata has no ZeroMQ: install libzmq3-dev and rebuild\n");
     return EXIT_USAGE;
