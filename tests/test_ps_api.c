@@ -19,7 +19,8 @@
 
 #include "check.h"
 #include "free_port.h"
-#include "distribute/ps/transport.h"
+#include "ps/test_hooks.h"
+#include "ps/transport.h"
 #include "model/model.h"
 #include "strata/ps.h"
 
@@ -183,7 +184,7 @@ static void worker_without_data_fails_named(void) {
   CHECK_OK(tasks[1].result); /* the ps got the chief's STOP */
 }
 
-/* The chief's order of epoch e (src/train/ps_chief.c permute): what a
+/* The chief's order of epoch e (src/ps/chief_epoch.c permute): what a
  * custom loop schedules to train as st_ps_train does. */
 static void permute(uint32_t *perm, int64_t n, uint64_t seed, int epoch) {
   for (int64_t i = 0; i < n; i++) perm[i] = (uint32_t)i;
@@ -313,7 +314,7 @@ static void coordinator_custom_loop_matches_st_ps_train(void) {
 
 /* BackupAndRestore in chunks (issue 13 item 3): SNAPSHOT and RESTORE carry
  * a ps's variables and Adam slots in chunks (64 KiB here, through the
- * test-only STRATA_PS_TEST_CHUNK_BYTES; 64 MiB otherwise, against the 256
+ * private test hook chunk_bytes, ps/test_hooks.h; 64 MiB otherwise, against the 256
  * MiB frame limit): the mlp's 235,146 variables and 2 Adam slots (2.8 MB)
  * on one ps take 43 of them. A job that
  * leaves its backup (step 12 of 16), then the same job again: it resumes
@@ -323,7 +324,7 @@ static void backup_restore_in_chunks(void) {
   SKIP_UNDER_TSAN();
   char dir[] = "/tmp/strata_ps_api_XXXXXX";
   CHECK(mkdtemp(dir) != NULL);
-  setenv("STRATA_PS_TEST_CHUNK_BYTES", "65536", 1);
+  st__ps_set_test_hooks(&(st__ps_test_hooks){.chunk_bytes = 65536});
   data *d = malloc(sizeof *d);
   make_data(d);
   float *w1, *w2;
@@ -335,7 +336,7 @@ static void backup_restore_in_chunks(void) {
   CHECK_GT(n1, 0);
   CHECK_EQ(n1, n2);
   if (n1 && n1 == n2) CHECK(memcmp(w1, w2, n1 * sizeof(float)) == 0);
-  unsetenv("STRATA_PS_TEST_CHUNK_BYTES");
+  st__ps_set_test_hooks(NULL);
   free(w1), free(w2), free(d);
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

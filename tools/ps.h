@@ -24,10 +24,10 @@
 #define STRATA_TOOLS_PS_H
 
 #include "cli.h"
-#include "distribute/ps/cluster.h"
-#include "distribute/ps/transport.h"
+#include "ps/cluster.h"
+#include "ps/transport.h"
 #include "model/model.h"
-#include "train/ps_job.h"
+#include "ps/job.h"
 
 /* The cluster of this process: --cluster FILE with --task, or TF_CONFIG.
  * Prints the error and returns EXIT_USAGE on failure. */
@@ -36,6 +36,8 @@ int ps_load_cluster(const char *cmd, const char *cluster_file, const char *task,
 int cmd_server(int argc, char **argv);
 int cmd_launch(int argc, char **argv);
 int cmd_keygen(int argc, char **argv);
+/* The library's PS test hooks from the STRATA_PS_TEST_* variables (ps_test_hooks.c). */
+void ps_test_hooks_from_env(void);
 
 /* The chief's run: what `strata train --strategy parameter_server` was given. */
 typedef struct ps_train_args {
