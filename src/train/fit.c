@@ -147,7 +147,8 @@ static st_status run_pass(st_model *m, st_dataset *ds, step_fn step, void *arg,
 
 /* ---- fit ---- */
 typedef struct fit_state {
-  st__fit_loop l;        /* the epoch loop's state: options, position, epoch, timing */
+  const st_fit_options *o;
+  st__fit_loop l;        /* the epoch loop's state: position, epoch, timing (train/fit_loop.h) */
   float *sw_labels, *sw_weights; /* sample_weight_column: the batch split (grown) */
   int sw_cap;
   st__run_identity id;   /* the run's identity (recorded in backups, checked on resume) */
@@ -162,7 +163,7 @@ static double ratio(int64_t a, int64_t b) { return b ? (double)a / (double)b : 0
 static st_status save_backup(st_model *m, const fit_state *fs) {
   st_checkpoint_options co = st_checkpoint_default_options();
   co.keep = 2;
-  st_status s = st__checkpoint_save_at(m, fs->l.o->backup_dir, &co, &fs->l.pos, &fs->id);
+  st_status s = st__checkpoint_save_at(m, fs->o->backup_dir, &co, &fs->l.pos, &fs->id);
   return s == ST_OK ? s : st_error_prefix(s, "backup: ");
 }
 
@@ -171,7 +172,7 @@ static st_status fit_step(st_model *m, const st_batch *b, st_step_stats *tot, vo
   st_status s = m->strategy->vt->train_step(m->strategy, &m->net, b, tot);
   if (s != ST_OK) return s;
   double now = st_now_seconds();
-  if (fs->global_step >= fs->l.o->warmup_steps) {
+  if (fs->global_step >= fs->o->warmup_steps) {
     fs->l.timed_seconds += now - fs->t_last;
     fs->l.timed_samples += b->size;
   }
@@ -186,11 +187,11 @@ static st_status fit_step(st_model *m, const st_batch *b, st_step_stats *tot, vo
   if (!(bl.loss == bl.loss) || bl.loss > 1e30)
     return st_error(ST_ERR_NONFINITE, "loss became %g at epoch %d, step %lld (TerminateOnNaN)",
                     bl.loss, fs->l.epoch + 1, (long long)bl.step + 1);
-  for (int c = 0; c < fs->l.o->ncallbacks; c++)
-    if (fs->l.o->callbacks[c].on_batch_end &&
-        (s = fs->l.o->callbacks[c].on_batch_end(fs->l.o->callbacks[c].user, m, &bl)) != ST_OK)
+  for (int c = 0; c < fs->o->ncallbacks; c++)
+    if (fs->o->callbacks[c].on_batch_end &&
+        (s = fs->o->callbacks[c].on_batch_end(fs->o->callbacks[c].user, m, &bl)) != ST_OK)
       return s;
-  if (fs->l.o->backup_dir && fs->l.o->backup_every_steps > 0 && m->net.step % fs->l.o->backup_every_steps == 0)
+  if (fs->o->backup_dir && fs->o->backup_every_steps > 0 && m->net.step % fs->o->backup_every_steps == 0)
     return save_backup(m, fs);
   return ST_OK;
 }
@@ -199,14 +200,14 @@ static st_status fit_step(st_model *m, const st_batch *b, st_step_stats *tot, vo
  * takes this position; the workers wait for the chief to have written it
  * before any returns (a launcher may kill the rest when one exits). */
 static st_status stop_here(st_model *m, fit_state *fs) {
-  st_status s = fs->l.o->backup_dir ? save_backup(m, fs) : ST_OK;
+  st_status s = fs->o->backup_dir ? save_backup(m, fs) : ST_OK;
   if (s == ST_OK) s = st__strategy_barrier(m->strategy);
   if (s != ST_OK) return s;
   long long step = (long long)fs->l.pos.step_in_epoch;
-  if (fs->l.o->backup_dir)
+  if (fs->o->backup_dir)
     return st_error(ST_ERR_STOPPED, "stopped on request at epoch %d after step %lld; the "
                     "backup in %s holds this point: the same command resumes from it",
-                    fs->l.epoch + 1, step, fs->l.o->backup_dir);
+                    fs->l.epoch + 1, step, fs->o->backup_dir);
   return st_error(ST_ERR_STOPPED, "stopped on request at epoch %d after step %lld; nothing "
                   "saved (with --backup-dir a rerun would resume from here)", fs->l.epoch + 1, step);
 }
@@ -292,7 +293,7 @@ static st_status train_pass(st_model *m, st_dataset *ds, fit_state *fs, st_step_
       break;
     }
     if (!go) break;
-    if (fs->l.o->sample_weight_column &&
+    if (fs->o->sample_weight_column &&
         (s = split_sample_weights(m, fs, &b, tot->examples)) != ST_OK)
       break;
     if ((s = check_labels(m, &b, tot->examples)) != ST_OK ||
@@ -312,7 +313,7 @@ static st_status train_pass(st_model *m, st_dataset *ds, fit_state *fs, st_step_
  * rest). No `latest` file is a fresh start; a damaged or unreadable one is an
  * error (a fresh start would end by deleting the backup). */
 static st_status maybe_restore(st_model *m, const st_dataset *train, fit_state *fs) {
-  const st_fit_options *o = fs->l.o;
+  const st_fit_options *o = fs->o;
   st_train_position *pos = &fs->l.pos;
   char latest[4096];
   fs->id = (st__run_identity){.global_batch = st_dataset_batch_size(train),
@@ -482,7 +483,7 @@ static st_status fit_checked(st_model *m, st_dataset *train, st_fit_options *o,
   if ((o->nclass_weight > 0 || o->sample_weight_column) && !strcmp(m->strategy->vt->name, "pipeline"))
     return st_error(ST_ERR_INVALID, "fit: %s is not supported by the pipeline strategy",
                     o->nclass_weight > 0 ? "class_weight" : "sample_weight");
-  fit_state fs = {.l.o = o, .steps_per_epoch = st_dataset_cardinality(train), .train = train};
+  fit_state fs = {.o = o, .l.o = o, .steps_per_epoch = st_dataset_cardinality(train), .train = train};
   if ((s = maybe_restore(m, train, &fs)) == ST_OK)
     s = st__strategy_check_fit(m->strategy, &m->net, st_dataset_batch_size(train),
                                st_dataset_cardinality(train), o->epochs, fs.l.pos.epoch,
