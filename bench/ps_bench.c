@@ -28,7 +28,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "distribute/ps/transport.h"
+#include "ps/transport.h"
 
 static int free_port(void) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);

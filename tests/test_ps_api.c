@@ -19,7 +19,8 @@
 
 #include "check.h"
 #include "free_port.h"
-#include "distribute/ps/transport.h"
+#include "ps/test_hooks.h"
+#include "ps/transport.h"
 #include "model/model.h"
 #include "strata/ps.h"
 
@@ -183,7 +184,7 @@ static void worker_without_data_fails_named(void) {
   CHECK_OK(tasks[1].result); /* the ps got the chief's STOP */
 }
 
-/* The chief's order of epoch e (src/train/ps_chief.c permute): what a
+/* The chief's order of epoch e (src/ps/chief_epoch.c permute): what a
  * custom loop schedules to train as st_ps_train does. */
 static void permute(uint32_t *perm, int64_t n, uint64_t seed, int epoch) {
   for (int64_t i = 0; i < n; i++) perm[i] = (uint32_t)i;
@@ -229,6 +230,7 @@ static st_status custom_loop(const st_ps_train_options *o, st_ps_train_result *r
 
 static bool resumed; /* the last run_job with a backup resumed from step 12 */
 static size_t n_state; /* the last run_job's model's state floats */
+static bool decay_lr;  /* run_job: an exponential learning-rate schedule */
 
 /* One job on a fresh cluster (st_ps_train, or the coordinator API when
  * custom); the trained weights into *w (malloc'd). */
@@ -248,6 +250,7 @@ static void run_job(data *d, const char *model, bool custom, const char *backup_
   o.tf_config = cfg, o.insecure = true, o.model = model, o.data = "in-memory", o.n_train = N_EX;
   o.epochs = 2, o.batch = 64, o.seed = 5, o.steps_per_execution = 2;
   o.optimizer.lr.initial = 0.01f;
+  if (decay_lr) o.optimizer.lr = (st_schedule){ST_SCHEDULE_EXPONENTIAL, 0.01f, 4, 0.5f, false, 0.0f};
   o.on_message = quiet_message;
   o.backup_dir = backup_dir, o.backup_every = 4, o.keep_backup = true;
   st_ps_train_result r;
@@ -268,6 +271,8 @@ static void run_job(data *d, const char *model, bool custom, const char *backup_
     CHECK_EQ(r.history.epochs, 2);
     CHECK_EQ(r.history.logs[0].examples, N_EX);
     CHECK_LT(r.history.logs[1].loss, r.history.logs[0].loss);
+    for (int e = 0; e < 2 && !backup_dir; e++) /* the scheduled rate at the epoch's start, as fit */
+      CHECK(r.history.logs[e].lr == st_schedule_lr(&o.optimizer.lr, (int64_t)e * 8));
     CHECK(strstr(r.report_json, "\"exactly_once\": true") != NULL);
   }
   if (backup_dir) resumed = strstr(r.report_json, "\"resumed_from_step\": 12") != NULL;
@@ -295,6 +300,21 @@ static void cluster_in_threads_trains_exactly_once(void) {
   free(w1), free(w2), free(d);
 }
 
+/* The history logs the learning rate the schedule gives at each epoch's
+ * start (fit's epoch loop: 0.01, then 0.01 * 0.5^(8/4) after 8 steps), not
+ * the initial one. */
+static void history_logs_the_scheduled_rate(void) {
+  data *d = malloc(sizeof *d);
+  make_data(d);
+  float *w;
+  size_t n;
+  decay_lr = true;
+  run_job(d, "mlp", false, NULL, &w, &n);
+  decay_lr = false;
+  CHECK_GT(n, 0);
+  free(w), free(d);
+}
+
 /* A custom loop scheduling st_ps_train's batches in its order trains the
  * same weight bytes (one worker: the same updates in the same order). */
 static void coordinator_custom_loop_matches_st_ps_train(void) {
@@ -313,7 +333,7 @@ static void coordinator_custom_loop_matches_st_ps_train(void) {
 
 /* BackupAndRestore in chunks (issue 13 item 3): SNAPSHOT and RESTORE carry
  * a ps's variables and Adam slots in chunks (64 KiB here, through the
- * test-only STRATA_PS_TEST_CHUNK_BYTES; 64 MiB otherwise, against the 256
+ * private test hook chunk_bytes, ps/test_hooks.h; 64 MiB otherwise, against the 256
  * MiB frame limit): the mlp's 235,146 variables and 2 Adam slots (2.8 MB)
  * on one ps take 43 of them. A job that
  * leaves its backup (step 12 of 16), then the same job again: it resumes
@@ -323,7 +343,7 @@ static void backup_restore_in_chunks(void) {
   SKIP_UNDER_TSAN();
   char dir[] = "/tmp/strata_ps_api_XXXXXX";
   CHECK(mkdtemp(dir) != NULL);
-  setenv("STRATA_PS_TEST_CHUNK_BYTES", "65536", 1);
+  st__ps_set_test_hooks(&(st__ps_test_hooks){.chunk_bytes = 65536});
   data *d = malloc(sizeof *d);
   make_data(d);
   float *w1, *w2;
@@ -335,7 +355,7 @@ static void backup_restore_in_chunks(void) {
   CHECK_GT(n1, 0);
   CHECK_EQ(n1, n2);
   if (n1 && n1 == n2) CHECK(memcmp(w1, w2, n1 * sizeof(float)) == 0);
-  unsetenv("STRATA_PS_TEST_CHUNK_BYTES");
+  st__ps_set_test_hooks(NULL);
   free(w1), free(w2), free(d);
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
@@ -375,6 +395,7 @@ static const check_case cases[] = {
     CHECK_CASE(server_without_job_stops),
     CHECK_CASE(worker_without_data_fails_named),
     CHECK_CASE(cluster_in_threads_trains_exactly_once),
+    CHECK_CASE(history_logs_the_scheduled_rate),
     CHECK_CASE(coordinator_custom_loop_matches_st_ps_train),
     CHECK_CASE(backup_restore_in_chunks),
     CHECK_CASE(batchnorm_statistics_on_the_ps),

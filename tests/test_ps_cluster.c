@@ -1,12 +1,12 @@
-/* The parameter-server cluster description (src/distribute/ps/cluster.c) and
+/* The parameter-server cluster description (src/ps/cluster.c) and
  * frame header (frame.c): TF_CONFIG and --cluster/--task parsing with every
  * error of issue 13 item 1 named by field, and the frame checks. */
 #define _DEFAULT_SOURCE
 #include <unistd.h>
 
 #include "check.h"
-#include "distribute/ps/cluster.h"
-#include "distribute/ps/frame.h"
+#include "ps/cluster.h"
+#include "ps/frame.h"
 #include "strata/base.h"
 
 #define GOOD_CLUSTER \

@@ -1,4 +1,4 @@
-/* The parameter-server transport (src/distribute/ps/zmq/transport_zmq.c) on
+/* The parameter-server transport (src/ps/zmq/transport_zmq.c) on
  * loopback: CURVE with the ZAP allow-list (a client with the cluster's key
  * gets through and is identified by its key, not by the sender its header
  * claims; a client with a key from another keygen is refused, counted, and
@@ -14,7 +14,7 @@
 
 #include "check.h"
 #include "free_port.h"
-#include "distribute/ps/transport.h"
+#include "ps/transport.h"
 
 /* ThreadSanitizer: libzmq is not instrumented (tools/tsan_zmq.c says why). */
 const char *__tsan_default_suppressions(void);

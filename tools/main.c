@@ -74,5 +74,6 @@ int main(int argc, char **argv) {
   /* Past a file-size limit (ulimit -f) a write fails with EFBIG, reported as
    * exit 4 with the temp file removed, instead of SIGXFSZ killing us. */
   signal(SIGXFSZ, SIG_IGN);
+  ps_test_hooks_from_env();
   return finish_stdout(dispatch(argc, argv));
 }

@@ -43,6 +43,8 @@ int launch_multi_worker(int argc, char **argv, int dd, long workers, bool ps_giv
 int cmd_server(int argc, char **argv);
 int cmd_launch(int argc, char **argv);
 int cmd_keygen(int argc, char **argv);
+/* The library's PS test hooks from the STRATA_PS_TEST_* variables (ps_test_hooks.c). */
+void ps_test_hooks_from_env(void);
 
 /* The chief's run: what `strata train --strategy parameter_server` was given. */
 typedef struct ps_train_args {

@@ -15,10 +15,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "distribute/ps/cluster.h"
-#include "distribute/ps/transport.h"
+#include "ps/cluster.h"
+#include "ps/transport.h"
 #include "ps.h"
-#include "train/ps_job.h"
+#include "ps/job.h"
 
 #define LAUNCH_USAGE "--workers N --ps M [--insecure] [--restart-failed] -- train [train options]\n" \
   "       strata launch --workers N -- train [train options] --strategy multi_worker_mirrored"

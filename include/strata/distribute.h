@@ -65,10 +65,13 @@ st_status st_pipeline_schedule_parse(const char *name, st_pipeline_schedule *out
  * option, the count given and the limit). ST_MAX_REPLICAS: local replicas of
  * one process (`devices` entries or `replicas`; one replica per core is capped
  * there; one_device's compute threads too). ST_MAX_WORKERS: processes of a
- * multi_worker_mirrored job (the MPI world size). Per-replica and per-worker
- * tables inside Strata are sized by them. */
+ * multi_worker_mirrored job (the MPI world size). ST_MAX_PS_TASKS: tasks of
+ * one role (workers, ps) in a parameter-server cluster (strata/ps.h; checked
+ * when the cluster is read). Per-replica, per-worker and per-task tables
+ * inside Strata are sized by them. */
 #define ST_MAX_REPLICAS 64
 #define ST_MAX_WORKERS 64
+#define ST_MAX_PS_TASKS 256
 
 typedef struct st_strategy_options {
   st_strategy_kind kind;

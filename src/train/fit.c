@@ -18,6 +18,7 @@
 #include "data/labels.h"
 #include "io/checkpoint.h"
 #include "train/callbacks_impl.h"
+#include "train/fit_loop.h"
 
 st_fit_options st_fit_default_options(void) {
   st_fit_options o;
@@ -147,14 +148,13 @@ static st_status run_pass(st_model *m, st_dataset *ds, step_fn step, void *arg,
 /* ---- fit ---- */
 typedef struct fit_state {
   const st_fit_options *o;
+  st__fit_loop l;        /* the epoch loop's state: position, epoch, timing (train/fit_loop.h) */
   float *sw_labels, *sw_weights; /* sample_weight_column: the batch split (grown) */
   int sw_cap;
-  st_train_position pos; /* where training stands (saved in backups) */
   st__run_identity id;   /* the run's identity (recorded in backups, checked on resume) */
-  int epoch;
   int64_t steps_per_epoch, global_step;
-  double timed_seconds, t_last;
-  int64_t timed_samples;
+  double t_last;
+  st_dataset *train;     /* the epochs' data */
 } fit_state;
 
 static double ratio(int64_t a, int64_t b) { return b ? (double)a / (double)b : 0.0; }
@@ -163,7 +163,7 @@ static double ratio(int64_t a, int64_t b) { return b ? (double)a / (double)b : 0
 static st_status save_backup(st_model *m, const fit_state *fs) {
   st_checkpoint_options co = st_checkpoint_default_options();
   co.keep = 2;
-  st_status s = st__checkpoint_save_at(m, fs->o->backup_dir, &co, &fs->pos, &fs->id);
+  st_status s = st__checkpoint_save_at(m, fs->o->backup_dir, &co, &fs->l.pos, &fs->id);
   return s == ST_OK ? s : st_error_prefix(s, "backup: ");
 }
 
@@ -173,20 +173,20 @@ static st_status fit_step(st_model *m, const st_batch *b, st_step_stats *tot, vo
   if (s != ST_OK) return s;
   double now = st_now_seconds();
   if (fs->global_step >= fs->o->warmup_steps) {
-    fs->timed_seconds += now - fs->t_last;
-    fs->timed_samples += b->size;
+    fs->l.timed_seconds += now - fs->t_last;
+    fs->l.timed_samples += b->size;
   }
   fs->t_last = now;
   fs->global_step++;
-  st_train_position *p = &fs->pos;
+  st_train_position *p = &fs->l.pos;
   p->step_in_epoch++;
   p->loss_sum = tot->loss_sum, p->examples = tot->examples;
   p->correct = tot->correct, p->metric_count = tot->metric_count;
-  st_batch_logs bl = {fs->epoch, p->step_in_epoch - 1, fs->steps_per_epoch,
+  st_batch_logs bl = {fs->l.epoch, p->step_in_epoch - 1, fs->steps_per_epoch,
                       tot->loss_sum / (double)tot->examples, ratio(tot->correct, tot->metric_count)};
   if (!(bl.loss == bl.loss) || bl.loss > 1e30)
     return st_error(ST_ERR_NONFINITE, "loss became %g at epoch %d, step %lld (TerminateOnNaN)",
-                    bl.loss, fs->epoch + 1, (long long)bl.step + 1);
+                    bl.loss, fs->l.epoch + 1, (long long)bl.step + 1);
   for (int c = 0; c < fs->o->ncallbacks; c++)
     if (fs->o->callbacks[c].on_batch_end &&
         (s = fs->o->callbacks[c].on_batch_end(fs->o->callbacks[c].user, m, &bl)) != ST_OK)
@@ -203,13 +203,13 @@ static st_status stop_here(st_model *m, fit_state *fs) {
   st_status s = fs->o->backup_dir ? save_backup(m, fs) : ST_OK;
   if (s == ST_OK) s = st__strategy_barrier(m->strategy);
   if (s != ST_OK) return s;
-  long long step = (long long)fs->pos.step_in_epoch;
+  long long step = (long long)fs->l.pos.step_in_epoch;
   if (fs->o->backup_dir)
     return st_error(ST_ERR_STOPPED, "stopped on request at epoch %d after step %lld; the "
                     "backup in %s holds this point: the same command resumes from it",
-                    fs->epoch + 1, step, fs->o->backup_dir);
+                    fs->l.epoch + 1, step, fs->o->backup_dir);
   return st_error(ST_ERR_STOPPED, "stopped on request at epoch %d after step %lld; nothing "
-                  "saved (with --backup-dir a rerun would resume from here)", fs->epoch + 1, step);
+                  "saved (with --backup-dir a rerun would resume from here)", fs->l.epoch + 1, step);
 }
 
 /* The next batch, taken while a step runs: the strategy calls take_next
@@ -274,9 +274,9 @@ static st_status split_sample_weights(st_model *m, fit_state *fs, st_batch *b, i
  * had already trained on; stops early when asked to (st_request_stop). */
 static st_status train_pass(st_model *m, st_dataset *ds, fit_state *fs, st_step_stats *tot) {
   st_iterator *it = NULL;
-  st_status s = st_dataset_iterate_epoch(ds, (uint64_t)fs->epoch, &it);
+  st_status s = st_dataset_iterate_epoch(ds, (uint64_t)fs->l.epoch, &it);
   lookahead la = {.it = it};
-  for (int64_t skip = fs->pos.step_in_epoch; s == ST_OK;) {
+  for (int64_t skip = fs->l.pos.step_in_epoch; s == ST_OK;) {
     st_batch b;
     bool end = false, go = false;
     if ((s = next_batch(&la, &b, &end)) != ST_OK) break;
@@ -307,78 +307,14 @@ static st_status train_pass(st_model *m, st_dataset *ds, fit_state *fs, st_step_
   return s;
 }
 
-static st_status call_epoch_end(st_model *m, const st_fit_options *o, const st_epoch_logs *lg) {
-  st_status s = ST_OK;
-  for (int c = 0; c < o->ncallbacks && s == ST_OK; c++)
-    if (o->callbacks[c].on_epoch_end) s = o->callbacks[c].on_epoch_end(o->callbacks[c].user, m, lg);
-  return s;
-}
-
-/* The epoch is done: it joins the logs and the position moves to the next. */
-static st_status close_epoch(st_train_position *p, const st_epoch_logs *lg) {
-  st_epoch_logs *grown = realloc(p->logs, (size_t)(p->nlogs + 1) * sizeof *grown);
-  if (!grown) return st_error(ST_ERR_NOMEM, "fit: out of memory");
-  p->logs = grown;
-  p->logs[p->nlogs++] = *lg;
-  p->epoch = lg->epoch + 1;
-  p->step_in_epoch = p->examples = p->correct = p->metric_count = 0;
-  p->loss_sum = 0;
-  return ST_OK;
-}
-
-/* Keras's _should_eval: validation after 1-based epoch e when e is listed in
- * o->validation_epochs, else when e is a multiple of o->validation_freq. */
-static bool should_validate(const st_fit_options *o, int epoch) {
-  int e = epoch + 1;
-  if (o->nvalidation_epochs > 0) {
-    for (int i = 0; i < o->nvalidation_epochs; i++)
-      if (o->validation_epochs[i] == e) return true;
-    return false;
-  }
-  return o->validation_freq <= 1 || e % o->validation_freq == 0;
-}
-
-static st_status fit_epoch(st_model *m, st_dataset *train, fit_state *fs) {
-  const st_fit_options *o = fs->o;
-  st_status s;
-  for (int c = 0; c < o->ncallbacks; c++)
-    if (o->callbacks[c].on_epoch_begin &&
-        (s = o->callbacks[c].on_epoch_begin(o->callbacks[c].user, m, fs->epoch)) != ST_OK)
-      return s;
-  double t0 = st_now_seconds();
-  fs->t_last = t0;
-  st_train_position *p = &fs->pos;
-  st_step_stats tot = {p->loss_sum, p->examples, p->correct, p->metric_count};
-  st_epoch_logs lg = {.epoch = fs->epoch};
-  lg.lr = st_schedule_lr(&m->net.optimizer.lr, m->net.step);
-  if ((s = train_pass(m, train, fs, &tot)) != ST_OK) return s;
-  if (tot.examples == 0)
-    return st_error(ST_ERR_INVALID, "fit: the training dataset yielded no examples");
-  lg.seconds = st_now_seconds() - t0;
-  lg.steps = p->step_in_epoch;
-  lg.examples = tot.examples;
-  lg.loss = tot.loss_sum / (double)tot.examples;
-  lg.accuracy = ratio(tot.correct, tot.metric_count);
-  if (o->validation && should_validate(o, fs->epoch)) {
-    st_eval_result ev;
-    if ((s = st_model_evaluate(m, o->validation, &ev)) != ST_OK)
-      return st_error_prefix(s, "validation: ");
-    lg.has_validation = true;
-    lg.val_loss = ev.loss;
-    lg.val_accuracy = ev.accuracy;
-  }
-  if ((s = close_epoch(p, &lg)) != ST_OK || (s = call_epoch_end(m, o, &lg)) != ST_OK) return s;
-  return o->backup_dir ? save_backup(m, fs) : ST_OK;
-}
-
 /* BackupAndRestore: resume from the backup when there is one (its position
- * goes to fs->pos) and it was written by this run (fs->id, set here: the
+ * goes to fs->l.pos) and it was written by this run (fs->id, set here: the
  * global batch size, the caller's data fingerprint; the model gives the
  * rest). No `latest` file is a fresh start; a damaged or unreadable one is an
  * error (a fresh start would end by deleting the backup). */
 static st_status maybe_restore(st_model *m, const st_dataset *train, fit_state *fs) {
   const st_fit_options *o = fs->o;
-  st_train_position *pos = &fs->pos;
+  st_train_position *pos = &fs->l.pos;
   char latest[4096];
   fs->id = (st__run_identity){.global_batch = st_dataset_batch_size(train),
                               .data = o->data_fingerprint, .anyway = o->resume_anyway};
@@ -400,29 +336,23 @@ static st_status maybe_restore(st_model *m, const st_dataset *train, fit_state *
   return ST_OK;
 }
 
-static st_status copy_history(const fit_state *fs, st_history *out) {
-  const st_train_position *p = &fs->pos;
-  out->logs = calloc((size_t)p->nlogs + 1, sizeof *out->logs);
-  if (!out->logs) return st_error(ST_ERR_NOMEM, "fit: out of memory");
-  if (p->nlogs) memcpy(out->logs, p->logs, (size_t)p->nlogs * sizeof *out->logs);
-  out->epochs = p->nlogs;
-  out->train_seconds = fs->timed_seconds;
-  out->train_samples = fs->timed_samples;
-  out->samples_per_sec = fs->timed_seconds > 0 ? (double)fs->timed_samples / fs->timed_seconds : 0;
-  return ST_OK;
+/* ---- the local dataset loop: fit's step source (train/fit_loop.h) ---- */
+static int64_t fit_src_step(void *user, st_model *m, const st__fit_loop *fl) {
+  (void)user, (void)fl;
+  return m->net.step;
 }
 
-/* The epochs from the position on; callbacks that save a checkpoint save
- * fit's position (m->fit_pos) meanwhile. */
-static st_status fit_epochs(st_model *m, st_dataset *train, fit_state *fs) {
-  st_status s = ST_OK;
-  m->stop_training = false;
-  m->fit_pos = &fs->pos;
-  for (fs->epoch = (int)fs->pos.epoch; fs->epoch < fs->o->epochs && !m->stop_training; fs->epoch++)
-    if ((s = fit_epoch(m, train, fs)) != ST_OK) break;
-  m->fit_pos = NULL;
-  if (s == ST_OK) s = st__callbacks_train_end(m, fs->o->callbacks, fs->o->ncallbacks);
-  return s;
+static st_status fit_src_pass(void *user, st_model *m, st__fit_loop *fl, st_step_stats *tot) {
+  fit_state *fs = user;
+  (void)fl;
+  fs->t_last = st_now_seconds();
+  return train_pass(m, fs->train, fs, tot);
+}
+
+/* The epoch's backup (BackupAndRestore). */
+static st_status fit_src_after_end(void *user, st_model *m, st__fit_loop *fl, const st_epoch_logs *lg) {
+  (void)lg;
+  return fl->o->backup_dir ? save_backup(m, user) : ST_OK;
 }
 
 /* The model keeps where this fit ended (takes p's logs), for
@@ -553,25 +483,26 @@ static st_status fit_checked(st_model *m, st_dataset *train, st_fit_options *o,
   if ((o->nclass_weight > 0 || o->sample_weight_column) && !strcmp(m->strategy->vt->name, "pipeline"))
     return st_error(ST_ERR_INVALID, "fit: %s is not supported by the pipeline strategy",
                     o->nclass_weight > 0 ? "class_weight" : "sample_weight");
-  fit_state fs = {.o = o, .steps_per_epoch = st_dataset_cardinality(train)};
+  fit_state fs = {.o = o, .l.o = o, .steps_per_epoch = st_dataset_cardinality(train), .train = train};
   if ((s = maybe_restore(m, train, &fs)) == ST_OK)
     s = st__strategy_check_fit(m->strategy, &m->net, st_dataset_batch_size(train),
-                               st_dataset_cardinality(train), o->epochs, fs.pos.epoch,
-                               fs.pos.step_in_epoch);
+                               st_dataset_cardinality(train), o->epochs, fs.l.pos.epoch,
+                               fs.l.pos.step_in_epoch);
   if (s != ST_OK) {
-    keep_position(m, &fs.pos);
+    keep_position(m, &fs.l.pos);
     return s;
   }
   m->net.class_weight = o->nclass_weight > 0 ? o->class_weight : NULL;
   m->net.n_class_weight = o->nclass_weight;
-  s = fit_epochs(m, train, &fs);
+  st__step_source src = {&fs, fit_src_step, fit_src_pass, NULL, fit_src_after_end};
+  s = st__fit_run_epochs(m, &fs.l, &src);
   m->net.class_weight = NULL;
   m->net.n_class_weight = 0;
   m->net.sample_weights = m->net.sample_labels = NULL;
   free(fs.sw_labels);
   free(fs.sw_weights);
-  st_status hs = copy_history(&fs, out);
-  keep_position(m, &fs.pos);
+  st_status hs = st__fit_copy_history(&fs.l, out);
+  keep_position(m, &fs.l.pos);
   if (s == ST_OK && o->backup_dir && st__strategy_is_chief(m->strategy))
     st__checkpoint_remove_all(o->backup_dir);
   return s != ST_OK ? s : hs;

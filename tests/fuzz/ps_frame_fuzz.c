@@ -1,12 +1,12 @@
 /* libFuzzer target: the parameter-server frame parser (st__ps_frame_parse,
- * src/distribute/ps/frame.c). The first byte picks the receiver's limits
+ * src/ps/frame.c). The first byte picks the receiver's limits
  * (bit 0: a job id of 42 expected, else any; bit 1: a 64-byte payload limit,
  * else 1 MiB; bit 2: check the sender against a cluster of 1 chief, 2
  * workers and 2 ps); the rest is the frame. An accepted frame must keep every
  * promise of frame.h (magic, version, known type, sender in range, payload
  * length equal to the bytes after the header and within the limit, the job);
  * its header written again must give the same bytes. Traps otherwise. */
-#include "distribute/ps/frame.h"
+#include "ps/frame.h"
 #include "fuzz_common.h"
 
 static st_ps_cluster ps_frame_cluster_(void) {

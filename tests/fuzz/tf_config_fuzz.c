@@ -1,10 +1,10 @@
 /* libFuzzer target: the parameter-server cluster description
- * (st__ps_cluster_parse_tf_config, src/distribute/ps/cluster.c). The input is
+ * (st__ps_cluster_parse_tf_config, src/ps/cluster.c). The input is
  * a TF_CONFIG document; a parsed cluster is checked for the promises of
  * cluster.h (exactly one chief, a worker and a ps, ports in range, the task in
  * range, no duplicate address) and serialised back and parsed again, which
  * must give the same cluster. Traps (abort) on a broken promise. */
-#include "distribute/ps/cluster.h"
+#include "ps/cluster.h"
 #include "fuzz_common.h"
 
 static void tf_config_check_(const st_ps_cluster *c) {

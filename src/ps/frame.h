@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "distribute/ps/cluster.h"
+#include "ps/cluster.h"
 
 #define ST_PS_FRAME_MAGIC 0x53505453u
 #define ST_PS_FRAME_VERSION 1

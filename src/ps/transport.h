@@ -19,7 +19,7 @@
 
 #include <stdbool.h>
 
-#include "distribute/ps/frame.h"
+#include "ps/frame.h"
 
 typedef struct st_ps_transport st_ps_transport;
 typedef struct st_ps_socket st_ps_socket;
@@ -72,6 +72,9 @@ void st__ps_msg_free(st_ps_msg *m);
 /* Tests only: send len raw bytes as one frame (DEALER side), unchecked. */
 st_status st__ps_send_raw(st_ps_socket *s, const void *bytes, size_t len);
 /* Wait until one of socks[0..n) has input (ready[i] set) or timeout_ms. */
+/* At most this many sockets in one st__ps_poll (more are not watched): the
+ * chief's own socket and one per worker. */
+#define ST_PS_MAX_POLL (ST_PS_MAX_TASKS + 1)
 st_status st__ps_poll(st_ps_socket **socks, int n, int timeout_ms, bool *ready);
 st_ps_counters st__ps_socket_counters(const st_ps_socket *s);
 

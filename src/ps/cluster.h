@@ -19,10 +19,11 @@
 #include <stddef.h>
 
 #include "strata/base.h"
+#include "strata/distribute.h"
 
 typedef enum st_ps_role { ST_PS_CHIEF = 0, ST_PS_WORKER, ST_PS_PS, ST_PS_ROLE_COUNT } st_ps_role;
 
-#define ST_PS_MAX_TASKS 256 /* per role */
+#define ST_PS_MAX_TASKS ST_MAX_PS_TASKS /* per role (strata/distribute.h) */
 #define ST_PS_MAX_HOST 253  /* DNS name limit */
 
 typedef struct st_ps_task {
@@ -51,6 +52,11 @@ st_status st__ps_cluster_parse_tf_config(const char *json, size_t len, const cha
 st_status st__ps_cluster_parse_file(const char *path, const char *task, st_ps_cluster *out);
 /* The TF_CONFIG environment variable (ST_ERR_INVALID when unset). */
 st_status st__ps_cluster_from_env(st_ps_cluster *out);
+/* The cluster and this task of a job's options: tf_config (TF_CONFIG's JSON
+ * text) when set, else cluster_file with task, else the environment's
+ * TF_CONFIG; what ("st_ps_train_options") names the options in errors. */
+st_status st__ps_cluster_load(const char *tf_config, const char *cluster_file, const char *task,
+                              const char *what, st_ps_cluster *out);
 const st_ps_task *st__ps_cluster_task(const st_ps_cluster *c, st_ps_role r, int index);
 /* Serialise as TF_CONFIG JSON with the given task; malloc'ed string, NULL on
  * allocation failure. */

@@ -2,7 +2,7 @@
  * (transport.h says what it guarantees). Selected by CMake when libzmq is
  * found (pkg-config libzmq); transport_none.c otherwise. */
 #define _GNU_SOURCE
-#include "distribute/ps/transport.h"
+#include "ps/transport.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -450,11 +450,11 @@ void st__ps_msg_free(st_ps_msg *m) {
 }
 
 st_status st__ps_poll(st_ps_socket **socks, int n, int timeout_ms, bool *ready) {
-  zmq_pollitem_t items[64];
-  int map[64], m = 0;
+  zmq_pollitem_t items[ST_PS_MAX_POLL];
+  int map[ST_PS_MAX_POLL], m = 0;
   for (int i = 0; i < n; i++) {
     ready[i] = false;
-    if (socks[i] && m < 64) { /* a NULL entry (a closed socket) is skipped */
+    if (socks[i] && m < ST_PS_MAX_POLL) { /* a NULL entry (a closed socket) is skipped */
       items[m] = (zmq_pollitem_t){socks[i]->z, 0, ZMQ_POLLIN, 0};
       map[m++] = i;
     }

@@ -1,6 +1,6 @@
 /* The parameter-server frame header: writing it and checking every field of a
  * received one (frame.h has the layout). */
-#include "distribute/ps/frame.h"
+#include "ps/frame.h"
 
 #include <string.h>
 

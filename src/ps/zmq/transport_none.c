@@ -1,7 +1,7 @@
 /* The parameter-server transport when Strata was built without libzmq (CMake
  * found no pkg-config libzmq): every entry point says so. Install
  * libzmq3-dev and rebuild to get transport_zmq.c instead. */
-#include "distribute/ps/transport.h"
+#include "ps/transport.h"
 
 #include <string.h>
 

@@ -1,6 +1,6 @@
 /* The cluster of a parameter-server job: TF_CONFIG or a cluster file, parsed
  * and checked completely before any socket opens (cluster.h lists the rules). */
-#include "distribute/ps/cluster.h"
+#include "ps/cluster.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -235,6 +235,18 @@ st_status st__ps_cluster_from_env(st_ps_cluster *out) {
   if (!v || !*v)
     return st_error(ST_ERR_INVALID, "TF_CONFIG is not set (or give --cluster FILE --task TYPE:INDEX)");
   return st__ps_cluster_parse_tf_config(v, strlen(v), "TF_CONFIG", out);
+}
+
+st_status st__ps_cluster_load(const char *tf_config, const char *cluster_file, const char *task,
+                              const char *what, st_ps_cluster *out) {
+  memset(out, 0, sizeof *out);
+  if (tf_config) return st__ps_cluster_parse_tf_config(tf_config, strlen(tf_config), "tf_config", out);
+  if (cluster_file || task) {
+    if (!cluster_file || !task)
+      return st_error(ST_ERR_INVALID, "%s: cluster_file and task go together", what);
+    return st__ps_cluster_parse_file(cluster_file, task, out);
+  }
+  return st__ps_cluster_from_env(out);
 }
 
 const st_ps_task *st__ps_cluster_task(const st_ps_cluster *c, st_ps_role r, int index) {

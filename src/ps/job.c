@@ -1,7 +1,7 @@
-/* What the parameter-server tasks share (train/ps_job.h; moved from the
- * CLI's tools/ps_job.c): the job description (encoded as key=value lines for
- * the JOB message), the model built from it, the placement of variables on
- * the ps tasks. */
+/* What the parameter-server tasks share (ps/job.h): the job description
+ * (encoded as key=value lines for the JOB message) and the placement of
+ * variables on the ps tasks. The model built from a job is train/ps_model.c's
+ * (it may read a Keras JSON file, src/io). */
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -10,8 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "model/model.h"
-#include "train/ps_job.h"
+#include "ps/job.h"
 
 void st__ps_put_u64(uint8_t *p, uint64_t v) {
   for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
@@ -122,31 +121,6 @@ st_status st__ps_job_decode(const char *text, size_t len, st__ps_job *j) {
                      j->total_steps < 1 || j->total_steps > (1LL << 32) || !(j->heartbeat_interval > 0)))
     s = st_error(ST_ERR_FORMAT, "JOB: incomplete job description");
   return s;
-}
-
-st_status st__ps_build_model(const st__ps_job *j, st_strategy **strategy, st_model **model) {
-  *strategy = NULL, *model = NULL;
-  st_strategy_options so = st_strategy_default_options(ST_STRATEGY_ONE_DEVICE);
-  so.threads = 1;
-  st_status s = st_strategy_create(&so, strategy);
-  if (s != ST_OK) return s;
-  st_model_options mo = st_model_default_options(st_shape3(28, 28, 1));
-  mo.seed = (uint64_t)j->seed;
-  mo.strategy = *strategy;
-  size_t mlen = strlen(j->model);
-  if (mlen > 5 && !strcmp(j->model + mlen - 5, ".json")) { /* a Keras model file */
-    mo.name = NULL;
-    s = st_model_from_keras_json(j->model, &mo, model);
-  } else {
-    s = st_builtin_model_create(j->model, &mo, model);
-  }
-  if (s != ST_OK) return s;
-  st_compile_options co = st_compile_default_options();
-  int nl = st_model_layer_count(*model);
-  bool softmax = nl && st_layer_output_activation(st_model_layer(*model, nl - 1)) == ST_ACT_SOFTMAX;
-  co.loss = softmax ? ST_LOSS_SPARSE_CE : ST_LOSS_SPARSE_CE_LOGITS;
-  co.optimizer = j->opt;
-  return st_model_compile(*model, &co); /* non-trainable state (BatchNormalization): on ps 0 */
 }
 
 /* Shards of a variable of d0 rows and `bytes` bytes. */

@@ -1,17 +1,17 @@
-/* Internal: what the tasks of a parameter-server job share (moved from the
- * CLI into the library for issue 13's C API): the job the chief sends every
- * server (JOB, key=value lines), the model built from it, the placement of
+/* Internal: what the tasks of a parameter-server job share: the job the
+ * chief sends every server (JOB, key=value lines), the placement of
  * variables on the ps tasks, headers and payload helpers. The protocol is in
- * docs/PARAMETER_SERVER.md. It lives in src/train because building the job's
- * model may read a Keras JSON file (src/io). Pure functions: any thread. */
-#ifndef STRATA_TRAIN_PS_JOB_H
-#define STRATA_TRAIN_PS_JOB_H
+ * docs/PARAMETER_SERVER.md. The model built from a job comes from the caller
+ * (st__ps_model below: train/ps_model.c builds it, since it may read a Keras
+ * JSON file, src/io). Pure functions: any thread. */
+#ifndef STRATA_PS_JOB_H
+#define STRATA_PS_JOB_H
 
 #include <stdint.h>
 
-#include "distribute/ps/cluster.h"
-#include "distribute/ps/transport.h"
-#include "model/model.h"
+#include "ps/cluster.h"
+#include "ps/transport.h"
+#include "nn/net.h"
 
 /* What every process of a job must agree on (sent in JOB as key=value lines). */
 typedef struct st__ps_job {
@@ -52,8 +52,19 @@ static inline size_t st__ps_wire_floats(const st__ps_layout *l, int p) {
 /* Encode as text (malloc'd) / decode (ST_ERR_FORMAT naming the line). */
 char *st__ps_job_encode(const st__ps_job *j);
 st_status st__ps_job_decode(const char *text, size_t len, st__ps_job *j);
-/* The job's model, compiled for one device (one thread), weights from its seed. */
-st_status st__ps_build_model(const st__ps_job *j, st_strategy **strategy, st_model **model);
+/* The job's model, compiled for one device (one thread), weights from its
+ * seed: its net, and what to call to free it. Built by the caller's
+ * st__ps_build_fn (train/ps_model.c). */
+typedef struct st__ps_model {
+  st_net *net;                 /* borrowed from owner */
+  void *owner;
+  void (*destroy)(void *owner);
+} st__ps_model;
+typedef st_status (*st__ps_build_fn)(const st__ps_job *j, st__ps_model *out);
+static inline void st__ps_model_free(st__ps_model *m) {
+  if (m->destroy) m->destroy(m->owner);
+  m->net = NULL, m->owner = NULL, m->destroy = NULL;
+}
 /* Variables in layer order, split into shards as the job asks, placed
  * round-robin over the nps ps tasks (shards of one variable on consecutive
  * ps). */
