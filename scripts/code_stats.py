@@ -106,8 +106,10 @@ def functions(path):
     return res
 
 
-def object_symbols(build):
-    """{source rel path: (defined globals, undefined)} from the build's objects."""
+def object_symbols(build, root):
+    """{source rel path: (defined globals, undefined)} from the build's
+    objects (those of sources that still exist: a build tree keeps the
+    objects of removed files)."""
     out = {}
     for d, _, files in os.walk(build):
         for f in files:
@@ -118,7 +120,7 @@ def object_symbols(build):
             if not m or not m.group(1).startswith("src/"):
                 continue
             src = m.group(1)
-            if src in out:
+            if src in out or not os.path.exists(os.path.join(root, src)):
                 continue
             try:
                 nm = subprocess.run(["nm", p], capture_output=True, text=True, check=True).stdout
@@ -216,7 +218,7 @@ def main():
             bad = 1
 
     if os.path.isdir(build):
-        syms = object_symbols(build)
+        syms = object_symbols(build, root)
         for folder in CIRCLE_FOLDERS:
             if not os.path.isdir(os.path.join(root, folder)):
                 continue
