@@ -108,6 +108,20 @@ st_status st__collective_mpi_create_group(int color, double timeout_s, const int
  * a peer (the peers may be gone) or for a single process. */
 void st__collective_mpi_leave(st_collective *c, const char *why);
 
+/* ---- processes without mpirun (gloo/gloo.c; gloo/gloo_none.c answers
+ * ST_ERR_NOT_BUILT) ----
+ * Process `rank` of `size` workers whose cluster addresses ("host:port", as
+ * TF_CONFIG's cluster.worker lists them) are addresses[0..size): worker 0
+ * serves the rendezvous at its address while every worker connects (Gloo
+ * TCP pairs on ports of their own, on each worker's host). The operations
+ * and their guarantees are the MPI transport's: rank-order sums (the same
+ * bytes), every wait bounded by timeout_s naming the worker that did not
+ * take part, and every later operation failing at once after a failure.
+ * Connecting is itself bounded by timeout_s. */
+st_status st__collective_gloo_create(int rank, int size, const char *const *addresses,
+                                     double timeout_s, const int64_t *step, st_collective **out);
+bool st__gloo_built(void);
+
 /* Hierarchical transport (hier.c) for `local` replica threads of this process
  * over `net`, a process transport (borrowed; must outlive it): an all-reduce
  * reduces the local replicas (threads), then across processes (local replica

@@ -74,22 +74,6 @@ static float *slot(const st__mpi_shm *s, int rank, uint64_t round) {
   return s->slots + ((size_t)rank * 2 + (size_t)(round & 1)) * SPAN;
 }
 
-void st__sum_in_rank_order(float *out, float *copy, const float *const *src, int size,
-                           size_t len, st_reduce_op op) {
-  enum { BLOCK = 1024 };
-  float acc[BLOCK], f = 1.0f / (float)size;
-  for (size_t lo = 0; lo < len; lo += BLOCK) {
-    size_t nb = len - lo < BLOCK ? len - lo : BLOCK;
-    memcpy(acc, src[0] + lo, nb * sizeof(float));
-    for (int j = 1; j < size; j++)
-      for (size_t e = 0; e < nb; e++) acc[e] += src[j][lo + e];
-    if (op == ST_REDUCE_MEAN)
-      for (size_t e = 0; e < nb; e++) acc[e] *= f;
-    memcpy(out + lo, acc, nb * sizeof(float));
-    if (copy) memcpy(copy + lo, acc, nb * sizeof(float));
-  }
-}
-
 /* ---- opening ---- */
 
 static size_t segment_bytes(int size) {

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "distribute/collective/collective.h"
+#include "distribute/collective/rank_sum.h"
 
 typedef struct st__mpi_shm st__mpi_shm;
 
@@ -31,10 +32,5 @@ typedef st_status (*st__mpi_shm_wait_fn)(void *ctx, uint64_t missing, int spins)
 st_status st__mpi_shm_all_reduce(st__mpi_shm *s, float *buf, size_t n, st_reduce_op op,
                                  st__mpi_shm_wait_fn wait, void *ctx);
 
-/* out[0, len) = src[0] + src[1] + ... + src[size-1], element by element in
- * that order, times 1/size for MEAN (out may be one of the sources); the
- * same into copy[0, len) unless copy is NULL. */
-void st__sum_in_rank_order(float *out, float *copy, const float *const *src, int size,
-                           size_t len, st_reduce_op op);
 
 #endif
