@@ -80,17 +80,30 @@ static int run_ops(st_collective *c, int rank, int size) {
   return bad;
 }
 
-/* A forked worker: connect, run, exit 0 when every result matched. */
+/* Two transports of one job used in turn (each its own mesh, one store). */
+static int two_transports(st_collective *a, int rank, int size) {
+  st_collective *b = NULL;
+  if (st__collective_gloo_create(20.0, NULL, &b) != ST_OK) return 1;
+  float x[3] = {1, 2, 3}, y[3] = {10, 20, 30};
+  int bad = a->vt->all_reduce(a, rank, x, 3, ST_REDUCE_SUM) != ST_OK ||
+            b->vt->all_reduce(b, rank, y, 3, ST_REDUCE_SUM) != ST_OK;
+  bad += x[2] != 3.0f * (float)size || y[2] != 30.0f * (float)size;
+  st__collective_destroy(b);
+  return bad;
+}
+
+/* A forked worker: join, connect, run, exit 0 when every result matched. */
 static void worker(int rank, int size, int mode) {
   alarm(60);
   st_collective *c = NULL;
-  st_status s = st__collective_gloo_create(rank, size, g_addrs, mode ? 3.0 : 20.0, NULL, &c);
+  st_status s = st__gloo_world_join(rank, size, g_addrs);
+  if (s == ST_OK) s = st__collective_gloo_create(mode ? 3.0 : 20.0, NULL, &c);
   if (s != ST_OK) {
     fprintf(stderr, "worker %d: %s\n", rank, st_last_error());
     _exit(10);
   }
   if (mode == 1 && rank == 1) _exit(0); /* leaves without a word */
-  int bad = mode == 1 ? 0 : run_ops(c, rank, size);
+  int bad = mode == 1 ? 0 : run_ops(c, rank, size) + two_transports(c, rank, size);
   if (mode == 1) { /* worker 0: its partner is gone */
     float b[64] = {0};
     double t0 = (double)time(NULL);
@@ -137,25 +150,50 @@ static void test_worker_leaves(void) {
   CHECK_EQ(rc[1], 0);
 }
 
-static void test_worker_never_starts(void) {
+/* In a child (a process joins one job): exit 0 when every check held. */
+static int in_child(void (*fn)(void)) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    alarm(30);
+    check_failures_ = 0; /* the parent's so far are not this child's */
+    fn();
+    _exit(check_failures_ ? 1 : 0);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static void never_starts(void) {
   make_addresses(2);
   st_collective *c = NULL;
   time_t t0 = time(NULL);
-  st_status s = st__collective_gloo_create(0, 2, g_addrs, 2.0, NULL, &c);
+  CHECK_OK(st__gloo_world_join(0, 2, g_addrs));
+  st_status s = st__collective_gloo_create(2.0, NULL, &c);
   CHECK(s == ST_ERR_TIMEOUT || s == ST_ERR_PEER);
   CHECK(c == NULL);
   CHECK_MSG(strstr(st_last_error(), "worker 0 of 2 could not join") != NULL, "%s", st_last_error());
   CHECK_LE(time(NULL) - t0, 8);
 }
 
-static void test_bad_arguments(void) {
+static void test_worker_never_starts(void) { CHECK_EQ(in_child(never_starts), 0); }
+
+static void bad_arguments(void) {
   st_collective *c = NULL;
   make_addresses(2);
-  CHECK(st__collective_gloo_create(2, 2, g_addrs, 1.0, NULL, &c) == ST_ERR_INVALID);
+  CHECK(st__collective_gloo_create(1.0, NULL, &c) == ST_ERR_INVALID); /* not joined */
+  CHECK(st__gloo_world_join(2, 2, g_addrs) == ST_ERR_INVALID);
   const char *bad[2] = {"no-port", "127.0.0.1:2"};
-  CHECK(st__collective_gloo_create(0, 2, bad, 1.0, NULL, &c) != ST_OK);
-  CHECK_MSG(strstr(st_last_error(), "no-port") != NULL, "%s", st_last_error());
+  CHECK(st__gloo_world_join(0, 2, bad) == ST_ERR_INVALID);
+  CHECK_MSG(strstr(st_last_error(), "worker 0: address 'no-port'") != NULL, "%s", st_last_error());
+  CHECK_OK(st__gloo_world_join(1, 2, g_addrs));
+  CHECK_OK(st__gloo_world_join(1, 2, g_addrs)); /* the same job again */
+  CHECK(st__gloo_world_join(0, 2, g_addrs) == ST_ERR_INVALID);
+  CHECK_MSG(strstr(st_last_error(), "already joined a job as worker 1 of 2") != NULL, "%s",
+            st_last_error());
 }
+
+static void test_bad_arguments(void) { CHECK_EQ(in_child(bad_arguments), 0); }
 
 int main(int argc, char **argv) {
   if (!st__gloo_built()) check_skip("this build has no Gloo transport (libgloo-dev not found)");

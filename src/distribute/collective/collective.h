@@ -110,16 +110,23 @@ void st__collective_mpi_leave(st_collective *c, const char *why);
 
 /* ---- processes without mpirun (gloo/gloo.c; gloo/gloo_none.c answers
  * ST_ERR_NOT_BUILT) ----
- * Process `rank` of `size` workers whose cluster addresses ("host:port", as
- * TF_CONFIG's cluster.worker lists them) are addresses[0..size): worker 0
- * serves the rendezvous at its address while every worker connects (Gloo
- * TCP pairs on ports of their own, on each worker's host). The operations
- * and their guarantees are the MPI transport's: rank-order sums (the same
+ * This process joins the job as worker `rank` of `size`, whose cluster
+ * addresses ("host:port", as TF_CONFIG's cluster.worker lists them) are
+ * addresses[0..size): worker 0 serves the rendezvous at its address from now
+ * until the process ends. Once per process (joining the same job again is
+ * OK; another one is refused). SIGPIPE is ignored from then on when it had
+ * its default action (a lost peer is an error, not the end of the process).
+ * Any thread. */
+#define ST__GLOO_ADDRESS_MAX 262
+st_status st__gloo_world_join(int rank, int size, const char *const *addresses);
+/* A transport over every worker of the job joined, as
+ * st__collective_mpi_create over MPI (every process creates its transports
+ * in the same order; Gloo TCP pairs on ports of their own, on each worker's
+ * host): the same operations and guarantees, rank-order sums (the same
  * bytes), every wait bounded by timeout_s naming the worker that did not
- * take part, and every later operation failing at once after a failure.
+ * take part, every later operation failing at once after a failure.
  * Connecting is itself bounded by timeout_s. */
-st_status st__collective_gloo_create(int rank, int size, const char *const *addresses,
-                                     double timeout_s, const int64_t *step, st_collective **out);
+st_status st__collective_gloo_create(double timeout_s, const int64_t *step, st_collective **out);
 bool st__gloo_built(void);
 
 /* Hierarchical transport (hier.c) for `local` replica threads of this process

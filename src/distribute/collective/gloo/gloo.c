@@ -9,6 +9,8 @@
  * failure every pair is closed (the peers then fail at once) and every later
  * operation fails with ST_ERR_PEER. Called by the one thread that owns it
  * (rank = c->self). */
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -350,34 +352,96 @@ static const st_collective_vtable gloo_vtable = {
 
 bool st__gloo_built(void) { return true; }
 
-/* Connect through worker 0's store; worker 0 serves it until every worker
- * has connected (the barrier after the connect). */
-static st_status connect_job(gloo_coll *c, int rank, const char *const *addresses) {
-  char host[256], port[32], err[512] = "";
-  st_status s = st__kv_split_address(addresses[rank], host, sizeof host, port, sizeof port);
-  if (s != ST_OK) return st_error_prefix(s, "gloo transport: worker %d: ", rank);
-  st__kv_server *server = NULL;
-  if (rank == 0 && (s = st__kv_server_start(addresses[0], &server)) != ST_OK)
-    return st_error_prefix(s, "gloo transport: worker 0: ");
-  st__gloo_store store = {(void *)addresses[0], st__kv_set, st__kv_get};
-  int rc = st__gloo_connect(rank, c->base.size, host, &store, c->timeout, &c->g, err, sizeof err);
-  if (rc != 0)
-    s = st_error(rc == ST__GLOO_TIMEOUT ? ST_ERR_TIMEOUT : ST_ERR_PEER,
-                 "gloo transport: worker %d of %d could not join the others within %.0f s "
-                 "(rendezvous at worker 0, %s): %s", rank, c->base.size, c->timeout,
-                 addresses[0], err);
-  if (s == ST_OK) s = gloo_barrier(&c->base, rank);
-  c->ops = 0;
-  st__kv_server_stop(server);
-  return s;
+/* The job this process belongs to (st__gloo_world_join), like MPI's world:
+ * one per process, set once. Worker 0 serves the rendezvous store from the
+ * join until the process ends, so that every transport created later (each
+ * with a key prefix of its own: the n-th created by every process) connects
+ * through it. */
+static struct {
+  pthread_mutex_t lock;
+  bool joined;
+  int rank, size;
+  char addr[ST_MAX_WORKERS][ST__GLOO_ADDRESS_MAX];
+  st__kv_server *server;
+  uint64_t transports; /* created so far (the next one's key prefix) */
+} g_world = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static bool same_job(int rank, int size, const char *const *addresses) {
+  if (rank != g_world.rank || size != g_world.size) return false;
+  for (int r = 0; r < size; r++)
+    if (strcmp(addresses[r], g_world.addr[r]) != 0) return false;
+  return true;
 }
 
-st_status st__collective_gloo_create(int rank, int size, const char *const *addresses,
-                                     double timeout_s, const int64_t *step, st_collective **out) {
-  *out = NULL;
+static st_status join_locked(int rank, int size, const char *const *addresses) {
+  if (g_world.joined)
+    return same_job(rank, size, addresses)
+               ? ST_OK
+               : st_error(ST_ERR_INVALID, "gloo transport: this process already joined a job "
+                          "as worker %d of %d; it cannot join another", g_world.rank,
+                          g_world.size);
   if (size < 1 || size > ST_MAX_WORKERS || rank < 0 || rank >= size || !addresses)
     return st_error(ST_ERR_INVALID, "gloo transport: worker %d of %d (1 to %d workers)", rank,
                     size, ST_MAX_WORKERS);
+  char host[256], port[32];
+  for (int r = 0; r < size; r++) {
+    st_status s = addresses[r] && strlen(addresses[r]) < ST__GLOO_ADDRESS_MAX
+                      ? st__kv_split_address(addresses[r], host, sizeof host, port, sizeof port)
+                      : st_error(ST_ERR_INVALID, "address missing or too long");
+    if (s != ST_OK) return st_error_prefix(s, "gloo transport: worker %d: ", r);
+    strcpy(g_world.addr[r], addresses[r]);
+  }
+  if (rank == 0 && size > 1) {
+    st_status s = st__kv_server_start(addresses[0], &g_world.server);
+    if (s != ST_OK) return st_error_prefix(s, "gloo transport: worker 0: ");
+  }
+  g_world.rank = rank;
+  g_world.size = size;
+  g_world.joined = true;
+  return ST_OK;
+}
+
+st_status st__gloo_world_join(int rank, int size, const char *const *addresses) {
+  /* Gloo writes to its sockets without MSG_NOSIGNAL: a peer that is gone
+   * would kill this process with SIGPIPE instead of failing the operation. */
+  struct sigaction old;
+  if (sigaction(SIGPIPE, NULL, &old) == 0 && old.sa_handler == SIG_DFL) signal(SIGPIPE, SIG_IGN);
+  pthread_mutex_lock(&g_world.lock);
+  st_status s = join_locked(rank, size, addresses);
+  pthread_mutex_unlock(&g_world.lock);
+  return s;
+}
+
+/* Connect a new mesh (key prefix "t<n>/"), then a barrier: every worker has
+ * connected it before any uses it. */
+static st_status connect_job(gloo_coll *c, uint64_t seq) {
+  char host[256], port[32], err[512] = "", prefix[32];
+  int rank = c->base.self;
+  st__kv_split_address(g_world.addr[rank], host, sizeof host, port, sizeof port);
+  snprintf(prefix, sizeof prefix, "t%llu/", (unsigned long long)seq);
+  st__gloo_store store = {(void *)g_world.addr[0], st__kv_set, st__kv_get};
+  int rc = st__gloo_connect(rank, c->base.size, host, &store, prefix, c->timeout, &c->g, err,
+                            sizeof err);
+  if (rc != 0)
+    return st_error(rc == ST__GLOO_TIMEOUT ? ST_ERR_TIMEOUT : ST_ERR_PEER,
+                    "gloo transport: worker %d of %d could not join the others within %.0f s "
+                    "(rendezvous at worker 0, %s): %s", rank, c->base.size, c->timeout,
+                    g_world.addr[0], err);
+  st_status s = gloo_barrier(&c->base, rank);
+  c->ops = 0;
+  return s;
+}
+
+st_status st__collective_gloo_create(double timeout_s, const int64_t *step, st_collective **out) {
+  *out = NULL;
+  pthread_mutex_lock(&g_world.lock);
+  bool joined = g_world.joined;
+  uint64_t seq = g_world.transports++;
+  pthread_mutex_unlock(&g_world.lock);
+  if (!joined)
+    return st_error(ST_ERR_INVALID, "gloo transport: this process has not joined a job "
+                    "(st__gloo_world_join)");
+  int size = g_world.size;
   gloo_coll *c = calloc(1, sizeof *c);
   if (!c || !(c->sent = calloc((size_t)size, sizeof *c->sent)) ||
       !(c->recvd = calloc((size_t)size, sizeof *c->recvd))) {
@@ -385,10 +449,10 @@ st_status st__collective_gloo_create(int rank, int size, const char *const *addr
     free(c);
     return st_error(ST_ERR_NOMEM, "gloo transport: out of memory");
   }
-  c->base = (st_collective){.vt = &gloo_vtable, .size = size, .self = rank};
-  c->timeout = timeout_s > 0 ? timeout_s : 120.0;
+  c->base = (st_collective){.vt = &gloo_vtable, .size = size, .self = g_world.rank};
+  c->timeout = timeout_s > 0 ? timeout_s : ST_DEFAULT_COLLECTIVE_TIMEOUT;
   c->step = step;
-  st_status s = size > 1 ? connect_job(c, rank, addresses) : ST_OK;
+  st_status s = size > 1 ? connect_job(c, seq) : ST_OK;
   if (s != ST_OK) {
     gloo_destroy(&c->base);
     return s;

@@ -4,10 +4,18 @@
 
 bool st__gloo_built(void) { return false; }
 
-st_status st__collective_gloo_create(int rank, int size, const char *const *addresses,
-                                     double timeout_s, const int64_t *step, st_collective **out) {
-  (void)rank, (void)size, (void)addresses, (void)timeout_s, (void)step;
-  *out = NULL;
+static st_status not_built(void) {
   return st_error(ST_ERR_NOT_BUILT, "multi-worker training from TF_CONFIG needs the Gloo "
                   "transport, which this build does not have (install libgloo-dev and rebuild)");
+}
+
+st_status st__gloo_world_join(int rank, int size, const char *const *addresses) {
+  (void)rank, (void)size, (void)addresses;
+  return not_built();
+}
+
+st_status st__collective_gloo_create(double timeout_s, const int64_t *step, st_collective **out) {
+  (void)timeout_s, (void)step;
+  *out = NULL;
+  return not_built();
 }

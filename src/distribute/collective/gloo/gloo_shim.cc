@@ -42,17 +42,20 @@ int failed(const std::exception &e, char *err, size_t errlen) {
 
 class Store : public gloo::rendezvous::Store {
  public:
-  Store(const st__gloo_store &s, double timeout_s) : s_(s), timeout_s_(timeout_s) {}
+  Store(const st__gloo_store &s, const char *prefix, double timeout_s)
+      : s_(s), prefix_(prefix), timeout_s_(timeout_s) {}
   void set(const std::string &key, const std::vector<char> &data) override {
     char err[256] = "";
-    if (s_.set(s_.ctx, key.c_str(), data.data(), data.size(), err, sizeof err) != 0)
+    std::string k = prefix_ + key;
+    if (s_.set(s_.ctx, k.c_str(), data.data(), data.size(), err, sizeof err) != 0)
       throw gloo::IoException(std::string("rendezvous store: ") + err);
   }
   std::vector<char> get(const std::string &key) override {
     char err[256] = "";
     void *val = nullptr;
     size_t n = 0;
-    int rc = s_.get(s_.ctx, key.c_str(), timeout_s_, &val, &n, err, sizeof err);
+    std::string k = prefix_ + key;
+    int rc = s_.get(s_.ctx, k.c_str(), timeout_s_, &val, &n, err, sizeof err);
     if (rc != 0) throw gloo::IoException(std::string("rendezvous store: ") + err);
     std::vector<char> out(static_cast<char *>(val), static_cast<char *>(val) + n);
     std::free(val);
@@ -65,13 +68,15 @@ class Store : public gloo::rendezvous::Store {
 
  private:
   st__gloo_store s_;
+  std::string prefix_;
   double timeout_s_;
 };
 
 }  // namespace
 
 extern "C" int st__gloo_connect(int rank, int size, const char *host, const st__gloo_store *store,
-                                double timeout_s, st__gloo **out, char *err, size_t errlen) {
+                                const char *prefix, double timeout_s, st__gloo **out, char *err,
+                                size_t errlen) {
   *out = nullptr;
   try {
     gloo::transport::tcp::attr attr(host);
@@ -79,7 +84,7 @@ extern "C" int st__gloo_connect(int rank, int size, const char *host, const st__
     auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
     auto ms = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0));
     ctx->setTimeout(ms);
-    Store s(*store, timeout_s);
+    Store s(*store, prefix, timeout_s);
     ctx->connectFullMesh(s, dev);
     *out = new st__gloo{ctx};
     return 0;

@@ -32,9 +32,12 @@ typedef struct st__gloo st__gloo;
 typedef struct st__gloo_buf st__gloo_buf;
 
 /* Connect process `rank` of `size` (its TCP device bound on host, any port)
- * to every other through store, within timeout_s. */
+ * to every other through store, within timeout_s; every key this connect
+ * sets or gets starts with prefix (one prefix a connect, the same on every
+ * process: several meshes rendezvous through one store). */
 int st__gloo_connect(int rank, int size, const char *host, const st__gloo_store *store,
-                     double timeout_s, st__gloo **out, char *err, size_t errlen);
+                     const char *prefix, double timeout_s, st__gloo **out, char *err,
+                     size_t errlen);
 /* Close every pair (peers waiting on this process then fail at once). */
 void st__gloo_close_pairs(st__gloo *g);
 void st__gloo_destroy(st__gloo *g); /* accepts NULL */
