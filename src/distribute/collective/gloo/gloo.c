@@ -422,9 +422,17 @@ static st_status connect_job(gloo_coll *c, uint64_t seq) {
   st__gloo_store store = {(void *)g_world.addr[0], st__kv_set, st__kv_get};
   int rc = st__gloo_connect(rank, c->base.size, host, &store, prefix, c->timeout, &c->g, err,
                             sizeof err);
+  const char *key = strstr(err, prefix); /* Gloo's key of worker N is "N" */
+  int missing = key && key[strlen(prefix)] >= '0' && key[strlen(prefix)] <= '9'
+                    ? atoi(key + strlen(prefix)) : -1;
+  if (rc != 0 && missing >= 0 && missing < c->base.size && missing != rank)
+    return st_error(rc == ST__GLOO_TIMEOUT ? ST_ERR_TIMEOUT : ST_ERR_PEER,
+                    "multi-worker job: worker %d (%s) did not join within %.0f s (worker %d "
+                    "waited at the rendezvous, worker 0's address %s)", missing,
+                    g_world.addr[missing], c->timeout, rank, g_world.addr[0]);
   if (rc != 0)
     return st_error(rc == ST__GLOO_TIMEOUT ? ST_ERR_TIMEOUT : ST_ERR_PEER,
-                    "gloo transport: worker %d of %d could not join the others within %.0f s "
+                    "multi-worker job: worker %d of %d could not join the others within %.0f s "
                     "(rendezvous at worker 0, %s): %s", rank, c->base.size, c->timeout,
                     g_world.addr[0], err);
   st_status s = gloo_barrier(&c->base, rank);
