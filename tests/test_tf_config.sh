@@ -8,8 +8,9 @@
 #  - a chief task is worker 0: {"chief": [a], "worker": [b]} gives the same bytes;
 #  - a worker that never starts: worker 0 exits 3 within --collective-timeout
 #    (+ 5 s), naming worker 1 and its address;
-#  - kill -9 of worker 1 mid-epoch: worker 0 exits 3 within the collective
-#    timeout + 5 s, naming worker 1;
+#  - kill -9 of worker 1 once a backup exists: worker 0 exits 3 within the
+#    collective timeout + 5 s, naming worker 1; rerunning both with the same
+#    --backup-dir ends with the bytes of an uninterrupted run;
 #  - malformed TF_CONFIGs: exit 2 naming the field (parameter servers listed,
 #    task index out of range, bad JSON, an evaluator's task).
 # Skips (77) when Strata was built without the Gloo transport (libgloo-dev).
@@ -82,20 +83,36 @@ check "worker 1 never starts: worker 0 exits 3 in ${took}s (<= 8) naming worker 
   "[ $rc = 3 ] && [ $took -le 8 ] && grep -qF 'worker 1 ($b) did not join within 3 s' $tmp/never.err"
 [ $rc = 3 ] || cat "$tmp/never.err"
 
-# kill -9 of worker 1 mid-epoch
+# kill -9 of worker 1 once a backup exists; the rerun resumes to the bytes
+# of an uninterrupted run
+long=(--model mlp --optimizer adam --train-examples 12800 --epochs 3 --batch-size 64 --seed 4 --quiet)
 a=127.0.0.1:$(port); b=127.0.0.1:$(port)
 cl="\"worker\": [\"$a\", \"$b\"]"
-TF_CONFIG=$(tfc "$cl" worker 0) timeout 120 "$cli" train --model mlp --epochs 50 --batch-size 32 --quiet "${mw[@]}" \
-  --collective-timeout 5 >/dev/null 2>"$tmp/kill.err0" &
-p0=$!; pids+=($p0)
-(TF_CONFIG=$(tfc "$cl" worker 1) exec "$cli" train --model mlp --epochs 50 --batch-size 32 --quiet "${mw[@]}" \
-  --collective-timeout 5 >/dev/null 2>"$tmp/kill.err1") &
-p1=$!; pids+=($p1) # the strata process itself (exec), not a wrapper
-sleep 4; kill -9 $p1; start=$SECONDS
+pair() { # pair NAME ARGS...: both workers of $cl, worker 1 exec'ed (its pid in $p1)
+  local name=$1; shift
+  TF_CONFIG=$(tfc "$cl" worker 0) timeout 120 "$cli" train "${long[@]}" "${mw[@]}" "$@" \
+    >/dev/null 2>"$tmp/$name.err0" &
+  p0=$!; pids+=($p0)
+  (TF_CONFIG=$(tfc "$cl" worker 1) exec "$cli" train "${long[@]}" "${mw[@]}" "$@" \
+    >/dev/null 2>"$tmp/$name.err1") &
+  p1=$!; pids+=($p1) # the strata process itself (exec), not a wrapper
+}
+pair ref --save "$tmp/ref.st"
+wait $p0 $p1
+bk=$tmp/backup
+pair kill --backup-dir "$bk" --backup-every 25 --collective-timeout 5
+for _ in $(seq 300); do [ -e "$bk/latest" ] && break; sleep 0.1; done
+check "a backup was written before the kill" "[ -e $bk/latest ]"
+kill -9 $p1; start=$SECONDS
 wait $p0; rc=$? took=$((SECONDS - start))
 check "kill -9 of worker 1: worker 0 exits 3 in ${took}s (<= 10) naming worker 1" \
   "[ $rc = 3 ] && [ $took -le 10 ] && grep -q 'worker 1' $tmp/kill.err0"
 [ $rc = 3 ] || cat "$tmp/kill.err0"
+wait $p1 2>/dev/null
+pair resume --backup-dir "$bk" --backup-every 25 --save "$tmp/resumed.st"
+wait $p0; rc0=$?; wait $p1; rc1=$?
+check "the rerun completes (rc $rc0 $rc1)" "[ $rc0 = 0 ] && [ $rc1 = 0 ]"
+check "resumed weights = uninterrupted weights (bytes)" "cmp -s $tmp/ref.st $tmp/resumed.st"
 
 # malformed TF_CONFIGs: exit 2 naming the field
 bad() { # bad NAME TF_CONFIG WANT
