@@ -5,7 +5,9 @@
  * transfers between every pair, and every reduction ends with the same
  * rank-order sum as the MPI transport (rank_sum.h), so a job gives the same
  * bytes under mpirun and under TF_CONFIG. Each wait is bounded by the
- * transport's timeout and names the worker that did not take part; after a
+ * transport's timeout and names the worker that did not take part (workers
+ * that share one host all-reduce through shared memory, shm.c, with the same
+ * sums and bits; STRATA_MPI_SHM=0 keeps them on messages); after a
  * failure every pair is closed (the peers then fail at once) and every later
  * operation fails with ST_ERR_PEER. Called by the one thread that owns it
  * (rank = c->self). */
@@ -21,6 +23,7 @@
 #include "distribute/collective/gloo/gloo_shim.h"
 #include "distribute/collective/gloo/kvstore.h"
 #include "distribute/collective/rank_sum.h"
+#include "distribute/collective/shm.h"
 
 enum { MAX_PENDING = 64 };
 #define P2P_SLOT ((uint64_t)1 << 62)
@@ -36,7 +39,10 @@ typedef struct gloo_coll {
   double timeout;        /* seconds, every operation */
   const int64_t *step;   /* for messages; may be NULL */
   uint64_t ops;          /* collective operations started */
+  int cur_op;            /* the operation under way (op_kind), for messages */
   bool broken;
+  st__shm *shm;          /* every worker on this machine: all-reduces through it */
+  double wait_t0;        /* the start of the current wait on shm */
   float *tmp;            /* scratch of tmp_n floats */
   size_t tmp_n;
   uint64_t *sent, *recvd; /* [size] point-to-point messages per peer */
@@ -172,14 +178,37 @@ static void chunks(size_t n, int size, size_t *lo, size_t *len) {
   }
 }
 
+/* A wait of the shared-memory all-reduce (shm.h): the deadline names the
+ * first worker missing; a lost worker is seen there too (its part never
+ * comes). */
+static st_status shm_wait(void *ctx, uint64_t missing, int spins) {
+  gloo_coll *c = ctx;
+  if (spins == 0) c->wait_t0 = now_s();
+  double waited = now_s() - c->wait_t0;
+  if (waited > c->timeout) {
+    int who = 0;
+    while (who < c->base.size && !(missing >> who & 1)) who++;
+    return fail(c, ST_ERR_TIMEOUT, (op_kind)c->cur_op, who, "through shared memory");
+  }
+  st__shm_pause(spins, waited);
+  return ST_OK;
+}
+
+static st_status shm_done(gloo_coll *c, st_status s) {
+  if (s != ST_OK) c->broken = true;
+  return s;
+}
+
 static st_status gloo_all_reduce(st_collective *cc, int rank, float *buf, size_t n,
                                  st_reduce_op op) {
   (void)rank;
   gloo_coll *c = (gloo_coll *)cc;
   if (c->broken) return fail_broken(c, OP_ALL_REDUCE);
   c->ops++;
+  c->cur_op = OP_ALL_REDUCE;
   int size = c->base.size, me = c->base.self;
   if (size == 1 || n == 0) return ST_OK;
+  if (c->shm) return shm_done(c, st__shm_all_reduce(c->shm, buf, n, op, shm_wait, c));
   size_t lo[ST_MAX_WORKERS] = {0}, len[ST_MAX_WORKERS] = {0};
   chunks(n, size, lo, len);
   st_status s = reserve_tmp(c, (size_t)size * len[me] + 1);
@@ -207,8 +236,10 @@ static st_status gloo_broadcast(st_collective *cc, int rank, float *buf, size_t 
   gloo_coll *c = (gloo_coll *)cc;
   if (c->broken) return fail_broken(c, OP_BROADCAST);
   c->ops++;
+  c->cur_op = OP_BROADCAST;
   int size = c->base.size, me = c->base.self;
   if (size == 1 || n == 0) return ST_OK;
+  if (c->shm) return shm_done(c, st__shm_broadcast(c->shm, buf, n, root, shm_wait, c));
   plan p;
   memset(&p, 0, sizeof p);
   if (me == root) {
@@ -225,7 +256,10 @@ static st_status gloo_all_gather(st_collective *cc, int rank, const float *send,
   gloo_coll *c = (gloo_coll *)cc;
   if (c->broken) return fail_broken(c, OP_ALL_GATHER);
   c->ops++;
+  c->cur_op = OP_ALL_GATHER;
   int size = c->base.size, me = c->base.self;
+  if (c->shm && n <= ST__SHM_GATHER_MAX)
+    return shm_done(c, st__shm_all_gather(c->shm, send, n, recv, shm_wait, c));
   if (n) memmove(recv + (size_t)me * n, send, n * sizeof *send);
   if (size == 1 || n == 0) return ST_OK;
   plan p;
@@ -242,6 +276,7 @@ static st_status gloo_reduce_scatter(st_collective *cc, int rank, const float *s
   gloo_coll *c = (gloo_coll *)cc;
   if (c->broken) return fail_broken(c, OP_REDUCE_SCATTER);
   c->ops++;
+  c->cur_op = OP_REDUCE_SCATTER;
   int size = c->base.size, me = c->base.self;
   const float *src[ST_MAX_WORKERS];
   st_status s = reserve_tmp(c, (size_t)size * n + 1);
@@ -265,8 +300,10 @@ static st_status gloo_barrier(st_collective *cc, int rank) {
   gloo_coll *c = (gloo_coll *)cc;
   if (c->broken) return fail_broken(c, OP_BARRIER);
   c->ops++;
+  c->cur_op = OP_BARRIER;
   int size = c->base.size;
   if (size == 1) return ST_OK;
+  if (c->shm) return shm_done(c, st__shm_all_gather(c->shm, NULL, 0, NULL, shm_wait, c));
   float one = 0.0f;
   st_status s = reserve_tmp(c, (size_t)size);
   if (s != ST_OK) return s;
@@ -330,6 +367,7 @@ static void gloo_destroy(st_collective *cc) {
   gloo_coll *c = (gloo_coll *)cc;
   if (c->broken) st__gloo_close_pairs(c->g);
   for (int h = 0; h < MAX_PENDING; h++) st__gloo_buf_destroy(c->p2p[h].buf);
+  st__shm_close(c->shm);
   st__gloo_destroy(c->g);
   free(c->tmp);
   free(c->sent);
@@ -412,6 +450,43 @@ st_status st__gloo_world_join(int rank, int size, const char *const *addresses) 
   return s;
 }
 
+/* The shared-memory segment's opening collectives (shm.h), over Gloo; a
+ * failure there (a lost worker) leaves the transport broken, and its next
+ * operation says so. */
+static int shm_all_min(void *ctx, int v) {
+  gloo_coll *c = ctx;
+  float mine = (float)v, all[ST_MAX_WORKERS];
+  if (gloo_all_gather(&c->base, c->base.self, &mine, 1, all) != ST_OK) return 0;
+  int m = v;
+  for (int j = 0; j < c->base.size; j++) m = all[j] < (float)m ? (int)all[j] : m;
+  return m;
+}
+
+static void shm_bcast(void *ctx, char *buf, size_t n) {
+  gloo_coll *c = ctx;
+  float f[64];
+  size_t nf = (n + sizeof(float) - 1) / sizeof(float);
+  if (nf > 64) return;
+  memset(f, 0, sizeof f);
+  memcpy(f, buf, n);
+  if (gloo_broadcast(&c->base, c->base.self, f, nf, 0) == ST_OK) memcpy(buf, f, n);
+}
+
+/* Every worker's host is this one's (as TF_CONFIG names them): the workers
+ * then share an all-reduce segment; workers on other hosts, or on network
+ * namespaces of one machine with addresses of their own, send messages. */
+static void open_shm(gloo_coll *c) {
+  char mine[256], port[32], host[256];
+  bool same = true;
+  st__kv_split_address(g_world.addr[c->base.self], mine, sizeof mine, port, sizeof port);
+  for (int r = 0; r < c->base.size; r++) {
+    st__kv_split_address(g_world.addr[r], host, sizeof host, port, sizeof port);
+    same = same && strcmp(host, mine) == 0;
+  }
+  st__shm_setup setup = {c, shm_all_min, shm_bcast};
+  c->shm = st__shm_open(&setup, c->base.self, c->base.size, same);
+}
+
 /* Connect a new mesh (key prefix "t<n>/"), then a barrier: every worker has
  * connected it before any uses it. */
 static st_status connect_job(gloo_coll *c, uint64_t seq) {
@@ -436,6 +511,7 @@ static st_status connect_job(gloo_coll *c, uint64_t seq) {
                     "(rendezvous at worker 0, %s): %s", rank, c->base.size, c->timeout,
                     g_world.addr[0], err);
   st_status s = gloo_barrier(&c->base, rank);
+  if (s == ST_OK) open_shm(c);
   c->ops = 0;
   return s;
 }
