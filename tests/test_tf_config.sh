@@ -12,7 +12,8 @@
 #    collective timeout + 5 s, naming worker 1; rerunning both with the same
 #    --backup-dir ends with the bytes of an uninterrupted run;
 #  - malformed TF_CONFIGs: exit 2 naming the field (parameter servers listed,
-#    task index out of range, bad JSON, an evaluator's task).
+#    task index out of range, bad JSON, an evaluator's task, a bad address),
+#    worker 0's address taken on its host, and the pipeline (mpirun only).
 # Skips (77) when Strata was built without the Gloo transport (libgloo-dev).
 set -u
 cli=${STRATA_CLI:?set by CTest}
@@ -129,4 +130,18 @@ bad "bad JSON" '{"cluster": {"worker": [' "TF_CONFIG: line 1"
 bad "an evaluator's task" "$(tfc "\"worker\": [\"$a\", \"$b\"], \"evaluator\": [\"127.0.0.1:9\"]" evaluator 0)" \
   "TF_CONFIG: task.type: 'evaluator' does not train"
 bad "a bad address" "$(tfc "\"worker\": [\"$a\", \"no-port\"]" worker 0)" "TF_CONFIG: cluster.worker[1]: address 'no-port'"
+TF_CONFIG=$(tfc "\"worker\": [\"$a\", \"$b\"]" worker 0) timeout 20 "$cli" train "${common[@]}" --model mlp \
+  --strategy pipeline --devices cpu:0,cpu:1 >/dev/null 2>"$tmp/pipe.err"
+rc=$?
+check "the pipeline under a 2-worker TF_CONFIG: exit 2, saying it needs mpirun (rc $rc)" \
+  "[ $rc = 2 ] && grep -q 'runs under an MPI launcher only' $tmp/pipe.err"
+
+# worker 0's address taken on its host: exit 2 naming it
+a=127.0.0.1:$(port); b=127.0.0.1:$(port)
+python3 -c 'import socket, sys, time; s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(1); time.sleep(60)' \
+  "${a#*:}" & holder=$!; pids+=($holder)
+sleep 0.5
+bad "worker 0's address in use" "$(tfc "\"worker\": [\"$a\", \"$b\"]" worker 0)" \
+  "rendezvous store: cannot serve at $a: Address already in use"
+kill $holder 2>/dev/null
 exit $fail

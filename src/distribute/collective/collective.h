@@ -139,6 +139,8 @@ bool st__gloo_built(void);
 st_status st__process_world(int *rank, int *size);
 /* Whether an MPI launcher started this process with others. */
 bool st__process_launched_by_mpi(void);
+/* The chief and worker tasks TF_CONFIG names (0: unset or not valid). */
+int st__tf_config_training_tasks(void);
 /* Processes of the job on this machine (at least 1), after st__process_world. */
 int st__process_node_size(void);
 /* A transport over every process of the job (st__collective_mpi_create or

@@ -76,6 +76,16 @@ static st_status from_tf_config(const char *tf, int *rank, int *size, char ***ad
   return s;
 }
 
+int st__tf_config_training_tasks(void) {
+  const char *tf = getenv("TF_CONFIG");
+  if (!tf || !*tf) return 0;
+  st_cluster_spec c;
+  if (st__cluster_spec_parse_tf_config(tf, strlen(tf), "TF_CONFIG", &k_policy, &c) != ST_OK) return 0;
+  int n = c.count[ST_TASK_CHIEF] + c.count[ST_TASK_WORKER];
+  st__cluster_spec_free(&c);
+  return n;
+}
+
 static void free_addrs(char **a, int n) {
   for (int i = 0; a && i < n; i++) free(a[i]);
   free(a);

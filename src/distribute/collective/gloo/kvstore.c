@@ -191,7 +191,9 @@ st_status st__kv_server_start(const char *address, st__kv_server **out) {
   if (s->fd < 0) {
     free(s->keys);
     free(s);
-    return st_error(ST_ERR_IO, "rendezvous store: cannot serve at %s: %s", address, why);
+    return st_error(ST_ERR_INVALID, "rendezvous store: cannot serve at %s: %s (the address of "
+                    "worker 0 must be free on this host: is another job or worker 0 running?)",
+                    address, why);
   }
   atomic_init(&s->stop, false);
   if (pthread_create(&s->thread, NULL, serve, s) != 0) {
