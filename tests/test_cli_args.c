@@ -16,8 +16,10 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -58,12 +60,18 @@ static const bounded ints[] = {{"--epochs", 1, 100000},
                                {"--keep", 0, 1000000}};
 enum { NINTS = sizeof ints / sizeof *ints };
 static cli_opt opts[] = {
-    {"--epochs", "N", "", NULL},      {"--batch-size", "B", "", NULL},
-    {"--replicas", "N", "", NULL},    {"--seed", "S", "", NULL},
-    {"--bytes-per-pack", "N", "", NULL}, {"--keep", "N", "", NULL},
-    {"--lr", "X", "", NULL},          {"--devices", "LIST", "", NULL},
-    {"--model", "NAME", "", NULL},    {"-o", "FILE", "", NULL},
-    {"--quiet", NULL, "", NULL},      {"--no-overlap", NULL, "", NULL},
+    CLI_OPT_RAW("--epochs", "N", ""),
+    CLI_OPT_RAW("--batch-size", "B", ""),
+    CLI_OPT_RAW("--replicas", "N", ""),
+    CLI_OPT_RAW("--seed", "S", ""),
+    CLI_OPT_RAW("--bytes-per-pack", "N", ""),
+    CLI_OPT_RAW("--keep", "N", ""),
+    CLI_OPT_RAW("--lr", "X", ""),
+    CLI_OPT_RAW("--devices", "LIST", ""),
+    CLI_OPT_RAW("--model", "NAME", ""),
+    CLI_OPT_RAW("-o", "FILE", ""),
+    CLI_OPT_RAW("--quiet", NULL, ""),
+    CLI_OPT_RAW("--no-overlap", NULL, ""),
 };
 enum { NOPTS = sizeof opts / sizeof *opts };
 
@@ -308,6 +316,81 @@ static void test_random(void) {
   }
 }
 
-static const check_case cases[] = {CHECK_CASE(test_known), CHECK_CASE(test_random)};
+/* A table that stores into a struct (cli_store): strings, flags, numbers in
+ * range (out of range: false, the field left alone), a handler. */
+typedef struct table_cfg {
+  const char *name;
+  bool flag;
+  long n;
+  double x;
+  int mode;
+} table_cfg;
+static bool store_mode(const char *cmd, const char *name, const char *v, void *f) {
+  (void)cmd, (void)name;
+  if (strcmp(v, "a") && strcmp(v, "b")) return false;
+  *(int *)f = v[0] == 'a' ? 1 : 2;
+  return true;
+}
+static cli_opt table_opts[] = {
+    CLI_OPT_STR("--name", "S", table_cfg, name, ""),
+    CLI_OPT_FLAG("--flag", table_cfg, flag, ""),
+    CLI_OPT_INT("--n", "N", table_cfg, n, 1, 10, ""),
+    CLI_OPT_FLOAT("--x", "X", table_cfg, x, 0, 1, ""),
+    CLI_OPT_FN("--mode", "M", table_cfg, mode, store_mode, ""),
+    CLI_OPT_RAW("--raw", "R", ""),
+};
+enum { NTABLE = sizeof table_opts / sizeof *table_opts };
+
+static bool store_vector(const char *const *words, int n, table_cfg *c) {
+  char *argv[16] = {"strata", "table"};
+  for (int i = 0; i < n; i++) argv[2 + i] = (char *)words[i];
+  for (int i = 0; i < NTABLE; i++) table_opts[i].value = NULL;
+  *c = (table_cfg){"default", false, 5, 0.5, 0};
+  mute();
+  bool ok = cli_parse("table", "", 2 + n, argv, table_opts, NTABLE) == EXIT_OK &&
+            cli_store("table", table_opts, NTABLE, c);
+  unmute();
+  return ok;
+}
+
+static void test_table(void) {
+  table_cfg c;
+  CHECK(store_vector((const char *[]){"--name", "x", "--flag", "--n", "7", "--x=0.25", "--mode", "b", "--raw", "r"}, 10, &c));
+  CHECK_STREQ(c.name, "x");
+  CHECK(c.flag);
+  CHECK_EQ(c.n, 7);
+  CHECK(c.x == 0.25);
+  CHECK_EQ(c.mode, 2);
+  CHECK_STREQ(cli_get(table_opts, NTABLE, "--raw"), "r");
+  CHECK(store_vector(NULL, 0, &c)); /* nothing given: the defaults stay */
+  CHECK_STREQ(c.name, "default");
+  CHECK(!c.flag && c.n == 5 && c.x == 0.5 && c.mode == 0);
+  CHECK(!store_vector((const char *[]){"--n", "11"}, 2, &c));
+  CHECK_EQ(c.n, 5);
+  CHECK(!store_vector((const char *[]){"--x", "1.5"}, 2, &c));
+  CHECK(c.x == 0.5);
+  CHECK(!store_vector((const char *[]){"--mode", "c"}, 2, &c));
+  CHECK_EQ(c.mode, 0);
+}
+
+/* A name looked up that is not in the table (a misspelling in the CLI's
+ * code) aborts instead of reading as "not given". */
+static void test_misspelled_lookup(void) {
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    mute();
+    (void)cli_get(opts, NOPTS, "--epoch");
+    _exit(0);
+  }
+  int status = 0;
+  CHECK_EQ(waitpid(pid, &status, 0), pid);
+  CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+}
+
+static const check_case cases[] = {CHECK_CASE(test_known), CHECK_CASE(test_random),
+                                   CHECK_CASE(test_table), CHECK_CASE(test_misspelled_lookup)};
 
 int main(int argc, char **argv) { return CHECK_MAIN(argc, argv, cases); }

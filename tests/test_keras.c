@@ -1,5 +1,6 @@
-/* Keras model import (st_model_from_keras_json): the hand-written fixtures in
- * tests/keras/ build the same models as the built-ins (Keras 2 and 3 layouts),
+/* Keras model import (st_model_from_keras_json; _text from memory): the
+ * hand-written fixtures in tests/keras/ build the same models as the
+ * built-ins (Keras 2 and 3 layouts),
  * the mixed fixture exercises every other supported layer, and every bad
  * input — fixture or generated here (deep nesting, an oversized file, odd
  * options) — is ST_ERR_FORMAT with a message naming the file and the fact. */
@@ -299,6 +300,77 @@ static void test_limits(void) {
   free(text);
 }
 
+/* st_model_from_keras_json_text: the same model as from the file (the text
+ * need not end in a NUL); errors name the caller's origin where the file's
+ * path would be, with the layer and field. */
+static void test_text(void) {
+  FILE *f = fopen(fixture("mixed_keras3.json"), "rb");
+  CHECK(f != NULL);
+  if (!f) return;
+  char *text = malloc(1 << 16);
+  size_t n = text ? fread(text, 1, (1 << 16) - 8, f) : 0;
+  fclose(f);
+  CHECK(n > 0 && n < (1 << 16) - 8);
+  memcpy(text + n, "garbage", 7); /* past len: never read */
+  st_model_options o = st_model_default_options(st_shape1(1));
+  o.name = NULL;
+  st_model *a = NULL, *b = load_ex(fixture("mixed_keras3.json"), true);
+  CHECK_OK(st_model_from_keras_json_text(text, n, "mixed text", &o, &a));
+  if (a && b) check_same_layers(a, b, true);
+  st_model_destroy(a), st_model_destroy(b);
+  free(text);
+
+  static const char *const bad[][3] = {
+      {"{\"class_name\": \"Sequential\", \"config\": {\"layers\": [", "my model: invalid JSON",
+       "line 1"},
+      {"{\"class_name\": \"Sequential\", \"config\": {\"layers\": [{\"class_name\": \"InputLayer\", "
+       "\"config\": {\"batch_shape\": [null, 4]}}, {\"class_name\": \"Dense\", \"config\": "
+       "{\"name\": \"d\", \"units\": \"x\"}}]}}",
+       "my model: layer 1 ('d', Dense)", "units"},
+      {"[1, 2]", "my model: top level is not a JSON object", ""},
+      {"", "my model: invalid JSON", ""}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    st_model *m = (st_model *)&o; /* set to NULL on failure */
+    st_status s = st_model_from_keras_json_text(bad[i][0], strlen(bad[i][0]), "my model", &o, &m);
+    const char *msg = st_last_error();
+    CHECK_MSG(s == ST_ERR_FORMAT && m == NULL, "case %zu: %s (%s)", i, st_status_string(s), msg);
+    CHECK_MSG(strstr(msg, bad[i][1]) && strstr(msg, bad[i][2]), "case %zu: %s", i, msg);
+  }
+  st_model *m = NULL;
+  CHECK(st_model_from_keras_json_text("{", 1, NULL, &o, &m) == ST_ERR_FORMAT);
+  CHECK(strstr(st_last_error(), "Keras JSON: invalid JSON") != NULL);
+  CHECK(st_model_from_keras_json_text(NULL, 5, "x", &o, &m) == ST_ERR_INVALID);
+  CHECK(st_model_from_keras_json_text("{}", 2, "x", NULL, &m) == ST_ERR_INVALID);
+  CHECK(st_model_from_keras_json_text("{}", 2, "x", &o, NULL) == ST_ERR_INVALID);
+  CHECK(st_model_from_keras_json_text("{}", (16u << 20) + 1, "big", &o, &m) == ST_ERR_FORMAT);
+  CHECK(strstr(st_last_error(), "big: ") != NULL && m == NULL);
+}
+
+/* st_layer_get_options gives back what the importer passed the constructors. */
+static void test_layer_options(void) {
+  st_model *m = load_ex(fixture("mixed_keras3.json"), true);
+  if (!m) return;
+  st_layer_options lo;
+  CHECK_OK(st_layer_get_options(st_model_layer(m, 0), &lo));
+  CHECK(st_shape_equal(lo.target_shape, st_shape3(28, 28, 1)));
+  CHECK_OK(st_layer_get_options(st_model_layer(m, 1), &lo));
+  CHECK(lo.conv2d.filters == 16 && lo.conv2d.kh == 5 && lo.conv2d.kw == 5 && lo.conv2d.sh == 2 &&
+        lo.conv2d.padding == ST_PAD_SAME && lo.conv2d.name == NULL && lo.dense.units == 0);
+  CHECK_OK(st_layer_get_options(st_model_layer(m, 2), &lo));
+  CHECK(lo.batchnorm.center && lo.batchnorm.scale && lo.batchnorm.epsilon > 0);
+  CHECK_OK(st_layer_get_options(st_model_layer(m, 3), &lo));
+  CHECK(lo.activation == ST_ACT_RELU);
+  CHECK_OK(st_layer_get_options(st_model_layer(m, 4), &lo));
+  CHECK(lo.pool2d.ph == 2 && lo.pool2d.pw == 2);
+  CHECK_OK(st_layer_get_options(st_model_layer(m, 7), &lo));
+  CHECK(lo.dropout_rate > 0 && lo.dropout_rate < 1);
+  CHECK_OK(st_layer_get_options(st_model_layer(m, 10), &lo));
+  CHECK(lo.dense.units == 10 && lo.dense.use_bias && lo.conv2d.filters == 0);
+  CHECK(st_layer_get_options(NULL, &lo) == ST_ERR_INVALID);
+  CHECK(st_layer_get_options(st_model_layer(m, 0), NULL) == ST_ERR_INVALID);
+  st_model_destroy(m);
+}
+
 static void cleanup_tmp(void) {
   const char *names[] = {"ok.json", "dup_name.json", "overflow.json", "neg_dim.json",
                          "real_units.json", "kernel.json", "nofit.json", "flat_dense.json",
@@ -317,7 +389,7 @@ static void cleanup_tmp(void) {
 static const check_case cases[] = {
     CHECK_CASE(test_cnn),       CHECK_CASE(test_mlp),               CHECK_CASE(test_mixed),
     CHECK_CASE(test_bad_fixtures), CHECK_CASE(test_generated), CHECK_CASE(test_generated_options),
-    CHECK_CASE(test_limits)};
+    CHECK_CASE(test_limits),    CHECK_CASE(test_text),              CHECK_CASE(test_layer_options)};
 
 int main(int argc, char **argv) {
   const char *src = getenv("STRATA_SOURCE_DIR");

@@ -92,7 +92,42 @@ int cli_parse_args(const char *cmd, const char *usage, int argc, char **argv, cl
 const char *cli_get(const cli_opt *opts, int nopts, const char *name) {
   for (int i = 0; i < nopts; i++)
     if (!strcmp(opts[i].name, name)) return opts[i].value;
-  return NULL;
+  fprintf(stderr, "strata: internal error: option '%s' is not in the option table\n", name);
+  abort();
+}
+
+bool cli_lib_ok(const char *cmd, const char *name, st_status s) {
+  if (s == ST_OK) return true;
+  fprintf(stderr, "strata %s: %s: %s\n", cmd, name, st_last_error());
+  return false;
+}
+
+/* One given option's value into its field of cfg. */
+static bool store_one(const char *cmd, const cli_opt *o, char *cfg) {
+  void *f = cfg + o->field;
+  switch (o->kind) {
+    case CLI_RAW:
+      return true;
+    case CLI_STR:
+      *(const char **)f = o->value;
+      return true;
+    case CLI_FLAG:
+      *(bool *)f = true;
+      return true;
+    case CLI_INT:
+      return cli_int(cmd, o->name, o->value, (long)o->lo, (long)o->hi, f);
+    case CLI_FLOAT:
+      return cli_float(cmd, o->name, o->value, o->lo, o->hi, f);
+    case CLI_FN:
+      return o->fn(cmd, o->name, o->value, f);
+  }
+  abort(); /* a kind this switch does not know */
+}
+
+bool cli_store(const char *cmd, const cli_opt *opts, int nopts, void *cfg) {
+  for (int i = 0; i < nopts; i++)
+    if (opts[i].value && !store_one(cmd, &opts[i], cfg)) return false;
+  return true;
 }
 
 bool cli_int(const char *cmd, const char *name, const char *v, long lo, long hi, long *out) {

@@ -6,17 +6,48 @@
 #define STRATA_TOOLS_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "strata/strata.h"
 
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_PEER = 3, EXIT_WRITE = 4, EXIT_STOPPED = 5 };
+
+/* How an option's value is stored by cli_store (the table drives parsing):
+ * CLI_RAW only keeps the text (read it with cli_get); the others write the
+ * field at `field` (offsetof) of the command's config struct. */
+typedef enum cli_kind {
+  CLI_RAW = 0, /* value text only */
+  CLI_STR,     /* const char * field: the text */
+  CLI_FLAG,    /* bool field: true when given */
+  CLI_INT,     /* long field: an integer in [lo, hi] (cli_int) */
+  CLI_FLOAT,   /* double field: a number in [lo, hi] (cli_float) */
+  CLI_FN,      /* fn(cmd, name, value, field address) checks and stores */
+} cli_kind;
+
+/* Prints "strata CMD: NAME: ..." and returns false on a bad value. */
+typedef bool (*cli_store_fn)(const char *cmd, const char *name, const char *value, void *field);
 
 typedef struct cli_opt {
   const char *name;    /* "--epochs" */
   const char *metavar; /* "N"; NULL for a flag without value */
   const char *help;
   const char *value;   /* parsed value ("1" for a flag), NULL if absent */
+  cli_kind kind;       /* what cli_store does with the value */
+  size_t field;        /* offsetof the field in the config struct */
+  double lo, hi;       /* CLI_INT, CLI_FLOAT: the accepted range */
+  cli_store_fn fn;     /* CLI_FN */
 } cli_opt;
+
+/* Table rows: name, metavar, the config struct T's field, help. CLI_FIELD
+ * is offsetof(T, f) that does not compile unless f has the kind's type
+ * (pointer subtraction needs compatible types; sizeof does not evaluate it). */
+#define CLI_FIELD(T, f, type) (offsetof(T, f) + 0 * sizeof(&((T *)0)->f - (type *)0))
+#define CLI_OPT_RAW(n, m, h) {n, m, h, NULL, CLI_RAW, 0, 0, 0, NULL}
+#define CLI_OPT_STR(n, m, T, f, h) {n, m, h, NULL, CLI_STR, CLI_FIELD(T, f, const char *), 0, 0, NULL}
+#define CLI_OPT_FLAG(n, T, f, h) {n, NULL, h, NULL, CLI_FLAG, CLI_FIELD(T, f, bool), 0, 0, NULL}
+#define CLI_OPT_INT(n, m, T, f, lo, hi, h) {n, m, h, NULL, CLI_INT, CLI_FIELD(T, f, long), lo, hi, NULL}
+#define CLI_OPT_FLOAT(n, m, T, f, lo, hi, h) {n, m, h, NULL, CLI_FLOAT, CLI_FIELD(T, f, double), lo, hi, NULL}
+#define CLI_OPT_FN(n, m, T, f, fn, h) {n, m, h, NULL, CLI_FN, offsetof(T, f), 0, 0, fn}
 
 /* Parse argv[first..] into opts. Prints the error to stderr and returns
  * EXIT_USAGE on unknown options, missing values or repeats; returns -1 when
@@ -30,7 +61,16 @@ int cli_parse_args(const char *cmd, const char *usage, int argc, char **argv,
                    int *npos);
 void cli_print_help(const char *cmd, const char *usage, const cli_opt *opts,
                     int nopts);
+/* The value of option `name` (NULL when not given). A name that is not in
+ * the table is a programmer error (a misspelling): it aborts, naming it. */
 const char *cli_get(const cli_opt *opts, int nopts, const char *name);
+/* Every given option of the table that has a kind, in table order, into
+ * the config struct cfg (ranges checked, enum names parsed). Prints the
+ * first bad value ("strata CMD: --x: ...") and returns false. */
+bool cli_store(const char *cmd, const cli_opt *opts, int nopts, void *cfg);
+/* A CLI_FN store for the library's name parsers (st_optimizer_parse, ...):
+ * ST_OK, or "strata CMD: NAME: <the library's message>" and false. */
+bool cli_lib_ok(const char *cmd, const char *name, st_status s);
 /* Numeric option values with range checks; print "strata CMD: --x: ..." and
  * return false on bad values. */
 bool cli_int(const char *cmd, const char *name, const char *v, long lo, long hi,

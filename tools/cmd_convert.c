@@ -10,20 +10,30 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/fileio.h"
 #include "cli.h"
 #include "outputs.h"
 
 #define CONVERT_USAGE "--out PREFIX [--data fashion-mnist|DIR|FILE.csv] [--split train|test] [--shards N] [--compression gzip] ..."
 
+/* What `strata convert` was given (convert_opts stores it). */
+typedef struct convert_cfg {
+  const char *src, *split, *out, *spec;
+  long shards, limit;
+  st_compression comp;
+} convert_cfg;
+
+static bool store_compression(const char *cmd, const char *name, const char *v, void *f) {
+  return cli_lib_ok(cmd, name, st_compression_parse(v, f));
+}
+
 static cli_opt convert_opts[] = {
-    {"--data", "SRC", "fashion-mnist (default), a DIR of MNIST-style IDX files, or a FILE.csv (last column the label)", NULL},
-    {"--split", "S", "IDX: train (default) or test", NULL},
-    {"--out", "PREFIX", "write PREFIX-00000-of-0000N.tfrecord[.gz] (required)", NULL},
-    {"--shards", "N", "number of files (default 1)", NULL},
-    {"--compression", "C", "none (default) or gzip", NULL},
-    {"--examples", "N", "only the first N examples (default all)", NULL},
-    {"--features", "FILE", "also write the --features spec for `strata train` to FILE (JSON)", NULL},
+    CLI_OPT_STR("--data", "SRC", convert_cfg, src, "fashion-mnist (default), a DIR of MNIST-style IDX files, or a FILE.csv (last column the label)"),
+    CLI_OPT_STR("--split", "S", convert_cfg, split, "IDX: train (default) or test"),
+    CLI_OPT_STR("--out", "PREFIX", convert_cfg, out, "write PREFIX-00000-of-0000N.tfrecord[.gz] (required)"),
+    CLI_OPT_INT("--shards", "N", convert_cfg, shards, 1, 100000, "number of files (default 1)"),
+    CLI_OPT_FN("--compression", "C", convert_cfg, comp, store_compression, "none (default) or gzip"),
+    CLI_OPT_INT("--examples", "N", convert_cfg, limit, 1, 1L << 40, "only the first N examples (default all)"),
+    CLI_OPT_STR("--features", "FILE", convert_cfg, spec, "also write the --features spec for `strata train` to FILE (JSON)"),
 };
 #define NCONV ((int)(sizeof convert_opts / sizeof *convert_opts))
 
@@ -116,31 +126,29 @@ static int fill_spec(FILE *f, void *ctx) {
   return r < 0 ? -1 : 0;
 }
 
-int cmd_convert(int argc, char **argv) {
-  int rc = cli_parse("convert", CONVERT_USAGE, argc, argv, convert_opts, NCONV);
-  if (rc) return rc < 0 ? EXIT_OK : rc;
-  const char *src = cli_get(convert_opts, NCONV, "--data"), *out = cli_get(convert_opts, NCONV, "--out");
-  const char *split = cli_get(convert_opts, NCONV, "--split"), *v;
-  const char *spec = cli_get(convert_opts, NCONV, "--features");
-  long shards = 1, limit = 0;
-  st_compression comp = ST_COMPRESSION_NONE;
-  if (!src) src = "fashion-mnist";
-  if (!out) {
+/* The options into c; false (message printed) on a bad one. */
+static bool parse_convert(convert_cfg *c) {
+  const char *split = cli_get(convert_opts, NCONV, "--split");
+  *c = (convert_cfg){"fashion-mnist", NULL, NULL, NULL, 1, 0, ST_COMPRESSION_NONE};
+  if (!cli_get(convert_opts, NCONV, "--out")) {
     fprintf(stderr, "strata convert: --out PREFIX is required (see 'strata convert --help')\n");
-    return EXIT_USAGE;
+    return false;
   }
   if (split && strcmp(split, "train") && strcmp(split, "test")) {
     fprintf(stderr, "strata convert: --split: expected train or test, got '%s'\n", split);
-    return EXIT_USAGE;
+    return false;
   }
-  if ((v = cli_get(convert_opts, NCONV, "--shards")) && !cli_int("convert", "--shards", v, 1, 100000, &shards))
-    return EXIT_USAGE;
-  if ((v = cli_get(convert_opts, NCONV, "--examples")) && !cli_int("convert", "--examples", v, 1, 1L << 40, &limit))
-    return EXIT_USAGE;
-  if ((v = cli_get(convert_opts, NCONV, "--compression")) && st_compression_parse(v, &comp) != ST_OK) {
-    fprintf(stderr, "strata convert: --compression: %s\n", st_last_error());
-    return EXIT_USAGE;
-  }
+  return cli_store("convert", convert_opts, NCONV, c);
+}
+
+int cmd_convert(int argc, char **argv) {
+  int rc = cli_parse("convert", CONVERT_USAGE, argc, argv, convert_opts, NCONV);
+  if (rc) return rc < 0 ? EXIT_OK : rc;
+  convert_cfg o;
+  if (!parse_convert(&o)) return EXIT_USAGE;
+  const char *src = o.src, *out = o.out, *split = o.split, *spec = o.spec;
+  long shards = o.shards, limit = o.limit;
+  st_compression comp = o.comp;
   conv_data c;
   st_status s = load(src, split && !strcmp(split, "test"), &c);
   if (s != ST_OK) {
@@ -162,7 +170,7 @@ int cmd_convert(int argc, char **argv) {
     }
   }
   spec_ctx ctx = {&c};
-  if (rc == EXIT_OK && spec && (s = st__atomic_write(spec, fill_spec, &ctx)) != ST_OK) {
+  if (rc == EXIT_OK && spec && (s = st_write_file_atomic(spec, fill_spec, &ctx)) != ST_OK) {
     fprintf(stderr, "strata convert: --features: %s\n", st_last_error());
     rc = EXIT_WRITE;
   }

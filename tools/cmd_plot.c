@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/fileio.h"
 #include "cli.h"
 
 #define CMD "plot"
@@ -113,7 +112,7 @@ static int plot(const char *file, const char *out, const char *title) {
   json_error_t jerr;
   char *text = NULL;
   size_t len = 0;
-  st_status s = st__read_all(file, REPORT_MAX_BYTES, &text, &len);
+  st_status s = st_read_file(file, REPORT_MAX_BYTES, &text, &len);
   if (s != ST_OK) return cli_fail(CMD, s), EXIT_USAGE; /* an unreadable report is bad input */
   json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
   free(text);
@@ -135,17 +134,24 @@ static int plot(const char *file, const char *out, const char *title) {
   return rc;
 }
 
+typedef struct plot_cfg {
+  const char *out, *title;
+} plot_cfg;
+
+static cli_opt plot_opts[] = {
+    CLI_OPT_STR("-o", "FILE.svg", plot_cfg, out, "write the SVG here (required)"),
+    CLI_OPT_STR("--title", "T", plot_cfg, title, "title above the plots (default: \"<model> \xe2\x80\x94 <strategy>\")"),
+};
+#define NPLOT ((int)(sizeof plot_opts / sizeof *plot_opts))
+
 int cmd_plot(int argc, char **argv) {
-  cli_opt opts[] = {
-      {"-o", "FILE.svg", "write the SVG here (required)", NULL},
-      {"--title", "T", "title above the plots (default: \"<model> \xe2\x80\x94 <strategy>\")", NULL},
-  };
-  int nopts = (int)(sizeof opts / sizeof opts[0]);
   const char *pos[1];
   int npos = 0;
-  int rc = cli_parse_args(CMD, USAGE, argc, argv, opts, nopts, pos, 1, &npos);
+  int rc = cli_parse_args(CMD, USAGE, argc, argv, plot_opts, NPLOT, pos, 1, &npos);
   if (rc) return rc < 0 ? EXIT_OK : rc;
-  const char *out = cli_get(opts, nopts, "-o");
+  plot_cfg c = {NULL, NULL};
+  cli_store(CMD, plot_opts, NPLOT, &c); /* strings only: never fails */
+  const char *out = c.out;
   if (npos != 1 || !out) {
     fprintf(stderr, "strata " CMD ": %s (usage: strata " CMD " " USAGE ")\n",
             npos != 1 ? "missing REPORT.json" : "missing -o FILE.svg");
@@ -156,5 +162,5 @@ int cmd_plot(int argc, char **argv) {
     return EXIT_USAGE;
   }
   if (!cli_check_writable(CMD, "-o", out)) return EXIT_USAGE;
-  return plot(pos[0], out, cli_get(opts, nopts, "--title"));
+  return plot(pos[0], out, c.title);
 }

@@ -15,69 +15,8 @@
 
 #define TRAIN_USAGE "[--model mlp|cnn] [--data fashion-mnist|DIR] [--epochs N] [--batch-size B] ..."
 
-static cli_opt train_opts[] = {
-    {"--model", "NAME", "built-in model mlp or cnn (default cnn), or a Keras model.to_json() FILE.json", NULL},
-    {"--data", "SRC", "fashion-mnist (the Debian dataset, default), a DIR of MNIST-style IDX files, or tfrecord:PATTERN (TFRecord files, streamed; needs --features)", NULL},
-    {"--epochs", "N", "passes over the training data (default 1)", NULL},
-    {"--batch-size", "B", "global batch size (default 32, as Keras)", NULL},
-    {"--optimizer", "NAME", "adam (default), sgd, rmsprop or adamw, with Keras defaults", NULL},
-    {"--lr", "X", "learning rate (default: the optimizer's Keras default)", NULL},
-    {"--seed", "S", "seed for weights, shuffling and dropout (default 0)", NULL},
-    {"--validation-split", "F", "fraction of the training data held out for validation (default 0)", NULL},
-    {"--validation-freq", "N", "validate after every Nth epoch only (Keras's validation_freq; default 1)", NULL},
-    {"--train-examples", "N", "use only the first N training examples (default all)", NULL},
-    {"--strategy", "NAME", "one_device (default), mirrored, central_storage, multi_worker_mirrored (under mpirun) or pipeline (model parallel)", NULL},
-    {"--devices", "LIST", "mirrored/central_storage/multi_worker_mirrored: (local) devices, e.g. cpu:0,cpu:1 (one replica each); pipeline: one stage each", NULL},
-    {"--replicas", "N", "the same as a replica count (default: one per core; multi_worker_mirrored: 1 per worker)", NULL},
-    {"--logical-gpus", "N", "split each GPU into N logical GPUs (TensorFlow's logical devices); --devices gpu:0..gpu:(GPUs*N-1) name them", NULL},
-    {"--cross-device-ops", "OPS", "mirrored: all_reduce (default) or reduction_to_one_device", NULL},
-    {"--bytes-per-pack", "N", "mirrored: gradient pack size in bytes (default 4194304; 0 = one pack)", NULL},
-    {"--no-overlap", NULL, "mirrored: all-reduce the packs after backward instead of during it", NULL},
-    {"--shard-optimizer", NULL, "mirrored/multi_worker_mirrored: each replica keeps the optimizer slots of its shard of the weights only (ZeRO stage 1; same weights)", NULL},
-    {"--collective-timeout", "S", "multi_worker_mirrored, pipeline under mpirun: fail (exit 3) when a peer has not joined a collective within S seconds (default 300)", NULL},
-    {"--auto-shard", "POLICY", "multi_worker_mirrored: data (default for IDX: each worker takes its contiguous share of every global batch), off (each worker trains on its own batches) or file (tfrecord data, its default: each worker reads its own files)", NULL},
-    {"--threads", "N", "one_device: compute threads (default: all cores)", NULL},
-    {"--pipeline-stages", "S", "pipeline: stages on the CPU (default: one per --devices entry, else 2)", NULL},
-    {"--stage-boundaries", "LIST", "pipeline: layer indices where stages 1.. start, e.g. 3,5 (default: balanced by FLOPs + parameter bytes)", NULL},
-    {"--micro-batches", "M", "pipeline: micro-batches per global batch (default: one per stage)", NULL},
-    {"--pipeline-schedule", "NAME", "pipeline: gpipe (default: all forwards, then all backwards) or 1f1b", NULL},
-    {"--save", "FILE", "write the trained weights as safetensors", NULL},
-    {"--load-weights", "FILE", "start from the weights in FILE (safetensors, as --save writes) instead of initialising them", NULL},
-    {"--report", "FILE", "write a JSON report of the run", NULL},
-    {"--backup-dir", "DIR", "BackupAndRestore: resume an interrupted run from DIR; deleted when done", NULL},
-    {"--backup-every", "N", "with --backup-dir: also back up every N steps (default: each epoch)", NULL},
-    {"--resume-anyway", NULL, "with --backup-dir: resume a backup written by a run with another model, optimizer, --lr, --seed, --batch-size or data (default: exit 2 naming the difference)", NULL},
-    {"--checkpoint-dir", "DIR", "ModelCheckpoint: a checkpoint in DIR after each epoch", NULL},
-    {"--keep", "N", "with --checkpoint-dir: keep the newest N checkpoints (default 3, 0 = all)", NULL},
-    {"--save-best-only", NULL, "with --checkpoint-dir: only when --monitor improved", NULL},
-    {"--monitor", "NAME", "val_loss (default), loss, val_accuracy or accuracy", NULL},
-    {"--early-stopping", "N", "EarlyStopping: stop after N epochs without --monitor improving", NULL},
-    {"--csv", "FILE", "CSVLogger: epoch,loss,accuracy,val_loss,val_accuracy,lr per epoch", NULL},
-    {"--log-dir", "DIR", "TensorBoard event files (train/ and validation/)", NULL},
-    {"--log-every", "N", "with --log-dir: batch figures every N steps (default 0 = per epoch only)", NULL},
-    {"--plot", "FILE", "draw loss and accuracy curves as an SVG after training", NULL},
-    {"--quiet", NULL, "no progress output", NULL},
-    {"--allow-nonfinite", NULL, "accept NaN/Inf in float32 input files (default: exit 2 naming the element)", NULL},
-    {"--features", "SPEC.json", "with --data tfrecord:PATTERN: the tf.train.Example features x and y (docs/FORMATS.md)", NULL},
-    {"--test-data", "SRC", "with --data tfrecord:...: the test set, tfrecord:PATTERN (default: the Fashion-MNIST test set when the shapes match)", NULL},
-    {"--compression", "C", "with --data tfrecord:...: none or gzip (default: gzip when PATTERN ends in .gz)", NULL},
-    {"--skip-corrupt-records", NULL, "with --data tfrecord:...: skip and count damaged records (default: exit 2 naming file and offset)", NULL},
-    {"--shuffle-buffer", "N", "shuffle buffer in elements, 0 = no shuffling (default: the whole training set; tfrecord: 10000)", NULL},
-    {"--num-parallel-reads", "N", "with --data tfrecord:...: read N files at once, one record from each in turn, on N background threads (auto: one per core); as TFRecordDataset's num_parallel_reads (default: one file after the other)", NULL},
-    {"--cache", "FILE", "with --data tfrecord:...: the first epoch writes the parsed examples to FILE (per worker: FILE.worker-R), later epochs and runs read it (docs/FORMATS.md)", NULL},
-    {"--cluster", "FILE", "parameter_server: the cluster JSON (with --task; default: TF_CONFIG)", NULL},
-    {"--task", "TYPE:INDEX", "parameter_server: with --cluster, this process's task (chief:0)", NULL},
-    {"--keys", "DIR", "parameter_server: CURVE keys from 'strata keygen DIR' (default: $STRATA_KEYS)", NULL},
-    {"--insecure", NULL, "parameter_server: no CURVE encryption or authentication (trusted networks only)", NULL},
-    {"--steps-per-execution", "N", "parameter_server: steps per closure (default 1)", NULL},
-    {"--heartbeat-interval", "S", "parameter_server: worker heartbeat period; lost after 3 missed (default 1)", NULL},
-    {"--coordinator-timeout", "S", "parameter_server: servers exit 3 when the chief is silent this long (default 60)", NULL},
-    {"--ps-shards", "K", "parameter_server: split every variable along axis 0 into K shards on different ps (FixedShardsPartitioner)", NULL},
-    {"--ps-min-shard-bytes", "N", "parameter_server: split variables into shards of at least N bytes, at most one per ps (MinSizePartitioner)", NULL},
-    {"--max-staleness", "K", "parameter_server: gradients of variables more than K versions old are recomputed from fresh ones (default: unbounded)", NULL},
-};
-#define NTRAIN ((int)(sizeof train_opts / sizeof *train_opts))
-
+/* What `strata train` was given: train_opts (below) stores each option into
+ * its field; train_defaults sets the rest. */
 typedef struct train_cfg {
   const char *model, *data, *save, *report, *devices, *cross_ops;
   const char *backup_dir, *ckpt_dir, *monitor, *csv, *log_dir, *plot;
@@ -89,7 +28,8 @@ typedef struct train_cfg {
   double lr, val_split, collective_timeout;
   long val_freq; /* --validation-freq */
   st_auto_shard auto_shard;
-  st_optimizer_options opt;
+  st_optimizer_kind opt_kind; /* --optimizer */
+  st_optimizer_options opt;   /* its Keras defaults, --lr */
   st_strategy_kind strategy;
   bool quiet;
   bool allow_nonfinite; /* --allow-nonfinite */
@@ -104,7 +44,126 @@ typedef struct train_cfg {
   const char *cache;    /* --cache FILE */
   long logical_gpus;    /* --logical-gpus; 0 = not given */
   const char *load_weights; /* --load-weights FILE */
+  /* parameter_server (tools/ps.h: ps_train_args) */
+  const char *cluster, *task, *keys;
+  bool insecure;
+  long steps_per_execution, max_staleness, ps_shards, ps_min_shard_bytes;
+  double heartbeat_interval, coordinator_timeout;
 } train_cfg;
+
+/* CLI_FN stores: the library's name parsers, and "auto" or a count. */
+static bool store_optimizer(const char *cmd, const char *name, const char *v, void *f) {
+  return cli_lib_ok(cmd, name, st_optimizer_parse(v, f));
+}
+static bool store_strategy(const char *cmd, const char *name, const char *v, void *f) {
+  return cli_lib_ok(cmd, name, st_strategy_kind_parse(v, f));
+}
+static bool store_auto_shard(const char *cmd, const char *name, const char *v, void *f) {
+  return cli_lib_ok(cmd, name, st_auto_shard_parse(v, f));
+}
+static bool store_schedule(const char *cmd, const char *name, const char *v, void *f) {
+  return cli_lib_ok(cmd, name, st_pipeline_schedule_parse(v, f));
+}
+static bool store_parallel_reads(const char *cmd, const char *name, const char *v, void *f) {
+  if (strcmp(v, "auto") != 0) return cli_int(cmd, name, v, 1, 256, f);
+  *(long *)f = -1;
+  return true;
+}
+
+#define STR(n, m, f, h) CLI_OPT_STR(n, m, train_cfg, f, h)
+#define FLAG(n, f, h) CLI_OPT_FLAG(n, train_cfg, f, h)
+#define INT(n, m, f, lo, hi, h) CLI_OPT_INT(n, m, train_cfg, f, lo, hi, h)
+#define FLOAT(n, m, f, lo, hi, h) CLI_OPT_FLOAT(n, m, train_cfg, f, lo, hi, h)
+#define FN(n, m, f, fn, h) CLI_OPT_FN(n, m, train_cfg, f, fn, h)
+static cli_opt train_opts[] = {
+    STR("--model", "NAME", model, "built-in model mlp or cnn (default cnn), or a Keras model.to_json() FILE.json"),
+    STR("--data", "SRC", data, "fashion-mnist (the Debian dataset, default), a DIR of MNIST-style IDX files, or tfrecord:PATTERN (TFRecord files, streamed; needs --features)"),
+    INT("--epochs", "N", epochs, 1, 100000, "passes over the training data (default 1)"),
+    INT("--batch-size", "B", batch, 1, 1 << 20, "global batch size (default 32, as Keras)"),
+    FN("--optimizer", "NAME", opt_kind, store_optimizer, "adam (default), sgd, rmsprop or adamw, with Keras defaults"),
+    FLOAT("--lr", "X", lr, 1e-12, 1e6, "learning rate (default: the optimizer's Keras default)"),
+    INT("--seed", "S", seed, 0, 0x7fffffffL, "seed for weights, shuffling and dropout (default 0)"),
+    FLOAT("--validation-split", "F", val_split, 0.0, 0.99, "fraction of the training data held out for validation (default 0)"),
+    INT("--validation-freq", "N", val_freq, 1, 100000, "validate after every Nth epoch only (Keras's validation_freq; default 1)"),
+    INT("--train-examples", "N", train_examples, 1, 1L << 40, "use only the first N training examples (default all)"),
+    FN("--strategy", "NAME", strategy, store_strategy, "one_device (default), mirrored, central_storage, multi_worker_mirrored (under mpirun) or pipeline (model parallel)"),
+    STR("--devices", "LIST", devices, "mirrored/central_storage/multi_worker_mirrored: (local) devices, e.g. cpu:0,cpu:1 (one replica each); pipeline: one stage each"),
+    INT("--replicas", "N", replicas, 1, ST_MAX_REPLICAS, "the same as a replica count (default: one per core; multi_worker_mirrored: 1 per worker)"),
+    INT("--logical-gpus", "N", logical_gpus, 1, ST_MAX_REPLICAS, "split each GPU into N logical GPUs (TensorFlow's logical devices); --devices gpu:0..gpu:(GPUs*N-1) name them"),
+    STR("--cross-device-ops", "OPS", cross_ops, "mirrored: all_reduce (default) or reduction_to_one_device"),
+    INT("--bytes-per-pack", "N", bytes_per_pack, 0, 1L << 40, "mirrored: gradient pack size in bytes (default 4194304; 0 = one pack)"),
+    FLAG("--no-overlap", no_overlap, "mirrored: all-reduce the packs after backward instead of during it"),
+    FLAG("--shard-optimizer", shard_optimizer, "mirrored/multi_worker_mirrored: each replica keeps the optimizer slots of its shard of the weights only (ZeRO stage 1; same weights)"),
+    FLOAT("--collective-timeout", "S", collective_timeout, 0.001, 1e7, "multi_worker_mirrored, pipeline under mpirun: fail (exit 3) when a peer has not joined a collective within S seconds (default 300)"),
+    FN("--auto-shard", "POLICY", auto_shard, store_auto_shard, "multi_worker_mirrored: data (default for IDX: each worker takes its contiguous share of every global batch), off (each worker trains on its own batches) or file (tfrecord data, its default: each worker reads its own files)"),
+    INT("--threads", "N", threads, 1, 1024, "one_device: compute threads (default: all cores)"),
+    INT("--pipeline-stages", "S", pipeline_stages, 1, ST_MAX_REPLICAS, "pipeline: stages on the CPU (default: one per --devices entry, else 2)"),
+    STR("--stage-boundaries", "LIST", stage_boundaries, "pipeline: layer indices where stages 1.. start, e.g. 3,5 (default: balanced by FLOPs + parameter bytes)"),
+    INT("--micro-batches", "M", micro_batches, 1, 1 << 20, "pipeline: micro-batches per global batch (default: one per stage)"),
+    FN("--pipeline-schedule", "NAME", pipeline_schedule, store_schedule, "pipeline: gpipe (default: all forwards, then all backwards) or 1f1b"),
+    STR("--save", "FILE", save, "write the trained weights as safetensors"),
+    STR("--load-weights", "FILE", load_weights, "start from the weights in FILE (safetensors, as --save writes) instead of initialising them"),
+    STR("--report", "FILE", report, "write a JSON report of the run"),
+    STR("--backup-dir", "DIR", backup_dir, "BackupAndRestore: resume an interrupted run from DIR; deleted when done"),
+    INT("--backup-every", "N", backup_every, 1, 1L << 40, "with --backup-dir: also back up every N steps (default: each epoch)"),
+    FLAG("--resume-anyway", resume_anyway, "with --backup-dir: resume a backup written by a run with another model, optimizer, --lr, --seed, --batch-size or data (default: exit 2 naming the difference)"),
+    STR("--checkpoint-dir", "DIR", ckpt_dir, "ModelCheckpoint: a checkpoint in DIR after each epoch"),
+    INT("--keep", "N", keep, 0, 1000000, "with --checkpoint-dir: keep the newest N checkpoints (default 3, 0 = all)"),
+    FLAG("--save-best-only", best_only, "with --checkpoint-dir: only when --monitor improved"),
+    STR("--monitor", "NAME", monitor, "val_loss (default), loss, val_accuracy or accuracy"),
+    INT("--early-stopping", "N", patience, 0, 1000000, "EarlyStopping: stop after N epochs without --monitor improving"),
+    STR("--csv", "FILE", csv, "CSVLogger: epoch,loss,accuracy,val_loss,val_accuracy,lr per epoch"),
+    STR("--log-dir", "DIR", log_dir, "TensorBoard event files (train/ and validation/)"),
+    INT("--log-every", "N", log_every, 0, INT_MAX, "with --log-dir: batch figures every N steps (default 0 = per epoch only)"),
+    STR("--plot", "FILE", plot, "draw loss and accuracy curves as an SVG after training"),
+    FLAG("--quiet", quiet, "no progress output"),
+    FLAG("--allow-nonfinite", allow_nonfinite, "accept NaN/Inf in float32 input files (default: exit 2 naming the element)"),
+    STR("--features", "SPEC.json", features, "with --data tfrecord:PATTERN: the tf.train.Example features x and y (docs/FORMATS.md)"),
+    STR("--test-data", "SRC", test_data, "with --data tfrecord:...: the test set, tfrecord:PATTERN (default: the Fashion-MNIST test set when the shapes match)"),
+    STR("--compression", "C", compression, "with --data tfrecord:...: none or gzip (default: gzip when PATTERN ends in .gz)"),
+    FLAG("--skip-corrupt-records", skip_corrupt, "with --data tfrecord:...: skip and count damaged records (default: exit 2 naming file and offset)"),
+    INT("--shuffle-buffer", "N", shuffle_buffer, 0, 1L << 30, "shuffle buffer in elements, 0 = no shuffling (default: the whole training set; tfrecord: 10000)"),
+    FN("--num-parallel-reads", "N", parallel_reads, store_parallel_reads, "with --data tfrecord:...: read N files at once, one record from each in turn, on N background threads (auto: one per core); as TFRecordDataset's num_parallel_reads (default: one file after the other)"),
+    STR("--cache", "FILE", cache, "with --data tfrecord:...: the first epoch writes the parsed examples to FILE (per worker: FILE.worker-R), later epochs and runs read it (docs/FORMATS.md)"),
+    STR("--cluster", "FILE", cluster, "parameter_server: the cluster JSON (with --task; default: TF_CONFIG)"),
+    STR("--task", "TYPE:INDEX", task, "parameter_server: with --cluster, this process's task (chief:0)"),
+    STR("--keys", "DIR", keys, "parameter_server: CURVE keys from 'strata keygen DIR' (default: $STRATA_KEYS)"),
+    FLAG("--insecure", insecure, "parameter_server: no CURVE encryption or authentication (trusted networks only)"),
+    INT("--steps-per-execution", "N", steps_per_execution, 1, 100000, "parameter_server: steps per closure (default 1)"),
+    FLOAT("--heartbeat-interval", "S", heartbeat_interval, 0.01, 3600, "parameter_server: worker heartbeat period; lost after 3 missed (default 1)"),
+    FLOAT("--coordinator-timeout", "S", coordinator_timeout, 0.1, 1e6, "parameter_server: servers exit 3 when the chief is silent this long (default 60)"),
+    INT("--ps-shards", "K", ps_shards, 1, 1 << 20, "parameter_server: split every variable along axis 0 into K shards on different ps (FixedShardsPartitioner)"),
+    INT("--ps-min-shard-bytes", "N", ps_min_shard_bytes, 1, 1L << 40, "parameter_server: split variables into shards of at least N bytes, at most one per ps (MinSizePartitioner)"),
+    INT("--max-staleness", "K", max_staleness, 0, 1L << 40, "parameter_server: gradients of variables more than K versions old are recomputed from fresh ones (default: unbounded)"),
+};
+#undef STR
+#undef FLAG
+#undef INT
+#undef FLOAT
+#undef FN
+#define NTRAIN ((int)(sizeof train_opts / sizeof *train_opts))
+#define GIVEN(name) (cli_get(train_opts, NTRAIN, name) != NULL)
+
+/* The values of the options not given. */
+static void train_defaults(train_cfg *c) {
+  memset(c, 0, sizeof *c);
+  c->model = "cnn";
+  c->data = "fashion-mnist";
+  c->epochs = 1;
+  c->val_freq = 1;
+  c->batch = 32;
+  c->bytes_per_pack = -1;
+  c->keep = 3;
+  c->patience = -1;
+  c->opt_kind = ST_OPT_ADAM;
+  c->strategy = ST_STRATEGY_ONE_DEVICE;
+  c->auto_shard = ST_AUTO_SHARD_AUTO;
+  c->shuffle_buffer = -1;
+  c->steps_per_execution = 1;
+  c->heartbeat_interval = 1.0;
+  c->coordinator_timeout = 60.0;
+  c->max_staleness = -1;
+}
 
 /* Outputs of the right type, none an input or another output, backup and
  * checkpoint directories apart (outputs.h); before anything is written. */
@@ -127,11 +186,11 @@ static bool check_callback_flags(const train_cfg *c) {
             c->backup_every ? "backup-every" : "resume-anyway");
     return false;
   }
-  if ((c->best_only || cli_get(train_opts, NTRAIN, "--keep")) && !c->ckpt_dir) {
+  if ((c->best_only || GIVEN("--keep")) && !c->ckpt_dir) {
     fprintf(stderr, "%s: --keep and --save-best-only need --checkpoint-dir\n", cmd);
     return false;
   }
-  if (cli_get(train_opts, NTRAIN, "--log-every") && !c->log_dir) {
+  if (GIVEN("--log-every") && !c->log_dir) {
     fprintf(stderr, "%s: --log-every needs --log-dir\n", cmd);
     return false;
   }
@@ -148,23 +207,10 @@ static bool check_callback_flags(const train_cfg *c) {
 }
 
 /* --pipeline-stages, --stage-boundaries, --micro-batches, --pipeline-schedule
- * (only with --strategy pipeline). */
-static bool parse_pipeline(const cli_opt *o, train_cfg *c) {
-  const char *cmd = "train", *v;
-  bool any = false;
-  if ((v = cli_get(o, NTRAIN, "--pipeline-stages")) &&
-      !cli_int(cmd, "--pipeline-stages", v, 1, ST_MAX_REPLICAS, &c->pipeline_stages))
-    return false;
-  if ((v = cli_get(o, NTRAIN, "--micro-batches")) &&
-      !cli_int(cmd, "--micro-batches", v, 1, 1 << 20, &c->micro_batches))
-    return false;
-  if ((v = cli_get(o, NTRAIN, "--pipeline-schedule")) &&
-      st_pipeline_schedule_parse(v, &c->pipeline_schedule) != ST_OK) {
-    fprintf(stderr, "strata train: --pipeline-schedule: %s\n", st_last_error());
-    return false;
-  }
-  c->stage_boundaries = cli_get(o, NTRAIN, "--stage-boundaries");
-  any = c->pipeline_stages || c->micro_batches || v || c->stage_boundaries;
+ * only with --strategy pipeline. */
+static bool check_pipeline_flags(const train_cfg *c) {
+  bool any = c->pipeline_stages || c->micro_batches || GIVEN("--pipeline-schedule") ||
+             c->stage_boundaries;
   if (any && c->strategy != ST_STRATEGY_PIPELINE) {
     fprintf(stderr, "strata train: --pipeline-stages, --stage-boundaries, --micro-batches and "
             "--pipeline-schedule need --strategy pipeline\n");
@@ -173,59 +219,45 @@ static bool parse_pipeline(const cli_opt *o, train_cfg *c) {
   return true;
 }
 
-/* The parameter_server flags: numbers in range, only with that strategy, and
- * the callbacks it does not run yet refused. */
-static bool check_ps_flags(const cli_opt *o, const train_cfg *c) {
+/* The parameter_server flags only with that strategy: checked before their
+ * values (an unknown --strategy is left to cli_store). */
+static bool check_ps_only(void) {
   static const char *const ps_only[] = {"--cluster", "--task", "--keys", "--insecure",
                                         "--steps-per-execution", "--heartbeat-interval",
                                         "--coordinator-timeout", "--max-staleness", "--ps-shards",
                                         "--ps-min-shard-bytes"};
-  static const char *const not_yet[] = {"--log-every", "--devices", "--replicas"};
-  bool ps = c->strategy == ST_STRATEGY_PARAMETER_SERVER;
+  const char *v = cli_get(train_opts, NTRAIN, "--strategy");
+  st_strategy_kind k = ST_STRATEGY_ONE_DEVICE;
+  if (v && st_strategy_kind_parse(v, &k) != ST_OK) return true;
   for (size_t i = 0; i < sizeof ps_only / sizeof *ps_only; i++)
-    if (!ps && cli_get(o, NTRAIN, ps_only[i])) {
+    if (k != ST_STRATEGY_PARAMETER_SERVER && GIVEN(ps_only[i])) {
       fprintf(stderr, "strata train: %s needs --strategy parameter_server\n", ps_only[i]);
       return false;
     }
+  return true;
+}
+
+/* With parameter_server: the callbacks it does not run yet refused, one
+ * partitioner. */
+static bool check_ps_flags(const train_cfg *c) {
+  static const char *const not_yet[] = {"--log-every", "--devices", "--replicas"};
+  bool ps = c->strategy == ST_STRATEGY_PARAMETER_SERVER;
   for (size_t i = 0; ps && i < sizeof not_yet / sizeof *not_yet; i++)
-    if (cli_get(o, NTRAIN, not_yet[i])) {
+    if (GIVEN(not_yet[i])) {
       fprintf(stderr, "strata train: %s is not supported with --strategy parameter_server yet\n",
               not_yet[i]);
       return false;
     }
-  const char *v;
-  long n;
-  double x;
-  if ((v = cli_get(o, NTRAIN, "--steps-per-execution")) && !cli_int("train", "--steps-per-execution", v, 1, 100000, &n)) return false;
-  if ((v = cli_get(o, NTRAIN, "--heartbeat-interval")) && !cli_float("train", "--heartbeat-interval", v, 0.01, 3600, &x)) return false;
-  if ((v = cli_get(o, NTRAIN, "--coordinator-timeout")) && !cli_float("train", "--coordinator-timeout", v, 0.1, 1e6, &x)) return false;
-  if ((v = cli_get(o, NTRAIN, "--max-staleness")) && !cli_int("train", "--max-staleness", v, 0, 1L << 40, &n)) return false;
-  if ((v = cli_get(o, NTRAIN, "--ps-shards")) && !cli_int("train", "--ps-shards", v, 1, 1 << 20, &n)) return false;
-  if ((v = cli_get(o, NTRAIN, "--ps-min-shard-bytes")) && !cli_int("train", "--ps-min-shard-bytes", v, 1, 1L << 40, &n)) return false;
-  if (cli_get(o, NTRAIN, "--ps-shards") && cli_get(o, NTRAIN, "--ps-min-shard-bytes")) {
+  if (GIVEN("--ps-shards") && GIVEN("--ps-min-shard-bytes")) {
     fprintf(stderr, "strata train: --ps-shards and --ps-min-shard-bytes are two partitioners: give one\n");
     return false;
   }
   return true;
 }
 
-/* --features, --test-data, --compression, --skip-corrupt-records (tfrecord
- * data only) and --shuffle-buffer. */
-static bool parse_tfrecord_flags(const cli_opt *o, train_cfg *c) {
-  const char *v;
-  c->features = cli_get(o, NTRAIN, "--features");
-  c->test_data = cli_get(o, NTRAIN, "--test-data");
-  c->compression = cli_get(o, NTRAIN, "--compression");
-  c->skip_corrupt = cli_get(o, NTRAIN, "--skip-corrupt-records") != NULL;
-  c->shuffle_buffer = -1;
-  if ((v = cli_get(o, NTRAIN, "--shuffle-buffer")) &&
-      !cli_int("train", "--shuffle-buffer", v, 0, 1L << 30, &c->shuffle_buffer))
-    return false;
-  c->cache = cli_get(o, NTRAIN, "--cache");
-  if ((v = cli_get(o, NTRAIN, "--num-parallel-reads")) && strcmp(v, "auto") != 0 &&
-      !cli_int("train", "--num-parallel-reads", v, 1, 256, &c->parallel_reads))
-    return false;
-  if (v && !strcmp(v, "auto")) c->parallel_reads = -1;
+/* --features, --test-data, --compression, --skip-corrupt-records,
+ * --cache and --num-parallel-reads: tfrecord data only. */
+static bool check_tfrecord_flags(const train_cfg *c) {
   bool tfr = cli_is_tfrecord(c->data);
   if (!tfr && (c->cache || c->parallel_reads)) {
     fprintf(stderr, "strata train: --cache and --num-parallel-reads need --data tfrecord:PATTERN\n");
@@ -237,10 +269,8 @@ static bool parse_tfrecord_flags(const cli_opt *o, train_cfg *c) {
     return false;
   }
   st_compression comp;
-  if (c->compression && st_compression_parse(c->compression, &comp) != ST_OK) {
-    fprintf(stderr, "strata train: --compression: %s\n", st_last_error());
+  if (c->compression && !cli_lib_ok("train", "--compression", st_compression_parse(c->compression, &comp)))
     return false;
-  }
   if (tfr && c->val_split > 0) {
     fprintf(stderr, "strata train: --validation-split needs in-memory data (IDX); with --data "
             "tfrecord:... write a separate validation set\n");
@@ -258,137 +288,39 @@ static bool parse_tfrecord_flags(const cli_opt *o, train_cfg *c) {
   return !c->features || cli_check_readable("train", "--features", c->features);
 }
 
-/* --strategy parameter_server: this process is the chief (tools/ps_coord.c);
- * cb[n]: the epoch-level callbacks the flags ask for. */
-static int run_ps(const train_cfg *c, const st_callback *cb, int n) {
-  ps_train_args a;
-  memset(&a, 0, sizeof a);
-  a.model = c->model, a.data = c->data, a.save = c->save, a.report = c->report;
-  a.epochs = c->epochs, a.batch = c->batch, a.seed = c->seed, a.train_examples = c->train_examples;
-  a.val_split = c->val_split, a.lr = c->lr, a.opt = c->opt, a.quiet = c->quiet;
-  const char *v;
-  a.cluster_file = cli_get(train_opts, NTRAIN, "--cluster");
-  a.task = cli_get(train_opts, NTRAIN, "--task");
-  a.keys = cli_get(train_opts, NTRAIN, "--keys");
-  if (!a.keys) a.keys = getenv("STRATA_KEYS");
-  a.insecure = cli_get(train_opts, NTRAIN, "--insecure") != NULL;
-  a.steps_per_execution = (v = cli_get(train_opts, NTRAIN, "--steps-per-execution")) ? atol(v) : 1;
-  a.heartbeat_interval = (v = cli_get(train_opts, NTRAIN, "--heartbeat-interval")) ? atof(v) : 1.0;
-  a.coordinator_timeout = (v = cli_get(train_opts, NTRAIN, "--coordinator-timeout")) ? atof(v) : 60.0;
-  a.max_staleness = (v = cli_get(train_opts, NTRAIN, "--max-staleness")) ? atol(v) : -1;
-  a.ps_shards = (v = cli_get(train_opts, NTRAIN, "--ps-shards")) ? atol(v) : 0;
-  a.ps_min_shard_bytes = (v = cli_get(train_opts, NTRAIN, "--ps-min-shard-bytes")) ? atol(v) : 0;
-  a.backup_dir = c->backup_dir, a.backup_every = c->backup_every, a.resume_anyway = c->resume_anyway;
-  a.callbacks = cb, a.ncallbacks = n, a.plot = c->plot;
-  return ps_train(&a);
-}
-
-static bool parse_train(const cli_opt *o, train_cfg *c) {
-  const char *cmd = "train", *v;
-  memset(c, 0, sizeof *c);
-  c->model = cli_get(o, NTRAIN, "--model") ? cli_get(o, NTRAIN, "--model") : "cnn";
-  c->data = cli_get(o, NTRAIN, "--data") ? cli_get(o, NTRAIN, "--data") : "fashion-mnist";
-  c->save = cli_get(o, NTRAIN, "--save");
-  c->report = cli_get(o, NTRAIN, "--report");
-  c->quiet = cli_get(o, NTRAIN, "--quiet") != NULL;
-  c->allow_nonfinite = cli_get(o, NTRAIN, "--allow-nonfinite") != NULL;
-  c->resume_anyway = cli_get(o, NTRAIN, "--resume-anyway") != NULL;
-  c->epochs = 1;
-  c->val_freq = 1;
-  c->batch = 32;
-  st_optimizer_kind ok = ST_OPT_ADAM;
-  if ((v = cli_get(o, NTRAIN, "--epochs")) && !cli_int(cmd, "--epochs", v, 1, 100000, &c->epochs)) return false;
-  if ((v = cli_get(o, NTRAIN, "--batch-size")) && !cli_int(cmd, "--batch-size", v, 1, 1 << 20, &c->batch)) return false;
-  if ((v = cli_get(o, NTRAIN, "--seed")) && !cli_int(cmd, "--seed", v, 0, 0x7fffffffL, &c->seed)) return false;
-  if ((v = cli_get(o, NTRAIN, "--threads")) && !cli_int(cmd, "--threads", v, 1, 1024, &c->threads)) return false;
-  if ((v = cli_get(o, NTRAIN, "--replicas")) && !cli_int(cmd, "--replicas", v, 1, ST_MAX_REPLICAS, &c->replicas)) return false;
-  c->devices = cli_get(o, NTRAIN, "--devices");
-  if ((v = cli_get(o, NTRAIN, "--logical-gpus")) && !cli_int(cmd, "--logical-gpus", v, 1, ST_MAX_REPLICAS, &c->logical_gpus)) return false;
-  c->cross_ops = cli_get(o, NTRAIN, "--cross-device-ops");
-  c->bytes_per_pack = -1;
-  if ((v = cli_get(o, NTRAIN, "--bytes-per-pack")) &&
-      !cli_int(cmd, "--bytes-per-pack", v, 0, 1L << 40, &c->bytes_per_pack))
-    return false;
-  c->no_overlap = cli_get(o, NTRAIN, "--no-overlap") != NULL;
-  c->shard_optimizer = cli_get(o, NTRAIN, "--shard-optimizer") != NULL;
-  c->backup_dir = cli_get(o, NTRAIN, "--backup-dir");
-  c->ckpt_dir = cli_get(o, NTRAIN, "--checkpoint-dir");
-  c->monitor = cli_get(o, NTRAIN, "--monitor");
-  c->csv = cli_get(o, NTRAIN, "--csv");
-  c->log_dir = cli_get(o, NTRAIN, "--log-dir");
-  c->plot = cli_get(o, NTRAIN, "--plot");
-  c->best_only = cli_get(o, NTRAIN, "--save-best-only") != NULL;
-  c->keep = 3;
-  c->patience = -1;
-  if ((v = cli_get(o, NTRAIN, "--backup-every")) && !cli_int(cmd, "--backup-every", v, 1, 1L << 40, &c->backup_every)) return false;
-  if ((v = cli_get(o, NTRAIN, "--keep")) && !cli_int(cmd, "--keep", v, 0, 1000000, &c->keep)) return false;
-  if ((v = cli_get(o, NTRAIN, "--early-stopping")) && !cli_int(cmd, "--early-stopping", v, 0, 1000000, &c->patience)) return false;
-  if ((v = cli_get(o, NTRAIN, "--log-every")) && !cli_int(cmd, "--log-every", v, 0, INT_MAX, &c->log_every)) return false;
-  if ((v = cli_get(o, NTRAIN, "--train-examples")) && !cli_int(cmd, "--train-examples", v, 1, 1L << 40, &c->train_examples)) return false;
-  if ((v = cli_get(o, NTRAIN, "--validation-split")) && !cli_float(cmd, "--validation-split", v, 0.0, 0.99, &c->val_split)) return false;
-  if ((v = cli_get(o, NTRAIN, "--validation-freq")) && !cli_int(cmd, "--validation-freq", v, 1, 100000, &c->val_freq)) return false;
-  if ((v = cli_get(o, NTRAIN, "--optimizer")) && st_optimizer_parse(v, &ok) != ST_OK) {
-    fprintf(stderr, "strata train: --optimizer: %s\n", st_last_error());
-    return false;
-  }
-  c->opt = st_optimizer_default_options(ok);
-  if ((v = cli_get(o, NTRAIN, "--lr"))) {
-    if (!cli_float(cmd, "--lr", v, 1e-12, 1e6, &c->lr)) return false;
-    c->opt.lr = st_schedule_constant((float)c->lr);
-  }
-  c->lr = c->opt.lr.initial;
-  c->strategy = ST_STRATEGY_ONE_DEVICE;
-  if ((v = cli_get(o, NTRAIN, "--strategy")) && st_strategy_kind_parse(v, &c->strategy) != ST_OK) {
-    fprintf(stderr, "strata train: --strategy: %s\n", st_last_error());
-    return false;
-  }
+/* --devices, --replicas, --cross-device-ops, --bytes-per-pack,
+ * --no-overlap, --shard-optimizer, --auto-shard, --collective-timeout and
+ * --threads: only with the strategies that have them. */
+static bool check_strategy_flags(const train_cfg *c) {
   bool mwms = c->strategy == ST_STRATEGY_MULTI_WORKER_MIRRORED;
-  if (!parse_pipeline(o, c)) return false;
   bool multi = c->strategy == ST_STRATEGY_MIRRORED || c->strategy == ST_STRATEGY_CENTRAL_STORAGE || mwms;
   bool mirrored = c->strategy == ST_STRATEGY_MIRRORED || mwms;
-  if (!multi && (c->replicas || c->cross_ops || (c->devices && c->strategy != ST_STRATEGY_PIPELINE))) {
-    fprintf(stderr, "strata train: --devices, --replicas and --cross-device-ops need "
-            "--strategy mirrored, central_storage or multi_worker_mirrored\n");
-    return false;
-  }
-  if (!mirrored && (c->bytes_per_pack >= 0 || c->no_overlap)) {
-    fprintf(stderr, "strata train: --bytes-per-pack and --no-overlap need --strategy mirrored "
-            "or multi_worker_mirrored\n");
-    return false;
-  }
-  if (!mirrored && c->shard_optimizer) {
-    fprintf(stderr, "strata train: --shard-optimizer needs --strategy mirrored or "
-            "multi_worker_mirrored\n");
-    return false;
-  }
-  c->auto_shard = ST_AUTO_SHARD_AUTO;
-  if ((v = cli_get(o, NTRAIN, "--auto-shard")) && st_auto_shard_parse(v, &c->auto_shard) != ST_OK) {
-    fprintf(stderr, "strata train: --auto-shard: %s\n", st_last_error());
-    return false;
-  }
-  if ((v = cli_get(o, NTRAIN, "--collective-timeout")) &&
-      !cli_float(cmd, "--collective-timeout", v, 0.001, 1e7, &c->collective_timeout))
-    return false;
   bool pipe = c->strategy == ST_STRATEGY_PIPELINE; /* under mpirun: --collective-timeout */
-  if ((!mwms && cli_get(o, NTRAIN, "--auto-shard")) ||
-      (!mwms && !pipe && cli_get(o, NTRAIN, "--collective-timeout"))) {
-    fprintf(stderr, "strata train: --auto-shard and --collective-timeout need --strategy "
-            "multi_worker_mirrored\n");
+  const char *msg = NULL;
+  if (!multi && (c->replicas || c->cross_ops || (c->devices && !pipe)))
+    msg = "--devices, --replicas and --cross-device-ops need --strategy mirrored, "
+          "central_storage or multi_worker_mirrored";
+  else if (!mirrored && (c->bytes_per_pack >= 0 || c->no_overlap))
+    msg = "--bytes-per-pack and --no-overlap need --strategy mirrored or multi_worker_mirrored";
+  else if (!mirrored && c->shard_optimizer)
+    msg = "--shard-optimizer needs --strategy mirrored or multi_worker_mirrored";
+  else if ((!mwms && GIVEN("--auto-shard")) || (!mwms && !pipe && GIVEN("--collective-timeout")))
+    msg = "--auto-shard and --collective-timeout need --strategy multi_worker_mirrored";
+  else if (c->threads && c->strategy != ST_STRATEGY_ONE_DEVICE)
+    msg = "--threads is for --strategy one_device (use --replicas)";
+  if (msg) fprintf(stderr, "strata train: %s\n", msg);
+  return msg == NULL;
+}
+
+/* --load-weights readable (not with parameter_server); --model known; the
+ * outputs' directories writable and the paths apart (check_paths). */
+static bool check_files(const train_cfg *c) {
+  const char *cmd = "train";
+  if (c->load_weights && c->strategy == ST_STRATEGY_PARAMETER_SERVER) {
+    fprintf(stderr, "strata train: --load-weights is not supported with --strategy parameter_server\n");
     return false;
   }
-  if (c->threads && c->strategy != ST_STRATEGY_ONE_DEVICE) {
-    fprintf(stderr, "strata train: --threads is for --strategy one_device (use --replicas)\n");
-    return false;
-  }
-  if (!check_ps_flags(o, c)) return false;
-  if (!check_callback_flags(c)) return false;
-  if (!parse_tfrecord_flags(o, c)) return false;
-  if ((c->load_weights = cli_get(o, NTRAIN, "--load-weights")) &&
-      (c->strategy == ST_STRATEGY_PARAMETER_SERVER || !cli_check_readable(cmd, "--load-weights", c->load_weights))) {
-    if (c->strategy == ST_STRATEGY_PARAMETER_SERVER)
-      fprintf(stderr, "strata train: --load-weights is not supported with --strategy parameter_server\n");
-    return false;
-  }
+  if (c->load_weights && !cli_check_readable(cmd, "--load-weights", c->load_weights)) return false;
   bool json = cli_is_json_model(c->model), known = json;
   for (const char *const *n = st_builtin_model_names(); *n; n++) known |= !strcmp(*n, c->model);
   if (known)
@@ -402,6 +334,36 @@ static bool parse_train(const cli_opt *o, train_cfg *c) {
   fprintf(stderr, "strata train: --model: unknown model '%s' (built-in models: mlp, cnn; or a "
           "Keras FILE.json)\n", c->model);
   return false;
+}
+
+/* --strategy parameter_server: this process is the chief (tools/ps_coord.c);
+ * cb[n]: the epoch-level callbacks the flags ask for. */
+static int run_ps(const train_cfg *c, const st_callback *cb, int n) {
+  ps_train_args a;
+  memset(&a, 0, sizeof a);
+  a.model = c->model, a.data = c->data, a.save = c->save, a.report = c->report;
+  a.epochs = c->epochs, a.batch = c->batch, a.seed = c->seed, a.train_examples = c->train_examples;
+  a.val_split = c->val_split, a.lr = c->lr, a.opt = c->opt, a.quiet = c->quiet;
+  a.cluster_file = c->cluster, a.task = c->task, a.keys = c->keys ? c->keys : getenv("STRATA_KEYS");
+  a.insecure = c->insecure;
+  a.steps_per_execution = c->steps_per_execution;
+  a.heartbeat_interval = c->heartbeat_interval, a.coordinator_timeout = c->coordinator_timeout;
+  a.max_staleness = c->max_staleness;
+  a.ps_shards = c->ps_shards, a.ps_min_shard_bytes = c->ps_min_shard_bytes;
+  a.backup_dir = c->backup_dir, a.backup_every = c->backup_every, a.resume_anyway = c->resume_anyway;
+  a.callbacks = cb, a.ncallbacks = n, a.plot = c->plot;
+  return ps_train(&a);
+}
+
+/* The options into c: values first (table order), then the combinations. */
+static bool parse_train(train_cfg *c) {
+  train_defaults(c);
+  if (!check_ps_only() || !cli_store("train", train_opts, NTRAIN, c)) return false;
+  c->opt = st_optimizer_default_options(c->opt_kind);
+  if (GIVEN("--lr")) c->opt.lr = st_schedule_constant((float)c->lr);
+  c->lr = c->opt.lr.initial;
+  return check_pipeline_flags(c) && check_strategy_flags(c) && check_ps_flags(c) &&
+         check_callback_flags(c) && check_tfrecord_flags(c) && check_files(c);
 }
 
 /* SIGTERM (a scheduler preempting the job) or SIGINT (Ctrl-C): fit stops at
@@ -577,30 +539,8 @@ static int load_tfrecord(const train_cfg *c, const st_strategy_options *so,
   return cli_load_tfrecord("train", a, d);
 }
 
-static int run_train(const train_cfg *c) {
-  if (c->strategy == ST_STRATEGY_PARAMETER_SERVER) return run_ps_chief(c);
-  double t0 = st_now_seconds();
-  catch_stop_signals(); /* a signal while loading stops fit before its first step */
-  cli_data d;
-  bool tfr = cli_is_tfrecord(c->data);
-  cli_tfrecord_tally tally = {0, 0};
-  cli_tfrecord_args ta = {.tally = &tally};
-  memset(&d, 0, sizeof d);
-  int rc = tfr ? EXIT_OK : cli_load_data("train", c->data, c->val_split, c->train_examples, (int)c->batch,
-                         (uint64_t)c->seed, c->allow_nonfinite, &d);
-  if (!rc && !tfr && c->shuffle_buffer >= 0)
-    rc = cli_set_shuffle_buffer("train", &d, c->shuffle_buffer ? c->shuffle_buffer : -1);
-  if (rc) {
-    cli_free_data(&d);
-    return rc;
-  }
-  st_strategy *strategy = NULL;
-  st_model *model = NULL;
-  st_history h = {0};
-  st_eval_result test = {0};
-  dir_locks locks = {{-1, 0}, {-1, 0}};
-  bool chief = false;
-  time_t started = time(NULL);
+/* The strategy the flags ask for (tfrecord data: auto-shard by file). */
+static st_strategy_options strategy_options(const train_cfg *c, bool tfr) {
   st_strategy_options so = st_strategy_default_options(c->strategy);
   so.threads = (int)c->threads;
   so.devices = c->devices;
@@ -617,68 +557,111 @@ static int run_train(const train_cfg *c) {
   so.micro_batches = (int)c->micro_batches;
   so.pipeline_schedule = c->pipeline_schedule;
   if (tfr && so.auto_shard == ST_AUTO_SHARD_AUTO) so.auto_shard = ST_AUTO_SHARD_FILE;
-  st_status s = build_model(c->model, &so, (uint64_t)c->seed, &c->opt, &strategy, &model);
-  if (s != ST_OK) goto fail;
-  if (c->load_weights && (s = st_model_load_weights(model, c->load_weights)) != ST_OK) goto fail;
-  if (tfr && (rc = load_tfrecord(c, &so, strategy, &ta, &d)) != EXIT_OK) goto done;
-  if ((rc = cli_match_model_input("train", &d, st_model_input_shape(model))) != EXIT_OK)
-    goto done;
-  chief = st_strategy_is_chief(strategy);
-  if (chief && (s = lock_dirs(c, &locks)) != ST_OK) {
-    rc = s == ST_ERR_IO ? EXIT_WRITE : cli_fail("train", s);
-    if (s == ST_ERR_IO) fprintf(stderr, "strata train: %s\n", st_last_error());
-    goto done;
-  }
+  return so;
+}
+
+/* A failure while training or writing: ST_ERR_IO exits 4 (naming the
+ * file), anything else as cli_fail. */
+static int train_fail(st_status s) {
+  int rc = s == ST_ERR_IO ? EXIT_WRITE : cli_fail("train", s);
+  if (s == ST_ERR_IO) fprintf(stderr, "strata train: %s\n", st_last_error());
+  return rc;
+}
+
+/* IDX data (tfrecord data waits for the strategy: load_tfrecord). */
+static int load_idx(const train_cfg *c, cli_data *d) {
+  int rc = cli_load_data("train", c->data, c->val_split, c->train_examples, (int)c->batch,
+                         (uint64_t)c->seed, c->allow_nonfinite, d);
+  if (!rc && c->shuffle_buffer >= 0)
+    rc = cli_set_shuffle_buffer("train", d, c->shuffle_buffer ? c->shuffle_buffer : -1);
+  return rc;
+}
+
+/* st_model_fit with the callbacks the flags ask for; an exit code. */
+static int fit(const train_cfg *c, bool chief, st_model *model, const st_strategy *strategy,
+               cli_data *d, const cli_tfrecord_args *ta, st_history *h) {
   callbacks cbs;
-  if ((s = make_callbacks(c, chief, saves_everywhere(strategy), &cbs)) != ST_OK) goto fail;
+  st_status s = make_callbacks(c, chief, saves_everywhere(strategy), &cbs);
+  if (s != ST_OK) return cli_fail("train", s);
   st_fit_options fo = st_fit_default_options();
   fo.epochs = (int)c->epochs;
-  fo.validation = d.val;
+  fo.validation = d->val;
   fo.callbacks = cbs.cb;
   fo.ncallbacks = cbs.n;
   fo.backup_dir = c->backup_dir;
   fo.backup_every_steps = c->backup_every;
-  fo.data_fingerprint = d.fingerprint;
+  fo.data_fingerprint = d->fingerprint;
   fo.resume_anyway = c->resume_anyway;
   fo.validation_freq = (int)c->val_freq;
-  s = st_model_fit(model, d.train, &fo, &h);
+  s = st_model_fit(model, d->train, &fo, h);
   free_callbacks(&cbs);
-  if (tfr && !c->quiet) cli_tfrecord_report("train", &ta, &d);
-  if (s != ST_OK) {
-    rc = s == ST_ERR_IO ? EXIT_WRITE : cli_fail("train", s);
-    if (s == ST_ERR_IO) fprintf(stderr, "strata train: %s\n", st_last_error());
-    goto done;
-  }
+  if (cli_is_tfrecord(c->data) && !c->quiet) cli_tfrecord_report("train", ta, d);
+  return s == ST_OK ? EXIT_OK : train_fail(s);
+}
+
+/* After fit: the test set, then (the chief) --plot, the result line,
+ * --save and --report. */
+static int finish_train(const train_cfg *c, bool chief, st_model *model, const st_strategy *strategy,
+                        const st_history *h, const cli_data *d, double t0) {
+  st_eval_result test = {0};
+  st_status s = st_model_evaluate(model, d->test, &test);
+  if (s == ST_OK && !chief && c->save && saves_everywhere(strategy))
+    s = st_model_save_weights(model, c->save); /* sends its stage to the chief */
+  if (s != ST_OK) return cli_fail("train", s);
+  if (!chief) return EXIT_OK; /* the chief reports and writes */
   char title[PATH_MAX + 64]; /* the whole --model path (512 bytes cut it mid-UTF-8) */
   snprintf(title, sizeof title, "%s \u2014 %s", c->model, st_strategy_kind_name(c->strategy));
-  if ((s = st_model_evaluate(model, d.test, &test)) != ST_OK) goto fail;
-  if (!chief && c->save && saves_everywhere(strategy) &&
-      (s = st_model_save_weights(model, c->save)) != ST_OK) /* sends its stage to the chief */
-    goto fail;
-  if (!chief) goto done; /* the chief reports and writes */
-  if (c->plot && (s = st_plot_history_svg(&h, title, c->plot)) != ST_OK) {
+  if (c->plot && st_plot_history_svg(h, title, c->plot) != ST_OK) {
     fprintf(stderr, "strata train: --plot: %s\n", st_last_error());
-    rc = EXIT_WRITE;
-    goto done;
+    return EXIT_WRITE;
   }
   printf("test_loss: %.4f - test_accuracy: %.4f - samples/s: %.0f\n", test.loss, test.accuracy,
-         h.samples_per_sec);
-  if (c->save && (s = st_model_save_weights(model, c->save)) != ST_OK) {
+         h->samples_per_sec);
+  if (c->save && st_model_save_weights(model, c->save) != ST_OK) {
     fprintf(stderr, "strata train: --save: %s\n", st_last_error());
-    rc = EXIT_WRITE;
-    goto done;
+    return EXIT_WRITE;
   }
   report_info ri = {c->model, st_strategy_kind_name(c->strategy), st_optimizer_name(c->opt.kind),
                     st_strategy_num_replicas_in_sync(strategy), (int)c->batch, (uint64_t)c->seed,
-                    c->lr, d.n_train, d.n_val, &h, test, st_now_seconds() - t0, strategy};
+                    c->lr, d->n_train, d->n_val, h, test, st_now_seconds() - t0, strategy};
   if (c->report && report_write(c->report, &ri) != 0) {
     fprintf(stderr, "strata train: --report %s: could not write the file\n", c->report);
-    rc = EXIT_WRITE;
+    return EXIT_WRITE;
   }
-  goto done;
-fail:
-  rc = cli_fail("train", s);
-done:
+  return EXIT_OK;
+}
+
+static int run_train(const train_cfg *c) {
+  if (c->strategy == ST_STRATEGY_PARAMETER_SERVER) return run_ps_chief(c);
+  double t0 = st_now_seconds();
+  catch_stop_signals(); /* a signal while loading stops fit before its first step */
+  cli_data d;
+  bool tfr = cli_is_tfrecord(c->data);
+  cli_tfrecord_tally tally = {0, 0};
+  cli_tfrecord_args ta = {.tally = &tally};
+  memset(&d, 0, sizeof d);
+  int rc = tfr ? EXIT_OK : load_idx(c, &d);
+  if (rc) {
+    cli_free_data(&d);
+    return rc;
+  }
+  st_strategy *strategy = NULL;
+  st_model *model = NULL;
+  st_history h = {0};
+  dir_locks locks = {{-1, 0}, {-1, 0}};
+  bool chief = false;
+  time_t started = time(NULL);
+  st_strategy_options so = strategy_options(c, tfr);
+  st_status s = build_model(c->model, &so, (uint64_t)c->seed, &c->opt, &strategy, &model);
+  if (s == ST_OK && c->load_weights) s = st_model_load_weights(model, c->load_weights);
+  if (s != ST_OK) rc = cli_fail("train", s);
+  else if (tfr) rc = load_tfrecord(c, &so, strategy, &ta, &d);
+  if (rc == EXIT_OK) rc = cli_match_model_input("train", &d, st_model_input_shape(model));
+  if (rc == EXIT_OK && (chief = st_strategy_is_chief(strategy)) &&
+      (s = lock_dirs(c, &locks)) != ST_OK)
+    rc = train_fail(s);
+  if (rc == EXIT_OK) rc = fit(c, chief, model, strategy, &d, &ta, &h);
+  if (rc == EXIT_OK) rc = finish_train(c, chief, model, strategy, &h, &d, t0);
   if (rc == EXIT_OK && chief) clean_stale(c, started);
   unlock_dirs(c, &locks);
   st_history_destroy(&h);
@@ -692,72 +675,85 @@ int cmd_train(int argc, char **argv) {
   int rc = cli_parse("train", TRAIN_USAGE, argc, argv, train_opts, NTRAIN);
   if (rc) return rc < 0 ? EXIT_OK : rc;
   train_cfg c;
-  if (!parse_train(train_opts, &c)) return EXIT_USAGE;
+  if (!parse_train(&c)) return EXIT_USAGE;
   return run_train(&c);
 }
 
 /* ---- evaluate ---- */
+typedef struct eval_cfg {
+  const char *model, *weights, *data;
+  long batch;
+} eval_cfg;
+
 static cli_opt eval_opts[] = {
-    {"--model", "NAME", "built-in model the weights belong to: mlp or cnn (required)", NULL},
-    {"--weights", "FILE", "safetensors file written by 'strata train --save' (required)", NULL},
-    {"--data", "SRC", "fashion-mnist (default) or a DIR of MNIST-style IDX files", NULL},
-    {"--batch-size", "B", "evaluation batch size (default 256)", NULL},
+    CLI_OPT_STR("--model", "NAME", eval_cfg, model, "built-in model the weights belong to: mlp or cnn (required)"),
+    CLI_OPT_STR("--weights", "FILE", eval_cfg, weights, "safetensors file written by 'strata train --save' (required)"),
+    CLI_OPT_STR("--data", "SRC", eval_cfg, data, "fashion-mnist (default) or a DIR of MNIST-style IDX files"),
+    CLI_OPT_INT("--batch-size", "B", eval_cfg, batch, 1, 1 << 20, "evaluation batch size (default 256)"),
 };
 #define NEVAL ((int)(sizeof eval_opts / sizeof *eval_opts))
 
-int cmd_evaluate(int argc, char **argv) {
-  int rc = cli_parse("evaluate", "--model NAME --weights FILE [--data SRC]", argc, argv,
-                     eval_opts, NEVAL);
-  if (rc) return rc < 0 ? EXIT_OK : rc;
-  const char *name = cli_get(eval_opts, NEVAL, "--model");
-  const char *weights = cli_get(eval_opts, NEVAL, "--weights");
-  const char *data = cli_get(eval_opts, NEVAL, "--data");
-  const char *bv = cli_get(eval_opts, NEVAL, "--batch-size");
-  long batch = 256;
-  if (!name || !weights) {
-    fprintf(stderr, "strata evaluate: --model and --weights are required (see 'strata evaluate --help')\n");
-    return EXIT_USAGE;
-  }
-  if (bv && !cli_int("evaluate", "--batch-size", bv, 1, 1 << 20, &batch)) return EXIT_USAGE;
-  if ((cli_is_json_model(name) && !cli_check_readable("evaluate", "--model", name)) ||
-      !cli_check_readable("evaluate", "--weights", weights))
-    return EXIT_USAGE;
-  cli_data d;
-  if ((rc = cli_load_data("evaluate", data ? data : "fashion-mnist", 0, 0, (int)batch, 0, false, &d)))
-    return rc;
+/* The weights of the model on the test set: the result line. */
+static int evaluate(const eval_cfg *e, cli_data *d) {
   st_strategy *strategy = NULL;
   st_model *model = NULL;
   st_eval_result r;
   st_optimizer_options opt = st_optimizer_default_options(ST_OPT_ADAM);
   st_strategy_options so = st_strategy_default_options(ST_STRATEGY_ONE_DEVICE);
-  st_status s = build_model(name, &so, 0, &opt, &strategy, &model);
-  if (s == ST_OK && (rc = cli_match_model_input("evaluate", &d, st_model_input_shape(model)))) {
+  st_status s = build_model(e->model, &so, 0, &opt, &strategy, &model);
+  int rc = EXIT_OK;
+  if (s == ST_OK && (rc = cli_match_model_input("evaluate", d, st_model_input_shape(model)))) {
     st_model_destroy(model);
     st_strategy_destroy(strategy);
-    cli_free_data(&d);
     return rc;
   }
-  if (s == ST_OK) s = st_model_load_weights(model, weights);
-  if (s == ST_OK) s = st_model_evaluate(model, d.test, &r);
+  if (s == ST_OK) s = st_model_load_weights(model, e->weights);
+  if (s == ST_OK) s = st_model_evaluate(model, d->test, &r);
   if (s == ST_OK)
     printf("test_loss: %.4f - test_accuracy: %.4f - examples: %lld\n", r.loss, r.accuracy,
            (long long)r.examples);
   rc = s == ST_OK ? EXIT_OK : cli_fail("evaluate", s);
   st_model_destroy(model);
   st_strategy_destroy(strategy);
+  return rc;
+}
+
+int cmd_evaluate(int argc, char **argv) {
+  int rc = cli_parse("evaluate", "--model NAME --weights FILE [--data SRC]", argc, argv,
+                     eval_opts, NEVAL);
+  if (rc) return rc < 0 ? EXIT_OK : rc;
+  eval_cfg e = {NULL, NULL, "fashion-mnist", 256};
+  if (!cli_get(eval_opts, NEVAL, "--model") || !cli_get(eval_opts, NEVAL, "--weights")) {
+    fprintf(stderr, "strata evaluate: --model and --weights are required (see 'strata evaluate --help')\n");
+    return EXIT_USAGE;
+  }
+  if (!cli_store("evaluate", eval_opts, NEVAL, &e)) return EXIT_USAGE;
+  if ((cli_is_json_model(e.model) && !cli_check_readable("evaluate", "--model", e.model)) ||
+      !cli_check_readable("evaluate", "--weights", e.weights))
+    return EXIT_USAGE;
+  cli_data d;
+  if ((rc = cli_load_data("evaluate", e.data, 0, 0, (int)e.batch, 0, false, &d))) return rc;
+  rc = evaluate(&e, &d);
   cli_free_data(&d);
   return rc;
 }
 
 /* ---- summary ---- */
+typedef struct summary_cfg {
+  const char *model;
+} summary_cfg;
+
 static cli_opt summary_opts[] = {
-    {"--model", "NAME", "built-in model mlp or cnn (default cnn), or a Keras FILE.json", NULL},
+    CLI_OPT_STR("--model", "NAME", summary_cfg, model, "built-in model mlp or cnn (default cnn), or a Keras FILE.json"),
 };
+#define NSUMMARY ((int)(sizeof summary_opts / sizeof *summary_opts))
 
 int cmd_summary(int argc, char **argv) {
-  int rc = cli_parse("summary", "[--model mlp|cnn]", argc, argv, summary_opts, 1);
+  int rc = cli_parse("summary", "[--model mlp|cnn]", argc, argv, summary_opts, NSUMMARY);
   if (rc) return rc < 0 ? EXIT_OK : rc;
-  const char *name = summary_opts[0].value ? summary_opts[0].value : "cnn";
+  summary_cfg c = {"cnn"};
+  if (!cli_store("summary", summary_opts, NSUMMARY, &c)) return EXIT_USAGE;
+  const char *name = c.model;
   st_model_options mo = st_model_default_options(st_shape3(28, 28, 1));
   st_model *m = NULL;
   if (cli_is_json_model(name) && !cli_check_readable("summary", "--model", name))

@@ -4,6 +4,8 @@
  *   strata launch --workers N --ps M -- train ...   a whole cluster on
  *                                     loopback (ps_launch.c)
  *   strata keygen DIR                 CURVE keys for a cluster (ps_launch.c)
+ *   strata launch --workers N -- train ... --strategy multi_worker_mirrored
+ *                                     N TF_CONFIG workers (launch_mw.c)
  * and what they share (st__ps_job.c): the job the chief sends every server, the
  * model built from it, and the placement of variables on the ps tasks.
  *
@@ -24,14 +26,19 @@
 #define STRATA_TOOLS_PS_H
 
 #include "cli.h"
-#include "distribute/ps/cluster.h"
-#include "distribute/ps/transport.h"
-#include "model/model.h"
-#include "train/ps_job.h"
 
-/* The cluster of this process: --cluster FILE with --task, or TF_CONFIG.
- * Prints the error and returns EXIT_USAGE on failure. */
-int ps_load_cluster(const char *cmd, const char *cluster_file, const char *task, st_ps_cluster *c);
+/* The task of this process in its cluster (--cluster FILE with --task, or
+ * TF_CONFIG): *role "chief", "worker" or "ps", and *index. Prints the error
+ * and returns EXIT_USAGE (EXIT_FAIL when out of memory) on failure
+ * (ps_launch.c, the one CLI file that reads clusters). */
+int ps_load_task(const char *cmd, const char *cluster_file, const char *task, const char **role,
+                 int *index);
+
+/* A free TCP port on 127.0.0.1 for a task launch starts (ps_launch.c), or -1. */
+int launch_free_port(st_rng *r);
+/* strata launch with `--strategy multi_worker_mirrored` after `--` (its
+ * options already parsed: workers, whether --ps was given): launch_mw.c. */
+int launch_multi_worker(int argc, char **argv, int dd, long workers, bool ps_given);
 
 int cmd_server(int argc, char **argv);
 int cmd_launch(int argc, char **argv);

@@ -105,15 +105,13 @@ static int finish(const ps_train_args *a, cli_data *d, st_ps_train_result *r, do
 
 int ps_train(const ps_train_args *a) {
   double t0 = st_now_seconds();
-  st_ps_cluster cluster; /* checked here first: the CLI's messages and exit codes */
-  int rc = ps_load_cluster("train", a->cluster_file, a->task, &cluster);
+  const char *role; /* the task, checked here first: the CLI's messages and exit codes */
+  int index;
+  int rc = ps_load_task("train", a->cluster_file, a->task, &role, &index);
   if (rc) return rc;
-  st_ps_role role = cluster.self_role;
-  int index = cluster.self_index;
-  st__ps_cluster_free(&cluster);
-  if (role != ST_PS_CHIEF) {
+  if (strcmp(role, "chief")) {
     fprintf(stderr, "strata train: task %s:%d: --strategy parameter_server runs on the chief; start "
-            "workers and ps with 'strata server'\n", st__ps_role_name(role), index);
+            "workers and ps with 'strata server'\n", role, index);
     return EXIT_USAGE;
   }
   if (a->insecure)

@@ -1,7 +1,8 @@
 /* strata launch: a whole parameter-server cluster on this machine (loopback,
  * free ports, CURVE keys in a temp directory, TF_CONFIG per process), its
- * signals forwarded, torn down when the chief ends; and strata keygen: CURVE
- * keys for a cluster. */
+ * signals forwarded, torn down when the chief ends (with `--strategy
+ * multi_worker_mirrored` after `--`: its workers instead, launch_mw.c); and
+ * strata keygen: CURVE keys for a cluster. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -14,17 +15,29 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "distribute/ps/cluster.h"
+#include "distribute/ps/transport.h"
 #include "ps.h"
+#include "train/ps_job.h"
 
-#define LAUNCH_USAGE "--workers N --ps M [--insecure] [--restart-failed] -- train [train options]"
+#define LAUNCH_USAGE "--workers N --ps M [--insecure] [--restart-failed] -- train [train options]\n" \
+  "       strata launch --workers N -- train [train options] --strategy multi_worker_mirrored"
+
+typedef struct launch_cfg {
+  long workers, ps;
+  bool insecure, restart_failed;
+} launch_cfg;
 
 static cli_opt launch_opts[] = {
-    {"--workers", "N", "worker tasks (default 2)", NULL},
-    {"--ps", "M", "parameter-server tasks (default 1)", NULL},
-    {"--insecure", NULL, "no CURVE keys (trusted networks only)", NULL},
-    {"--restart-failed", NULL, "start a worker or ps that dies again (up to 10 times per task); a worker rejoins the job, a ps reloads the latest --backup-dir backup", NULL},
+    CLI_OPT_INT("--workers", "N", launch_cfg, workers, 1, 64, "worker tasks (default 2)"),
+    CLI_OPT_INT("--ps", "M", launch_cfg, ps, 1, 64, "parameter-server tasks (default 1)"),
+    CLI_OPT_FLAG("--insecure", launch_cfg, insecure, "no CURVE keys (trusted networks only)"),
+    CLI_OPT_FLAG("--restart-failed", launch_cfg, restart_failed, "start a worker or ps that dies again (up to 10 times per task); a worker rejoins the job, a ps reloads the latest --backup-dir backup"),
 };
 #define NLAUNCH ((int)(sizeof launch_opts / sizeof *launch_opts))
+
+static int ps_load_cluster(const char *cmd, const char *cluster_file, const char *task,
+                           st_ps_cluster *c);
 
 static volatile sig_atomic_t g_sig;
 static void on_sig(int sig) { g_sig = sig; }
@@ -32,7 +45,7 @@ static void on_sig(int sig) { g_sig = sig; }
 /* A free TCP port on 127.0.0.1, below Linux's ephemeral range (32768-60999)
  * so that no outgoing connection takes it between this check and the
  * server's bind: random ports in 20000..32767 until one binds. */
-static int free_port(st_rng *r) {
+int launch_free_port(st_rng *r) {
   for (int tries = 0; tries < 1000; tries++) {
     int port = 20000 + (int)st_rng_below(r, 12768);
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -69,7 +82,7 @@ static st_status make_cluster(int nw, int nps, st_ps_cluster *c) {
       st_ps_task *t = &c->tasks[r][i];
       t->role = (st_ps_role)r, t->index = i;
       for (int tries = 0; tries < 100; tries++) /* not one given to an earlier task */
-        if ((t->port = free_port(&rng)) < 0 || !port_taken(c, r, i, t->port)) break;
+        if ((t->port = launch_free_port(&rng)) < 0 || !port_taken(c, r, i, t->port)) break;
       snprintf(t->host, sizeof t->host, "127.0.0.1");
       if (t->port < 0) return st_error(ST_ERR_IO, "no free port on 127.0.0.1");
     }
@@ -199,11 +212,13 @@ int cmd_launch(int argc, char **argv) {
   }
   int rc = cli_parse("launch", LAUNCH_USAGE, dd, argv, launch_opts, NLAUNCH);
   if (rc) return rc < 0 ? EXIT_OK : rc;
-  long nw = 2, nps = 1;
-  const char *v;
-  if ((v = cli_get(launch_opts, NLAUNCH, "--workers")) && !cli_int("launch", "--workers", v, 1, 64, &nw)) return EXIT_USAGE;
-  if ((v = cli_get(launch_opts, NLAUNCH, "--ps")) && !cli_int("launch", "--ps", v, 1, 64, &nps)) return EXIT_USAGE;
-  bool insecure = cli_get(launch_opts, NLAUNCH, "--insecure") != NULL;
+  launch_cfg o = {2, 1, false, false};
+  if (!cli_store("launch", launch_opts, NLAUNCH, &o)) return EXIT_USAGE;
+  long nw = o.workers, nps = o.ps;
+  bool insecure = o.insecure;
+  for (int i = dd + 2; i < argc; i++)
+    if (!strcmp(argv[i - 1], "--strategy") && !strcmp(argv[i], "multi_worker_mirrored"))
+      return launch_multi_worker(argc, argv, dd, nw, cli_get(launch_opts, NLAUNCH, "--ps") != NULL);
   if (!st__ps_transport_built()) {
     fprintf(stderr, "strata launch: this build of Strata has no ZeroMQ: install libzmq3-dev and rebuild\n");
     return EXIT_USAGE;
@@ -233,7 +248,7 @@ int cmd_launch(int argc, char **argv) {
   pid_t *servers = calloc((size_t)nserv, sizeof(pid_t));
   int *info = calloc((size_t)nserv * 3, sizeof(int));
   launched l = {servers, info, info ? info + nserv : NULL, info ? info + 2 * nserv : NULL, nserv, &c, sargv,
-                cli_get(launch_opts, NLAUNCH, "--restart-failed") != NULL};
+                o.restart_failed};
   for (int r = ST_PS_PS; servers && info && r >= ST_PS_WORKER; r--)
     for (int i = 0; i < c.count[r]; i++) {
       l.role[k] = r, l.index[k] = i;
@@ -265,21 +280,29 @@ int cmd_launch(int argc, char **argv) {
 }
 
 /* ---- keygen ---- */
+typedef struct keygen_cfg {
+  const char *cluster;
+} keygen_cfg;
+
 static cli_opt keygen_opts[] = {
-    {"--cluster", "FILE", "the cluster JSON (default: TF_CONFIG's cluster)", NULL},
+    CLI_OPT_STR("--cluster", "FILE", keygen_cfg, cluster, "the cluster JSON (default: TF_CONFIG's cluster)"),
 };
+#define NKEYGEN ((int)(sizeof keygen_opts / sizeof *keygen_opts))
 
 int cmd_keygen(int argc, char **argv) {
   const char *pos[1];
   int npos = 0;
-  int rc = cli_parse_args("keygen", "DIR [--cluster FILE]", argc, argv, keygen_opts, 1, pos, 1, &npos);
+  int rc = cli_parse_args("keygen", "DIR [--cluster FILE]", argc, argv, keygen_opts, NKEYGEN, pos, 1,
+                          &npos);
   if (rc) return rc < 0 ? EXIT_OK : rc;
   if (npos != 1) {
     fprintf(stderr, "strata keygen: expected the key directory (strata keygen DIR)\n");
     return EXIT_USAGE;
   }
   st_ps_cluster c;
-  const char *file = keygen_opts[0].value;
+  keygen_cfg k = {NULL};
+  cli_store("keygen", keygen_opts, NKEYGEN, &k); /* strings only: never fails */
+  const char *file = k.cluster;
   if ((rc = ps_load_cluster("keygen", file, file ? "chief:0" : NULL, &c))) return rc;
   st_status s = st__ps_keygen(&c, pos[0]);
   if (s == ST_OK)
@@ -289,7 +312,10 @@ int cmd_keygen(int argc, char **argv) {
   return s == ST_OK ? EXIT_OK : cli_fail("keygen", s);
 }
 
-int ps_load_cluster(const char *cmd, const char *cluster_file, const char *task, st_ps_cluster *c) {
+/* The cluster of this process: --cluster FILE with --task, or TF_CONFIG.
+ * Prints the error and returns EXIT_USAGE on failure. */
+static int ps_load_cluster(const char *cmd, const char *cluster_file, const char *task,
+                           st_ps_cluster *c) {
   st_status s;
   if (cluster_file || task) {
     if (!cluster_file || !task) {
@@ -303,4 +329,14 @@ int ps_load_cluster(const char *cmd, const char *cluster_file, const char *task,
   if (s == ST_OK) return EXIT_OK;
   fprintf(stderr, "strata %s: %s\n", cmd, st_last_error());
   return s == ST_ERR_NOMEM ? EXIT_FAIL : EXIT_USAGE;
+}
+
+int ps_load_task(const char *cmd, const char *cluster_file, const char *task, const char **role,
+                 int *index) {
+  st_ps_cluster c;
+  int rc = ps_load_cluster(cmd, cluster_file, task, &c);
+  if (rc) return rc;
+  *role = st__ps_role_name(c.self_role), *index = c.self_index;
+  st__ps_cluster_free(&c);
+  return EXIT_OK;
 }

@@ -14,12 +14,18 @@
 
 #define SERVER_USAGE "[--cluster FILE --task TYPE:INDEX] [--keys DIR | --insecure]"
 
+typedef struct server_cfg {
+  const char *cluster, *task, *keys;
+  bool insecure;
+  double job_timeout;
+} server_cfg;
+
 static cli_opt server_opts[] = {
-    {"--cluster", "FILE", "cluster JSON ({\"chief\": [...], \"worker\": [...], \"ps\": [...]}); default: TF_CONFIG", NULL},
-    {"--task", "TYPE:INDEX", "with --cluster: this process's task, e.g. worker:0 or ps:1", NULL},
-    {"--keys", "DIR", "CURVE keys written by 'strata keygen DIR' (default: $STRATA_KEYS)", NULL},
-    {"--insecure", NULL, "no CURVE encryption or authentication (trusted networks only)", NULL},
-    {"--job-timeout", "S", "exit 3 when no JOB came from the chief within S seconds (default 120)", NULL},
+    CLI_OPT_STR("--cluster", "FILE", server_cfg, cluster, "cluster JSON ({\"chief\": [...], \"worker\": [...], \"ps\": [...]}); default: TF_CONFIG"),
+    CLI_OPT_STR("--task", "TYPE:INDEX", server_cfg, task, "with --cluster: this process's task, e.g. worker:0 or ps:1"),
+    CLI_OPT_STR("--keys", "DIR", server_cfg, keys, "CURVE keys written by 'strata keygen DIR' (default: $STRATA_KEYS)"),
+    CLI_OPT_FLAG("--insecure", server_cfg, insecure, "no CURVE encryption or authentication (trusted networks only)"),
+    CLI_OPT_FLOAT("--job-timeout", "S", server_cfg, job_timeout, 0.1, 1e6, "exit 3 when no JOB came from the chief within S seconds (default 120)"),
 };
 #define NSERVER ((int)(sizeof server_opts / sizeof *server_opts))
 
@@ -50,19 +56,15 @@ static st_status load_data(void *user, const st_ps_data_request *r, const st_ten
 int cmd_server(int argc, char **argv) {
   int rc = cli_parse("server", SERVER_USAGE, argc, argv, server_opts, NSERVER);
   if (rc) return rc < 0 ? EXIT_OK : rc;
-  const char *keys = cli_get(server_opts, NSERVER, "--keys"), *v;
-  bool insecure = cli_get(server_opts, NSERVER, "--insecure") != NULL;
-  double job_timeout = 120;
-  if ((v = cli_get(server_opts, NSERVER, "--job-timeout")) &&
-      !cli_float("server", "--job-timeout", v, 0.1, 1e6, &job_timeout))
-    return EXIT_USAGE;
-  if (!keys) keys = getenv("STRATA_KEYS");
-  st_ps_cluster cluster; /* checked here first: the CLI's messages and exit codes */
-  const char *file = cli_get(server_opts, NSERVER, "--cluster"), *task = cli_get(server_opts, NSERVER, "--task");
-  if ((rc = ps_load_cluster("server", file, task, &cluster))) return rc;
-  st_ps_role role = cluster.self_role;
-  st__ps_cluster_free(&cluster);
-  if (role == ST_PS_CHIEF) {
+  server_cfg c = {NULL, NULL, NULL, false, 120};
+  if (!cli_store("server", server_opts, NSERVER, &c)) return EXIT_USAGE;
+  const char *keys = c.keys ? c.keys : getenv("STRATA_KEYS");
+  bool insecure = c.insecure;
+  double job_timeout = c.job_timeout;
+  const char *file = c.cluster, *task = c.task, *role;
+  int index; /* the task, checked here first: the CLI's messages and exit codes */
+  if ((rc = ps_load_task("server", file, task, &role, &index))) return rc;
+  if (!strcmp(role, "chief")) {
     fprintf(stderr, "strata server: task chief: the chief runs 'strata train --strategy "
             "parameter_server', not 'strata server'\n");
     return EXIT_USAGE;

@@ -3,7 +3,6 @@
 #include <jansson.h>
 #include <stdio.h>
 
-#include "base/fileio.h"
 #include "report.h"
 
 static json_t *history_json(const st_history *h) {
@@ -22,7 +21,6 @@ static json_t *history_json(const st_history *h) {
   return arr;
 }
 
-/* st__atomic_write's fill: the report object o, indented. */
 /* pipeline: {"stages": S, "stage": [{first_layer, end_layer, params,
  * peak_bytes, busy_seconds, step_seconds, bubble_fraction, peak_rss_bytes
  * (across processes), schedule_bubble, max_in_flight}, ...]}, or NULL. */
@@ -48,6 +46,7 @@ static json_t *pipeline_json(const st_strategy *s) {
   return json_pack("{s:i, s:o}", "stages", n, "stage", arr);
 }
 
+/* st_write_file_atomic's fill: the report object o, indented. */
 static int dump_json(FILE *f, void *o) {
   return json_dumpf(o, f, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
 }
@@ -80,7 +79,7 @@ int report_write_extra(const char *path, const report_info *r, const char *name,
     json_t *x = json_loads(extra_json, 0, NULL);
     if (x) json_object_set_new(o, name, x);
   }
-  st_status s = st__atomic_write(path, dump_json, o);
+  st_status s = st_write_file_atomic(path, dump_json, o);
   json_decref(o);
   return s == ST_OK ? 0 : -1;
 }

@@ -15,7 +15,7 @@ typedef struct report_info {
   const st_strategy *pipeline; /* pipeline: per-stage figures (may be NULL) */
 } report_info;
 
-/* Write the report over path atomically (base/fileio.h): 0 on success; -1 if
+/* Write the report over path atomically (st_write_file_atomic): 0 on success; -1 if
  * the file could not be written (st_last_error says why; an old file at path
  * is left as it was). */
 int report_write(const char *path, const report_info *r);

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -168,6 +169,24 @@ const char *st_shape_format(st_shape s, char *buf, size_t n);
 /* ---- small utilities ----------------------------------------------------- */
 double st_now_seconds(void);       /* monotonic clock */
 size_t st_peak_rss_bytes(void);    /* ru_maxrss of this process */
+/* ---- files (base/fileio.c) ------------------------------------------------ */
+/* Replace the file at path atomically, as Strata writes every output file:
+ * fill(f, ctx) writes the new contents into a temp file beside path and
+ * returns 0, or -1 with errno set when a write failed; then flush, fsync,
+ * rename over path and fsync of its directory. A name planted in advance (a
+ * symlink included) is never written through. ST_ERR_INVALID "<path>: exists
+ * and is not a regular file: not replaced"; ST_ERR_IO naming path, the temp
+ * file and the reason (ENOSPC, EFBIG, ...), the old file at path left as it
+ * was; ST_ERR_NOMEM. Any thread. */
+st_status st_write_file_atomic(const char *path, int (*fill)(FILE *f, void *ctx), void *ctx);
+/* Read the regular file at path into *buf (malloc'd, NUL-terminated one byte
+ * past *len; the caller frees), at most max_bytes bytes; a FIFO in the way
+ * does not block. Errors name the path: ST_ERR_IO "cannot open: <reason>" or
+ * "read failed"; ST_ERR_FORMAT "not a regular file", "file is N bytes, more
+ * than the <limit> limit" or "file grew while being read"; ST_ERR_NOMEM. On
+ * failure *buf is NULL. Any thread. */
+st_status st_read_file(const char *path, size_t max_bytes, char **buf, size_t *len);
+
 /* a*b into *out; false on size_t overflow. */
 static inline bool st_mul_size(size_t a, size_t b, size_t *out) {
   return !__builtin_mul_overflow(a, b, out);

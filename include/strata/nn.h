@@ -108,6 +108,22 @@ st_batchnorm_options st_batchnorm_default_options(void);
 st_status st_batchnorm_ex(st_batchnorm_options o, st_layer **out);
 st_status st_batchnorm(st_layer **out);
 
+/* A layer's options, as Keras's layer.get_config(): the member of its class
+ * (st_layer_class) holds what its constructor was given (name fields NULL;
+ * st_layer_name says the name; pool strides 0 = the pool size; Reshape's
+ * target as built), every other member is zero. Flatten has none. */
+typedef struct st_layer_options {
+  st_dense_options dense;         /* Dense */
+  st_conv2d_options conv2d;       /* Conv2D */
+  st_pool2d_options pool2d;       /* MaxPooling2D, AveragePooling2D */
+  st_batchnorm_options batchnorm; /* BatchNormalization */
+  float dropout_rate;             /* Dropout */
+  st_activation activation;       /* Activation (ReLU and Softmax import as it) */
+  st_shape target_shape;          /* Reshape */
+} st_layer_options;
+/* ST_ERR_INVALID naming the argument for a NULL l or out. Any thread. */
+st_status st_layer_get_options(const st_layer *l, st_layer_options *out);
+
 /* ---- learning-rate schedules ---- */
 typedef enum st_schedule_kind {
   ST_SCHEDULE_CONSTANT = 0,

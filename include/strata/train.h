@@ -366,6 +366,13 @@ st_status st_plot_history_svg(const st_history *h, const char *title, const char
  * depth (64) and file size (16 MiB) are capped; duplicate keys are rejected. */
 st_status st_model_from_keras_json(const char *path, const st_model_options *o,
                                    st_model **out);
+/* The same from the JSON text itself: len bytes at text (need not end in a
+ * NUL; capped at 16 MiB). origin names the text in errors where a file's
+ * path would be ("model_from_json: layer 2 ('d', Dense): ..."); NULL =
+ * "Keras JSON". Invalid JSON is ST_ERR_FORMAT naming line and column.
+ * st_model_from_keras_json reads the file and calls this. Any thread. */
+st_status st_model_from_keras_json_text(const char *text, size_t len, const char *origin,
+                                        const st_model_options *o, st_model **out);
 
 /* ---- built-in models ---- */
 /* Names of the built-in models, NULL-terminated: "mlp", "cnn". */

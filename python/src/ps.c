@@ -5,17 +5,11 @@
  * server's data, message and stop callbacks and the chief's epoch callbacks
  * take it back. Ctrl-C stops a server (it is polled with the stop callback,
  * about every 0.2 s) and then raises KeyboardInterrupt. Registered into the
- * module by st_py_ps_register (called from PyInit__strata). */
-#define Py_LIMITED_API 0x03080000
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-
+ * module by st__py_ps_register (called from PyInit__strata, module.c). */
 #include <stdlib.h>
 #include <string.h>
 
-#include "strata/strata.h"
-
-int st_py_ps_register(PyObject *module);
+#include "ext.h"
 
 /* Raise for status s with Strata's last message, prefixed by what; NULL. */
 static PyObject *ps_raise(st_status s, const char *what) {
@@ -32,7 +26,7 @@ static PyObject *ps_raise(st_status s, const char *what) {
 }
 
 /* A C-contiguous uint8 or float32 NumPy array as a borrowed tensor (through
- * __array_interface__, as _strata.c's arrays). */
+ * __array_interface__, as module.c's arrays). */
 static int ps_tensor(PyObject *arr, const char *what, st_tensor *t) {
   memset(t, 0, sizeof *t);
   PyObject *ai = PyObject_GetAttrString(arr, "__array_interface__");
@@ -532,4 +526,4 @@ static PyMethodDef ps_methods[] = {
     {"ps_coordinator_finish", py_ps_coordinator_finish, METH_O, "the trained weights; STOP to the servers"},
     {NULL, NULL, 0, NULL}};
 
-int st_py_ps_register(PyObject *module) { return PyModule_AddFunctions(module, ps_methods); }
+int st__py_ps_register(PyObject *module) { return PyModule_AddFunctions(module, ps_methods); }

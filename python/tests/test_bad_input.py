@@ -87,3 +87,37 @@ def test_raw_extension_takes_only_ndarrays():
         __array_interface__ = {"data": (1, False), "shape": (1000,), "typestr": "<f4", "strides": None}
     with pytest.raises(TypeError, match="numpy.ndarray"):
         _strata.dataset_from_arrays(Fake(), None)
+
+
+_SEQ = '{"class_name": "Sequential", "config": {"name": "s", "layers": [%s]}}'
+_IN = '{"class_name": "InputLayer", "config": {"batch_shape": [null, 4]}}'
+
+
+@pytest.mark.parametrize("text,exc,match", [
+    ('{"class_name": "Sequential", ', ValueError, r"^model_from_json: invalid JSON at line 1, column"),
+    ('{"class_name": "Functional", "config": {}}', ValueError, r"model class_name \"Functional\" is not supported"),
+    (_SEQ % (_IN + ', {"class_name": "LSTM", "config": {"name": "lstm"}}'), ValueError,
+     r"^model_from_json: layer 1 \('lstm', LSTM\): layer class 'LSTM' is not supported"),
+    (_SEQ % (_IN + ', {"class_name": "Dense", "config": {"name": "d", "units": 3, "activation": "swish"}}'),
+     ValueError, r"layer 1 \('d', Dense\): activation \"swish\" is not supported"),
+    (_SEQ % '{"class_name": "Dense", "config": {"name": "d", "units": 3}}', ValueError, "no input shape"),
+    (b"[1]", ValueError, "top level is not a JSON object"),
+    (42, TypeError, "expected the JSON text"),
+])
+def test_model_from_json_errors_name_the_layer_and_option(text, exc, match):
+    """model_from_json is the library's reader: its messages name the
+    layer's position, name, class and the option, as `strata train --model`
+    does for a file."""
+    with pytest.raises(exc, match=match):
+        tf.keras.models.model_from_json(text)
+
+
+def test_model_from_json_builds_under_the_scoped_strategy():
+    text = _SEQ % (_IN + ', {"class_name": "Dense", "config": {"name": "out", "units": 3, "activation": "softmax"}}')
+    with tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]).scope():
+        m = tf.keras.models.model_from_json(text)
+    assert m.distribute_strategy.num_replicas_in_sync == 2
+    assert (m.name, m.input_shape, m.output_shape, m.count_params()) == ("s", (None, 4), (None, 3), 15)
+    assert [(type(l).__name__, l.name, l.units, l.activation) for l in m.layers] == [("Dense", "out", 3, "softmax")]
+    m.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    m.fit(X, Y, epochs=1, verbose=0)

@@ -81,3 +81,16 @@ def test_to_json_roundtrip():
     assert m2.count_params() == m.count_params() and m2.output_shape == m.output_shape
     for a, b in zip(m.get_weights(), m2.get_weights()):
         np.testing.assert_array_equal(a, b)  # same seed, same structure: same initial weights
+
+
+def test_to_json_roundtrip_keeps_a_first_rescaling():
+    """Rescaling is folded into the input pipeline, not an engine layer: the
+    Python side peels it off the JSON before the library's reader and puts
+    it back, so the model reads back whole and predicts the same values."""
+    m = tf.keras.Sequential([L.Rescaling(1.0 / 255, input_shape=(28, 28, 1)), L.Flatten(), L.Dense(10)])
+    m2 = tf.keras.models.model_from_json(m.to_json())
+    assert [type(a).__name__ for a in m2.layers] == ["Rescaling", "Flatten", "Dense"]
+    assert m2.input_shape == (None, 28, 28, 1)
+    m2.set_weights(m.get_weights())
+    x = np.random.default_rng(0).integers(0, 256, (8, 28, 28, 1)).astype(np.uint8)
+    np.testing.assert_array_equal(m.predict(x, verbose=0), m2.predict(x, verbose=0))

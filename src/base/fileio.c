@@ -366,3 +366,12 @@ st_status st__read_all(const char *path, size_t max_bytes, char **buf, size_t *l
   *len = got;
   return ST_OK;
 }
+
+/* The public names (strata/base.h) of the two helpers above. */
+st_status st_write_file_atomic(const char *path, int (*fill)(FILE *f, void *ctx), void *ctx) {
+  return st__atomic_write(path, fill, ctx);
+}
+
+st_status st_read_file(const char *path, size_t max_bytes, char **buf, size_t *len) {
+  return st__read_all(path, max_bytes, buf, len);
+}

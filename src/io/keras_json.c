@@ -1,13 +1,15 @@
-/* st_model_from_keras_json: import a Keras `model.to_json()` Sequential.
- * Three steps, nothing created before the whole file is validated:
- *   1. read the file (st__read_all: size checked with fstat first, 16 MiB
- *      cap), parse it with jansson (duplicate keys rejected) and check the
+/* st_model_from_keras_json_text: import a Keras `model.to_json()` Sequential
+ * from its text (st_model_from_keras_json: from a file, read here first).
+ * Three steps, nothing created before the whole text is validated:
+ *   1. parse the text with jansson (16 MiB cap; a file's size is checked with
+ *      fstat before it is read; duplicate keys rejected) and check the
  *      nesting depth (64);
  *   2. validate every layer config into an st__keras_layer (keras_layers.c)
  *      and find the input shape;
  *   3. create the model and add the layers, checking each layer's size.
  * Nothing from the config is executed or used as a path. Errors are
- * ST_ERR_FORMAT naming the file, layer position, name, class and option.
+ * ST_ERR_FORMAT naming the file (or the caller's origin name for text),
+ * layer position, name, class and option.
  * Any thread (state is per call). */
 #include <errno.h>
 #include <fcntl.h>
@@ -288,6 +290,28 @@ static st_status import(const st__keras_ctx *c, const json_t *root,
   return s;
 }
 
+st_status st_model_from_keras_json_text(const char *text, size_t len, const char *origin,
+                                        const st_model_options *o, st_model **out) {
+  if (!out) return st_error(ST_ERR_INVALID, "st_model_from_keras_json_text: out is NULL");
+  *out = NULL;
+  if ((!text && len) || !o)
+    return st_error(ST_ERR_INVALID, "st_model_from_keras_json_text: %s is NULL", o ? "text" : "o");
+  if (!origin) origin = "Keras JSON";
+  if (len > ST__KERAS_MAX_FILE)
+    return st_error(ST_ERR_FORMAT, "%s: %zu bytes of JSON (more than the limit of %u)", origin,
+                    len, ST__KERAS_MAX_FILE);
+  json_error_t je;
+  json_t *root = json_loadb(text ? text : "", len, JSON_REJECT_DUPLICATES, &je);
+  if (!root)
+    return st_error(ST_ERR_FORMAT, "%s: invalid JSON at line %d, column %d: %s", origin,
+                    je.line, je.column, je.text);
+  st__keras_ctx c = {.file = origin, .index = -1};
+  st_status s = depth_ok(origin, root, 1);
+  if (s == ST_OK) s = import(&c, root, o, out);
+  json_decref(root);
+  return s;
+}
+
 st_status st_model_from_keras_json(const char *path, const st_model_options *o,
                                    st_model **out) {
   if (!out) return st_error(ST_ERR_INVALID, "st_model_from_keras_json: out is NULL");
@@ -298,15 +322,7 @@ st_status st_model_from_keras_json(const char *path, const st_model_options *o,
   size_t len = 0;
   st_status s = st__read_all(path, ST__KERAS_MAX_FILE, &text, &len);
   if (s != ST_OK) return s;
-  json_error_t je;
-  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+  s = st_model_from_keras_json_text(text, len, path, o, out);
   free(text);
-  if (!root)
-    return st_error(ST_ERR_FORMAT, "%s: invalid JSON at line %d, column %d: %s", path,
-                    je.line, je.column, je.text);
-  st__keras_ctx c = {.file = path, .index = -1};
-  s = depth_ok(path, root, 1);
-  if (s == ST_OK) s = import(&c, root, o, out);
-  json_decref(root);
   return s;
 }

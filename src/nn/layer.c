@@ -93,3 +93,11 @@ size_t st_layer_param_count(const st_layer *l) {
 st_activation st_layer_output_activation(const st_layer *l) {
   return l ? l->out_activation : ST_ACT_LINEAR;
 }
+
+st_status st_layer_get_options(const st_layer *l, st_layer_options *out) {
+  if (!l || !out)
+    return st_error(ST_ERR_INVALID, "st_layer_get_options: %s is NULL", l ? "out" : "l");
+  memset(out, 0, sizeof *out);
+  if (l->vt->get_options) l->vt->get_options(l, out);
+  return ST_OK;
+}

@@ -7,8 +7,10 @@
  * Adding a layer kind touches twelve files (scripts/check_complete.py, run by
  * tests/test_completeness.sh, fails on any of those marked *):
  *  1. src/nn/layer_<kind>.c: a static st_layer_vtable (.class_name = the Keras
- *     class name) and its public constructor(s) st_<kind>(..., st_layer **out)*;
- *  2. include/strata/nn.h: the constructor and its options struct*;
+ *     class name, .get_options) and its public constructor(s)
+ *     st_<kind>(..., st_layer **out)*;
+ *  2. include/strata/nn.h: the constructor and its options struct*, and its
+ *     member of st_layer_options;
  *  3. tests/test_gradcheck.c: a finite-difference gradient check*;
  *  4. src/io/keras.h: an ST__K_* value; src/io/keras_layers.c: a parse
  *     function and its row in k_classes*; src/io/keras_json.c: the case that
@@ -73,6 +75,9 @@ typedef struct st_layer_vtable {
   void (*forward)(const st_layer *l, st_layer_call *c);
   void (*backward)(const st_layer *l, st_layer_call *c);
   void (*destroy_config)(st_layer *l); /* NULL = free(l->config) */
+  /* Fill this kind's member of *out (st_layer_get_options zeroed it and
+   * checked the arguments); NULL = a kind without options (Flatten). */
+  void (*get_options)(const st_layer *l, st_layer_options *out);
 } st_layer_vtable;
 
 struct st_layer {

@@ -35,12 +35,17 @@ static void activation_backward(const st_layer *l, st_layer_call *c) {
                       c->dy, c->dx);
 }
 
+static void activation_options(const st_layer *l, st_layer_options *out) {
+  out->activation = ((const activation_config *)l->config)->act;
+}
+
 static const st_layer_vtable activation_vtable = {
     .class_name = "Activation",
     .base_name = "activation",
     .build = activation_build,
     .forward = activation_forward,
     .backward = activation_backward,
+    .get_options = activation_options,
 };
 
 /* New unbuilt layer (caller owns it until st_model_add), or NULL + error. */

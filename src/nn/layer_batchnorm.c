@@ -208,6 +208,11 @@ static void bn_backward(const st_layer *l, st_layer_call *c) {
   }
 }
 
+static void bn_options(const st_layer *l, st_layer_options *out) {
+  out->batchnorm = ((const bn_config *)l->config)->o;
+  out->batchnorm.name = NULL;
+}
+
 static const st_layer_vtable bn_vtable = {
     .class_name = "BatchNormalization",
     .base_name = "batch_normalization",
@@ -215,6 +220,7 @@ static const st_layer_vtable bn_vtable = {
     .workspace_floats = bn_workspace,
     .forward = bn_forward,
     .backward = bn_backward,
+    .get_options = bn_options,
 };
 
 st_batchnorm_options st_batchnorm_default_options(void) {

@@ -197,6 +197,11 @@ static void conv_backward(const st_layer *l, st_layer_call *c) {
   }
 }
 
+static void conv_options(const st_layer *l, st_layer_options *out) {
+  out->conv2d = ((const conv_config *)l->config)->o;
+  out->conv2d.name = NULL;
+}
+
 static const st_layer_vtable conv_vtable = {
     .class_name = "Conv2D",
     .base_name = "conv2d",
@@ -204,6 +209,7 @@ static const st_layer_vtable conv_vtable = {
     .workspace_floats = conv_workspace,
     .forward = conv_forward,
     .backward = conv_backward,
+    .get_options = conv_options,
 };
 
 st_conv2d_options st_conv2d_default_options(int filters, int kh, int kw) {

@@ -75,6 +75,11 @@ static void dense_backward(const st_layer *l, st_layer_call *c) {
              units, 0.0f, c->dx, in);
 }
 
+static void dense_options(const st_layer *l, st_layer_options *out) {
+  out->dense = *(const st_dense_options *)l->config;
+  out->dense.name = NULL;
+}
+
 static const st_layer_vtable dense_vtable = {
     .class_name = "Dense",
     .base_name = "dense",
@@ -82,6 +87,7 @@ static const st_layer_vtable dense_vtable = {
     .workspace_floats = dense_workspace,
     .forward = dense_forward,
     .backward = dense_backward,
+    .get_options = dense_options,
 };
 
 st_dense_options st_dense_default_options(int units) {

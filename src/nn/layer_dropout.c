@@ -32,12 +32,17 @@ static void dropout_backward(const st_layer *l, st_layer_call *c) {
     c->be->act_forward(c->ctx, ST_ACT_LINEAR, c->batch, (int)size, c->dy, c->dx);
 }
 
+static void dropout_options(const st_layer *l, st_layer_options *out) {
+  out->dropout_rate = ((const dropout_config *)l->config)->rate;
+}
+
 static const st_layer_vtable dropout_vtable = {
     .class_name = "Dropout",
     .base_name = "dropout",
     .build = dropout_build,
     .forward = dropout_forward,
     .backward = dropout_backward,
+    .get_options = dropout_options,
 };
 
 /* New unbuilt layer (caller owns it until st_model_add), or NULL + error. */

@@ -44,6 +44,10 @@ static void flat_backward(const st_layer *l, st_layer_call *c) {
   if (c->dx) copy_rows(c->ctx, c->batch, st_shape_size(l->in_shape), c->dy, c->dx);
 }
 
+static void reshape_options(const st_layer *l, st_layer_options *out) {
+  out->target_shape = ((const reshape_config *)l->config)->target;
+}
+
 static const st_layer_vtable flatten_vtable = {
     .class_name = "Flatten",
     .base_name = "flatten",
@@ -58,6 +62,7 @@ static const st_layer_vtable reshape_vtable = {
     .build = reshape_build,
     .forward = flat_forward,
     .backward = flat_backward,
+    .get_options = reshape_options,
 };
 
 /* New unbuilt layers (caller owns them until st_model_add), or NULL + error. */

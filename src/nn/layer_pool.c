@@ -72,12 +72,18 @@ static void pool_backward(const st_layer *l, st_layer_call *c) {
     c->be->avgpool_backward(c->ctx, &g, c->dy, c->dx);
 }
 
+static void pool_options(const st_layer *l, st_layer_options *out) {
+  out->pool2d = ((const pool_config *)l->config)->o;
+  out->pool2d.name = NULL;
+}
+
 static const st_layer_vtable maxpool_vtable = {
     .class_name = "MaxPooling2D",
     .base_name = "max_pooling2d",
     .build = pool_build,
     .forward = pool_forward,
     .backward = pool_backward,
+    .get_options = pool_options,
 };
 
 static const st_layer_vtable avgpool_vtable = {
@@ -86,6 +92,7 @@ static const st_layer_vtable avgpool_vtable = {
     .build = pool_build,
     .forward = pool_forward,
     .backward = pool_backward,
+    .get_options = pool_options,
 };
 
 st_pool2d_options st_pool2d_default_options(int pool) {

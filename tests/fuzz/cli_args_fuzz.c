@@ -10,9 +10,13 @@
 #include "fuzz_common.h"
 
 static cli_opt cli_fuzz_opts_[] = {
-    {"--epochs", "N", "", NULL},   {"--replicas", "N", "", NULL}, {"--seed", "S", "", NULL},
-    {"--lr", "X", "", NULL},       {"--devices", "LIST", "", NULL}, {"-o", "FILE", "", NULL},
-    {"--quiet", NULL, "", NULL},
+    CLI_OPT_RAW("--epochs", "N", ""),
+    CLI_OPT_RAW("--replicas", "N", ""),
+    CLI_OPT_RAW("--seed", "S", ""),
+    CLI_OPT_RAW("--lr", "X", ""),
+    CLI_OPT_RAW("--devices", "LIST", ""),
+    CLI_OPT_RAW("-o", "FILE", ""),
+    CLI_OPT_RAW("--quiet", NULL, ""),
 };
 enum { CLI_FUZZ_NOPTS = sizeof cli_fuzz_opts_ / sizeof *cli_fuzz_opts_ };
 

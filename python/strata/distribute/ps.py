@@ -170,8 +170,8 @@ class ParameterServerStrategy(Strategy):
         if ya.min() < 0 or ya.max() > 255:
             raise ValueError("%s: y has class %d (the parameter-server job takes classes 0..255)"
                              % (what, ya.min() if ya.min() < 0 else ya.max()))
-        doc = json.loads(model.to_json())
-        doc["config"]["layers"] = [l for l in doc["config"]["layers"] if l["class_name"] != "Rescaling"]
+        from ..keras._json import to_doc
+        doc = to_doc(model, rescaling=False)  # the job scales xa above
         temp = self._data_dir is None
         d = tempfile.mkdtemp(prefix="strata-ps-") if temp else self._data_dir
         tag = uuid.uuid4().hex[:12]

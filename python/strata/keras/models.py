@@ -187,6 +187,26 @@ class Sequential:
         if self._compile_args is not None:
             self._engine_compile()
 
+    @classmethod
+    def _from_json(cls, text):
+        """A built model from Keras JSON text: the engine reads and builds
+        it; the layer objects are made from the engine's layers' options."""
+        model = cls()
+        strategy = model._strategy or _distribute.get_strategy()
+        cap, shape, name = _strata.model_from_keras_json(text, global_seed(), strategy._create())
+        model._strategy, model._cap, model._input_shape, model.name = strategy, cap, tuple(shape), name
+        strategy._register(model)
+        infos = _strata.model_layers(cap)
+        for (cls_name, lname, opts), info in zip(_strata.model_layer_options(cap), infos):
+            # float32 options (momentum, epsilon, rate) as their shortest decimal
+            opts = {k: float(str(np.float32(v))) if isinstance(v, float) else v for k, v in opts.items()}
+            layer = getattr(_layers, cls_name)(**opts)
+            layer.name, layer.output_shape, layer._params = info[0], (None,) + info[2], info[3]
+            layer._model = model
+            model._layers.append(layer)
+            model._engine_layers.append(layer)
+        return model
+
     def _require_built(self, what):
         if self._cap is None:
             raise ValueError("%s: this model has not yet been built (give the first layer an "
@@ -649,6 +669,47 @@ def load_model(*args, **kwargs):
 
 
 def model_from_json(json_string, custom_objects=None):
-    """A Sequential model from Keras's model.to_json() text (Keras 2 or 3)."""
-    from ._json import model_from_json as load
-    return load(json_string, custom_objects)
+    """A Sequential model from Keras's model.to_json() text (Keras 2 or 3
+    layouts): the library's reader (st_model_from_keras_json_text, the one
+    `strata train --model FILE.json` uses) builds it, with the input shape
+    the JSON gives, under the strategy in scope. An unsupported layer or
+    option raises ValueError naming the layer's position, name, class and
+    the option."""
+    if custom_objects:
+        raise NotImplementedError("model_from_json: custom_objects are not supported by Strata")
+    if isinstance(json_string, (bytes, bytearray)):
+        json_string = bytes(json_string).decode("utf-8", "replace")
+    if not isinstance(json_string, str):
+        raise TypeError("model_from_json: expected the JSON text (a str), got %s" % type(json_string).__name__)
+    json_string, scale = _peel_rescaling(json_string)
+    model = Sequential._from_json(json_string)
+    if scale is not None:  # the first layer again, folded into the input pipeline
+        model._layers.insert(0, _layers.Rescaling(scale))
+        model._scale = scale
+    return model
+
+
+def _peel_rescaling(text):
+    """(text without a first Rescaling layer, its scale), or (text, None).
+    The library's reader builds the engine's layers and has no Rescaling:
+    Strata folds it into the input pipeline (as Sequential.add does), so a
+    model.to_json() of such a model reads back. Its input shape moves to the
+    next layer (Keras 2's batch_input_shape); Keras 3's InputLayer keeps it.
+    Anything unexpected is left for the reader to report."""
+    import json
+    try:
+        doc = json.loads(text)
+        layers = doc["config"]["layers"] if isinstance(doc["config"], dict) else doc["config"]
+    except (ValueError, KeyError, TypeError):
+        return text, None
+    i = 1 if layers and isinstance(layers[0], dict) and layers[0].get("class_name") == "InputLayer" else 0
+    if len(layers) <= i + 1 or not isinstance(layers[i], dict) or layers[i].get("class_name") != "Rescaling":
+        return text, None
+    cfg = layers[i].get("config") or {}
+    if float(cfg.get("offset", 0.0)) != 0.0 or not isinstance(cfg.get("scale"), (int, float)):
+        return text, None  # the reader names the layer and option
+    shape = {k: cfg[k] for k in ("batch_input_shape", "batch_shape") if k in cfg}
+    del layers[i]
+    if shape and isinstance(layers[i].get("config"), dict):
+        layers[i]["config"].update(shape)
+    return json.dumps(doc), float(cfg["scale"])

@@ -1,0 +1,250 @@
+/* strata._strata's strategies (tf.distribute): create one, its replica and
+ * worker counts, and custom training loops: strategy.run calls a Python
+ * function on every local replica's thread (st_strategy_run), whose
+ * train_on_batch and all_reduce run one replica's share of a step, and
+ * strategy.reduce across workers. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ext.h"
+
+static void strategy_capsule_free(PyObject *cap) {
+  st_strategy_destroy(PyCapsule_GetPointer(cap, ST__PY_CAP_STRATEGY));
+}
+
+static PyObject *py_strategy_create(PyObject *self, PyObject *args) {
+  const char *kind, *devices = NULL, *device = NULL, *ops = NULL;
+  int replicas = 0, threads = 0;
+  if (!PyArg_ParseTuple(args, "s|zizzi", &kind, &devices, &replicas, &ops, &device, &threads))
+    return NULL;
+  st_strategy_kind k;
+  if (st_strategy_kind_parse(kind, &k) != ST_OK) return st__py_raise(ST_ERR_INVALID, "strategy");
+  st_strategy_options o = st_strategy_default_options(k);
+  o.devices = devices;
+  o.replicas = replicas;
+  if (ops) o.cross_device_ops = ops;
+  if (device) o.device = device;
+  o.threads = threads;
+  st_strategy *s = NULL;
+  st_status rc = st_strategy_create(&o, &s);
+  if (rc != ST_OK) return st__py_raise(rc, "strategy");
+  PyObject *cap = PyCapsule_New(s, ST__PY_CAP_STRATEGY, strategy_capsule_free);
+  if (!cap) st_strategy_destroy(s);
+  return cap;
+}
+
+static PyObject *py_strategy_replicas(PyObject *self, PyObject *cap) {
+  st_strategy *s = st__py_cap_get(cap, ST__PY_CAP_STRATEGY);
+  if (!s) return NULL;
+  return PyLong_FromLong(st_strategy_num_replicas_in_sync(s));
+}
+
+static PyObject *py_strategy_workers(PyObject *self, PyObject *cap) {
+  st_strategy *s = st__py_cap_get(cap, ST__PY_CAP_STRATEGY);
+  if (!s) return NULL;
+  return Py_BuildValue("(ii)", st_strategy_worker_rank(s), st_strategy_worker_count(s));
+}
+
+/* ---- custom training loops: strategy.run per replica ------------------------ */
+
+/* st_strategy_run over a Python function: each replica's thread takes the GIL,
+ * calls fn(replica_id, context handle) and keeps the result; the replica steps
+ * (replica_train, replica_all_reduce) release the GIL while they compute and
+ * wait in the replicas' collectives, so the other replicas' Python runs. */
+static const char *const CAP_REPLICA = "strata.replica_context";
+static const char *const CAP_REPLICA_DONE = "strata.replica_context (its strategy.run returned)";
+
+typedef struct py_run {
+  PyObject *fn;           /* fn(replica_id, context) */
+  PyObject *results;      /* list: one result per local replica */
+  PyObject *et, *ev, *tb; /* the first exception a replica raised */
+} py_run;
+
+static st_status run_replica(st_replica_context *ctx, void *arg) {
+  py_run *r = arg;
+  PyGILState_STATE g = PyGILState_Ensure();
+  st_status s = ST_OK;
+  int id = st_replica_id(ctx);
+  PyObject *cap = PyCapsule_New(ctx, CAP_REPLICA, NULL);
+  PyObject *res = cap ? PyObject_CallFunction(r->fn, "iO", id, cap) : NULL;
+  if (cap) PyCapsule_SetName(cap, CAP_REPLICA_DONE); /* handles kept past the run refuse */
+  Py_XDECREF(cap);
+  if (res) PyList_SetItem(r->results, id, res); /* steals res */
+  else {
+    if (!r->et) PyErr_Fetch(&r->et, &r->ev, &r->tb);
+    else PyErr_Clear();
+    s = st_error(ST_ERR_STOPPED, "replica %d: the Python function raised an exception", id);
+  }
+  PyGILState_Release(g);
+  return s;
+}
+
+/* strategy_run(model, fn, local_replicas) -> [fn's result of each replica] */
+static PyObject *py_strategy_run(PyObject *self, PyObject *args) {
+  PyObject *mcap, *fn;
+  int n;
+  if (!PyArg_ParseTuple(args, "OOi", &mcap, &fn, &n)) return NULL;
+  py_model *pm = st__py_cap_get(mcap, ST__PY_CAP_MODEL);
+  if (!pm) return NULL;
+  st_strategy *s = pm->strategy ? st__py_cap_get(pm->strategy, ST__PY_CAP_STRATEGY) : NULL;
+  if (!s) {
+    PyErr_SetString(PyExc_ValueError, "strategy.run: the model has no strategy");
+    return NULL;
+  }
+  if (n < 1 || n > ST_MAX_REPLICAS) {
+    PyErr_Format(PyExc_ValueError, "strategy.run: %d local replicas", n);
+    return NULL;
+  }
+  py_run r = {fn, PyList_New(n), NULL, NULL, NULL};
+  if (!r.results) return NULL;
+  for (int i = 0; i < n; i++) {
+    Py_INCREF(Py_None);
+    PyList_SetItem(r.results, i, Py_None);
+  }
+  if (st__py_claim(mcap, NULL, NULL, "strategy.run")) {
+    Py_DECREF(r.results);
+    return NULL;
+  }
+  st_status rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = st_strategy_run(s, run_replica, &r);
+  Py_END_ALLOW_THREADS
+  st__py_release(mcap, NULL, NULL);
+  if (r.et) {
+    Py_DECREF(r.results);
+    PyErr_Restore(r.et, r.ev, r.tb);
+    return NULL;
+  }
+  if (rc != ST_OK) {
+    Py_DECREF(r.results);
+    return st__py_raise(rc, "strategy.run");
+  }
+  return r.results;
+}
+
+static st_replica_context *replica_of(PyObject *cap) {
+  if (PyCapsule_IsValid(cap, CAP_REPLICA_DONE)) {
+    PyErr_SetString(PyExc_RuntimeError, "this replica context belongs to a strategy.run that has "
+                    "returned; train inside the function strategy.run calls");
+    return NULL;
+  }
+  return st__py_cap_get(cap, CAP_REPLICA);
+}
+
+/* A float32 NumPy array of a replica step (borrowed into *t). */
+static int replica_array(PyObject *arr, const char *what, st_tensor *t) {
+  if (st__py_tensor_from_array(arr, what, t)) return -1;
+  if (t->dtype != ST_F32) {
+    PyErr_Format(PyExc_ValueError, "%s: float32 expected", what);
+    return -1;
+  }
+  return 0;
+}
+
+/* replica_train(ctx, x float32 [n, ...], y float32 [n, ...]) -> (loss_sum,
+ * correct, global_batch): the replicas' example counts summed (the global
+ * batch), gradients of this replica's examples, the all-reduced update. */
+static PyObject *py_replica_train(PyObject *self, PyObject *args) {
+  PyObject *ccap, *xa, *ya;
+  if (!PyArg_ParseTuple(args, "OOO", &ccap, &xa, &ya)) return NULL;
+  st_replica_context *c = replica_of(ccap);
+  st_tensor x, y;
+  if (!c || replica_array(xa, "x", &x) || replica_array(ya, "y", &y)) return NULL;
+  if (y.dims[0] != x.dims[0]) {
+    PyErr_Format(PyExc_ValueError, "train_on_batch: x has %lld examples and y has %lld",
+                 (long long)x.dims[0], (long long)y.dims[0]);
+    return NULL;
+  }
+  st_batch b = {(int)x.dims[0], x.data, y.data};
+  double loss = 0;
+  int64_t correct = 0;
+  float global = (float)b.size;
+  st_status s;
+  Py_BEGIN_ALLOW_THREADS
+  s = st_replica_all_reduce(c, ST_REDUCE_SUM, &global, 1);
+  if (s == ST_OK && global < 1)
+    s = st_error(ST_ERR_INVALID, "train_on_batch: the replicas' batch slices are all empty");
+  if (s == ST_OK) s = st_replica_compute_gradients(c, &b, (int64_t)global, &loss, &correct);
+  if (s == ST_OK) s = st_replica_apply_gradients(c);
+  Py_END_ALLOW_THREADS
+  if (s != ST_OK) return st__py_raise(s, "train_on_batch");
+  return Py_BuildValue("(dLL)", loss, (long long)correct, (long long)global);
+}
+
+/* replica_all_reduce(ctx, op 0 SUM / 1 MEAN, float32 array) -> bytearray of
+ * the reduced values. */
+static PyObject *py_replica_all_reduce(PyObject *self, PyObject *args) {
+  PyObject *ccap, *arr;
+  int op;
+  if (!PyArg_ParseTuple(args, "OiO", &ccap, &op, &arr)) return NULL;
+  st_replica_context *c = replica_of(ccap);
+  st_tensor t;
+  if (!c || replica_array(arr, "value", &t)) return NULL;
+  size_t n = st_tensor_count(&t);
+  PyObject *buf = PyByteArray_FromStringAndSize((const char *)t.data, (Py_ssize_t)(n * 4));
+  if (!buf) return NULL;
+  float *p = (float *)PyByteArray_AsString(buf);
+  st_status s;
+  Py_BEGIN_ALLOW_THREADS
+  s = st_replica_all_reduce(c, op == 1 ? ST_REDUCE_MEAN : ST_REDUCE_SUM, p, n);
+  Py_END_ALLOW_THREADS
+  if (s != ST_OK) {
+    Py_DECREF(buf);
+    return st__py_raise(s, "all_reduce");
+  }
+  return buf;
+}
+
+/* strategy_reduce(model, op 0 SUM / 1 MEAN, float32 array [local replicas, n])
+ * -> bytearray of the n reduced values: st_strategy_reduce on the model's
+ * strategy (across workers under multi_worker_mirrored: every worker calls
+ * it, with the same n). */
+static PyObject *py_strategy_reduce(PyObject *self, PyObject *args) {
+  PyObject *mcap, *arr;
+  int op;
+  if (!PyArg_ParseTuple(args, "OiO", &mcap, &op, &arr)) return NULL;
+  py_model *pm = st__py_cap_get(mcap, ST__PY_CAP_MODEL);
+  if (!pm) return NULL;
+  st_strategy *s = pm->strategy ? st__py_cap_get(pm->strategy, ST__PY_CAP_STRATEGY) : NULL;
+  st_tensor t;
+  if (!s) {
+    PyErr_SetString(PyExc_ValueError, "strategy.reduce: the model has no strategy");
+    return NULL;
+  }
+  if (replica_array(arr, "value", &t)) return NULL;
+  if (t.rank != 2 || t.dims[0] != st_strategy_num_replicas_in_sync(s) / st_strategy_worker_count(s)) {
+    PyErr_SetString(PyExc_ValueError, "strategy.reduce: one row per local replica expected");
+    return NULL;
+  }
+  size_t n = (size_t)t.dims[1];
+  PyObject *buf = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(n * 4));
+  if (!buf) return NULL;
+  float *p = (float *)PyByteArray_AsString(buf);
+  st_status rc;
+  if (st__py_claim(mcap, NULL, NULL, "strategy.reduce")) {
+    Py_DECREF(buf);
+    return NULL;
+  }
+  Py_BEGIN_ALLOW_THREADS
+  rc = st_strategy_reduce(s, op == 1 ? ST_REDUCE_MEAN : ST_REDUCE_SUM, t.data, n, p);
+  Py_END_ALLOW_THREADS
+  st__py_release(mcap, NULL, NULL);
+  if (rc != ST_OK) {
+    Py_DECREF(buf);
+    return st__py_raise(rc, "strategy.reduce");
+  }
+  return buf;
+}
+
+static PyMethodDef methods[] = {
+    {"strategy_create", py_strategy_create, METH_VARARGS,
+     "strategy_create(kind, devices=None, replicas=0, cross_device_ops=None, device=None, threads=0)"},
+    {"strategy_replicas", py_strategy_replicas, METH_O, "num_replicas_in_sync of a strategy"},
+    {"strategy_workers", py_strategy_workers, METH_O, "(worker rank, worker count) of a strategy"},
+    {"strategy_run", py_strategy_run, METH_VARARGS, "fn(replica_id, ctx) on every local replica"},
+    {"replica_train", py_replica_train, METH_VARARGS, "one replica's share of a training step"},
+    {"replica_all_reduce", py_replica_all_reduce, METH_VARARGS, "all-reduce floats over the replicas"},
+    {"strategy_reduce", py_strategy_reduce, METH_VARARGS, "st_strategy_reduce over every worker"},
+    {NULL, NULL, 0, NULL}};
+
+int st__py_strategy_register(PyObject *module) { return PyModule_AddFunctions(module, methods); }
