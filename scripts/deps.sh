@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the Debian packages Strata needs to build and test, if any are missing.
 #   scripts/deps.sh          build + test: compiler, CMake, OpenBLAS, zlib, jansson,
-#                            Fashion-MNIST, OpenMPI (openmpi-bin, libopenmpi-dev), python3
+#                            Fashion-MNIST, OpenMPI (openmpi-bin, libopenmpi-dev), Gloo
+#                            (libgloo-dev), python3
 #   scripts/deps.sh --bench  also the PyTorch peer (python3-torch, python3-numpy)
 #   scripts/deps.sh --mpi    the same as no option (OpenMPI is always installed now)
 #   scripts/deps.sh --test   what `make test` uses: also valgrind
@@ -16,13 +17,14 @@ pkgs=(cmake make gcc pkg-config libopenblas-dev zlib1g-dev libjansson-dev datase
       openmpi-bin libopenmpi-dev python3
       protobuf-c-compiler libprotobuf-c-dev libzmq3-dev)
 pkgs+=(python3-dev python3-numpy python3-pytest) # the Python package strata and its tests (issue 14)
+pkgs+=(libgloo-dev) # the Gloo transport: multi-worker jobs launched from TF_CONFIG (issue 30)
 pkgs+=(g++) # tests/cuda_emu: the CUDA module's kernels built as C++ host code (issue 16; skipped without)
 for arg in "$@"; do
   case "$arg" in
     --bench) pkgs+=(python3-torch python3-numpy) ;;
     --mpi) ;;
     --test) pkgs+=(valgrind) ;;
-    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "deps.sh: unknown argument '$arg' (expected --bench, --mpi or --test)" >&2; exit 2 ;;
   esac
 done

@@ -1,6 +1,9 @@
 /* MultiWorkerMirroredStrategy: the mirrored engine (mirrored.c) in every
- * process of an MPI job, its collectives spanning the processes (hier.c over
- * mpi/mpi.c). Process = worker; rank 0 is the chief.
+ * process of the job, its collectives spanning the processes (hier.c over a
+ * process transport: mpi/mpi.c when an MPI launcher started the job,
+ * gloo/gloo.c when each worker was started with its TF_CONFIG; process.c
+ * chooses). Process = worker; rank 0 is the chief (TF_CONFIG's chief task
+ * when there is one, else worker 0).
  *
  * Input (TensorFlow's AutoShardPolicy): every worker runs the same input
  * pipeline (same seed). With DATA (the default; AUTO resolves to it here:
@@ -32,7 +35,7 @@
  *
  * Errors: a worker that fails outside the collectives (e.g. the chief cannot
  * write a checkpoint) tells its peers when its model is destroyed (its last
- * error, st__collective_mpi_leave), so they fail at once with ST_ERR_PEER
+ * error, st__collective_process_leave), so they fail at once with ST_ERR_PEER
  * ("rank 0 failed: ...") instead of waiting for --collective-timeout. A NaN
  * loss needs nothing of the kind: the losses are gathered, so every worker
  * sees the same one and stops at the same step.
@@ -389,11 +392,11 @@ static st_status gather_stats(struct st_cluster *c, const st_step_stats *mine, s
 
 /* ---- the strategy table ------------------------------------------------------- */
 /* why: this worker's error ("" if none), told to the peers that still wait
- * for it (st__collective_mpi_leave). */
+ * for it (st__collective_process_leave). */
 static void destroy_transports(struct st_cluster *c, const char *why) {
   st_collective *t[] = {c->net_reducer, c->net_group, c->ctl};
   for (size_t i = 0; i < sizeof t / sizeof *t; i++)
-    if (t[i]) st__collective_mpi_leave(t[i], why);
+    if (t[i]) st__collective_process_leave(t[i], why);
   st__collective_destroy(c->net_reducer);
   st__collective_destroy(c->net_group);
   st__collective_destroy(c->ctl);
@@ -405,14 +408,14 @@ static st_status mw_attach(st_strategy *s, st_net *m) {
   /* a single local replica uses its share of the machine's cores */
   if (!s->opts.threads) s->opts.threads = st__cpu_count() / c->node_procs;
   if (s->opts.threads < 1) s->opts.threads = 1;
-  st_status st = st__collective_mpi_create(c->timeout, &m->step, &c->ctl);
+  st_status st = st__collective_process_create(c->timeout, &m->step, &c->ctl);
   if (st == ST_OK) {
     config_record r = model_record(s, m);
     r.global_batch = r.steps_per_epoch = r.epochs = r.resume_epoch = r.resume_step = 0;
     st = compare_records(c, m, &r, "model");
   }
-  if (st == ST_OK) st = st__collective_mpi_create(c->timeout, &m->step, &c->net_group);
-  if (st == ST_OK) st = st__collective_mpi_create(c->timeout, &m->step, &c->net_reducer);
+  if (st == ST_OK) st = st__collective_process_create(c->timeout, &m->step, &c->net_group);
+  if (st == ST_OK) st = st__collective_process_create(c->timeout, &m->step, &c->net_reducer);
   if (st == ST_OK) st = st__mirrored_attach(s, m, c->net_group, c->net_reducer);
   if (st != ST_OK) destroy_transports(c, st_last_error());
   return st;
@@ -472,7 +475,7 @@ const st_strategy_vtable st__multi_worker_vtable = {
 st_status st__cluster_create(const st_strategy_options *o, struct st_cluster **out) {
   *out = NULL;
   int rank = 0, size = 1;
-  st_status s = st__mpi_world(&rank, &size);
+  st_status s = st__process_world(&rank, &size);
   if (s != ST_OK) return st_error_prefix(s, "multi_worker_mirrored: ");
   if (size > ST_MAX_WORKERS)
     return st_error(ST_ERR_INVALID, "multi_worker_mirrored: %d workers (processes) given, at most "
@@ -494,7 +497,7 @@ st_status st__cluster_create(const st_strategy_options *o, struct st_cluster **o
                  ? ST_AUTO_SHARD_OFF : ST_AUTO_SHARD_DATA;
   c->configured = o->auto_shard;
   c->timeout = o->collective_timeout > 0 ? o->collective_timeout : ST_DEFAULT_COLLECTIVE_TIMEOUT;
-  c->node_procs = st__mpi_node_size();
+  c->node_procs = st__process_node_size();
   *out = c;
   return ST_OK;
 }
@@ -515,7 +518,7 @@ int st__cluster_size(const struct st_cluster *c) { return c->size; }
  * model consistency check as multi_worker_mirrored's attach. */
 st_status st__cluster_open(st_strategy *s, st_net *m) {
   struct st_cluster *c = s->cluster;
-  st_status st = st__collective_mpi_create(c->timeout, &m->step, &c->ctl);
+  st_status st = st__collective_process_create(c->timeout, &m->step, &c->ctl);
   if (st == ST_OK) {
     config_record r = model_record(s, m);
     st = compare_records(c, m, &r, "model");

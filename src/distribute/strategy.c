@@ -164,6 +164,11 @@ st_status st_strategy_create(const st_strategy_options *o, st_strategy **out) {
       vt = &st__pipeline_vtable;
       s = o->devices ? replica_count(o, &pipe_stages) : ST_OK; /* one stage per device */
       if (s == ST_OK) s = st__pipeline_check_options(o, pipe_bounds, &pipe_stages);
+      if (s == ST_OK && !st__pipeline_launched() && st__tf_config_training_tasks() > 1)
+        s = st_error(ST_ERR_INVALID, "pipeline: TF_CONFIG names %d workers, but the pipeline "
+                     "across processes runs under an MPI launcher only (mpirun -np N); "
+                     "TF_CONFIG launches are for multi_worker_mirrored",
+                     st__tf_config_training_tasks());
       if (s == ST_OK && st__pipeline_launched()) s = st__cluster_create(o, &cluster);
       if (s == ST_OK && cluster)
         s = st__pipeline_check_processes(st__cluster_size(cluster), &pipe_stages);

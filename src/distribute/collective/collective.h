@@ -108,6 +108,49 @@ st_status st__collective_mpi_create_group(int color, double timeout_s, const int
  * a peer (the peers may be gone) or for a single process. */
 void st__collective_mpi_leave(st_collective *c, const char *why);
 
+/* ---- processes without mpirun (gloo/gloo.c; gloo/gloo_none.c answers
+ * ST_ERR_NOT_BUILT) ----
+ * This process joins the job as worker `rank` of `size`, whose cluster
+ * addresses ("host:port", as TF_CONFIG's cluster.worker lists them) are
+ * addresses[0..size): worker 0 serves the rendezvous at its address from now
+ * until the process ends. Once per process (joining the same job again is
+ * OK; another one is refused). SIGPIPE is ignored from then on when it had
+ * its default action (a lost peer is an error, not the end of the process).
+ * Any thread. */
+#define ST__GLOO_ADDRESS_MAX 262
+st_status st__gloo_world_join(int rank, int size, const char *const *addresses);
+/* A transport over every worker of the job joined, as
+ * st__collective_mpi_create over MPI (every process creates its transports
+ * in the same order; Gloo TCP pairs on ports of their own, on each worker's
+ * host): the same operations and guarantees, rank-order sums (the same
+ * bytes), every wait bounded by timeout_s naming the worker that did not
+ * take part, every later operation failing at once after a failure.
+ * Connecting is itself bounded by timeout_s. */
+st_status st__collective_gloo_create(double timeout_s, const int64_t *step, st_collective **out);
+bool st__gloo_built(void);
+
+/* ---- the processes of a job, however launched (process.c) ----
+ * st__process_world: this process's rank and the job's size. Under an MPI
+ * launcher (more than one process): MPI's world. Otherwise with a TF_CONFIG
+ * that names several training tasks (a chief, which is worker 0, and
+ * workers): that cluster, joined through the Gloo transport (ST_ERR_NOT_BUILT
+ * without it; ST_ERR_INVALID naming the field for a bad TF_CONFIG). Otherwise
+ * a job of one. Decided once per process. Any thread. */
+st_status st__process_world(int *rank, int *size);
+/* Whether an MPI launcher started this process with others. */
+bool st__process_launched_by_mpi(void);
+/* The chief and worker tasks TF_CONFIG names (0: unset or not valid). */
+int st__tf_config_training_tasks(void);
+/* Processes of the job on this machine (at least 1), after st__process_world. */
+int st__process_node_size(void);
+/* A transport over every process of the job (st__collective_mpi_create or
+ * st__collective_gloo_create, whichever world this process joined), and
+ * leaving it (st__collective_mpi_leave's report under MPI; under Gloo the
+ * destroy that follows closes the pairs, which fails the peers at once). */
+st_status st__collective_process_create(double timeout_s, const int64_t *step,
+                                        st_collective **out);
+void st__collective_process_leave(st_collective *c, const char *why);
+
 /* Hierarchical transport (hier.c) for `local` replica threads of this process
  * over `net`, a process transport (borrowed; must outlive it): an all-reduce
  * reduces the local replicas (threads), then across processes (local replica

@@ -3,7 +3,7 @@
  * their own. Built only when CMake finds MPI (mpi_none.c otherwise).
  *
  * When every rank runs on one machine, all_reduce goes through shared memory
- * instead (mpi_shm.c: the same sums and bits, waits as below; STRATA_MPI_SHM=0
+ * instead (shm.c: the same sums and bits, waits as below; STRATA_MPI_SHM=0
  * keeps it on messages). What follows is the message path.
  *
  * all_reduce of a small buffer (at most 16 KiB) takes one round: each rank
@@ -67,7 +67,7 @@
 #include "distribute/collective/collective.h"
 #include "distribute/collective/mpi/mpi_fault.h"
 #include "distribute/collective/mpi/mpi_lost.h"
-#include "distribute/collective/mpi/mpi_shm.h"
+#include "distribute/collective/shm.h"
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static st_status g_init_status = ST_OK;
@@ -166,7 +166,7 @@ typedef struct mpi_coll {
   MPI_Request *req;       /* [nreq], MPI_REQUEST_NULL when not in use */
   int *peer;              /* [nreq]: the rank each request waits for */
   int *done_idx;          /* [nreq] */
-  st__mpi_shm *shm;       /* all ranks on one machine: all-reduces through it */
+  st__shm *shm;       /* all ranks on one machine: all-reduces through it */
   double wait_t0;         /* the start of the current wait on shm */
 } mpi_coll;
 
@@ -197,23 +197,6 @@ enum { OP_ALL_REDUCE, OP_BROADCAST, OP_ALL_GATHER, OP_REDUCE_SCATTER, OP_BARRIER
 static st_status fail_broken(mpi_coll *c, int op) {
   return st_error(ST_ERR_PEER, "%s #%llu: an earlier collective of this worker failed",
                   g_op_names[op], (unsigned long long)c->ops);
-}
-
-/* Between polls of a wait that has lasted `waited` seconds: spin for the
- * first 100 us (a peer's part usually arrives within microseconds; yielding
- * at once lost the core to other processes at 16 KiB), then yield the core (the
- * ranks may share cores, and the peer being waited for may need this one),
- * and sleep only once the wait is long (a straggler: do not burn a core). A
- * short nanosleep is no short pause: the timer slack makes 2 us ~50-60 us,
- * which at 16 KiB-16 MiB was a large part of an all-reduce. */
-static void pause_a_little(int spins, double waited) {
-  if (spins < 64 || waited < 100e-6) return;
-  if (waited < 2e-3) {
-    sched_yield();
-    return;
-  }
-  struct timespec ts = {0, 50000};
-  nanosleep(&ts, NULL);
 }
 
 /* Receive the LEAVE messages that have arrived (the caller's transport only). */
@@ -252,7 +235,7 @@ static void abandon(mpi_coll *c) {
       if (c->req[i] != MPI_REQUEST_NULL) MPI_Test(&c->req[i], &done, MPI_STATUS_IGNORE);
       left += c->req[i] != MPI_REQUEST_NULL;
     }
-    pause_a_little(spins, MPI_Wtime() - t0);
+    st__shm_pause(spins, MPI_Wtime() - t0);
   }
   for (int i = 0; i < n; i++)
     if (c->req[i] != MPI_REQUEST_NULL) {
@@ -331,7 +314,7 @@ static st_status fail_timeout(mpi_coll *c, uint64_t waiting, int op) {
   for (int spins = 0;; spins++) {
     from = st__mpi_lost_receive(missing);
     if (!(waited & ~from) || MPI_Wtime() - t0 >= grace) break;
-    pause_a_little(spins, MPI_Wtime() - t0);
+    st__shm_pause(spins, MPI_Wtime() - t0);
   }
   int via_w = -1, who_w = st__mpi_lost_name(waited, from, missing, g_rank, &via_w);
   int who = from_world(c, who_w), via = via_w >= 0 ? from_world(c, via_w) : -1;
@@ -371,7 +354,7 @@ static st_status wait_range(mpi_coll *c, int first, int n, int op) {
     st_status s = (spins & 63) == 63 ? check_leaves_of(c, pending_peers(c, first, n), op) : ST_OK;
     if (s != ST_OK) return s;
     if (MPI_Wtime() - t0 > c->timeout) return fail_timeout(c, pending_peers(c, first, n), op);
-    pause_a_little(spins, MPI_Wtime() - t0);
+    st__shm_pause(spins, MPI_Wtime() - t0);
   }
   return ST_OK;
 }
@@ -497,7 +480,7 @@ static st_status all_reduce_one_round(mpi_coll *c, float *buf, size_t n, st_redu
   return ST_OK;
 }
 
-/* A wait of the shared-memory all-reduce (mpi_shm.c), as wait_range's: the
+/* A wait of the shared-memory all-reduce (shm.c), as wait_range's: the
  * peers that left, the deadline, the pauses. */
 static st_status shm_wait(void *ctx, uint64_t missing, int spins) {
   mpi_coll *c = ctx;
@@ -506,7 +489,7 @@ static st_status shm_wait(void *ctx, uint64_t missing, int spins) {
   st_status s = (spins & 63) == 63 ? check_leaves_of(c, missing, OP_ALL_REDUCE) : ST_OK;
   if (s != ST_OK) return s;
   if (waited > c->timeout) return fail_timeout(c, missing, OP_ALL_REDUCE);
-  pause_a_little(spins, waited);
+  st__shm_pause(spins, waited);
   return ST_OK;
 }
 
@@ -517,7 +500,7 @@ static st_status mpi_all_reduce(st_collective *cc, int rank, float *buf, size_t 
   int size = c->base.size;
   if (size == 1 || n == 0) return ST_OK;
   if (c->shm) {
-    st_status s = st__mpi_shm_all_reduce(c->shm, buf, n, op, shm_wait, c);
+    st_status s = st__shm_all_reduce(c->shm, buf, n, op, shm_wait, c);
     if (s != ST_OK) c->broken = true;
     return s;
   }
@@ -628,7 +611,7 @@ void st__collective_mpi_leave(st_collective *cc, const char *why) {
   int all = 0;
   while (MPI_Testall(k, c->req, &all, MPI_STATUSES_IGNORE) == MPI_SUCCESS && !all &&
          MPI_Wtime() - t0 < 2.0)
-    pause_a_little(20000, 1.0); /* a sleep: no hurry here */
+    st__shm_pause(20000, 1.0); /* a sleep: no hurry here */
   if (!all) abandon(c);
 }
 
@@ -647,7 +630,7 @@ static void mpi_destroy(st_collective *cc) {
     if (c->lost_req[j] != MPI_REQUEST_NULL) MPI_Test(&c->lost_req[j], &done, MPI_STATUS_IGNORE);
     keep = keep || !done;
   }
-  st__mpi_shm_close(c->shm);
+  st__shm_close(c->shm);
   free(c->tmp);
   free(c->req);
   free(c->peer);
@@ -658,6 +641,28 @@ static void mpi_destroy(st_collective *cc) {
 }
 
 /* ---- point-to-point (tag TAG_P2P: in send order between a pair) ---- */
+
+/* The shared-memory segment's opening collectives (shm.h), over MPI. */
+static int shm_all_min(void *ctx, int v) {
+  int all = 0;
+  MPI_Allreduce(&v, &all, 1, MPI_INT, MPI_MIN, (MPI_Comm)ctx);
+  return all;
+}
+
+static void shm_bcast(void *ctx, char *buf, size_t n) {
+  MPI_Bcast(buf, (int)n, MPI_CHAR, 0, (MPI_Comm)ctx);
+}
+
+/* Whether every process of comm runs on this machine (MPI's view of nodes). */
+static bool all_on_one_machine(MPI_Comm comm, int size) {
+  MPI_Comm node;
+  int node_size = 0;
+  if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS)
+    return false;
+  MPI_Comm_size(node, &node_size);
+  MPI_Comm_free(&node);
+  return node_size == size;
+}
 
 /* A free request slot, or -1 when every one is pending. */
 static int free_slot(const mpi_coll *c) {
@@ -789,7 +794,8 @@ static st_status create_on(double timeout_s, const int64_t *step, bool split, in
     MPI_Group_free(&group);
     MPI_Group_free(&world);
   }
-  c->shm = st__mpi_shm_open(c->comm, rank, size);
+  st__shm_setup setup = {c->comm, shm_all_min, shm_bcast};
+  c->shm = st__shm_open(&setup, rank, size, all_on_one_machine(c->comm, size));
   c->base = (st_collective){&mpi_vtable, size, ST_CROSS_ALL_REDUCE, rank};
   c->timeout = timeout_s;
   c->step = step;

@@ -16,7 +16,7 @@
  * with zeros, a send to it is dropped. No-op without MPI. */
 void st__collective_mpi_test_cut(st_collective *c, int peer);
 
-/* Whether c's all-reduces go through shared memory (mpi_shm.c: every rank
+/* Whether c's all-reduces go through shared memory (collective/shm.c: every rank
  * on one machine, STRATA_MPI_SHM not 0 when it was made). The cut above
  * emulates a network link: tests of it set STRATA_MPI_SHM=0. */
 bool st__collective_mpi_uses_shm(const st_collective *c);

@@ -1,8 +1,9 @@
-/* The MPI transport's all-reduce through shared memory, for processes that
- * all run on one machine (a multi-GPU box, a many-core node, `mpirun -np N`
- * on one host): the ranks map one segment and exchange their parts through
- * it, instead of messages that MPI copies through its own shared-memory
- * queues and answers with a handshake each.
+/* The process transports' all-reduce through shared memory, for processes
+ * that all run on one machine (a multi-GPU box, a many-core node, `mpirun -np
+ * N` or TF_CONFIG workers on one host): the ranks map one segment and
+ * exchange their parts through it, instead of messages (which MPI copies
+ * through its own shared-memory queues and answers with a handshake each, and
+ * Gloo through loopback TCP and a thread of its own).
  *
  * The segment: per rank two counters (each on its own cache lines, written by
  * that rank only) and two slots of SPAN floats (double buffering). The buffer
@@ -16,13 +17,14 @@
  * order into its buffer and its slot, publishes reduced = e, waits for every
  * peer's reduced >= e, and copies the peers' reduced chunks out of their
  * slots. Either way every element is src[0] + src[1] + ... + src[size-1] in
- * that order: the bits of the message exchange (mpi.c), whatever the rounds.
+ * that order: the bits of the message exchange (mpi.c, gloo.c), whatever the
+ * rounds.
  *
  * Why two slots are enough: a rank writes its slot of round e only after
  * waiting, in round e-1, for every peer's arrive >= e-1, which each peer
  * published after it had finished reading round e-2 (the same slot).
  *
- * Waiting is the caller's (st__mpi_shm_wait_fn): it names a missing rank
+ * Waiting is the caller's (st__shm_wait_fn): it names a missing rank
  * after the transport's timeout and sees a peer that left, as for messages.
  * A rank that dies leaves its counters behind; the others time out on them.
  *
@@ -32,7 +34,9 @@
  * names to the others; it is unlinked once every rank has mapped it, so
  * nothing is left in /dev/shm even if a rank is killed later. */
 #define _GNU_SOURCE
-#include "distribute/collective/mpi/mpi_shm.h"
+#include "distribute/collective/shm.h"
+
+#include <sched.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -56,12 +60,14 @@
 #endif
 enum { SPAN = SHM_SPAN, ONE_PHASE_BYTES = 16384, LINE = 128 };
 
+_Static_assert(SPAN >= ST__SHM_GATHER_MAX, "an all-gather's part fits a slot");
+
 typedef struct counter {
   _Atomic uint64_t v;
   char pad[LINE - sizeof(uint64_t)];
 } counter;
 
-struct st__mpi_shm {
+struct st__shm {
   void *base;
   size_t bytes;
   int me, size;
@@ -70,24 +76,8 @@ struct st__mpi_shm {
   uint64_t round;            /* rounds done (the same on every rank) */
 };
 
-static float *slot(const st__mpi_shm *s, int rank, uint64_t round) {
+static float *slot(const st__shm *s, int rank, uint64_t round) {
   return s->slots + ((size_t)rank * 2 + (size_t)(round & 1)) * SPAN;
-}
-
-void st__sum_in_rank_order(float *out, float *copy, const float *const *src, int size,
-                           size_t len, st_reduce_op op) {
-  enum { BLOCK = 1024 };
-  float acc[BLOCK], f = 1.0f / (float)size;
-  for (size_t lo = 0; lo < len; lo += BLOCK) {
-    size_t nb = len - lo < BLOCK ? len - lo : BLOCK;
-    memcpy(acc, src[0] + lo, nb * sizeof(float));
-    for (int j = 1; j < size; j++)
-      for (size_t e = 0; e < nb; e++) acc[e] += src[j][lo + e];
-    if (op == ST_REDUCE_MEAN)
-      for (size_t e = 0; e < nb; e++) acc[e] *= f;
-    memcpy(out + lo, acc, nb * sizeof(float));
-    if (copy) memcpy(copy + lo, acc, nb * sizeof(float));
-  }
 }
 
 /* ---- opening ---- */
@@ -96,16 +86,6 @@ static size_t segment_bytes(int size) {
   size_t head = 2 * (size_t)size * sizeof(counter);
   head = (head + 4095) & ~(size_t)4095;
   return head + (size_t)size * 2 * SPAN * sizeof(float);
-}
-
-static bool all_on_one_machine(MPI_Comm comm, int size) {
-  MPI_Comm node;
-  int node_size = 0;
-  if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS)
-    return false;
-  MPI_Comm_size(node, &node_size);
-  MPI_Comm_free(&node);
-  return node_size == size;
 }
 
 static bool disabled_here(void) {
@@ -143,18 +123,16 @@ static void *attach_segment(const char *name, size_t bytes) {
   return p == MAP_FAILED ? NULL : p;
 }
 
-st__mpi_shm *st__mpi_shm_open(MPI_Comm comm, int me, int size) {
-  int usable = size > 1 && !disabled_here() && all_on_one_machine(comm, size), all = 0;
-  MPI_Allreduce(&usable, &all, 1, MPI_INT, MPI_MIN, comm);
-  if (!all) return NULL;
+st__shm *st__shm_open(const st__shm_setup *su, int me, int size, bool same_machine) {
+  int usable = size > 1 && !disabled_here() && same_machine;
+  if (!su->all_min(su->ctx, usable)) return NULL;
   size_t bytes = segment_bytes(size);
   char name[64] = "";
   void *p = me == 0 ? create_segment(name, sizeof name, bytes) : NULL;
-  MPI_Bcast(name, (int)sizeof name, MPI_CHAR, 0, comm);
+  su->bcast(su->ctx, name, sizeof name);
   if (me != 0) p = attach_segment(name, bytes);
-  st__mpi_shm *s = p ? calloc(1, sizeof *s) : NULL;
-  usable = s != NULL;
-  MPI_Allreduce(&usable, &all, 1, MPI_INT, MPI_MIN, comm);
+  st__shm *s = p ? calloc(1, sizeof *s) : NULL;
+  int all = su->all_min(su->ctx, s != NULL);
   if (me == 0 && name[0]) shm_unlink(name); /* every rank has mapped it, or given up */
   if (!all) {
     free(s);
@@ -171,7 +149,17 @@ st__mpi_shm *st__mpi_shm_open(MPI_Comm comm, int me, int size) {
   return s;
 }
 
-void st__mpi_shm_close(st__mpi_shm *s) {
+void st__shm_pause(int spins, double waited) {
+  if (spins < 64 || waited < 100e-6) return;
+  if (waited < 2e-3) {
+    sched_yield();
+    return;
+  }
+  struct timespec ts = {0, 50000};
+  nanosleep(&ts, NULL);
+}
+
+void st__shm_close(st__shm *s) {
   if (!s) return;
   munmap(s->base, s->bytes);
   free(s);
@@ -180,7 +168,7 @@ void st__mpi_shm_close(st__mpi_shm *s) {
 /* ---- the all-reduce ---- */
 
 /* Wait until every peer's counter c[j] >= e. */
-static st_status wait_all(st__mpi_shm *s, counter *c, uint64_t e, st__mpi_shm_wait_fn wait,
+static st_status wait_all(st__shm *s, counter *c, uint64_t e, st__shm_wait_fn wait,
                           void *ctx) {
   for (int spins = 0;; spins++) {
     uint64_t missing = 0;
@@ -196,8 +184,8 @@ static st_status wait_all(st__mpi_shm *s, counter *c, uint64_t e, st__mpi_shm_wa
 static void publish(counter *c, uint64_t e) { atomic_store_explicit(&c->v, e, memory_order_release); }
 
 /* One round over x[0, len): every rank sums the whole span itself. */
-static st_status one_phase(st__mpi_shm *s, float *x, size_t len, st_reduce_op op,
-                           st__mpi_shm_wait_fn wait, void *ctx) {
+static st_status one_phase(st__shm *s, float *x, size_t len, st_reduce_op op,
+                           st__shm_wait_fn wait, void *ctx) {
   uint64_t e = ++s->round;
   memcpy(slot(s, s->me, e), x, len * sizeof(float));
   publish(&s->arrive[s->me], e);
@@ -211,8 +199,8 @@ static st_status one_phase(st__mpi_shm *s, float *x, size_t len, st_reduce_op op
 }
 
 /* One round over x[0, len): each rank reduces its chunk, then gathers. */
-static st_status two_phase(st__mpi_shm *s, float *x, size_t len, st_reduce_op op,
-                           st__mpi_shm_wait_fn wait, void *ctx) {
+static st_status two_phase(st__shm *s, float *x, size_t len, st_reduce_op op,
+                           st__shm_wait_fn wait, void *ctx) {
   uint64_t e = ++s->round;
   int me = s->me, size = s->size;
   size_t lo[ST_MAX_WORKERS] = {0}, n[ST_MAX_WORKERS] = {0};
@@ -237,14 +225,59 @@ static st_status two_phase(st__mpi_shm *s, float *x, size_t len, st_reduce_op op
   return ST_OK;
 }
 
-st_status st__mpi_shm_all_reduce(st__mpi_shm *s, float *buf, size_t n, st_reduce_op op,
-                                 st__mpi_shm_wait_fn wait, void *ctx) {
+st_status st__shm_all_reduce(st__shm *s, float *buf, size_t n, st_reduce_op op,
+                                 st__shm_wait_fn wait, void *ctx) {
   for (size_t lo = 0; lo < n; lo += SPAN) {
     size_t len = n - lo < SPAN ? n - lo : SPAN;
     st_status st = len * sizeof(float) <= ONE_PHASE_BYTES
                        ? one_phase(s, buf + lo, len, op, wait, ctx)
                        : two_phase(s, buf + lo, len, op, wait, ctx);
     if (st != ST_OK) return st;
+  }
+  return ST_OK;
+}
+
+/* ---- gathers (the Gloo transport's small operations) ---- */
+
+/* One round in which every rank copies n floats (mine, may be NULL when n
+ * is 0) into its slot; on return every peer's slot of this round holds its
+ * part (read them with slot(); then call end_round). */
+static st_status begin_round(st__shm *s, const float *mine, size_t n, st__shm_wait_fn wait,
+                             void *ctx, uint64_t *round) {
+  uint64_t e = ++s->round;
+  if (n) memcpy(slot(s, s->me, e), mine, n * sizeof(float));
+  publish(&s->arrive[s->me], e);
+  *round = e;
+  return wait_all(s, s->arrive, e, wait, ctx);
+}
+
+static void end_round(st__shm *s, uint64_t e) { publish(&s->reduced[s->me], e); }
+
+st_status st__shm_all_gather(st__shm *s, const float *send, size_t n, float *recv,
+                             st__shm_wait_fn wait, void *ctx) {
+  if (n > SPAN)
+    return st_error(ST_ERR_INTERNAL, "shared-memory all-gather of %zu floats (at most %d)", n,
+                    SPAN);
+  uint64_t e;
+  st_status st = begin_round(s, send, n, wait, ctx, &e);
+  if (st != ST_OK) return st;
+  for (int j = 0; j < s->size; j++)
+    memmove(recv + (size_t)j * n, j == s->me ? send : slot(s, j, e), n * sizeof(float));
+  end_round(s, e);
+  return ST_OK;
+}
+
+st_status st__shm_broadcast(st__shm *s, float *buf, size_t n, int root, st__shm_wait_fn wait,
+                            void *ctx) {
+  for (size_t lo = 0; lo < n || lo == 0; lo += SPAN) {
+    size_t len = n - lo < SPAN ? n - lo : SPAN;
+    uint64_t e;
+    st_status st = begin_round(s, s->me == root ? buf + lo : NULL, s->me == root ? len : 0,
+                               wait, ctx, &e);
+    if (st != ST_OK) return st;
+    if (s->me != root) memcpy(buf + lo, slot(s, root, e), len * sizeof(float));
+    end_round(s, e);
+    if (n == 0) break;
   }
   return ST_OK;
 }
