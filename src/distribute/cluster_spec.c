@@ -128,13 +128,13 @@ static st_status parse_cluster(const char *src, json_t *cl, const st_cluster_pol
   return check_duplicates(src, c);
 }
 
-static st_status set_task(const char *src, st_cluster_spec *c, const char *type, long long index,
-                          const char *field) {
+/* A role the job takes no task of (max 0) is no role of its for the task. */
+static st_status set_task(const char *src, st_cluster_spec *c, const st_cluster_policy *p,
+                          const char *type, long long index, const char *field) {
   int r = role_of(type);
-  if (r < 0)
-    return st_error(ST_ERR_INVALID, "%s: %s.type: unknown role '%.60s' (expected chief, worker, ps "
-                    "or evaluator)",
-                    src, field, type);
+  if (r < 0 || p->max[r] == 0)
+    return st_error(ST_ERR_INVALID, "%s: %s.type: unknown role '%.60s' (expected %s)", src, field,
+                    type, p->roles);
   if (index < 0 || index >= c->count[r])
     return st_error(ST_ERR_INVALID, "%s: %s.index: %lld out of range for %s (0..%d)", src, field,
                     index, type, c->count[r] - 1);
@@ -175,7 +175,8 @@ static st_status parse_tf_config(const char *src, json_t *root, const st_cluster
   if (!json_is_string(type)) return st_error(ST_ERR_INVALID, "%s: task.type: missing or not a string", src);
   if (index && !json_is_integer(index))
     return st_error(ST_ERR_INVALID, "%s: task.index: not an integer", src);
-  return set_task(src, c, json_string_value(type), index ? json_integer_value(index) : 0, "task");
+  return set_task(src, c, p, json_string_value(type), index ? json_integer_value(index) : 0,
+                  "task");
 }
 
 st_status st__cluster_spec_parse_tf_config(const char *json, size_t len, const char *source,
@@ -191,7 +192,8 @@ st_status st__cluster_spec_parse_tf_config(const char *json, size_t len, const c
 }
 
 /* "TYPE:INDEX" into the cluster's task. */
-static st_status parse_task_spec(const char *spec, st_cluster_spec *c) {
+static st_status parse_task_spec(const char *spec, const st_cluster_policy *p,
+                                 st_cluster_spec *c) {
   const char *colon = spec ? strchr(spec, ':') : NULL;
   char type[16];
   if (!colon || (size_t)(colon - spec) >= sizeof type || !colon[1])
@@ -203,7 +205,7 @@ static st_status parse_task_spec(const char *spec, st_cluster_spec *c) {
   long long idx = strtoll(colon + 1, &end, 10);
   if (*end || end == colon + 1)
     return st_error(ST_ERR_INVALID, "--task: index '%.20s' is not an integer", colon + 1);
-  return set_task("--task", c, type, idx, "task");
+  return set_task("--task", c, p, type, idx, "task");
 }
 
 st_status st__cluster_spec_parse_file(const char *path, const char *task,
@@ -220,7 +222,7 @@ st_status st__cluster_spec_parse_file(const char *path, const char *task,
   json_t *cl = json_object_get(root, "cluster");
   s = parse_cluster(path, cl ? cl : root, p, out);
   json_decref(root);
-  if (s == ST_OK) s = parse_task_spec(task, out);
+  if (s == ST_OK) s = parse_task_spec(task, p, out);
   if (s != ST_OK) st__cluster_spec_free(out);
   return s;
 }

@@ -20,6 +20,7 @@
 #include <stddef.h>
 
 #include "strata/base.h"
+#include "strata/distribute.h"
 
 typedef enum st_task_role {
   ST_TASK_CHIEF = 0,
@@ -29,7 +30,7 @@ typedef enum st_task_role {
   ST_TASK_ROLE_COUNT
 } st_task_role;
 
-#define ST_CLUSTER_MAX_TASKS 256 /* per role */
+#define ST_CLUSTER_MAX_TASKS ST_MAX_PS_TASKS /* per role (strata/distribute.h) */
 #define ST_CLUSTER_MAX_HOST 253  /* DNS name limit */
 
 typedef struct st_cluster_task {
@@ -47,10 +48,13 @@ typedef struct st_cluster_spec {
 } st_cluster_spec;
 
 /* A job's rules: role r takes min[r]..max[r] tasks; when a count is out of
- * range the error says "cluster.<role>: <why[r]>" (with the count). */
+ * range the error says "cluster.<role>: <why[r]>" (with the count). A role
+ * of max 0 is not the job's: a task of that type is an unknown role, and
+ * roles lists the job's ("chief, worker or ps") for that message. */
 typedef struct st_cluster_policy {
   int min[ST_TASK_ROLE_COUNT], max[ST_TASK_ROLE_COUNT];
   const char *why[ST_TASK_ROLE_COUNT];
+  const char *roles;
 } st_cluster_policy;
 
 /* "chief", "worker", "ps", "evaluator"; NULL for a bad role. */

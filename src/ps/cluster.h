@@ -1,44 +1,32 @@
 /* Internal: the cluster of a parameter-server job, from TF_CONFIG (TensorFlow's
- * format) or from a cluster file plus a TYPE:INDEX task.
- *
- *   TF_CONFIG = {"cluster": {"chief": ["host:port"], "worker": [...], "ps": [...]},
- *                "task": {"type": "worker", "index": 1}}
- *
- * Every check happens here, before any socket opens: valid JSON without
- * duplicate keys, only the roles chief (exactly one), worker (at least one)
- * and ps (at least one) ("evaluator" is refused in the training cluster),
- * each address "host:port" with a port in 1..65535 and a host of letters,
- * digits, '.', '-' or '_', no address twice, the task's type one of the roles
- * and its index in range. Errors are ST_ERR_INVALID (ST_ERR_FORMAT for bad
- * JSON) naming the source and the field, e.g.
+ * format) or from a cluster file plus a TYPE:INDEX task: TensorFlow's cluster
+ * as distribute/cluster_spec.h parses and checks it (JSON, roles, addresses,
+ * duplicates, the task), with this job's rules: exactly one chief, at least
+ * one worker and one ps, no evaluator in the training cluster. Errors name
+ * the source and the field, e.g.
  * "TF_CONFIG: cluster.worker[1]: duplicate address 127.0.0.1:2222 (also cluster.ps[0])".
  * Pure functions: any thread. */
-#ifndef STRATA_DISTRIBUTE_PS_CLUSTER_H
-#define STRATA_DISTRIBUTE_PS_CLUSTER_H
+#ifndef STRATA_PS_CLUSTER_H
+#define STRATA_PS_CLUSTER_H
 
 #include <stddef.h>
 
+#include "distribute/cluster_spec.h"
 #include "strata/base.h"
 #include "strata/distribute.h"
 
-typedef enum st_ps_role { ST_PS_CHIEF = 0, ST_PS_WORKER, ST_PS_PS, ST_PS_ROLE_COUNT } st_ps_role;
+/* The roles of a parameter-server job: the first three of st_task_role. */
+typedef st_task_role st_ps_role;
+#define ST_PS_CHIEF ST_TASK_CHIEF
+#define ST_PS_WORKER ST_TASK_WORKER
+#define ST_PS_PS ST_TASK_PS
+#define ST_PS_ROLE_COUNT 3
 
-#define ST_PS_MAX_TASKS ST_MAX_PS_TASKS /* per role (strata/distribute.h) */
-#define ST_PS_MAX_HOST 253  /* DNS name limit */
+#define ST_PS_MAX_TASKS ST_CLUSTER_MAX_TASKS /* per role (strata/distribute.h) */
+#define ST_PS_MAX_HOST ST_CLUSTER_MAX_HOST
 
-typedef struct st_ps_task {
-  st_ps_role role;
-  int index;
-  char host[ST_PS_MAX_HOST + 1];
-  int port;
-} st_ps_task;
-
-typedef struct st_ps_cluster {
-  int count[ST_PS_ROLE_COUNT];
-  st_ps_task *tasks[ST_PS_ROLE_COUNT]; /* owned: [count[role]] */
-  st_ps_role self_role;                /* this process's task */
-  int self_index;
-} st_ps_cluster;
+typedef st_cluster_task st_ps_task;
+typedef st_cluster_spec st_ps_cluster;
 
 /* "chief", "worker", "ps"; NULL for a bad role. */
 const char *st__ps_role_name(st_ps_role r);

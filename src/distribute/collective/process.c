@@ -38,6 +38,7 @@ static const st_cluster_policy k_policy = {
     .why = {"at most one chief (it is worker 0 of the job)", "too many workers",
             "parameter servers belong to --strategy parameter_server, not "
             "multi_worker_mirrored", "at most one evaluator"},
+    .roles = "chief, worker or evaluator",
 };
 
 /* The job TF_CONFIG describes: rank and addresses in rank order (the chief
