@@ -642,29 +642,6 @@ static void mpi_destroy(st_collective *cc) {
 
 /* ---- point-to-point (tag TAG_P2P: in send order between a pair) ---- */
 
-/* The shared-memory segment's opening collectives (shm.h), over MPI. */
-static int shm_all_min(void *ctx, int v) {
-  int all = 0;
-  MPI_Allreduce(&v, &all, 1, MPI_INT, MPI_MIN, (MPI_Comm)ctx);
-  return all;
-}
-
-static void shm_bcast(void *ctx, char *buf, size_t n) {
-  MPI_Bcast(buf, (int)n, MPI_CHAR, 0, (MPI_Comm)ctx);
-}
-
-/* Whether every process of comm runs on this machine (MPI's view of nodes). */
-static bool all_on_one_machine(MPI_Comm comm, int size) {
-  MPI_Comm node;
-  int node_size = 0;
-  if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS)
-    return false;
-  MPI_Comm_size(node, &node_size);
-  MPI_Comm_free(&node);
-  return node_size == size;
-}
-
-/* A free request slot, or -1 when every one is pending. */
 static int free_slot(const mpi_coll *c) {
   for (int i = 0; i < c->nreq; i++)
     if (c->req[i] == MPI_REQUEST_NULL) return i;
@@ -735,6 +712,24 @@ st_status st__collective_mpi_create(double timeout_s, const int64_t *step, st_co
 st_status st__collective_mpi_create_group(int color, double timeout_s, const int64_t *step,
                                           st_collective **out) {
   return create_on(timeout_s, step, true, color, out);
+}
+
+/* The shared-memory segment's opening collectives (shm.h) over MPI, and
+ * whether every process of comm runs on this machine (MPI's view of nodes). */
+static int shm_all_min(void *ctx, int v) {
+  int all = 0;
+  MPI_Allreduce(&v, &all, 1, MPI_INT, MPI_MIN, (MPI_Comm)ctx);
+  return all;
+}
+static void shm_bcast(void *ctx, char *buf, size_t n) { MPI_Bcast(buf, (int)n, MPI_CHAR, 0, (MPI_Comm)ctx); }
+static bool all_on_one_machine(MPI_Comm comm, int size) {
+  MPI_Comm node;
+  int node_size = 0;
+  if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS)
+    return false;
+  MPI_Comm_size(node, &node_size);
+  MPI_Comm_free(&node);
+  return node_size == size;
 }
 
 /* A transport on a duplicate of the world communicator, or (split) on the
