@@ -6,6 +6,7 @@
  * reader (input buffer + record buffer) per open file. Also list_files.
  * num_parallel_calls: the iterator of dataset_tfrecord_parallel.c. */
 #include <glob.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,6 +54,7 @@ static st_status open_slot(tfr_iter *it, tfr_slot *sl) {
   sl->seen_skipped = 0;
   st_status s = st_tfrecord_reader_create(it->src->files[sl->file], &it->src->o.record, &sl->r);
   if (s == ST_OK) it->open++;
+  st__tfrecord_reader_pool(sl->r);
   return s;
 }
 
@@ -95,12 +97,35 @@ static st_status tfr_next_into(st_iterator *base, float *x, float *y, bool *end)
       next_slot(it);
       continue;
     }
-    if ((s = st_parse_example(rec, n, &it->src->o.spec, x, y)) != ST_OK)
-      return st_error_prefix(s, "%s: record at offset %llu: ", it->src->files[sl->file],
-                             (unsigned long long)at);
+    bool skipped;
+    if ((s = st__tfr_parse(it->src, sl->file, sl->r, at, rec, n, x, y, &skipped)) != ST_OK) return s;
+    if (skipped) continue;
     if (++it->in_block >= it->src->o.block_length) next_slot(it);
     return ST_OK;
   }
+}
+
+st_status st__tfr_parse(tfr_node *src, int file, st_tfrecord_reader *r, uint64_t at,
+                        const void *rec, size_t n, float *x, float *y, bool *skipped) {
+  bool over;
+  size_t limit = st__example_decode_budget(n, src->o.record.max_record_bytes ?
+                                              src->o.record.max_record_bytes : (64u << 20));
+  st_status s = st__parse_example_bounded(rec, n, &src->o.spec, x, y, limit, &over);
+  st__tfrecord_reader_release(r);
+  *skipped = s != ST_OK && over && src->o.record.skip_corrupt;
+  if (*skipped) {
+    __atomic_fetch_add(&src->skipped, 1, __ATOMIC_RELAXED);
+    return ST_OK;
+  }
+  if (s != ST_OK && over) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", st_last_error());
+    return st_error(s, "%s: record at offset %llu: %s (--skip-corrupt-records / skip_corrupt "
+                    "skips such records)", src->files[file], (unsigned long long)at, msg);
+  }
+  if (s != ST_OK)
+    return st_error_prefix(s, "%s: record at offset %llu: ", src->files[file], (unsigned long long)at);
+  return ST_OK;
 }
 
 static st_status tfr_next(st_iterator *base, st_batch *out, bool *end) {

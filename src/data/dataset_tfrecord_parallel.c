@@ -77,6 +77,7 @@ static st_status fill(par_iter *it, par_slot *sl, int tail, int n, int *got, boo
   if (!sl->r) {
     sl->seen_skipped = 0;
     if ((s = st_tfrecord_reader_create(path, &src->o.record, &sl->r)) != ST_OK) return s;
+    st__tfrecord_reader_pool(sl->r);
   }
   while (*got < n) {
     const void *rec;
@@ -93,9 +94,10 @@ static st_status fill(par_iter *it, par_slot *sl, int tail, int n, int *got, boo
       return ST_OK;
     }
     float *x = sl->q + (size_t)((tail + *got) % it->qcap) * it->elem;
-    if ((s = st_parse_example(rec, len, &src->o.spec, x, x + src->base.x_size)) != ST_OK)
-      return st_error_prefix(s, "%s: record at offset %llu: ", path, (unsigned long long)at);
-    ++*got;
+    bool skipped;
+    s = st__tfr_parse(it->src, sl->file, sl->r, at, rec, len, x, x + src->base.x_size, &skipped);
+    if (s != ST_OK) return s;
+    if (!skipped) ++*got;
   }
   return ST_OK;
 }

@@ -1,13 +1,25 @@
 /* tf.train.Example: parsing with a FixedLenFeature spec and serializing, both
  * through protobuf-c and the schema in src/data/proto/ (compiled by protoc-c at
  * build time: example.pb-c.h is generated in the build folder), and the JSON
- * feature spec of `strata train --features`. */
+ * feature spec of `strata train --features`. Parsing allocates through a
+ * ProtobufCAllocator with a budget (st__example_decode_budget): protobuf-c
+ * allocates per map entry / repeated element, ~45x the input for a record of
+ * empty feature-map entries, so an unbounded unpack is a memory bomb. */
 #include <jansson.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
+#include "data/tfrecord_ds.h"
 #include "example.pb-c.h"
 #include "strata/data.h"
+
+#define DECODE_FACTOR 8            /* packed int64 varints: 1 input byte -> 8 */
+#define DECODE_SLACK (64u << 10)
+#define DECODE_DEFAULT_MAX (64u << 20) /* st_parse_example: as max_record_bytes' default */
+#define ALLOC_OVERHEAD 16          /* malloc's chunk header, counted per allocation */
+#define ALLOC_MAPPED (256u << 10)  /* from here on mmap'd: given back to the system on free */
 
 static const char *const dtype_names[ST_FEATURE_DTYPE_COUNT] = {"float32", "int64", "uint8"};
 static const char *const kind_names[] = {"no value", "bytes_list", "float_list", "int64_list"};
@@ -60,17 +72,83 @@ static st_status fill(const Tensorflow__Example *ex, const st_feature_spec *f, f
   return ST_OK;
 }
 
-st_status st_parse_example(const void *data, size_t size, const st_example_spec *spec,
-                           float *x, float *y) {
+size_t st__example_decode_budget(size_t size, size_t max_record_bytes) {
+  size_t cap = max_record_bytes + DECODE_SLACK;
+  return size > (cap - DECODE_SLACK) / DECODE_FACTOR ? cap : DECODE_FACTOR * size + DECODE_SLACK;
+}
+
+/* protobuf-c's allocations, counted (requested bytes + ALLOC_OVERHEAD each,
+ * never decremented: the total bounds the peak) and refused past limit. */
+typedef struct budget {
+  size_t used, limit;
+  bool over, nomem;
+} budget;
+
+/* Every block carries a 16-byte header: its mapped length (0: malloc'd). */
+static void *budget_alloc(void *data, size_t n) {
+  budget *b = data;
+  if (n > b->limit || b->limit - b->used < n + 2 * ALLOC_OVERHEAD) {
+    b->over = true;
+    return NULL;
+  }
+  b->used += n + 2 * ALLOC_OVERHEAD;
+  size_t len = n + 16;
+  uint8_t *p;
+  if (len >= ALLOC_MAPPED) {
+    p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) p = NULL;
+  } else {
+    p = malloc(len);
+    len = 0;
+  }
+  if (!p) {
+    b->nomem = true;
+    return NULL;
+  }
+  memcpy(p, &len, sizeof len);
+  return p + 16;
+}
+
+static void budget_free(void *data, void *q) {
+  (void)data;
+  if (!q) return;
+  uint8_t *p = (uint8_t *)q - 16;
+  size_t len;
+  memcpy(&len, p, sizeof len);
+  if (len) munmap(p, len);
+  else free(p);
+}
+
+st_status st__parse_example_bounded(const void *data, size_t size, const st_example_spec *spec,
+                                    float *x, float *y, size_t limit, bool *over) {
+  if (over) *over = false;
   if (!spec || !x || (!data && size)) return st_error(ST_ERR_INVALID, "parse_example: NULL argument");
-  Tensorflow__Example *ex = tensorflow__example__unpack(NULL, size, data);
+  budget b = {0, limit, false, false};
+  ProtobufCAllocator a = {budget_alloc, budget_free, &b};
+  Tensorflow__Example *ex = tensorflow__example__unpack(&a, size, data);
+  if (!ex && b.over) {
+    if (over) *over = true;
+    return st_error(ST_ERR_FORMAT, "tf.train.Example of %zu bytes: decoding it needs more than "
+                    "%zu bytes, the decode budget (8 x the record + 64 KiB, at most "
+                    "max_record_bytes + 64 KiB): a bomb of tiny entries (empty map entries, "
+                    "unpacked repeated values), refused", size, limit);
+  }
+  if (!ex && b.nomem)
+    return st_error(ST_ERR_NOMEM, "tf.train.Example of %zu bytes: out of memory decoding it "
+                    "(%zu bytes allocated)", size, b.used);
   if (!ex)
     return st_error(ST_ERR_FORMAT, "not a tf.train.Example (protobuf-c could not parse %zu "
                     "bytes)", size);
   st_status s = fill(ex, &spec->x, x);
   if (s == ST_OK && spec->y.name[0]) s = fill(ex, &spec->y, y);
-  tensorflow__example__free_unpacked(ex, NULL);
+  tensorflow__example__free_unpacked(ex, &a);
   return s;
+}
+
+st_status st_parse_example(const void *data, size_t size, const st_example_spec *spec,
+                           float *x, float *y) {
+  return st__parse_example_bounded(data, size, spec, x, y,
+                                   st__example_decode_budget(size, DECODE_DEFAULT_MAX), NULL);
 }
 
 /* ---- serializing ---- */

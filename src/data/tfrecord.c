@@ -1,23 +1,55 @@
 /* TFRecord framing: the streaming reader and the writer (plain or gzip).
  * A record on disk: uint64 length (little endian), masked CRC32C of those 8
  * bytes, the payload, masked CRC32C of the payload. The reader holds one
- * input buffer (buffer_size bytes; zlib's own for gzip) and one record buffer
- * that grows to the longest record read, never past max_record_bytes, so a
- * damaged length field cannot make it allocate more. Offsets in messages
- * count bytes of the uncompressed stream. */
+ * input buffer (buffer_size bytes; compressed bytes for gzip, plus zlib's
+ * inflate state) and one record buffer that grows to the longest record read,
+ * never past max_record_bytes, so a damaged length field cannot make it
+ * allocate more. Offsets in messages count bytes of the uncompressed stream.
+ * gzip: every member of the file is decoded (concatenated .gz files read
+ * whole); bytes after a member that do not start another one are damage.
+ * Readers of a dataset (st__tfrecord_reader_pool) also reserve each record
+ * larger than POOL_SMALL, with its decode budget, from one process-wide pool
+ * of POOL_BYTES, so parallel readers together stay within it. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include "base/fileio.h"
+#include "data/tfrecord_ds.h"
 #include "strata/data.h"
 
 #define DEFAULT_BUFFER (256u << 10)
 #define DEFAULT_MAX_RECORD (64u << 20)
 #define HEADER_BYTES 12
 #define MAX_RECORD_LIMIT ((size_t)1 << 40)
+#define SKIP_HINT " (damaged TFRecord file; --skip-corrupt-records / skip_corrupt skips the rest of it)"
+#define POOL_SMALL ((size_t)1 << 20)
+#define POOL_BYTES ((size_t)2 * DEFAULT_MAX_RECORD + ((size_t)1 << 20))
+
+/* The pool: a reservation waits while others hold it and it does not fit. A
+ * thread holds at most one (released before its next record and on every
+ * error), and holders never wait, so every wait ends. */
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pool_cv = PTHREAD_COND_INITIALIZER;
+static size_t pool_used;
+
+static void pool_take(size_t n) {
+  pthread_mutex_lock(&pool_mu);
+  while (pool_used > 0 && pool_used + n > POOL_BYTES) pthread_cond_wait(&pool_cv, &pool_mu);
+  pool_used += n;
+  pthread_mutex_unlock(&pool_mu);
+}
+
+static void pool_give(size_t n) {
+  pthread_mutex_lock(&pool_mu);
+  pool_used -= n;
+  pthread_cond_broadcast(&pool_cv);
+  pthread_mutex_unlock(&pool_mu);
+}
 
 st_tfrecord_options st_tfrecord_default_options(void) {
   return (st_tfrecord_options){ST_COMPRESSION_NONE, DEFAULT_BUFFER, DEFAULT_MAX_RECORD, false};
@@ -56,16 +88,85 @@ static uint32_t masked_crc(const void *p, size_t n) { return st_crc32c_mask(st_c
 struct st_tfrecord_reader {
   char *path;
   st_tfrecord_options o;
-  int fd;            /* plain: the file; -1 once handed to gz */
-  gzFile gz;         /* gzip: the stream */
-  uint8_t *in;       /* plain: [o.buffer_size] bytes read ahead */
+  int fd;            /* the file */
+  bool gz;           /* gzip: z inflates from in */
+  z_stream z;
+  bool z_ready, member_end, file_eof;
+  int members;       /* gzip members begun */
+  uint64_t comp_read; /* gzip: bytes read from the file */
+  uint64_t member_at; /* gzip: where the current member starts in the file */
+  uint8_t *in;       /* [o.buffer_size] bytes read ahead */
   size_t in_pos, in_len;
+  bool pooled;       /* reserve large records from the pool */
+  size_t held;       /* bytes reserved for the current record */
   uint8_t *rec;      /* [rec_cap] the current record's payload */
   size_t rec_cap;
   uint64_t offset;   /* bytes of the stream consumed */
   int64_t skipped;
   bool done;         /* end reached (or the rest of the file skipped) */
 };
+
+static st_status fill_in(st_tfrecord_reader *r, uint64_t at, ssize_t *rd) {
+  do *rd = read(r->fd, r->in, r->o.buffer_size);
+  while (*rd < 0 && errno == EINTR);
+  if (*rd < 0)
+    return st_error(ST_ERR_IO, "%s: offset %llu: read failed: %s", r->path,
+                    (unsigned long long)at, strerror(errno));
+  return ST_OK;
+}
+
+static st_status gz_damaged(st_tfrecord_reader *r, uint64_t at, const char *what) {
+  unsigned long long c = (unsigned long long)(r->comp_read - r->z.avail_in);
+  if (r->z.total_out == 0 && strstr(what, "header")) /* not the start of a member */
+    return st_error(ST_ERR_FORMAT, "%s: offset %llu: gzip stream damaged at compressed byte %llu: "
+                    "%s%.0d is not a gzip member (%s)%s", r->path, (unsigned long long)at,
+                    (unsigned long long)r->member_at, r->members > 1 ? "what follows gzip member "
+                    : "the file", r->members > 1 ? r->members - 1 : 0, what, SKIP_HINT);
+  return st_error(ST_ERR_FORMAT, "%s: offset %llu: gzip stream damaged at compressed byte %llu "
+                  "(gzip member %d): %s%s", r->path, (unsigned long long)at, c, r->members, what,
+                  SKIP_HINT);
+}
+
+/* gzip: up to want bytes (>0) inflated into dst (NULL: discarded) as *k; 0
+ * only at the end of the file. Every member is decoded. */
+static st_status gz_read(st_tfrecord_reader *r, uint8_t *dst, size_t want, uint64_t at,
+                         size_t *k) {
+  uint8_t sink[4096];
+  *k = 0;
+  for (;;) {
+    if (r->z.avail_in == 0 && !r->file_eof) {
+      ssize_t rd;
+      st_status s = fill_in(r, at, &rd);
+      if (s != ST_OK) return s;
+      r->file_eof = rd == 0;
+      r->z.next_in = r->in;
+      r->z.avail_in = (uInt)rd;
+      r->comp_read += (uint64_t)rd;
+    }
+    if (r->member_end || r->members == 0) {
+      if (r->z.avail_in == 0) {
+        if (r->file_eof) return ST_OK; /* the end (or an empty file) */
+        continue;
+      }
+      if (r->members++ > 0) inflateReset(&r->z);
+      r->member_at = r->comp_read - r->z.avail_in;
+      r->member_end = false;
+    }
+    if (r->z.avail_in == 0 && r->file_eof)
+      return gz_damaged(r, at, "truncated: the file ends inside the member");
+    size_t chunk = want > (1u << 30) ? 1u << 30 : want;
+    if (!dst && chunk > sizeof sink) chunk = sizeof sink;
+    r->z.next_out = dst ? dst : sink;
+    r->z.avail_out = (uInt)chunk;
+    int zr = inflate(&r->z, Z_NO_FLUSH);
+    *k = chunk - r->z.avail_out;
+    if (zr == Z_STREAM_END) r->member_end = true;
+    else if (zr != Z_OK && zr != Z_BUF_ERROR)
+      return gz_damaged(r, at, r->z.msg ? r->z.msg : zr == Z_NEED_DICT ? "needs a dictionary"
+                                                                         : "zlib error");
+    if (*k) return ST_OK;
+  }
+}
 
 /* Up to n bytes of the stream into dst (dst NULL: discard); *got < n only at
  * the end. */
@@ -74,26 +175,14 @@ static st_status stream_read(st_tfrecord_reader *r, void *dst, size_t n, size_t 
   while (*got < n) {
     size_t want = n - *got, k;
     if (r->gz) {
-      uint8_t sink[4096];
-      unsigned chunk = want > (1u << 30) ? 1u << 30 : (unsigned)want;
-      if (!dst && chunk > sizeof sink) chunk = sizeof sink;
-      int rd = gzread(r->gz, dst ? (uint8_t *)dst + *got : sink, chunk);
-      if (rd < 0) {
-        int zerr;
-        const char *msg = gzerror(r->gz, &zerr);
-        return st_error(ST_ERR_FORMAT, "%s: offset %llu: gzip stream damaged: %s", r->path,
-                        (unsigned long long)(r->offset + *got), msg);
-      }
-      if (rd == 0) return ST_OK;
-      k = (size_t)rd;
+      st_status s = gz_read(r, dst ? (uint8_t *)dst + *got : NULL, want, r->offset + *got, &k);
+      if (s != ST_OK) return s;
+      if (k == 0) return ST_OK;
     } else {
       if (r->in_pos == r->in_len) {
         ssize_t rd;
-        do rd = read(r->fd, r->in, r->o.buffer_size);
-        while (rd < 0 && errno == EINTR);
-        if (rd < 0)
-          return st_error(ST_ERR_IO, "%s: offset %llu: read failed: %s", r->path,
-                          (unsigned long long)(r->offset + *got), strerror(errno));
+        st_status s = fill_in(r, r->offset + *got, &rd);
+        if (s != ST_OK) return s;
         if (rd == 0) return ST_OK;
         r->in_pos = 0;
         r->in_len = (size_t)rd;
@@ -125,12 +214,12 @@ st_status st_tfrecord_reader_create(const char *path, const st_tfrecord_options 
   r->fd = -1;
   st_status s = st__open_input(path, &r->fd, NULL);
   if (s != ST_OK) goto fail;
+  if (opt.buffer_size > (1u << 30)) r->o.buffer_size = 1u << 30; /* read() and uInt */
+  if (!(r->in = malloc(r->o.buffer_size))) goto fail_nomem;
   if (opt.compression == ST_COMPRESSION_GZIP) {
-    if (!(r->gz = gzdopen(r->fd, "rb"))) goto fail_nomem;
-    r->fd = -1; /* gzclose closes it */
-    gzbuffer(r->gz, opt.buffer_size < 8192 ? 8192 : (unsigned)(opt.buffer_size > (1u << 30) ? 1u << 30 : opt.buffer_size));
-  } else if (!(r->in = malloc(opt.buffer_size))) {
-    goto fail_nomem;
+    r->gz = true;
+    if (inflateInit2(&r->z, 16 + MAX_WBITS) != Z_OK) goto fail_nomem; /* gzip only */
+    r->z_ready = true;
   }
   *out = r;
   return ST_OK;
@@ -141,9 +230,23 @@ fail:
   return s;
 }
 
+void st__tfrecord_reader_pool(st_tfrecord_reader *r) {
+  if (r) r->pooled = true;
+}
+
+void st__tfrecord_reader_release(st_tfrecord_reader *r) {
+  if (!r || !r->held) return;
+  munmap(r->rec, r->rec_cap); /* a reserved record is mapped: its pages go back */
+  r->rec = NULL;
+  r->rec_cap = 0;
+  pool_give(r->held);
+  r->held = 0;
+}
+
 void st_tfrecord_reader_destroy(st_tfrecord_reader *r) {
   if (!r) return;
-  if (r->gz) gzclose(r->gz);
+  st__tfrecord_reader_release(r);
+  if (r->z_ready) inflateEnd(&r->z);
   if (r->fd >= 0) close(r->fd);
   free(r->in);
   free(r->rec);
@@ -171,6 +274,20 @@ static st_status damaged(st_tfrecord_reader *r, bool rest, bool *skipped, const 
 
 /* Room for n payload bytes + the 4-byte footer (n <= max_record_bytes). */
 static st_status reserve(st_tfrecord_reader *r, size_t n) {
+  size_t need = n + 4 + st__example_decode_budget(n, r->o.max_record_bytes);
+  if (r->pooled && need > POOL_SMALL) { /* unmapped by st__tfrecord_reader_release */
+    pool_take(need);
+    void *p = mmap(NULL, n + 4, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      pool_give(need);
+      return st_error(ST_ERR_NOMEM, "%s: out of memory for a record of %zu bytes", r->path, n);
+    }
+    free(r->rec);
+    r->rec = p;
+    r->rec_cap = n + 4;
+    r->held = need;
+    return ST_OK;
+  }
   if (n + 4 <= r->rec_cap) return ST_OK;
   size_t cap = r->rec_cap ? r->rec_cap : 4096;
   while (cap < n + 4) cap *= 2;
@@ -184,6 +301,7 @@ static st_status reserve(st_tfrecord_reader *r, size_t n) {
 
 /* One attempt: a record in r->rec (*size), end, or a skipped damaged one. */
 static st_status read_one(st_tfrecord_reader *r, size_t *size, bool *end, bool *skipped) {
+  st__tfrecord_reader_release(r);
   uint8_t h[HEADER_BYTES];
   size_t got;
   unsigned long long at = r->offset;
@@ -239,6 +357,7 @@ st_status st_tfrecord_reader_next(st_tfrecord_reader *r, const void **data, size
     if (r->done) return *end = true, ST_OK;
     bool skipped = false;
     st_status s = read_one(r, size, end, &skipped);
+    if (s != ST_OK || *end || skipped) st__tfrecord_reader_release(r);
     if (s == ST_ERR_FORMAT && r->o.skip_corrupt) { /* a damaged gzip stream */
       r->skipped++;
       r->done = true;

@@ -1,5 +1,6 @@
-/* libFuzzer target: the TFRecord reader (framing, both error and skip modes)
- * and tf.train.Example parsing (st_parse_example, through protobuf-c) of every
+/* libFuzzer target: the TFRecord reader (framing, both error and skip modes,
+ * the input read plain and as a gzip file: members, damage between them)
+ * and tf.train.Example parsing (within its decode budget) (st_parse_example, through protobuf-c) of every
  * record it yields with two specs (a uint8 image + int64 label, and a float32
  * vector). The whole input is also parsed as one Example directly, so the
  * protobuf side is fuzzed without having to get the CRCs right first. */
@@ -25,9 +26,10 @@ static void tfrecord_fuzz_parse_(const void *d, size_t n) {
   (void)st_parse_example(d, n, &b, x, y);
 }
 
-static void tfrecord_fuzz_read_(bool skip) {
+static void tfrecord_fuzz_read_(bool skip, bool gzip) {
   st_tfrecord_options o = st_tfrecord_default_options();
   o.skip_corrupt = skip;
+  o.compression = gzip ? ST_COMPRESSION_GZIP : ST_COMPRESSION_NONE;
   o.buffer_size = 64;          /* records straddle refills */
   o.max_record_bytes = 1 << 16; /* a long length field meets the cap */
   st_tfrecord_reader *r = NULL;
@@ -45,8 +47,12 @@ static void tfrecord_fuzz_read_(bool skip) {
 int st_fuzz_tfrecord(const uint8_t *data, size_t size) {
   st_fuzz_init_once();
   st_fuzz_file_put(&tfrecord_fuzz_file_, "tfrecord", data, size);
-  tfrecord_fuzz_read_(false);
-  tfrecord_fuzz_read_(true);
+  tfrecord_fuzz_read_(false, false);
+  tfrecord_fuzz_read_(true, false);
+  if (size >= 2 && data[0] == 0x1f && data[1] == 0x8b) { /* gzip inputs: both modes too */
+    tfrecord_fuzz_read_(false, true);
+    tfrecord_fuzz_read_(true, true);
+  }
   tfrecord_fuzz_parse_(data, size);
   return 0;
 }
