@@ -204,16 +204,16 @@ static void test_long_name(void) {
 /* A directory lock: a second holder fails at once naming our pid; release
  * removes the lock file and the directory acquiring created. */
 static void test_dir_lock(void) {
-  char d[512], lockf[600], want[64];
+  char d[512], lockf[600], want[96];
   path_of(d, sizeof d, "locked");
   snprintf(lockf, sizeof lockf, "%s/.lock", d);
   st__dir_lock a, b;
-  CHECK_OK(st__dir_lock_acquire(&a, d));
+  CHECK_OK(st__dir_lock_acquire(&a, d, "worker 0 of the test"));
   CHECK(a.fd >= 0 && a.created);
-  snprintf(want, sizeof want, "%ld\n", (long)getpid());
+  snprintf(want, sizeof want, "%ld\nworker 0 of the test\n", (long)getpid());
   CHECK(strcmp(text_of(lockf), want) == 0);
-  CHECK(st__dir_lock_acquire(&b, d) == ST_ERR_INVALID && b.fd == -1);
-  snprintf(want, sizeof want, "is in use by pid %ld", (long)getpid());
+  CHECK(st__dir_lock_acquire(&b, d, NULL) == ST_ERR_INVALID && b.fd == -1);
+  snprintf(want, sizeof want, "is in use by pid %ld, worker 0 of the test (lock", (long)getpid());
   CHECK_MSG(strstr(st_last_error(), want), "%s", st_last_error());
   st__dir_lock_release(&b, d); /* never taken: a no-op */
   CHECK(access(lockf, F_OK) == 0);
@@ -224,7 +224,7 @@ static void test_dir_lock(void) {
   path_of(victim, sizeof victim, "lockvictim");
   put(victim, "keep");
   CHECK(mkdir(d, 0700) == 0 && symlink(victim, lockf) == 0);
-  CHECK(st__dir_lock_acquire(&a, d) == ST_ERR_INVALID && a.fd == -1);
+  CHECK(st__dir_lock_acquire(&a, d, NULL) == ST_ERR_INVALID && a.fd == -1);
   CHECK(strcmp(text_of(victim), "keep") == 0);
   unlink(lockf), rmdir(d);
 }

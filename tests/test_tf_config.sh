@@ -11,6 +11,7 @@
 #  - kill -9 of worker 1 once a backup exists: worker 0 exits 3 within the
 #    collective timeout + 5 s, naming worker 1; rerunning both with the same
 #    --backup-dir ends with the bytes of an uninterrupted run;
+#  - two jobs' chiefs on one --backup-dir: the second exits 2 naming the first;
 #  - malformed TF_CONFIGs: exit 2 naming the field (parameter servers listed,
 #    task index out of range, bad JSON, an evaluator's task, a bad address),
 #    worker 0's address taken on its host, and the pipeline (mpirun only).
@@ -135,6 +136,20 @@ TF_CONFIG=$(tfc "\"worker\": [\"$a\", \"$b\"]" worker 0) timeout 20 "$cli" train
 rc=$?
 check "the pipeline under a 2-worker TF_CONFIG: exit 2, saying it needs mpirun (rc $rc)" \
   "[ $rc = 2 ] && grep -q 'runs under an MPI launcher only' $tmp/pipe.err"
+
+# two jobs' chiefs on one --backup-dir: the second is refused, naming the first
+a=127.0.0.1:$(port); b=127.0.0.1:$(port); cl="\"worker\": [\"$a\", \"$b\"]"
+keep=("${long[@]}"); long=(--model mlp --optimizer adam --epochs 50 --batch-size 64 --seed 4 --quiet)
+pair lockA --backup-dir "$tmp/shared"
+long=("${keep[@]}")
+for _ in $(seq 300); do [ -e "$tmp/shared/.lock" ] && break; sleep 0.1; done
+a=127.0.0.1:$(port); b=127.0.0.1:$(port); cl="\"worker\": [\"$a\", \"$b\"]"
+pair lockB --backup-dir "$tmp/shared" --collective-timeout 5
+wait $p0; rc=$?
+check "a second job's chief on the same --backup-dir exits 2 naming the first (rc $rc)" \
+  "[ $rc = 2 ] && grep -q 'is in use by pid [0-9]*, the chief of a 2-worker job' $tmp/lockB.err0"
+[ $rc = 2 ] || cat "$tmp/lockB.err0"
+kill -9 "${pids[@]}" 2>/dev/null; wait 2>/dev/null
 
 # worker 0's address taken on its host: exit 2 naming it
 a=127.0.0.1:$(port); b=127.0.0.1:$(port)

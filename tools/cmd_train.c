@@ -480,10 +480,14 @@ typedef struct dir_locks {
   st__dir_lock backup, ckpt;
 } dir_locks;
 
-static st_status lock_dirs(const train_cfg *c, dir_locks *l) {
+static st_status lock_dirs(const train_cfg *c, const st_strategy *strategy, dir_locks *l) {
   l->backup.fd = l->ckpt.fd = -1;
-  st_status s = c->backup_dir ? st__dir_lock_acquire(&l->backup, c->backup_dir) : ST_OK;
-  if (s == ST_OK && c->ckpt_dir) s = st__dir_lock_acquire(&l->ckpt, c->ckpt_dir);
+  char who[96];
+  int workers = strategy ? st_strategy_worker_count(strategy) : 1;
+  snprintf(who, sizeof who, "the chief of a %d-worker job", workers);
+  const char *w = workers > 1 ? who : NULL; /* a second chief on one directory names the first */
+  st_status s = c->backup_dir ? st__dir_lock_acquire(&l->backup, c->backup_dir, w) : ST_OK;
+  if (s == ST_OK && c->ckpt_dir) s = st__dir_lock_acquire(&l->ckpt, c->ckpt_dir, w);
   return s;
 }
 
@@ -499,7 +503,7 @@ static int run_ps_chief(const train_cfg *c) {
   callbacks cbs = {0};
   train_cfg no_progress = *c; /* the chief prints its own epoch lines */
   no_progress.quiet = true;
-  st_status s = lock_dirs(c, &locks);
+  st_status s = lock_dirs(c, NULL, &locks);
   if (s == ST_OK) s = make_callbacks(&no_progress, true, false, &cbs);
   int rc = s == ST_OK ? run_ps(c, cbs.cb, cbs.n) : s == ST_ERR_IO ? EXIT_WRITE : cli_fail("train", s);
   if (s == ST_ERR_IO) fprintf(stderr, "strata train: %s\n", st_last_error());
@@ -658,7 +662,7 @@ static int run_train(const train_cfg *c) {
   else if (tfr) rc = load_tfrecord(c, &so, strategy, &ta, &d);
   if (rc == EXIT_OK) rc = cli_match_model_input("train", &d, st_model_input_shape(model));
   if (rc == EXIT_OK && (chief = st_strategy_is_chief(strategy)) &&
-      (s = lock_dirs(c, &locks)) != ST_OK)
+      (s = lock_dirs(c, strategy, &locks)) != ST_OK)
     rc = train_fail(s);
   if (rc == EXIT_OK) rc = fit(c, chief, model, strategy, &d, &ta, &h);
   if (rc == EXIT_OK) rc = finish_train(c, chief, model, strategy, &h, &d, t0);

@@ -204,18 +204,35 @@ int st__clean_stale_temps(const char *path, time_t before) {
 /* ---- directory locks ---------------------------------------------------- */
 
 /* The pid written in a held lock file (0 when unreadable). */
-static long lock_holder(int fd) {
-  char buf[32];
+/* The holder's pid and, after ", ", its description ("" when it gave none). */
+static long lock_holder(int fd, char *who, size_t cap) {
+  char buf[320];
   ssize_t k = pread(fd, buf, sizeof buf - 1, 0);
+  who[0] = '\0';
   if (k <= 0) return 0;
   buf[k] = 0;
+  char *nl = strchr(buf, '\n');
+  if (nl && nl[1]) {
+    nl[1 + strcspn(nl + 1, "\n")] = '\0';
+    snprintf(who, cap, ", %s", nl + 1);
+  }
   return strtol(buf, NULL, 10);
+}
+
+/* The lock is held by another process: who, or why it cannot be taken. */
+static st_status lock_busy(int fd, const char *dir) {
+  if (errno != EWOULDBLOCK)
+    return st_error(ST_ERR_IO, "%s/%s: cannot lock: %s", dir, ST__DIR_LOCK_NAME, strerror(errno));
+  char holder[300];
+  long pid = lock_holder(fd, holder, sizeof holder);
+  return st_error(ST_ERR_INVALID, "%s is in use by pid %ld%s (lock file %s/%s)", dir, pid, holder,
+                  dir, ST__DIR_LOCK_NAME);
 }
 
 /* One attempt on the lock file in dfd: ST_OK with the held fd in *out, or
  * ST_OK with *again set when the file was removed or replaced between open
  * and flock (by a holder releasing it), or an error. */
-static st_status lock_once(int dfd, const char *dir, int *out, int *again) {
+static st_status lock_once(int dfd, const char *dir, const char *who, int *out, int *again) {
   struct stat sb, now;
   *again = 0;
   int fd = openat(dfd, ST__DIR_LOCK_NAME, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK,
@@ -228,17 +245,14 @@ static st_status lock_once(int dfd, const char *dir, int *out, int *again) {
   if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
     s = st_error(ST_ERR_INVALID, "%s/%s: not a regular file", dir, ST__DIR_LOCK_NAME);
   else if (flock(fd, LOCK_EX | LOCK_NB) != 0)
-    s = errno == EWOULDBLOCK
-            ? st_error(ST_ERR_INVALID, "%s is in use by pid %ld (lock file %s/%s)", dir,
-                       lock_holder(fd), dir, ST__DIR_LOCK_NAME)
-            : st_error(ST_ERR_IO, "%s/%s: cannot lock: %s", dir, ST__DIR_LOCK_NAME,
-                       strerror(errno));
+    s = lock_busy(fd, dir);
   else if (fstatat(dfd, ST__DIR_LOCK_NAME, &now, AT_SYMLINK_NOFOLLOW) != 0 ||
            now.st_ino != sb.st_ino || now.st_dev != sb.st_dev)
     *again = 1; /* the previous holder removed it as we opened it */
   if (s == ST_OK && !*again) {
-    char pid[32];
-    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    char pid[320];
+    int n = snprintf(pid, sizeof pid, "%ld\n%.250s%s", (long)getpid(), who ? who : "",
+                     who ? "\n" : "");
     if (ftruncate(fd, 0) == 0 && pwrite(fd, pid, (size_t)n, 0) == n) {
       *out = fd;
       return ST_OK;
@@ -250,7 +264,7 @@ static st_status lock_once(int dfd, const char *dir, int *out, int *again) {
   return s;
 }
 
-st_status st__dir_lock_acquire(st__dir_lock *l, const char *dir) {
+st_status st__dir_lock_acquire(st__dir_lock *l, const char *dir, const char *who) {
   ST_ASSERT(l && dir);
   l->fd = -1;
   l->created = mkdir(dir, 0777) == 0;
@@ -263,7 +277,7 @@ st_status st__dir_lock_acquire(st__dir_lock *l, const char *dir) {
                     strerror(errno));
   st_status s = ST_OK;
   for (int i = 0, again = 1; i < 8 && again && s == ST_OK; i++)
-    s = lock_once(dfd, dir, &l->fd, &again);
+    s = lock_once(dfd, dir, who, &l->fd, &again);
   if (s == ST_OK && l->fd < 0)
     s = st_error(ST_ERR_IO, "%s/%s: replaced while locking", dir, ST__DIR_LOCK_NAME);
   close(dfd);

@@ -81,20 +81,22 @@ int st__clean_stale_temps(const char *path, time_t before);
 /* A run's exclusive hold on a backup or checkpoint directory: the file
  * "<dir>/.lock" (ST__DIR_LOCK_NAME), created O_NOFOLLOW, flock'ed
  * LOCK_EX|LOCK_NB for as long as the run holds it, the holder's pid written
- * in it. */
+ * in it, then (optionally) a line saying who it is. */
 #define ST__DIR_LOCK_NAME ".lock"
 typedef struct st__dir_lock {
   int fd;       /* the locked file; -1 when nothing is held */
   int created;  /* 1 when acquiring created dir (removed again on release if empty) */
 } st__dir_lock;
 
-/* Take the lock of dir, creating dir (one level) when missing. dir itself
- * must be a directory, not a symlink. ST_ERR_INVALID "<dir> is in use by pid
- * N (lock file <dir>/.lock)" when another process holds it (fails at once,
+/* Take the lock of dir, creating dir (one level) when missing; who (NULL:
+ * nothing) describes the holder in the lock file (one line, e.g. "worker 0
+ * of the multi-worker job at 127.0.0.1:2222"). dir itself must be a
+ * directory, not a symlink. ST_ERR_INVALID "<dir> is in use by pid N[, WHO]
+ * (lock file <dir>/.lock)" when another process holds it (fails at once,
  * never waits), "<dir>: not a directory (a symbolic link is not followed)",
  * "<dir>/.lock: not a regular file"; ST_ERR_IO with the reason otherwise. On
  * failure l->fd is -1 and nothing is left behind. Any thread. */
-st_status st__dir_lock_acquire(st__dir_lock *l, const char *dir);
+st_status st__dir_lock_acquire(st__dir_lock *l, const char *dir, const char *who);
 /* Release: remove the lock file if it is still ours, then dir if acquiring
  * created it and it is empty. Accepts a lock never taken (fd -1). */
 void st__dir_lock_release(st__dir_lock *l, const char *dir);
