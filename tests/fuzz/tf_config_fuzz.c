@@ -1,9 +1,18 @@
-/* libFuzzer target: the parameter-server cluster description
- * (st__ps_cluster_parse_tf_config, src/ps/cluster.c). The input is
- * a TF_CONFIG document; a parsed cluster is checked for the promises of
- * cluster.h (exactly one chief, a worker and a ps, ports in range, the task in
- * range, no duplicate address) and serialised back and parsed again, which
- * must give the same cluster. Traps (abort) on a broken promise. */
+/* libFuzzer target: TF_CONFIG, both ways it is read. The input is a
+ * TF_CONFIG document:
+ *  - as a parameter-server cluster (st__ps_cluster_parse_tf_config,
+ *    src/ps/cluster.c): a parsed cluster is checked for the promises of
+ *    cluster.h (exactly one chief, a worker and a ps, ports in range, the task
+ *    in range, no duplicate address) and serialised back and parsed again,
+ *    which must give the same cluster;
+ *  - as a multi_worker_mirrored job (st__tf_config_job,
+ *    src/distribute/collective/process.c): a parsed job has its rank within
+ *    its size (1..ST_MAX_WORKERS), every address "host:port" with a port in
+ *    range, no address twice, and 1..size tasks on this task's host.
+ * Traps (abort) on a broken promise. */
+#include <stdio.h>
+
+#include "distribute/collective/collective.h"
 #include "ps/cluster.h"
 #include "fuzz_common.h"
 
@@ -22,7 +31,23 @@ static void tf_config_check_(const st_ps_cluster *c) {
     }
 }
 
+static void tf_config_job_check_(const char *data, size_t size) {
+  static st_tf_config_job job; /* large: not on the stack */
+  if (st__tf_config_job(data, size, &job) != ST_OK) return;
+  if (job.size < 1 || job.size > ST_MAX_WORKERS || job.rank < 0 || job.rank >= job.size ||
+      job.node_size < 1 || job.node_size > job.size)
+    abort();
+  for (int r = 0; r < job.size; r++) {
+    const char *colon = strrchr(job.address[r], ':');
+    long port = colon ? strtol(colon + 1, NULL, 10) : 0;
+    if (!colon || colon == job.address[r] || port < 1 || port > 65535) abort();
+    for (int q = 0; q < r; q++)
+      if (!strcmp(job.address[q], job.address[r])) abort();
+  }
+}
+
 int st_fuzz_tf_config(const uint8_t *data, size_t size) {
+  tf_config_job_check_((const char *)data, size);
   st_ps_cluster c;
   if (st__ps_cluster_parse_tf_config((const char *)data, size, "TF_CONFIG", &c) != ST_OK) return 0;
   tf_config_check_(&c);

@@ -141,6 +141,15 @@ st_status st__process_world(int *rank, int *size);
 bool st__process_launched_by_mpi(void);
 /* The chief and worker tasks TF_CONFIG names (0: unset or not valid). */
 int st__tf_config_training_tasks(void);
+/* A multi_worker_mirrored job as a TF_CONFIG document (len bytes of json)
+ * describes it: this task's rank, the training tasks' addresses in rank
+ * order (the chief first, then the workers) and how many of them share this
+ * task's host. ST_ERR_INVALID / ST_ERR_FORMAT naming the field. Pure. */
+typedef struct st_tf_config_job {
+  int rank, size, node_size;
+  char address[ST_MAX_WORKERS][ST__GLOO_ADDRESS_MAX];
+} st_tf_config_job;
+st_status st__tf_config_job(const char *json, size_t len, st_tf_config_job *job);
 /* Processes of the job on this machine (at least 1), after st__process_world. */
 int st__process_node_size(void);
 /* A transport over every process of the job (st__collective_mpi_create or

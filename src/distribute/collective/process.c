@@ -41,11 +41,10 @@ static const st_cluster_policy k_policy = {
     .roles = "chief, worker or evaluator",
 };
 
-/* The job TF_CONFIG describes: rank and addresses in rank order (the chief
- * first, then the workers), or size 1 when it names one training task. */
-static st_status from_tf_config(const char *tf, int *rank, int *size, char ***addrs) {
+st_status st__tf_config_job(const char *json, size_t len, st_tf_config_job *job) {
+  memset(job, 0, sizeof *job);
   st_cluster_spec c;
-  st_status s = st__cluster_spec_parse_tf_config(tf, strlen(tf), "TF_CONFIG", &k_policy, &c);
+  st_status s = st__cluster_spec_parse_tf_config(json, len, "TF_CONFIG", &k_policy, &c);
   if (s != ST_OK) return s;
   int chiefs = c.count[ST_TASK_CHIEF], n = chiefs + c.count[ST_TASK_WORKER];
   if (n == 0)
@@ -54,25 +53,20 @@ static st_status from_tf_config(const char *tf, int *rank, int *size, char ***ad
     s = st_error(ST_ERR_INVALID, "TF_CONFIG: task.type: '%s' does not train under "
                  "multi_worker_mirrored (expected chief or worker)",
                  st__task_role_name(c.self_role));
-  if (s == ST_OK && n > ST_MAX_WORKERS)
+  else if (n > ST_MAX_WORKERS)
     s = st_error(ST_ERR_INVALID, "TF_CONFIG: %d training tasks (chief and workers), at most %d "
                  "(ST_MAX_WORKERS)", n, ST_MAX_WORKERS);
-  *addrs = s == ST_OK ? calloc((size_t)n, sizeof **addrs) : NULL;
-  if (s == ST_OK && !*addrs) s = st_error(ST_ERR_NOMEM, "TF_CONFIG: out of memory");
-  for (int r = 0; s == ST_OK && r < n; r++) {
+  const st_cluster_task *me = s == ST_OK ? &c.tasks[c.self_role][c.self_index] : NULL;
+  for (int r = 0; me && r < n; r++) { /* chief first, then the workers */
     const st_cluster_task *t = r < chiefs ? &c.tasks[ST_TASK_CHIEF][r]
                                           : &c.tasks[ST_TASK_WORKER][r - chiefs];
-    size_t len = strlen(t->host) + 8;
-    if (!((*addrs)[r] = malloc(len))) s = st_error(ST_ERR_NOMEM, "TF_CONFIG: out of memory");
-    else snprintf((*addrs)[r], len, "%s:%d", t->host, t->port);
+    snprintf(job->address[r], sizeof job->address[r], "%s:%d", t->host, t->port);
+    job->node_size += strcmp(t->host, me->host) == 0; /* this host's tasks share its cores */
   }
-  *rank = c.self_role == ST_TASK_CHIEF ? 0 : chiefs + c.self_index;
-  *size = n;
-  const st_cluster_task *me = s == ST_OK ? &c.tasks[c.self_role][c.self_index] : NULL;
-  g_node_size = 0; /* the training tasks on this task's host share its cores */
-  for (int r = 0; me && r < n; r++)
-    if (!strncmp((*addrs)[r], me->host, strlen(me->host)) && (*addrs)[r][strlen(me->host)] == ':')
-      g_node_size++;
+  if (me) {
+    job->rank = c.self_role == ST_TASK_CHIEF ? 0 : chiefs + c.self_index;
+    job->size = n;
+  }
   st__cluster_spec_free(&c);
   return s;
 }
@@ -87,29 +81,24 @@ int st__tf_config_training_tasks(void) {
   return n;
 }
 
-static void free_addrs(char **a, int n) {
-  for (int i = 0; a && i < n; i++) free(a[i]);
-  free(a);
-}
-
 static void init_once(void) {
   const char *tf = getenv("TF_CONFIG");
-  if (st__process_launched_by_mpi() || !tf || !*tf) {
+  st_tf_config_job *job = NULL;
+  if (!st__process_launched_by_mpi() && tf && *tf) {
+    if (!(job = malloc(sizeof *job))) g_status = st_error(ST_ERR_NOMEM, "TF_CONFIG: out of memory");
+    else g_status = st__tf_config_job(tf, strlen(tf), job);
+  }
+  if (g_status == ST_OK && job && job->size > 1) {
+    const char *addrs[ST_MAX_WORKERS];
+    for (int r = 0; r < job->size; r++) addrs[r] = job->address[r];
+    g_kind = WORLD_GLOO;
+    g_rank = job->rank, g_size = job->size, g_node_size = job->node_size;
+    g_status = st__gloo_world_join(g_rank, g_size, addrs);
+  } else if (g_status == ST_OK) { /* mpirun, no TF_CONFIG, or one training task: MPI's world */
     g_kind = WORLD_MPI;
     if ((g_status = st__mpi_world(&g_rank, &g_size)) == ST_OK) g_node_size = st__mpi_node_size();
-  } else {
-    char **addrs = NULL;
-    int n = 0;
-    g_status = from_tf_config(tf, &g_rank, &n, &addrs);
-    if (g_status == ST_OK && n > 1) {
-      g_kind = WORLD_GLOO;
-      g_size = n;
-      g_status = st__gloo_world_join(g_rank, n, (const char *const *)addrs);
-    } else if (g_status == ST_OK) { /* one training task: a job of one, as without TF_CONFIG */
-      if ((g_status = st__mpi_world(&g_rank, &g_size)) == ST_OK) g_node_size = st__mpi_node_size();
-    }
-    free_addrs(addrs, n);
   }
+  free(job);
   if (g_status != ST_OK) snprintf(g_error, sizeof g_error, "%s", st_last_error());
   if (g_node_size < 1) g_node_size = 1;
 }
