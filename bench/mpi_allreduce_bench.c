@@ -5,9 +5,15 @@
  * Build (after `make`, which builds build/libstrata.a with MPI):
  *   mpicc -O2 -std=c11 -Iinclude -Isrc bench/mpi_allreduce_bench.c build/libstrata.a \
  *       -lpthread -lm -ldl -lz -ljansson -o /tmp/mpi_allreduce_bench
+ * (with the Gloo transport, libstrata.a needs -lgloo -lstdc++ too)
  * Run:
- *   mpirun --oversubscribe -np 2 /tmp/mpi_allreduce_bench [trials=7] [fused_mib=4] [min_bytes=4096] [max_bytes=268435456]
- * (fused_mib 0: no "fused" rows, half the time; min/max_bytes: a size range)
+ *   mpirun --oversubscribe -np 2 /tmp/mpi_allreduce_bench [trials=7] [fused_mib=4] [min_bytes=4096] [max_bytes=268435456] [gloo=0]
+ * (fused_mib 0: no "fused" rows, half the time; min/max_bytes: a size range;
+ * gloo 1: also the Gloo transport of TF_CONFIG launches, the same processes
+ * joined through it: "gloo all-reduce" (shared memory on one machine) and
+ * "gloo messages" (TCP), on the hosts STRATA_BENCH_HOSTS lists (host of rank
+ * 0,1,..., comma-separated; default 127.0.0.1 for every rank), rendezvous at
+ * port STRATA_BENCH_PORT (default 29511) of rank 0's host)
  *
  * "strata messages": the same transport made with STRATA_MPI_SHM=0, which on
  * one machine is the message exchange used between machines (the default
@@ -76,6 +82,45 @@ static void strata_fused(st_collective *c, float *buf, size_t n, size_t pack) {
   }
 }
 
+static st_collective *g_gloo, *g_gloo_msgs; /* gloo=1: over the Gloo transport */
+
+static void gloo_op(st_collective *c, float *buf, size_t n, size_t pack) {
+  (void)c;
+  strata_op(g_gloo, buf, n, pack);
+}
+
+static void gloo_msgs_op(st_collective *c, float *buf, size_t n, size_t pack) {
+  (void)c;
+  strata_op(g_gloo_msgs, buf, n, pack);
+}
+
+/* Join the Gloo job of these same processes and make its two transports. */
+static void open_gloo(int rank, int size) {
+  static char addr[ST_MAX_WORKERS][ST__GLOO_ADDRESS_MAX];
+  const char *a[ST_MAX_WORKERS], *hosts = getenv("STRATA_BENCH_HOSTS"), *port = getenv("STRATA_BENCH_PORT");
+  for (int r = 0; r < size; r++) {
+    const char *h = "127.0.0.1";
+    char one[200] = "";
+    for (int i = 0, k = 0; hosts && hosts[k] && i <= r; i++) { /* the r-th of "h0,h1,..." */
+      size_t len = strcspn(hosts + k, ",");
+      if (i == r && len < sizeof one) memcpy(one, hosts + k, len), one[len] = 0, h = one;
+      k += (int)len + (hosts[k + len] == ',');
+    }
+    snprintf(addr[r], sizeof addr[r], "%s:%d", h, (port ? atoi(port) : 29511) + r);
+    a[r] = addr[r];
+  }
+  if (st__gloo_world_join(rank, size, a) != ST_OK || st__collective_gloo_create(60.0, NULL, &g_gloo) != ST_OK) {
+    fprintf(stderr, "%s\n", st_last_error());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  setenv("STRATA_MPI_SHM", "0", 1);
+  if (st__collective_gloo_create(60.0, NULL, &g_gloo_msgs) != ST_OK) {
+    fprintf(stderr, "%s\n", st_last_error());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  unsetenv("STRATA_MPI_SHM");
+}
+
 static double time_op(op_fn f, st_collective *c, float *buf, size_t n, size_t pack, int iters) {
   MPI_Barrier(MPI_COMM_WORLD);
   double t0 = MPI_Wtime();
@@ -89,6 +134,7 @@ int main(int argc, char **argv) {
   int trials = argc > 1 ? atoi(argv[1]) : 7;
   size_t pack = (size_t)(argc > 2 ? atof(argv[2]) : 4.0) * (1u << 20) / sizeof(float);
   size_t lo = argc > 3 ? (size_t)atof(argv[3]) : 4096, hi = argc > 4 ? (size_t)atof(argv[4]) : (256u << 20);
+  int gloo = argc > 5 && atoi(argv[5]) && st__gloo_built();
   int rank, size;
   if (st__mpi_world(&rank, &size) != ST_OK) {
     fprintf(stderr, "%s\n", st_last_error());
@@ -105,6 +151,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   unsetenv("STRATA_MPI_SHM");
+  if (gloo) open_gloo(rank, size);
   if (rank == 0) {
     printf("# %d processes, %d trials, medians; GB/s = 1e9 B/s; fused pack %zu MiB\n", size,
            trials, pack * sizeof(float) >> 20);
@@ -117,8 +164,15 @@ int main(int argc, char **argv) {
              {"MPI_Allreduce", mpi_op},
              {"strata messages", strata_msgs_op},
              {"fused: strata packs", strata_fused},
-             {"fused: MPI per tensor", mpi_per_tensor}};
+             {"fused: MPI per tensor", mpi_per_tensor},
+             {"gloo all-reduce", gloo_op},
+             {"gloo messages", gloo_msgs_op}};
   int nops = pack ? 5 : 3; /* pack 0: no fused rows */
+  int kg = nops; /* the Gloo rows after the others */
+  if (gloo) {
+    if (!pack) ops[3] = ops[5], ops[4] = ops[6], kg = 3;
+    nops = kg + 2;
+  }
   for (size_t bytes = 4096; bytes <= hi; bytes *= 4) {
     if (bytes < lo) continue;
     size_t n = bytes / sizeof(float);
@@ -126,8 +180,8 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < n; i++) buf[i] = (float)(i % 7) * 0.001f;
     int iters = (int)((128u << 20) / bytes);
     iters = iters < 3 ? 3 : iters > 1000 ? 1000 : iters;
-    double med[5];
-    double *t = malloc(sizeof(double) * 5 * (size_t)trials);
+    double med[7];
+    double *t = malloc(sizeof(double) * 7 * (size_t)trials);
     for (int k = 0; k < nops; k++) time_op(ops[k].f, c, buf, n, pack, 3); /* warm-up */
     for (int r = 0; r < trials; r++) /* alternate the contenders trial by trial */
       for (int k = 0; k < nops; k++) t[k * trials + r] = time_op(ops[k].f, c, buf, n, pack, iters);
@@ -144,9 +198,14 @@ int main(int argc, char **argv) {
              med[1] / med[0], med[1] / med[2]);
     if (rank == 0 && pack)
       printf("%-10zu %-24s %12.2fx\n", bytes, "fused: MPI / strata", med[4] / med[3]);
+    if (rank == 0 && gloo)
+      printf("%-10zu %-24s %12.2fx %10.2fx (messages)\n", bytes, "strata MPI / gloo time",
+             med[0] / med[kg], med[2] / med[kg + 1]);
     free(t);
     free(buf);
   }
+  st__collective_destroy(g_gloo_msgs);
+  st__collective_destroy(g_gloo);
   st__collective_destroy(g_msgs);
   st__collective_destroy(c);
   return 0;
