@@ -5,6 +5,7 @@
 #  - 2 workers (mlp and cnn, 2048 examples, 1 epoch) give the bytes of one
 #    process with 2 mirrored replicas and of `mpirun -np 2`; only worker 0
 #    (the chief) writes --save;
+#  - strata launch --workers 2 -- train ... gives the same bytes (--ps refused);
 #  - a chief task is worker 0: {"chief": [a], "worker": [b]} gives the same bytes;
 #  - a worker that never starts: worker 0 exits 3 within --collective-timeout
 #    (+ 5 s), naming worker 1 and its address;
@@ -69,6 +70,16 @@ for model in mlp cnn; do
     check "$model: the same bytes as mpirun -np 2" "cmp -s $tmp/$model.0.st $tmp/$model.mpi.st"
   fi
 done
+
+# strata launch starts the workers itself (TF_CONFIG each, free loopback ports)
+timeout 300 "$cli" launch --workers 2 -- train "${common[@]}" --model mlp "${mw[@]}" \
+  --save "$tmp/launch.st" >/dev/null 2>"$tmp/launch.err"
+rc=$?
+check "strata launch --workers 2 -- train ... multi_worker_mirrored: exit 0, the same bytes (rc $rc)" \
+  "[ $rc = 0 ] && cmp -s $tmp/launch.st $tmp/mlp.one.st && grep -q 'worker:1 on 127.0.0.1:' $tmp/launch.err"
+timeout 30 "$cli" launch --workers 2 --ps 1 -- train --model mlp "${mw[@]}" >/dev/null 2>"$tmp/launchps.err"
+rc=$?
+check "... with --ps: exit 2 (rc $rc)" "[ $rc = 2 ] && grep -q -- '--ps is for --strategy parameter_server' $tmp/launchps.err"
 
 a=127.0.0.1:$(port); b=127.0.0.1:$(port)
 job chief "\"chief\": [\"$a\"], \"worker\": [\"$b\"]" mlp
