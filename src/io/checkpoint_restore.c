@@ -457,7 +457,7 @@ st_status st__checkpoint_restore_at(st_model *m, const char *dir, st_train_posit
     *at = pos.p;
     m->net.step = pos.step;
     if (!keep_lr) m->net.optimizer.lr = pos.lr;
-    m->strategy->vt->sync_from_model(m->strategy, &m->net);
+    st__vars_publish(m->strategy, &m->net);
   }
   json_decref(L.state);
   st__safetensors_free(&L.w);
