@@ -5,19 +5,38 @@
  * distribute/ works on the st_net only: it never sees the model around it
  * (src/model/), which sits a layer above.
  *
- * Adding a strategy (the compiler catches 2-4 when one is missed):
- *  1. the kind: an ST_STRATEGY_* value before ST_STRATEGY_COUNT in
- *     include/strata/distribute.h;
- *  2. its name in kind_names[] (strategy.c; a _Static_assert counts them);
- *  3. a file src/distribute/<kind>.c exporting its table
- *     (st__<kind>_vtable: attach, detach, train_step, eval_step,
- *     sync_to_model, sync_from_model);
- *  4. the extern declaration of that table at the end of this header;
- *  5. a case in st_strategy_create (strategy.c) choosing the table and
- *     checking the options it uses;
- *  6. the equivalence test in tests/test_strategy.c (N replicas give the
- *     one-device weights), and the CLI's --strategy help and checks in
- *     tools/cmd_train.c. */
+ * The files of distribute/ form a straight stack (scripts/code_stats.py
+ * lists any circle): strategy.c (this registry) reaches the strategies only
+ * through their tables; the strategies (one_device, central_storage,
+ * mirrored, multi_worker, pipeline*) call down into replica_group.c,
+ * reducer.c, shard.c, cluster.c, devices.c and step.c, never back up here.
+ *
+ * Adding a strategy: eleven places (what adding the pipeline touched,
+ * counted; the compiler catches 1, 2 and 5, scripts/check_complete.py via
+ * tests/test_completeness.sh catches 7, 8 and 9):
+ *  1. include/strata/distribute.h: an ST_STRATEGY_* value before
+ *     ST_STRATEGY_COUNT, and the st_strategy_options fields it reads (their
+ *     defaults in st_strategy_default_options, strategy.c);
+ *  2. strategy.c: its name in kind_names[] and its table in tables[] (a
+ *     _Static_assert counts each);
+ *  3. src/distribute/<kind>.c (and its own headers/files): its
+ *     st_strategy_vtable — check (its options, naming the field at fault;
+ *     the placement it uses; a cluster when it spans processes), attach,
+ *     detach, train_step (no m->step++: the registry counts it), eval_step,
+ *     shards_optimizer — built from replica_group.h, step.h, cluster.h;
+ *  4. its variable placement (placement.h): one of the tables listed there,
+ *     or a new st_var_placement in its file, added to that list;
+ *  5. the extern declaration of its table at the end of this header;
+ *  6. a C test of its arithmetic (tests/test_strategy.c's equivalence with
+ *     one device, or a test file of its own as tests/test_pipeline.c), plus
+ *     an MPI test when it spans processes;
+ *  7. tools/cmd_train.c: --strategy's help and checks, and its options;
+ *  8. README.md: its name in the "strategies" row;
+ *  9. python/strata/distribute/: its tf.distribute class, or its entry in
+ *     PYTHON_ABSENT (scripts/check_complete.py) saying why not;
+ * 10. docs/API.md: its options and what they mean;
+ * 11. bench/weights_identity.sh: a configuration comparing its weights with
+ *     the baseline binary's. */
 #ifndef STRATA_DISTRIBUTE_STRATEGY_H
 #define STRATA_DISTRIBUTE_STRATEGY_H
 

@@ -176,7 +176,7 @@ static st_status check_model(const loaded *L, const st_model *m) {
 
 /* Sharded optimizer state keeps no model slots between checkpoints
  * (distribute/shard.h): make them for apply_vars; the strategy takes its
- * shards from them in sync_from_model. */
+ * shards from them in the placement's publish (distribute/placement.h). */
 static st_status stage_slots(st_model *m) {
   st_net *n = &m->net;
   for (int k = 0; k < n->n_slots; k++)
