@@ -7,7 +7,15 @@
  * workers share the model's variables the same way. */
 #include <stdlib.h>
 
+#include "distribute/devices.h"
 #include "distribute/replica_group.h"
+#include "distribute/strategy.h"
+
+/* devices or replicas, cross_device_ops. */
+static st_status cs_check(const st_strategy_options *o, st__strategy_setup *out) {
+  out->vars = &st__shared_placement;
+  return st__check_replicas(o, &out->local_replicas, &out->cross_device_ops);
+}
 
 static st_status cs_attach(st_strategy *s, st_net *m) {
   st_replica_group *g = NULL;
@@ -29,12 +37,11 @@ void st__shared_detach(st_strategy *s) {
 }
 
 st_status st__shared_train_step(st_strategy *s, st_net *m, const st_batch *b,
-                               st_step_stats *out) {
+                               const st__side_task *side, st_step_stats *out) {
   st_replica_group *g = s->impl;
-  st_status st = st__group_train(g, m, b, out, &s->side);
+  st_status st = st__group_train(g, m, b, out, side);
   if (st != ST_OK) return st;
   st__group_sync_state(g, m);
-  m->step++;
   return ST_OK;
 }
 
@@ -43,21 +50,24 @@ st_status st__shared_eval_step(st_strategy *s, st_net *m, const st_batch *b,
   return st__group_eval(s->impl, m, b, out, pred);
 }
 
-void st__shared_sync_to_model(st_strategy *s, st_net *m) { (void)s, (void)m; }
-
 /* Weights were loaded into the model: refresh the replicas' state copies. */
-void st__shared_sync_from_model(st_strategy *s, st_net *m) {
+static void shared_publish(st_strategy *s, st_net *m) {
   st_replica_group *g = s->impl;
   for (int i = 1; i < g->n && m->n_state; i++)
     st__be_to_device(g->reps[i]->ctx, g->reps[i]->state, m->state, m->n_state * sizeof(float));
 }
 
+/* The net's own buffers: replicas keep copies of the state only. */
+const st_var_placement st__shared_placement = {
+    .name = "the net's buffers",
+    .publish = shared_publish,
+};
+
 const st_strategy_vtable st__central_storage_vtable = {
     .name = "central_storage",
+    .check = cs_check,
     .attach = cs_attach,
     .detach = st__shared_detach,
     .train_step = st__shared_train_step,
     .eval_step = st__shared_eval_step,
-    .sync_to_model = st__shared_sync_to_model,
-    .sync_from_model = st__shared_sync_from_model,
 };

@@ -31,6 +31,7 @@
 
 #include "base/error_slot.h"
 #include "distribute/replica_group.h"
+#include "distribute/strategy.h"
 
 struct st_replica_context {
   st_strategy *s;
@@ -83,7 +84,7 @@ st_status st_strategy_run(st_strategy *s, st_replica_fn fn, void *arg) {
   if (!s->net || !s->group)
     return st_error(ST_ERR_INVALID, "st_strategy_run: the strategy is not bound to a compiled "
                     "model");
-  if (s->cluster && s->vt != &st__multi_worker_vtable)
+  if (s->cluster && s->opts.kind != ST_STRATEGY_MULTI_WORKER_MIRRORED)
     return st_error(ST_ERR_NOT_BUILT, "st_strategy_run: custom training loops are not "
                     "supported by %s across workers (use fit)", s->vt->name);
   run_state *rs = calloc(1, sizeof *rs);
@@ -195,12 +196,9 @@ st_batch st_replica_slice(const st_replica_context *c, const st_batch *global) {
   if (!c || !global) return (st_batch){0, NULL, NULL};
   st_batch mine = *global; /* this worker's examples (all of them in one process) */
   if (c->s->cluster) st__cluster_shard_batch(c->s->cluster, c->m, global, &mine);
-  int start, count;
-  st__split(mine.size, c->count, c->rank, &start, &count);
-  size_t xs = st_shape_size(c->m->input_shape);
-  size_t ys = st_loss_is_sparse(c->m->loss) ? 1 : st__net_output_size(c->m);
-  if (!mine.x || !mine.y) return (st_batch){count, NULL, NULL};
-  return (st_batch){count, mine.x + (size_t)start * xs, mine.y + (size_t)start * ys};
+  st_batch slice = st__batch_slice(c->m, &mine, c->count, c->rank, NULL);
+  if (!mine.x || !mine.y) return (st_batch){slice.size, NULL, NULL};
+  return slice;
 }
 
 /* The arguments of st_replica_compute_gradients. */
@@ -236,13 +234,8 @@ st_status st_replica_compute_gradients(st_replica_context *c, const st_batch *lo
   s = st__replica_reserve(c->m, r, local->size);
   if (s != ST_OK) return s;
   st_step_stats st = {0};
-  if (local->size || c->s->group->must_run) {
-    const float *pred = st__replica_forward(c->m, r, local->x, local->size, true, c->m->step);
-    st__step_metrics(c->m, pred, local->y, local->size, &st);
-  }
-  double l = st__replica_loss_backward(c->m, r, local->x, local->y, local->size, global_batch,
-                                       c->m->step, NULL, NULL);
-  if (loss_sum) *loss_sum = l;
+  st__replica_step(c->m, r, local, global_batch, c->s->group->must_run, NULL, NULL, &st);
+  if (loss_sum) *loss_sum = st.loss_sum;
   if (correct) *correct = st.correct;
   return ST_OK;
 }
@@ -274,11 +267,9 @@ st_status st_replica_apply_gradients(st_replica_context *c) {
     lo = chunk * (size_t)c->rank;
     len = lo >= m->n_params ? 0 : (m->n_params - lo < chunk ? m->n_params - lo : chunk);
   }
-  float **src = c->s->replica_slots ? c->s->replica_slots(c->s, c->rank) : m->slots, *slots[4];
-  for (int k = 0; k < m->n_slots; k++) slots[k] = src[k] + lo;
   if (len)
-    st_optimizer_apply(&m->optimizer, r->ctx, m->step, len, r->params + lo, r->grads + lo,
-                       slots);
+    st__apply_range(m, r->ctx, r->params + lo, r->grads + lo,
+                    st__vars_replica_slots(c->s, m, c->rank), lo, len);
   c->applied = true;
   /* no replica may read the shared variables of the next step before all
    * chunks are written */

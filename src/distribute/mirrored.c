@@ -10,6 +10,7 @@
 
 #include "base/error_slot.h"
 #include "distribute/collective/collective.h"
+#include "distribute/devices.h"
 #include "distribute/mirrored.h"
 #include "distribute/reducer.h"
 #include "distribute/replica_group.h"
@@ -112,8 +113,6 @@ st_status st__mirrored_attach(st_strategy *s, st_net *m, st_collective *net_grou
   st__group_set_blas_threads(s->local_replicas, s->opts.threads);
   s->group = mi->g;
   s->mirrored_vars = true;
-  s->replica_slots = mi->shard ? NULL : mr_slots;
-  s->gather_slots = mi->shard ? mr_gather_slots : NULL;
   return ST_OK;
 }
 
@@ -124,7 +123,6 @@ static st_status mr_attach(st_strategy *s, st_net *m) {
 void st__mirrored_detach(st_strategy *s) {
   free_impl(s->impl);
   s->impl = NULL;
-  s->gather_slots = NULL;
   s->group = NULL;
   s->net = NULL;
 }
@@ -135,29 +133,17 @@ static void step_task(void *arg, int i) {
   mirrored *mi = s->impl;
   st_net *m = s->net;
   st_replica *r = mi->g->reps[i];
-  const st_batch *b = mi->b;
-  int start, count;
-  st__split(b->size, mi->g->n, i, &start, &count);
-  size_t xs = st_shape_size(m->input_shape);
-  size_t ys = st_loss_is_sparse(m->loss) ? 1 : st__net_output_size(m);
-  const float *x = b->x + (size_t)start * xs, *y = b->y + (size_t)start * ys;
-  st_step_stats *st = &mi->stats[i];
-  if (count || mi->g->must_run) {
-    const float *pred = st__replica_forward(m, r, x, count, true, m->step);
-    st__step_metrics(m, pred, y, count, st);
-  }
-  st->loss_sum = st__replica_loss_backward(
-      m, r, x, y, count, mi->global, m->step, mi->shard ? NULL : st__reducer_layer_done,
-      mi->shard ? NULL : st__reducer_ctx(mi->red, i));
-  st->examples = count;
+  st_batch slice = st__batch_slice(m, mi->b, mi->g->n, i, NULL);
+  st__replica_step(m, r, &slice, mi->global, mi->g->must_run,
+                   mi->shard ? NULL : st__reducer_layer_done,
+                   mi->shard ? NULL : st__reducer_ctx(mi->red, i), &mi->stats[i]);
   mi->status[i].status = ST_OK;
   if (mi->shard) {
     st__error_keep(&mi->status[i], st__shard_step(mi->shard, i));
     return;
   }
   if (st__error_keep(&mi->status[i], st__reducer_finish(mi->red, i)) == ST_OK)
-    st_optimizer_apply(&m->optimizer, r->ctx, m->step, m->n_params, r->params, r->grads,
-                       mi->slots[i]);
+    st__apply_range(m, r->ctx, r->params, r->grads, mi->slots[i], 0, m->n_params);
 }
 
 st_status st__mirrored_train_step(st_strategy *s, st_net *m, const st_batch *b, int global,
@@ -178,12 +164,12 @@ st_status st__mirrored_train_step(st_strategy *s, st_net *m, const st_batch *b, 
   if (st != ST_OK) return st;
   for (int i = 0; i < mi->g->n; i++) st__step_stats_add(out, &mi->stats[i]); /* replica order */
   st__group_sync_state(mi->g, m);
-  m->step++;
   return ST_OK;
 }
 
 static st_status mr_train_step(st_strategy *s, st_net *m, const st_batch *b,
-                               st_step_stats *out) {
+                               const st__side_task *side, st_step_stats *out) {
+  (void)side; /* the update runs in the replica tasks: nothing to overlap */
   return st__mirrored_train_step(s, m, b, b->size, out);
 }
 
@@ -193,28 +179,44 @@ static st_status mr_eval_step(st_strategy *s, st_net *m, const st_batch *b,
   return st__group_eval(mi->g, m, b, out, pred);
 }
 
-/* Replica 0's variables are the model's: nothing to gather. */
-static void mr_sync_to_model(st_strategy *s, st_net *m) { (void)s, (void)m; }
-
-st_status st__mirrored_sync_from_model(st_strategy *s) {
+/* Weights were loaded into the model (replica 0's are the model's: nothing
+ * to gather before a read): broadcast them, every process's replicas
+ * taking process 0's. A failure resurfaces in the next step's first
+ * collective. */
+static void mr_publish(st_strategy *s, st_net *m) {
+  (void)m;
   mirrored *mi = s->impl;
   st__group_run(mi->g, broadcast_task, s);
   if (mi->shard) st__shard_scatter(mi->shard); /* restored slots, if any */
-  return first_error(mi);
+  (void)first_error(mi);
 }
 
-/* Weights were loaded into the model (replica 0): broadcast them. */
-static void mr_sync_from_model(st_strategy *s, st_net *m) {
-  (void)m;
-  st__mirrored_sync_from_model(s);
+/* Replica copies: each replica's slots are its own. */
+const st_var_placement st__mirrored_placement = {
+    .name = "replica copies",
+    .publish = mr_publish,
+    .replica_slots = mr_slots,
+};
+
+/* Replica copies with the slots sharded (--shard-optimizer): a checkpoint
+ * gathers them into the chief's net first. */
+const st_var_placement st__sharded_placement = {
+    .name = "replica copies, sharded slots",
+    .gather_slots = mr_gather_slots,
+    .publish = mr_publish,
+};
+
+st_status st__mirrored_check(const st_strategy_options *o, st__strategy_setup *out) {
+  out->vars = o->shard_optimizer ? &st__sharded_placement : &st__mirrored_placement;
+  return st__check_replicas(o, &out->local_replicas, &out->cross_device_ops);
 }
 
 const st_strategy_vtable st__mirrored_vtable = {
     .name = "mirrored",
+    .check = st__mirrored_check,
+    .shards_optimizer = true,
     .attach = mr_attach,
     .detach = st__mirrored_detach,
     .train_step = mr_train_step,
     .eval_step = mr_eval_step,
-    .sync_to_model = mr_sync_to_model,
-    .sync_from_model = mr_sync_from_model,
 };

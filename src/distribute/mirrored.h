@@ -19,7 +19,9 @@ void st__mirrored_detach(st_strategy *s);
  * (the loss is scaled by 1/global); out gets this process's sums. */
 st_status st__mirrored_train_step(st_strategy *s, st_net *m, const st_batch *b, int global,
                                   st_step_stats *out);
-/* Broadcast the model's variables and slots (replica 0 of process 0). */
-st_status st__mirrored_sync_from_model(st_strategy *s);
+/* The devices or replicas and cross_device_ops; the placement
+ * (st__mirrored_placement, or st__sharded_placement with shard_optimizer). */
+extern const st_var_placement st__mirrored_placement, st__sharded_placement;
+st_status st__mirrored_check(const st_strategy_options *o, st__strategy_setup *out);
 
 #endif

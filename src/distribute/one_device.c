@@ -8,8 +8,21 @@
  * batches on one thread with a multi-threaded BLAS instead, so batch
  * statistics are those of the whole batch. */
 #include <stdlib.h>
+#include <string.h>
 
+#include "distribute/devices.h"
+#include "distribute/gpu_devices.h"
 #include "distribute/replica_group.h"
+#include "distribute/strategy.h"
+
+/* o->device: cpu, cpu:N (a GPU is refused for now). */
+static st_status od_check(const st_strategy_options *o, st__strategy_setup *out) {
+  out->vars = &st__shared_placement;
+  if (!o->device) return ST_OK;
+  bool gpu = false;
+  st_status s = st__check_device(o->device, (int)strlen(o->device), o->logical_gpus, &gpu);
+  return s == ST_OK && gpu ? st__gpu_not_run_yet(o->device) : s;
+}
 
 static int worker_count(const st_strategy *s, const st_net *m) {
   int n = s->opts.threads > 0 ? s->opts.threads : st__cpu_count();
@@ -31,10 +44,9 @@ static st_status od_attach(st_strategy *s, st_net *m) {
 
 const st_strategy_vtable st__one_device_vtable = {
     .name = "one_device",
+    .check = od_check,
     .attach = od_attach,
     .detach = st__shared_detach,
     .train_step = st__shared_train_step,
     .eval_step = st__shared_eval_step,
-    .sync_to_model = st__shared_sync_to_model,
-    .sync_from_model = st__shared_sync_from_model,
 };

@@ -25,6 +25,7 @@
 
 #include "base/fpenv.h"
 #include "base/split.h"
+#include "distribute/devices.h"
 #include "distribute/pipeline.h"
 
 typedef struct pp_state {
@@ -78,8 +79,12 @@ static st_status parse_bounds(const char *v, int *bounds, int *n) {
   return ST_OK;
 }
 
-st_status st__pipeline_check_options(const st_strategy_options *o, int bounds[ST_MAX_REPLICAS],
-                                     int *stages) {
+/* The pipeline options' checks (stage count against the devices counted in
+ * *stages (0: none given), boundary syntax, micro-batches, schedule);
+ * *stages = the stage count (0: none given), bounds[0..stages-1) = the
+ * layers where stages 1.. start, or -1 each: balanced at attach. */
+static st_status check_options(const st_strategy_options *o, int bounds[ST_MAX_REPLICAS],
+                               int *stages) {
   int ndev = *stages, nb = 0;
   for (int i = 0; i < ST_MAX_REPLICAS; i++) bounds[i] = -1;
   if (o->stage_boundaries) {
@@ -104,7 +109,9 @@ st_status st__pipeline_check_options(const st_strategy_options *o, int bounds[ST
   return ST_OK;
 }
 
-bool st__pipeline_launched(void) {
+/* Whether this process was started by an MPI launcher with more than one
+ * process: the pipeline then runs one stage per process. */
+static bool launched(void) {
   const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"};
   for (int i = 0; i < 3; i++) {
     const char *v = getenv(vars[i]);
@@ -113,7 +120,9 @@ bool st__pipeline_launched(void) {
   return false;
 }
 
-st_status st__pipeline_check_processes(int procs, int *stages) {
+/* procs processes: *stages (0: one per process) must divide them; the
+ * quotient is the data-parallel replicas of each stage. */
+static st_status check_processes(int procs, int *stages) {
   if (*stages == 0) *stages = procs;
   if (procs % *stages)
     return st_error(ST_ERR_INVALID, "pipeline: %d processes are not a multiple of %d stages "
@@ -131,13 +140,6 @@ static void free_pipe(pp_state *p) {
   pthread_mutex_destroy(&p->mu);
   pthread_cond_destroy(&p->cv);
   free(p);
-}
-
-int st__pipe_first_trainable(const st_net *m) {
-  for (int i = 0; i < m->nlayers; i++)
-    for (int q = 0; q < m->layers[i]->nparams; q++)
-      if (m->layers[i]->params[q].trainable) return i;
-  return m->nlayers;
 }
 
 static st_status pp_attach(st_strategy *s, st_net *m) {
@@ -202,16 +204,15 @@ static void mark_done(pp_state *p, int *counter) {
 static void run_forward(pp_state *p, int s, int k) {
   st_net *m = p->m;
   st_pipe_stage *st = p->stages[s];
-  int start, n;
-  st__split(p->b->size, p->M, k, &start, &n);
+  st_batch mb = st__batch_slice(m, p->b, p->M, k, NULL);
+  int n = mb.size;
   if (s > 0) wait_for(p, &p->fwd_done[s - 1], k);
   double t0 = st_now_seconds();
-  const float *x = s == 0 ? p->b->x + (size_t)start * st_shape_size(m->input_shape)
+  const float *x = s == 0 ? mb.x
                           : st__pipe_stage_out(p->stages[s - 1], k % p->stages[s - 1]->nslots);
   if (n) {
     const float *out = st__pipe_stage_forward(m, st, k % st->nslots, k, x, n, true, m->step);
-    size_t ys = st_loss_is_sparse(m->loss) ? 1 : st__net_output_size(m);
-    if (s == p->S - 1) st__step_metrics(m, out, p->b->y + (size_t)start * ys, n, &p->stats);
+    if (s == p->S - 1) st__step_metrics(m, out, mb.y, n, &p->stats);
   }
   st->busy += st_now_seconds() - t0;
   p->log[(size_t)s * 2 * (size_t)p->M + (size_t)p->nlog[s]++] = k + 1;
@@ -223,22 +224,22 @@ static void run_forward(pp_state *p, int s, int k) {
 static void run_backward(pp_state *p, int s, int k) {
   st_net *m = p->m;
   st_pipe_stage *st = p->stages[s];
-  int start, n, slot = k % st->nslots;
-  st__split(p->b->size, p->M, k, &start, &n);
+  int slot = k % st->nslots;
+  st_batch mb = st__batch_slice(m, p->b, p->M, k, NULL);
+  int n = mb.size;
   if (s < p->S - 1) wait_for(p, &p->bwd_done[s + 1], k);
   double t0 = st_now_seconds();
   float *dy = s < p->S - 1 ? st->recv[slot] : st->dbuf[0];
   if (n && s == p->S - 1) {
-    size_t ys = st_loss_is_sparse(m->loss) ? 1 : st__net_output_size(m);
     m->be->loss(st->ctx, m->loss, n, (int)st__net_output_size(m), st__pipe_stage_out(st, slot),
-                p->b->y + (size_t)start * ys, 1.0f / (float)p->b->size, st->loss_rows, dy);
+                mb.y, 1.0f / (float)p->b->size, st->loss_rows, dy);
     for (int i = 0; i < n; i++) p->stats.loss_sum += st->loss_rows[i];
     p->stats.examples += n;
   }
   float *dx = NULL;
   if (s > 0 && st->lo > p->first)
     dx = p->stages[s - 1]->recv[k % p->stages[s - 1]->nslots];
-  const float *x = s == 0 ? p->b->x + (size_t)start * st_shape_size(m->input_shape)
+  const float *x = s == 0 ? mb.x
                           : st__pipe_stage_out(p->stages[s - 1], k % p->stages[s - 1]->nslots);
   if (n) st__pipe_stage_backward(m, st, slot, k, k > 0, x, dy, n, dx, p->first, m->step);
   else st__pipe_stage_no_examples(m, st, k);
@@ -260,17 +261,14 @@ static void stage_task(void *arg, int s) {
     run_backward(p, s, k);
   }
   double t0 = st_now_seconds();
-  if (st->np) {
-    float *slots[4];
-    for (int i = 0; i < m->n_slots; i++) slots[i] = m->slots[i] + st->poff;
-    st_optimizer_apply(&m->optimizer, st->ctx, m->step, st->np, m->params + st->poff,
-                       st->grads, slots);
-  }
+  if (st->np)
+    st__apply_range(m, st->ctx, m->params + st->poff, st->grads, m->slots, st->poff, st->np);
   st->busy += st_now_seconds() - t0;
 }
 
 static st_status pp_train_step(st_strategy *s, st_net *m, const st_batch *b,
-                               st_step_stats *out) {
+                               const st__side_task *side, st_step_stats *out) {
+  (void)side; /* each stage updates its variables in its own thread */
   if (s->cluster) return st__pipeline_procs_train_step(s, m, b, out);
   pp_state *p = s->impl;
   int cap = (b->size + p->M - 1) / p->M;
@@ -293,7 +291,6 @@ static st_status pp_train_step(st_strategy *s, st_net *m, const st_batch *b,
   if (rs != ST_OK) return rs;
   p->replayed = true;
   st__step_stats_add(out, &p->stats);
-  m->step++;
   return ST_OK;
 }
 
@@ -330,12 +327,30 @@ static st_status pp_eval_step(st_strategy *s, st_net *m, const st_batch *b,
   return ST_OK;
 }
 
-/* The stages use the net's buffers (each its own range): nothing to move. */
-static void pp_sync(st_strategy *s, st_net *m) { (void)s, (void)m; }
-/* Across processes: after a restore or load wrote every variable, keep only
- * the stage's share in memory. */
-static void pp_sync_from(st_strategy *s, st_net *m) {
-  if (s->cluster) st__pipeline_procs_keep_share(s, m);
+/* In one process the stages use the net's buffers (each its own range):
+ * nothing to move before a read or after a write. */
+static const st_var_placement stages_placement = {.name = "pipeline stages' ranges"};
+
+/* The stage count (devices, pipeline_stages or boundaries) and boundaries,
+ * micro-batches and schedule; under an MPI launcher the processes (a
+ * multiple of the stages), each stage's variables in its own process. */
+static st_status pp_check(const st_strategy_options *o, st__strategy_setup *out) {
+  int stages = 0;
+  st_status s = o->devices ? st__replica_count(o, &stages) : ST_OK; /* one stage per device */
+  if (s == ST_OK) s = check_options(o, out->pipeline_bounds, &stages);
+  if (s == ST_OK && !launched() && st__tf_config_training_tasks() > 1)
+    s = st_error(ST_ERR_INVALID, "pipeline: TF_CONFIG names %d workers, but the pipeline "
+                 "across processes runs under an MPI launcher only (mpirun -np N); "
+                 "TF_CONFIG launches are for multi_worker_mirrored",
+                 st__tf_config_training_tasks());
+  if (s == ST_OK && launched()) s = st__cluster_create(o, 1, &out->cluster);
+  if (s == ST_OK && out->cluster)
+    s = check_processes(st__cluster_size(out->cluster), &stages);
+  out->pipeline_stages = stages;
+  /* data-parallel copies of the pipeline */
+  out->num_replicas = out->cluster && stages ? st__cluster_size(out->cluster) / stages : 1;
+  out->vars = out->cluster ? &st__procs_placement : &stages_placement;
+  return s;
 }
 
 int st_strategy_pipeline_stages(const st_strategy *s) {
@@ -369,10 +384,9 @@ st_status st_strategy_pipeline_stage_stats(const st_strategy *s, int i,
 
 const st_strategy_vtable st__pipeline_vtable = {
     .name = "pipeline",
+    .check = pp_check,
     .attach = pp_attach,
     .detach = pp_detach,
     .train_step = pp_train_step,
     .eval_step = pp_eval_step,
-    .sync_to_model = pp_sync,
-    .sync_from_model = pp_sync_from,
 };

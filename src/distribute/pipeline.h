@@ -81,9 +81,9 @@ st_status st__pipeline_procs_train_step(st_strategy *s, st_net *m, const st_batc
                                         st_step_stats *out);
 st_status st__pipeline_procs_eval_step(st_strategy *s, st_net *m, const st_batch *b,
                                        st_step_stats *out, float *pred);
-/* A net whose whole layout was committed (gather, expose): give back all
- * but the stage's share (base/vmem.h). */
-void st__pipeline_procs_keep_share(st_strategy *s, st_net *m);
+/* Where the variables live across processes (placement.h): each stage's
+ * share in reserved address space, streamed to the chief for a save. */
+extern const st_var_placement st__procs_placement;
 /* Stage i's figures as its first replica reported them at the last step. */
 st_status st__pipeline_procs_stats(const st_strategy *s, int i, st_pipeline_stage_stats *out);
 /* pipeline_sched.c: replay the passes each stage ran (log[s*2M + i]: the

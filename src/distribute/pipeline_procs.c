@@ -12,19 +12,20 @@
  * replica order) its gradients and average its non-trainable state, then
  * each applies the optimizer to the stage's variables and slots.
  *
- * Memory: a process holds only its stage's share. compile calls place_vars
- * (below) instead of allocating: the net's variables, state and optimizer
+ * Memory: a process holds only its stage's share. Its variable placement
+ * (st__procs_placement, placement.h) does what follows. compile calls its
+ * place instead of allocating: the net's variables, state and optimizer
  * slots are reserved address space (base/vmem.h: every offset stays valid)
  * of which only the stage's ranges are memory, initialised with the values
  * one device gives them (st__net_init_layers). Nothing is gathered while
  * training. --save and checkpoints (ModelCheckpoint, backups) are written
  * by the chief as the tensors arrive: every other stage's first replica
- * sends its variables (and slots) one tensor at a time (send_vars /
- * recv_var), so the chief holds one tensor of another stage at a time; the
+ * sends its variables (and slots) one tensor at a time (serve /
+ * read), so the chief holds one tensor of another stage at a time; the
  * files are the bytes one process writes. get_weights (gather_vars)
  * broadcasts every stage's variables to every process, whose whole layout
  * is then memory until the next step. A restore or load commits the whole
- * layout on every process (expose_vars) and sync_from_model keeps the share.
+ * layout on every process (expose) and publish keeps the share.
  * The loss and metric sums of the last stage's replicas and every stage's
  * figures are all-gathered, so fit and its callbacks see the same numbers on
  * every process. */
@@ -57,7 +58,7 @@ typedef struct procs {
   int asked[ST_MAX_REPLICAS], owed[ST_MAX_REPLICAS]; /* a streamed save: per stage */
   /* the current step */
   const st_batch *b;
-  int share_start, share;                    /* this replica's examples */
+  st_batch mine;                             /* this replica's examples of b */
   st_step_stats stats;
 } procs;
 
@@ -88,7 +89,7 @@ static st_status make_transports(procs *p, st_strategy *s, st_net *m) {
 
 st_status st__pipeline_procs_attach(st_strategy *s, st_net *m) {
   int P = st__cluster_size(s->cluster), S = s->pipeline_stages;
-  st_status st = st__cluster_open(s, m);
+  st_status st = st__cluster_open(s->cluster, m);
   if (st != ST_OK) return st;
   procs *p = calloc(1, sizeof *p);
   if (!p) {
@@ -188,10 +189,10 @@ static size_t in_size(const st_net *m, const st_pipe_stage *st) {
 
 static st_status forward(procs *p, st_net *m, int k) {
   st_pipe_stage *st = p->st;
-  int start, n, slot = k % st->nslots;
-  st__split(p->share, p->M, k, &start, &n);
-  start += p->share_start;
-  const float *x = p->b->x + (size_t)start * st_shape_size(m->input_shape);
+  int slot = k % st->nslots;
+  st_batch mb = st__batch_slice(m, &p->mine, p->M, k, NULL);
+  int n = mb.size;
+  const float *x = mb.x;
   st_status s = ST_OK;
   if (p->prev >= 0) {
     x = st->in[slot];
@@ -203,8 +204,7 @@ static st_status forward(procs *p, st_net *m, int k) {
   p->act_send[slot] = -1;
   const float *out = n ? st__pipe_stage_forward(m, st, slot, p->rep * p->M + k, x, n, true, m->step)
                        : NULL;
-  size_t ys = st_loss_is_sparse(m->loss) ? 1 : st__net_output_size(m);
-  if (p->next < 0 && n) st__step_metrics(m, out, p->b->y + (size_t)start * ys, n, &p->stats);
+  if (p->next < 0 && n) st__step_metrics(m, out, mb.y, n, &p->stats);
   st->busy += st_now_seconds() - t0;
   p->log[p->nlog++] = k + 1;
   if (p->next >= 0)
@@ -215,9 +215,9 @@ static st_status forward(procs *p, st_net *m, int k) {
 
 static st_status backward(procs *p, st_net *m, int k) {
   st_pipe_stage *st = p->st;
-  int start, n, slot = k % st->nslots;
-  st__split(p->share, p->M, k, &start, &n);
-  start += p->share_start;
+  int slot = k % st->nslots;
+  st_batch mb = st__batch_slice(m, &p->mine, p->M, k, NULL);
+  int n = mb.size;
   size_t outs = st_shape_size(m->layers[st->hi - 1]->out_shape);
   float *dy = p->next >= 0 ? st->recv[slot] : st->dbuf[0];
   st_status s = ST_OK;
@@ -225,9 +225,8 @@ static st_status backward(procs *p, st_net *m, int k) {
     return s;
   double t0 = st_now_seconds();
   if (p->next < 0 && n) {
-    size_t ys = st_loss_is_sparse(m->loss) ? 1 : outs;
-    m->be->loss(st->ctx, m->loss, n, (int)outs, st__pipe_stage_out(st, slot),
-                p->b->y + (size_t)start * ys, 1.0f / (float)p->b->size, st->loss_rows, dy);
+    m->be->loss(st->ctx, m->loss, n, (int)outs, st__pipe_stage_out(st, slot), mb.y,
+                1.0f / (float)p->b->size, st->loss_rows, dy);
     for (int i = 0; i < n; i++) p->stats.loss_sum += st->loss_rows[i];
     p->stats.examples += n;
   }
@@ -238,8 +237,7 @@ static st_status backward(procs *p, st_net *m, int k) {
     p->dx_send[slot] = -1;
     dx = st->dxs[slot];
   }
-  const float *x = p->prev >= 0 ? st->in[slot]
-                                : p->b->x + (size_t)start * st_shape_size(m->input_shape);
+  const float *x = p->prev >= 0 ? st->in[slot] : mb.x;
   if (n) st__pipe_stage_backward(m, st, slot, p->rep * p->M + k, k > 0, x, dy, n, dx, p->first,
                                   m->step);
   else st__pipe_stage_no_examples(m, st, k);
@@ -275,12 +273,8 @@ static st_status reduce_apply(procs *p, st_net *m) {
   if (s == ST_OK && p->group && st->ns)
     s = p->group->vt->all_reduce(p->group, p->group->self, m->state + st->soff, st->ns, ST_REDUCE_MEAN);
   if (s != ST_OK) return st_error_prefix(s, "pipeline stage %d (rank %d), replicas: ", p->stage, p->rank);
-  if (st->np) {
-    float *slots[4];
-    for (int i = 0; i < m->n_slots; i++) slots[i] = m->slots[i] + st->poff;
-    st_optimizer_apply(&m->optimizer, st->ctx, m->step, st->np, m->params + st->poff, st->grads,
-                       slots);
-  }
+  if (st->np)
+    st__apply_range(m, st->ctx, m->params + st->poff, st->grads, m->slots, st->poff, st->np);
   st->busy += st_now_seconds() - t0;
   return ST_OK;
 }
@@ -305,7 +299,9 @@ static st_status commit_all(procs *p, st_net *m, bool with_slots) {
   return s;
 }
 
-void st__pipeline_procs_keep_share(st_strategy *s, st_net *m) {
+/* A net whose whole layout was committed (gather, expose): give back all
+ * but the stage's share (base/vmem.h). */
+static void keep_share(st_strategy *s, st_net *m) {
   procs *p = s->impl;
   if (!p || !p->gathered || !m->reserved) return;
   st__vm_keep_only(m->params, m->n_params, m->own_p, m->own_np);
@@ -314,7 +310,7 @@ void st__pipeline_procs_keep_share(st_strategy *s, st_net *m) {
   p->gathered = false;
 }
 
-/* place_vars (strategy.h): reserve the layout, commit and initialise the
+/* place (placement.h): reserve the layout, commit and initialise the
  * share of this process's stage. */
 static st_status procs_place_vars(st_strategy *s, st_net *m) {
   int S = s->pipeline_stages, D = st__cluster_size(s->cluster) / S, first[ST_MAX_REPLICAS + 1];
@@ -344,7 +340,7 @@ static st_status procs_place_vars(st_strategy *s, st_net *m) {
   return ST_OK;
 }
 
-/* gather_vars (strategy.h): the first replica of every stage broadcasts its
+/* gather_vars (placement.h): the first replica of every stage broadcasts its
  * variables and state. */
 static st_status procs_gather_vars(st_strategy *s, st_net *m) {
   procs *p = s->impl;
@@ -360,7 +356,7 @@ static st_status procs_gather_vars(st_strategy *s, st_net *m) {
   return st;
 }
 
-/* expose_vars (strategy.h). */
+/* expose (placement.h). */
 static st_status procs_expose_vars(st_strategy *s, st_net *m) {
   procs *p = s->impl;
   if (!p) return st_error(ST_ERR_INVALID, "pipeline: the strategy is not attached");
@@ -388,10 +384,15 @@ static int stage_tensors(const procs *p, const st_net *m, int i, bool with_slots
   return n;
 }
 
-/* send_vars (strategy.h): each tensor when the chief asks for it. */
-static st_status procs_send_vars(st_strategy *s, st_net *m, bool with_slots) {
+/* serve (placement.h): every process but the chief serves (the first
+ * replica of each stage sends its layers' variables, layer by layer, each
+ * layer's parameters in order, then (with_slots) for each slot its
+ * trainable ones in the same order; the other replicas send nothing), each
+ * tensor when the chief asks for it. */
+static st_status procs_serve(st_strategy *s, st_net *m, bool with_slots, bool *served) {
   procs *p = s->impl;
   if (!p) return st_error(ST_ERR_INVALID, "pipeline: the strategy is not attached");
+  *served = p->rank != 0;
   if (p->rank == 0 || p->rep) return ST_OK;
   st_status st = ST_OK;
   for (int k = -1; k < (with_slots ? m->n_slots : 0); k++)
@@ -413,8 +414,9 @@ static st_status procs_send_vars(st_strategy *s, st_net *m, bool with_slots) {
   return st;
 }
 
-/* recv_var (strategy.h). */
-static st_status procs_recv_var(st_strategy *s, st_net *m, int layer, int param, int slot,
+/* read (placement.h): the chief's own stage from its memory, the others'
+ * asked for and received into buf. */
+static st_status procs_read(st_strategy *s, st_net *m, int layer, int param, int slot,
                                 float *buf, const float **data) {
   procs *p = s->impl;
   if (!p) return st_error(ST_ERR_INVALID, "pipeline: the strategy is not attached");
@@ -434,7 +436,7 @@ static st_status procs_recv_var(st_strategy *s, st_net *m, int layer, int param,
   return recv_from(p, buf, st_shape_size(m->layers[layer]->params[param].shape), stage * p->D);
 }
 
-/* begin_vars (strategy.h). */
+/* begin (placement.h): what each stage owes. */
 static void procs_begin_vars(st_strategy *s, st_net *m, bool with_slots) {
   procs *p = s->impl;
   for (int i = 0; p && i < p->S; i++) {
@@ -443,7 +445,7 @@ static void procs_begin_vars(st_strategy *s, st_net *m, bool with_slots) {
   }
 }
 
-/* end_vars (strategy.h): ASK_STOP to every stage still owed a question
+/* end (placement.h): ASK_STOP to every stage still owed a question
  * (best effort: a stage that is gone times out on its own). */
 static void procs_end_vars(st_strategy *s, st_net *m, st_status failed) {
   procs *p = s->impl;
@@ -462,15 +464,21 @@ static void procs_end_vars(st_strategy *s, st_net *m, st_status failed) {
   if (failed != ST_OK && stopped) st_error(failed, "%s", keep);
 }
 
-void st__pipeline_procs_hooks(st_strategy *s) {
-  s->place_vars = procs_place_vars;
-  s->gather_vars = procs_gather_vars;
-  s->expose_vars = procs_expose_vars;
-  s->send_vars = procs_send_vars;
-  s->recv_var = procs_recv_var;
-  s->begin_vars = procs_begin_vars;
-  s->end_vars = procs_end_vars;
-}
+/* publish (placement.h): after a restore or load wrote every variable,
+ * keep only the stage's share in memory. */
+static void procs_publish(st_strategy *s, st_net *m) { keep_share(s, m); }
+
+const st_var_placement st__procs_placement = {
+    .name = "pipeline stages across processes",
+    .place = procs_place_vars,
+    .gather_vars = procs_gather_vars,
+    .expose = procs_expose_vars,
+    .publish = procs_publish,
+    .serve = procs_serve,
+    .begin = procs_begin_vars,
+    .read = procs_read,
+    .end = procs_end_vars,
+};
 
 enum { REC = 18 }; /* floats per process in the all-gathered record */
 
@@ -536,9 +544,9 @@ static st_status replay(procs *p) {
 st_status st__pipeline_procs_train_step(st_strategy *s, st_net *m, const st_batch *b,
                                         st_step_stats *out) {
   procs *p = s->impl;
-  st__pipeline_procs_keep_share(s, m); /* after a save: only the share again */
-  st__split(b->size, p->D, p->rep, &p->share_start, &p->share);
-  st_status st = st__pipe_stage_reserve(m, p->st, (p->share + p->M - 1) / p->M);
+  keep_share(s, m); /* after a save: only the share again */
+  p->mine = st__batch_slice(m, b, p->D, p->rep, NULL);
+  st_status st = st__pipe_stage_reserve(m, p->st, (p->mine.size + p->M - 1) / p->M);
   if (st != ST_OK) return st;
   memset(&p->stats, 0, sizeof p->stats);
   p->b = b;
@@ -550,7 +558,6 @@ st_status st__pipeline_procs_train_step(st_strategy *s, st_net *m, const st_batc
   p->step_seconds += st_now_seconds() - t0;
   if (st == ST_OK) st = replay(p);
   if (st == ST_OK) st = share_stats(p, out, true);
-  if (st == ST_OK) m->step++;
   return st;
 }
 
@@ -560,7 +567,7 @@ st_status st__pipeline_procs_train_step(st_strategy *s, st_net *m, const st_batc
 st_status st__pipeline_procs_eval_step(st_strategy *s, st_net *m, const st_batch *b,
                                        st_step_stats *out, float *pred) {
   procs *p = s->impl;
-  st__pipeline_procs_keep_share(s, m);
+  keep_share(s, m);
   st_pipe_stage *st = p->st;
   int start0, share;
   st__split(b->size, p->D, p->rep, &start0, &share);

@@ -320,3 +320,10 @@ void st__pipe_stage_no_examples(const st_net *m, st_pipe_stage *st, int k) {
     m->be->axpy(st->ctx, nv, 1.0f, st->dw, st->grads + (off - st->poff));
   }
 }
+
+int st__pipe_first_trainable(const st_net *m) {
+  for (int i = 0; i < m->nlayers; i++)
+    for (int q = 0; q < m->layers[i]->nparams; q++)
+      if (m->layers[i]->params[q].trainable) return i;
+  return m->nlayers;
+}

@@ -106,26 +106,24 @@ _Static_assert(sizeof(pass) <= 64 * 1024, "a pass (every replica's stats) fits o
 static void slice_task(void *arg, int i) {
   pass *p = arg;
   st_replica *r = p->g->reps[i];
-  int start, count;
-  st__split(p->b->size, p->g->n, i, &start, &count);
-  size_t xs = st_shape_size(p->m->input_shape), outs = st__net_output_size(p->m);
-  size_t ys = st_loss_is_sparse(p->m->loss) ? 1 : outs;
-  const float *x = p->b->x + (size_t)start * xs;
-  const float *y = p->b->y ? p->b->y + (size_t)start * ys : NULL; /* NULL: predict only */
+  int start;
+  st_batch sl = st__batch_slice(p->m, p->b, p->g->n, i, &start); /* y NULL: predict only */
   st_step_stats *s = &p->stats[i];
-  bool run = count || (p->train && p->g->must_run);
-  const float *pred = run ? st__replica_forward(p->m, r, x, count, p->train, p->m->step) : NULL;
-  if (count && y) st__step_metrics(p->m, pred, y, count, s);
   if (p->train) {
-    s->loss_sum = st__replica_loss_backward(p->m, r, x, y, count, p->b->size, p->m->step,
-                                            NULL, NULL);
-  } else if (count) {
-    if (y) s->loss_sum = st__replica_loss(p->m, r, y, count);
-    if (p->pred)
-      st__be_to_host(r->ctx, p->pred + (size_t)start * outs, pred,
-                     (size_t)count * outs * sizeof(float));
+    st__replica_step(p->m, r, &sl, p->b->size, p->g->must_run, NULL, NULL, s);
+    return;
   }
-  s->examples = count;
+  if (!sl.size) return;
+  size_t outs = st__net_output_size(p->m);
+  const float *pred = st__replica_forward(p->m, r, sl.x, sl.size, false, p->m->step);
+  if (sl.y) {
+    st__step_metrics(p->m, pred, sl.y, sl.size, s);
+    s->loss_sum = st__replica_loss(p->m, r, sl.y, sl.size);
+  }
+  if (p->pred)
+    st__be_to_host(r->ctx, p->pred + (size_t)start * outs, pred,
+                   (size_t)sl.size * outs * sizeof(float));
+  s->examples = sl.size;
 }
 
 static st_status run_pass(pass *p, st_step_stats *out) {
@@ -196,9 +194,7 @@ static void reduce_apply_task(void *arg, int t) {
     float *dst = c->g->reps[0]->grads + b;
     for (int i = 1; i < c->g->n; i++)
       m->be->axpy(m->be_ctx, len, 1.0f, c->g->reps[i]->grads + b, dst);
-    float *slots[4];
-    for (int i = 0; i < m->n_slots; i++) slots[i] = m->slots[i] + b;
-    st_optimizer_apply(&m->optimizer, m->be_ctx, m->step, len, m->params + b, dst, slots);
+    st__apply_range(m, m->be_ctx, m->params + b, dst, m->slots, b, len);
   }
 }
 

@@ -11,7 +11,7 @@
 #include "base/split.h"   /* st__split */
 #include "base/sysinfo.h" /* st__cpu_count */
 #include "distribute/collective/collective.h"
-#include "distribute/strategy.h"
+#include "distribute/step.h"
 
 typedef struct st_group_rank {
   st_collective *coll;

@@ -62,10 +62,7 @@ st_status st__shard_create(st_net *m, st_replica_group *g, st_shard **out) {
 static void apply(st_shard *sh, int i, size_t lo, size_t len, size_t at) {
   st_net *m = sh->m;
   st_replica *r = sh->g->reps[i];
-  float *slots[4] = {0};
-  for (int k = 0; k < m->n_slots; k++) slots[k] = sh->slots[i][k] + at;
-  if (len)
-    st_optimizer_apply(&m->optimizer, r->ctx, m->step, len, r->params + lo, r->grads + lo, slots);
+  if (len) st__apply_range(m, r->ctx, r->params + lo, r->grads + lo, sh->slots[i], at, len);
 }
 
 st_status st__shard_step(st_shard *sh, int i) {

@@ -37,44 +37,6 @@ st_checkpoint_options st_checkpoint_default_options(void) {
 
 /* ---- saving ---- */
 
-/* Slot tensors "<layer>/<param>/<slot>" over a host copy of all slots. */
-static st_status gather_slots(const st_model *m, st_named_tensor **ts, int *n, float **blob) {
-  int nv = 0;
-  for (int i = 0; i < m->net.nlayers; i++)
-    for (int p = 0; p < m->net.layers[i]->nparams; p++) nv += m->net.layers[i]->params[p].trainable;
-  *n = nv * m->net.n_slots;
-  *ts = calloc((size_t)*n + 1, sizeof **ts);
-  *blob = malloc(((size_t)m->net.n_slots * m->net.n_params + 1) * sizeof(float));
-  if (!*ts || !*blob) return st_error(ST_ERR_NOMEM, "checkpoint: out of memory");
-  int t = 0;
-  for (int k = 0; k < m->net.n_slots; k++) {
-    float *host = *blob + (size_t)k * m->net.n_params;
-    st__be_to_host(m->net.be_ctx, host, m->net.slots[k], m->net.n_params * sizeof(float));
-    for (int i = 0; i < m->net.nlayers; i++)
-      for (int p = 0; p < m->net.layers[i]->nparams; p++) {
-        const st_layer *l = m->net.layers[i];
-        if (!l->params[p].trainable) continue;
-        st__describe_var(l, p, &(*ts)[t]);
-        size_t len = strlen((*ts)[t].name);
-        snprintf((*ts)[t].name + len, sizeof (*ts)[t].name - len, "/%s", slot_name(m, k));
-        (*ts)[t++].data = host + l->params[p].offset;
-      }
-  }
-  return ST_OK;
-}
-
-static uint32_t tensor_crc(const st_named_tensor *t) {
-  size_t n = 1;
-  for (int d = 0; d < t->rank; d++) n *= (size_t)t->dims[d];
-  return st_crc32c(0, t->data, n * sizeof(float));
-}
-
-static json_t *crc_map(const st_named_tensor *ts, int n) {
-  json_t *o = json_object();
-  for (int i = 0; i < n; i++) json_object_set_new(o, ts[i].name, json_integer(tensor_crc(&ts[i])));
-  return o;
-}
-
 st_status st__ckpt_file_crc(const char *path, uint32_t *crc) {
   int fd = -1;
   st_status s = st__open_input(path, &fd, NULL);
@@ -185,7 +147,7 @@ static st_status simulate_crash(const char *tmp, int64_t budget) {
   return st_error(ST_ERR_IO, "%s: test hook: the write stopped part way", tmp);
 }
 
-/* ---- streamed (a pipeline across processes: strategy.h's recv_var) ---- */
+/* ---- the tensor files ---- */
 
 /* The tensors of one file: the variables (slot -1 each) or the slots, with
  * where each comes from and its CRC32C once fetched. */
@@ -233,8 +195,8 @@ static st_status streamed_make(st_model *m, bool slots, streamed *x) {
 
 static st_status streamed_fetch(void *arg, int k, const float **data) {
   streamed *x = arg;
-  st_status s = x->m->strategy->recv_var(x->m->strategy, &x->m->net, x->layer[k], x->param[k],
-                                         x->slot[k], x->buf, data);
+  st_status s = st__vars_read(x->m->strategy, &x->m->net, x->layer[k], x->param[k], x->slot[k],
+                              x->buf, data);
   if (s == ST_OK)
     x->crc[k] = st_crc32c(0, *data, st_shape_size(x->m->net.layers[x->layer[k]]->params[x->param[k]].shape) * sizeof(float));
   return s;
@@ -246,8 +208,10 @@ static json_t *streamed_crcs(const streamed *x) {
   return o;
 }
 
-/* write_files' two tensor files, fetched tensor by tensor from the stages. */
-static st_status write_streamed(st_model *m, const char *tmp, json_t *state) {
+/* The two tensor files, each tensor read through the variable placement
+ * (distribute/placement.h) as the file is written: from the net's buffers,
+ * or (a pipeline across processes) received from its stage. */
+static st_status write_files(st_model *m, const char *tmp, json_t *state) {
   streamed w, o;
   char p[4200];
   uint32_t wcrc = 0, ocrc = 0;
@@ -275,39 +239,6 @@ static st_status write_streamed(st_model *m, const char *tmp, json_t *state) {
   }
   streamed_free(&w);
   streamed_free(&o);
-  return s;
-}
-
-static st_status write_files(st_model *m, const char *tmp, json_t *state) {
-  if (m->strategy->recv_var) return write_streamed(m, tmp, state);
-  int nv = st__model_var_count(m), ns = 0;
-  st_named_tensor *vt = calloc((size_t)nv + 1, sizeof *vt), *stt = NULL;
-  float *vblob = NULL, *sblob = NULL;
-  char p[4200];
-  st_status s = vt ? st__gather_vars(m, vt, &vblob) : st_error(ST_ERR_NOMEM, "checkpoint: out of memory");
-  if (s == ST_OK) s = gather_slots(m, &stt, &ns, &sblob);
-  if (s == ST_OK) {
-    snprintf(p, sizeof p, "%s/weights.safetensors", tmp);
-    s = st__safetensors_write(p, vt, nv, NULL, NULL, 0);
-  }
-  uint32_t wcrc = 0, ocrc = 0;
-  if (s == ST_OK) s = st__ckpt_file_crc(p, &wcrc);
-  if (s == ST_OK) {
-    snprintf(p, sizeof p, "%s/optimizer.safetensors", tmp);
-    s = st__safetensors_write(p, stt, ns, NULL, NULL, 0);
-  }
-  if (s == ST_OK) s = st__ckpt_file_crc(p, &ocrc);
-  if (s == ST_OK) {
-    json_object_set_new(state, "tensors", json_pack("{s:o, s:o}", "weights", crc_map(vt, nv),
-                                                    "optimizer", crc_map(stt, ns)));
-    json_object_set_new(state, "files", json_pack("{s:I, s:I}", "weights.safetensors",
-                                                  (json_int_t)wcrc, "optimizer.safetensors",
-                                                  (json_int_t)ocrc));
-    json_object_set_new(state, "state_crc32c", json_integer(st__ckpt_state_crc(state)));
-    snprintf(p, sizeof p, "%s/state.json", tmp);
-    s = write_json(p, state);
-  }
-  free(vt), free(vblob), free(stt), free(sblob);
   return s;
 }
 
@@ -340,16 +271,16 @@ static st_status save_as_chief(st_model *m, const char *dir, const st_checkpoint
 st_status st__checkpoint_save_at(st_model *m, const char *dir, const st_checkpoint_options *o,
                                  const st_train_position *pos, const st__run_identity *id) {
   if (!m->compiled) return st_error(ST_ERR_INVALID, "checkpoint: model is not compiled");
-  st_status s = ST_OK;
-  if (m->strategy->gather_slots) /* sharded slots: every worker takes part */
-    if ((s = m->strategy->gather_slots(m->strategy, &m->net)) != ST_OK) return s;
-  if (m->strategy->send_vars && !st__strategy_is_chief(m->strategy)) /* pipeline: */
-    return m->strategy->send_vars(m->strategy, &m->net, true); /* the chief streams them */
+  bool served = false;
+  /* sharded slots: every worker takes part; then a pipeline stage streams
+   * its tensors to the chief */
+  st_status s = st__vars_gather_slots(m->strategy, &m->net);
+  if (s == ST_OK) s = st__vars_serve(m->strategy, &m->net, true, &served);
+  if (s != ST_OK || served) return s;
   if (!st__strategy_is_chief(m->strategy)) return ST_OK; /* multi-worker: the chief writes */
-  if (!m->strategy->recv_var) return save_as_chief(m, dir, o, pos, id);
-  m->strategy->begin_vars(m->strategy, &m->net, true);
+  st__vars_begin(m->strategy, &m->net, true);
   s = save_as_chief(m, dir, o, pos, id);
-  m->strategy->end_vars(m->strategy, &m->net, s); /* a failure stops the stages at once */
+  st__vars_end(m->strategy, &m->net, s); /* a failure stops the stages at once */
   return s;
 }
 
@@ -358,7 +289,6 @@ static st_status save_as_chief(st_model *m, const char *dir, const st_checkpoint
                                const st_train_position *pos, const st__run_identity *id) {
   st_status s = st__mkdir_p(dir);
   if (s != ST_OK) return s;
-  m->strategy->vt->sync_to_model(m->strategy, &m->net);
   long seq = st__ckpt_next_seq(dir);
   char name[32], tmpname[64], tmp[4096], dst[4096];
   snprintf(name, sizeof name, "ckpt-%06ld", seq);

@@ -40,9 +40,6 @@ void st__describe_var(const st_layer *l, int p, st_named_tensor *t);
 /* Whether parameter p of layer l is held by this process: always, but for a
  * pipeline stage across processes (n->reserved) only its layers' share. */
 bool st__var_is_local(const st_net *n, const st_layer *l, int p);
-/* Host copies of every variable: ts[st__model_var_count(m)] point into *blob
- * (caller frees). */
-st_status st__gather_vars(const st_model *m, st_named_tensor *ts, float **blob);
 /* got must exist and have want's shape; errors name path and tensor. */
 st_status st__check_tensor(const char *path, const st_named_tensor *want,
                            const st_named_tensor *got);

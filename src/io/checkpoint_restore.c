@@ -176,7 +176,7 @@ static st_status check_model(const loaded *L, const st_model *m) {
 
 /* Sharded optimizer state keeps no model slots between checkpoints
  * (distribute/shard.h): make them for apply_vars; the strategy takes its
- * shards from them in sync_from_model. */
+ * shards from them in the placement's publish (distribute/placement.h). */
 static st_status stage_slots(st_model *m) {
   st_net *n = &m->net;
   for (int k = 0; k < n->n_slots; k++)
@@ -457,7 +457,7 @@ st_status st__checkpoint_restore_at(st_model *m, const char *dir, st_train_posit
     *at = pos.p;
     m->net.step = pos.step;
     if (!keep_lr) m->net.optimizer.lr = pos.lr;
-    m->strategy->vt->sync_from_model(m->strategy, &m->net);
+    st__vars_publish(m->strategy, &m->net);
   }
   json_decref(L.state);
   st__safetensors_free(&L.w);

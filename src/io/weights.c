@@ -31,25 +31,6 @@ bool st__var_is_local(const st_net *n, const st_layer *l, int p) {
                                 : off >= n->own_s && off - n->own_s < n->own_ns;
 }
 
-/* Host copies of every variable, in layer order (one allocation in *blob). */
-st_status st__gather_vars(const st_model *m, st_named_tensor *ts, float **blob) {
-  size_t total = m->net.n_params + m->net.n_state;
-  float *hp = malloc((total + 1) * sizeof(float));
-  if (!hp) return st_error(ST_ERR_NOMEM, "save_weights: out of memory");
-  st__be_to_host(m->net.be_ctx, hp, m->net.params, m->net.n_params * sizeof(float));
-  st__be_to_host(m->net.be_ctx, hp + m->net.n_params, m->net.state, m->net.n_state * sizeof(float));
-  int k = 0;
-  for (int i = 0; i < m->net.nlayers; i++) {
-    const st_layer *l = m->net.layers[i];
-    for (int p = 0; p < l->nparams; p++, k++) {
-      st__describe_var(l, p, &ts[k]);
-      ts[k].data = st__var_ptr(l, p, hp, hp + m->net.n_params);
-    }
-  }
-  *blob = hp;
-  return ST_OK;
-}
-
 /* m (compiled, strategy alive) and path of the weights functions. */
 static st_status check_path_args(const st_model *m, const char *path, const char *fn) {
   st_status s = st__model_check(m, fn, true);
@@ -59,7 +40,7 @@ static st_status check_path_args(const st_model *m, const char *path, const char
   return ST_OK;
 }
 
-/* save_streamed's fetch: tensor k is parameter param[k] of layer layer[k]. */
+/* save's fetch: tensor k is parameter param[k] of layer layer[k]. */
 typedef struct streamed {
   const st_model *m;
   int *layer, *param;
@@ -68,16 +49,14 @@ typedef struct streamed {
 
 static st_status fetch_var(void *arg, int k, const float **data) {
   streamed *x = arg;
-  return x->m->strategy->recv_var(x->m->strategy, (st_net *)&x->m->net, x->layer[k], x->param[k],
-                                  -1, x->buf, data);
+  return st__vars_read(x->m->strategy, (st_net *)&x->m->net, x->layer[k], x->param[k], -1,
+                       x->buf, data);
 }
 
-/* A pipeline across processes: every process calls it; the chief writes the
- * file as its tensors arrive from their stages, one at a time (the bytes
- * st__gather_vars gives). */
-static st_status save_streamed(const st_model *m, const char *path) {
-  if (!st__strategy_is_chief(m->strategy))
-    return m->strategy->send_vars(m->strategy, (st_net *)&m->net, false);
+/* The file written tensor by tensor, each read through the variable
+ * placement (distribute/placement.h): from the net's buffers, or (a pipeline
+ * across processes, the chief) as it arrives from its stage. */
+static st_status save(const st_model *m, const char *path) {
   int n = st__model_var_count(m), k = 0;
   size_t big = 1;
   streamed x = {m, malloc(sizeof(int) * (size_t)(n + 1)), malloc(sizeof(int) * (size_t)(n + 1)), NULL};
@@ -94,31 +73,18 @@ static st_status save_streamed(const st_model *m, const char *path) {
   if (!ts || !x.layer || !x.param || !x.buf) s = st_error(ST_ERR_NOMEM, "save_weights: out of memory");
   const char *keys[] = {"format", "model"};
   const char *vals[] = {"strata", m->name};
-  m->strategy->begin_vars(m->strategy, (st_net *)&m->net, false);
+  st__vars_begin(m->strategy, (st_net *)&m->net, false);
   if (s == ST_OK) s = st__safetensors_write_fetch(path, ts, n, keys, vals, 2, fetch_var, &x);
-  m->strategy->end_vars(m->strategy, (st_net *)&m->net, s); /* a failure stops the stages */
+  st__vars_end(m->strategy, (st_net *)&m->net, s); /* a failure stops the stages */
   free(ts), free(x.layer), free(x.param), free(x.buf);
   return s;
 }
 
 st_status st_model_save_weights(const st_model *m, const char *path) {
-  st_status s0 = check_path_args(m, path, "st_model_save_weights");
-  if (s0 != ST_OK) return s0;
-  if (m->strategy->recv_var) return save_streamed(m, path); /* pipeline across processes */
-  m->strategy->vt->sync_to_model(m->strategy, (st_net *)&m->net);
-  int n = st__model_var_count(m);
-  st_named_tensor *ts = calloc((size_t)n + 1, sizeof *ts);
-  float *blob = NULL;
-  if (!ts) return st_error(ST_ERR_NOMEM, "save_weights: out of memory");
-  st_status s = st__gather_vars(m, ts, &blob);
-  if (s == ST_OK) {
-    const char *keys[] = {"format", "model"};
-    const char *vals[] = {"strata", m->name};
-    s = st__safetensors_write(path, ts, n, keys, vals, 2);
-  }
-  free(blob);
-  free(ts);
-  return s;
+  st_status s = check_path_args(m, path, "st_model_save_weights");
+  bool served = false; /* a pipeline stage across processes streams to the chief */
+  if (s == ST_OK) s = st__vars_serve(m->strategy, (st_net *)&m->net, false, &served);
+  return s != ST_OK || served ? s : save(m, path);
 }
 
 static const char *dims_str(const st_named_tensor *t, char *buf, size_t n) {
@@ -209,7 +175,7 @@ st_status st_model_load_weights(st_model *m, const char *path) {
     return s;
   }
   if (s == ST_OK) s = apply_loaded(m, path, &f);
-  if (s == ST_OK) m->strategy->vt->sync_from_model(m->strategy, &m->net);
+  if (s == ST_OK) st__vars_publish(m->strategy, &m->net);
   st__safetensors_free(&f);
   return s;
 }
@@ -222,10 +188,7 @@ st_status st_model_get_weights(const st_model *m, float *out) {
   st_status s = st__model_check(m, "st_model_get_weights", true);
   if (s != ST_OK) return s;
   if (!out) return st_error(ST_ERR_INVALID, "st_model_get_weights: out is NULL");
-  if (m->strategy->gather_vars &&
-      (s = m->strategy->gather_vars(m->strategy, (st_net *)&m->net)) != ST_OK)
-    return s;
-  m->strategy->vt->sync_to_model(m->strategy, (st_net *)&m->net);
+  if ((s = st__vars_gather(m->strategy, (st_net *)&m->net)) != ST_OK) return s;
   st__be_to_host(m->net.be_ctx, out, m->net.params, m->net.n_params * sizeof(float));
   st__be_to_host(m->net.be_ctx, out + m->net.n_params, m->net.state, m->net.n_state * sizeof(float));
   return ST_OK;
@@ -235,10 +198,9 @@ st_status st_model_set_weights(st_model *m, const float *in) {
   st_status s = st__model_check(m, "st_model_set_weights", true);
   if (s != ST_OK) return s;
   if (!in) return st_error(ST_ERR_INVALID, "st_model_set_weights: in is NULL");
-  if (m->strategy->expose_vars && (s = m->strategy->expose_vars(m->strategy, &m->net)) != ST_OK)
-    return s;
+  if ((s = st__vars_expose(m->strategy, &m->net)) != ST_OK) return s;
   st__be_to_device(m->net.be_ctx, m->net.params, in, m->net.n_params * sizeof(float));
   st__be_to_device(m->net.be_ctx, m->net.state, in + m->net.n_params, m->net.n_state * sizeof(float));
-  m->strategy->vt->sync_from_model(m->strategy, &m->net);
+  st__vars_publish(m->strategy, &m->net);
   return ST_OK;
 }

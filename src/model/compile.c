@@ -191,9 +191,9 @@ st_status st_model_compile(st_model *m, const st_compile_options *o) {
   m->net.nmetrics = o->nmetrics;
   memcpy(m->net.metrics, o->metrics, sizeof m->net.metrics);
   if ((s = pick_backend(&m->net)) != ST_OK) return s;
-  if (m->strategy && m->strategy->place_vars) { /* a pipeline stage: its share */
-    if ((s = m->strategy->place_vars(m->strategy, &m->net)) != ST_OK) return s;
-  } else if ((s = alloc_vars(&m->net, m->strategy && m->strategy->opts.shard_optimizer)) != ST_OK)
+  bool placed = false; /* by the strategy (a pipeline stage: its share) */
+  if ((s = st__vars_place(m->strategy, &m->net, &placed)) != ST_OK) return s;
+  if (!placed && (s = alloc_vars(&m->net, m->strategy && m->strategy->opts.shard_optimizer)) != ST_OK)
     return st_error(s, "compile: out of memory for %zu parameters (%zu bytes of variables and "
                     "%d optimizer slots)", m->net.n_params,
                     (m->net.n_params * (size_t)(1 + st_optimizer_slot_count(&m->net.optimizer)) +

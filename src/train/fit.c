@@ -167,9 +167,9 @@ static st_status save_backup(st_model *m, const fit_state *fs) {
   return s == ST_OK ? s : st_error_prefix(s, "backup: ");
 }
 
-static st_status fit_step(st_model *m, const st_batch *b, st_step_stats *tot, void *arg) {
-  fit_state *fs = arg;
-  st_status s = m->strategy->vt->train_step(m->strategy, &m->net, b, tot);
+static st_status fit_step(st_model *m, const st_batch *b, const st__side_task *side,
+                          st_step_stats *tot, fit_state *fs) {
+  st_status s = st__strategy_train_step(m->strategy, &m->net, b, side, tot);
   if (s != ST_OK) return s;
   double now = st_now_seconds();
   if (fs->global_step >= fs->o->warmup_steps) {
@@ -299,9 +299,7 @@ static st_status train_pass(st_model *m, st_dataset *ds, fit_state *fs, st_step_
     if ((s = check_labels(m, &b, tot->examples)) != ST_OK ||
         (s = st__net_check_classes(&m->net, b.y, b.size, tot->examples)) != ST_OK)
       break;
-    m->strategy->side = (st__side_task){take_next, &la};
-    s = fit_step(m, &b, tot, fs);
-    m->strategy->side = (st__side_task){NULL, NULL};
+    s = fit_step(m, &b, &(st__side_task){take_next, &la}, tot, fs);
   }
   st_iterator_destroy(it);
   return s;

@@ -1,0 +1,50 @@
+/* The pieces of one synchronous step (step.h): sums, slices, the replica
+ * step and the ranged optimizer update. */
+#include "distribute/step.h"
+
+#include "base/split.h"
+
+void st__step_metrics(const st_net *m, const float *pred, const float *y,
+                      int rows, st_step_stats *out) {
+  if (rows <= 0 || m->nmetrics == 0 || !y) return; /* y NULL: no labels (predict) */
+  int cols = (int)st__net_output_size(m);
+  st_metric_kind k = m->metrics[0];
+  out->correct += st_metric_correct(k, m->loss, rows, cols, pred, y);
+  bool binary = k == ST_METRIC_BINARY_ACCURACY ||
+                (k == ST_METRIC_ACCURACY && (m->loss == ST_LOSS_BCE ||
+                                             m->loss == ST_LOSS_BCE_LOGITS));
+  out->metric_count += binary ? (int64_t)rows * cols : rows;
+}
+
+st_batch st__batch_rows(const st_net *m, const st_batch *b, int start, int count) {
+  size_t xs = st_shape_size(m->input_shape);
+  size_t ys = st_loss_is_sparse(m->loss) ? 1 : st__net_output_size(m);
+  return (st_batch){count, b->x ? b->x + (size_t)start * xs : NULL,
+                    b->y ? b->y + (size_t)start * ys : NULL};
+}
+
+st_batch st__batch_slice(const st_net *m, const st_batch *b, int parts, int i, int *start) {
+  int first, count;
+  st__split(b->size, parts, i, &first, &count);
+  if (start) *start = first;
+  return st__batch_rows(m, b, first, count);
+}
+
+void st__replica_step(const st_net *m, st_replica *r, const st_batch *slice, int64_t global,
+                      bool must_run, st_grads_ready_fn ready, void *ready_ctx,
+                      st_step_stats *out) {
+  if (slice->size || must_run) {
+    const float *pred = st__replica_forward(m, r, slice->x, slice->size, true, m->step);
+    st__step_metrics(m, pred, slice->y, slice->size, out);
+  }
+  out->loss_sum += st__replica_loss_backward(m, r, slice->x, slice->y, slice->size, global,
+                                             m->step, ready, ready_ctx);
+  out->examples += slice->size;
+}
+
+void st__apply_range(const st_net *m, st_backend_ctx *ctx, float *params, const float *grads,
+                     float *const *slots, size_t slot_off, size_t len) {
+  float *at[4] = {0};
+  for (int k = 0; k < m->n_slots; k++) at[k] = slots[k] + slot_off;
+  st_optimizer_apply(&m->optimizer, ctx, m->step, len, params, grads, at);
+}
