@@ -31,17 +31,6 @@ static char *tf_config(const int *ports, int n, int i) {
   return s;
 }
 
-static pid_t spawn(const char *tf, char **argv) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    setenv("TF_CONFIG", tf, 1);
-    execv("/proc/self/exe", argv);
-    fprintf(stderr, "strata launch: cannot run /proc/self/exe: %s\n", strerror(errno));
-    _exit(127);
-  }
-  return pid;
-}
-
 static int code_of(int status) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
@@ -100,7 +89,7 @@ int launch_multi_worker(int argc, char **argv, int dd, long workers, bool ps_giv
   sigaction(SIGTERM, &sa, NULL);
   for (int i = 0; rc == EXIT_OK && i < n; i++) {
     char *tf = tf_config(ports, n, i);
-    pid[i] = tf ? spawn(tf, targv) : -1;
+    pid[i] = tf ? launch_spawn(tf, targv) : -1;
     free(tf);
     if (pid[i] < 0) rc = EXIT_FAIL;
     else fprintf(stderr, "strata launch: worker:%d on 127.0.0.1:%d, pid %d\n", i, ports[i], (int)pid[i]);

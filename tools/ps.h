@@ -25,6 +25,8 @@
 #ifndef STRATA_TOOLS_PS_H
 #define STRATA_TOOLS_PS_H
 
+#include <sys/types.h>
+
 #include "cli.h"
 
 /* The task of this process in its cluster (--cluster FILE with --task, or
@@ -36,6 +38,9 @@ int ps_load_task(const char *cmd, const char *cluster_file, const char *task, co
 
 /* A free TCP port on 127.0.0.1 for a task launch starts (ps_launch.c), or -1. */
 int launch_free_port(st_rng *r);
+/* fork + exec this binary with argv and TF_CONFIG = tf_config: the child's
+ * pid, or -1 (ps_launch.c). */
+pid_t launch_spawn(const char *tf_config, char **argv);
 /* strata launch with `--strategy multi_worker_mirrored` after `--` (its
  * options already parsed: workers, whether --ps was given): launch_mw.c. */
 int launch_multi_worker(int argc, char **argv, int dd, long workers, bool ps_given);

@@ -90,17 +90,21 @@ static st_status make_cluster(int nw, int nps, st_ps_cluster *c) {
   return ST_OK;
 }
 
-/* fork + exec this binary with argv, TF_CONFIG for (role, index). */
-static pid_t spawn(const st_ps_cluster *c, int role, int index, char **argv) {
-  char *tf = st__ps_cluster_to_tf_config(c, (st_ps_role)role, index);
-  if (!tf) return -1;
+pid_t launch_spawn(const char *tf_config, char **argv) {
   pid_t pid = fork();
   if (pid == 0) {
-    setenv("TF_CONFIG", tf, 1);
+    setenv("TF_CONFIG", tf_config, 1);
     execv("/proc/self/exe", argv);
     fprintf(stderr, "strata launch: cannot run /proc/self/exe: %s\n", strerror(errno));
     _exit(127);
   }
+  return pid;
+}
+
+/* fork + exec this binary with argv, TF_CONFIG for (role, index). */
+static pid_t spawn(const st_ps_cluster *c, int role, int index, char **argv) {
+  char *tf = st__ps_cluster_to_tf_config(c, (st_ps_role)role, index);
+  pid_t pid = tf ? launch_spawn(tf, argv) : -1;
   free(tf);
   return pid;
 }
