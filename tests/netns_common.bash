@@ -4,7 +4,11 @@
 # with addresses $net.10-12 (in ${hosts[@]}); mkhost adds more; the cleanup
 # trap removes every namespace, veth and bridge made, and every process left
 # in them, and $tmp. netns_small_data DIR writes the first 3840/960
-# Fashion-MNIST examples as a small IDX set.
+# Fashion-MNIST examples as a small IDX set. netns_launch_host adds the launch
+# host L ($net.2, net.ipv4.tcp_retries2 = 2) and sets mpi=(...): mpirun run
+# there, starting one process per host through $tmp/agent.sh, a stand-in for
+# ssh, with OpenMPI's traffic on the veths only (mpi_base: the same without
+# -H, for a subset of the hosts).
 id=$$ # names carry the test's pid: parallel runs cannot clash
 br=snb$id
 tmp=$(mktemp -d)
@@ -61,4 +65,25 @@ for name, n in (("train", 3840), ("t10k", 960)):
         with gzip.open(f"{dst}/{name}-{kind}-ubyte.gz", "wb", compresslevel=1) as f:
             f.write(head + raw[4 + 4 * dims:4 + 4 * dims + n * item])
 P
+}
+netns_launch_host() {
+  mkhost L $net.2 || skip "cannot create namespace/veth: $(cat "$tmp/ip.err")"
+  launch=strata-$id-L
+  ip netns exec "$launch" sysctl -q -w net.ipv4.tcp_retries2=2 ||
+    skip "cannot set net.ipv4.tcp_retries2 in a namespace"
+  # the stand-in for ssh: HOST COMMAND... runs COMMAND in HOST's namespace,
+  # pinned to one core, with its own session directory (the daemons of one
+  # machine would otherwise share /tmp/ompi.HOSTNAME and race on it)
+  cat >"$tmp/agent.sh" <<EOF
+#!/bin/sh
+read ns i <"$tmp/map.\$1"; shift
+mkdir -p "$tmp/session.\$ns"
+export OMPI_MCA_orte_tmpdir_base="$tmp/session.\$ns"
+exec ip netns exec "\$ns" taskset -c \$((i % $(nproc))) /bin/sh -c "\$*"
+EOF
+  chmod +x "$tmp/agent.sh"
+  hostlist=$(IFS=,; echo "${hosts[*]}")
+  mpi_base=(ip netns exec "$launch" mpirun --bind-to none --mca plm_rsh_agent "$tmp/agent.sh"
+            --mca btl tcp,self --mca btl_tcp_if_include $net.0/24 --mca oob_tcp_if_include $net.0/24)
+  mpi=("${mpi_base[@]}" -H "$hostlist")
 }

@@ -45,20 +45,7 @@ fi
 rm -f /tmp/netns-probe.$$
 
 . "$src/tests/netns_common.bash"
-mkhost L $net.2 || skip "cannot create namespace/veth: $(cat "$tmp/ip.err")"
-launch=strata-$id-L
-ip netns exec "$launch" sysctl -q -w net.ipv4.tcp_retries2=2 ||
-  skip "cannot set net.ipv4.tcp_retries2 in a namespace"
-# the stand-in for ssh: HOST COMMAND... runs COMMAND in HOST's namespace,
-# pinned to one core, with its own session directory (the daemons of one
-# machine would otherwise share /tmp/ompi.HOSTNAME and race on it)
-cat >"$tmp/agent.sh" <<EOF
-#!/bin/sh
-read ns i <"$tmp/map.\$1"; shift
-mkdir -p "$tmp/session.\$ns"
-export OMPI_MCA_orte_tmpdir_base="$tmp/session.\$ns"
-exec ip netns exec "\$ns" taskset -c \$((i % $(nproc))) /bin/sh -c "\$*"
-EOF
+netns_launch_host
 # each worker writes its exit code, end time and stderr under $RANKDIR
 cat >"$tmp/rank.sh" <<'EOF'
 #!/bin/sh
@@ -66,10 +53,7 @@ r=$OMPI_COMM_WORLD_RANK
 "$@" 2>"$RANKDIR/err.$r"; rc=$?
 date +%s.%N >"$RANKDIR/t.$r"; echo $rc >"$RANKDIR/rc.$r"; exit $rc
 EOF
-chmod +x "$tmp/agent.sh" "$tmp/rank.sh"
-hostlist=$(IFS=,; echo "${hosts[*]}")
-mpi=(ip netns exec "$launch" mpirun --bind-to none --mca plm_rsh_agent "$tmp/agent.sh" -H "$hostlist"
-     --mca btl tcp,self --mca btl_tcp_if_include $net.0/24 --mca oob_tcp_if_include $net.0/24)
+chmod +x "$tmp/rank.sh"
 echo "# hosts ${hosts[*]} in namespaces strata-$id-{0,1,2}, bridge $br, mpirun in $launch ($net.2)"
 
 fail=0

@@ -261,7 +261,7 @@ st_status st__shm_all_gather(st__shm *s, const float *send, size_t n, float *rec
   uint64_t e;
   st_status st = begin_round(s, send, n, wait, ctx, &e);
   if (st != ST_OK) return st;
-  for (int j = 0; j < s->size; j++)
+  for (int j = 0; n && j < s->size; j++) /* n 0: a barrier, recv may be NULL */
     memmove(recv + (size_t)j * n, j == s->me ? send : slot(s, j, e), n * sizeof(float));
   end_round(s, e);
   return ST_OK;
