@@ -275,7 +275,7 @@ st_status st__shm_broadcast(st__shm *s, float *buf, size_t n, int root, st__shm_
     st_status st = begin_round(s, s->me == root ? buf + lo : NULL, s->me == root ? len : 0,
                                wait, ctx, &e);
     if (st != ST_OK) return st;
-    if (s->me != root) memcpy(buf + lo, slot(s, root, e), len * sizeof(float));
+    if (s->me != root && len) memcpy(buf + lo, slot(s, root, e), len * sizeof(float));
     end_round(s, e);
     if (n == 0) break;
   }
