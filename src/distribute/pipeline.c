@@ -109,17 +109,6 @@ static st_status check_options(const st_strategy_options *o, int bounds[ST_MAX_R
   return ST_OK;
 }
 
-/* Whether this process was started by an MPI launcher with more than one
- * process: the pipeline then runs one stage per process. */
-static bool launched(void) {
-  const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"};
-  for (int i = 0; i < 3; i++) {
-    const char *v = getenv(vars[i]);
-    if (v && atoi(v) > 1) return true;
-  }
-  return false;
-}
-
 /* procs processes: *stages (0: one per process) must divide them; the
  * quotient is the data-parallel replicas of each stage. */
 static st_status check_processes(int procs, int *stages) {
@@ -338,12 +327,14 @@ static st_status pp_check(const st_strategy_options *o, st__strategy_setup *out)
   int stages = 0;
   st_status s = o->devices ? st__replica_count(o, &stages) : ST_OK; /* one stage per device */
   if (s == ST_OK) s = check_options(o, out->pipeline_bounds, &stages);
-  if (s == ST_OK && !launched() && st__tf_config_training_tasks() > 1)
+  /* under an MPI launcher with more than one process: one stage per process */
+  bool launched = st__process_launched_by_mpi();
+  int tf_workers = s == ST_OK && !launched ? st__tf_config_training_tasks() : 0;
+  if (tf_workers > 1)
     s = st_error(ST_ERR_INVALID, "pipeline: TF_CONFIG names %d workers, but the pipeline "
                  "across processes runs under an MPI launcher only (mpirun -np N); "
-                 "TF_CONFIG launches are for multi_worker_mirrored",
-                 st__tf_config_training_tasks());
-  if (s == ST_OK && launched()) s = st__cluster_create(o, 1, &out->cluster);
+                 "TF_CONFIG launches are for multi_worker_mirrored", tf_workers);
+  if (s == ST_OK && launched) s = st__cluster_create(o, 1, &out->cluster);
   if (s == ST_OK && out->cluster)
     s = check_processes(st__cluster_size(out->cluster), &stages);
   out->pipeline_stages = stages;

@@ -269,7 +269,7 @@ st_status st__shm_all_gather(st__shm *s, const float *send, size_t n, float *rec
 
 st_status st__shm_broadcast(st__shm *s, float *buf, size_t n, int root, st__shm_wait_fn wait,
                             void *ctx) {
-  for (size_t lo = 0; lo < n || lo == 0; lo += SPAN) {
+  for (size_t lo = 0; lo < n; lo += SPAN) {
     size_t len = n - lo < SPAN ? n - lo : SPAN;
     uint64_t e;
     st_status st = begin_round(s, s->me == root ? buf + lo : NULL, s->me == root ? len : 0,
@@ -277,7 +277,6 @@ st_status st__shm_broadcast(st__shm *s, float *buf, size_t n, int root, st__shm_
     if (st != ST_OK) return st;
     if (s->me != root && len) memcpy(buf + lo, slot(s, root, e), len * sizeof(float));
     end_round(s, e);
-    if (n == 0) break;
   }
   return ST_OK;
 }

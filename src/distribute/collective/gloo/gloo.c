@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "base/split.h"
 #include "distribute/collective/collective.h"
@@ -53,12 +52,6 @@ typedef enum op_kind { OP_ALL_REDUCE, OP_BROADCAST, OP_ALL_GATHER, OP_REDUCE_SCA
                        OP_BARRIER, OP_SEND, OP_RECV } op_kind;
 static const char *const op_names[] = {"all-reduce", "broadcast", "all-gather",
                                        "reduce-scatter", "barrier", "send", "receive"};
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 /* After a failure: close the pairs so the peers fail at once. */
 static st_status fail(gloo_coll *c, st_status s, op_kind op, int peer, const char *why) {
@@ -108,11 +101,11 @@ static st_status post(gloo_coll *c, xfer *x, bool sending, int peer, uint64_t sl
 
 /* Wait for every posted transfer of x; a missing one names its peer. */
 static st_status wait_all(gloo_coll *c, xfer *x, op_kind op, const bool *expect_from) {
-  double deadline = now_s() + c->timeout;
+  double deadline = st_now_seconds() + c->timeout;
   bool got[ST_MAX_WORKERS] = {false};
   for (int k = 0; k < x->nrecv + x->nsend; k++) {
     bool recv = k < x->nrecv;
-    int ms = (int)((deadline - now_s()) * 1000.0), peer = -1;
+    int ms = (int)((deadline - st_now_seconds()) * 1000.0), peer = -1;
     if (ms < 1) ms = 1;
     int rc = recv ? st__gloo_wait_recv(x->rb, ms, &peer, x->err, sizeof x->err)
                   : st__gloo_wait_send(x->sb, ms, &peer, x->err, sizeof x->err);
@@ -183,8 +176,8 @@ static void chunks(size_t n, int size, size_t *lo, size_t *len) {
  * comes). */
 static st_status shm_wait(void *ctx, uint64_t missing, int spins) {
   gloo_coll *c = ctx;
-  if (spins == 0) c->wait_t0 = now_s();
-  double waited = now_s() - c->wait_t0;
+  if (spins == 0) c->wait_t0 = st_now_seconds();
+  double waited = st_now_seconds() - c->wait_t0;
   if (waited > c->timeout) {
     int who = 0;
     while (who < c->base.size && !(missing >> who & 1)) who++;

@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 enum { KEY_MAX = 255, MAX_KEYS = 4096 };
@@ -32,12 +31,6 @@ struct st__kv_server {
   entry *keys; /* [MAX_KEYS] */
   int nkeys;
 };
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 st_status st__kv_split_address(const char *address, char *host, size_t hostlen, char *port,
                                size_t portlen) {
@@ -242,7 +235,7 @@ static int dial(const char *address, double deadline, char *err, size_t errlen) 
       set_timeouts(fd);
       return fd;
     }
-    if (now_s() > deadline) {
+    if (st_now_seconds() > deadline) {
       snprintf(err, errlen, "worker 0's rendezvous store at %s did not answer (%s)", address,
                rc ? gai_strerror(rc) : "connection refused");
       return -1;
@@ -261,7 +254,7 @@ int st__kv_set(void *ctx, const char *key, const void *val, size_t n, char *err,
     snprintf(err, errlen, "key or value too long (%zu bytes)", n);
     return -1;
   }
-  int fd = dial(ctx, now_s() + 30.0, err, errlen);
+  int fd = dial(ctx, st_now_seconds() + 30.0, err, errlen);
   if (fd < 0) return -1;
   char reply = 0;
   bool ok = send_key(fd, 'S', key) && write_u32(fd, (uint32_t)n) &&
@@ -273,7 +266,7 @@ int st__kv_set(void *ctx, const char *key, const void *val, size_t n, char *err,
 
 int st__kv_get(void *ctx, const char *key, double timeout_s, void **val, size_t *n, char *err,
                size_t errlen) {
-  double deadline = now_s() + timeout_s;
+  double deadline = st_now_seconds() + timeout_s;
   for (;;) {
     int fd = dial(ctx, deadline, err, errlen);
     if (fd < 0) return 1; /* ST__GLOO_TIMEOUT */
@@ -298,7 +291,7 @@ int st__kv_get(void *ctx, const char *key, double timeout_s, void **val, size_t 
       snprintf(err, errlen, "get '%s': bad answer from %s", key, (const char *)ctx);
       return -1;
     }
-    if (now_s() > deadline) {
+    if (st_now_seconds() > deadline) {
       snprintf(err, errlen, "'%s' was not published within %.0f s", key, timeout_s);
       return 1;
     }

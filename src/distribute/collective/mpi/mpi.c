@@ -55,7 +55,6 @@
 #define _GNU_SOURCE
 #include <mpi.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
