@@ -103,8 +103,8 @@ static void h_free(harness *h) {
   st_layer_destroy(h->l);
 }
 
-static st_layer_call h_call(harness *h, bool training) {
-  st_layer_call c;
+static st_layer_args h_call(harness *h, bool training) {
+  st_layer_args c;
   memset(&c, 0, sizeof c);
   c.be = be;
   c.ctx = bctx();
@@ -121,7 +121,7 @@ static st_layer_call h_call(harness *h, bool training) {
 
 /* Training forward, then L = sum(y * r) in double. */
 static double h_loss(harness *h) {
-  st_layer_call c = h_call(h, true);
+  st_layer_args c = h_call(h, true);
   h->l->vt->forward(h->l, &c);
   double s = 0.0;
   for (size_t i = 0; i < h->ny; i++) s += (double)h->y[i] * h->r[i];
@@ -132,7 +132,7 @@ static double h_loss(harness *h) {
 static void h_backward(harness *h, bool dy_writable) {
   h_loss(h);
   memcpy(h->dy, h->r, h->ny * sizeof(float));
-  st_layer_call c = h_call(h, true);
+  st_layer_args c = h_call(h, true);
   c.dy_writable = dy_writable;
   h->l->vt->backward(h->l, &c);
 }
@@ -314,7 +314,7 @@ static void test_batchnorm_forward(void) {
   fill_uniform(h.w[1], 3, -1.0f, 1.0f, &rng); /* beta */
   fill_uniform(h.w[2], 3, -0.5f, 0.5f, &rng); /* moving_mean */
   fill_uniform(h.w[3], 3, 0.5f, 2.0f, &rng);  /* moving_variance */
-  st_layer_call c = h_call(&h, false);
+  st_layer_args c = h_call(&h, false);
   h.l->vt->forward(h.l, &c);
   double worst = 0.0;
   for (int r = 0; r < 4; r++)
@@ -389,7 +389,7 @@ static void test_relu_pool_fold(void) {
       memcpy(pool.x, conv.y, conv.ny * sizeof(float));
       h_backward(&pool, false); /* dy = r */
       memcpy(conv.dy, pool.dx, conv.ny * sizeof(float));
-      st_layer_call c = h_call(&conv, true);
+      st_layer_args c = h_call(&conv, true);
       conv.l->vt->backward(conv.l, &c);
       dx[fold] = zalloc(conv.nx), dk[fold] = zalloc(nk);
       memcpy(dx[fold], conv.dx, conv.nx * sizeof(float));
@@ -450,7 +450,7 @@ static void test_conv_blocks(void) {
   memcpy(db, h.dw[1], sizeof db);
   double worst = 0.0, worst_b = 0.0;
   for (int part = 0; part < 2; part++) { /* the two halves, as one batch each */
-    st_layer_call c = h_call(&h, true);
+    st_layer_args c = h_call(&h, true);
     c.batch = N / 2;
     c.x = h.x + part * half, c.y = h.y + part * h.ny / 2;
     h.l->vt->forward(h.l, &c);

@@ -250,10 +250,10 @@ void st__pipe_stage_destroy(const st_net *m, st_pipe_stage *st) {
 /* The arguments of layer i's call for micro-batch mb in slot (replica.c's
  * make_call, with the stage's buffers; dropout keyed as one device's slice
  * mb). Gradients go to dwbuf, indexed from the stage's first variable. */
-static st_layer_call stage_call(const st_net *m, st_pipe_stage *st, int i, int slot, int mb,
+static st_layer_args stage_call(const st_net *m, st_pipe_stage *st, int i, int slot, int mb,
                                 int n, bool training, int64_t step, float *dwbuf, size_t base) {
   const st_layer *l = m->layers[i];
-  st_layer_call c;
+  st_layer_args c;
   memset(&c, 0, sizeof c);
   c.be = st->ctx->be;
   c.ctx = st->ctx;
@@ -277,7 +277,7 @@ const float *st__pipe_stage_forward(const st_net *m, st_pipe_stage *st, int slot
   float **acts = st->acts + (size_t)slot * (size_t)(st->hi - st->lo);
   const float *in = x;
   for (int i = st->lo; i < st->hi; i++) {
-    st_layer_call c = stage_call(m, st, i, slot, mb, n, training, step, st->grads, st->poff);
+    st_layer_args c = stage_call(m, st, i, slot, mb, n, training, step, st->grads, st->poff);
     c.x = in;
     c.y = acts[i - st->lo];
     m->layers[i]->vt->forward(m->layers[i], &c);
@@ -294,7 +294,7 @@ void st__pipe_stage_backward(const st_net *m, st_pipe_stage *st, int slot, int m
     float *next = i == st->lo ? dx : (dy == st->dbuf[0] ? st->dbuf[1] : st->dbuf[0]);
     size_t off, nv;
     st__pipe_var_range(m, i, i + 1, true, &off, &nv);
-    st_layer_call c = to_dw ? stage_call(m, st, i, slot, mb, n, true, step, st->dw, off)
+    st_layer_args c = to_dw ? stage_call(m, st, i, slot, mb, n, true, step, st->dw, off)
                             : stage_call(m, st, i, slot, mb, n, true, step, st->grads, st->poff);
     c.x = i > st->lo ? acts[i - st->lo - 1] : x;
     c.y = acts[i - st->lo];

@@ -52,18 +52,33 @@ int st__layer_add_param(st_layer *l, const char *name, st_shape shape,
 }
 
 /* Sets in_shape, forgets any earlier build, and calls vt->build. */
-st_status st__layer_build(st_layer *l, st_shape in) {
-  if (in.rank < 1 || in.rank > ST_MAX_RANK || st_shape_size(in) == 0) {
-    char buf[64];
-    return st_error(ST_ERR_INVALID, "%s: invalid input shape %s",
-                    l->vt->class_name, st_shape_format(in, buf, sizeof buf));
+st_status st__layer_build_inputs(st_layer *l, const st_shape *in, int n) {
+  int lo = l->vt->min_inputs ? l->vt->min_inputs : 1;
+  int hi = l->vt->max_inputs ? l->vt->max_inputs : 1;
+  if (n < lo || n > hi || n > ST_LAYER_MAX_INPUTS) {
+    if (lo == hi)
+      return st_error(ST_ERR_INVALID, "%s: called on %d inputs (it takes %d)",
+                      l->vt->class_name, n, lo);
+    return st_error(ST_ERR_INVALID, "%s: called on %d inputs (it takes %d to %d)",
+                    l->vt->class_name, n, lo, hi > ST_LAYER_MAX_INPUTS ? ST_LAYER_MAX_INPUTS : hi);
   }
-  l->in_shape = in;
-  l->out_shape = in;
+  for (int j = 0; j < n; j++)
+    if (in[j].rank < 1 || in[j].rank > ST_MAX_RANK || st_shape_size(in[j]) == 0) {
+      char buf[64];
+      return st_error(ST_ERR_INVALID, "%s: invalid input shape %s%s", l->vt->class_name,
+                      st_shape_format(in[j], buf, sizeof buf), n > 1 ? " (an input)" : "");
+    }
+  memset(l->in_shapes, 0, sizeof l->in_shapes);
+  for (int j = 0; j < n; j++) l->in_shapes[j] = in[j];
+  l->n_inputs = n;
+  l->in_shape = in[0];
+  l->out_shape = in[0];
   l->nparams = 0;
   l->cache_per_example = 0;
   return l->vt->build(l);
 }
+
+st_status st__layer_build(st_layer *l, st_shape in) { return st__layer_build_inputs(l, &in, 1); }
 
 /* Frees an unowned layer; one added to a model is the model's to free. */
 void st_layer_destroy(st_layer *l) {

@@ -28,6 +28,7 @@
 #include "strata/nn.h"
 
 #define ST_LAYER_MAX_PARAMS 4
+#define ST_LAYER_MAX_INPUTS 8 /* tensors one call of a layer takes (Add, Concatenate) */
 #define ST_NAME_MAX 64
 
 typedef struct st_param_spec {
@@ -40,17 +41,23 @@ typedef struct st_param_spec {
 } st_param_spec;
 
 /* Arguments of one forward or backward call over a batch. */
-typedef struct st_layer_call {
+typedef struct st_layer_args {
   const st_backend *be;
   st_backend_ctx *ctx; /* be's context of the replica (first argument of every slot) */
   int batch;           /* examples in this call; may be 0 */
   bool training;
-  const float *x;      /* [batch, in_shape] */
+  const float *x;      /* [batch, in_shape] (input 0: xs[0]) */
   float *y;            /* [batch, out_shape]; forward writes */
   const float *dy;     /* [batch, out_shape]; backward reads (may be clobbered
                           only if dy_writable) */
   bool dy_writable;
-  float *dx;           /* [batch, in_shape]; backward writes; NULL = not needed */
+  float *dx;           /* [batch, in_shape]; backward writes; NULL = not needed
+                          (input 0: dxs[0]) */
+  /* Layers of several inputs (vtable max_inputs > 1): input j is xs[j]
+   * [batch, in_shapes[j]], its gradient dxs[j] (backward writes, overwriting;
+   * NULL = not needed). Never the same buffer twice in dxs. */
+  const float *xs[ST_LAYER_MAX_INPUTS];
+  float *dxs[ST_LAYER_MAX_INPUTS];
   float *w[ST_LAYER_MAX_PARAMS];   /* parameter i (trainable or state) */
   float *dw[ST_LAYER_MAX_PARAMS];  /* gradient of trainable param i (overwrite) */
   float *cache;        /* [batch * cache_per_example] kept from forward */
@@ -61,19 +68,22 @@ typedef struct st_layer_call {
   void (*all_reduce_sum)(void *ctx, float *buf, size_t n);
   void *all_reduce_ctx;
   int64_t global_batch; /* examples across all replicas (for sync BN) */
-} st_layer_call;
+} st_layer_args;
 
 typedef struct st_layer_vtable {
   const char *class_name; /* Keras class name: "Dense", "Conv2D", ... */
   const char *base_name;  /* automatic name stem: "dense", "conv2d", ... */
-  /* Compute l->out_shape from l->in_shape, declare params with
+  /* Inputs one call takes: [min_inputs, max_inputs]; 0, 0 = exactly one. */
+  int min_inputs, max_inputs;
+  /* Compute l->out_shape from l->in_shape (l->in_shapes[0..n_inputs) for a
+   * layer of several inputs), declare params with
    * st__layer_add_param, set cache_per_example; return ST_ERR_INVALID with a
    * message naming the layer and shape when the input does not fit. */
   st_status (*build)(st_layer *l);
   /* Floats of scratch needed for a call with `batch` examples. NULL = 0. */
   size_t (*workspace_floats)(const st_layer *l, int batch);
-  void (*forward)(const st_layer *l, st_layer_call *c);
-  void (*backward)(const st_layer *l, st_layer_call *c);
+  void (*forward)(const st_layer *l, st_layer_args *c);
+  void (*backward)(const st_layer *l, st_layer_args *c);
   void (*destroy_config)(st_layer *l); /* NULL = free(l->config) */
   /* Fill this kind's member of *out (st_layer_get_options zeroed it and
    * checked the arguments); NULL = a kind without options (Flatten). */
@@ -85,6 +95,10 @@ struct st_layer {
   char name[ST_NAME_MAX];
   bool named_by_user;
   st_shape in_shape, out_shape; /* set before/by build */
+  int n_inputs;                 /* inputs of its calls (1 unless max_inputs > 1) */
+  st_shape in_shapes[ST_LAYER_MAX_INPUTS]; /* [0] == in_shape */
+  int calls;                    /* nodes that call it in its model (> 1: shared
+                                   weights, gradients summed over the calls) */
   int nparams;
   st_param_spec params[ST_LAYER_MAX_PARAMS];
   size_t cache_per_example;     /* floats */
@@ -123,6 +137,9 @@ static inline st_activation st__layer_grad_act(const st_layer *l,
 
 /* Build: set in_shape and call vt->build. */
 st_status st__layer_build(st_layer *l, st_shape in);
+/* Build a layer of n inputs (1 <= n <= ST_LAYER_MAX_INPUTS; ST_ERR_INVALID
+ * naming the layer when its kind takes another count). */
+st_status st__layer_build_inputs(st_layer *l, const st_shape *in, int n);
 
 /* Fill n floats of a parameter with its initializer; fan_in/fan_out are derived
  * from the shape as Keras does (Dense [in,out]; Conv [kh,kw,in,out]). */

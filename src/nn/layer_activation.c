@@ -19,14 +19,14 @@ static void act_view(const st_layer *l, int batch, int *rows, int *cols) {
   *rows = (int)((size_t)batch * (st_shape_size(l->in_shape) / (size_t)*cols));
 }
 
-static void activation_forward(const st_layer *l, st_layer_call *c) {
+static void activation_forward(const st_layer *l, st_layer_args *c) {
   const activation_config *ac = l->config;
   int rows, cols;
   act_view(l, c->batch, &rows, &cols);
   c->be->act_forward(c->ctx, ac->act, rows, cols, c->x, c->y);
 }
 
-static void activation_backward(const st_layer *l, st_layer_call *c) {
+static void activation_backward(const st_layer *l, st_layer_args *c) {
   const activation_config *ac = l->config;
   if (!c->dx) return;
   int rows, cols;

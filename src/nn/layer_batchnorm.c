@@ -53,10 +53,10 @@ static size_t bn_workspace(const st_layer *l, int batch) {
   const bn_config *bc = l->config;
   return 6 * (size_t)bc->c + 1 + (size_t)batch * st_shape_size(l->in_shape);
 }
-static float *ws(const bn_config *bc, const st_layer_call *c, int part) {
+static float *ws(const bn_config *bc, const st_layer_args *c, int part) {
   return c->workspace + (size_t)part * bc->c;
 }
-static float *ws_dx(const bn_config *bc, const st_layer_call *c) {
+static float *ws_dx(const bn_config *bc, const st_layer_args *c) {
   return c->workspace + 6 * (size_t)bc->c + 1;
 }
 
@@ -66,7 +66,7 @@ static int bn_rows(const st_layer *l, int batch) {
 }
 
 /* gamma (or ones) and beta (or zeros) for the kernels. */
-static void bn_affine(const bn_config *bc, const st_layer_call *c,
+static void bn_affine(const bn_config *bc, const st_layer_args *c,
                       const float **gamma, const float **beta) {
   if (bc->i_gamma < 0) c->be->fill(c->ctx, (size_t)bc->c, 1.0f, ws(bc, c, WS_ONES));
   if (bc->i_beta < 0) c->be->fill(c->ctx, (size_t)bc->c, 0.0f, ws(bc, c, WS_ZEROS));
@@ -75,7 +75,7 @@ static void bn_affine(const bn_config *bc, const st_layer_call *c,
 }
 
 /* moving = moving*momentum + stat*(1-momentum), var from invstd (host loop). */
-static void bn_update_moving(const bn_config *bc, const st_layer_call *c,
+static void bn_update_moving(const bn_config *bc, const st_layer_args *c,
                              const float *mean, const float *invstd) {
   float *mm = c->w[bc->i_mean], *mv = c->w[bc->i_var];
   double m = bc->o.momentum;
@@ -104,7 +104,7 @@ static void channel_sums(int rows, int C, const float *x, const float *mean,
 /* Synchronized statistics over all replicas (host loops, two all-reduces):
  * writes mean[c], var[c] (biased) and invstd[c]. Returns false when the
  * global batch is empty. */
-static bool bn_sync_stats(const bn_config *bc, st_layer_call *c, int rows,
+static bool bn_sync_stats(const bn_config *bc, st_layer_args *c, int rows,
                           float *mean, float *var, float *invstd) {
   int C = bc->c;
   float *red = ws(bc, c, WS_RED); /* [c sums | count], then [c squares] */
@@ -123,11 +123,11 @@ static bool bn_sync_stats(const bn_config *bc, st_layer_call *c, int rows,
   return true;
 }
 
-static bool bn_is_sync(const bn_config *bc, const st_layer_call *c) {
+static bool bn_is_sync(const bn_config *bc, const st_layer_args *c) {
   return bc->o.synchronized && c->all_reduce_sum;
 }
 
-static void bn_forward_train(const st_layer *l, st_layer_call *c,
+static void bn_forward_train(const st_layer *l, st_layer_args *c,
                              const float *gamma, const float *beta) {
   const bn_config *bc = l->config;
   int rows = bn_rows(l, c->batch), C = bc->c;
@@ -148,7 +148,7 @@ static void bn_forward_train(const st_layer *l, st_layer_call *c,
   bn_update_moving(bc, c, mean, invstd);
 }
 
-static void bn_forward(const st_layer *l, st_layer_call *c) {
+static void bn_forward(const st_layer *l, st_layer_args *c) {
   const bn_config *bc = l->config;
   const float *gamma, *beta;
   bn_affine(bc, c, &gamma, &beta);
@@ -162,7 +162,7 @@ static void bn_forward(const st_layer *l, st_layer_call *c) {
 
 /* Synchronized backward (host loops): local sums of dy and dy*xhat are the
  * parameter gradients; their all-reduced totals give dx. */
-static void bn_sync_backward(const bn_config *bc, st_layer_call *c, int rows,
+static void bn_sync_backward(const bn_config *bc, st_layer_args *c, int rows,
                              const float *gamma, float *dgamma, float *dbeta) {
   int C = bc->c;
   const float *mean = c->cache, *invstd = c->cache + C; /* valid if rows > 0 */
@@ -189,7 +189,7 @@ static void bn_sync_backward(const bn_config *bc, st_layer_call *c, int rows,
     }
 }
 
-static void bn_backward(const st_layer *l, st_layer_call *c) {
+static void bn_backward(const st_layer *l, st_layer_args *c) {
   const bn_config *bc = l->config;
   int rows = bn_rows(l, c->batch), C = bc->c;
   const float *gamma, *beta;

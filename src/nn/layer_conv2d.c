@@ -100,7 +100,7 @@ static size_t conv_workspace(const st_layer *l, int batch) {
 }
 
 /* col[cnt*P, K] = im2col of images b0 .. b0+cnt-1 of x. */
-static void unroll_block(const conv_config *cf, const st_layer_call *c, int b0,
+static void unroll_block(const conv_config *cf, const st_layer_args *c, int b0,
                          int cnt, float *col) {
   conv_sizes s = sizes_of(cf);
   for (int i = 0; i < cnt; i++)
@@ -108,7 +108,7 @@ static void unroll_block(const conv_config *cf, const st_layer_call *c, int b0,
                   col + (size_t)i * s.P * s.K);
 }
 
-static void conv_forward(const st_layer *l, st_layer_call *c) {
+static void conv_forward(const st_layer *l, st_layer_args *c) {
   const conv_config *cf = l->config;
   const st_backend *be = c->be;
   conv_sizes s = sizes_of(cf);
@@ -131,7 +131,7 @@ static void conv_forward(const st_layer *l, st_layer_call *c) {
 
 /* dz[batch*P, F] = dy * act'(.): dy itself when linear, in place when dy is
  * writable, else in the workspace after the column block. */
-static float *conv_dz_buffer(const st_layer *l, st_layer_call *c) {
+static float *conv_dz_buffer(const st_layer *l, st_layer_args *c) {
   const conv_config *cf = l->config;
   if (st__layer_grad_act(l, cf->o.activation) == ST_ACT_LINEAR || c->dy_writable)
     return (float *)c->dy;
@@ -141,7 +141,7 @@ static float *conv_dz_buffer(const st_layer *l, st_layer_call *c) {
 
 /* dz rows of images b0 .. b0+cnt-1 (no-op when linear or folded into the
  * next layer: dz is dy). */
-static void conv_dz_block(const st_layer *l, st_layer_call *c, int b0,
+static void conv_dz_block(const st_layer *l, st_layer_args *c, int b0,
                           int cnt, float *dz) {
   const conv_config *cf = l->config;
   st_activation act = st__layer_grad_act(l, cf->o.activation);
@@ -154,7 +154,7 @@ static void conv_dz_block(const st_layer *l, st_layer_call *c, int b0,
 }
 
 /* dx for images b0 .. b0+cnt-1 from dz, using col[cnt*P, K] as dcol. */
-static void conv_dx_block(const conv_config *cf, st_layer_call *c, int b0,
+static void conv_dx_block(const conv_config *cf, st_layer_args *c, int b0,
                           int cnt, const float *dz, float *col) {
   const st_backend *be = c->be;
   conv_sizes s = sizes_of(cf);
@@ -169,7 +169,7 @@ static void conv_dx_block(const conv_config *cf, st_layer_call *c, int b0,
 
 /* Per block: dz, dkernel (+)= col^T . dz, dbias (+)= column sums of dz
  * (while the block is in cache), dx. */
-static void conv_backward(const st_layer *l, st_layer_call *c) {
+static void conv_backward(const st_layer *l, st_layer_args *c) {
   const conv_config *cf = l->config;
   const st_backend *be = c->be;
   conv_sizes s = sizes_of(cf);

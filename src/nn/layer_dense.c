@@ -35,7 +35,7 @@ static size_t dense_workspace(const st_layer *l, int batch) {
   return o->activation == ST_ACT_LINEAR ? 0 : (size_t)batch * o->units;
 }
 
-static void dense_forward(const st_layer *l, st_layer_call *c) {
+static void dense_forward(const st_layer *l, st_layer_args *c) {
   const st_dense_options *o = l->config;
   const st_backend *be = c->be;
   int in = l->in_shape.dims[0], units = o->units;
@@ -50,7 +50,7 @@ static void dense_forward(const st_layer *l, st_layer_call *c) {
 
 /* dz[batch, units] = dy * act'(.): dy itself when linear, computed in place
  * when dy is writable, else in the workspace. */
-static const float *dense_dz(const st_layer *l, st_layer_call *c) {
+static const float *dense_dz(const st_layer *l, st_layer_args *c) {
   const st_dense_options *o = l->config;
   st_activation act = st__layer_grad_act(l, o->activation);
   if (act == ST_ACT_LINEAR) return c->dy;
@@ -60,7 +60,7 @@ static const float *dense_dz(const st_layer *l, st_layer_call *c) {
   return dz;
 }
 
-static void dense_backward(const st_layer *l, st_layer_call *c) {
+static void dense_backward(const st_layer *l, st_layer_args *c) {
   const st_dense_options *o = l->config;
   const st_backend *be = c->be;
   int in = l->in_shape.dims[0], units = o->units;

@@ -12,7 +12,7 @@ typedef struct dropout_config {
 
 static st_status dropout_build(st_layer *l) { return ST_OK; }
 
-static void dropout_forward(const st_layer *l, st_layer_call *c) {
+static void dropout_forward(const st_layer *l, st_layer_args *c) {
   const dropout_config *dc = l->config;
   size_t size = st_shape_size(l->in_shape), n = (size_t)c->batch * size;
   if (c->training && dc->rate > 0.0f)
@@ -22,7 +22,7 @@ static void dropout_forward(const st_layer *l, st_layer_call *c) {
 }
 
 /* Backward is only called after a training forward with the same seed/stream. */
-static void dropout_backward(const st_layer *l, st_layer_call *c) {
+static void dropout_backward(const st_layer *l, st_layer_args *c) {
   const dropout_config *dc = l->config;
   if (!c->dx) return;
   size_t size = st_shape_size(l->in_shape), n = (size_t)c->batch * size;

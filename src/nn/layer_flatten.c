@@ -36,11 +36,11 @@ static void copy_rows(st_backend_ctx *ctx, int batch, size_t size,
   ctx->be->act_forward(ctx, ST_ACT_LINEAR, batch, (int)size, src, dst);
 }
 
-static void flat_forward(const st_layer *l, st_layer_call *c) {
+static void flat_forward(const st_layer *l, st_layer_args *c) {
   copy_rows(c->ctx, c->batch, st_shape_size(l->in_shape), c->x, c->y);
 }
 
-static void flat_backward(const st_layer *l, st_layer_call *c) {
+static void flat_backward(const st_layer *l, st_layer_args *c) {
   if (c->dx) copy_rows(c->ctx, c->batch, st_shape_size(l->in_shape), c->dy, c->dx);
 }
 

@@ -50,7 +50,7 @@ static st_status pool_build(st_layer *l) {
   return ST_OK;
 }
 
-static void pool_forward(const st_layer *l, st_layer_call *c) {
+static void pool_forward(const st_layer *l, st_layer_args *c) {
   const pool_config *pc = l->config;
   st_pool_geom g = pc->g;
   g.n = c->batch;
@@ -60,7 +60,7 @@ static void pool_forward(const st_layer *l, st_layer_call *c) {
     c->be->avgpool_forward(c->ctx, &g, c->x, c->y);
 }
 
-static void pool_backward(const st_layer *l, st_layer_call *c) {
+static void pool_backward(const st_layer *l, st_layer_args *c) {
   const pool_config *pc = l->config;
   if (!c->dx) return;
   st_pool_geom g = pc->g;

@@ -113,10 +113,10 @@ void st__replica_destroy(st_replica *r) {
 }
 
 /* The arguments every layer call shares. */
-static st_layer_call make_call(const st_net *m, st_replica *r, int i, int n,
+static st_layer_args make_call(const st_net *m, st_replica *r, int i, int n,
                                bool training, int64_t step) {
   const st_layer *l = m->layers[i];
-  st_layer_call c;
+  st_layer_args c;
   memset(&c, 0, sizeof c);
   c.be = r->be;
   c.ctx = r->ctx;
@@ -143,7 +143,7 @@ const float *st__replica_forward(const st_net *m, st_replica *r,
   ST_ASSERT(n <= r->max_batch);
   const float *in = x;
   for (int i = 0; i < m->nlayers; i++) {
-    st_layer_call c = make_call(m, r, i, n, training, step);
+    st_layer_args c = make_call(m, r, i, n, training, step);
     c.x = in;
     c.y = r->acts[i];
     m->layers[i]->vt->forward(m->layers[i], &c);
@@ -194,7 +194,7 @@ double st__replica_loss_backward(const st_net *m, st_replica *r,
   int cur = 0, first = first_trainable_layer(m);
   for (int i = m->nlayers - 1; i >= 0; i--) {
     if (i >= first) {
-      st_layer_call c = make_call(m, r, i, n, true, step);
+      st_layer_args c = make_call(m, r, i, n, true, step);
       c.x = i > 0 ? r->acts[i - 1] : x;
       c.y = r->acts[i];
       c.dy = r->dbuf[cur];
