@@ -108,6 +108,32 @@ st_batchnorm_options st_batchnorm_default_options(void);
 st_status st_batchnorm_ex(st_batchnorm_options o, st_layer **out);
 st_status st_batchnorm(st_layer **out);
 
+/* ---- graphs of layers (Keras's functional API) ---------------------------
+ * A node is a symbolic tensor (Keras's KerasTensor): a model input made by
+ * st_input, or the output of calling a layer on nodes (st_layer_call). The
+ * first call builds the layer for its inputs' shapes; calling it again (on
+ * inputs of the same shapes) shares its weights. st_functional_create
+ * (strata/train.h) makes a model of the graph between its inputs and
+ * outputs. A layer's call nodes belong to the layer (freed with it); an
+ * input node belongs to the caller until a model takes it. */
+typedef struct st_node st_node;
+/* A model input of per-example shape `shape` (rank 1..ST_MAX_RANK, dims > 0);
+ * name NULL = automatic ("input_1", ...). ST_ERR_INVALID naming the bad
+ * argument, ST_ERR_NOMEM. */
+st_status st_input(st_shape shape, const char *name, st_node **out);
+/* Calls l on inputs[0..n) (n >= 1; most layers take 1, Add/Concatenate
+ * several): writes the output node to *out. ST_ERR_INVALID (message names the
+ * layer, its inputs and their shapes) when the inputs do not fit the layer,
+ * the layer was built for other shapes, or it already belongs to a model. */
+st_status st_layer_call(st_layer *l, st_node *const *inputs, int n, st_node **out);
+/* The node's per-example shape (empty shape for NULL). */
+st_shape st_node_shape(const st_node *t);
+/* The layer that made the node (NULL for an input or NULL node). */
+const st_layer *st_node_layer(const st_node *t);
+/* Frees an input node no model took (accepts NULL); nodes made by a layer
+ * call and inputs taken by a model are freed with their owner (ignored here). */
+void st_node_destroy(st_node *t);
+
 /* A layer's options, as Keras's layer.get_config(): the member of its class
  * (st_layer_class) holds what its constructor was given (name fields NULL;
  * st_layer_name says the name; pool strides 0 = the pool size; Reshape's

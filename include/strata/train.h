@@ -39,6 +39,19 @@ void st_model_destroy(st_model *m); /* accepts NULL; destroys its layers */
  * included) is recorded: st_model_compile then refuses the model with "layer
  * N (Class) was not added: <why>", so checking only the last add is safe. */
 st_status st_model_add(st_model *m, st_layer *layer);
+/* A model of the graph from inputs[0..n_in) to outputs[0..n_out) (Keras's
+ * Model(inputs, outputs)); o may be NULL (name "functional", seed 0, no
+ * strategy; o->input_shape is not used: the inputs give the shapes). On
+ * success the model owns every layer between them and the input nodes;
+ * on failure nothing is taken. With several inputs an example's row holds
+ * input 0's values, then input 1's, ... (a dataset's features are that
+ * row). ST_ERR_INVALID naming the tensor when an output depends on an input
+ * not in inputs, an input is not an st_input node, a layer belongs to
+ * another model, or a count is out of range (1..8 inputs; 1 output). */
+st_status st_functional_create(st_node *const *inputs, int n_in, st_node *const *outputs,
+                               int n_out, const st_model_options *o, st_model **out);
+/* True for a model made by st_functional_create (false for Sequential or NULL). */
+bool st_model_is_functional(const st_model *m);
 /* Layers, the i-th layer (NULL out of range), parameter count, output and
  * input shape (per example); 0, NULL or an empty shape for a NULL m. */
 int st_model_layer_count(const st_model *m);

@@ -94,8 +94,8 @@ static st_status pick_backend(st_net *m) {
  * logits against probabilities (the loss still runs: a user may mean it). */
 static void warn_loss_activation(const st_model *m, st_loss_kind loss) {
   const st_layer *l = NULL;
-  for (int i = m->net.nlayers - 1; i >= 0; i--) { /* past layers that keep values */
-    l = m->net.layers[i];
+  for (int k = m->net.output; k >= 0; k = m->net.nodes[k].in[0]) { /* past layers that keep values */
+    l = m->net.layers[m->net.nodes[k].layer];
     if (strcmp(l->vt->class_name, "Dropout") != 0 && strcmp(l->vt->class_name, "Flatten") != 0)
       break;
   }
@@ -233,6 +233,7 @@ st_status st_model_compile(st_model *m, const st_compile_options *o) {
 static void free_net(st_net *m) {
   for (int i = 0; i < m->nlayers; i++) st__layer_free(m->layers[i]);
   free(m->layers);
+  free(m->nodes);
   if (m->be_ctx && m->reserved) {
     st__vm_release(m->params, m->n_params);
     st__vm_release(m->state, m->n_state);
@@ -252,6 +253,7 @@ void st_model_destroy(st_model *m) {
   if (!m) return;
   if (m->strategy && m->strategy->net == &m->net) m->strategy->vt->detach(m->strategy);
   free_net(&m->net);
+  for (int j = 0; j < m->n_input_nodes; j++) free(m->input_nodes[j]);
   if (m->owns_strategy) st_strategy_destroy(m->strategy); /* freed once unheld */
   if (m->holds_strategy) st__strategy_release(m->strategy); /* frees it if destroyed */
   st__train_position_clear(&m->last_pos);

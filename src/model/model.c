@@ -29,6 +29,15 @@ st_status st_sequential_create(const st_model_options *o, st_model **out) {
     if (o->input_shape.dims[i] <= 0)
       return st_error(ST_ERR_INVALID, "model: input dimension %d is %d (must be > 0)",
                       i, o->input_shape.dims[i]);
+  st_status s = st__model_new(o, "sequential", out);
+  if (s != ST_OK) return s;
+  (*out)->net.input_shape = o->input_shape;
+  (*out)->net.n_inputs = 1;
+  (*out)->net.inputs[0] = o->input_shape;
+  return ST_OK;
+}
+
+st_status st__model_new(const st_model_options *o, const char *name, st_model **out) {
   if (o->strategy) {
     st_status s = st__strategy_hold(o->strategy);
     if (s != ST_OK) return s;
@@ -38,8 +47,7 @@ st_status st_sequential_create(const st_model_options *o, st_model **out) {
     st__strategy_release(o->strategy);
     return st_error(ST_ERR_NOMEM, "model: out of memory");
   }
-  snprintf(m->name, sizeof m->name, "%s", o->name ? o->name : "sequential");
-  m->net.input_shape = o->input_shape;
+  snprintf(m->name, sizeof m->name, "%s", o->name ? o->name : name);
   m->net.seed = o->seed;
   m->strategy = o->strategy;
   m->holds_strategy = o->strategy != NULL;
@@ -98,12 +106,22 @@ st_status st_model_add(st_model *m, st_layer *l) {
   if (l && l->in_model)
     return st_error(ST_ERR_INVALID, "st_model_add: layer '%s' already belongs to a model "
                     "(a layer belongs to one model; create another)", l->name);
+  if (m->functional) {
+    st__layer_free(l);
+    return st_error(ST_ERR_INVALID, "st_model_add: model '%s' is functional: its layers are "
+                    "the graph st_functional_create was given", m->name);
+  }
   m->adds++;
   if (!l)
     return add_failed(m, NULL, st_error(ST_ERR_INVALID, "st_model_add: layer is NULL (did its "
                                         "constructor fail? last error: %s)", st_last_error()));
   if (m->compiled)
     return add_failed(m, l, st_error(ST_ERR_INVALID, "model: cannot add layer after compile"));
+  if (l->call_nodes)
+    return add_failed(m, l, st_error(ST_ERR_INVALID, "st_model_add: layer '%s' was called on "
+                                     "graph tensors (st_layer_call): build a functional model "
+                                     "with st_functional_create", st_layer_name(l)));
+
   if (m->net.nlayers == m->net.cap) {
     int cap = m->net.cap ? m->net.cap * 2 : 8;
     st_layer **grown = realloc(m->net.layers, (size_t)cap * sizeof *grown);
@@ -125,8 +143,14 @@ st_status st_model_add(st_model *m, st_layer *l) {
   st_layer *prev = m->net.nlayers ? m->net.layers[m->net.nlayers - 1] : NULL;
   if (l->folds_input_relu && prev && prev->out_activation == ST_ACT_RELU)
     l->input_relu_folded = prev->act_grad_folded = true;
-  l->in_model = true;
+  int src = m->net.nnodes ? m->net.nnodes - 1 : st__net_input_tensor(0);
   m->net.layers[m->net.nlayers++] = l;
+  if ((s = st__net_add_node(&m->net, m->net.nlayers - 1, &src, 1)) != ST_OK) {
+    m->net.nlayers--;
+    return add_failed(m, l, s);
+  }
+  l->in_model = true;
+  m->net.output = m->net.nnodes - 1;
   return ST_OK;
 }
 

@@ -48,6 +48,9 @@ struct st_model {
   /* For st_checkpoint_save/restore outside fit's own calls (see above). */
   const st_train_position *fit_pos; /* fit's, while fit runs; else NULL */
   st_train_position last_pos;       /* owned logs */
+  bool functional;            /* made by st_functional_create */
+  int n_input_nodes;          /* the input nodes it took (owned) */
+  st_node *input_nodes[ST_NET_MAX_IO];
   float *pending_vars;        /* loaded before compile: [n_params + n_state]
                                  (params, then state), owned; compile uses
                                  them instead of the initializers */
@@ -62,6 +65,9 @@ static inline const st_train_position *st__model_position(const st_model *m) {
  * NULL, (need_compiled) the model is compiled, and its strategy was not
  * destroyed. ST_ERR_INVALID with "fn: ..." otherwise. */
 st_status st__model_check(const st_model *m, const char *fn, bool need_compiled);
+
+/* A new empty model (o's name or `name`, seed, strategy held) into *out. */
+st_status st__model_new(const st_model_options *o, const char *name, st_model **out);
 
 /* Frees p's logs and zeroes it. */
 void st__train_position_clear(st_train_position *p);

@@ -87,6 +87,7 @@ void st_layer_destroy(st_layer *l) {
 
 void st__layer_free(st_layer *l) {
   if (!l) return;
+  st__layer_free_nodes(l);
   if (l->vt && l->vt->destroy_config)
     l->vt->destroy_config(l);
   else

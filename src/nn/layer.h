@@ -99,6 +99,7 @@ struct st_layer {
   st_shape in_shapes[ST_LAYER_MAX_INPUTS]; /* [0] == in_shape */
   int calls;                    /* nodes that call it in its model (> 1: shared
                                    weights, gradients summed over the calls) */
+  int first_node;               /* the first of them (net.h st_net_node) */
   int nparams;
   st_param_spec params[ST_LAYER_MAX_PARAMS];
   size_t cache_per_example;     /* floats */
@@ -113,13 +114,28 @@ struct st_layer {
   bool uses_collectives;        /* forward/backward call all_reduce_sum (sync
                                    BatchNorm): every replica must run them, even
                                    on an empty slice */
+  struct st_node *call_nodes;   /* its st_layer_call outputs, owned (a list) */
   void *config;                 /* layer-kind options, owned */
   bool in_model;                /* owned by a model (st_model_add): only the
                                    model frees it (st__layer_free) */
 };
 
-/* Frees l whoever owns it (st_layer_destroy ignores a layer in a model). */
+/* A symbolic tensor of the functional API (strata/nn.h). */
+struct st_node {
+  st_layer *layer;              /* NULL: a model input */
+  int n_in;
+  struct st_node *in[ST_LAYER_MAX_INPUTS];
+  st_shape shape;               /* per example */
+  char name[ST_NAME_MAX];       /* inputs only: "" = automatic */
+  struct st_node *next;         /* the layer's next call node */
+  bool in_model;                /* an input taken by a model */
+  int mark;                     /* scratch of st_functional_create */
+};
+
+/* Frees l whoever owns it (st_layer_destroy ignores a layer in a model),
+ * its call nodes with it (st__layer_free_nodes: node.c). */
 void st__layer_free(st_layer *l);
+void st__layer_free_nodes(st_layer *l);
 
 /* Allocate a layer with a copy of config (config_size bytes) into *out (NULL
  * on failure, error returned). name may be NULL. */

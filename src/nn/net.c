@@ -6,7 +6,7 @@
 #include <math.h>
 
 st_shape st__net_output_shape(const st_net *m) {
-  return m->nlayers ? m->layers[m->nlayers - 1]->out_shape : m->input_shape;
+  return m->nnodes ? st__net_tensor_shape(m, m->output) : m->input_shape;
 }
 
 size_t st__net_output_size(const st_net *m) {
@@ -77,6 +77,8 @@ size_t st__net_max_activation(const st_net *m) {
   size_t mx = st_shape_size(m->input_shape);
   for (int i = 0; i < m->nlayers; i++) {
     size_t s = st_shape_size(m->layers[i]->out_shape);
+    for (int j = 0; j < m->layers[i]->n_inputs; j++) /* a model input's gradient */
+      if (st_shape_size(m->layers[i]->in_shapes[j]) > s) s = st_shape_size(m->layers[i]->in_shapes[j]);
     if (s > mx) mx = s;
   }
   return mx;

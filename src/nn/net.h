@@ -21,11 +21,36 @@
 #include "backend/impl.h"
 #include "nn/layer.h"
 
+#define ST_NET_MAX_IO 8 /* model inputs, model outputs */
+
+/* One call of a layer in the net's graph. Tensors are named by int: t >= 0
+ * is node t's output, t < 0 model input -1 - t (st__net_tensor_input). */
+typedef struct st_net_node {
+  int layer;                      /* index into layers[] */
+  int n_in;
+  int in[ST_LAYER_MAX_INPUTS];    /* tensor ids, each produced before this node */
+} st_net_node;
+
+static inline int st__net_input_tensor(int j) { return -1 - j; }
+
 typedef struct st_net {
-  st_shape input_shape;       /* per example */
+  /* Per example: the model's input (Sequential), or, with several inputs,
+   * [sum of their sizes]: an example's row holds input 0's values, then
+   * input 1's, ... (what a dataset yields; the replica splits it). */
+  st_shape input_shape;
   uint64_t seed;              /* weights init and dropout RNG streams */
   int nlayers, cap;
-  st_layer **layers;          /* owned [cap], nlayers used */
+  st_layer **layers;          /* owned [cap], nlayers used; in the order of
+                                 their first call (so variables, laid out in
+                                 layer order, finish backward last to first) */
+  /* The graph: nodes in a topological order (Sequential: node i calls
+   * layer i on node i-1's output). A layer called by several nodes shares
+   * its variables; their gradients are summed. */
+  int nnodes, node_cap;
+  st_net_node *nodes;         /* owned [node_cap] */
+  int n_inputs;               /* >= 1 */
+  st_shape inputs[ST_NET_MAX_IO];
+  int output;                 /* the output tensor (a node) */
   size_t n_params, n_state;   /* floats; fixed once compiled */
   /* set when compiled */
   const st_backend *be;
@@ -63,22 +88,81 @@ typedef struct st_replica {
   int index;                  /* replica id within the strategy */
   const st_backend *be;
   st_backend_ctx *ctx;        /* owned: every kernel call on this replica */
-  int nlayers;
+  int nnodes;                 /* the net's, when created */
   int max_batch;              /* buffers below hold this many examples */
   float *params, *state;      /* own (owns_vars) or borrowed */
   bool owns_vars;
   bool params_borrowed;       /* owns_vars but params belong to the net */
   float *grads;               /* [n_params] */
-  float **acts;               /* acts[i]: output of layer i [max_batch, out_i] */
-  float **caches;             /* caches[i]: [max_batch * cache_per_example_i] */
+  float **acts;               /* acts[k]: output of node k [max_batch, out_k] */
+  float **caches;             /* caches[k]: [max_batch * cache_per_example of k's layer] */
   float *workspace;           /* max over layers of workspace_floats(max_batch) */
-  float *dbuf[2];             /* ping-pong [max_batch * max activation size] */
+  int n_gslots;               /* st__net_grad_slots */
+  float **gslots;             /* gradient slots [max_batch * max activation size] */
+  float *gscratch;            /* [max trainable floats of a layer]: a shared
+                                 layer's second call's gradients (NULL: none) */
+  float *inbuf[ST_NET_MAX_IO]; /* several inputs: input j [max_batch, size_j] */
   float *loss_rows;           /* [max_batch] per-example loss */
   /* Sum n floats across the replicas of the strategy (synchronized
    * BatchNorm); NULL when the replica runs alone. */
   void (*all_reduce_sum)(void *ctx, float *buf, size_t n);
   void *all_reduce_ctx;
 } st_replica;
+
+/* Called after layer i's gradients are final (layers finish in reverse order),
+ * so a strategy can start reducing them while backward continues. */
+typedef void (*st_grads_ready_fn)(void *ctx, int layer);
+
+/* ---- the graph executor (graph.c): nodes [lo, hi) over one set of buffers,
+ * shared by the replica (every node) and a pipeline stage (its range) ---- */
+typedef struct st_exec {
+  const st_backend *be;
+  st_backend_ctx *ctx;
+  int lo, hi;                 /* the nodes run */
+  float **acts;               /* [hi - lo]: node k's output is acts[k - lo] */
+  float **caches;             /* [hi - lo] */
+  float *workspace;
+  float **gslots;             /* st__net_grad_slots(m, lo, hi) buffers of
+                                 n * st__net_max_activation floats */
+  float *gscratch;            /* [max layer trainable floats]: needed when a
+                                 layer is called twice, or accumulate */
+  float *params, *state;      /* the variables the layers read */
+  float *grads;               /* dw of variable offset o: grads + o - grads_base */
+  size_t grads_base;
+  bool accumulate;            /* add to grads (pipeline micro-batches) instead
+                                 of overwriting them */
+  uint64_t stream_key;        /* dropout: the replica index or micro-batch */
+  void (*all_reduce_sum)(void *ctx, float *buf, size_t n);
+  void *all_reduce_ctx;
+  /* Tensors from outside the range: n_ext of them, ext[i] holding tensor
+   * ext_id[i] (model inputs; a stage's input), ext_dx[i] its gradient (NULL =
+   * not needed; the backward pass writes it, summing over its consumers). */
+  int n_ext;
+  int ext_id[ST_NET_MAX_IO];
+  const float *ext[ST_NET_MAX_IO];
+  float *ext_dx[ST_NET_MAX_IO];
+} st_exec;
+
+/* Forward of nodes [e->lo, e->hi) on n examples; returns node hi-1's output. */
+const float *st__exec_forward(const st_net *m, st_exec *e, int n, bool training, int64_t step);
+/* Backward from dy [n, out] (the gradient of node hi-1's output; clobbered;
+ * NULL: it is in e->gslots[0], which is reused once read) through nodes
+ * [lo, hi): weight gradients to e->grads, the external tensors' gradients to
+ * e->ext_dx. ready(layer) is called once a layer's gradients are final
+ * (layers in decreasing order). */
+void st__exec_backward(const st_net *m, st_exec *e, float *dy, int n, int64_t step,
+                       st_grads_ready_fn ready, void *ready_ctx);
+/* Gradient buffers (e->gslots) the backward pass of nodes [lo, hi) needs at
+ * most, dy's slot 0 included (two for a chain). */
+int st__net_grad_slots(const st_net *m, int lo, int hi);
+/* The largest trainable floats of one layer of [lo, hi) (gscratch's size). */
+size_t st__net_max_layer_params(const st_net *m, int lo, int hi);
+/* True if some layer of the net is called by several nodes. */
+bool st__net_shares_layers(const st_net *m);
+/* Per-example shape of tensor t. */
+st_shape st__net_tensor_shape(const st_net *m, int t);
+/* Append a node calling layer `layer` on tensors in[0..n) (ST_ERR_NOMEM). */
+st_status st__net_add_node(st_net *m, int layer, const int *in, int n);
 
 /* Create a replica able to run batches of up to max_batch examples, with its
  * own context of backend be (device `index`). If params/state are NULL the
@@ -95,9 +179,6 @@ st_status st__replica_reserve(const st_net *m, st_replica *r, int n);
 const float *st__replica_forward(const st_net *m, st_replica *r,
                                  const float *x, int n, bool training,
                                  int64_t step);
-/* Called after layer i's gradients are final (layers finish in reverse order),
- * so a strategy can start reducing them while backward continues. */
-typedef void (*st_grads_ready_fn)(void *ctx, int layer);
 /* Loss on the last forward output against y, scaled by 1/global_batch, then
  * backward through every layer, writing r->grads. Returns the sum of the
  * per-example losses (unscaled). With n == 0 the gradients are zero. */

@@ -1,0 +1,287 @@
+/* The graph executor: forward and backward over a range of the net's nodes
+ * (every node for a replica, a stage's range for the pipeline), with the
+ * gradient of each tensor summed over the nodes that read it, weights shared
+ * by the calls of one layer, and gradient buffers reused once a tensor's
+ * producer has read its gradient (a chain needs two: the ping-pong of a
+ * Sequential model). Also the net's graph bookkeeping. The caller's thread;
+ * one st_exec at a time per thread. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn/net.h"
+
+st_status st__net_add_node(st_net *m, int layer, const int *in, int n) {
+  if (m->nnodes == m->node_cap) {
+    int cap = m->node_cap ? m->node_cap * 2 : 8;
+    st_net_node *grown = realloc(m->nodes, (size_t)cap * sizeof *grown);
+    if (!grown) return st_error(ST_ERR_NOMEM, "model: out of memory");
+    m->nodes = grown;
+    m->node_cap = cap;
+  }
+  st_layer *l = m->layers[layer];
+  if (l->calls++ == 0) l->first_node = m->nnodes;
+  st_net_node *d = &m->nodes[m->nnodes++];
+  memset(d, 0, sizeof *d);
+  d->layer = layer;
+  d->n_in = n;
+  for (int j = 0; j < n; j++) d->in[j] = in[j];
+  return ST_OK;
+}
+
+st_shape st__net_tensor_shape(const st_net *m, int t) {
+  if (t < 0) return m->inputs[-1 - t];
+  return m->layers[m->nodes[t].layer]->out_shape;
+}
+
+bool st__net_shares_layers(const st_net *m) {
+  for (int i = 0; i < m->nlayers; i++)
+    if (m->layers[i]->calls > 1) return true;
+  return false;
+}
+
+/* Trainable floats of layer l and the offset of the first (its trainable
+ * variables are contiguous). */
+static size_t layer_trainable(const st_layer *l, size_t *first) {
+  size_t n = 0;
+  *first = 0;
+  for (int p = 0; p < l->nparams; p++)
+    if (l->params[p].trainable) {
+      if (!n) *first = l->params[p].offset;
+      n += st_shape_size(l->params[p].shape);
+    }
+  return n;
+}
+
+size_t st__net_max_layer_params(const st_net *m, int lo, int hi) {
+  size_t mx = 0, first;
+  for (int k = lo; k < hi; k++) {
+    size_t n = layer_trainable(m->layers[m->nodes[k].layer], &first);
+    if (n > mx) mx = n;
+  }
+  return mx;
+}
+
+/* ---- forward ------------------------------------------------------------ */
+
+static int find_ext(const st_exec *e, int t) {
+  for (int i = 0; i < e->n_ext; i++)
+    if (e->ext_id[i] == t) return i;
+  return -1;
+}
+
+static const float *tensor(const st_exec *e, int t) {
+  if (t >= e->lo && t < e->hi) return e->acts[t - e->lo];
+  int i = find_ext(e, t);
+  ST_ASSERT(i >= 0); /* a range reads only its own nodes and its inputs */
+  return e->ext[i];
+}
+
+/* The arguments of node k's call (inputs and gradients set by the caller). */
+static st_layer_args node_args(const st_net *m, const st_exec *e, int k, int n, bool training,
+                               int64_t step) {
+  const st_layer *l = m->layers[m->nodes[k].layer];
+  st_layer_args c;
+  memset(&c, 0, sizeof c);
+  c.be = e->be;
+  c.ctx = e->ctx;
+  c.batch = n;
+  c.training = training;
+  c.cache = e->caches[k - e->lo];
+  c.workspace = e->workspace;
+  c.seed = m->seed;
+  /* dropout stream: distinct per (step, node, replica or micro-batch) */
+  c.stream = ((uint64_t)step << 24) ^ ((uint64_t)k << 12) ^ e->stream_key;
+  c.global_batch = n;
+  c.all_reduce_sum = e->all_reduce_sum;
+  c.all_reduce_ctx = e->all_reduce_ctx;
+  for (int p = 0; p < l->nparams; p++) {
+    c.w[p] = st__var_ptr(l, p, e->params, e->state);
+    c.dw[p] = l->params[p].trainable ? e->grads + (l->params[p].offset - e->grads_base) : NULL;
+  }
+  for (int j = 0; j < m->nodes[k].n_in; j++) c.xs[j] = tensor(e, m->nodes[k].in[j]);
+  c.x = c.xs[0];
+  c.y = e->acts[k - e->lo];
+  return c;
+}
+
+const float *st__exec_forward(const st_net *m, st_exec *e, int n, bool training, int64_t step) {
+  for (int k = e->lo; k < e->hi; k++) {
+    st_layer_args c = node_args(m, e, k, n, training, step);
+    const st_layer *l = m->layers[m->nodes[k].layer];
+    l->vt->forward(l, &c);
+  }
+  return e->acts[e->hi - 1 - e->lo];
+}
+
+/* ---- backward ------------------------------------------------------------ */
+
+/* The state of one backward pass: which tensors need a gradient, where each
+ * gradient lives, which slots are free. With e->gslots NULL it only counts
+ * the slots (st__net_grad_slots). */
+typedef struct walk {
+  const st_net *m;
+  st_exec *e;
+  int n;                 /* examples */
+  size_t floats;         /* one slot: n * max activation */
+  bool *needs;           /* [hi - lo]: node output depends on a trainable variable */
+  float **gbuf;          /* [hi - lo]: its gradient's buffer (NULL: not yet written) */
+  int *gslot;            /* [hi - lo]: its slot, -1 none */
+  bool *ext_written;     /* [n_ext] */
+  bool *layer_done;      /* [nlayers]: a call of the layer wrote its gradients */
+  int nslots, *free_slots, nfree, used, peak;
+} walk;
+
+static int slot_get(walk *w) {
+  int s = w->nfree ? w->free_slots[--w->nfree] : w->nslots++;
+  if (++w->used > w->peak) w->peak = w->used;
+  return s;
+}
+static void slot_put(walk *w, int s) {
+  w->free_slots[w->nfree++] = s;
+  w->used--;
+}
+static float *slot_buf(const walk *w, int s) { return w->e->gslots ? w->e->gslots[s] : NULL; }
+
+static bool tensor_needs(const walk *w, int t) {
+  if (t >= w->e->lo && t < w->e->hi) return w->needs[t - w->e->lo];
+  int i = find_ext(w->e, t);
+  return i >= 0 && w->e->ext_dx[i];
+}
+
+static void mark_needs(walk *w) {
+  const st_exec *e = w->e;
+  for (int k = e->lo; k < e->hi; k++) {
+    size_t first;
+    bool nd = layer_trainable(w->m->layers[w->m->nodes[k].layer], &first) > 0;
+    for (int j = 0; j < w->m->nodes[k].n_in && !nd; j++) nd = tensor_needs(w, w->m->nodes[k].in[j]);
+    w->needs[k - e->lo] = nd;
+  }
+}
+
+/* Where input t's gradient goes in this call: its home when nothing wrote it
+ * yet (then it is written), else a temporary slot added to home afterwards
+ * (*tmp = that slot). */
+static float *grad_target(walk *w, int t, int *tmp) {
+  *tmp = -1;
+  st_exec *e = w->e;
+  if (t >= e->lo && t < e->hi) {
+    int i = t - e->lo;
+    if (w->gslot[i] < 0 && !w->gbuf[i]) {
+      w->gslot[i] = slot_get(w);
+      w->gbuf[i] = slot_buf(w, w->gslot[i]);
+      if (!e->gslots) w->gbuf[i] = (float *)w; /* counting: any non-NULL mark */
+      return w->gbuf[i];
+    }
+  } else {
+    int i = find_ext(e, t);
+    if (!w->ext_written[i]) {
+      w->ext_written[i] = true;
+      return e->ext_dx[i];
+    }
+  }
+  *tmp = slot_get(w);
+  return slot_buf(w, *tmp);
+}
+
+static float *grad_home(const walk *w, int t) {
+  if (t >= w->e->lo && t < w->e->hi) return w->gbuf[t - w->e->lo];
+  return w->e->ext_dx[find_ext(w->e, t)];
+}
+
+/* Backward of node k (its output's gradient in gbuf). */
+static void node_backward(walk *w, int k, int64_t step) {
+  const st_net *m = w->m;
+  st_exec *e = w->e;
+  const st_net_node *d = &m->nodes[k];
+  const st_layer *l = m->layers[d->layer];
+  int tmp[ST_LAYER_MAX_INPUTS];
+  float *dxs[ST_LAYER_MAX_INPUTS];
+  for (int j = 0; j < d->n_in; j++) {
+    tmp[j] = -1;
+    dxs[j] = tensor_needs(w, d->in[j]) ? grad_target(w, d->in[j], &tmp[j]) : NULL;
+  }
+  size_t base, nt = layer_trainable(l, &base);
+  bool scratch = nt && (e->accumulate || w->layer_done[d->layer]);
+  if (e->gslots) {
+    st_layer_args c = node_args(m, e, k, w->n, true, step);
+    if (scratch)
+      for (int p = 0; p < l->nparams; p++)
+        if (c.dw[p]) c.dw[p] = e->gscratch + (l->params[p].offset - base);
+    c.dy = w->gbuf[k - e->lo];
+    c.dy_writable = true;
+    for (int j = 0; j < d->n_in; j++) c.dxs[j] = dxs[j];
+    c.dx = dxs[0];
+    l->vt->backward(l, &c);
+    if (scratch) e->be->axpy(e->ctx, nt, 1.0f, e->gscratch, e->grads + (base - e->grads_base));
+    for (int j = 0; j < d->n_in; j++)
+      if (tmp[j] >= 0)
+        e->be->axpy(e->ctx, (size_t)w->n * st_shape_size(st__net_tensor_shape(m, d->in[j])),
+                    1.0f, dxs[j], grad_home(w, d->in[j]));
+  }
+  for (int j = 0; j < d->n_in; j++)
+    if (tmp[j] >= 0) slot_put(w, tmp[j]);
+  w->layer_done[d->layer] = true;
+}
+
+/* The pass itself (dy NULL: counting). Returns the slots used at most. */
+static int run_backward(const st_net *m, st_exec *e, float *dy, int n, int64_t step,
+                        st_grads_ready_fn ready, void *ready_ctx) {
+  int len = e->hi - e->lo, extra = len + ST_LAYER_MAX_INPUTS + 1;
+  walk w = {.m = m, .e = e, .n = n};
+  w.needs = calloc((size_t)len, sizeof *w.needs);
+  w.gbuf = calloc((size_t)len, sizeof *w.gbuf);
+  w.gslot = malloc((size_t)len * sizeof *w.gslot);
+  w.ext_written = calloc(ST_NET_MAX_IO, sizeof *w.ext_written);
+  w.layer_done = calloc((size_t)m->nlayers + 1, sizeof *w.layer_done);
+  w.free_slots = malloc((size_t)extra * sizeof *w.free_slots);
+  ST_ASSERT(w.needs && w.gbuf && w.gslot && w.ext_written && w.layer_done && w.free_slots);
+  for (int i = 0; i < len; i++) w.gslot[i] = -1;
+  mark_needs(&w);
+  if (dy) {
+    w.gbuf[len - 1] = dy;
+  } else { /* dy is in slot 0 (or counting) */
+    w.gslot[len - 1] = slot_get(&w);
+    w.gbuf[len - 1] = e->gslots ? e->gslots[0] : (float *)&w;
+  }
+  for (int k = e->hi - 1; k >= e->lo; k--) {
+    int i = k - e->lo, layer = m->nodes[k].layer;
+    if (w.needs[i]) {
+      if (!w.gbuf[i]) { /* read by no node: a zero gradient */
+        w.gslot[i] = slot_get(&w);
+        w.gbuf[i] = e->gslots ? slot_buf(&w, w.gslot[i]) : (float *)&w;
+        if (e->gslots)
+          e->be->fill(e->ctx, (size_t)n * st_shape_size(st__net_tensor_shape(m, k)), 0.0f,
+                      w.gbuf[i]);
+      }
+      node_backward(&w, k, step);
+    }
+    if (w.gslot[i] >= 0) slot_put(&w, w.gslot[i]);
+    if (ready && m->layers[layer]->first_node == k) ready(ready_ctx, layer);
+  }
+  free(w.needs), free(w.gbuf), free(w.gslot), free(w.ext_written), free(w.layer_done);
+  free(w.free_slots);
+  return w.nslots;
+}
+
+void st__exec_backward(const st_net *m, st_exec *e, float *dy, int n, int64_t step,
+                       st_grads_ready_fn ready, void *ready_ctx) {
+  ST_ASSERT(e->gslots);
+  run_backward(m, e, dy, n, step, ready, ready_ctx);
+}
+
+int st__net_grad_slots(const st_net *m, int lo, int hi) {
+  if (hi <= lo) return 0;
+  st_exec e;
+  memset(&e, 0, sizeof e);
+  e.lo = lo, e.hi = hi;
+  /* worst case: every tensor from before lo needs its gradient */
+  for (int k = lo; k < hi; k++)
+    for (int j = 0; j < m->nodes[k].n_in; j++) {
+      int t = m->nodes[k].in[j];
+      if ((t < lo || t >= hi) && find_ext(&e, t) < 0 && e.n_ext < ST_NET_MAX_IO) {
+        e.ext_id[e.n_ext] = t;
+        e.ext_dx[e.n_ext++] = (float *)&e;
+      }
+    }
+  return run_backward(m, &e, NULL, 0, 0, NULL, NULL);
+}
