@@ -218,7 +218,7 @@ static void run_backward(pp_state *p, int s, int k) {
   int n = mb.size;
   if (s < p->S - 1) wait_for(p, &p->bwd_done[s + 1], k);
   double t0 = st_now_seconds();
-  float *dy = s < p->S - 1 ? st->recv[slot] : st->dbuf[0];
+  float *dy = s < p->S - 1 ? st->recv[slot] : st->gslots[0];
   if (n && s == p->S - 1) {
     m->be->loss(st->ctx, m->loss, n, (int)st__net_output_size(m), st__pipe_stage_out(st, slot),
                 mb.y, 1.0f / (float)p->b->size, st->loss_rows, dy);

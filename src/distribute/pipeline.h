@@ -15,6 +15,9 @@
 
 typedef struct st_pipe_stage {
   int index, lo, hi;       /* layers [lo, hi) */
+  int nlo, nhi;            /* their nodes [nlo, nhi) (a chain: the same) */
+  int in_tensor;           /* the one tensor read from before nlo (a node,
+                              or the model input for the first stage) */
   st_backend_ctx *ctx;     /* owned: every kernel call of this stage */
   size_t poff, np;         /* trainable floats [poff, poff+np) of the net */
   size_t soff, ns;         /* non-trainable floats [soff, soff+ns) */
@@ -23,15 +26,17 @@ typedef struct st_pipe_stage {
   float *grads;            /* [np] sum over the micro-batches */
   float *dw;               /* one micro-batch's gradient of one layer (k > 0),
                               added to grads layer by layer: [largest layer] */
-  float **acts;            /* [nslots * (hi-lo)]: [cap, out_i] */
-  float **caches;          /* [nslots * (hi-lo)]: [cap * cache_per_example_i] */
-  float **recv;            /* [nslots]: [cap, out of layer hi-1], the gradient
+  float **acts;            /* [nslots * (nhi-nlo)]: [cap, out_k] */
+  float **caches;          /* [nslots * (nhi-nlo)]: [cap * cache_per_example_k] */
+  float **recv;            /* [nslots]: [cap, out of node nhi-1], the gradient
                               the next stage sends back; NULL on the last */
   float **in, **dxs;       /* across processes, stages after the first:
-                              [nslots]: [cap, input of layer lo], the input
+                              [nslots]: [cap, in_tensor], the input
                               received and the input gradient sent back */
   float *workspace;        /* max over its layers of workspace_floats(cap) */
-  float *dbuf[2];          /* [cap * largest activation of its layers] */
+  int n_gslots;            /* st__net_grad_slots of its nodes */
+  float **gslots;          /* [n_gslots]: [cap * largest activation]; the
+                              last stage's loss writes dy into gslots[0] */
   float *loss_rows;        /* [cap] (last stage) */
   size_t buffer_bytes;     /* bytes of the buffers above */
   double busy;             /* seconds in passes, over all steps */
@@ -40,7 +45,9 @@ typedef struct st_pipe_stage {
 /* Layer where each stage starts: first[0] = 0 < first[1] < ... <
  * first[stages-1] < m->nlayers. bounds (stages-1 entries) as parsed, or -1
  * each: balanced so that the largest stage cost (FLOPs per example + parameter
- * bytes) is smallest. ST_ERR_INVALID naming the value otherwise. */
+ * bytes) is smallest. ST_ERR_INVALID naming the value otherwise. In a graph a
+ * stage may start only where one tensor crosses from the stages before and
+ * no layer's calls fall on both sides (st__net_cut). */
 st_status st__pipe_partition(const st_net *m, int stages, const int *bounds, int *first);
 
 /* The trainable (or non-trainable) floats of layers [lo, hi): [*off, *off + *n). */
@@ -51,16 +58,24 @@ st_status st__pipe_stage_create(const st_net *m, int index, int lo, int hi, int 
 void st__pipe_stage_destroy(const st_net *m, st_pipe_stage *st); /* accepts NULL */
 /* Grow the slot buffers to hold cap examples each (no-op when they do). */
 st_status st__pipe_stage_reserve(const st_net *m, st_pipe_stage *st, int cap);
-/* The stage's output for the micro-batch in slot `slot`: [n, out of hi-1]. */
+/* The stage's output for the micro-batch in slot `slot`: [n, out of nhi-1]. */
 static inline float *st__pipe_stage_out(const st_pipe_stage *st, int slot) {
-  return st->acts[(size_t)slot * (size_t)(st->hi - st->lo) + (size_t)(st->hi - st->lo - 1)];
+  return st->acts[(size_t)slot * (size_t)(st->nhi - st->nlo) + (size_t)(st->nhi - st->nlo - 1)];
+}
+/* Floats per example of the stage's input and output. */
+static inline size_t st__pipe_stage_in_size(const st_net *m, const st_pipe_stage *st) {
+  return st_shape_size(st__net_tensor_shape(m, st->in_tensor));
+}
+static inline size_t st__pipe_stage_out_size(const st_net *m, const st_pipe_stage *st) {
+  return st_shape_size(st__net_tensor_shape(m, st->nhi - 1));
 }
 /* Forward of micro-batch mb (n examples of x) through the stage's layers into
  * slot; the dropout stream is keyed by (step, layer, mb) as one device's
  * slice mb is. Returns the output. */
 const float *st__pipe_stage_forward(const st_net *m, st_pipe_stage *st, int slot, int mb,
                                     const float *x, int n, bool training, int64_t step);
-/* Backward of micro-batch mb (the dropout key) from dy [n, out] (clobbered):
+/* Backward of micro-batch mb (the dropout key) from dy [n, out] (clobbered;
+ * gslots[0] for the last stage):
  * gradients of its variables into grads, or, when to_dw (every micro-batch
  * after the first), each layer's into dw then added to grads (elementwise:
  * the sums one device's threads make), and, when dx is

@@ -184,7 +184,7 @@ static st_status wait_sends(procs *p) {
 /* ---- one training step -------------------------------------------------- */
 
 static size_t in_size(const st_net *m, const st_pipe_stage *st) {
-  return st_shape_size(st->lo ? m->layers[st->lo - 1]->out_shape : m->input_shape);
+  return st__pipe_stage_in_size(m, st);
 }
 
 static st_status forward(procs *p, st_net *m, int k) {
@@ -208,7 +208,7 @@ static st_status forward(procs *p, st_net *m, int k) {
   st->busy += st_now_seconds() - t0;
   p->log[p->nlog++] = k + 1;
   if (p->next >= 0)
-    s = send_to(p, out, (size_t)n * st_shape_size(m->layers[st->hi - 1]->out_shape), p->next,
+    s = send_to(p, out, (size_t)n * st__pipe_stage_out_size(m, st), p->next,
                 &p->act_send[slot]);
   return s;
 }
@@ -218,8 +218,8 @@ static st_status backward(procs *p, st_net *m, int k) {
   int slot = k % st->nslots;
   st_batch mb = st__batch_slice(m, &p->mine, p->M, k, NULL);
   int n = mb.size;
-  size_t outs = st_shape_size(m->layers[st->hi - 1]->out_shape);
-  float *dy = p->next >= 0 ? st->recv[slot] : st->dbuf[0];
+  size_t outs = st__pipe_stage_out_size(m, st);
+  float *dy = p->next >= 0 ? st->recv[slot] : st->gslots[0];
   st_status s = ST_OK;
   if (p->next >= 0 && st->hi > p->first && (s = recv_from(p, dy, (size_t)n * outs, p->next)) != ST_OK)
     return s;
@@ -575,7 +575,7 @@ st_status st__pipeline_procs_eval_step(st_strategy *s, st_net *m, const st_batch
   st_status r = st__pipe_stage_reserve(m, st, cap);
   size_t xs = st_shape_size(m->input_shape), outs = st__net_output_size(m);
   size_t ys = st_loss_is_sparse(m->loss) ? 1 : outs, ins = in_size(m, st);
-  size_t os = st_shape_size(m->layers[st->hi - 1]->out_shape);
+  size_t os = st__pipe_stage_out_size(m, st);
   memset(&p->stats, 0, sizeof p->stats);
   unsigned fp = st__ftz_enter();
   for (int start = start0; r == ST_OK && start < start0 + share; start += cap) {

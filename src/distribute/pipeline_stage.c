@@ -28,8 +28,9 @@ static double layer_cost(const st_layer *l) {
 }
 
 /* Contiguous split of cost[0..n) into k non-empty parts minimising the
- * largest part (dynamic programming; n is a model's layer count). */
-static st_status balance(const double *cost, int n, int k, int *first) {
+ * largest part (dynamic programming; n is a model's layer count), parts
+ * starting only where ok[c]. */
+static st_status balance(const double *cost, const bool *ok, int n, int k, int *first) {
   double *best = malloc(sizeof(double) * (size_t)(n + 1) * (size_t)(k + 1));
   int *cut = malloc(sizeof(int) * (size_t)(n + 1) * (size_t)(k + 1));
   double *pre = malloc(sizeof(double) * (size_t)(n + 1));
@@ -46,24 +47,51 @@ static st_status balance(const double *cost, int n, int k, int *first) {
     for (int i = j; i <= n; i++) {
       B(i, j) = -1;
       for (int c = j - 1; c < i; c++) { /* last part [c, i) */
+        if (!ok[c] || B(c, j - 1) < 0) continue;
         double v = B(c, j - 1) > pre[i] - pre[c] ? B(c, j - 1) : pre[i] - pre[c];
         if (B(i, j) < 0 || v < B(i, j)) B(i, j) = v, C(i, j) = c;
       }
     }
-  for (int j = k, i = n; j >= 1; j--) {
+  bool found = B(n, k) >= 0;
+  for (int j = k, i = n; found && j >= 1; j--) {
     first[j - 1] = C(i, j);
     i = C(i, j);
   }
 #undef B
 #undef C
   free(best), free(cut), free(pre);
+  if (!found)
+    return st_error(ST_ERR_INVALID, "pipeline: the model's graph has fewer than %d places where "
+                    "exactly one tensor crosses between consecutive layers: it cannot be cut into "
+                    "%d stages", k - 1, k);
   return ST_OK;
+}
+
+/* Can a stage start at layer b (0 < b < nlayers)? ST_ERR_INVALID naming
+ * the layer and what crosses otherwise. */
+static st_status cut_at(const st_net *m, int b) {
+  int crossing, n = st__net_cut(m, m->layers[b]->first_node, &crossing);
+  if (n == 1 && crossing >= 0) return ST_OK;
+  if (n < 0)
+    return st_error(ST_ERR_INVALID, "pipeline: a stage cannot start at layer %d ('%s'): a layer "
+                    "called before it is called again after it (shared weights stay in one "
+                    "stage)", b, m->layers[b]->name);
+  if (n == 1)
+    return st_error(ST_ERR_INVALID, "pipeline: a stage cannot start at layer %d ('%s'): the "
+                    "model input is read after it", b, m->layers[b]->name);
+  return st_error(ST_ERR_INVALID, "pipeline: a stage cannot start at layer %d ('%s'): %d tensors "
+                  "cross the cut (one of them the output of '%s'); a stage boundary must cut "
+                  "exactly one tensor", b, m->layers[b]->name, n,
+                  m->layers[m->nodes[crossing].layer]->name);
 }
 
 st_status st__pipe_partition(const st_net *m, int stages, const int *bounds, int *first) {
   if (stages > m->nlayers)
     return st_error(ST_ERR_INVALID, "pipeline: %d stages for a model of %d layers (each stage "
                     "needs at least one layer)", stages, m->nlayers);
+  if (m->n_inputs > 1 && stages > 1)
+    return st_error(ST_ERR_INVALID, "pipeline: the model has %d inputs (the pipeline runs models "
+                    "of one input)", m->n_inputs);
   if (stages > 1 && bounds[0] >= 0) {
     first[0] = 0;
     for (int i = 1; i < stages; i++) {
@@ -73,15 +101,24 @@ st_status st__pipe_partition(const st_net *m, int stages, const int *bounds, int
                         "stage %d can start (expected %d..%d: the model has layers 0..%d and "
                         "boundaries must increase)", b, i, first[i - 1] + 1, m->nlayers - 1,
                         m->nlayers - 1);
+      st_status s = cut_at(m, b);
+      if (s != ST_OK) return s;
       first[i] = b;
     }
     return ST_OK;
   }
   double *cost = malloc(sizeof(double) * (size_t)m->nlayers);
-  if (!cost) return st_error(ST_ERR_NOMEM, "pipeline: out of memory");
-  for (int i = 0; i < m->nlayers; i++) cost[i] = layer_cost(m->layers[i]);
-  st_status s = balance(cost, m->nlayers, stages, first);
-  free(cost);
+  bool *ok = malloc(sizeof(bool) * (size_t)m->nlayers);
+  if (!cost || !ok) {
+    free(cost), free(ok);
+    return st_error(ST_ERR_NOMEM, "pipeline: out of memory");
+  }
+  for (int i = 0; i < m->nlayers; i++) {
+    cost[i] = layer_cost(m->layers[i]) * (m->layers[i]->calls > 1 ? m->layers[i]->calls : 1);
+    ok[i] = i == 0 || cut_at(m, i) == ST_OK;
+  }
+  st_status s = balance(cost, ok, m->nlayers, stages, first);
+  free(cost), free(ok);
   return s;
 }
 
@@ -96,7 +133,7 @@ static float *alloc_floats(st_pipe_stage *st, size_t n) {
 
 static void free_slots(st_pipe_stage *st) {
   const st_backend *be = st->ctx->be;
-  size_t nl = (size_t)(st->hi - st->lo), per = (size_t)st->nslots * nl;
+  size_t nl = (size_t)(st->nhi - st->nlo), per = (size_t)st->nslots * nl;
   for (size_t i = 0; st->acts && i < per; i++) be->free(st->ctx, st->acts[i]);
   for (size_t i = 0; st->caches && i < per; i++) be->free(st->ctx, st->caches[i]);
   for (int i = 0; i < st->nslots; i++) {
@@ -104,46 +141,45 @@ static void free_slots(st_pipe_stage *st) {
     if (st->in) be->free(st->ctx, st->in[i]);
     if (st->dxs) be->free(st->ctx, st->dxs[i]);
   }
+  for (int i = 0; st->gslots && i < st->n_gslots; i++) be->free(st->ctx, st->gslots[i]);
   be->free(st->ctx, st->workspace);
-  be->free(st->ctx, st->dbuf[0]);
-  be->free(st->ctx, st->dbuf[1]);
   be->free(st->ctx, st->loss_rows);
   if (st->acts) memset(st->acts, 0, per * sizeof *st->acts);
   if (st->caches) memset(st->caches, 0, per * sizeof *st->caches);
   if (st->recv) memset(st->recv, 0, (size_t)st->nslots * sizeof *st->recv);
   if (st->in) memset(st->in, 0, (size_t)st->nslots * sizeof *st->in);
   if (st->dxs) memset(st->dxs, 0, (size_t)st->nslots * sizeof *st->dxs);
-  st->workspace = st->dbuf[0] = st->dbuf[1] = st->loss_rows = NULL;
+  if (st->gslots) memset(st->gslots, 0, (size_t)st->n_gslots * sizeof *st->gslots);
+  st->workspace = st->loss_rows = NULL;
   st->cap = 0;
 }
 
 static st_status alloc_slots(const st_net *m, st_pipe_stage *st, int cap) {
-  size_t nl = (size_t)(st->hi - st->lo), ws = 1;
-  size_t mx = st_shape_size(st->lo ? m->layers[st->lo - 1]->out_shape : m->input_shape);
+  size_t nl = (size_t)(st->nhi - st->nlo), ws = 1;
+  size_t in = st__pipe_stage_in_size(m, st), mx = in;
   for (int s = 0; s < st->nslots; s++)
-    for (int i = st->lo; i < st->hi; i++) {
-      const st_layer *l = m->layers[i];
-      size_t k = (size_t)s * nl + (size_t)(i - st->lo);
-      if (!(st->acts[k] = alloc_floats(st, st_shape_size(l->out_shape) * (size_t)cap)) ||
-          !(st->caches[k] = alloc_floats(st, l->cache_per_example * (size_t)cap)))
+    for (int k = st->nlo; k < st->nhi; k++) {
+      const st_layer *l = m->layers[m->nodes[k].layer];
+      size_t i = (size_t)s * nl + (size_t)(k - st->nlo);
+      if (!(st->acts[i] = alloc_floats(st, st_shape_size(l->out_shape) * (size_t)cap)) ||
+          !(st->caches[i] = alloc_floats(st, l->cache_per_example * (size_t)cap)))
         return ST_ERR_NOMEM;
     }
-  for (int i = st->lo; i < st->hi; i++) {
-    const st_layer *l = m->layers[i];
+  for (int k = st->nlo; k < st->nhi; k++) {
+    const st_layer *l = m->layers[m->nodes[k].layer];
     size_t w = l->vt->workspace_floats ? l->vt->workspace_floats(l, cap) : 0;
     if (w > ws) ws = w;
     if (st_shape_size(l->out_shape) > mx) mx = st_shape_size(l->out_shape);
   }
-  size_t out = st_shape_size(m->layers[st->hi - 1]->out_shape) * (size_t)cap;
-  size_t in = st_shape_size(st->lo ? m->layers[st->lo - 1]->out_shape : m->input_shape);
+  size_t out = st__pipe_stage_out_size(m, st) * (size_t)cap;
   for (int s = 0; s < st->nslots; s++)
     if ((st->recv && !(st->recv[s] = alloc_floats(st, out))) ||
         (st->in && !(st->in[s] = alloc_floats(st, in * (size_t)cap))) ||
         (st->dxs && !(st->dxs[s] = alloc_floats(st, in * (size_t)cap))))
       return ST_ERR_NOMEM;
+  for (int i = 0; i < st->n_gslots; i++)
+    if (!(st->gslots[i] = alloc_floats(st, mx * (size_t)cap))) return ST_ERR_NOMEM;
   if (!(st->workspace = alloc_floats(st, ws)) ||
-      !(st->dbuf[0] = alloc_floats(st, mx * (size_t)cap)) ||
-      !(st->dbuf[1] = alloc_floats(st, mx * (size_t)cap)) ||
       !(st->loss_rows = alloc_floats(st, (size_t)cap)))
     return ST_ERR_NOMEM;
   st->cap = cap;
@@ -158,6 +194,13 @@ static size_t largest_layer(const st_net *m, int lo, int hi) {
     if (n > mx) mx = n;
   }
   return mx;
+}
+
+/* The stage's nodes and the tensor it reads (st__net_cut made sure it is one). */
+static void stage_nodes(const st_net *m, st_pipe_stage *st) {
+  st__net_layer_nodes(m, st->lo, st->hi, &st->nlo, &st->nhi);
+  st->in_tensor = st__net_input_tensor(0);
+  if (st->nlo > 0) (void)st__net_cut(m, st->nlo, &st->in_tensor);
 }
 
 /* Bytes of the variables, slots and gradients: fixed for the stage's life. */
@@ -208,14 +251,17 @@ st_status st__pipe_stage_create(const st_net *m, int index, int lo, int hi, int 
   }
   st__pipe_var_range(m, lo, hi, true, &st->poff, &st->np);
   st__pipe_var_range(m, lo, hi, false, &st->soff, &st->ns);
-  size_t per = (size_t)nslots * (size_t)(hi - lo);
+  stage_nodes(m, st);
+  st->n_gslots = st__net_grad_slots(m, st->nlo, st->nhi);
+  st->gslots = calloc((size_t)st->n_gslots + 1, sizeof *st->gslots);
+  size_t per = (size_t)nslots * (size_t)(st->nhi - st->nlo);
   st->acts = calloc(per, sizeof *st->acts);
   st->caches = calloc(per, sizeof *st->caches);
   st->recv = last ? NULL : calloc((size_t)nslots, sizeof *st->recv);
   bool extra = procs && lo > 0;
   st->in = extra ? calloc((size_t)nslots, sizeof *st->in) : NULL;
   st->dxs = extra ? calloc((size_t)nslots, sizeof *st->dxs) : NULL;
-  if (!st->acts || !st->caches || (!last && !st->recv) || (extra && (!st->in || !st->dxs)) || !(st->grads = alloc_floats(st, st->np)) ||
+  if (!st->gslots || !st->acts || !st->caches || (!last && !st->recv) || (extra && (!st->in || !st->dxs)) || !(st->grads = alloc_floats(st, st->np)) ||
       !(st->dw = alloc_floats(st, largest_layer(m, lo, hi))))
     goto fail;
   if (st__pipe_stage_reserve(m, st, 1) != ST_OK) goto fail;
@@ -239,6 +285,7 @@ void st__pipe_stage_destroy(const st_net *m, st_pipe_stage *st) {
   }
   free(st->acts);
   free(st->caches);
+  free(st->gslots);
   free(st->recv);
   free(st->in);
   free(st->dxs);
@@ -247,64 +294,45 @@ void st__pipe_stage_destroy(const st_net *m, st_pipe_stage *st) {
 
 /* ---- passes ------------------------------------------------------------- */
 
-/* The arguments of layer i's call for micro-batch mb in slot (replica.c's
- * make_call, with the stage's buffers; dropout keyed as one device's slice
- * mb). Gradients go to dwbuf, indexed from the stage's first variable. */
-static st_layer_args stage_call(const st_net *m, st_pipe_stage *st, int i, int slot, int mb,
-                                int n, bool training, int64_t step, float *dwbuf, size_t base) {
-  const st_layer *l = m->layers[i];
-  st_layer_args c;
-  memset(&c, 0, sizeof c);
-  c.be = st->ctx->be;
-  c.ctx = st->ctx;
-  c.batch = n;
-  c.training = training;
-  c.cache = st->caches[(size_t)slot * (size_t)(st->hi - st->lo) + (size_t)(i - st->lo)];
-  c.workspace = st->workspace;
-  c.seed = m->seed;
-  c.stream = ((uint64_t)step << 24) ^ ((uint64_t)i << 12) ^ (uint64_t)mb;
-  c.global_batch = n;
-  for (int p = 0; p < l->nparams; p++) {
-    c.w[p] = st__var_ptr(l, p, m->params, m->state);
-    c.dw[p] = l->params[p].trainable ? dwbuf + (l->params[p].offset - base) : NULL;
-  }
-  return c;
+/* The executor over the stage's nodes with slot `slot`'s buffers (dropout
+ * keyed as one device's slice mb). Gradients go to grads, or, with
+ * accumulate, through dw into grads. */
+static st_exec stage_exec(const st_net *m, st_pipe_stage *st, int slot, int mb, bool accumulate) {
+  size_t per = (size_t)(st->nhi - st->nlo);
+  st_exec e;
+  memset(&e, 0, sizeof e);
+  e.be = st->ctx->be;
+  e.ctx = st->ctx;
+  e.lo = st->nlo, e.hi = st->nhi;
+  e.acts = st->acts + (size_t)slot * per;
+  e.caches = st->caches + (size_t)slot * per;
+  e.workspace = st->workspace;
+  e.gslots = st->gslots;
+  e.gscratch = st->dw;
+  e.params = m->params, e.state = m->state;
+  e.grads = st->grads, e.grads_base = st->poff;
+  e.accumulate = accumulate;
+  e.stream_key = (uint64_t)mb;
+  e.n_ext = 1;
+  e.ext_id[0] = st->in_tensor;
+  return e;
 }
 
 const float *st__pipe_stage_forward(const st_net *m, st_pipe_stage *st, int slot, int mb,
                                     const float *x, int n, bool training, int64_t step) {
   ST_ASSERT(n <= st->cap && slot < st->nslots);
-  float **acts = st->acts + (size_t)slot * (size_t)(st->hi - st->lo);
-  const float *in = x;
-  for (int i = st->lo; i < st->hi; i++) {
-    st_layer_args c = stage_call(m, st, i, slot, mb, n, training, step, st->grads, st->poff);
-    c.x = in;
-    c.y = acts[i - st->lo];
-    m->layers[i]->vt->forward(m->layers[i], &c);
-    in = acts[i - st->lo];
-  }
-  return in;
+  st_exec e = stage_exec(m, st, slot, mb, false);
+  e.ext[0] = x;
+  return st__exec_forward(m, &e, n, training, step);
 }
 
 void st__pipe_stage_backward(const st_net *m, st_pipe_stage *st, int slot, int mb,
                              bool to_dw, const float *x, float *dy, int n, float *dx, int first,
                              int64_t step) {
-  float **acts = st->acts + (size_t)slot * (size_t)(st->hi - st->lo);
-  for (int i = st->hi - 1; i >= st->lo && i >= first; i--) {
-    float *next = i == st->lo ? dx : (dy == st->dbuf[0] ? st->dbuf[1] : st->dbuf[0]);
-    size_t off, nv;
-    st__pipe_var_range(m, i, i + 1, true, &off, &nv);
-    st_layer_args c = to_dw ? stage_call(m, st, i, slot, mb, n, true, step, st->dw, off)
-                            : stage_call(m, st, i, slot, mb, n, true, step, st->grads, st->poff);
-    c.x = i > st->lo ? acts[i - st->lo - 1] : x;
-    c.y = acts[i - st->lo];
-    c.dy = dy;
-    c.dy_writable = true;
-    c.dx = i > first ? next : NULL;
-    m->layers[i]->vt->backward(m->layers[i], &c);
-    if (to_dw && nv) m->be->axpy(st->ctx, nv, 1.0f, st->dw, st->grads + (off - st->poff));
-    dy = next;
-  }
+  st_exec e = stage_exec(m, st, slot, mb, to_dw);
+  e.ext[0] = x;
+  e.ext_dx[0] = st->lo > first ? dx : NULL;
+  st__exec_backward(m, &e, dy == st->gslots[0] ? NULL : dy, n, step, NULL, NULL);
 }
 
 void st__pipe_stage_no_examples(const st_net *m, st_pipe_stage *st, int k) {

@@ -285,3 +285,29 @@ int st__net_grad_slots(const st_net *m, int lo, int hi) {
     }
   return run_backward(m, &e, NULL, 0, 0, NULL, NULL);
 }
+
+/* ---- cuts (pipeline stages) --------------------------------------------- */
+
+int st__net_cut(const st_net *m, int k, int *crossing) {
+  int n = 0;
+  *crossing = k > 0 ? k - 1 : st__net_input_tensor(0);
+  for (int q = k; q < m->nnodes; q++) {
+    const st_net_node *d = &m->nodes[q];
+    if (m->layers[d->layer]->first_node < k) return -1; /* a shared layer split */
+    for (int j = 0; j < d->n_in; j++) {
+      int t = d->in[j];
+      if (t >= k) continue;
+      bool seen = false;
+      for (int r = k; r < q && !seen; r++)
+        for (int i = 0; i < m->nodes[r].n_in; i++) seen |= m->nodes[r].in[i] == t;
+      for (int i = 0; i < j; i++) seen |= d->in[i] == t;
+      if (!seen) n++, *crossing = t;
+    }
+  }
+  return n;
+}
+
+void st__net_layer_nodes(const st_net *m, int llo, int lhi, int *nlo, int *nhi) {
+  *nlo = llo < m->nlayers ? m->layers[llo]->first_node : m->nnodes;
+  *nhi = lhi < m->nlayers ? m->layers[lhi]->first_node : m->nnodes;
+}

@@ -161,6 +161,13 @@ size_t st__net_max_layer_params(const st_net *m, int lo, int hi);
 bool st__net_shares_layers(const st_net *m);
 /* Per-example shape of tensor t. */
 st_shape st__net_tensor_shape(const st_net *m, int t);
+/* A cut before node k (a pipeline stage starting there): the number of
+ * distinct tensors made before k and read from k on (*crossing: one of them,
+ * the last found), or -1 when a layer has calls on both sides. */
+int st__net_cut(const st_net *m, int k, int *crossing);
+/* The nodes of layers [llo, hi): [*nlo, *nhi) (valid where st__net_cut at
+ * the first node of llo and of lhi is 1). */
+void st__net_layer_nodes(const st_net *m, int llo, int lhi, int *nlo, int *nhi);
 /* Append a node calling layer `layer` on tensors in[0..n) (ST_ERR_NOMEM). */
 st_status st__net_add_node(st_net *m, int layer, const int *in, int n);
 
