@@ -281,6 +281,12 @@ uint32_t st__net_structure_crc(const st_net *m) {
       crc = st_crc32c(crc, &l->params[p].shape, sizeof l->params[p].shape);
     }
   }
+  /* a graph: its wiring too (a chain's CRC stays what Sequential's always was) */
+  bool chain = st__net_is_chain(m);
+  for (int k = 0; !chain && k < m->nnodes; k++) {
+    crc = st_crc32c(crc, &m->nodes[k].layer, sizeof m->nodes[k].layer);
+    crc = st_crc32c(crc, m->nodes[k].in, sizeof(int) * (size_t)m->nodes[k].n_in);
+  }
   return crc;
 }
 

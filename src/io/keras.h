@@ -9,6 +9,7 @@
 #include <jansson.h>
 
 #include "nn/layer.h"
+#include "strata/train.h"
 
 #define ST__KERAS_MAX_FILE (16u << 20)     /* bytes */
 #define ST__KERAS_MAX_DEPTH 64             /* JSON nesting */
@@ -43,6 +44,7 @@ typedef struct st__keras_layer {
                              an index into the batch shape (checked later) */
   int target_rank;        /* Reshape: target_shape, one entry may be -1 */
   int target[ST_MAX_RANK];
+  bool causal_mask;       /* functional call's use_causal_mask (attention) */
   union {
     st_dense_options dense;
     st_conv2d_options conv;
@@ -109,5 +111,16 @@ st_status st__keras_axis(const st__keras_ctx *c, const json_t *cfg, int def, int
 /* Validate one layer entry {"class_name", "config", ...} into *out. */
 st_status st__keras_parse_layer(const st__keras_ctx *c, const json_t *layer,
                                 st__keras_layer *out);
+
+/* keras_json.c: the layer k describes, for an input of shape `in` (Reshape
+ * resolves -1 against it); errors in the file's terms. */
+st_status st__keras_make_layer(const st__keras_ctx *c, const st__keras_layer *k, st_shape in,
+                               st_layer **out);
+/* The last error (a constructor's, st_model_add's, st_layer_call's) as
+ * ST_ERR_FORMAT naming c's file and layer. */
+st_status st__keras_rethrow(const st__keras_ctx *c);
+/* keras_functional.c: a "Functional"/"Model" document (root). */
+st_status st__keras_import_functional(const st__keras_ctx *c, const json_t *root,
+                                      const st_model_options *o, st_model **out);
 
 #endif

@@ -72,7 +72,8 @@ static st_status layout(const st__keras_ctx *c, const json_t *root, const json_t
   const char *mod = json_string_value(json_object_get(root, "module"));
   if (!json_is_object(root)) return st__keras_error(c, "top level is not a JSON object");
   if (!json_is_string(cls) || strcmp(json_string_value(cls), "Sequential") != 0)
-    return st__keras_error(c, "model class_name %s is not supported (only Sequential)",
+    return st__keras_error(c, "model class_name %s is not supported (Sequential, Functional "
+                           "or Model)",
                            st__keras_show(cls, b, sizeof b));
   if (json_object_get(root, "module") && !(mod && strncmp(mod, "keras", 5) == 0))
     return st__keras_error(c, "model module %s is not supported",
@@ -138,7 +139,7 @@ static st_status input_shape(const st__keras_ctx *c, const json_t *cfg,
 
 /* Re-raise the error of a constructor or st_model_add as ST_ERR_FORMAT in the
  * file's terms (the model's own "layer N ('x'): " prefix counts differently). */
-static st_status rethrow(const st__keras_ctx *c) {
+st_status st__keras_rethrow(const st__keras_ctx *c) {
   char msg[400];
   const char *e = st_last_error(), *p = strstr(e, "): ");
   if (strncmp(e, "layer ", 6) == 0 && p) e = p + 3;
@@ -184,15 +185,16 @@ static st_status named(st_status s, st_layer **l, const char *name) {
   return s;
 }
 
-static st_status make_layer(const st__keras_ctx *c, const st__keras_layer *k,
-                            st_shape in, st_layer **out) {
+st_status st__keras_make_layer(const st__keras_ctx *c, const st__keras_layer *k, st_shape in,
+                               st_layer **out) {
   const char *nm = k->name[0] ? k->name : NULL;
   st_dense_options d = k->u.dense;
   st_conv2d_options cv = k->u.conv;
   st_pool2d_options p = k->u.pool;
   st_batchnorm_options bn = k->u.bn;
   st_shape t;
-  st_status s = ST_OK;
+  st_status s = check_axis(c, k, in); /* axis is -1 unless BN or Softmax set it */
+  if (s != ST_OK) return s;
   switch (k->kind) {
   case ST__K_DENSE: d.name = nm; s = st_dense_ex(d, out); break;
   case ST__K_CONV2D: cv.name = nm; s = st_conv2d_ex(cv, out); break;
@@ -208,16 +210,15 @@ static st_status make_layer(const st__keras_ctx *c, const st__keras_layer *k,
     break;
   default: return st__keras_error(c, "internal: unexpected layer kind %d", (int)k->kind);
   }
-  return s == ST_OK ? ST_OK : rethrow(c);
+  return s == ST_OK ? ST_OK : st__keras_rethrow(c);
 }
 
 static st_status add_layer(const st__keras_ctx *c, st_model *m, const st__keras_layer *k) {
   st_shape in = st_model_output_shape(m);
   st_layer *l = NULL;
-  st_status s = check_axis(c, k, in); /* axis is -1 unless BN or Softmax set it */
-  if (s == ST_OK) s = make_layer(c, k, in, &l);
+  st_status s = st__keras_make_layer(c, k, in, &l);
   if (s != ST_OK) return s;
-  if (st_model_add(m, l) != ST_OK) return rethrow(c); /* l is consumed */
+  if (st_model_add(m, l) != ST_OK) return st__keras_rethrow(c); /* l is consumed */
   const st_layer *a = st_model_layer(m, st_model_layer_count(m) - 1);
   if (st_layer_param_count(a) > ST__KERAS_MAX_FLOATS ||
       st_shape_size(st_layer_output_shape(a)) > ST__KERAS_MAX_FLOATS)
@@ -269,9 +270,22 @@ static st_status build(const st__keras_ctx *c, const json_t *cfg, const st__kera
   return ST_OK;
 }
 
+static bool functional(const json_t *root) {
+  const char *cls = json_string_value(json_object_get(root, "class_name"));
+  return cls && (strcmp(cls, "Functional") == 0 || strcmp(cls, "Model") == 0);
+}
+
 static st_status import(const st__keras_ctx *c, const json_t *root,
                         const st_model_options *o, st_model **out) {
   const json_t *cfg = NULL, *layers = NULL;
+  const char *mod = json_string_value(json_object_get(root, "module"));
+  char b[80];
+  if (json_is_object(root) && functional(root)) {
+    if (json_object_get(root, "module") && !(mod && strncmp(mod, "keras", 5) == 0))
+      return st__keras_error(c, "model module %s is not supported",
+                             st__keras_show(json_object_get(root, "module"), b, sizeof b));
+    return st__keras_import_functional(c, root, o, out);
+  }
   st_status s = layout(c, root, &cfg, &layers);
   if (s != ST_OK) return s;
   int n = (int)json_array_size(layers);

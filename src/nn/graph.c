@@ -33,6 +33,14 @@ st_shape st__net_tensor_shape(const st_net *m, int t) {
   return m->layers[m->nodes[t].layer]->out_shape;
 }
 
+bool st__net_is_chain(const st_net *m) {
+  bool chain = m->nnodes == m->nlayers && m->n_inputs == 1;
+  for (int k = 0; chain && k < m->nnodes; k++)
+    chain = m->nodes[k].layer == k && m->nodes[k].n_in == 1 &&
+            m->nodes[k].in[0] == (k ? k - 1 : st__net_input_tensor(0));
+  return chain;
+}
+
 bool st__net_shares_layers(const st_net *m) {
   for (int i = 0; i < m->nlayers; i++)
     if (m->layers[i]->calls > 1) return true;

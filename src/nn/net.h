@@ -157,6 +157,8 @@ void st__exec_backward(const st_net *m, st_exec *e, float *dy, int n, int64_t st
 int st__net_grad_slots(const st_net *m, int lo, int hi);
 /* The largest trainable floats of one layer of [lo, hi) (gscratch's size). */
 size_t st__net_max_layer_params(const st_net *m, int lo, int hi);
+/* True for Sequential's shape: node i calls layer i on node i-1's output. */
+bool st__net_is_chain(const st_net *m);
 /* True if some layer of the net is called by several nodes. */
 bool st__net_shares_layers(const st_net *m);
 /* Per-example shape of tensor t. */
