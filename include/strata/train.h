@@ -369,6 +369,14 @@ st_status st_tensorboard_callback_create(st_tensorboard *tb, int update_freq, st
  * self-contained SVG with axes, ticks and a legend; written atomically. */
 st_status st_plot_history_svg(const st_history *h, const char *title, const char *path);
 
+/* ---- Keras model export ---- */
+/* The model as Keras 3's model.to_json() writes it ("Sequential", or
+ * "Functional" with each layer's calls), into *out (malloc'd, free() it):
+ * Keras and st_model_from_keras_json read it back to the same model.
+ * ST_ERR_INVALID naming the layer when a layer kind has no Keras writer.
+ * Any thread; the model is only read. */
+st_status st_model_to_keras_json(const st_model *m, char **out);
+
 /* ---- Keras model import ---- */
 /* A Keras `model.to_json()` Sequential (Keras 2 and 3 layouts) with Dense,
  * Conv2D, MaxPooling2D, AveragePooling2D, Flatten, Dropout,
