@@ -293,6 +293,9 @@ static void test_layers_a(void) {
   gradcheck("relu max 6", made(st_relu_ex(ro, &g_made)), st_shape1(12), 2);
   gradcheck("leaky relu 0.3", made(st_leaky_relu(0.3f, &g_made)), st_shape1(12), 2);
   gradcheck("leaky relu 0.2 (kernel)", made(st_leaky_relu(0.2f, &g_made)), st_shape1(12), 2);
+  /* the new activations fused into Conv2D (the GELUs keep the pre-activation) */
+  conv_case("conv same s2 gelu_approximate", 3, 3, 2, 2, ST_PAD_SAME, ST_ACT_GELU_TANH);
+  conv_case("conv valid s1 leaky_relu", 3, 3, 1, 1, ST_PAD_VALID, ST_ACT_LEAKY_RELU);
 }
 
 /* Tied maxima share the gradient (TensorFlow's reduce_max gradient); the
