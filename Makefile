@@ -52,11 +52,12 @@ demo: build
 # AddressSanitizer + UndefinedBehaviorSanitizer, then the threaded ones under
 # ThreadSanitizer. Only OpenMPI's own frames are suppressed (tests/tsan-mpi.supp,
 # tests/lsan-mpi.supp), by the multi-worker tests that run under mpirun.
-# valgrind is installed too (OpenMPI always is, by scripts/deps.sh), so the
-# multi-worker and valgrind tests run; where it cannot be (no root or sudo) the
-# suite still runs and those tests skip, saying why.
+# valgrind and python3-torch are installed too (OpenMPI always is, by
+# scripts/deps.sh), so the multi-worker, valgrind and PyTorch comparison tests
+# run; where they cannot be (no root or sudo) the suite still runs and those
+# tests skip, saying why.
 test:
-	@scripts/deps.sh --test || { echo "make test: valgrind not installed: its tests will skip" >&2; scripts/deps.sh; }
+	@scripts/deps.sh --test || { echo "make test: valgrind / python3-torch not installed: their tests will skip" >&2; scripts/deps.sh; }
 	@$(MAKE) build
 	cd build && ctest --output-on-failure -j2
 	@$(MAKE) --no-print-directory asan-test tsan-test fuzz-ci

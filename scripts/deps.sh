@@ -5,7 +5,9 @@
 #                            (libgloo-dev), python3
 #   scripts/deps.sh --bench  also the PyTorch peer (python3-torch, python3-numpy)
 #   scripts/deps.sh --mpi    the same as no option (OpenMPI is always installed now)
-#   scripts/deps.sh --test   what `make test` uses: also valgrind
+#   scripts/deps.sh --test   what `make test` uses: also valgrind, and python3-torch for
+#                            tests/test_torch_layers.py (layers against PyTorch; ~180 MB
+#                            of packages, ~800 MB installed)
 # Quiet when nothing is missing. Installs as root, or through `sudo -n` when that
 # works without a password; otherwise prints the exact command and exits 1.
 set -euo pipefail
@@ -23,8 +25,8 @@ for arg in "$@"; do
   case "$arg" in
     --bench) pkgs+=(python3-torch python3-numpy) ;;
     --mpi) ;;
-    --test) pkgs+=(valgrind) ;;
-    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --test) pkgs+=(valgrind python3-torch) ;;
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "deps.sh: unknown argument '$arg' (expected --bench, --mpi or --test)" >&2; exit 2 ;;
   esac
 done

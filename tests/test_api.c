@@ -7,6 +7,7 @@
  * an out-pointer (zeroed on failure): every callback constructor and every
  * layer constructor on bad input, st_model_summary, st_model_set_learning_rate
  * (the dataset transforms: test_data.c); every _destroy accepts NULL. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -214,6 +215,66 @@ static void test_layer_constructors(void) {
   st_layer_destroy(l);
 }
 
+/* ---- issue 28, layers-a: global pooling, ZeroPadding2D, ReLU, LeakyReLU ---- */
+static void test_layers_a_constructors(void) {
+  st_layer *l = NULL;
+  check_layer_refused(st_global_avgpool2d(NULL), NULL, "out", "GlobalAveragePooling2D NULL out");
+  check_layer_refused(st_global_maxpool2d(NULL), NULL, "out", "GlobalMaxPooling2D NULL out");
+  check_layer_refused(st_global_avgpool1d(NULL), NULL, "out", "GlobalAveragePooling1D NULL out");
+  check_layer_refused(st_global_maxpool1d(NULL), NULL, "out", "GlobalMaxPooling1D NULL out");
+  st_zeropad2d_options zo = st_zeropad2d_default_options(1);
+  zo.left = -1;
+  check_layer_refused(st_zeropad2d_ex(zo, &l), l, "left -1", "ZeroPadding2D left -1");
+  check_layer_refused(st_zeropad2d(-2, &l), l, "padding", "ZeroPadding2D -2");
+  check_layer_refused(st_zeropad2d(1, NULL), NULL, "out", "ZeroPadding2D NULL out");
+  st_relu_options ro = st_relu_default_options();
+  ro.max_value = -1.0f;
+  check_layer_refused(st_relu_ex(ro, &l), l, "max_value", "ReLU max_value -1");
+  ro.max_value = NAN;
+  check_layer_refused(st_relu_ex(ro, &l), l, "max_value", "ReLU max_value NaN");
+  ro = st_relu_default_options();
+  ro.negative_slope = -0.1f;
+  check_layer_refused(st_relu_ex(ro, &l), l, "negative_slope", "ReLU negative_slope -0.1");
+  ro = st_relu_default_options();
+  ro.threshold = NAN;
+  check_layer_refused(st_relu_ex(ro, &l), l, "threshold", "ReLU threshold NaN");
+  check_layer_refused(st_relu_ex(st_relu_default_options(), NULL), NULL, "out", "ReLU NULL out");
+  check_layer_refused(st_leaky_relu(-0.3f, &l), l, "negative_slope", "LeakyReLU -0.3");
+  check_layer_refused(st_leaky_relu(INFINITY, &l), l, "negative_slope", "LeakyReLU inf");
+  check_layer_refused(st_leaky_relu(0.3f, NULL), NULL, "out", "LeakyReLU NULL out");
+  /* a wrong input rank is refused when the model builds the layer */
+  st_model *m = NULL;
+  CHECK_OK(st_sequential_create(&(st_model_options){.input_shape = st_shape1(8)}, &m));
+  CHECK_OK(st_global_avgpool2d(&l));
+  CHECK(m && st_model_add(m, l) == ST_ERR_INVALID);
+  CHECK_MSG(strstr(st_last_error(), "GlobalAveragePooling2D") && strstr(st_last_error(), "(None, 8)"),
+            "message: %s", st_last_error());
+  CHECK_OK(st_zeropad2d(1, &l));
+  CHECK(m && st_model_add(m, l) == ST_ERR_INVALID);
+  CHECK(strstr(st_last_error(), "ZeroPadding2D") != NULL);
+  st_model_destroy(m);
+  /* options come back as given */
+  ro = st_relu_default_options();
+  ro.max_value = 6.0f, ro.threshold = 0.5f;
+  CHECK_OK(st_relu_ex(ro, &l));
+  st_layer_options lo;
+  CHECK_OK(st_layer_get_options(l, &lo));
+  CHECK(lo.relu.max_value == 6.0f && lo.relu.threshold == 0.5f && lo.relu.negative_slope == 0);
+  CHECK(strcmp(st_layer_class(l), "ReLU") == 0);
+  st_layer_destroy(l);
+  CHECK_OK(st_leaky_relu(0.25f, &l));
+  CHECK_OK(st_layer_get_options(l, &lo));
+  CHECK(lo.relu.negative_slope == 0.25f && isinf(lo.relu.max_value));
+  st_layer_destroy(l);
+  zo = st_zeropad2d_default_options(0);
+  zo.bottom = 3;
+  CHECK_OK(st_zeropad2d_ex(zo, &l));
+  CHECK_OK(st_layer_get_options(l, &lo));
+  CHECK(lo.zeropad2d.bottom == 3 && lo.zeropad2d.top == 0 && lo.zeropad2d.name == NULL);
+  st_layer_destroy(l);
+}
+/* ---- end of layers-a ---- */
+
 /* Every destroy of the public API accepts NULL. */
 static void test_destroy_null(void) {
   st_threadpool_destroy(NULL);
@@ -237,7 +298,8 @@ static void test_destroy_null(void) {
 static const check_case cases[] = {
     CHECK_CASE(test_every_kind_destroyed), CHECK_CASE(test_constructors_refuse_bad_input),
     CHECK_CASE(test_csv_logger_missing_dir), CHECK_CASE(test_model_calls),
-    CHECK_CASE(test_layer_constructors), CHECK_CASE(test_destroy_null)};
+    CHECK_CASE(test_layer_constructors), CHECK_CASE(test_destroy_null),
+    CHECK_CASE(test_layers_a_constructors)};
 
 int main(int argc, char **argv) {
   if (!mkdtemp(g_dir)) check_skip("cannot create a temporary directory");

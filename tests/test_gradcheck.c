@@ -269,6 +269,57 @@ static void test_batchnorm_grad(void) {
   h_free(&h);
 }
 
+/* ---- issue 28, layers-a: global pooling, ZeroPadding2D, ReLU, LeakyReLU ---- */
+
+static void test_layers_a(void) {
+  const st_shape seq = {2, {5, 3}};
+  gradcheck("global avgpool2d", made(st_global_avgpool2d(&g_made)), st_shape3(3, 4, 2), 2);
+  gradcheck("global maxpool2d", made(st_global_maxpool2d(&g_made)), st_shape3(3, 4, 2), 2);
+  gradcheck("global avgpool1d", made(st_global_avgpool1d(&g_made)), seq, 2);
+  gradcheck("global maxpool1d", made(st_global_maxpool1d(&g_made)), seq, 2);
+  st_zeropad2d_options zo = st_zeropad2d_default_options(0);
+  zo.top = 1, zo.bottom = 2, zo.right = 3;
+  gradcheck("zeropad2d", made(st_zeropad2d_ex(zo, &g_made)), st_shape3(3, 2, 2), 2);
+  gradcheck("zeropad2d 1", made(st_zeropad2d(1, &g_made)), st_shape3(2, 2, 1), 3);
+  /* inputs are odd multiples of 1/24: no kink within EPS of 0.2, 0.5 or 0 */
+  st_relu_options ro = st_relu_default_options();
+  ro.max_value = 0.5f, ro.negative_slope = 0.1f, ro.threshold = 0.2f;
+  gradcheck("relu max 0.5 slope 0.1 threshold 0.2", made(st_relu_ex(ro, &g_made)),
+            st_shape1(12), 2);
+  ro = st_relu_default_options();
+  ro.max_value = 0.5f;
+  gradcheck("relu max 0.5", made(st_relu_ex(ro, &g_made)), st_shape1(12), 2);
+  ro.max_value = 6.0f; /* the relu6 kernel */
+  gradcheck("relu max 6", made(st_relu_ex(ro, &g_made)), st_shape1(12), 2);
+  gradcheck("leaky relu 0.3", made(st_leaky_relu(0.3f, &g_made)), st_shape1(12), 2);
+  gradcheck("leaky relu 0.2 (kernel)", made(st_leaky_relu(0.2f, &g_made)), st_shape1(12), 2);
+  /* the new activations fused into Conv2D (the GELUs keep the pre-activation) */
+  conv_case("conv same s2 gelu_approximate", 3, 3, 2, 2, ST_PAD_SAME, ST_ACT_GELU_TANH);
+  conv_case("conv valid s1 leaky_relu", 3, 3, 1, 1, ST_PAD_VALID, ST_ACT_LEAKY_RELU);
+}
+
+/* Tied maxima share the gradient (TensorFlow's reduce_max gradient); the
+ * average spreads it evenly. x [1, 4 steps, 2 channels]. */
+static void test_global_pool_ties(void) {
+  harness h;
+  if (!h_init(&h, made(st_global_maxpool1d(&g_made)), (st_shape){2, {4, 2}}, 1, 3)) return;
+  const float x[8] = {1, -1, 3, -2, 3, -1, 0, -5};
+  memcpy(h.x, x, sizeof x);
+  h.r[0] = 4.0f, h.r[1] = 2.0f;
+  h_backward(&h, false);
+  const float want_y[2] = {3, -1}, want_dx[8] = {0, 1, 2, 0, 2, 1, 0, 0};
+  CHECK(memcmp(h.y, want_y, sizeof want_y) == 0);
+  CHECK_MSG(memcmp(h.dx, want_dx, sizeof want_dx) == 0, "dx %g %g %g %g %g %g %g %g", h.dx[0],
+            h.dx[1], h.dx[2], h.dx[3], h.dx[4], h.dx[5], h.dx[6], h.dx[7]);
+  h_free(&h);
+  if (!h_init(&h, made(st_global_avgpool2d(&g_made)), st_shape3(2, 2, 1), 1, 3)) return;
+  h.r[0] = 2.0f;
+  h_backward(&h, false);
+  for (int i = 0; i < 4; i++) CHECK(h.dx[i] == 0.5f);
+  h_free(&h);
+}
+/* ---- end of layers-a ---- */
+
 /* ---- forward checks --------------------------------------------------------- */
 
 /* Conv2D against a direct convolution (TF 'same' padding computed here). */
@@ -571,7 +622,9 @@ static const check_case cases[] = {
     CHECK_CASE(test_maxpool_ties),    CHECK_CASE(test_relu_pool_fold),
     CHECK_CASE(test_dy_kept),         CHECK_CASE(test_conv_blocks),
     CHECK_CASE(test_losses),          CHECK_CASE(test_loss_consistency),
-    CHECK_CASE(test_adam_first_step)};
+    CHECK_CASE(test_adam_first_step),
+    /* issue 28, layers-a */
+    CHECK_CASE(test_layers_a),        CHECK_CASE(test_global_pool_ties)};
 
 int main(int argc, char **argv) {
   be = st_backend_reference();

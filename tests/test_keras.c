@@ -252,8 +252,8 @@ static void test_generated_options(void) {
       "{\"module\": \"my_package\", \"class_name\": \"Dense\", \"config\": {\"units\": 4}}"),
       "layer 1 ('', Dense)", "module \"my_package\"");
   EXPECT_FAIL(model_tmp("relu6.json", "[null, 8]",
-      "{\"class_name\": \"ReLU\", \"config\": {\"name\": \"r\", \"max_value\": 6.0}}"),
-      "layer 1 ('r', ReLU)", "max_value 6.0");
+      "{\"class_name\": \"ReLU\", \"config\": {\"name\": \"r\", \"max_value\": -6.0}}"),
+      "layer 1 ('r', ReLU)", "max_value -6.0");
   EXPECT_FAIL(model_tmp("badname.json", "[null, 8]",
       "{\"class_name\": \"Dense\", \"config\": {\"name\": \"a/b\", \"units\": 4}}"),
       "layer name is not supported");
@@ -263,6 +263,70 @@ static void test_generated_options(void) {
   const char *f = "{\"class_name\": \"Functional\", \"config\": {\"layers\": []}}";
   EXPECT_FAIL(write_tmp("functional.json", f, strlen(f)), "only Sequential");
 }
+
+/* ---- issue 28, layers-a: global pooling, ZeroPadding2D, ReLU, LeakyReLU ---- */
+#define LAYER(cls, name, cfg) \
+  "{\"class_name\": \"" cls "\", \"config\": {\"name\": \"" name "\"" cfg "}}"
+
+static void test_layers_a(void) {
+  st_model *m = load(model_tmp("a2d.json", "[null, 6, 5, 2]",
+      LAYER("ZeroPadding2D", "zp", ", \"padding\": [[1, 0], [2, 1]]") ", "
+      LAYER("ZeroPadding2D", "zp2", ", \"padding\": [1, 2], \"data_format\": \"channels_last\"")
+      ", " LAYER("ZeroPadding2D", "zp3", "") ", "
+      LAYER("ReLU", "relu6", ", \"max_value\": 6.0, \"negative_slope\": 0.0, \"threshold\": 0.0")
+      ", " LAYER("ReLU", "plain", ", \"max_value\": null") ", "
+      LAYER("LeakyReLU", "leaky2", ", \"alpha\": 0.1") ", "
+      LAYER("LeakyReLU", "leaky3", ", \"negative_slope\": 0.2") ", "
+      LAYER("Activation", "r6", ", \"activation\": \"relu6\"") ", "
+      LAYER("GlobalMaxPooling2D", "gmp", ", \"keepdims\": false")));
+  if (m) {
+    check_layer(m, 0, "zp", "ZeroPadding2D", st_shape3(7, 8, 2), 0);
+    check_layer(m, 1, "zp2", "ZeroPadding2D", st_shape3(9, 12, 2), 0);
+    check_layer(m, 2, "zp3", "ZeroPadding2D", st_shape3(11, 14, 2), 0);
+    check_layer(m, 3, "relu6", "ReLU", st_shape3(11, 14, 2), 0);
+    check_layer(m, 4, "plain", "Activation", st_shape3(11, 14, 2), 0); /* as before */
+    check_layer(m, 5, "leaky2", "LeakyReLU", st_shape3(11, 14, 2), 0);
+    check_layer(m, 6, "leaky3", "LeakyReLU", st_shape3(11, 14, 2), 0);
+    check_layer(m, 7, "r6", "Activation", st_shape3(11, 14, 2), 0);
+    check_layer(m, 8, "gmp", "GlobalMaxPooling2D", st_shape1(2), 0);
+    st_layer_options lo;
+    CHECK_OK(st_layer_get_options(st_model_layer(m, 0), &lo));
+    CHECK(lo.zeropad2d.top == 1 && lo.zeropad2d.bottom == 0 && lo.zeropad2d.left == 2 &&
+          lo.zeropad2d.right == 1);
+    CHECK_OK(st_layer_get_options(st_model_layer(m, 3), &lo));
+    CHECK(lo.relu.max_value == 6.0f && lo.relu.negative_slope == 0.0f);
+    CHECK_OK(st_layer_get_options(st_model_layer(m, 5), &lo));
+    CHECK(lo.relu.negative_slope == 0.1f);
+    CHECK_OK(st_layer_get_options(st_model_layer(m, 7), &lo));
+    CHECK(lo.activation == ST_ACT_RELU6);
+    check_compiles(m);
+  }
+  st_model_destroy(m);
+  m = load(model_tmp("a1d.json", "[null, 5, 3]",
+      LAYER("GlobalAveragePooling1D", "gap", "") ", "
+      LAYER("Dense", "d", ", \"units\": 2, \"activation\": \"gelu_approximate\"")));
+  if (m) {
+    check_layer(m, 0, "gap", "GlobalAveragePooling1D", st_shape1(3), 0);
+    check_layer(m, 1, "d", "Dense", st_shape1(2), 8);
+  }
+  st_model_destroy(m);
+  EXPECT_FAIL(model_tmp("keepdims.json", "[null, 4, 4, 3]",
+      LAYER("GlobalAveragePooling2D", "g", ", \"keepdims\": true")),
+      "layer 1 ('g', GlobalAveragePooling2D)", "keepdims true is not supported");
+  EXPECT_FAIL(model_tmp("gap_rank.json", "[null, 4, 3]", LAYER("GlobalMaxPooling2D", "g", "")),
+      "layer 1 ('g', GlobalMaxPooling2D)", "expects input (None, h, w, c)");
+  EXPECT_FAIL(model_tmp("zp_bad.json", "[null, 4, 4, 3]",
+      LAYER("ZeroPadding2D", "z", ", \"padding\": [[1, 2, 3], [0, 0]]")),
+      "layer 1 ('z', ZeroPadding2D)", "padding [[1, 2, 3], [0, 0]] is not supported");
+  EXPECT_FAIL(model_tmp("zp_neg.json", "[null, 4, 4, 3]",
+      LAYER("ZeroPadding2D", "z", ", \"padding\": -1")), "padding -1 is not supported");
+  EXPECT_FAIL(model_tmp("leaky_both.json", "[null, 4]",
+      LAYER("LeakyReLU", "l", ", \"alpha\": 0.1, \"negative_slope\": 0.1")),
+      "layer 1 ('l', LeakyReLU)", "both negative_slope and alpha");
+  EXPECT_FAIL(model_tmp("relu_thr.json", "[null, 4]",
+      LAYER("ReLU", "r", ", \"threshold\": -1")), "threshold -1");
+}
+/* ---- end of layers-a ---- */
 
 /* Many layers, deep nesting and a big file, built at run time. */
 static void test_limits(void) {
@@ -377,7 +441,9 @@ static void cleanup_tmp(void) {
                          "reshape.json", "bn_axis.json", "bn_init.json", "dtype.json",
                          "frozen.json", "unknown_opt.json", "custom.json", "relu6.json",
                          "badname.json", "late_input.json", "functional.json", "many.json",
-                         "deep.json", "nested.json", "big.json"};
+                         "deep.json", "nested.json", "big.json", "a2d.json", "a1d.json",
+                         "keepdims.json", "gap_rank.json", "zp_bad.json", "zp_neg.json",
+                         "leaky_both.json", "relu_thr.json"};
   char path[1024];
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
     snprintf(path, sizeof path, "%s/%s", g_tmp, names[i]);
@@ -389,7 +455,8 @@ static void cleanup_tmp(void) {
 static const check_case cases[] = {
     CHECK_CASE(test_cnn),       CHECK_CASE(test_mlp),               CHECK_CASE(test_mixed),
     CHECK_CASE(test_bad_fixtures), CHECK_CASE(test_generated), CHECK_CASE(test_generated_options),
-    CHECK_CASE(test_limits),    CHECK_CASE(test_text),              CHECK_CASE(test_layer_options)};
+    CHECK_CASE(test_limits),    CHECK_CASE(test_text),              CHECK_CASE(test_layer_options),
+    CHECK_CASE(test_layers_a)};
 
 int main(int argc, char **argv) {
   const char *src = getenv("STRATA_SOURCE_DIR");

@@ -21,6 +21,10 @@ typedef enum st_activation {
   ST_ACT_SOFTMAX, /* over the last dimension (cols) */
   ST_ACT_ELU,     /* alpha = 1 */
   ST_ACT_GELU,    /* exact (erf) form, Keras default approximate=False */
+  ST_ACT_RELU6,   /* min(max(x, 0), 6) (Keras "relu6") */
+  ST_ACT_LEAKY_RELU, /* x >= 0 ? x : 0.2 x (Keras "leaky_relu", its default slope) */
+  ST_ACT_GELU_TANH,  /* tanh approximation of GELU (Keras approximate=True;
+                        named "gelu_approximate") */
   ST_ACT_COUNT
 } st_activation;
 const char *st_activation_name(st_activation a);          /* "relu" */

@@ -108,6 +108,41 @@ st_batchnorm_options st_batchnorm_default_options(void);
 st_status st_batchnorm_ex(st_batchnorm_options o, st_layer **out);
 st_status st_batchnorm(st_layer **out);
 
+/* -- issue 28, layers-a: global pooling, ZeroPadding2D, ReLU, LeakyReLU -- */
+/* GlobalAveragePooling2D / GlobalMaxPooling2D over [h, w, c] -> [c], and
+ * GlobalAveragePooling1D / GlobalMaxPooling1D over [steps, c] -> [c] (Keras
+ * keepdims=False). Max pooling's gradient is shared by tied maxima, as in
+ * TensorFlow. ST_ERR_INVALID naming out when it is NULL. */
+st_status st_global_avgpool2d(st_layer **out);
+st_status st_global_maxpool2d(st_layer **out);
+st_status st_global_avgpool1d(st_layer **out);
+st_status st_global_maxpool1d(st_layer **out);
+
+typedef struct st_zeropad2d_options {
+  int top, bottom, left, right; /* zero rows / columns added, >= 0 */
+  const char *name;
+} st_zeropad2d_options;
+/* ZeroPadding2D on [h, w, c] (Keras default padding 1 on every side);
+ * ST_ERR_INVALID naming the side for a negative padding, or out when NULL. */
+st_zeropad2d_options st_zeropad2d_default_options(int pad);
+st_status st_zeropad2d_ex(st_zeropad2d_options o, st_layer **out);
+st_status st_zeropad2d(int pad, st_layer **out);
+
+typedef struct st_relu_options {
+  float max_value;      /* INFINITY (the default) = none (Keras None); else >= 0 */
+  float negative_slope; /* >= 0, default 0 */
+  float threshold;      /* >= 0, default 0 */
+  const char *name;
+} st_relu_options;
+/* ReLU as Keras's layer: y = x for threshold < x < max_value, max_value above
+ * it, negative_slope * (x - threshold) below the threshold (ReLU(max_value=6)
+ * is relu6). LeakyReLU(negative_slope): x >= 0 ? x : negative_slope * x
+ * (Keras 3 default 0.3). ST_ERR_INVALID naming the option when one is
+ * negative or NaN, or out when NULL. */
+st_relu_options st_relu_default_options(void);
+st_status st_relu_ex(st_relu_options o, st_layer **out);
+st_status st_leaky_relu(float negative_slope, st_layer **out);
+/* -- end of issue 28, layers-a -- */
 /* ---- graphs of layers (Keras's functional API) ---------------------------
  * A node is a symbolic tensor (Keras's KerasTensor): a model input made by
  * st_input, or the output of calling a layer on nodes (st_layer_call). The
@@ -137,15 +172,19 @@ void st_node_destroy(st_node *t);
 /* A layer's options, as Keras's layer.get_config(): the member of its class
  * (st_layer_class) holds what its constructor was given (name fields NULL;
  * st_layer_name says the name; pool strides 0 = the pool size; Reshape's
- * target as built), every other member is zero. Flatten has none. */
+ * target as built), every other member is zero. Flatten and the global
+ * poolings have none. */
 typedef struct st_layer_options {
   st_dense_options dense;         /* Dense */
   st_conv2d_options conv2d;       /* Conv2D */
   st_pool2d_options pool2d;       /* MaxPooling2D, AveragePooling2D */
   st_batchnorm_options batchnorm; /* BatchNormalization */
   float dropout_rate;             /* Dropout */
-  st_activation activation;       /* Activation (ReLU and Softmax import as it) */
+  st_activation activation;       /* Activation (ReLU with its defaults and Softmax
+                                     import as it) */
   st_shape target_shape;          /* Reshape */
+  st_zeropad2d_options zeropad2d;  /* ZeroPadding2D (layers-a) */
+  st_relu_options relu;            /* ReLU, LeakyReLU (layers-a) */
 } st_layer_options;
 /* ST_ERR_INVALID naming the argument for a NULL l or out. Any thread. */
 st_status st_layer_get_options(const st_layer *l, st_layer_options *out);

@@ -380,7 +380,8 @@ st_status st_model_to_keras_json(const st_model *m, char **out);
 /* ---- Keras model import ---- */
 /* A Keras `model.to_json()` Sequential (Keras 2 and 3 layouts) with Dense,
  * Conv2D, MaxPooling2D, AveragePooling2D, Flatten, Dropout,
- * BatchNormalization, Activation, ReLU, Softmax, InputLayer, Reshape. The
+ * BatchNormalization, Activation, ReLU, Softmax, InputLayer, Reshape,
+ * GlobalAverage/MaxPooling1D/2D, ZeroPadding2D, LeakyReLU. The
  * input shape comes from the config (batch_input_shape / batch_shape);
  * o->input_shape is ignored, the rest of o is used. An unsupported layer or
  * option is an error naming the layer's position, name and the option. Sizes,

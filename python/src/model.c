@@ -2,6 +2,7 @@
  * strategy, add layers, read them back (names, shapes, options), summary,
  * compile, and the weights (get/set, safetensors files, learning rate,
  * stop_training). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -208,7 +209,20 @@ static PyObject *layer_options_dict(const st_layer *l) {
   if (!strcmp(c, "Activation"))
     return Py_BuildValue("{ss}", "activation", st_activation_name(o.activation));
   if (!strcmp(c, "Reshape")) return Py_BuildValue("{sN}", "target_shape", st__py_shape_tuple(o.target_shape));
-  return PyDict_New(); /* Flatten */
+  /* issue 28, layers-a (the global poolings have no options) */
+  if (!strcmp(c, "ZeroPadding2D"))
+    return Py_BuildValue("{s((ii)(ii))}", "padding", o.zeropad2d.top, o.zeropad2d.bottom,
+                         o.zeropad2d.left, o.zeropad2d.right);
+  if (!strcmp(c, "ReLU")) {
+    PyObject *mv = isinf(o.relu.max_value) ? (Py_INCREF(Py_None), Py_None)
+                                           : PyFloat_FromDouble(o.relu.max_value);
+    return mv ? Py_BuildValue("{sNsdsd}", "max_value", mv, "negative_slope",
+                              (double)o.relu.negative_slope, "threshold", (double)o.relu.threshold)
+              : NULL;
+  }
+  if (!strcmp(c, "LeakyReLU"))
+    return Py_BuildValue("{sd}", "negative_slope", (double)o.relu.negative_slope);
+  return PyDict_New(); /* Flatten, the global poolings */
 }
 
 /* [(class, name, options dict), ...]: enough to make the Python layer

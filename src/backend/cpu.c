@@ -93,6 +93,7 @@ static void cpu_bias_grad(st_backend_ctx *ctx, int rows, int cols, const float *
 
 #define INV_SQRT2 0.70710678118654752440f
 #define INV_SQRT_2PI 0.39894228040143267794f
+#define SQRT_2_OVER_PI 0.79788456080286535588f
 
 /* Softmax of each row of x[rows, cols] into y (x == y allowed). */
 static void softmax_rows(int rows, int cols, const float *x, float *y) {
@@ -137,6 +138,18 @@ static void act_elementwise(st_activation act, size_t n, const float *x,
       for (size_t i = 0; i < n; i++)
         y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * INV_SQRT2));
       break;
+    case ST_ACT_RELU6: /* NaN propagates: both comparisons are false */
+      for (size_t i = 0; i < n; i++) y[i] = x[i] < 0.0f ? 0.0f : x[i] > 6.0f ? 6.0f : x[i];
+      break;
+    case ST_ACT_LEAKY_RELU:
+      for (size_t i = 0; i < n; i++) y[i] = x[i] < 0.0f ? 0.2f * x[i] : x[i];
+      break;
+    case ST_ACT_GELU_TANH: /* (1 + tanh(u)) / 2 = sigmoid(2u): no cancellation */
+      for (size_t i = 0; i < n; i++) {
+        float v = x[i], u = SQRT_2_OVER_PI * (v + 0.044715f * v * v * v);
+        y[i] = v / (1.0f + expf(-2.0f * u));
+      }
+      break;
     default: /* linear */
       if (x != y) memcpy(y, x, n * sizeof(float));
       break;
@@ -174,7 +187,19 @@ static void gelu_backward(size_t n, const float *x, const float *dy,
   }
 }
 
-/* dx = dy * act'(.) from y (GELU from x); dx == dy allowed. */
+/* gelu_tanh'(x) = (1 + t)/2 + x (1 - t^2) u'/2 with t = tanh(u), u = k (x + a x^3),
+ * written with s = (1 + t)/2 = sigmoid(2u): s + 2 x s (1 - s) u' (no cancellation
+ * of 1 + t for negative x). */
+static void gelu_tanh_backward(size_t n, const float *x, const float *dy, float *dx) {
+  for (size_t i = 0; i < n; i++) {
+    float v = x[i], u = SQRT_2_OVER_PI * (v + 0.044715f * v * v * v);
+    float s = 1.0f / (1.0f + expf(-2.0f * u));
+    float du = SQRT_2_OVER_PI * (1.0f + 3.0f * 0.044715f * v * v);
+    dx[i] = dy[i] * (s + 2.0f * v * s * (1.0f - s) * du);
+  }
+}
+
+/* dx = dy * act'(.) from y (the GELUs from x); dx == dy allowed. */
 ST__SIMD_CLONES
 static void cpu_act_backward(st_backend_ctx *ctx, st_activation act, int rows, int cols,
                              const float *x, const float *y, const float *dy,
@@ -183,6 +208,19 @@ static void cpu_act_backward(st_backend_ctx *ctx, st_activation act, int rows, i
   switch (act) {
     case ST_ACT_SOFTMAX: softmax_backward(rows, cols, y, dy, dx); break;
     case ST_ACT_GELU: gelu_backward(n, x, dy, dx); break;
+    case ST_ACT_GELU_TANH: gelu_tanh_backward(n, x, dy, dx); break;
+    case ST_ACT_RELU6:
+      for (size_t i = 0; i < n; i++) {
+        float d = dy[i];
+        dx[i] = y[i] > 0.0f && y[i] < 6.0f ? d : 0.0f;
+      }
+      break;
+    case ST_ACT_LEAKY_RELU:
+      for (size_t i = 0; i < n; i++) {
+        float d = dy[i];
+        dx[i] = y[i] > 0.0f ? d : 0.2f * d;
+      }
+      break;
     case ST_ACT_RELU: /* a select, not dy * {0,1}: it vectorises */
       for (size_t i = 0; i < n; i++) {
         float d = dy[i];

@@ -15,7 +15,8 @@ static const char *const k_act_names[] = {
     [ST_ACT_LINEAR] = "linear", [ST_ACT_RELU] = "relu",
     [ST_ACT_SIGMOID] = "sigmoid", [ST_ACT_TANH] = "tanh",
     [ST_ACT_SOFTMAX] = "softmax", [ST_ACT_ELU] = "elu",
-    [ST_ACT_GELU] = "gelu",
+    [ST_ACT_GELU] = "gelu", [ST_ACT_RELU6] = "relu6",
+    [ST_ACT_LEAKY_RELU] = "leaky_relu", [ST_ACT_GELU_TANH] = "gelu_approximate",
 };
 static_assert(sizeof k_act_names / sizeof k_act_names[0] == ST_ACT_COUNT,
               "k_act_names must name every st_activation");
@@ -83,9 +84,11 @@ st_status st_activation_parse(const char *name, st_activation *out) {
                   join_names(k_act_names, ST_ACT_COUNT, list, sizeof list));
 }
 
-/* Only GELU needs x: the others' derivatives are functions of y
- * (ELU: dx = dy * (y > 0 ? 1 : y + 1)). */
-bool st_activation_needs_input(st_activation a) { return a == ST_ACT_GELU; }
+/* Only the GELUs need x: the others' derivatives are functions of y
+ * (ELU: dx = dy * (y > 0 ? 1 : y + 1); relu6: 0 < y < 6; leaky: y > 0). */
+bool st_activation_needs_input(st_activation a) {
+  return a == ST_ACT_GELU || a == ST_ACT_GELU_TANH;
+}
 
 const char *st_loss_name(st_loss_kind k) {
   if ((int)k < 0 || k >= ST_LOSS_COUNT) return "unknown";

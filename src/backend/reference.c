@@ -85,6 +85,10 @@ static double act_scalar(st_activation act, double x) {
     case ST_ACT_TANH: return tanh(x);
     case ST_ACT_ELU: return x > 0.0 ? x : expm1(x);
     case ST_ACT_GELU: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+    case ST_ACT_RELU6: return x < 0.0 ? 0.0 : x > 6.0 ? 6.0 : x;
+    case ST_ACT_LEAKY_RELU: return x < 0.0 ? 0.2 * x : x;
+    case ST_ACT_GELU_TANH: /* sqrt(2/pi) = 0.79788... */
+      return 0.5 * x * (1.0 + tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x)));
     default: return x; /* linear (softmax is handled row-wise) */
   }
 }
@@ -101,7 +105,7 @@ static void ref_act_forward(st_backend_ctx *ctx, st_activation act, int rows, in
   for (size_t i = 0; i < n; i++) y[i] = (float)act_scalar(act, x[i]);
 }
 
-/* act'(.) from the output y for every activation but GELU, which needs x
+/* act'(.) from the output y for every activation but the GELUs, which need x
  * (so this works whatever st_activation_needs_input says for the others). */
 static double act_deriv(st_activation act, double x, double y) {
   switch (act) {
@@ -112,6 +116,12 @@ static double act_deriv(st_activation act, double x, double y) {
     case ST_ACT_GELU:
       return 0.5 * (1.0 + erf(x / sqrt(2.0))) +
              x * exp(-0.5 * x * x) * 0.39894228040143267794; /* 1/sqrt(2 pi) */
+    case ST_ACT_RELU6: return y > 0.0 && y < 6.0 ? 1.0 : 0.0;
+    case ST_ACT_LEAKY_RELU: return y > 0.0 ? 1.0 : 0.2;
+    case ST_ACT_GELU_TANH: {
+      double k = 0.79788456080286535588, t = tanh(k * (x + 0.044715 * x * x * x));
+      return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x);
+    }
     default: return 1.0;
   }
 }

@@ -29,6 +29,15 @@ typedef enum st__keras_kind {
   ST__K_BATCHNORM,
   ST__K_ACTIVATION, /* Activation, ReLU, Softmax */
   ST__K_RESHAPE,
+  /* issue 28, layers-a */
+  ST__K_GLOBAL_AVG2D,
+  ST__K_GLOBAL_MAX2D,
+  ST__K_GLOBAL_AVG1D,
+  ST__K_GLOBAL_MAX1D,
+  ST__K_ZEROPAD2D,
+  ST__K_RELU,       /* ReLU other than its defaults (those import as Activation) */
+  ST__K_LEAKY_RELU,
+  /* end of layers-a */
   ST__K_COUNT
 } st__keras_kind;
 
@@ -52,6 +61,8 @@ typedef struct st__keras_layer {
     st_batchnorm_options bn;
     float rate;           /* Dropout */
     st_activation act;    /* Activation, ReLU, Softmax */
+    st_zeropad2d_options zeropad; /* ZeroPadding2D */
+    st_relu_options relu; /* ReLU (not its defaults), LeakyReLU */
   } u;
 } st__keras_layer;
 
@@ -111,6 +122,11 @@ st_status st__keras_axis(const st__keras_ctx *c, const json_t *cfg, int def, int
 /* Validate one layer entry {"class_name", "config", ...} into *out. */
 st_status st__keras_parse_layer(const st__keras_ctx *c, const json_t *layer,
                                 st__keras_layer *out);
+/* Create the (unbuilt) layer of a validated entry; in is its input shape
+ * (Reshape resolves a -1 against it). Errors are ST_ERR_FORMAT in c's terms.
+ * The caller owns *out. (keras_json.c; tests/layer_probe.c uses it too.) */
+st_status st__keras_make_layer(const st__keras_ctx *c, const st__keras_layer *k,
+                               st_shape in, st_layer **out);
 
 /* keras_json.c: the layer k describes, for an input of shape `in` (Reshape
  * resolves -1 against it); errors in the file's terms. */

@@ -192,6 +192,8 @@ st_status st__keras_make_layer(const st__keras_ctx *c, const st__keras_layer *k,
   st_conv2d_options cv = k->u.conv;
   st_pool2d_options p = k->u.pool;
   st_batchnorm_options bn = k->u.bn;
+  st_zeropad2d_options zp = k->u.zeropad;
+  st_relu_options ro = k->u.relu;
   st_shape t;
   st_status s = check_axis(c, k, in); /* axis is -1 unless BN or Softmax set it */
   if (s != ST_OK) return s;
@@ -208,6 +210,17 @@ st_status st__keras_make_layer(const st__keras_ctx *c, const st__keras_layer *k,
     if ((s = reshape_target(c, k, in, &t)) != ST_OK) return s;
     s = named(st_reshape(t, out), out, k->name);
     break;
+  /* issue 28, layers-a */
+  case ST__K_GLOBAL_AVG2D: s = named(st_global_avgpool2d(out), out, k->name); break;
+  case ST__K_GLOBAL_MAX2D: s = named(st_global_maxpool2d(out), out, k->name); break;
+  case ST__K_GLOBAL_AVG1D: s = named(st_global_avgpool1d(out), out, k->name); break;
+  case ST__K_GLOBAL_MAX1D: s = named(st_global_maxpool1d(out), out, k->name); break;
+  case ST__K_ZEROPAD2D: zp.name = nm; s = st_zeropad2d_ex(zp, out); break;
+  case ST__K_RELU: ro.name = nm; s = st_relu_ex(ro, out); break;
+  case ST__K_LEAKY_RELU:
+    s = named(st_leaky_relu(k->u.relu.negative_slope, out), out, k->name);
+    break;
+  /* end of layers-a */
   default: return st__keras_error(c, "internal: unexpected layer kind %d", (int)k->kind);
   }
   return s == ST_OK ? ST_OK : st__keras_rethrow(c);

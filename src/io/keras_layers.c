@@ -3,6 +3,7 @@
  * understands; any other key is an error (an option that is silently ignored
  * could change results), as is any value Strata cannot honour. Adding a
  * class: a parse function and a row in k_classes. Any thread; no state. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -137,16 +138,87 @@ static st_status parse_activation(const st__keras_ctx *c, const json_t *cfg,
   return st__keras_activation(c, cfg, "activation", &k->u.act);
 }
 
-/* ReLU with its defaults only (max_value null, negative_slope 0, threshold 0). */
+/* ReLU: with its defaults (max_value null, negative_slope 0, threshold 0) an
+ * Activation(relu), as before issue 28; otherwise the ReLU layer kind. */
 static st_status parse_relu(const st__keras_ctx *c, const json_t *cfg,
                             st__keras_layer *k) {
-  float slope, threshold;
-  st_status s = st__keras_null(c, cfg, "max_value");
-  if (s == ST_OK) s = st__keras_float(c, cfg, "negative_slope", 0, 0, 0, &slope);
-  if (s == ST_OK) s = st__keras_float(c, cfg, "threshold", 0, 0, 0, &threshold);
-  k->u.act = ST_ACT_RELU;
+  st_relu_options o = st_relu_default_options();
+  const json_t *mv = json_object_get(cfg, "max_value");
+  st_status s = ST_OK;
+  if (mv && !json_is_null(mv))
+    s = st__keras_float(c, cfg, "max_value", 0.0, 3.4e38, 0.0, &o.max_value);
+  if (s == ST_OK) s = st__keras_float(c, cfg, "negative_slope", 0.0, 3.4e38, 0.0, &o.negative_slope);
+  if (s == ST_OK) s = st__keras_float(c, cfg, "threshold", 0.0, 3.4e38, 0.0, &o.threshold);
+  bool plain = isinf(o.max_value) && o.negative_slope == 0.0f && o.threshold == 0.0f;
+  k->kind = plain ? ST__K_ACTIVATION : ST__K_RELU;
+  if (plain)
+    k->u.act = ST_ACT_RELU;
+  else
+    k->u.relu = o;
   return s;
 }
+
+/* ---- issue 28, layers-a: global pooling, ZeroPadding2D, LeakyReLU ---- */
+
+/* GlobalAverage/MaxPooling1D/2D: channels_last, keepdims false. */
+static st_status parse_global_pool(const st__keras_ctx *c, const json_t *cfg,
+                                   st__keras_layer *k) {
+  st_status s = st__keras_data_format(c, cfg);
+  if (s == ST_OK) s = st__keras_false(c, cfg, "keepdims");
+  return s;
+}
+
+/* One padding value: an integer in 0..ST__KERAS_MAX_KERNEL. */
+static bool pad_value(const json_t *v, int *out) {
+  if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+      json_integer_value(v) > ST__KERAS_MAX_KERNEL)
+    return false;
+  *out = (int)json_integer_value(v);
+  return true;
+}
+
+/* padding: n, [h, w] or [[top, bottom], [left, right]] (Keras 1 default). */
+static st_status parse_zeropad(const st__keras_ctx *c, const json_t *cfg,
+                               st__keras_layer *k) {
+  st_zeropad2d_options *o = &k->u.zeropad;
+  const json_t *v = json_object_get(cfg, "padding");
+  int p[4] = {1, 1, 1, 1}; /* top, bottom, left, right */
+  bool ok = true;
+  if (v && json_is_integer(v)) {
+    ok = pad_value(v, &p[0]);
+    p[1] = p[2] = p[3] = p[0];
+  } else if (v) {
+    ok = json_is_array(v) && json_array_size(v) == 2;
+    for (int a = 0; ok && a < 2; a++) {
+      const json_t *e = json_array_get(v, (size_t)a);
+      if (json_is_array(e))
+        ok = json_array_size(e) == 2 && pad_value(json_array_get(e, 0), &p[2 * a]) &&
+             pad_value(json_array_get(e, 1), &p[2 * a + 1]);
+      else
+        ok = pad_value(e, &p[2 * a]) && pad_value(e, &p[2 * a + 1]);
+    }
+  }
+  char b[80];
+  if (!ok)
+    return st__keras_error(c, "padding %s is not supported (expected n, [h, w] or [[top, "
+                           "bottom], [left, right]] of integers in 0..%d)",
+                           st__keras_show(v, b, sizeof b), ST__KERAS_MAX_KERNEL);
+  *o = st_zeropad2d_default_options(1);
+  o->top = p[0], o->bottom = p[1], o->left = p[2], o->right = p[3];
+  return st__keras_data_format(c, cfg);
+}
+
+/* LeakyReLU: negative_slope (Keras 3) or alpha (Keras 2), default 0.3. */
+static st_status parse_leaky_relu(const st__keras_ctx *c, const json_t *cfg,
+                                  st__keras_layer *k) {
+  bool ns = json_object_get(cfg, "negative_slope") != NULL;
+  if (ns && json_object_get(cfg, "alpha"))
+    return st__keras_error(c, "both negative_slope and alpha given");
+  k->u.relu = st_relu_default_options();
+  return st__keras_float(c, cfg, ns ? "negative_slope" : "alpha", 0.0, 3.4e38, 0.3,
+                         &k->u.relu.negative_slope);
+}
+/* ---- end of layers-a ---- */
 
 static st_status parse_softmax(const st__keras_ctx *c, const json_t *cfg,
                                st__keras_layer *k) {
@@ -224,6 +296,16 @@ static const struct {
     {"ReLU", ST__K_ACTIVATION, parse_relu, KEYS("max_value", "negative_slope", "threshold")},
     {"Softmax", ST__K_ACTIVATION, parse_softmax, KEYS("axis")},
     {"Reshape", ST__K_RESHAPE, parse_reshape, KEYS("target_shape")},
+    /* issue 28, layers-a */
+    {"GlobalAveragePooling2D", ST__K_GLOBAL_AVG2D, parse_global_pool,
+     KEYS("data_format", "keepdims")},
+    {"GlobalMaxPooling2D", ST__K_GLOBAL_MAX2D, parse_global_pool, KEYS("data_format", "keepdims")},
+    {"GlobalAveragePooling1D", ST__K_GLOBAL_AVG1D, parse_global_pool,
+     KEYS("data_format", "keepdims")},
+    {"GlobalMaxPooling1D", ST__K_GLOBAL_MAX1D, parse_global_pool, KEYS("data_format", "keepdims")},
+    {"ZeroPadding2D", ST__K_ZEROPAD2D, parse_zeropad, KEYS("padding", "data_format")},
+    {"LeakyReLU", ST__K_LEAKY_RELU, parse_leaky_relu, KEYS("negative_slope", "alpha")},
+    /* end of layers-a */
 };
 #define NCLASSES ((int)(sizeof k_classes / sizeof k_classes[0]))
 
@@ -290,10 +372,13 @@ static st_status entry_ok(const st__keras_ctx *c, const json_t *layer, const cha
 }
 
 static st_status unknown_class(const st__keras_ctx *c) {
-  char list[256] = "";
-  for (int i = 0; i < NCLASSES; i++) {
-    strcat(list, k_classes[i].cls);
-    if (i + 1 < NCLASSES) strcat(list, ", ");
+  char list[1024] = "";
+  size_t len = 0;
+  for (int i = 0; i < NCLASSES && len < sizeof list; i++) {
+    int w = snprintf(list + len, sizeof list - len, "%s%s", k_classes[i].cls,
+                     i + 1 < NCLASSES ? ", " : "");
+    if (w < 0) break;
+    len += (size_t)w;
   }
   return st__keras_error(c, "layer class '%s' is not supported (supported: %s)",
                          c->cls, list);

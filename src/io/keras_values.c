@@ -190,7 +190,7 @@ st_status st__keras_activation(const st__keras_ctx *c, const json_t *cfg,
       return ST_OK;
     }
   return st__keras_error(c, "%s %s is not supported (linear, relu, sigmoid, tanh, "
-                         "softmax, elu, gelu)", key, st__keras_show(v, b, sizeof b));
+                         "softmax, elu, gelu, relu6, leaky_relu, gelu_approximate)", key, st__keras_show(v, b, sizeof b));
 }
 
 static const struct {

@@ -27,7 +27,8 @@ def _act(name):
     fns = {"relu": lambda x: np.maximum(x, 0), "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
            "tanh": np.tanh, "linear": lambda x: x,
            "softmax": lambda x: np.exp(x - x.max(-1, keepdims=True)) / np.exp(x - x.max(-1, keepdims=True)).sum(-1, keepdims=True),
-           "elu": lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0)))}
+           "elu": lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0))),
+           "relu6": lambda x: np.clip(x, 0, 6), "leaky_relu": lambda x: np.where(x < 0, 0.2 * x, x)}
     impl = fns.get(name)
 
     def f(x):
@@ -40,6 +41,8 @@ def _act(name):
 
 activations = _types.SimpleNamespace(**{n: _act(n) for n in ("relu", "sigmoid", "tanh", "linear", "softmax", "elu")})
 activations.gelu = _act("gelu")
+activations.relu6 = _act("relu6")
+activations.leaky_relu = _act("leaky_relu")
 
 __all__ = ["Sequential", "Model", "Input", "layers", "models", "optimizers", "losses", "metrics",
            "callbacks", "datasets", "utils", "activations", "initializers", "backend"]

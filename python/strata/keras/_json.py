@@ -36,7 +36,15 @@ def layer_config(l):
     elif isinstance(l, _layers.Dropout):
         c.update(rate=l.rate, noise_shape=None, seed=None)
     elif isinstance(l, _layers.ReLU):
-        c.update(max_value=None, negative_slope=0.0, threshold=0.0)
+        c.update(max_value=l.max_value, negative_slope=l.negative_slope, threshold=l.threshold)
+    # issue 28, layers-a
+    elif isinstance(l, _layers.LeakyReLU):
+        c.update(alpha=l.negative_slope)  # Keras 2 name (this file is Keras 2 layout)
+    elif isinstance(l, _layers._GlobalPooling):
+        c.update(data_format="channels_last", keepdims=False)
+    elif isinstance(l, _layers.ZeroPadding2D):
+        c.update(padding=[list(l.padding[0]), list(l.padding[1])], data_format="channels_last")
+    # end of layers-a
     elif isinstance(l, _layers.Softmax):
         c.update(axis=-1)
     elif isinstance(l, _layers.Activation):

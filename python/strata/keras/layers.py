@@ -5,7 +5,8 @@ NotImplementedError naming them."""
 from .._util import unsupported, reject_kwargs
 
 _COMMON = ("name", "dtype", "trainable", "input_shape", "batch_input_shape", "input_dim")
-_ACTS = ("linear", "relu", "sigmoid", "tanh", "softmax", "elu", "gelu")
+_ACTS = ("linear", "relu", "sigmoid", "tanh", "softmax", "elu", "gelu",
+         "relu6", "leaky_relu", "gelu_approximate")  # gelu_approximate: tanh GELU
 _INITS = {"glorot_uniform": "glorot_uniform", "GlorotUniform": "glorot_uniform",
           "he_normal": "he_normal", "HeNormal": "he_normal", "zeros": "zeros", "Zeros": "zeros",
           "ones": "ones", "Ones": "ones"}
@@ -280,13 +281,40 @@ class Activation(Layer):
         _strata.add_simple(m, "Activation", self.activation)
 
 
+def _nonneg(where, arg, v, none_ok=False):
+    """v as a float >= 0 (None kept when none_ok), else ValueError as Keras."""
+    if v is None and none_ok:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        f = float("nan")
+    if not f >= 0 or f == float("inf"):
+        raise ValueError("%s: %s=%r (expected a number >= 0%s)"
+                         % (where, arg, v, " or None" if none_ok else ""))
+    return f
+
+
 class ReLU(Activation):
-    """ReLU() (max_value, negative_slope and threshold at their defaults)."""
+    """ReLU(max_value=None, negative_slope=0.0, threshold=0.0) as Keras's:
+    x above the threshold (clipped at max_value), negative_slope * (x -
+    threshold) below it. With its defaults the engine's Activation('relu')."""
 
     def __init__(self, max_value=None, negative_slope=0.0, threshold=0.0, **kwargs):
-        unsupported("ReLU", max_value=(max_value, None), negative_slope=(float(negative_slope), 0.0),
-                    threshold=(float(threshold), 0.0))
+        self.max_value = _nonneg("ReLU", "max_value", max_value, none_ok=True)
+        self.negative_slope = _nonneg("ReLU", "negative_slope", negative_slope)
+        self.threshold = _nonneg("ReLU", "threshold", threshold)
         super().__init__("relu", **kwargs)
+
+    def _plain(self):
+        return self.max_value is None and self.negative_slope == 0.0 and self.threshold == 0.0
+
+    def _add(self, m):
+        if self._plain():
+            return super()._add(m)
+        from .. import _strata
+        mv = float("inf") if self.max_value is None else self.max_value
+        _strata.add_layer_a(m, "ReLU", (mv, self.negative_slope, self.threshold), self._given_name)
 
 
 class Softmax(Activation):
@@ -295,6 +323,87 @@ class Softmax(Activation):
     def __init__(self, axis=-1, **kwargs):
         unsupported("Softmax", axis=(axis, -1))
         super().__init__("softmax", **kwargs)
+
+
+# ---- issue 28, layers-a: LeakyReLU, global pooling, ZeroPadding2D ----
+class LeakyReLU(Layer):
+    """LeakyReLU(negative_slope=0.3) (Keras 2's alpha= also accepted)."""
+
+    def __init__(self, negative_slope=0.3, **kwargs):
+        if "alpha" in kwargs:
+            negative_slope = kwargs.pop("alpha")
+        super().__init__(**kwargs)
+        self.negative_slope = _nonneg("LeakyReLU", "negative_slope", negative_slope)
+
+    def _add(self, m):
+        from .. import _strata
+        _strata.add_layer_a(m, "LeakyReLU", self.negative_slope, self._given_name)
+
+
+class _GlobalPooling(Layer):
+    def __init__(self, data_format=None, keepdims=False, **kwargs):
+        where = type(self).__name__
+        super().__init__(**kwargs)
+        unsupported(where, data_format=(data_format, None, "channels_last"), keepdims=(keepdims, False))
+
+    def _add(self, m):
+        from .. import _strata
+        _strata.add_layer_a(m, type(self).__name__, None, self._given_name)
+
+
+class GlobalAveragePooling2D(_GlobalPooling):
+    """GlobalAveragePooling2D(): (h, w, c) -> (c,) (keepdims=False)."""
+
+
+class GlobalMaxPooling2D(_GlobalPooling):
+    """GlobalMaxPooling2D(): (h, w, c) -> (c,) (keepdims=False)."""
+
+
+class GlobalAveragePooling1D(_GlobalPooling):
+    """GlobalAveragePooling1D(): (steps, c) -> (c,) (keepdims=False)."""
+
+
+class GlobalMaxPooling1D(_GlobalPooling):
+    """GlobalMaxPooling1D(): (steps, c) -> (c,) (keepdims=False)."""
+
+
+GlobalAvgPool2D = GlobalAveragePooling2D
+GlobalMaxPool2D = GlobalMaxPooling2D
+GlobalAvgPool1D = GlobalAveragePooling1D
+GlobalMaxPool1D = GlobalMaxPooling1D
+
+
+def _padding2d(p):
+    """((top, bottom), (left, right)) of n, (h, w) or ((t, b), (l, r))."""
+    try:
+        if isinstance(p, int) and not isinstance(p, bool):
+            out = ((p, p), (p, p))
+        else:
+            a, b = p
+            out = tuple((int(v), int(v)) if isinstance(v, int) else tuple(int(e) for e in v)
+                        for v in (a, b))
+        ok = all(len(v) == 2 and v[0] >= 0 and v[1] >= 0 for v in out)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError("ZeroPadding2D: padding=%r (expected n, (h, w) or ((top, bottom), "
+                         "(left, right)) of integers >= 0)" % (p,))
+    return out
+
+
+class ZeroPadding2D(Layer):
+    """ZeroPadding2D(padding=(1, 1)) on channels_last images."""
+
+    def __init__(self, padding=(1, 1), data_format=None, **kwargs):
+        super().__init__(**kwargs)
+        unsupported("ZeroPadding2D", data_format=(data_format, None, "channels_last"))
+        self.padding = _padding2d(padding)
+
+    def _add(self, m):
+        from .. import _strata
+        (t, b), (l, r) = self.padding
+        _strata.add_layer_a(m, "ZeroPadding2D", (t, b, l, r), self._given_name)
+# ---- end of layers-a ----
 
 
 class Reshape(Layer):
@@ -369,9 +478,9 @@ class Rescaling(Layer):
 
 
 _NOT_YET = ("Conv1D", "Conv3D", "LSTM", "GRU", "SimpleRNN", "Embedding", "LayerNormalization",
-            "GlobalAveragePooling2D", "GlobalMaxPooling2D", "Concatenate", "Add", "Lambda",
-            "DepthwiseConv2D", "SeparableConv2D", "Conv2DTranspose", "UpSampling2D", "ZeroPadding2D",
-            "LeakyReLU", "PReLU", "GaussianNoise", "SpatialDropout2D", "RandomFlip", "RandomRotation",
+            "Concatenate", "Add", "Lambda",
+            "DepthwiseConv2D", "SeparableConv2D", "Conv2DTranspose", "UpSampling2D",
+            "PReLU", "GaussianNoise", "SpatialDropout2D", "RandomFlip", "RandomRotation",
             "Normalization", "TextVectorization", "MultiHeadAttention", "Bidirectional", "TimeDistributed")
 
 

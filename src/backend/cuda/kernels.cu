@@ -61,6 +61,10 @@ __device__ double act_scalar(int act, double x) {
     case ST_ACT_TANH: return tanh(x);
     case ST_ACT_ELU: return x > 0.0 ? x : expm1(x);
     case ST_ACT_GELU: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+    case ST_ACT_RELU6: return x < 0.0 ? 0.0 : x > 6.0 ? 6.0 : x;
+    case ST_ACT_LEAKY_RELU: return x < 0.0 ? 0.2 * x : x;
+    case ST_ACT_GELU_TANH:
+      return 0.5 * x * (1.0 + tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x)));
     default: return x;
   }
 }
@@ -72,6 +76,12 @@ __device__ double act_deriv(int act, double x, double y) {
     case ST_ACT_ELU: return y > 0.0 ? 1.0 : y + 1.0;
     case ST_ACT_GELU:
       return 0.5 * (1.0 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) * 0.39894228040143267794;
+    case ST_ACT_RELU6: return y > 0.0 && y < 6.0 ? 1.0 : 0.0;
+    case ST_ACT_LEAKY_RELU: return y > 0.0 ? 1.0 : 0.2;
+    case ST_ACT_GELU_TANH: {
+      double k = 0.79788456080286535588, t = tanh(k * (x + 0.044715 * x * x * x));
+      return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x);
+    }
     default: return 1.0;
   }
 }
