@@ -88,6 +88,15 @@ typedef struct st_layer_vtable {
   /* Fill this kind's member of *out (st_layer_get_options zeroed it and
    * checked the arguments); NULL = a kind without options (Flatten). */
   void (*get_options)(const st_layer *l, st_layer_options *out);
+  /* Check the values of an input before forward sees them (NULL = any
+   * value is fine): x [n, in_shape] in host memory, its first example being
+   * example `first` of the data; ST_ERR_INVALID naming the layer, the value
+   * and its example and position when forward cannot honour it (Embedding:
+   * an id that is not an integer in [0, input_dim)). The executor calls it
+   * (st__layer_check_input) on a layer's input as st__net_check_labels on
+   * labels; forward itself stays safe without it (Embedding writes NaN rows
+   * for such ids and backward skips them). */
+  st_status (*check_input)(const st_layer *l, const float *x, int n, int64_t first);
 } st_layer_vtable;
 
 struct st_layer {
@@ -140,6 +149,10 @@ st_status st__layer_build(st_layer *l, st_shape in);
 /* Build a layer of n inputs (1 <= n <= ST_LAYER_MAX_INPUTS; ST_ERR_INVALID
  * naming the layer when its kind takes another count). */
 st_status st__layer_build_inputs(st_layer *l, const st_shape *in, int n);
+
+/* l's vt->check_input on x [n, in_shape] (host memory), or ST_OK when its
+ * kind has none. */
+st_status st__layer_check_input(const st_layer *l, const float *x, int n, int64_t first);
 
 /* Fill n floats of a parameter with its initializer; fan_in/fan_out are derived
  * from the shape as Keras does (Dense [in,out]; Conv [kh,kw,in,out]). */
