@@ -146,7 +146,8 @@ static st_status rethrow(const st__keras_ctx *c) {
   return st__keras_error(c, "%s", msg);
 }
 
-/* BatchNormalization and Softmax work on the last axis only: -1 or rank. */
+/* BatchNormalization, Softmax and LayerNormalization work on the last axis
+ * only: -1 or rank. */
 static st_status check_axis(const st__keras_ctx *c, const st__keras_layer *k, st_shape in) {
   if (k->axis == -1 || k->axis == in.rank) return ST_OK;
   return st__keras_error(c, "axis %d is not supported (only the last axis, -1 or %d, "
@@ -191,6 +192,10 @@ static st_status make_layer(const st__keras_ctx *c, const st__keras_layer *k,
   st_conv2d_options cv = k->u.conv;
   st_pool2d_options p = k->u.pool;
   st_batchnorm_options bn = k->u.bn;
+  st_conv1d_options k1;
+  st_depthwise_conv2d_options dw;
+  st_embedding_options em;
+  st_layernorm_options ln;
   st_shape t;
   st_status s = ST_OK;
   switch (k->kind) {
@@ -202,6 +207,11 @@ static st_status make_layer(const st__keras_ctx *c, const st__keras_layer *k,
   case ST__K_FLATTEN: s = named(st_flatten(out), out, k->name); break;
   case ST__K_DROPOUT: s = named(st_dropout(k->u.rate, out), out, k->name); break;
   case ST__K_ACTIVATION: s = named(st_activation_layer(k->u.act, out), out, k->name); break;
+  /* issue 28, helper B */
+  case ST__K_CONV1D: k1 = k->u.conv1d, k1.name = nm; s = st_conv1d_ex(k1, out); break;
+  case ST__K_DEPTHWISE: dw = k->u.dw, dw.name = nm; s = st_depthwise_conv2d_ex(dw, out); break;
+  case ST__K_EMBEDDING: em = k->u.emb, em.name = nm; s = st_embedding_ex(em, out); break;
+  case ST__K_LAYERNORM: ln = k->u.ln, ln.name = nm; s = st_layernorm_ex(ln, out); break;
   case ST__K_RESHAPE:
     if ((s = reshape_target(c, k, in, &t)) != ST_OK) return s;
     s = named(st_reshape(t, out), out, k->name);
