@@ -11,6 +11,7 @@
  *   strategy.c  strategies and custom loops (strategy.run per replica)
  *   io.c        files: Keras model JSON, MNIST IDX, TensorBoard
  *   ps.c        the parameter server (tf.distribute.Server, the chief)
+ *   layers_b.c  Conv1D, DepthwiseConv2D, Embedding, LayerNormalization
  * Each file's functions join the module through its st__py_*_register.
  * Handles (strategy, model, dataset, TensorBoard writer) are capsules that the
  * pure-Python layer (python/strata/) wraps in Keras-shaped classes. Strata
@@ -85,5 +86,9 @@ int st__py_data_register(PyObject *module);
 int st__py_strategy_register(PyObject *module);
 int st__py_io_register(PyObject *module);
 int st__py_ps_register(PyObject *module);
+/* issue 28 layers (layers_b.c): their add_* functions, and their options
+ * as a dict (NULL without an exception for any other class). */
+int st__py_layers_b_register(PyObject *module);
+PyObject *st__py_layer_options_b(const st_layer *l, const st_layer_options *o);
 
 #endif
