@@ -81,3 +81,21 @@ def test_configs():
 def test_refused(bad):
     with pytest.raises((ValueError, NotImplementedError)):
         bad()
+
+
+def test_embedding_bad_id():
+    """An id outside [0, input_dim) (or not an integer) stops fit, evaluate and
+    predict before any kernel reads it, naming the id, example and position."""
+    m = tf.keras.Sequential([tf.keras.Input((4,)), L.Embedding(10, 3), L.Flatten(), L.Dense(2)])
+    m.compile(optimizer="sgd", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x = np.zeros((6, 4), np.float32)
+    y = np.zeros(6, np.int64)
+    for bad in (10.0, -1.0, 2.5):
+        x[5, 2] = bad
+        for call in (lambda: m.fit(x, y, batch_size=4, epochs=1, verbose=0),
+                     lambda: m.evaluate(x, y, batch_size=4, verbose=0),
+                     lambda: m.predict(x, batch_size=4, verbose=0)):
+            with pytest.raises(ValueError, match=r"id %g of example 5 at position 2" % bad):
+                call()
+    x[5, 2] = 9.0
+    assert np.all(np.isfinite(m.predict(x, verbose=0)))
