@@ -335,6 +335,9 @@ static void test_embedding(void) {
   harness h;
   if (!h_init(&h, made(st_embedding(5, 3, &g_made)), st_shape1(4), 3, 8)) return;
   CHECK(st_shape_equal(h.l->out_shape, (st_shape){2, {4, 3}}));
+  float lo = 1, hi = -1; /* random_uniform: Keras's [-0.05, 0.05] */
+  for (int i = 0; i < 15; i++) lo = fminf(lo, h.w[0][i]), hi = fmaxf(hi, h.w[0][i]);
+  CHECK_MSG(lo >= -0.05f && hi <= 0.05f && hi - lo > 0.02f, "embeddings init in [%g, %g]", lo, hi);
   const float ids[12] = {0, 4, 4, 2, 1, 1, 1, 0, 3, 4, 0, 2};
   memcpy(h.x, ids, sizeof ids);
   for (size_t i = 0; i < h.nx; i++) h.dx[i] = 7.0f;
