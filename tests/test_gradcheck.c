@@ -425,6 +425,35 @@ static void test_issue28_b_forward(void) {
   CHECK_MSG(worst < 1e-3, "layernorm vs formula: max error %g", worst);
   h_free(&h);
 }
+static void copy_to_device(st_backend_ctx *ctx, void *dst, const void *src, size_t n) {
+  (void)ctx;
+  memcpy(dst, src, n);
+}
+
+/* The host-loop layers on a backend that claims device memory write NaN
+ * through be->fill instead of touching its buffers. */
+static void test_host_loops_guard(void) {
+  st_backend dev = *st_backend_reference();
+  dev.to_device = copy_to_device;
+  const st_backend *saved = be;
+  st_layer *ls[3] = {made(st_embedding(5, 3, &g_made)), made(st_layernorm(&g_made)),
+                     made(st_depthwise_conv2d_ex(st_depthwise_conv2d_default_options(2, 2), &g_made))};
+  st_shape in[3] = {st_shape1(4), st_shape1(4), st_shape3(3, 3, 2)};
+  for (int i = 0; i < 3; i++) {
+    harness h;
+    if (!h_init(&h, ls[i], in[i], 2, 9)) continue;
+    CHECK(h.l->vt->host_loops);
+    if (i == 0) memset(h.x, 0, h.nx * sizeof(float)); /* valid ids */
+    be = &dev;
+    h_backward(&h, false);
+    be = saved;
+    bool nan = true;
+    for (size_t j = 0; j < h.ny; j++) nan &= isnan(h.y[j]);
+    for (size_t j = 0; j < st_shape_size(h.l->params[0].shape); j++) nan &= isnan(h.dw[0][j]);
+    CHECK_MSG(nan, "%s: not NaN on a device backend", st_layer_class(h.l));
+    h_free(&h);
+  }
+}
 /* ---- end of the issue 28 (helper B) block ---- */
 
 /* ---- forward checks --------------------------------------------------------- */
@@ -732,7 +761,7 @@ static const check_case cases[] = {
     CHECK_CASE(test_adam_first_step),
     /* issue 28, helper B */
     CHECK_CASE(test_issue28_b_grad),  CHECK_CASE(test_embedding),
-    CHECK_CASE(test_issue28_b_forward)};
+    CHECK_CASE(test_issue28_b_forward), CHECK_CASE(test_host_loops_guard)};
 
 int main(int argc, char **argv) {
   be = st_backend_reference();

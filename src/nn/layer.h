@@ -97,6 +97,11 @@ typedef struct st_layer_vtable {
    * labels; forward itself stays safe without it (Embedding writes NaN rows
    * for such ids and backward skips them). */
   st_status (*check_input)(const st_layer *l, const float *x, int n, int64_t first);
+  /* forward/backward read and write the buffers with host loops (no backend
+   * kernel yet): valid on host-memory backends only (st__args_host). On a
+   * device backend they write NaN through be->fill instead of touching
+   * device memory; compile should refuse such a model with a message. */
+  bool host_loops;
 } st_layer_vtable;
 
 struct st_layer {
@@ -126,6 +131,10 @@ struct st_layer {
   bool in_model;                /* owned by a model (st_model_add): only the
                                    model frees it (st__layer_free) */
 };
+
+/* Whether the call's buffers are host memory (a backend without to_device:
+ * cpu, reference), so host loops may touch them. */
+static inline bool st__args_host(const st_layer_args *c) { return c->be->to_device == NULL; }
 
 /* Frees l whoever owns it (st_layer_destroy ignores a layer in a model). */
 void st__layer_free(st_layer *l);

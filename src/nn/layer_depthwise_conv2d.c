@@ -11,6 +11,7 @@
  * backend. Host-memory note: the convolution loops read and write the
  * buffers directly (valid for the host backends cpu and reference; a device
  * backend needs a kernel for them, as synchronized BatchNorm's loops do). */
+#include <math.h>
 #include <stdio.h>
 
 #include "nn/layer.h"
@@ -116,6 +117,10 @@ static void dw_forward(const st_layer *l, st_layer_args *c) {
   st_activation act = cf->o.activation;
   const int rows = c->batch * cf->g.oh * cf->g.ow, cols = (int)l->out_shape.dims[2];
   float *z = st_activation_needs_input(act) ? c->cache : c->y; /* [rows, cols] */
+  if (!st__args_host(c)) { /* host loops only (see layer.h host_loops) */
+    c->be->fill(c->ctx, (size_t)rows * cols, NAN, c->y);
+    return;
+  }
   dw_conv(cf, c->batch, c->x, c->w[KERNEL], z);
   if (rows == 0) return;
   if (cf->o.use_bias) c->be->bias_add(c->ctx, rows, cols, c->w[BIAS], z);
@@ -169,6 +174,12 @@ static void dw_backward(const st_layer *l, st_layer_args *c) {
   st_activation act = st__layer_grad_act(l, cf->o.activation);
   const int rows = c->batch * cf->g.oh * cf->g.ow, cols = (int)l->out_shape.dims[2];
   const float *dz = c->dy; /* [rows, cols] = dy * act'(z) */
+  if (!st__args_host(c)) { /* host loops only (see layer.h host_loops) */
+    for (int p = 0; p < l->nparams; p++)
+      c->be->fill(c->ctx, st_shape_size(l->params[p].shape), NAN, c->dw[p]);
+    if (c->dx) c->be->fill(c->ctx, (size_t)c->batch * st_shape_size(l->in_shape), NAN, c->dx);
+    return;
+  }
   if (act != ST_ACT_LINEAR && rows > 0) {
     float *buf = c->dy_writable ? (float *)c->dy : c->workspace;
     const float *z = st_activation_needs_input(act) ? c->cache : NULL;
@@ -195,6 +206,7 @@ static const st_layer_vtable dw_vtable = {
     .forward = dw_forward,
     .backward = dw_backward,
     .get_options = dw_options,
+    .host_loops = true,
 };
 
 st_depthwise_conv2d_options st_depthwise_conv2d_default_options(int kh, int kw) {

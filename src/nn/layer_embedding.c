@@ -60,6 +60,10 @@ static void emb_forward(const st_layer *l, st_layer_args *c) {
   const emb_config *cf = l->config;
   const size_t D = (size_t)cf->o.output_dim, n = (size_t)c->batch * st_shape_size(l->in_shape);
   const float *table = c->w[0];
+  if (!st__args_host(c)) { /* host loops only (see layer.h host_loops) */
+    c->be->fill(c->ctx, n * D, NAN, c->y);
+    return;
+  }
   for (size_t i = 0; i < n; i++) {
     long id = emb_row(cf, c->x[i]);
     float *yr = c->y + i * D;
@@ -76,6 +80,11 @@ static void emb_backward(const st_layer *l, st_layer_args *c) {
   const emb_config *cf = l->config;
   const size_t D = (size_t)cf->o.output_dim, n = (size_t)c->batch * st_shape_size(l->in_shape);
   float *dt = c->dw[0];
+  if (!st__args_host(c)) { /* host loops only (see layer.h host_loops) */
+    c->be->fill(c->ctx, (size_t)cf->o.input_dim * D, NAN, dt);
+    if (c->dx) c->be->fill(c->ctx, n, 0.0f, c->dx);
+    return;
+  }
   memset(dt, 0, (size_t)cf->o.input_dim * D * sizeof(float));
   for (size_t i = 0; i < n; i++) {
     long id = emb_row(cf, c->x[i]);
@@ -100,6 +109,7 @@ static const st_layer_vtable emb_vtable = {
     .backward = emb_backward,
     .get_options = emb_options,
     .check_input = emb_check_input,
+    .host_loops = true,
 };
 
 st_embedding_options st_embedding_default_options(int input_dim, int output_dim) {

@@ -48,6 +48,10 @@ static void ln_forward(const st_layer *l, st_layer_args *c) {
   const float *gamma = cf->i_gamma >= 0 ? c->w[cf->i_gamma] : NULL;
   const float *beta = cf->i_beta >= 0 ? c->w[cf->i_beta] : NULL;
   size_t rows = ln_rows(l, c->batch);
+  if (!st__args_host(c)) { /* host loops only (see layer.h host_loops) */
+    c->be->fill(c->ctx, rows * d, NAN, c->y);
+    return;
+  }
   for (size_t r = 0; r < rows; r++) {
     const float *restrict x = c->x + r * d;
     float *restrict y = c->y + r * d;
@@ -73,9 +77,15 @@ static void ln_backward(const st_layer *l, st_layer_args *c) {
   const float *gamma = cf->i_gamma >= 0 ? c->w[cf->i_gamma] : NULL;
   float *dg = cf->i_gamma >= 0 ? c->dw[cf->i_gamma] : NULL;
   float *db = cf->i_beta >= 0 ? c->dw[cf->i_beta] : NULL;
+  size_t rows = ln_rows(l, c->batch);
+  if (!st__args_host(c)) { /* host loops only (see layer.h host_loops) */
+    if (dg) c->be->fill(c->ctx, (size_t)d, NAN, dg);
+    if (db) c->be->fill(c->ctx, (size_t)d, NAN, db);
+    if (c->dx) c->be->fill(c->ctx, rows * d, NAN, c->dx);
+    return;
+  }
   if (dg) memset(dg, 0, (size_t)d * sizeof(float));
   if (db) memset(db, 0, (size_t)d * sizeof(float));
-  size_t rows = ln_rows(l, c->batch);
   for (size_t r = 0; r < rows; r++) {
     const float *restrict x = c->x + r * d, *restrict dy = c->dy + r * d;
     float mean = c->cache[2 * r], inv = c->cache[2 * r + 1];
@@ -108,6 +118,7 @@ static const st_layer_vtable ln_vtable = {
     .forward = ln_forward,
     .backward = ln_backward,
     .get_options = ln_options,
+    .host_loops = true,
 };
 
 st_layernorm_options st_layernorm_default_options(void) {
