@@ -99,3 +99,25 @@ def test_embedding_bad_id():
                 call()
     x[5, 2] = 9.0
     assert np.all(np.isfinite(m.predict(x, verbose=0)))
+
+
+def test_host_loop_layers_refused_on_device_backend():
+    """compile refuses DepthwiseConv2D/Embedding/LayerNormalization (host
+    loops, no device kernel yet) on the cuda backend, naming the layer;
+    run on the emulated CUDA module of this build (skipped without it)."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+    build = pathlib.Path(tf.__file__).resolve().parents[2]
+    emu, fake = build / "cuda_emu" / "libstrata_cuda_emu.so", build / "fake_cuda"
+    if not emu.exists() or not (fake / "libcuda.so.1").exists():
+        pytest.skip("no emulated CUDA module in this build")
+    code = ("import strata as tf\nL = tf.keras.layers\n"
+            "m = tf.keras.Sequential([tf.keras.Input((4,)), L.Embedding(5, 3), L.Flatten(), L.Dense(2)])\n"
+            "m.compile(optimizer='sgd', loss='mse')\n")
+    env = dict(os.environ, STRATA_BACKEND="cuda", STRATA_CUDA_MODULE=str(emu),
+               LD_LIBRARY_PATH=str(fake), PYTHONPATH=str(build / "python"))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "layer 'embedding' (Embedding) runs on host memory only" in r.stderr, r.stderr
