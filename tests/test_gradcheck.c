@@ -297,12 +297,13 @@ static void conv1d_case(const char *label, int k, int s, st_padding pad, st_acti
   gradcheck(label, made(st_conv1d_ex(o, &g_made)), (st_shape){2, {7, 2}}, 2);
 }
 
+/* 3 channels (scalar path) or 6 (multiplier 1: four in a vector, two after) */
 static void dw_case(const char *label, int k, int s, int dm, st_padding pad,
                     st_activation act, bool bias) {
   st_depthwise_conv2d_options o = st_depthwise_conv2d_default_options(k, k);
   o.sh = o.sw = s, o.depth_multiplier = dm, o.padding = pad, o.activation = act;
   o.use_bias = bias, o.bias_init = ST_INIT_ONES;
-  gradcheck(label, made(st_depthwise_conv2d_ex(o, &g_made)), st_shape3(5, 6, 3), 2);
+  gradcheck(label, made(st_depthwise_conv2d_ex(o, &g_made)), st_shape3(5, 6, dm == 1 ? 6 : 3), 2);
 }
 
 static void test_issue28_b_grad(void) {

@@ -132,6 +132,8 @@ CASES = [
           (9, 3), 2, _conv1d),
     _case("depthwise_valid", "DepthwiseConv2D", _dw((3, 3), (1, 1), "valid", 1), (6, 5, 3), 2,
           _depthwise),
+    _case("depthwise_same_c10_relu", "DepthwiseConv2D", _dw((3, 3), (1, 1), "same", 1, "relu"),
+          (5, 5, 10), 2, _depthwise),
     _case("depthwise_same_s2_m2", "DepthwiseConv2D", _dw((3, 2), (2, 2), "same", 2, "tanh"),
           (7, 6, 2), 2, _depthwise),
     _case("depthwise_same_m3_nobias", "DepthwiseConv2D", _dw((2, 2), (1, 1), "same", 3,

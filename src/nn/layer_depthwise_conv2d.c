@@ -13,6 +13,7 @@
  * backend needs a kernel for them, as synchronized BatchNorm's loops do). */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "nn/layer.h"
 
@@ -82,34 +83,68 @@ static void taps(int start, int k, int n, int *k0, int *k1) {
   if (*k1 < *k0) *k1 = *k0;
 }
 
+/* Four floats as one GCC vector (an SSE register): the M = 1 paths keep a
+ * pixel's channel sums in registers across its taps, four at a time. */
+typedef float v4f __attribute__((vector_size(16)));
+static inline v4f ld4(const float *p) {
+  v4f v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+static inline void st4(float *p, v4f v) { memcpy(p, &v, sizeof v); }
+
+/* One output pixel's window: input rows at (y0, x0) and the taps in the image. */
+typedef struct dw_win {
+  const float *x; /* x of the pixel's example [h, w, c] */
+  int y0, x0, ky0, ky1, kx0, kx1;
+} dw_win;
+
+static dw_win dw_window(const st_conv_geom *g, const float *xb, int oy, int ox) {
+  dw_win w = {.x = xb, .y0 = oy * g->sh - g->pad_top, .x0 = ox * g->sw - g->pad_left};
+  taps(w.y0, g->kh, g->h, &w.ky0, &w.ky1);
+  taps(w.x0, g->kw, g->w, &w.kx0, &w.kx1);
+  return w;
+}
+
+static const float *dw_xrow(const st_conv_geom *g, const dw_win *w, int ky, int kx) {
+  return w->x + ((size_t)(w->y0 + ky) * g->w + w->x0 + kx) * g->c;
+}
+
+/* zr[c*M] of one pixel (no bias). */
+static void dw_pixel(const st_conv_geom *g, int M, const dw_win *w, const float *k,
+                     float *restrict zr) {
+  const int C = g->c, CM = C * M;
+  int c = 0;
+  if (M == 1)
+    for (; c + 4 <= C; c += 4) {
+      v4f acc = {0};
+      for (int ky = w->ky0; ky < w->ky1; ky++)
+        for (int kx = w->kx0; kx < w->kx1; kx++)
+          acc += ld4(dw_xrow(g, w, ky, kx) + c) * ld4(k + ((size_t)ky * g->kw + kx) * CM + c);
+      st4(zr + c, acc);
+    }
+  for (int j = c * M; j < CM; j++) zr[j] = 0.0f;
+  for (int ky = w->ky0; c < C && ky < w->ky1; ky++)
+    for (int kx = w->kx0; kx < w->kx1; kx++) {
+      const float *restrict xr = dw_xrow(g, w, ky, kx);
+      const float *restrict kr = k + ((size_t)ky * g->kw + kx) * CM;
+      for (int ci = c; ci < C; ci++)
+        for (int m = 0; m < M; m++) zr[ci * M + m] += xr[ci] * kr[ci * M + m];
+    }
+}
+
 /* z[b, oh, ow, c*M] = depthwise convolution of x (no bias). */
 static void dw_conv(const dw_config *cf, int batch, const float *x, const float *k,
                     float *z) {
   const st_conv_geom *g = &cf->g;
-  const int C = g->c, M = cf->o.depth_multiplier, CM = C * M;
+  const int M = cf->o.depth_multiplier;
+  const size_t CM = (size_t)g->c * M, X = (size_t)g->h * g->w * g->c;
   for (int b = 0; b < batch; b++)
-    for (int oy = 0; oy < g->oh; oy++) {
-      int y0 = oy * g->sh - g->pad_top, ky0, ky1;
-      taps(y0, g->kh, g->h, &ky0, &ky1);
+    for (int oy = 0; oy < g->oh; oy++)
       for (int ox = 0; ox < g->ow; ox++) {
-        int x0 = ox * g->sw - g->pad_left, kx0, kx1;
-        taps(x0, g->kw, g->w, &kx0, &kx1);
-        float *restrict zr = z + (((size_t)b * g->oh + oy) * g->ow + ox) * CM;
-        for (int j = 0; j < CM; j++) zr[j] = 0.0f;
-        for (int ky = ky0; ky < ky1; ky++)
-          for (int kx = kx0; kx < kx1; kx++) {
-            const float *restrict xr =
-                x + (((size_t)b * g->h + y0 + ky) * g->w + x0 + kx) * C;
-            const float *restrict kr = k + ((size_t)ky * g->kw + kx) * CM;
-            if (M == 1) {
-              for (int c = 0; c < C; c++) zr[c] += xr[c] * kr[c];
-            } else {
-              for (int c = 0; c < C; c++)
-                for (int m = 0; m < M; m++) zr[c * M + m] += xr[c] * kr[c * M + m];
-            }
-          }
+        dw_win w = dw_window(g, x + b * X, oy, ox);
+        dw_pixel(g, M, &w, k, z + (((size_t)b * g->oh + oy) * g->ow + ox) * CM);
       }
-    }
 }
 
 static void dw_forward(const st_layer *l, st_layer_args *c) {
@@ -127,46 +162,51 @@ static void dw_forward(const st_layer *l, st_layer_args *c) {
   if (act != ST_ACT_LINEAR) c->be->act_forward(c->ctx, act, rows, cols, z, c->y);
 }
 
+/* One pixel's share: dk[tap] += x row * dz row, dx row += k[tap] * dz row
+ * (dx NULL: skipped). */
+static void dw_pixel_grads(const st_conv_geom *g, int M, const dw_win *w, const float *k,
+                           const float *restrict dzr, float *dk, float *dxb) {
+  const int C = g->c, CM = C * M;
+  for (int ky = w->ky0; ky < w->ky1; ky++)
+    for (int kx = w->kx0; kx < w->kx1; kx++) {
+      size_t ko = ((size_t)ky * g->kw + kx) * CM;
+      const float *restrict xr = dw_xrow(g, w, ky, kx), *restrict kr = k + ko;
+      float *restrict dkr = dk + ko;
+      float *restrict dxr = dxb ? dxb + (xr - w->x) : NULL;
+      int c = 0;
+      if (M == 1)
+        for (; c + 4 <= C; c += 4) {
+          v4f d = ld4(dzr + c);
+          st4(dkr + c, ld4(dkr + c) + ld4(xr + c) * d);
+          if (dxr) st4(dxr + c, ld4(dxr + c) + ld4(kr + c) * d);
+        }
+      for (int ci = c; ci < C; ci++) {
+        float acc = 0.0f;
+        for (int m = 0; m < M; m++) {
+          dkr[ci * M + m] += xr[ci] * dzr[ci * M + m];
+          acc += kr[ci * M + m] * dzr[ci * M + m];
+        }
+        if (dxr) dxr[ci] += acc;
+      }
+    }
+}
+
 /* dk (+)= x . dz and dx (=) k . dz over every output pixel and tap; dx may
  * be NULL. dk and dx are zeroed here first. */
 static void dw_grads(const dw_config *cf, int batch, const float *x, const float *k,
                      const float *dz, float *dk, float *dx) {
   const st_conv_geom *g = &cf->g;
-  const int C = g->c, M = cf->o.depth_multiplier, CM = C * M;
-  for (size_t i = 0; i < (size_t)g->kh * g->kw * CM; i++) dk[i] = 0.0f;
-  if (dx)
-    for (size_t i = 0; i < (size_t)batch * g->h * g->w * C; i++) dx[i] = 0.0f;
+  const int M = cf->o.depth_multiplier;
+  const size_t CM = (size_t)g->c * M, X = (size_t)g->h * g->w * g->c;
+  memset(dk, 0, (size_t)g->kh * g->kw * CM * sizeof(float));
+  if (dx) memset(dx, 0, (size_t)batch * X * sizeof(float));
   for (int b = 0; b < batch; b++)
-    for (int oy = 0; oy < g->oh; oy++) {
-      int y0 = oy * g->sh - g->pad_top, ky0, ky1;
-      taps(y0, g->kh, g->h, &ky0, &ky1);
+    for (int oy = 0; oy < g->oh; oy++)
       for (int ox = 0; ox < g->ow; ox++) {
-        int x0 = ox * g->sw - g->pad_left, kx0, kx1;
-        taps(x0, g->kw, g->w, &kx0, &kx1);
-        const float *restrict dzr = dz + (((size_t)b * g->oh + oy) * g->ow + ox) * CM;
-        for (int ky = ky0; ky < ky1; ky++)
-          for (int kx = kx0; kx < kx1; kx++) {
-            size_t xo = (((size_t)b * g->h + y0 + ky) * g->w + x0 + kx) * C;
-            size_t ko = ((size_t)ky * g->kw + kx) * CM;
-            const float *restrict xr = x + xo, *restrict kr = k + ko;
-            float *restrict dkr = dk + ko;
-            float *restrict dxr = dx ? dx + xo : NULL;
-            if (M == 1) {
-              for (int ci = 0; ci < C; ci++) dkr[ci] += xr[ci] * dzr[ci];
-              if (dxr)
-                for (int ci = 0; ci < C; ci++) dxr[ci] += kr[ci] * dzr[ci];
-              continue;
-            }
-            for (int ci = 0; ci < C; ci++)
-              for (int m = 0; m < M; m++) dkr[ci * M + m] += xr[ci] * dzr[ci * M + m];
-            for (int ci = 0; dxr && ci < C; ci++) {
-              float acc = 0.0f;
-              for (int m = 0; m < M; m++) acc += kr[ci * M + m] * dzr[ci * M + m];
-              dxr[ci] += acc;
-            }
-          }
+        dw_win w = dw_window(g, x + b * X, oy, ox);
+        const float *dzr = dz + (((size_t)b * g->oh + oy) * g->ow + ox) * CM;
+        dw_pixel_grads(g, M, &w, k, dzr, dk, dx ? dx + b * X : NULL);
       }
-    }
 }
 
 static void dw_backward(const st_layer *l, st_layer_args *c) {
