@@ -385,7 +385,7 @@ static st_model *from_text(const char *text, st_status want, const char *needle)
 
 #define SEQ_HEAD "{\"class_name\": \"Sequential\", \"config\": {\"layers\": ["
 #define TEXT_INPUT "{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 8], " \
-                   "\"dtype\": \"int32\"}}, "
+                   "\"dtype\": {\"class_name\": \"DTypePolicy\", \"config\": {\"name\": \"int32\"}}}}, "
 #define EMB(extra) "{\"class_name\": \"Embedding\", \"config\": {\"name\": \"emb\", \"input_dim\": " \
                    "50, \"output_dim\": 6" extra "}}, "
 
@@ -422,9 +422,9 @@ static void test_issue28_b_import(void) {
   const char *img = SEQ_HEAD
       "{\"class_name\": \"Conv2D\", \"config\": {\"filters\": 3, \"kernel_size\": [3, 3], "
       "\"strides\": [2, 2], \"padding\": \"same\", \"use_bias\": false, "
-      "\"batch_input_shape\": [null, 9, 9, 2]}}, "
+      "\"batch_input_shape\": [null, 9, 9, 2], \"dtype\": \"float32\"}}, "
       "{\"class_name\": \"DepthwiseConv2D\", \"config\": {\"kernel_size\": [3, 3], \"strides\": "
-      "[1, 1], \"padding\": \"same\", \"depth_multiplier\": 2, \"use_bias\": false, "
+      "[1, 1], \"padding\": \"same\", \"depth_multiplier\": 2, \"groups\": 1, \"use_bias\": false, "
       "\"depthwise_initializer\": \"he_normal\", \"activation\": \"relu\"}}]}}";
   if ((m = from_text(img, ST_OK, NULL))) {
     CHECK(st_layer_param_count(st_model_layer(m, 0)) == 3 * 3 * 2 * 3);

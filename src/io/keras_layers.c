@@ -245,6 +245,7 @@ static st_status parse_depthwise(const st__keras_ctx *c, const json_t *cfg,
   if (s == ST_OK) s = st__keras_padding(c, cfg, &o->padding);
   if (s == ST_OK) s = st__keras_data_format(c, cfg);
   if (s == ST_OK) s = st__keras_ones(c, cfg, "dilation_rate");
+  if (s == ST_OK) s = st__keras_ones(c, cfg, "groups"); /* Keras 2 writes groups 1 */
   if (s == ST_OK) s = st__keras_activation(c, cfg, "activation", &o->activation);
   if (s == ST_OK) s = st__keras_bool(c, cfg, "use_bias", true, &o->use_bias);
   if (s == ST_OK)
@@ -363,7 +364,7 @@ static const struct {
           "dilation_rate", "groups", KERNEL_KEYS)},
     {"DepthwiseConv2D", ST__K_DEPTHWISE, parse_depthwise,
      KEYS("kernel_size", "strides", "padding", "depth_multiplier", "data_format",
-          "dilation_rate", "activation", "use_bias", "depthwise_initializer",
+          "dilation_rate", "groups", "activation", "use_bias", "depthwise_initializer",
           "bias_initializer", "depthwise_regularizer", "bias_regularizer",
           "activity_regularizer", "depthwise_constraint", "bias_constraint")},
     {"Embedding", ST__K_EMBEDDING, parse_embedding,
@@ -462,7 +463,10 @@ static st_status common(const st__keras_ctx *c, const json_t *cfg, st__keras_lay
     s = st__keras_error(c, "trainable false (a frozen layer) is not supported");
   /* An InputLayer of int32/int64 (Embedding ids) reads its values as floats:
    * exact for ids below 2^24. */
-  const char *ds = json_string_value(json_object_get(cfg, "dtype"));
+  const json_t *dt = json_object_get(cfg, "dtype");
+  const char *ds = json_is_object(dt) /* Keras 3 {"class_name": "DTypePolicy", ...} */
+                       ? json_string_value(json_object_get(json_object_get(dt, "config"), "name"))
+                       : json_string_value(dt);
   bool int_input = k->kind == ST__K_INPUT && ds && (!strcmp(ds, "int32") || !strcmp(ds, "int64"));
   if (s == ST_OK && !int_input) s = st__keras_dtype(c, json_object_get(cfg, "dtype"));
   const json_t *bis = json_object_get(cfg, "batch_input_shape");
