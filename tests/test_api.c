@@ -213,6 +213,51 @@ static void test_layer_constructors(void) {
   CHECK_OK(st_flatten(&l));
   CHECK(l != NULL);
   st_layer_destroy(l);
+  l = NULL;
+  /* issue 28, helper B: Conv1D, DepthwiseConv2D, Embedding, LayerNormalization, Conv2D */
+  st_conv1d_options c1 = st_conv1d_default_options(4, 0);
+  check_layer_refused(st_conv1d_ex(c1, &l), l, "kernel_size", "Conv1D kernel_size 0");
+  c1 = st_conv1d_default_options(0, 3);
+  check_layer_refused(st_conv1d_ex(c1, &l), l, "filters", "Conv1D filters 0");
+  c1 = st_conv1d_default_options(4, 3);
+  c1.strides = -1;
+  check_layer_refused(st_conv1d_ex(c1, &l), l, "strides", "Conv1D strides -1");
+  c1.strides = 1, c1.padding = (st_padding)7;
+  check_layer_refused(st_conv1d_ex(c1, &l), l, "padding", "Conv1D padding 7");
+  c1.padding = ST_PAD_CAUSAL, c1.kernel_init = (st_init)99;
+  check_layer_refused(st_conv1d_ex(c1, &l), l, "kernel_init", "Conv1D init 99");
+  CHECK(st_conv1d_ex(st_conv1d_default_options(4, 3), NULL) == ST_ERR_INVALID);
+  CHECK(strstr(st_last_error(), "out") != NULL);
+  st_depthwise_conv2d_options dw = st_depthwise_conv2d_default_options(3, 3);
+  dw.depth_multiplier = 0;
+  check_layer_refused(st_depthwise_conv2d_ex(dw, &l), l, "depth_multiplier", "Depthwise dm 0");
+  dw = st_depthwise_conv2d_default_options(3, 0);
+  check_layer_refused(st_depthwise_conv2d_ex(dw, &l), l, "kernel_size", "Depthwise kw 0");
+  dw = st_depthwise_conv2d_default_options(3, 3);
+  dw.sh = 0;
+  check_layer_refused(st_depthwise_conv2d_ex(dw, &l), l, "strides", "Depthwise stride 0");
+  dw.sh = 1, dw.padding = ST_PAD_CAUSAL;
+  check_layer_refused(st_depthwise_conv2d_ex(dw, &l), l, "padding", "Depthwise causal");
+  dw.padding = ST_PAD_SAME, dw.activation = (st_activation)999;
+  check_layer_refused(st_depthwise_conv2d_ex(dw, &l), l, "activation", "Depthwise act 999");
+  CHECK(st_depthwise_conv2d_ex(st_depthwise_conv2d_default_options(3, 3), NULL) == ST_ERR_INVALID);
+  check_layer_refused(st_embedding(0, 4, &l), l, "input_dim", "Embedding input_dim 0");
+  check_layer_refused(st_embedding(10, -2, &l), l, "output_dim", "Embedding output_dim -2");
+  st_embedding_options eo = st_embedding_default_options(10, 4);
+  eo.embeddings_init = ST_INIT_COUNT;
+  check_layer_refused(st_embedding_ex(eo, &l), l, "embeddings_init", "Embedding init");
+  CHECK(st_embedding(10, 4, NULL) == ST_ERR_INVALID);
+  st_layernorm_options ln = st_layernorm_default_options();
+  ln.epsilon = -1.0f;
+  check_layer_refused(st_layernorm_ex(ln, &l), l, "epsilon", "LayerNormalization epsilon -1");
+  CHECK(st_layernorm(NULL) == ST_ERR_INVALID);
+  st_conv2d_options c2 = st_conv2d_default_options(2, 3, 3);
+  c2.padding = ST_PAD_CAUSAL;
+  check_layer_refused(st_conv2d_ex(c2, &l), l, "padding", "Conv2D causal");
+  CHECK(st_conv2d_ex(st_conv2d_default_options(2, 3, 3), NULL) == ST_ERR_INVALID);
+  CHECK_OK(st_layernorm(&l));
+  CHECK(l != NULL && strcmp(st_layer_class(l), "LayerNormalization") == 0);
+  st_layer_destroy(l);
 }
 
 /* ---- issue 28, layers-a: global pooling, ZeroPadding2D, ReLU, LeakyReLU ---- */

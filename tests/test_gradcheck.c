@@ -320,6 +320,193 @@ static void test_global_pool_ties(void) {
 }
 /* ---- end of layers-a ---- */
 
+/* ---- Conv1D, DepthwiseConv2D, Embedding, LayerNormalization (issue 28) ------ */
+
+/* gradcheck of a built harness whose parameters were set by the caller. */
+static void gradcheck_h(const char *label, harness *h) {
+  h_backward(h, false);
+  size_t nmax = h->nx;
+  for (int p = 0; p < h->l->nparams; p++) nmax = fmax(nmax, st_shape_size(h->l->params[p].shape));
+  float *a = zalloc(nmax);
+  memcpy(a, h->dx, h->nx * sizeof(float));
+  h_check(h, label, "x", h->x, h->nx, a);
+  for (int p = 0; p < h->l->nparams; p++) {
+    size_t n = st_shape_size(h->l->params[p].shape);
+    memcpy(a, h->dw[p], n * sizeof(float));
+    h_check(h, label, h->l->params[p].name, h->w[p], n, a);
+  }
+  free(a);
+  h_free(h);
+}
+
+static void conv1d_case(const char *label, int k, int s, st_padding pad, st_activation act,
+                        bool bias) {
+  st_conv1d_options o = st_conv1d_default_options(3, k);
+  o.strides = s, o.padding = pad, o.activation = act, o.use_bias = bias;
+  o.bias_init = ST_INIT_ONES;
+  gradcheck(label, made(st_conv1d_ex(o, &g_made)), (st_shape){2, {7, 2}}, 2);
+}
+
+/* 3 channels (scalar path) or 6 (multiplier 1: four in a vector, two after) */
+static void dw_case(const char *label, int k, int s, int dm, st_padding pad,
+                    st_activation act, bool bias) {
+  st_depthwise_conv2d_options o = st_depthwise_conv2d_default_options(k, k);
+  o.sh = o.sw = s, o.depth_multiplier = dm, o.padding = pad, o.activation = act;
+  o.use_bias = bias, o.bias_init = ST_INIT_ONES;
+  gradcheck(label, made(st_depthwise_conv2d_ex(o, &g_made)), st_shape3(5, 6, dm == 1 ? 6 : 3), 2);
+}
+
+static void test_issue28_b_grad(void) {
+  conv1d_case("conv1d valid", 3, 1, ST_PAD_VALID, ST_ACT_RELU, true);
+  conv1d_case("conv1d same s2", 3, 2, ST_PAD_SAME, ST_ACT_TANH, true);
+  conv1d_case("conv1d causal", 3, 1, ST_PAD_CAUSAL, ST_ACT_LINEAR, true);
+  conv1d_case("conv1d causal s2 no bias", 2, 2, ST_PAD_CAUSAL, ST_ACT_GELU, false);
+  dw_case("depthwise valid", 3, 1, 1, ST_PAD_VALID, ST_ACT_RELU, true);
+  dw_case("depthwise same s2 dm2", 3, 2, 2, ST_PAD_SAME, ST_ACT_LINEAR, true);
+  dw_case("depthwise same dm3 no bias", 2, 1, 3, ST_PAD_SAME, ST_ACT_TANH, false);
+  st_conv2d_options co = st_conv2d_default_options(2, 3, 2);
+  co.sh = 2, co.use_bias = false, co.padding = ST_PAD_SAME;
+  gradcheck("conv2d s(2,1) no bias", made(st_conv2d_ex(co, &g_made)), st_shape3(5, 4, 2), 2);
+  st_layernorm_options lo = st_layernorm_default_options();
+  const st_shape ln_in[3] = {st_shape1(6), st_shape3(2, 3, 5), st_shape1(4)};
+  for (int i = 0; i < 3; i++) {
+    if (i == 2) lo.center = lo.scale = false;
+    harness h;
+    if (!h_init(&h, made(st_layernorm_ex(lo, &g_made)), ln_in[i], 3, 40 + i)) return;
+    st_rng rng = st_rng_make(3, 3);
+    for (int p = 0; p < h.l->nparams; p++)
+      fill_uniform(h.w[p], st_shape_size(h.l->params[p].shape), 0.5f, 1.5f, &rng);
+    gradcheck_h(i == 2 ? "layernorm no affine" : "layernorm", &h);
+  }
+}
+
+/* Embedding: dembeddings against finite differences with repeated ids,
+ * dx zeroed, bad ids refused by check_input and NaN rows in forward. */
+static void test_embedding(void) {
+  harness h;
+  if (!h_init(&h, made(st_embedding(5, 3, &g_made)), st_shape1(4), 3, 8)) return;
+  CHECK(st_shape_equal(h.l->out_shape, (st_shape){2, {4, 3}}));
+  float lo = 1, hi = -1; /* random_uniform: Keras's [-0.05, 0.05] */
+  for (int i = 0; i < 15; i++) lo = fminf(lo, h.w[0][i]), hi = fmaxf(hi, h.w[0][i]);
+  CHECK_MSG(lo >= -0.05f && hi <= 0.05f && hi - lo > 0.02f, "embeddings init in [%g, %g]", lo, hi);
+  const float ids[12] = {0, 4, 4, 2, 1, 1, 1, 0, 3, 4, 0, 2};
+  memcpy(h.x, ids, sizeof ids);
+  for (size_t i = 0; i < h.nx; i++) h.dx[i] = 7.0f;
+  CHECK_OK(st__layer_check_input(h.l, h.x, 3, 0));
+  h_backward(&h, false);
+  for (size_t i = 0; i < h.nx; i++) CHECK(h.dx[i] == 0.0f);
+  for (int i = 0; i < 12; i++)
+    CHECK(memcmp(h.y + i * 3, h.w[0] + (int)ids[i] * 3, 3 * sizeof(float)) == 0);
+  float *a = zalloc(15);
+  memcpy(a, h.dw[0], 15 * sizeof(float));
+  h_check(&h, "embedding", "embeddings", h.w[0], 15, a);
+  free(a);
+  h.x[6] = 5.0f; /* example 1, position 2 */
+  CHECK(st__layer_check_input(h.l, h.x, 3, 10) == ST_ERR_INVALID);
+  CHECK_MSG(strstr(st_last_error(), "id 5 of example 11 at position 2"), "%s", st_last_error());
+  h.x[6] = 1.5f;
+  CHECK(st__layer_check_input(h.l, h.x, 3, 0) == ST_ERR_INVALID);
+  h.x[6] = -1.0f;
+  CHECK(st__layer_check_input(h.l, h.x, 3, 0) == ST_ERR_INVALID);
+  h_loss(&h);
+  CHECK(isnan(h.y[18]) && isnan(h.y[20]) && !isnan(h.y[17]));
+  h_free(&h);
+}
+
+/* Forward against direct formulas: Conv1D causal stride 2 and DepthwiseConv2D
+ * 'same' stride 2 with multiplier 2 (TF padding computed here); LayerNorm. */
+static void test_issue28_b_forward(void) {
+  st_conv1d_options o = st_conv1d_default_options(2, 3);
+  o.padding = ST_PAD_CAUSAL, o.strides = 2, o.bias_init = ST_INIT_ONES;
+  harness h;
+  if (!h_init(&h, made(st_conv1d_ex(o, &g_made)), (st_shape){2, {6, 2}}, 2, 5)) return;
+  CHECK(st_shape_equal(h.l->out_shape, (st_shape){2, {3, 2}}));
+  h_loss(&h);
+  double worst = 0.0;
+  for (int n = 0; n < 2; n++)
+    for (int t = 0; t < 3; t++)
+      for (int f = 0; f < 2; f++) {
+        double acc = h.w[1][f];
+        for (int k = 0; k < 3; k++)
+          for (int c = 0; c < 2; c++) {
+            int i = t * 2 - 2 + k; /* left pad k-1 = 2 */
+            if (i >= 0) acc += (double)h.x[(n * 6 + i) * 2 + c] * h.w[0][(k * 2 + c) * 2 + f];
+          }
+        worst = fmax(worst, fabs(h.y[(n * 3 + t) * 2 + f] - acc));
+      }
+  CHECK_MSG(worst < 1e-5, "conv1d causal vs direct: max error %g", worst);
+  h_free(&h);
+  st_depthwise_conv2d_options d = st_depthwise_conv2d_default_options(3, 2);
+  d.sh = d.sw = 2, d.depth_multiplier = 2, d.padding = ST_PAD_SAME, d.bias_init = ST_INIT_ONES;
+  const int H = 5, W = 4, C = 2, M = 2, OH = 3, OW = 2, PT = 1, PL = 0;
+  if (!h_init(&h, made(st_depthwise_conv2d_ex(d, &g_made)), st_shape3(H, W, C), 2, 6)) return;
+  CHECK(st_shape_equal(h.l->out_shape, st_shape3(OH, OW, C * M)));
+  h_loss(&h);
+  worst = 0.0;
+  for (int n = 0; n < 2; n++)
+    for (int oy = 0; oy < OH; oy++)
+      for (int ox = 0; ox < OW; ox++)
+        for (int j = 0; j < C * M; j++) {
+          double acc = h.w[1][j];
+          for (int ky = 0; ky < 3; ky++)
+            for (int kx = 0; kx < 2; kx++) {
+              int iy = oy * 2 - PT + ky, ix = ox * 2 - PL + kx;
+              if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+              acc += (double)h.x[((n * H + iy) * W + ix) * C + j / M] *
+                     h.w[0][(ky * 2 + kx) * C * M + j];
+            }
+          worst = fmax(worst, fabs(h.y[((n * OH + oy) * OW + ox) * C * M + j] - acc));
+        }
+  CHECK_MSG(worst < 1e-5, "depthwise vs direct: max error %g", worst);
+  h_free(&h);
+  if (!h_init(&h, made(st_layernorm(&g_made)), st_shape1(5), 2, 7)) return;
+  for (int i = 0; i < 10; i++) h.x[i] = 1000.0f + 0.01f * (float)(i * i); /* offset: no cancellation */
+  h.w[0][2] = 2.0f, h.w[1][3] = 0.5f;
+  h_loss(&h);
+  worst = 0.0;
+  for (int r = 0; r < 2; r++) {
+    double m = 0.0, v = 0.0;
+    for (int j = 0; j < 5; j++) m += h.x[r * 5 + j] / 5.0;
+    for (int j = 0; j < 5; j++) v += pow(h.x[r * 5 + j] - m, 2) / 5.0;
+    for (int j = 0; j < 5; j++) {
+      double want = h.w[0][j] * (h.x[r * 5 + j] - m) / sqrt(v + 1e-3) + h.w[1][j];
+      worst = fmax(worst, fabs(h.y[r * 5 + j] - want));
+    }
+  }
+  CHECK_MSG(worst < 1e-3, "layernorm vs formula: max error %g", worst);
+  h_free(&h);
+}
+static void copy_to_device(st_backend_ctx *ctx, void *dst, const void *src, size_t n) {
+  (void)ctx;
+  memcpy(dst, src, n);
+}
+
+/* The host-loop layers on a backend that claims device memory write NaN
+ * through be->fill instead of touching its buffers. */
+static void test_host_loops_guard(void) {
+  st_backend dev = *st_backend_reference();
+  dev.to_device = copy_to_device;
+  const st_backend *saved = be;
+  st_layer *ls[3] = {made(st_embedding(5, 3, &g_made)), made(st_layernorm(&g_made)),
+                     made(st_depthwise_conv2d_ex(st_depthwise_conv2d_default_options(2, 2), &g_made))};
+  st_shape in[3] = {st_shape1(4), st_shape1(4), st_shape3(3, 3, 2)};
+  for (int i = 0; i < 3; i++) {
+    harness h;
+    if (!h_init(&h, ls[i], in[i], 2, 9)) continue;
+    CHECK(h.l->vt->host_loops);
+    if (i == 0) memset(h.x, 0, h.nx * sizeof(float)); /* valid ids */
+    be = &dev;
+    h_backward(&h, false);
+    be = saved;
+    bool nan = true;
+    for (size_t j = 0; j < h.ny; j++) nan &= isnan(h.y[j]);
+    for (size_t j = 0; j < st_shape_size(h.l->params[0].shape); j++) nan &= isnan(h.dw[0][j]);
+    CHECK_MSG(nan, "%s: not NaN on a device backend", st_layer_class(h.l));
+    h_free(&h);
+  }
+}
+/* ---- end of the issue 28 (helper B) block ---- */
+
 /* ---- forward checks --------------------------------------------------------- */
 
 /* Conv2D against a direct convolution (TF 'same' padding computed here). */
@@ -624,7 +811,10 @@ static const check_case cases[] = {
     CHECK_CASE(test_losses),          CHECK_CASE(test_loss_consistency),
     CHECK_CASE(test_adam_first_step),
     /* issue 28, layers-a */
-    CHECK_CASE(test_layers_a),        CHECK_CASE(test_global_pool_ties)};
+    CHECK_CASE(test_layers_a),        CHECK_CASE(test_global_pool_ties),
+    /* issue 28, helper B */
+    CHECK_CASE(test_issue28_b_grad),  CHECK_CASE(test_embedding),
+    CHECK_CASE(test_issue28_b_forward), CHECK_CASE(test_host_loops_guard)};
 
 int main(int argc, char **argv) {
   be = st_backend_reference();

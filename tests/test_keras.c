@@ -4,6 +4,7 @@
  * the mixed fixture exercises every other supported layer, and every bad
  * input — fixture or generated here (deep nesting, an oversized file, odd
  * options) — is ST_ERR_FORMAT with a message naming the file and the fact. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -435,6 +436,95 @@ static void test_layer_options(void) {
   st_model_destroy(m);
 }
 
+/* ---- Conv1D, DepthwiseConv2D, Embedding, LayerNormalization (issue 28) ---- */
+
+static st_model *from_text(const char *text, st_status want, const char *needle) {
+  st_model_options o = st_model_default_options(st_shape1(1));
+  st_model *m = NULL;
+  st_status s = st_model_from_keras_json_text(text, strlen(text), "t", &o, &m);
+  CHECK_MSG(s == want, "got %s: %s", st_status_string(s), st_last_error());
+  if (needle) CHECK_MSG(strstr(st_last_error(), needle), "%s lacks '%s'", st_last_error(), needle);
+  return m;
+}
+
+#define SEQ_HEAD "{\"class_name\": \"Sequential\", \"config\": {\"layers\": ["
+#define TEXT_INPUT "{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 8], " \
+                   "\"dtype\": {\"class_name\": \"DTypePolicy\", \"config\": {\"name\": \"int32\"}}}}, "
+#define EMB(extra) "{\"class_name\": \"Embedding\", \"config\": {\"name\": \"emb\", \"input_dim\": " \
+                   "50, \"output_dim\": 6" extra "}}, "
+
+static void test_issue28_b_import(void) {
+  const char *text = SEQ_HEAD TEXT_INPUT EMB(", \"embeddings_initializer\": {\"class_name\": "
+      "\"RandomUniform\", \"config\": {\"minval\": -0.05, \"maxval\": 0.05, \"seed\": null}}, "
+      "\"mask_zero\": false, \"input_length\": 8")
+      "{\"class_name\": \"Conv1D\", \"config\": {\"filters\": 4, \"kernel_size\": [3], "
+      "\"strides\": [1], \"padding\": \"causal\", \"dilation_rate\": [1], \"activation\": \"relu\"}}, "
+      "{\"class_name\": \"LayerNormalization\", \"config\": {\"axis\": [2], \"epsilon\": 0.01, "
+      "\"center\": true, \"scale\": false, \"rms_scaling\": false}}, "
+      "{\"class_name\": \"Flatten\", \"config\": {}}, "
+      "{\"class_name\": \"Dense\", \"config\": {\"units\": 2}}]}}";
+  st_model *m = from_text(text, ST_OK, NULL);
+  if (m) {
+    CHECK(st_model_layer_count(m) == 5);
+    const st_layer *e = st_model_layer(m, 0), *c = st_model_layer(m, 1), *n = st_model_layer(m, 2);
+    CHECK(!strcmp(st_layer_class(e), "Embedding") && !strcmp(st_layer_name(e), "emb"));
+    CHECK(st_shape_equal(st_layer_output_shape(e), (st_shape){2, {8, 6}}));
+    CHECK(st_layer_param_count(e) == 300 && st_layer_param_count(c) == 3 * 6 * 4 + 4);
+    CHECK(st_shape_equal(st_layer_output_shape(c), (st_shape){2, {8, 4}}));
+    CHECK(st_layer_param_count(n) == 4); /* beta only (scale false) */
+    st_layer_options lo;
+    CHECK_OK(st_layer_get_options(e, &lo));
+    CHECK(lo.embedding.input_dim == 50 && lo.embedding.embeddings_init == ST_INIT_RANDOM_UNIFORM);
+    CHECK_OK(st_layer_get_options(c, &lo));
+    CHECK(lo.conv1d.padding == ST_PAD_CAUSAL && lo.conv1d.kernel_size == 3 &&
+          lo.conv1d.activation == ST_ACT_RELU && lo.conv2d.filters == 0);
+    CHECK_OK(st_layer_get_options(n, &lo));
+    CHECK(lo.layernorm.center && !lo.layernorm.scale && fabs(lo.layernorm.epsilon - 0.01) < 1e-7);
+    check_compiles(m);
+    st_model_destroy(m);
+  }
+  const char *img = SEQ_HEAD
+      "{\"class_name\": \"Conv2D\", \"config\": {\"filters\": 3, \"kernel_size\": [3, 3], "
+      "\"strides\": [2, 2], \"padding\": \"same\", \"use_bias\": false, "
+      "\"batch_input_shape\": [null, 9, 9, 2], \"dtype\": \"float32\"}}, "
+      "{\"class_name\": \"DepthwiseConv2D\", \"config\": {\"kernel_size\": [3, 3], \"strides\": "
+      "[1, 1], \"padding\": \"same\", \"depth_multiplier\": 2, \"groups\": 1, \"use_bias\": false, "
+      "\"depthwise_initializer\": \"he_normal\", \"activation\": \"relu\"}}]}}";
+  if ((m = from_text(img, ST_OK, NULL))) {
+    CHECK(st_layer_param_count(st_model_layer(m, 0)) == 3 * 3 * 2 * 3);
+    CHECK(st_shape_equal(st_layer_output_shape(st_model_layer(m, 1)), st_shape3(5, 5, 6)));
+    CHECK(st_layer_param_count(st_model_layer(m, 1)) == 3 * 3 * 3 * 2);
+    st_model_destroy(m);
+  }
+  static const char *const bad[][2] = {
+      {SEQ_HEAD TEXT_INPUT EMB(", \"mask_zero\": true") "{\"class_name\": \"Flatten\", \"config\": {}}]}}",
+       "mask_zero"},
+      {SEQ_HEAD TEXT_INPUT EMB(", \"embeddings_initializer\": {\"class_name\": \"RandomUniform\", "
+       "\"config\": {\"minval\": -1, \"maxval\": 1}}") "{\"class_name\": \"Flatten\", \"config\": {}}]}}",
+       "embeddings_initializer"},
+      {SEQ_HEAD TEXT_INPUT EMB("") "{\"class_name\": \"Conv1D\", \"config\": {\"filters\": 2, "
+       "\"kernel_size\": 3, \"padding\": \"full\"}}]}}", "padding \"full\""},
+      {SEQ_HEAD TEXT_INPUT EMB("") "{\"class_name\": \"Conv1D\", \"config\": {\"filters\": 2, "
+       "\"kernel_size\": [3, 3]}}]}}", "kernel_size [3, 3]"},
+      {SEQ_HEAD TEXT_INPUT EMB("") "{\"class_name\": \"LayerNormalization\", \"config\": "
+       "{\"axis\": 1}}]}}", "axis 1"},
+      {SEQ_HEAD TEXT_INPUT EMB("") "{\"class_name\": \"LayerNormalization\", \"config\": "
+       "{\"rms_scaling\": true}}]}}", "rms_scaling"},
+      {SEQ_HEAD TEXT_INPUT "{\"class_name\": \"Embedding\", \"config\": {\"input_dim\": 0, "
+       "\"output_dim\": 3}}]}}", "input_dim"},
+      {SEQ_HEAD "{\"class_name\": \"DepthwiseConv2D\", \"config\": {\"kernel_size\": 3, "
+       "\"padding\": \"causal\", \"batch_input_shape\": [null, 4, 4, 1]}}]}}", "padding"},
+      {SEQ_HEAD "{\"class_name\": \"DepthwiseConv2D\", \"config\": {\"kernel_size\": 5, "
+       "\"batch_input_shape\": [null, 4, 4, 1]}}]}}", "does not fit"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    m = from_text(bad[i][0], ST_ERR_FORMAT, bad[i][1]);
+    CHECK_MSG(m == NULL, "bad case %zu built a model", i);
+    st_model_destroy(m);
+  }
+}
+/* ---- end of the issue 28 (helper B) block ---- */
+
 static void cleanup_tmp(void) {
   const char *names[] = {"ok.json", "dup_name.json", "overflow.json", "neg_dim.json",
                          "real_units.json", "kernel.json", "nofit.json", "flat_dense.json",
@@ -456,7 +546,9 @@ static const check_case cases[] = {
     CHECK_CASE(test_cnn),       CHECK_CASE(test_mlp),               CHECK_CASE(test_mixed),
     CHECK_CASE(test_bad_fixtures), CHECK_CASE(test_generated), CHECK_CASE(test_generated_options),
     CHECK_CASE(test_limits),    CHECK_CASE(test_text),              CHECK_CASE(test_layer_options),
-    CHECK_CASE(test_layers_a)};
+    CHECK_CASE(test_layers_a),
+    /* issue 28, helper B */
+    CHECK_CASE(test_issue28_b_import)};
 
 int main(int argc, char **argv) {
   const char *src = getenv("STRATA_SOURCE_DIR");

@@ -16,6 +16,8 @@ typedef enum st_init {
   ST_INIT_HE_NORMAL,          /* truncated normal, stddev sqrt(2/fan_in) */
   ST_INIT_ZEROS,
   ST_INIT_ONES,
+  ST_INIT_RANDOM_UNIFORM,     /* uniform in [-0.05, 0.05] (Keras RandomUniform
+                                 defaults; Embedding's default) */
   ST_INIT_COUNT
 } st_init;
 /* An initializer's Keras name ("glorot_uniform"), and the initializer a name
@@ -43,7 +45,11 @@ size_t st_layer_param_count(const st_layer *l);     /* trainable + not */
  * linear: tells whether a model outputs logits or probabilities. */
 st_activation st_layer_output_activation(const st_layer *l);
 
-typedef enum st_padding { ST_PAD_VALID = 0, ST_PAD_SAME } st_padding;
+typedef enum st_padding {
+  ST_PAD_VALID = 0,
+  ST_PAD_SAME,
+  ST_PAD_CAUSAL /* Conv1D only: kernel_size - 1 zeros on the left */
+} st_padding;
 
 typedef struct st_dense_options {
   int units;
@@ -168,6 +174,73 @@ const st_layer *st_node_layer(const st_node *t);
 /* Frees an input node no model took (accepts NULL); nodes made by a layer
  * call and inputs taken by a model are freed with their owner (ignored here). */
 void st_node_destroy(st_node *t);
+/* ---- Conv1D, DepthwiseConv2D, Embedding, LayerNormalization (issue 28) ---- */
+typedef struct st_conv1d_options {
+  int filters;
+  int kernel_size;
+  int strides;
+  st_padding padding; /* valid, same or causal */
+  st_activation activation;
+  bool use_bias;
+  st_init kernel_init, bias_init;
+  const char *name;
+} st_conv1d_options;
+/* Conv1D on channels-last sequences [steps, channels]; kernel [kernel_size,
+ * channels, filters] (Keras layout). Keras defaults: stride 1, valid padding,
+ * linear, bias, glorot_uniform kernel, zero bias. ST_ERR_INVALID naming the
+ * option for non-positive filters, kernel_size or strides, an unknown padding,
+ * activation or initializer, or a NULL out. */
+st_conv1d_options st_conv1d_default_options(int filters, int kernel_size);
+st_status st_conv1d_ex(st_conv1d_options o, st_layer **out);
+
+typedef struct st_depthwise_conv2d_options {
+  int kh, kw;
+  int sh, sw;
+  int depth_multiplier; /* output channels = input channels * depth_multiplier */
+  st_padding padding;   /* valid or same */
+  st_activation activation;
+  bool use_bias;
+  st_init depthwise_init, bias_init;
+  const char *name;
+} st_depthwise_conv2d_options;
+/* DepthwiseConv2D on [h, w, c]: each input channel convolved with its own
+ * depth_multiplier filters; depthwise_kernel [kh, kw, c, depth_multiplier],
+ * output channel ci*depth_multiplier + m (Keras layout), bias [c *
+ * depth_multiplier]. Keras defaults: stride 1, valid, multiplier 1, linear,
+ * bias, glorot_uniform, zeros. ST_ERR_INVALID naming the option for a
+ * non-positive kernel, stride or multiplier, a padding other than valid/same,
+ * an unknown activation or initializer, or a NULL out. */
+st_depthwise_conv2d_options st_depthwise_conv2d_default_options(int kh, int kw);
+st_status st_depthwise_conv2d_ex(st_depthwise_conv2d_options o, st_layer **out);
+
+typedef struct st_embedding_options {
+  int input_dim;  /* vocabulary size: ids in [0, input_dim) */
+  int output_dim; /* vector size */
+  st_init embeddings_init; /* random_uniform (Keras default) */
+  const char *name;
+} st_embedding_options;
+/* Embedding: input [seq] of integer ids stored as floats, output [seq,
+ * output_dim] (rows of embeddings [input_dim, output_dim]). An id that is not
+ * an integer in [0, input_dim) is refused before use, naming the id and its
+ * position, when the model checks its inputs; the input has no gradient.
+ * ST_ERR_INVALID naming the option for a non-positive input_dim or
+ * output_dim, an unknown initializer, or a NULL out. */
+st_embedding_options st_embedding_default_options(int input_dim, int output_dim);
+st_status st_embedding_ex(st_embedding_options o, st_layer **out);
+st_status st_embedding(int input_dim, int output_dim, st_layer **out);
+
+typedef struct st_layernorm_options {
+  float epsilon; /* 1e-3 (Keras) */
+  bool center, scale;
+  const char *name;
+} st_layernorm_options;
+/* LayerNormalization over the last axis of each example's rows: y = gamma
+ * (x - mean) / sqrt(var + epsilon) + beta, gamma and beta [last dim] (gamma
+ * first, as Keras). ST_ERR_INVALID naming epsilon when it is not positive and
+ * finite, or out when NULL. */
+st_layernorm_options st_layernorm_default_options(void);
+st_status st_layernorm_ex(st_layernorm_options o, st_layer **out);
+st_status st_layernorm(st_layer **out);
 
 /* A layer's options, as Keras's layer.get_config(): the member of its class
  * (st_layer_class) holds what its constructor was given (name fields NULL;
@@ -185,6 +258,11 @@ typedef struct st_layer_options {
   st_shape target_shape;          /* Reshape */
   st_zeropad2d_options zeropad2d;  /* ZeroPadding2D (layers-a) */
   st_relu_options relu;            /* ReLU, LeakyReLU (layers-a) */
+  /* issue 28, helper B */
+  st_conv1d_options conv1d;       /* Conv1D */
+  st_depthwise_conv2d_options depthwise; /* DepthwiseConv2D */
+  st_embedding_options embedding; /* Embedding */
+  st_layernorm_options layernorm; /* LayerNormalization */
 } st_layer_options;
 /* ST_ERR_INVALID naming the argument for a NULL l or out. Any thread. */
 st_status st_layer_get_options(const st_layer *l, st_layer_options *out);

@@ -12,6 +12,7 @@
  *   io.c        files: Keras model JSON, MNIST IDX, TensorBoard
  *   ps.c        the parameter server (tf.distribute.Server, the chief)
  *   layers_a.c  issue 28's global pooling, ZeroPadding2D, ReLU, LeakyReLU
+ *   layers_b.c  Conv1D, DepthwiseConv2D, Embedding, LayerNormalization
  * Each file's functions join the module through its st__py_*_register.
  * Handles (strategy, model, dataset, TensorBoard writer) are capsules that the
  * pure-Python layer (python/strata/) wraps in Keras-shaped classes. Strata
@@ -87,5 +88,9 @@ int st__py_strategy_register(PyObject *module);
 int st__py_io_register(PyObject *module);
 int st__py_ps_register(PyObject *module);
 int st__py_layers_a_register(PyObject *module); /* issue 28, layers-a */
+/* issue 28 layers (layers_b.c): their add_* functions, and their options
+ * as a dict (NULL without an exception for any other class). */
+int st__py_layers_b_register(PyObject *module);
+PyObject *st__py_layer_options_b(const st_layer *l, const st_layer_options *o);
 
 #endif

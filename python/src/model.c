@@ -209,6 +209,8 @@ static PyObject *layer_options_dict(const st_layer *l) {
   if (!strcmp(c, "Activation"))
     return Py_BuildValue("{ss}", "activation", st_activation_name(o.activation));
   if (!strcmp(c, "Reshape")) return Py_BuildValue("{sN}", "target_shape", st__py_shape_tuple(o.target_shape));
+  PyObject *b = st__py_layer_options_b(l, &o); /* issue 28 layers (layers_b.c) */
+  if (b || PyErr_Occurred()) return b;
   /* issue 28, layers-a (the global poolings have no options) */
   if (!strcmp(c, "ZeroPadding2D"))
     return Py_BuildValue("{s((ii)(ii))}", "padding", o.zeropad2d.top, o.zeropad2d.bottom,

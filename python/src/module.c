@@ -261,7 +261,8 @@ PyMODINIT_FUNC PyInit__strata(void) {
   int (*const parts[])(PyObject *) = {st__py_model_register, st__py_train_register,
                                       st__py_data_register,  st__py_strategy_register,
                                       st__py_io_register,    st__py_ps_register,
-                                      st__py_layers_a_register /* issue 28 */};
+                                      st__py_layers_a_register /* issue 28 */,
+                                      st__py_layers_b_register};
   PyObject *m = PyModule_Create(&module);
   for (size_t i = 0; m && i < sizeof parts / sizeof parts[0]; i++)
     if (parts[i](m) < 0) Py_CLEAR(m);

@@ -38,6 +38,11 @@ typedef enum st__keras_kind {
   ST__K_RELU,       /* ReLU other than its defaults (those import as Activation) */
   ST__K_LEAKY_RELU,
   /* end of layers-a */
+  /* issue 28, helper B */
+  ST__K_CONV1D,
+  ST__K_DEPTHWISE,
+  ST__K_EMBEDDING,
+  ST__K_LAYERNORM,
   ST__K_COUNT
 } st__keras_kind;
 
@@ -49,7 +54,7 @@ typedef struct st__keras_layer {
   char name[ST_NAME_MAX]; /* "" = automatic */
   bool has_input;         /* batch_input_shape / batch_shape was given */
   st_shape input;         /* per example (batch dimension dropped) */
-  int axis;               /* BatchNormalization / Softmax axis as given: -1 or
+  int axis;               /* BatchNormalization / Softmax / LayerNormalization axis as given: -1 or
                              an index into the batch shape (checked later) */
   int target_rank;        /* Reshape: target_shape, one entry may be -1 */
   int target[ST_MAX_RANK];
@@ -63,6 +68,10 @@ typedef struct st__keras_layer {
     st_activation act;    /* Activation, ReLU, Softmax */
     st_zeropad2d_options zeropad; /* ZeroPadding2D */
     st_relu_options relu; /* ReLU (not its defaults), LeakyReLU */
+    st_conv1d_options conv1d;
+    st_depthwise_conv2d_options dw;
+    st_embedding_options emb;
+    st_layernorm_options ln;
   } u;
 } st__keras_layer;
 

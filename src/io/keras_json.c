@@ -147,7 +147,8 @@ st_status st__keras_rethrow(const st__keras_ctx *c) {
   return st__keras_error(c, "%s", msg);
 }
 
-/* BatchNormalization and Softmax work on the last axis only: -1 or rank. */
+/* BatchNormalization, Softmax and LayerNormalization work on the last axis
+ * only: -1 or rank. */
 static st_status check_axis(const st__keras_ctx *c, const st__keras_layer *k, st_shape in) {
   if (k->axis == -1 || k->axis == in.rank) return ST_OK;
   return st__keras_error(c, "axis %d is not supported (only the last axis, -1 or %d, "
@@ -194,6 +195,10 @@ st_status st__keras_make_layer(const st__keras_ctx *c, const st__keras_layer *k,
   st_batchnorm_options bn = k->u.bn;
   st_zeropad2d_options zp = k->u.zeropad;
   st_relu_options ro = k->u.relu;
+  st_conv1d_options k1;
+  st_depthwise_conv2d_options dw;
+  st_embedding_options em;
+  st_layernorm_options ln;
   st_shape t;
   st_status s = check_axis(c, k, in); /* axis is -1 unless BN or Softmax set it */
   if (s != ST_OK) return s;
@@ -206,6 +211,11 @@ st_status st__keras_make_layer(const st__keras_ctx *c, const st__keras_layer *k,
   case ST__K_FLATTEN: s = named(st_flatten(out), out, k->name); break;
   case ST__K_DROPOUT: s = named(st_dropout(k->u.rate, out), out, k->name); break;
   case ST__K_ACTIVATION: s = named(st_activation_layer(k->u.act, out), out, k->name); break;
+  /* issue 28, helper B */
+  case ST__K_CONV1D: k1 = k->u.conv1d, k1.name = nm; s = st_conv1d_ex(k1, out); break;
+  case ST__K_DEPTHWISE: dw = k->u.dw, dw.name = nm; s = st_depthwise_conv2d_ex(dw, out); break;
+  case ST__K_EMBEDDING: em = k->u.emb, em.name = nm; s = st_embedding_ex(em, out); break;
+  case ST__K_LAYERNORM: ln = k->u.ln, ln.name = nm; s = st_layernorm_ex(ln, out); break;
   case ST__K_RESHAPE:
     if ((s = reshape_target(c, k, in, &t)) != ST_OK) return s;
     s = named(st_reshape(t, out), out, k->name);

@@ -247,6 +247,140 @@ static st_status parse_reshape(const st__keras_ctx *c, const json_t *cfg,
   return ST_OK;
 }
 
+/* ---- Conv1D, DepthwiseConv2D, Embedding, LayerNormalization (issue 28) ---- */
+
+/* An int or a one-element list [n] in lo..hi (Conv1D kernel_size, strides). */
+static st_status one_int(const st__keras_ctx *c, const json_t *cfg, const char *key,
+                         int def, int *out) {
+  const json_t *v = json_object_get(cfg, key), *e = v;
+  char b[80];
+  *out = def;
+  if (!v) return ST_OK;
+  if (json_is_array(v)) e = json_array_size(v) == 1 ? json_array_get(v, 0) : NULL;
+  if (!json_is_integer(e) || json_integer_value(e) < 1 ||
+      json_integer_value(e) > ST__KERAS_MAX_KERNEL)
+    return st__keras_error(c, "%s %s is not supported (expected an integer or [integer] "
+                           "in 1..%d)", key, st__keras_show(v, b, sizeof b),
+                           ST__KERAS_MAX_KERNEL);
+  *out = (int)json_integer_value(e);
+  return ST_OK;
+}
+
+static st_status parse_conv1d(const st__keras_ctx *c, const json_t *cfg,
+                              st__keras_layer *k) {
+  st_conv1d_options *o = &k->u.conv1d;
+  const json_t *pad = json_object_get(cfg, "padding");
+  const char *p = pad ? json_string_value(pad) : "valid";
+  char b[80];
+  *o = st_conv1d_default_options(1, 1);
+  st_status s = st__keras_int(c, cfg, "filters", 1, ST__KERAS_MAX_UNITS, 0, true, &o->filters);
+  if (s == ST_OK && !json_object_get(cfg, "kernel_size"))
+    s = st__keras_error(c, "missing option 'kernel_size'");
+  if (s == ST_OK) s = one_int(c, cfg, "kernel_size", 1, &o->kernel_size);
+  if (s == ST_OK) s = one_int(c, cfg, "strides", 1, &o->strides);
+  if (s == ST_OK && !(p && (!strcmp(p, "valid") || !strcmp(p, "same") || !strcmp(p, "causal"))))
+    s = st__keras_error(c, "padding %s is not supported (valid, same or causal)",
+                        st__keras_show(pad, b, sizeof b));
+  if (s == ST_OK)
+    o->padding = !strcmp(p, "valid") ? ST_PAD_VALID : !strcmp(p, "same") ? ST_PAD_SAME
+                                                                        : ST_PAD_CAUSAL;
+  if (s == ST_OK) s = st__keras_data_format(c, cfg);
+  if (s == ST_OK) s = st__keras_ones(c, cfg, "dilation_rate");
+  if (s == ST_OK) s = st__keras_ones(c, cfg, "groups");
+  if (s == ST_OK) s = st__keras_activation(c, cfg, "activation", &o->activation);
+  if (s == ST_OK) s = st__keras_bool(c, cfg, "use_bias", true, &o->use_bias);
+  if (s == ST_OK)
+    s = st__keras_init(c, cfg, "kernel_initializer", ST_INIT_GLOROT_UNIFORM, &o->kernel_init);
+  if (s == ST_OK)
+    s = st__keras_init(c, cfg, "bias_initializer", ST_INIT_ZEROS, &o->bias_init);
+  if (s == ST_OK) s = nulls(c, cfg, k_dense_nulls);
+  return s;
+}
+
+static const char *const k_dw_nulls[] = {
+    "depthwise_regularizer", "bias_regularizer", "activity_regularizer",
+    "depthwise_constraint", "bias_constraint", NULL};
+
+static st_status parse_depthwise(const st__keras_ctx *c, const json_t *cfg,
+                                 st__keras_layer *k) {
+  st_depthwise_conv2d_options *o = &k->u.dw;
+  int ks[2] = {1, 1}, st[2] = {1, 1};
+  *o = st_depthwise_conv2d_default_options(1, 1);
+  st_status s = ST_OK;
+  if (!json_object_get(cfg, "kernel_size"))
+    s = st__keras_error(c, "missing option 'kernel_size'");
+  if (s == ST_OK) s = st__keras_pair(c, cfg, "kernel_size", 1, ST__KERAS_MAX_KERNEL, 1, false, ks);
+  if (s == ST_OK) s = st__keras_pair(c, cfg, "strides", 1, ST__KERAS_MAX_KERNEL, 1, false, st);
+  if (s == ST_OK)
+    s = st__keras_int(c, cfg, "depth_multiplier", 1, ST__KERAS_MAX_UNITS, 1, false,
+                      &o->depth_multiplier);
+  if (s == ST_OK) s = st__keras_padding(c, cfg, &o->padding);
+  if (s == ST_OK) s = st__keras_data_format(c, cfg);
+  if (s == ST_OK) s = st__keras_ones(c, cfg, "dilation_rate");
+  if (s == ST_OK) s = st__keras_ones(c, cfg, "groups"); /* Keras 2 writes groups 1 */
+  if (s == ST_OK) s = st__keras_activation(c, cfg, "activation", &o->activation);
+  if (s == ST_OK) s = st__keras_bool(c, cfg, "use_bias", true, &o->use_bias);
+  if (s == ST_OK)
+    s = st__keras_init(c, cfg, "depthwise_initializer", ST_INIT_GLOROT_UNIFORM,
+                       &o->depthwise_init);
+  if (s == ST_OK)
+    s = st__keras_init(c, cfg, "bias_initializer", ST_INIT_ZEROS, &o->bias_init);
+  if (s == ST_OK) s = nulls(c, cfg, k_dw_nulls);
+  o->kh = ks[0], o->kw = ks[1], o->sh = st[0], o->sw = st[1];
+  return s;
+}
+
+static const char *const k_emb_nulls[] = {
+    "embeddings_regularizer", "activity_regularizer", "embeddings_constraint", "lora_rank",
+    NULL};
+
+/* Embedding: input_length (Keras 2) is accepted and not used: the input shape
+ * comes from the InputLayer or batch_input_shape; mask_zero only false. */
+static st_status parse_embedding(const st__keras_ctx *c, const json_t *cfg,
+                                 st__keras_layer *k) {
+  st_embedding_options *o = &k->u.emb;
+  const json_t *len = json_object_get(cfg, "input_length");
+  char b[80];
+  *o = st_embedding_default_options(1, 1);
+  st_status s =
+      st__keras_int(c, cfg, "input_dim", 1, ST__KERAS_MAX_UNITS, 0, true, &o->input_dim);
+  if (s == ST_OK)
+    s = st__keras_int(c, cfg, "output_dim", 1, ST__KERAS_MAX_UNITS, 0, true, &o->output_dim);
+  if (s == ST_OK)
+    s = st__keras_init(c, cfg, "embeddings_initializer", ST_INIT_RANDOM_UNIFORM,
+                       &o->embeddings_init);
+  if (s == ST_OK) s = st__keras_false(c, cfg, "mask_zero");
+  if (s == ST_OK) s = st__keras_false(c, cfg, "sparse");
+  if (s == ST_OK && len && !json_is_null(len) && !json_is_integer(len))
+    s = st__keras_error(c, "input_length %s is not an integer",
+                        st__keras_show(len, b, sizeof b));
+  if (s == ST_OK) s = nulls(c, cfg, k_emb_nulls);
+  return s;
+}
+
+static st_status parse_layernorm(const st__keras_ctx *c, const json_t *cfg,
+                                 st__keras_layer *k) {
+  st_layernorm_options *o = &k->u.ln;
+  st_init gi, bi;
+  *o = st_layernorm_default_options();
+  st_status s = st__keras_axis(c, cfg, -1, &k->axis);
+  if (s == ST_OK) s = st__keras_float(c, cfg, "epsilon", 1e-30, 1.0, 1e-3, &o->epsilon);
+  if (s == ST_OK) s = st__keras_bool(c, cfg, "center", true, &o->center);
+  if (s == ST_OK) s = st__keras_bool(c, cfg, "scale", true, &o->scale);
+  if (s == ST_OK) s = st__keras_false(c, cfg, "rms_scaling");
+  if (s == ST_OK) s = st__keras_init(c, cfg, "gamma_initializer", ST_INIT_ONES, &gi);
+  if (s == ST_OK && gi != ST_INIT_ONES)
+    s = st__keras_error(c, "gamma_initializer '%s' is not supported (only ones)",
+                        st_init_name(gi));
+  if (s == ST_OK) s = st__keras_init(c, cfg, "beta_initializer", ST_INIT_ZEROS, &bi);
+  if (s == ST_OK && bi != ST_INIT_ZEROS)
+    s = st__keras_error(c, "beta_initializer '%s' is not supported (only zeros)",
+                        st_init_name(bi));
+  if (s == ST_OK) s = nulls(c, cfg, k_bn_nulls);
+  return s;
+}
+/* ---- end of the issue 28 (helper B) parsers ---- */
+
 /* InputLayer: batch_shape (Keras 3) or batch_input_shape (Keras 2). */
 static st_status parse_input(const st__keras_ctx *c, const json_t *cfg,
                              st__keras_layer *k) {
@@ -306,6 +440,23 @@ static const struct {
     {"ZeroPadding2D", ST__K_ZEROPAD2D, parse_zeropad, KEYS("padding", "data_format")},
     {"LeakyReLU", ST__K_LEAKY_RELU, parse_leaky_relu, KEYS("negative_slope", "alpha")},
     /* end of layers-a */
+    /* issue 28, helper B */
+    {"Conv1D", ST__K_CONV1D, parse_conv1d,
+     KEYS("filters", "kernel_size", "strides", "padding", "data_format",
+          "dilation_rate", "groups", KERNEL_KEYS)},
+    {"DepthwiseConv2D", ST__K_DEPTHWISE, parse_depthwise,
+     KEYS("kernel_size", "strides", "padding", "depth_multiplier", "data_format",
+          "dilation_rate", "groups", "activation", "use_bias", "depthwise_initializer",
+          "bias_initializer", "depthwise_regularizer", "bias_regularizer",
+          "activity_regularizer", "depthwise_constraint", "bias_constraint")},
+    {"Embedding", ST__K_EMBEDDING, parse_embedding,
+     KEYS("input_dim", "output_dim", "embeddings_initializer", "embeddings_regularizer",
+          "activity_regularizer", "embeddings_constraint", "mask_zero", "input_length",
+          "sparse", "lora_rank")},
+    {"LayerNormalization", ST__K_LAYERNORM, parse_layernorm,
+     KEYS("axis", "epsilon", "center", "scale", "rms_scaling", "beta_initializer",
+          "gamma_initializer", "beta_regularizer", "gamma_regularizer", "beta_constraint",
+          "gamma_constraint")},
 };
 #define NCLASSES ((int)(sizeof k_classes / sizeof k_classes[0]))
 
@@ -384,14 +535,22 @@ static st_status unknown_class(const st__keras_ctx *c) {
                          c->cls, list);
 }
 
-/* What every class shares: trainable true, dtype float32, and on layers other
+/* What every class shares: trainable true, dtype float32 (InputLayer: or
+ * int32/int64), and on layers other
  * than InputLayer an optional batch_input_shape (Keras 2's first layer). */
 static st_status common(const st__keras_ctx *c, const json_t *cfg, st__keras_layer *k) {
   bool trainable;
   st_status s = st__keras_bool(c, cfg, "trainable", true, &trainable);
   if (s == ST_OK && !trainable)
     s = st__keras_error(c, "trainable false (a frozen layer) is not supported");
-  if (s == ST_OK) s = st__keras_dtype(c, json_object_get(cfg, "dtype"));
+  /* An InputLayer of int32/int64 (Embedding ids) reads its values as floats:
+   * exact for ids below 2^24. */
+  const json_t *dt = json_object_get(cfg, "dtype");
+  const char *ds = json_is_object(dt) /* Keras 3 {"class_name": "DTypePolicy", ...} */
+                       ? json_string_value(json_object_get(json_object_get(dt, "config"), "name"))
+                       : json_string_value(dt);
+  bool int_input = k->kind == ST__K_INPUT && ds && (!strcmp(ds, "int32") || !strcmp(ds, "int64"));
+  if (s == ST_OK && !int_input) s = st__keras_dtype(c, json_object_get(cfg, "dtype"));
   const json_t *bis = json_object_get(cfg, "batch_input_shape");
   if (s == ST_OK && k->kind != ST__K_INPUT && bis && !json_is_null(bis)) {
     s = st__keras_shape(c, "batch_input_shape", bis, &k->input);

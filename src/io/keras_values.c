@@ -201,6 +201,7 @@ static const struct {
     {"he_normal", "HeNormal", ST_INIT_HE_NORMAL},
     {"zeros", "Zeros", ST_INIT_ZEROS},
     {"ones", "Ones", ST_INIT_ONES},
+    {"random_uniform", "RandomUniform", ST_INIT_RANDOM_UNIFORM},
 };
 
 static bool init_lookup(const char *s, st_init *out) {
@@ -212,8 +213,14 @@ static bool init_lookup(const char *s, st_init *out) {
   return false;
 }
 
+/* RandomUniform's minval/maxval: only Keras's defaults -0.05 and 0.05. */
+static bool uniform_bound_ok(const char *k, const json_t *e) {
+  double want = strcmp(k, "minval") == 0 ? -0.05 : 0.05;
+  return json_is_number(e) && fabs(json_number_value(e) - want) < 1e-12;
+}
+
 /* The dict form's extras: module keras.*, registered_name null, config with at
- * most a null or integer seed. */
+ * most a null or integer seed (and RandomUniform's default bounds). */
 static bool init_dict_ok(const json_t *v) {
   const char *mod = json_string_value(json_object_get(v, "module"));
   const json_t *reg = json_object_get(v, "registered_name");
@@ -224,6 +231,11 @@ static bool init_dict_ok(const json_t *v) {
   const char *k;
   const json_t *e;
   json_object_foreach((json_t *)cfg, k, e) {
+    bool uniform = strcmp(json_string_value(json_object_get(v, "class_name")), "RandomUniform") == 0;
+    if (uniform && (strcmp(k, "minval") == 0 || strcmp(k, "maxval") == 0)) {
+      if (!uniform_bound_ok(k, e)) return false;
+      continue;
+    }
     if (strcmp(k, "seed") != 0 || !(json_is_null(e) || json_is_integer(e))) return false;
   }
   const char *key;
@@ -245,7 +257,8 @@ st_status st__keras_init(const st__keras_ctx *c, const json_t *cfg, const char *
                                     : json_string_value(v);
   if (init_lookup(s, out) && (!json_is_object(v) || init_dict_ok(v))) return ST_OK;
   return st__keras_error(c, "%s %s is not supported (glorot_uniform, he_normal, "
-                         "zeros, ones; config may hold only a seed)", key,
+                         "zeros, ones, random_uniform in [-0.05, 0.05]; config may "
+                         "hold only a seed)", key,
                          st__keras_show(v, b, sizeof b));
 }
 

@@ -87,6 +87,11 @@ static st_status pick_backend(st_net *m) {
   const char *name = getenv("STRATA_BACKEND");
   st_status s = st_backend_get(name && *name ? name : "cpu", &m->be);
   if (s != ST_OK) return s;
+  for (int i = 0; m->be->to_device && i < m->nlayers; i++) /* layer.h: host_loops */
+    if (m->layers[i]->vt->host_loops)
+      return st_error(ST_ERR_INVALID, "compile: layer '%s' (%s) runs on host memory only: "
+                      "backend %s has no kernel for it yet (use the cpu backend)",
+                      m->layers[i]->name, m->layers[i]->vt->class_name, m->be->name);
   return st_backend_ctx_create(m->be, 0, 0, &m->be_ctx);
 }
 
@@ -103,6 +108,8 @@ static void warn_loss_activation(const st_model *m, st_loss_kind loss) {
   bool sets_act = l && (l->out_activation != ST_ACT_LINEAR ||
                         strcmp(l->vt->class_name, "Dense") == 0 ||
                         strcmp(l->vt->class_name, "Conv2D") == 0 ||
+                        strcmp(l->vt->class_name, "Conv1D") == 0 ||
+                        strcmp(l->vt->class_name, "DepthwiseConv2D") == 0 ||
                         strcmp(l->vt->class_name, "Activation") == 0);
   if (act == ST_ACT_SOFTMAX && (loss == ST_LOSS_SPARSE_CE_LOGITS || loss == ST_LOSS_CE_LOGITS))
     st_log(ST_LOG_WARN,

@@ -1,5 +1,5 @@
 /* Parameter initializers with Keras semantics (glorot_uniform, he_normal,
- * zeros, ones) and their names. Fans are computed from the tensor shape as
+ * zeros, ones, random_uniform) and their names. Fans are computed from the tensor shape as
  * Keras's compute_fans does. Any thread (each caller owns its st_rng). */
 #include <assert.h>
 #include <math.h>
@@ -12,6 +12,7 @@ static const char *const init_names[] = {
     [ST_INIT_HE_NORMAL] = "he_normal",
     [ST_INIT_ZEROS] = "zeros",
     [ST_INIT_ONES] = "ones",
+    [ST_INIT_RANDOM_UNIFORM] = "random_uniform",
 };
 static_assert(sizeof init_names / sizeof init_names[0] == ST_INIT_COUNT,
               "name every st_init");
@@ -29,7 +30,7 @@ st_status st_init_parse(const char *name, st_init *out) {
     }
   return st_error(ST_ERR_INVALID,
                   "unknown initializer '%s' (valid: glorot_uniform, he_normal, "
-                  "zeros, ones)",
+                  "zeros, ones, random_uniform)",
                   name ? name : "(null)");
 }
 
@@ -69,6 +70,9 @@ void st__init_fill(st_init init, st_shape shape, float *dst, st_rng *rng) {
     /* .8796... is the stddev of a unit normal truncated to [-2, 2] */
     double stddev = sqrt(2.0 / fmax(fan_in, 1.0)) / .87962566103423978;
     for (size_t i = 0; i < n; i++) dst[i] = truncated_normal(rng, stddev);
+  } else if (init == ST_INIT_RANDOM_UNIFORM) { /* Keras RandomUniform() */
+    for (size_t i = 0; i < n; i++)
+      dst[i] = (float)(-0.05 + 0.1 * st_rng_uniform(rng));
   } else {
     float v = init == ST_INIT_ONES ? 1.0f : 0.0f;
     for (size_t i = 0; i < n; i++) dst[i] = v;

@@ -117,3 +117,7 @@ st_status st_layer_get_options(const st_layer *l, st_layer_options *out) {
   if (l->vt->get_options) l->vt->get_options(l, out);
   return ST_OK;
 }
+
+st_status st__layer_check_input(const st_layer *l, const float *x, int n, int64_t first) {
+  return l->vt->check_input ? l->vt->check_input(l, x, n, first) : ST_OK;
+}

@@ -88,6 +88,20 @@ typedef struct st_layer_vtable {
   /* Fill this kind's member of *out (st_layer_get_options zeroed it and
    * checked the arguments); NULL = a kind without options (Flatten). */
   void (*get_options)(const st_layer *l, st_layer_options *out);
+  /* Check the values of an input before forward sees them (NULL = any
+   * value is fine): x [n, in_shape] in host memory, its first example being
+   * example `first` of the data; ST_ERR_INVALID naming the layer, the value
+   * and its example and position when forward cannot honour it (Embedding:
+   * an id that is not an integer in [0, input_dim)). The executor calls it
+   * (st__layer_check_input) on a layer's input as st__net_check_labels on
+   * labels; forward itself stays safe without it (Embedding writes NaN rows
+   * for such ids and backward skips them). */
+  st_status (*check_input)(const st_layer *l, const float *x, int n, int64_t first);
+  /* forward/backward read and write the buffers with host loops (no backend
+   * kernel yet): valid on host-memory backends only (st__args_host). On a
+   * device backend they write NaN through be->fill instead of touching
+   * device memory; compile should refuse such a model with a message. */
+  bool host_loops;
 } st_layer_vtable;
 
 struct st_layer {
@@ -132,6 +146,10 @@ struct st_node {
   int mark;                     /* scratch of st_functional_create */
 };
 
+/* Whether the call's buffers are host memory (a backend without to_device:
+ * cpu, reference), so host loops may touch them. */
+static inline bool st__args_host(const st_layer_args *c) { return c->be->to_device == NULL; }
+
 /* Frees l whoever owns it (st_layer_destroy ignores a layer in a model),
  * its call nodes with it (st__layer_free_nodes: node.c). */
 void st__layer_free(st_layer *l);
@@ -156,6 +174,10 @@ st_status st__layer_build(st_layer *l, st_shape in);
 /* Build a layer of n inputs (1 <= n <= ST_LAYER_MAX_INPUTS; ST_ERR_INVALID
  * naming the layer when its kind takes another count). */
 st_status st__layer_build_inputs(st_layer *l, const st_shape *in, int n);
+
+/* l's vt->check_input on x [n, in_shape] (host memory), or ST_OK when its
+ * kind has none. */
+st_status st__layer_check_input(const st_layer *l, const float *x, int n, int64_t first);
 
 /* Fill n floats of a parameter with its initializer; fan_in/fan_out are derived
  * from the shape as Keras does (Dense [in,out]; Conv [kh,kw,in,out]). */

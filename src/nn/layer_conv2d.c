@@ -8,7 +8,11 @@
  * fixed column and output budgets (see below), so the gemm is large; bias and
  * activation are applied per block while it is in cache. Backward, per block: dz = dy * act'(.), re-unroll the block,
  * dkernel += col^T . dz, then reuse the same buffer for dcol = dz . kernel^T
- * and scatter it into dx with be->col2im. */
+ * and scatter it into dx with be->col2im.
+ *
+ * Conv1D (Keras "Conv1D") is the same machinery on [steps, c] viewed as an
+ * image of height 1: kernel [k, cin, filters] is [1, k, cin, filters] in
+ * memory; 'causal' padding is k-1 zeros on the left only. */
 #include <stdio.h>
 
 #include "nn/layer.h"
@@ -24,8 +28,9 @@ enum { KERNEL = 0, BIAS = 1 };
 #define OUT_BUDGET_FLOATS ((size_t)256 << 10)
 
 typedef struct conv_config {
-  st_conv2d_options o;
+  st_conv2d_options o; /* Conv1D: the equivalent 2-D options (kh 1, sh 1) */
   st_conv_geom g; /* set by build */
+  st_conv1d_options o1; /* Conv1D only: the options as given */
 } conv_config;
 
 /* Output size and leading pad of one spatial axis, as TensorFlow computes them;
@@ -224,6 +229,7 @@ st_conv2d_options st_conv2d_default_options(int filters, int kh, int kw) {
 
 /* New unbuilt Conv2D layer (caller owns it until st_model_add), or NULL + error. */
 st_status st_conv2d_ex(st_conv2d_options o, st_layer **out) {
+  if (!out) return st_error(ST_ERR_INVALID, "st_conv2d_ex: out is NULL");
   *out = NULL;
   if (o.filters <= 0 || o.kh <= 0 || o.kw <= 0 || o.sh <= 0 || o.sw <= 0) {
     return st_error(ST_ERR_INVALID,
@@ -246,4 +252,84 @@ st_status st_conv2d(int filters, int k, st_activation act, st_layer **out) {
   st_conv2d_options o = st_conv2d_default_options(filters, k, k);
   o.activation = act;
   return st_conv2d_ex(o, out);
+}
+
+/* ---- Conv1D ---------------------------------------------------------------- */
+
+static st_status conv1d_build(st_layer *l) {
+  conv_config *cf = l->config;
+  const st_conv1d_options *o = &cf->o1;
+  st_conv_geom *g = &cf->g;
+  char buf[64];
+  st_shape_format(l->in_shape, buf, sizeof buf);
+  if (l->in_shape.rank != 2)
+    return st_error(ST_ERR_INVALID,
+                    "Conv1D expects sequence input (None, steps, channels) but got %s", buf);
+  *g = (st_conv_geom){.h = 1, .w = l->in_shape.dims[0], .c = l->in_shape.dims[1],
+                      .kh = 1, .kw = o->kernel_size, .sh = 1, .sw = o->strides, .oh = 1};
+  if (o->padding == ST_PAD_CAUSAL) { /* left pad k-1, then 'valid' */
+    g->pad_left = o->kernel_size - 1;
+    g->ow = (g->w - 1) / o->strides + 1;
+  } else if (!conv_axis(g->w, g->kw, g->sw, o->padding, &g->ow, &g->pad_left)) {
+    return st_error(ST_ERR_INVALID,
+                    "Conv1D: kernel_size %d does not fit input %s with 'valid' padding",
+                    o->kernel_size, buf);
+  }
+  l->out_shape = (st_shape){2, {g->ow, o->filters}};
+  st__layer_add_param(l, "kernel", st_shape3(o->kernel_size, g->c, o->filters),
+                      o->kernel_init, true);
+  if (o->use_bias)
+    st__layer_add_param(l, "bias", st_shape1(o->filters), o->bias_init, true);
+  l->cache_per_example = st_activation_needs_input(o->activation)
+                             ? st_shape_size(l->out_shape) : 0;
+  l->out_activation = o->activation;
+  return ST_OK;
+}
+
+static void conv1d_options(const st_layer *l, st_layer_options *out) {
+  out->conv1d = ((const conv_config *)l->config)->o1;
+  out->conv1d.name = NULL;
+}
+
+static const st_layer_vtable conv1d_vtable = {
+    .class_name = "Conv1D",
+    .base_name = "conv1d",
+    .build = conv1d_build,
+    .workspace_floats = conv_workspace,
+    .forward = conv_forward,
+    .backward = conv_backward,
+    .get_options = conv1d_options,
+};
+
+st_conv1d_options st_conv1d_default_options(int filters, int kernel_size) {
+  return (st_conv1d_options){
+      .filters = filters, .kernel_size = kernel_size, .strides = 1,
+      .padding = ST_PAD_VALID, .activation = ST_ACT_LINEAR, .use_bias = true,
+      .kernel_init = ST_INIT_GLOROT_UNIFORM, .bias_init = ST_INIT_ZEROS, .name = NULL};
+}
+
+/* New unbuilt Conv1D layer (caller owns it until st_model_add), or NULL + error. */
+st_status st_conv1d_ex(st_conv1d_options o, st_layer **out) {
+  if (!out) return st_error(ST_ERR_INVALID, "st_conv1d_ex: out is NULL");
+  *out = NULL;
+  const char *bad = o.filters <= 0 ? "filters" : o.kernel_size <= 0 ? "kernel_size"
+                    : o.strides <= 0 ? "strides" : NULL;
+  if (bad)
+    return st_error(ST_ERR_INVALID, "Conv1D: %s must be positive (filters %d, "
+                    "kernel_size %d, strides %d)", bad, o.filters, o.kernel_size, o.strides);
+  if ((int)o.padding < 0 || o.padding > ST_PAD_CAUSAL)
+    return st_error(ST_ERR_INVALID, "Conv1D: invalid padding %d (valid, same or causal)",
+                    (int)o.padding);
+  if ((int)o.activation < 0 || o.activation >= ST_ACT_COUNT)
+    return st_error(ST_ERR_INVALID, "Conv1D: invalid activation %d", (int)o.activation);
+  if ((int)o.kernel_init < 0 || o.kernel_init >= ST_INIT_COUNT ||
+      (int)o.bias_init < 0 || o.bias_init >= ST_INIT_COUNT)
+    return st_error(ST_ERR_INVALID, "Conv1D: invalid kernel_init or bias_init");
+  conv_config cf = {.o1 = o};
+  cf.o1.name = NULL; /* the config copy must not point at the caller's string */
+  cf.o = st_conv2d_default_options(o.filters, 1, o.kernel_size);
+  cf.o.sw = o.strides;
+  cf.o.activation = o.activation, cf.o.use_bias = o.use_bias;
+  cf.o.kernel_init = o.kernel_init, cf.o.bias_init = o.bias_init;
+  return st__layer_new(&conv1d_vtable, &cf, sizeof cf, o.name, out);
 }

@@ -93,6 +93,15 @@ static st_status check_labels(const st_model *m, const st_batch *b, int64_t firs
   return st__net_check_labels(&m->net, b->y, b->size, first);
 }
 
+/* Input values the first layer cannot take (Embedding: ids that are not
+ * integers in [0, input_dim)), refused before any kernel uses them, as
+ * labels are; the error names the layer, value, example and position.
+ * (A graph executor checks every node fed by a model input.) */
+static st_status check_inputs(const st_model *m, const st_batch *b, int64_t first) {
+  if (m->net.nlayers == 0 || !b->x) return ST_OK;
+  return st__layer_check_input(m->net.layers[0], b->x, b->size, first);
+}
+
 /* Labels checked before training where the data is in memory. */
 typedef struct label_scan {
   int64_t classes;
@@ -137,6 +146,7 @@ static st_status run_pass(st_model *m, st_dataset *ds, step_fn step, void *arg,
     if ((s = st__strategy_agree(m->strategy, end ? -1 : b.size, false, &go, NULL)) != ST_OK ||
         !go)
       break;
+    if ((s = check_inputs(m, &b, total->examples)) != ST_OK) break;
     if (st_dataset_y_size(ds) == 0) b.y = NULL; /* predict without labels */
     else if ((s = check_labels(m, &b, total->examples)) != ST_OK) break;
     if ((s = step(m, &b, total, arg)) != ST_OK) break;
@@ -296,7 +306,8 @@ static st_status train_pass(st_model *m, st_dataset *ds, fit_state *fs, st_step_
     if (fs->o->sample_weight_column &&
         (s = split_sample_weights(m, fs, &b, tot->examples)) != ST_OK)
       break;
-    if ((s = check_labels(m, &b, tot->examples)) != ST_OK ||
+    if ((s = check_inputs(m, &b, tot->examples)) != ST_OK ||
+        (s = check_labels(m, &b, tot->examples)) != ST_OK ||
         (s = st__net_check_classes(&m->net, b.y, b.size, tot->examples)) != ST_OK)
       break;
     s = fit_step(m, &b, &(st__side_task){take_next, &la}, tot, fs);

@@ -6,10 +6,13 @@ import json
 
 from . import layers as _layers
 
-_INIT_CLASS = {"glorot_uniform": "GlorotUniform", "he_normal": "HeNormal", "zeros": "Zeros", "ones": "Ones"}
+_INIT_CLASS = {"glorot_uniform": "GlorotUniform", "he_normal": "HeNormal", "zeros": "Zeros", "ones": "Ones",
+               "random_uniform": "RandomUniform"}
 
 
 def _init(name):
+    if name == "random_uniform":
+        return {"class_name": "RandomUniform", "config": {"minval": -0.05, "maxval": 0.05, "seed": None}}
     return {"class_name": _INIT_CLASS[name], "config": {"seed": None} if name in ("glorot_uniform", "he_normal") else {}}
 
 
@@ -55,6 +58,28 @@ def layer_config(l):
         c.update(axis=-1, momentum=l.momentum, epsilon=l.epsilon, center=l.center, scale=l.scale,
                  beta_initializer=_init("zeros"), gamma_initializer=_init("ones"),
                  moving_mean_initializer=_init("zeros"), moving_variance_initializer=_init("ones"),
+                 beta_regularizer=None, gamma_regularizer=None, beta_constraint=None, gamma_constraint=None)
+    # issue 28, helper B
+    elif isinstance(l, _layers.Conv1D):
+        c.update(filters=l.filters, kernel_size=[l.kernel_size], strides=[l.strides], padding=l.padding,
+                 data_format="channels_last", dilation_rate=[1], groups=1, activation=l.activation,
+                 use_bias=l.use_bias, kernel_initializer=_init(l.kernel_initializer),
+                 bias_initializer=_init(l.bias_initializer), kernel_regularizer=None, bias_regularizer=None,
+                 activity_regularizer=None, kernel_constraint=None, bias_constraint=None)
+    elif isinstance(l, _layers.DepthwiseConv2D):
+        c.update(kernel_size=list(l.kernel_size), strides=list(l.strides), padding=l.padding,
+                 depth_multiplier=l.depth_multiplier, data_format="channels_last", dilation_rate=[1, 1],
+                 activation=l.activation, use_bias=l.use_bias,
+                 depthwise_initializer=_init(l.depthwise_initializer), bias_initializer=_init(l.bias_initializer),
+                 depthwise_regularizer=None, bias_regularizer=None, activity_regularizer=None,
+                 depthwise_constraint=None, bias_constraint=None)
+    elif isinstance(l, _layers.Embedding):
+        c.update(input_dim=l.input_dim, output_dim=l.output_dim,
+                 embeddings_initializer=_init(l.embeddings_initializer), embeddings_regularizer=None,
+                 activity_regularizer=None, embeddings_constraint=None, mask_zero=False)
+    elif isinstance(l, _layers.LayerNormalization):
+        c.update(axis=-1, epsilon=l.epsilon, center=l.center, scale=l.scale,
+                 beta_initializer=_init("zeros"), gamma_initializer=_init("ones"),
                  beta_regularizer=None, gamma_regularizer=None, beta_constraint=None, gamma_constraint=None)
     elif isinstance(l, _layers.Rescaling):
         c.update(scale=l.scale, offset=0.0)

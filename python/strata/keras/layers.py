@@ -9,7 +9,9 @@ _ACTS = ("linear", "relu", "sigmoid", "tanh", "softmax", "elu", "gelu",
          "relu6", "leaky_relu", "gelu_approximate")  # gelu_approximate: tanh GELU
 _INITS = {"glorot_uniform": "glorot_uniform", "GlorotUniform": "glorot_uniform",
           "he_normal": "he_normal", "HeNormal": "he_normal", "zeros": "zeros", "Zeros": "zeros",
-          "ones": "ones", "Ones": "ones"}
+          "ones": "ones", "Ones": "ones",
+          "random_uniform": "random_uniform", "RandomUniform": "random_uniform",
+          "uniform": "random_uniform"}
 
 
 def _activation(a, where):
@@ -29,6 +31,9 @@ def _init(i, where, arg):
         if seed is not None:
             raise NotImplementedError("%s: %s with seed=%r is not supported by Strata (the model's "
                                       "seed, tf.random.set_seed, seeds every initializer)" % (where, arg, seed))
+        if type(i).__name__ == "RandomUniform" and (getattr(i, "minval", -0.05), getattr(i, "maxval", 0.05)) != (-0.05, 0.05):
+            raise NotImplementedError("%s: %s RandomUniform(minval=%r, maxval=%r) is not supported by Strata "
+                                      "(only -0.05, 0.05)" % (where, arg, i.minval, i.maxval))
         i = type(i).__name__
     if i not in _INITS:
         raise NotImplementedError("%s: %s=%r is not supported by Strata (supported: %s)"
@@ -477,9 +482,153 @@ class Rescaling(Layer):
         raise NotImplementedError("Rescaling: only as the model's first layer is it supported by Strata")
 
 
-_NOT_YET = ("Conv1D", "Conv3D", "LSTM", "GRU", "SimpleRNN", "Embedding", "LayerNormalization",
-            "Concatenate", "Add", "Lambda",
-            "DepthwiseConv2D", "SeparableConv2D", "Conv2DTranspose", "UpSampling2D",
+# ---- Conv1D, DepthwiseConv2D, Embedding, LayerNormalization (issue 28) ----
+
+def _positive(v, where, arg):
+    if not isinstance(v, int) or isinstance(v, bool) or not 0 < v < 2 ** 31:
+        raise ValueError("%s: %s=%r (expected a positive integer)" % (where, arg, v))
+    return v
+
+
+def _one(v, where, arg):
+    """An int or a one-element tuple/list (Conv1D kernel_size, strides)."""
+    if isinstance(v, (tuple, list)) and len(v) == 1:
+        v = v[0]
+    return _positive(v, where, arg)
+
+
+class Conv1D(Layer):
+    """Conv1D(filters, kernel_size, strides=1, padding='valid' | 'same' |
+    'causal', activation=None, use_bias=True, ...) on channels_last
+    sequences (steps, channels)."""
+
+    def __init__(self, filters, kernel_size, strides=1, padding="valid", data_format=None,
+                 dilation_rate=1, groups=1, activation=None, use_bias=True,
+                 kernel_initializer="glorot_uniform", bias_initializer="zeros", **kwargs):
+        super().__init__(**kwargs)
+        unsupported("Conv1D", data_format=(data_format, None, "channels_last"), groups=(groups, 1))
+        if _one(dilation_rate, "Conv1D", "dilation_rate") != 1:
+            raise NotImplementedError("Conv1D: argument dilation_rate=%r is not supported by Strata" % (dilation_rate,))
+        self.filters = _positive(filters, "Conv1D", "filters")
+        self.kernel_size = _one(kernel_size, "Conv1D", "kernel_size")
+        self.strides = _one(strides, "Conv1D", "strides")
+        if str(padding).lower() not in ("valid", "same", "causal"):
+            raise ValueError("Conv1D: padding=%r (expected 'valid', 'same' or 'causal')" % (padding,))
+        self.padding = str(padding).lower()
+        self.activation = _activation(activation, "Conv1D")
+        self.use_bias = bool(use_bias)
+        self.kernel_initializer = _init(kernel_initializer, "Conv1D", "kernel_initializer")
+        self.bias_initializer = _init(bias_initializer, "Conv1D", "bias_initializer")
+
+    def _add(self, m):
+        from .. import _strata
+        _strata.add_conv1d(m, self.filters, self.kernel_size, self.strides, self.padding, self.activation,
+                           self.use_bias, self.kernel_initializer, self.bias_initializer, self._given_name)
+
+    def _weight_shapes(self, s):
+        w = [((self.kernel_size, s[-1], self.filters), True)]
+        return w + ([((self.filters,), True)] if self.use_bias else [])
+
+
+class DepthwiseConv2D(Layer):
+    """DepthwiseConv2D(kernel_size, strides=(1, 1), padding='valid',
+    depth_multiplier=1, activation=None, use_bias=True, ...) on channels_last
+    images; depthwise_kernel (kh, kw, channels, depth_multiplier)."""
+
+    def __init__(self, kernel_size, strides=(1, 1), padding="valid", depth_multiplier=1, data_format=None,
+                 dilation_rate=(1, 1), activation=None, use_bias=True, depthwise_initializer="glorot_uniform",
+                 bias_initializer="zeros", depthwise_regularizer=None, depthwise_constraint=None, **kwargs):
+        super().__init__(**kwargs)
+        if depthwise_regularizer is not None or depthwise_constraint is not None:
+            raise NotImplementedError("DepthwiseConv2D: depthwise_regularizer/depthwise_constraint are not "
+                                      "supported by Strata")
+        unsupported("DepthwiseConv2D", data_format=(data_format, None, "channels_last"))
+        if _pair(dilation_rate, "DepthwiseConv2D", "dilation_rate") != (1, 1):
+            raise NotImplementedError("DepthwiseConv2D: argument dilation_rate=%r is not supported by Strata"
+                                      % (dilation_rate,))
+        self.kernel_size = _pair(kernel_size, "DepthwiseConv2D", "kernel_size")
+        self.strides = _pair(strides, "DepthwiseConv2D", "strides")
+        self.depth_multiplier = _positive(depth_multiplier, "DepthwiseConv2D", "depth_multiplier")
+        if str(padding).lower() not in ("valid", "same"):
+            raise ValueError("DepthwiseConv2D: padding=%r (expected 'valid' or 'same')" % (padding,))
+        self.padding = str(padding).lower()
+        self.activation = _activation(activation, "DepthwiseConv2D")
+        self.use_bias = bool(use_bias)
+        self.depthwise_initializer = _init(depthwise_initializer, "DepthwiseConv2D", "depthwise_initializer")
+        self.bias_initializer = _init(bias_initializer, "DepthwiseConv2D", "bias_initializer")
+
+    def _add(self, m):
+        from .. import _strata
+        _strata.add_depthwise_conv2d(m, self.kernel_size[0], self.kernel_size[1], self.strides[0],
+                                     self.strides[1], self.depth_multiplier, self.padding == "same",
+                                     self.activation, self.use_bias, self.depthwise_initializer,
+                                     self.bias_initializer, self._given_name)
+
+    def _weight_shapes(self, s):
+        w = [((self.kernel_size[0], self.kernel_size[1], s[-1], self.depth_multiplier), True)]
+        return w + ([((s[-1] * self.depth_multiplier,), True)] if self.use_bias else [])
+
+
+class Embedding(Layer):
+    """Embedding(input_dim, output_dim, embeddings_initializer='uniform'):
+    integer ids (given as numbers; an id outside [0, input_dim) is an error)
+    to rows of an (input_dim, output_dim) table. mask_zero is not supported;
+    input_length (Keras 2) sets the input shape."""
+
+    def __init__(self, input_dim, output_dim, embeddings_initializer="uniform", embeddings_regularizer=None,
+                 embeddings_constraint=None, mask_zero=False, input_length=None, **kwargs):
+        if input_length is not None and kwargs.get("input_shape") is None:
+            kwargs["input_shape"] = (int(input_length),)
+        super().__init__(**kwargs)
+        if embeddings_regularizer is not None or embeddings_constraint is not None:
+            raise NotImplementedError("Embedding: embeddings_regularizer/embeddings_constraint are not "
+                                      "supported by Strata")
+        unsupported("Embedding", mask_zero=(bool(mask_zero), False))
+        self.input_dim = _positive(input_dim, "Embedding", "input_dim")
+        self.output_dim = _positive(output_dim, "Embedding", "output_dim")
+        self.embeddings_initializer = _init(embeddings_initializer, "Embedding", "embeddings_initializer")
+
+    def _add(self, m):
+        from .. import _strata
+        _strata.add_embedding(m, self.input_dim, self.output_dim, self.embeddings_initializer,
+                              self._given_name)
+
+    def _weight_shapes(self, s):
+        return [((self.input_dim, self.output_dim), True)]
+
+
+class LayerNormalization(Layer):
+    """LayerNormalization(axis=-1, epsilon=0.001, center=True, scale=True)
+    over the last axis; gamma then beta, each (last dim,)."""
+
+    def __init__(self, axis=-1, epsilon=0.001, center=True, scale=True, rms_scaling=False,
+                 beta_initializer="zeros", gamma_initializer="ones", **kwargs):
+        super().__init__(**kwargs)
+        if isinstance(axis, (list, tuple)) and len(axis) == 1:
+            axis = axis[0]
+        unsupported("LayerNormalization", axis=(axis, -1), rms_scaling=(bool(rms_scaling), False))
+        for arg, v, want in (("beta_initializer", beta_initializer, "zeros"),
+                             ("gamma_initializer", gamma_initializer, "ones")):
+            if _init(v, "LayerNormalization", arg) != want:
+                raise NotImplementedError("LayerNormalization: %s=%r is not supported by Strata" % (arg, v))
+        self.epsilon = float(epsilon)
+        if not self.epsilon > 0:
+            raise ValueError("LayerNormalization: epsilon=%r (expected a positive number)" % (epsilon,))
+        self.center, self.scale = bool(center), bool(scale)
+
+    def _add(self, m):
+        from .. import _strata
+        _strata.add_layernorm(m, self.epsilon, self.center, self.scale, self._given_name)
+
+    def _weight_shapes(self, s):
+        c = (s[-1],)
+        return ([(c, True)] if self.scale else []) + ([(c, True)] if self.center else [])
+
+# ---- end of the issue 28 (helper B) block ----
+
+
+_NOT_YET = ("Conv3D", "LSTM", "GRU", "SimpleRNN", "Concatenate", "Add", "Lambda",
+            "SeparableConv2D", "Conv2DTranspose", "UpSampling2D",
             "PReLU", "GaussianNoise", "SpatialDropout2D", "RandomFlip", "RandomRotation",
             "Normalization", "TextVectorization", "MultiHeadAttention", "Bidirectional", "TimeDistributed")
 
