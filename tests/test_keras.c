@@ -262,7 +262,9 @@ static void test_generated_options(void) {
       DENSE("d", 4) ", {\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 4]}}"),
       "layer 2", "InputLayer must be the first layer");
   const char *f = "{\"class_name\": \"Functional\", \"config\": {\"layers\": []}}";
-  EXPECT_FAIL(write_tmp("functional.json", f, strlen(f)), "only Sequential");
+  EXPECT_FAIL(write_tmp("functional.json", f, strlen(f)), "config.layers", "2..10000 layers");
+  const char *g = "{\"class_name\": \"Graph\", \"config\": {\"layers\": []}}";
+  EXPECT_FAIL(write_tmp("graph.json", g, strlen(g)), "Sequential, Functional or Model");
 }
 
 /* ---- issue 28, layers-a: global pooling, ZeroPadding2D, ReLU, LeakyReLU ---- */

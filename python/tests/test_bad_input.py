@@ -95,7 +95,8 @@ _IN = '{"class_name": "InputLayer", "config": {"batch_shape": [null, 4]}}'
 
 @pytest.mark.parametrize("text,exc,match", [
     ('{"class_name": "Sequential", ', ValueError, r"^model_from_json: invalid JSON at line 1, column"),
-    ('{"class_name": "Functional", "config": {}}', ValueError, r"model class_name \"Functional\" is not supported"),
+    ('{"class_name": "Functional", "config": {}}', ValueError, r"config.layers is missing or not a list"),
+    ('{"class_name": "Graph", "config": {}}', ValueError, r"model class_name \"Graph\" is not supported"),
     (_SEQ % (_IN + ', {"class_name": "LSTM", "config": {"name": "lstm"}}'), ValueError,
      r"^model_from_json: layer 1 \('lstm', LSTM\): layer class 'LSTM' is not supported"),
     (_SEQ % (_IN + ', {"class_name": "Dense", "config": {"name": "d", "units": 3, "activation": "swish"}}'),
