@@ -1,0 +1,305 @@
+/* MultiHeadAttention (Keras class): inputs query xs[0] [batch, Tq, dq], value
+ * xs[1] [batch, Tv, dv] and optional key xs[2] [batch, Tv, dk] (default: the
+ * value), Keras's call order. Per example and head h:
+ *   Q = query Wq + bq [Tq, H*K], Kp = key Wk + bk [Tv, H*K], V = value Wv + bv
+ *   P_h = softmax(Q_h Kp_h^T / sqrt(K) (+ causal mask)) [Tq, Tv]
+ *   O_h = dropout(P_h) V_h [Tq, V] (the heads side by side: O [Tq, H*V])
+ *   y = O Wo + bo [Tq, out]
+ * The projections are GEMMs over [batch*T, d] rows, the scores and the
+ * weighted sums GEMMs per (example, head), all through the backend; the
+ * softmax (in place) and its backward are plain loops over the buffers (valid
+ * for host backends: cpu, reference; a device backend needs a kernel for
+ * them). The plain-loop reference is src/nn/attention_ref.c.
+ *
+ * cache [batch * cache_per_example], one block per tensor, batch-major:
+ *   Q [batch, Tq, H*K] | Kp [batch, Tv, H*K] | V [batch, Tv, H*V]
+ *   | P [batch, H, Tq, Tv] (softmax, before dropout) | O [batch, Tq, H*V]
+ * workspace: dO [batch, Tq, H*V] | dQ [batch, Tq, H*K] | dKp [batch, Tv, H*K]
+ *   | dV [batch, Tv, H*V] | dP [batch, H, Tq, Tv] | Pd [batch, H, Tq, Tv]
+ *   (Pd, the dropped-out P, only with dropout; forward uses Pd only). */
+#include <math.h>
+#include <stdio.h>
+
+#include "nn/attention.h"
+
+static const char *who(const st_layer *l, char *buf, size_t n) {
+  if (l->name[0])
+    snprintf(buf, n, "MultiHeadAttention '%s'", l->name);
+  else
+    snprintf(buf, n, "MultiHeadAttention");
+  return buf;
+}
+
+static st_status shape_error(const st_layer *l, const char *what) {
+  char w[96], a[64], b[64], k[64];
+  int ki = st__mha_key_input(l);
+  return st_error(ST_ERR_INVALID, "%s: query has shape %s, value %s, key %s: %s",
+                  who(l, w, sizeof w), st_shape_format(l->in_shapes[0], a, sizeof a),
+                  st_shape_format(l->in_shapes[1], b, sizeof b),
+                  ki == 2 ? st_shape_format(l->in_shapes[2], k, sizeof k) : "(the value)", what);
+}
+
+static st_shape shape2(int a, int b) { return (st_shape){2, {a, b}}; }
+
+static void add_params(st_layer *l, st__mha_config *m) {
+  const st_mha_options *o = &m->o;
+  int h = m->heads;
+  m->qb = m->kb = m->vb = m->ob = -1;
+  m->qk = st__layer_add_param(l, "query/kernel", st_shape3(m->dq, h, m->kd), o->kernel_init, true);
+  if (o->use_bias)
+    m->qb = st__layer_add_param(l, "query/bias", shape2(h, m->kd), o->bias_init, true);
+  m->kk = st__layer_add_param(l, "key/kernel", st_shape3(m->dk, h, m->kd), o->kernel_init, true);
+  if (o->use_bias)
+    m->kb = st__layer_add_param(l, "key/bias", shape2(h, m->kd), o->bias_init, true);
+  m->vk = st__layer_add_param(l, "value/kernel", st_shape3(m->dv, h, m->vd), o->kernel_init, true);
+  if (o->use_bias)
+    m->vb = st__layer_add_param(l, "value/bias", shape2(h, m->vd), o->bias_init, true);
+  m->ok = st__layer_add_param(l, "attention_output/kernel", st_shape3(h, m->vd, m->out),
+                              o->kernel_init, true);
+  if (o->use_bias)
+    m->ob = st__layer_add_param(l, "attention_output/bias", st_shape1(m->out), o->bias_init, true);
+}
+
+static st_status mha_build(st_layer *l) {
+  st__mha_config *m = l->config;
+  const st_shape *s = l->in_shapes;
+  int ki = st__mha_key_input(l);
+  for (int j = 0; j < l->n_inputs; j++)
+    if (s[j].rank != 2)
+      return shape_error(l, "each input must be [length, features] per example");
+  if (s[ki].dims[0] != s[1].dims[0])
+    return shape_error(l, "key and value must have the same length");
+  m->tq = s[0].dims[0], m->tv = s[1].dims[0];
+  m->dq = s[0].dims[1], m->dv = s[1].dims[1], m->dk = s[ki].dims[1];
+  m->heads = m->o.num_heads, m->kd = m->o.key_dim;
+  m->vd = m->o.value_dim ? m->o.value_dim : m->o.key_dim;
+  m->out = m->o.output_dim ? m->o.output_dim : m->dq;
+  add_params(l, m);
+  l->out_shape = shape2(m->tq, m->out);
+  int hk = m->heads * m->kd, hv = m->heads * m->vd;
+  l->cache_per_example = (size_t)m->tq * hk + (size_t)m->tv * hk + (size_t)m->tv * hv +
+                         (size_t)m->heads * m->tq * m->tv + (size_t)m->tq * hv;
+  return ST_OK;
+}
+
+static size_t mha_workspace(const st_layer *l, int batch) {
+  const st__mha_config *m = l->config;
+  size_t hk = (size_t)m->heads * m->kd, hv = (size_t)m->heads * m->vd;
+  size_t p = (size_t)m->heads * m->tq * m->tv;
+  size_t per = m->tq * hv + m->tq * hk + m->tv * hk + m->tv * hv + p;
+  return (size_t)batch * (per + (m->o.dropout > 0.0f ? p : 0));
+}
+
+/* Pointers into the cache and workspace (see the file comment). */
+typedef struct bufs {
+  float *q, *k, *v, *p, *o;      /* cache */
+  float *dO, *dq, *dk, *dv, *dp; /* workspace (backward) */
+  float *pd;                     /* dropped-out P (== p without dropout) */
+} bufs;
+
+static bufs carve(const st__mha_config *m, const st_layer_args *c, bool dropout) {
+  size_t b = (size_t)c->batch, hk = (size_t)m->heads * m->kd, hv = (size_t)m->heads * m->vd;
+  size_t np = b * m->heads * m->tq * m->tv;
+  bufs u;
+  u.q = c->cache, u.k = u.q + b * m->tq * hk, u.v = u.k + b * m->tv * hk;
+  u.p = u.v + b * m->tv * hv, u.o = u.p + np;
+  u.dO = c->workspace, u.dq = u.dO + b * m->tq * hv, u.dk = u.dq + b * m->tq * hk;
+  u.dv = u.dk + b * m->tv * hk, u.dp = u.dv + b * m->tv * hv;
+  u.pd = dropout ? u.dp + np : u.p;
+  return u;
+}
+
+static bool drops(const st__mha_config *m, const st_layer_args *c) {
+  return c->training && m->o.dropout > 0.0f;
+}
+
+/* y[rows, n] = x[rows, d] W[d, n] (+ bias). */
+static void project(const st_layer_args *c, int rows, int d, int n, const float *x,
+                    const float *w, const float *bias, float *y) {
+  c->be->gemm(c->ctx, false, false, rows, n, d, 1.0f, x, d, w, n, 0.0f, y, n);
+  if (bias) c->be->bias_add(c->ctx, rows, n, bias, y);
+}
+
+/* Softmax over the last axis of p [batch*H, Tq, Tv] in place, with the causal
+ * mask (j > i gets probability 0) when asked. Host loop. */
+static void softmax_rows(const st__mha_config *m, int blocks, float *p) {
+  for (int64_t r = 0; r < (int64_t)blocks * m->tq; r++) {
+    float *row = p + r * m->tv;
+    int i = (int)(r % m->tq), n = m->o.use_causal_mask ? (i + 1 < m->tv ? i + 1 : m->tv) : m->tv;
+    float mx = row[0];
+    for (int j = 1; j < n; j++) mx = row[j] > mx ? row[j] : mx;
+    float sum = 0.0f;
+    for (int j = 0; j < n; j++) sum += row[j] = expf(row[j] - mx);
+    float inv = 1.0f / sum;
+    for (int j = 0; j < n; j++) row[j] *= inv;
+    for (int j = n; j < m->tv; j++) row[j] = 0.0f;
+  }
+}
+
+#define PARAM(c, i) ((i) >= 0 ? (c)->w[i] : NULL)
+
+static void mha_forward(const st_layer *l, st_layer_args *c) {
+  const st__mha_config *m = l->config;
+  if (c->batch == 0) return;
+  const st_backend *be = c->be;
+  int hk = m->heads * m->kd, hv = m->heads * m->vd, B = c->batch;
+  bool dr = drops(m, c);
+  bufs u = carve(m, c, dr);
+  if (dr) u.pd = c->workspace; /* forward needs only Pd */
+  project(c, B * m->tq, m->dq, hk, c->xs[0], c->w[m->qk], PARAM(c, m->qb), u.q);
+  project(c, B * m->tv, m->dk, hk, c->xs[st__mha_key_input(l)], c->w[m->kk], PARAM(c, m->kb), u.k);
+  project(c, B * m->tv, m->dv, hv, c->xs[1], c->w[m->vk], PARAM(c, m->vb), u.v);
+  float scale = 1.0f / sqrtf((float)m->kd);
+  size_t tt = (size_t)m->tq * m->tv;
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < m->heads; h++) /* S_bh = scale Q_bh Kp_bh^T [Tq, Tv] */
+      be->gemm(c->ctx, false, true, m->tq, m->tv, m->kd, scale,
+               u.q + (size_t)b * m->tq * hk + h * m->kd, hk,
+               u.k + (size_t)b * m->tv * hk + h * m->kd, hk, 0.0f,
+               u.p + ((size_t)b * m->heads + h) * tt, m->tv);
+  softmax_rows(m, B * m->heads, u.p);
+  if (dr)
+    be->dropout_forward(c->ctx, (size_t)B * m->heads * tt, m->o.dropout, c->seed, c->stream,
+                        u.p, u.pd);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < m->heads; h++) /* O_bh = Pd_bh V_bh [Tq, V] */
+      be->gemm(c->ctx, false, false, m->tq, m->vd, m->tv, 1.0f,
+               u.pd + ((size_t)b * m->heads + h) * tt, m->tv,
+               u.v + (size_t)b * m->tv * hv + h * m->vd, hv, 0.0f,
+               u.o + (size_t)b * m->tq * hv + h * m->vd, hv);
+  project(c, B * m->tq, hv, m->out, u.o, c->w[m->ok], PARAM(c, m->ob), c->y);
+}
+
+/* dP_bh (in place) = scale * P * (dP - rowsum(dP * P)): softmax's backward
+ * (masked entries have P = 0, so they get no gradient). Host loop. */
+static void softmax_backward_rows(const st__mha_config *m, int blocks, const float *p,
+                                  float *dp) {
+  float scale = 1.0f / sqrtf((float)m->kd);
+  for (int64_t r = 0; r < (int64_t)blocks * m->tq; r++) {
+    const float *pr = p + r * m->tv;
+    float *dr = dp + r * m->tv, dot = 0.0f;
+    for (int j = 0; j < m->tv; j++) dot += pr[j] * dr[j];
+    for (int j = 0; j < m->tv; j++) dr[j] = scale * pr[j] * (dr[j] - dot);
+  }
+}
+
+/* Gradients of one projection y = x W + b given dy [rows, n]: dW, db, and
+ * dx (accumulated when `accumulate`: the key defaulting to the value). */
+static void project_backward(const st_layer_args *c, int rows, int d, int n, const float *x,
+                             const float *dy, int wi, int bi, float *dx, bool accumulate) {
+  const st_backend *be = c->be;
+  be->gemm(c->ctx, true, false, d, n, rows, 1.0f, x, d, dy, n, 0.0f, c->dw[wi], n);
+  if (bi >= 0) be->bias_grad(c->ctx, rows, n, dy, c->dw[bi]);
+  if (dx)
+    be->gemm(c->ctx, false, true, rows, d, n, 1.0f, dy, n, c->w[wi], n,
+             accumulate ? 1.0f : 0.0f, dx, d);
+}
+
+/* dV, dP (through dropout and softmax: dS in dp), then dQ and dKp. */
+static void attention_backward(const st__mha_config *m, st_layer_args *c, bufs u, bool dr) {
+  const st_backend *be = c->be;
+  int hk = m->heads * m->kd, hv = m->heads * m->vd, B = c->batch;
+  size_t tt = (size_t)m->tq * m->tv;
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < m->heads; h++) {
+      const float *pd = u.pd + ((size_t)b * m->heads + h) * tt;
+      const float *dO = u.dO + (size_t)b * m->tq * hv + h * m->vd;
+      /* dV_bh [Tv, V] = Pd_bh^T dO_bh; dPd_bh [Tq, Tv] = dO_bh V_bh^T */
+      be->gemm(c->ctx, true, false, m->tv, m->vd, m->tq, 1.0f, pd, m->tv, dO, hv, 0.0f,
+               u.dv + (size_t)b * m->tv * hv + h * m->vd, hv);
+      be->gemm(c->ctx, false, true, m->tq, m->tv, m->vd, 1.0f, dO, hv,
+               u.v + (size_t)b * m->tv * hv + h * m->vd, hv, 0.0f,
+               u.dp + ((size_t)b * m->heads + h) * tt, m->tv);
+    }
+  if (dr)
+    be->dropout_backward(c->ctx, (size_t)B * m->heads * tt, m->o.dropout, c->seed, c->stream,
+                         u.dp, u.dp);
+  softmax_backward_rows(m, B * m->heads, u.p, u.dp);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < m->heads; h++) {
+      const float *ds = u.dp + ((size_t)b * m->heads + h) * tt;
+      /* dQ_bh [Tq, K] = dS Kp_bh; dKp_bh [Tv, K] = dS^T Q_bh (scale is in dS) */
+      be->gemm(c->ctx, false, false, m->tq, m->kd, m->tv, 1.0f, ds, m->tv,
+               u.k + (size_t)b * m->tv * hk + h * m->kd, hk, 0.0f,
+               u.dq + (size_t)b * m->tq * hk + h * m->kd, hk);
+      be->gemm(c->ctx, true, false, m->tv, m->kd, m->tq, 1.0f, ds, m->tv,
+               u.q + (size_t)b * m->tq * hk + h * m->kd, hk, 0.0f,
+               u.dk + (size_t)b * m->tv * hk + h * m->kd, hk);
+    }
+}
+
+static void zero_grads(const st_layer *l, st_layer_args *c) {
+  for (int p = 0; p < l->nparams; p++)
+    c->be->fill(c->ctx, st_shape_size(l->params[p].shape), 0.0f, c->dw[p]);
+}
+
+static void mha_backward(const st_layer *l, st_layer_args *c) {
+  const st__mha_config *m = l->config;
+  if (c->batch == 0) {
+    zero_grads(l, c);
+    return;
+  }
+  int hk = m->heads * m->kd, hv = m->heads * m->vd, B = c->batch, ki = st__mha_key_input(l);
+  bool dr = drops(m, c);
+  bufs u = carve(m, c, dr);
+  if (dr)
+    c->be->dropout_forward(c->ctx, (size_t)B * m->heads * m->tq * m->tv, m->o.dropout,
+                           c->seed, c->stream, u.p, u.pd);
+  project_backward(c, B * m->tq, hv, m->out, u.o, c->dy, m->ok, m->ob, u.dO, false);
+  attention_backward(m, c, u, dr);
+  project_backward(c, B * m->tq, m->dq, hk, c->xs[0], u.dq, m->qk, m->qb, c->dxs[0], false);
+  project_backward(c, B * m->tv, m->dv, hv, c->xs[1], u.dv, m->vk, m->vb, c->dxs[1], false);
+  project_backward(c, B * m->tv, m->dk, hk, c->xs[ki], u.dk, m->kk, m->kb, c->dxs[ki], ki == 1);
+}
+
+static void mha_options(const st_layer *l, st_layer_options *out) {
+  out->mha = ((const st__mha_config *)l->config)->o;
+}
+
+static const st_layer_vtable mha_vtable = {
+    .class_name = "MultiHeadAttention",
+    .base_name = "multi_head_attention",
+    .min_inputs = 2,
+    .max_inputs = 3,
+    .build = mha_build,
+    .workspace_floats = mha_workspace,
+    .forward = mha_forward,
+    .backward = mha_backward,
+    .get_options = mha_options,
+};
+
+st_mha_options st_multi_head_attention_default_options(int num_heads, int key_dim) {
+  st_mha_options o = {
+      .num_heads = num_heads, .key_dim = key_dim, .value_dim = 0, .dropout = 0.0f,
+      .use_bias = true, .output_dim = 0, .use_causal_mask = false,
+      .kernel_init = ST_INIT_GLOROT_UNIFORM, .bias_init = ST_INIT_ZEROS, .name = NULL,
+  };
+  return o;
+}
+
+/* New unbuilt MultiHeadAttention (caller owns it until added to a model). */
+st_status st_multi_head_attention_ex(st_mha_options o, st_layer **out) {
+  if (!out) return st_error(ST_ERR_INVALID, "MultiHeadAttention: out is NULL");
+  *out = NULL;
+  if (o.num_heads <= 0 || o.key_dim <= 0)
+    return st_error(ST_ERR_INVALID, "MultiHeadAttention: num_heads %d and key_dim %d must be "
+                    "positive", o.num_heads, o.key_dim);
+  if (o.value_dim < 0 || o.output_dim < 0)
+    return st_error(ST_ERR_INVALID, "MultiHeadAttention: value_dim %d and output_shape %d must "
+                    "be positive (0: the defaults)", o.value_dim, o.output_dim);
+  if (!(o.dropout >= 0.0f && o.dropout < 1.0f))
+    return st_error(ST_ERR_INVALID, "MultiHeadAttention: dropout %g is outside [0, 1)",
+                    (double)o.dropout);
+  if ((int)o.kernel_init < 0 || o.kernel_init >= ST_INIT_COUNT || (int)o.bias_init < 0 ||
+      o.bias_init >= ST_INIT_COUNT)
+    return st_error(ST_ERR_INVALID, "MultiHeadAttention: invalid initializer");
+  const char *name = o.name;
+  o.name = NULL;
+  st__mha_config m = {.o = o};
+  return st__layer_new(&mha_vtable, &m, sizeof m, name, out);
+}
+
+st_status st_multi_head_attention(int num_heads, int key_dim, st_layer **out) {
+  return st_multi_head_attention_ex(st_multi_head_attention_default_options(num_heads, key_dim),
+                                    out);
+}
