@@ -28,6 +28,14 @@ typedef enum st__keras_kind {
   ST__K_BATCHNORM,
   ST__K_ACTIVATION, /* Activation, ReLU, Softmax */
   ST__K_RESHAPE,
+  /* merge layers and attention (several inputs: functional graphs only) */
+  ST__K_ADD,
+  ST__K_SUBTRACT,
+  ST__K_MULTIPLY,
+  ST__K_CONCATENATE,
+  ST__K_MHA, /* MultiHeadAttention; u.mha.use_causal_mask comes from the call's
+                kwargs (the graph importer sets it), never from the config */
+  /* end of merge layers and attention */
   ST__K_COUNT
 } st__keras_kind;
 
@@ -50,6 +58,8 @@ typedef struct st__keras_layer {
     st_batchnorm_options bn;
     float rate;           /* Dropout */
     st_activation act;    /* Activation, ReLU, Softmax */
+    int concat_axis;      /* Concatenate (Keras counting, as given) */
+    st_mha_options mha;   /* MultiHeadAttention */
   } u;
 } st__keras_layer;
 

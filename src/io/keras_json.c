@@ -191,6 +191,7 @@ static st_status make_layer(const st__keras_ctx *c, const st__keras_layer *k,
   st_conv2d_options cv = k->u.conv;
   st_pool2d_options p = k->u.pool;
   st_batchnorm_options bn = k->u.bn;
+  st_mha_options mha = k->u.mha;
   st_shape t;
   st_status s = ST_OK;
   switch (k->kind) {
@@ -206,6 +207,12 @@ static st_status make_layer(const st__keras_ctx *c, const st__keras_layer *k,
     if ((s = reshape_target(c, k, in, &t)) != ST_OK) return s;
     s = named(st_reshape(t, out), out, k->name);
     break;
+  /* merge layers and attention (the graph importer wires their inputs) */
+  case ST__K_ADD: s = named(st_add(out), out, k->name); break;
+  case ST__K_SUBTRACT: s = named(st_subtract(out), out, k->name); break;
+  case ST__K_MULTIPLY: s = named(st_multiply(out), out, k->name); break;
+  case ST__K_CONCATENATE: s = named(st_concatenate(k->u.concat_axis, out), out, k->name); break;
+  case ST__K_MHA: mha.name = nm; s = st_multi_head_attention_ex(mha, out); break;
   default: return st__keras_error(c, "internal: unexpected layer kind %d", (int)k->kind);
   }
   return s == ST_OK ? ST_OK : rethrow(c);
