@@ -90,6 +90,10 @@ static void test_mha_configs(void) {
   CHECK_EQ(k.u.mha.value_dim, 0);
   CHECK_EQ(k.u.mha.output_dim, 0);
   CHECK(k.u.mha.use_bias);
+  CHECK(!k.u.mha.use_causal_mask);
+  CHECK_OK(parse("{\"class_name\": \"MultiHeadAttention\", \"config\": {\"num_heads\": 2, "
+                 "\"key_dim\": 4, \"use_causal_mask\": true}}", &k));
+  CHECK(k.u.mha.use_causal_mask);
   refused("{\"class_name\": \"MultiHeadAttention\", \"config\": {\"key_dim\": 4}}",
           "missing option 'num_heads'");
   refused("{\"class_name\": \"MultiHeadAttention\", \"config\": {\"num_heads\": 2, "

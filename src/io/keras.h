@@ -34,7 +34,8 @@ typedef enum st__keras_kind {
   ST__K_MULTIPLY,
   ST__K_CONCATENATE,
   ST__K_MHA, /* MultiHeadAttention; u.mha.use_causal_mask comes from the call's
-                kwargs (the graph importer sets it), never from the config */
+                kwargs in Keras (the graph importer sets it); a "use_causal_mask"
+                config key (Strata's own) sets it too */
   /* end of merge layers and attention */
   ST__K_COUNT
 } st__keras_kind;

@@ -240,10 +240,14 @@ static st_status parse_mha(const st__keras_ctx *c, const json_t *cfg, st__keras_
   if (s == ST_OK)
     s = st__keras_init(c, cfg, "bias_initializer", ST_INIT_ZEROS, &o->bias_init);
   if (s == ST_OK) s = nulls(c, cfg, k_dense_nulls);
+  if (s == ST_OK) s = st__keras_bool(c, cfg, "use_causal_mask", false, &o->use_causal_mask);
   if (s == ST_OK && seed && !json_is_null(seed) && !json_is_integer(seed))
     s = st__keras_error(c, "seed %s is not an integer", st__keras_show(seed, b, sizeof b));
   return s; /* query/key/value_shape (Keras 2) are the inputs' shapes; the seed
-               is ignored (dropout masks come from the model seed) */
+               is ignored (dropout masks come from the model seed). Keras
+               passes use_causal_mask when calling the layer (the graph
+               importer maps it); Strata also reads it here, a key of its own
+               (layer-level configs: tests/torch_cases_merge.py) */
 }
 
 /* ---- end of merge layers and attention ---- */
@@ -305,7 +309,7 @@ static const struct {
     {"Concatenate", ST__K_CONCATENATE, parse_concatenate, KEYS("axis")},
     {"MultiHeadAttention", ST__K_MHA, parse_mha,
      KEYS("num_heads", "key_dim", "value_dim", "dropout", "use_bias", "output_shape",
-          "attention_axes", "seed", "query_shape", "key_shape", "value_shape",
+          "attention_axes", "seed", "query_shape", "key_shape", "value_shape", "use_causal_mask",
           "kernel_initializer", "bias_initializer", "kernel_regularizer", "bias_regularizer",
           "activity_regularizer", "kernel_constraint", "bias_constraint")},
 };

@@ -165,8 +165,8 @@ static void ex_backward(const st_layer *l, const st_layer_args *c, int b, const 
   proj_back(m->tv, m->dv, hv, x[1], NULL, c->w[m->vk], a->dv, a->dw[m->vk],
             m->vb >= 0 ? a->dw[m->vb] : NULL, a->dx[1]);
   /* the key's gradient goes to xs[2], or to the value's when it is the key */
-  proj_back(m->tv, m->dk, hk, x[2], NULL, c->w[m->kk], a->dk, a->dw[m->kk],
-            m->kb >= 0 ? a->dw[m->kb] : NULL, a->dx[ki]);
+  proj_back(m->tv, m->dk, hk, x[2], NULL, c->w[m->kk], a->dk, a->dw[m->kk], NULL, a->dx[ki]);
+  /* key/bias's gradient stays 0: softmax ignores a constant added to a row */
   for (int j = 0; j < l->n_inputs; j++)
     if (c->dxs[j]) store(c->dxs[j] + (size_t)b * n[j], a->dx[j], n[j]);
 }

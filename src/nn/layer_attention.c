@@ -249,7 +249,11 @@ static void mha_backward(const st_layer *l, st_layer_args *c) {
   attention_backward(m, c, u, dr);
   project_backward(c, B * m->tq, m->dq, hk, c->xs[0], u.dq, m->qk, m->qb, c->dxs[0], false);
   project_backward(c, B * m->tv, m->dv, hv, c->xs[1], u.dv, m->vk, m->vb, c->dxs[1], false);
-  project_backward(c, B * m->tv, m->dk, hk, c->xs[ki], u.dk, m->kk, m->kb, c->dxs[ki], ki == 1);
+  project_backward(c, B * m->tv, m->dk, hk, c->xs[ki], u.dk, m->kk, -1, c->dxs[ki], ki == 1);
+  /* key/bias: adding one vector to every key adds one constant to each row of
+   * scores, which softmax ignores: its gradient is exactly 0 (summed, dKp's
+   * rows give rounding noise only) */
+  if (m->kb >= 0) c->be->fill(c->ctx, (size_t)hk, 0.0f, c->dw[m->kb]);
 }
 
 static void mha_options(const st_layer *l, st_layer_options *out) {
