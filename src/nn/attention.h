@@ -12,6 +12,9 @@ typedef struct st__mha_config {
   int tq, tv;                 /* query and value/key lengths */
   int dq, dk, dv, out;        /* feature sizes of query, key, value, output */
   int heads, kd, vd;          /* heads, key_dim, value_dim */
+  bool fusable;               /* query, value (and key) of one shape: one
+                                 buffer passed for all of them takes the
+                                 fused projection (self-attention) */
   /* parameter indices (-1: no bias) */
   int qk, qb, kk, kb, vk, vb, ok, ob;
 } st__mha_config;

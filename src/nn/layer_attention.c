@@ -74,6 +74,7 @@ static st_status mha_build(st_layer *l) {
   m->heads = m->o.num_heads, m->kd = m->o.key_dim;
   m->vd = m->o.value_dim ? m->o.value_dim : m->o.key_dim;
   m->out = m->o.output_dim ? m->o.output_dim : m->dq;
+  m->fusable = m->tq == m->tv && m->dq == m->dv && m->dk == m->dq;
   add_params(l, m);
   l->out_shape = shape2(m->tq, m->out);
   int hk = m->heads * m->kd, hv = m->heads * m->vd;
@@ -87,26 +88,59 @@ static size_t mha_workspace(const st_layer *l, int batch) {
   size_t hk = (size_t)m->heads * m->kd, hv = (size_t)m->heads * m->vd;
   size_t p = (size_t)m->heads * m->tq * m->tv;
   size_t per = m->tq * hv + m->tq * hk + m->tv * hk + m->tv * hv + p;
-  return (size_t)batch * (per + (m->o.dropout > 0.0f ? p : 0));
+  size_t w = (size_t)2 * hk + hv; /* fused: wcat [dq, w], bcat [w], dwcat [dq, w] */
+  return (size_t)batch * (per + (m->o.dropout > 0.0f ? p : 0)) +
+         (m->fusable ? (size_t)m->dq * w * 2 + w : 0);
 }
 
-/* Pointers into the cache and workspace (see the file comment). */
+/* Pointers into the cache and workspace (see the file comment). Self-
+ * attention (the inputs one buffer, fused): Q, Kp and V side by side in one
+ * block [batch*T, 2*H*K + H*V] (row stride ldq = ldk = ldv), dQ, dKp, dV the
+ * same; otherwise three blocks of strides H*K, H*K, H*V. */
 typedef struct bufs {
+  bool fused;
+  int ldq, ldk, ldv;             /* row strides of q, k, v and of dq, dk, dv */
   float *q, *k, *v, *p, *o;      /* cache */
   float *dO, *dq, *dk, *dv, *dp; /* workspace (backward) */
   float *pd;                     /* dropped-out P (== p without dropout) */
+  float *wcat, *bcat, *dwcat;    /* fused: [dq, ldq], [ldq], [dq, ldq] */
 } bufs;
 
-static bufs carve(const st__mha_config *m, const st_layer_args *c, bool dropout) {
+/* The inputs are one buffer (query == value (== key)) of one shape. */
+static bool is_self(const st_layer *l, const st_layer_args *c) {
+  const st__mha_config *m = l->config;
+  return m->fusable && c->xs[0] == c->xs[1] && (l->n_inputs < 3 || c->xs[2] == c->xs[0]);
+}
+
+static bufs carve(const st_layer *l, const st_layer_args *c, bool dropout) {
+  const st__mha_config *m = l->config;
   size_t b = (size_t)c->batch, hk = (size_t)m->heads * m->kd, hv = (size_t)m->heads * m->vd;
   size_t np = b * m->heads * m->tq * m->tv;
   bufs u;
-  u.q = c->cache, u.k = u.q + b * m->tq * hk, u.v = u.k + b * m->tv * hk;
-  u.p = u.v + b * m->tv * hv, u.o = u.p + np;
-  u.dO = c->workspace, u.dq = u.dO + b * m->tq * hv, u.dk = u.dq + b * m->tq * hk;
-  u.dv = u.dk + b * m->tv * hk, u.dp = u.dv + b * m->tv * hv;
+  u.fused = is_self(l, c);
+  u.ldq = u.ldk = (int)(u.fused ? 2 * hk + hv : hk);
+  u.ldv = (int)(u.fused ? 2 * hk + hv : hv);
+  u.q = c->cache, u.k = u.fused ? u.q + hk : u.q + b * m->tq * hk;
+  u.v = u.fused ? u.q + 2 * hk : u.k + b * m->tv * hk;
+  u.p = c->cache + b * (m->tq * hk + m->tv * hk + m->tv * hv), u.o = u.p + np;
+  u.dO = c->workspace, u.dq = u.dO + b * m->tq * hv;
+  u.dk = u.fused ? u.dq + hk : u.dq + b * m->tq * hk;
+  u.dv = u.fused ? u.dq + 2 * hk : u.dk + b * m->tv * hk;
+  u.dp = u.dq + b * (m->tq * hk + m->tv * hk + m->tv * hv);
   u.pd = dropout ? u.dp + np : u.p;
+  u.wcat = c->workspace + b * (m->tq * hv + m->tq * hk + m->tv * hk + m->tv * hv) + np +
+           (m->o.dropout > 0.0f ? np : 0);
+  u.bcat = u.wcat + (size_t)m->dq * u.ldq, u.dwcat = u.bcat + u.ldq;
   return u;
+}
+
+/* dst[rows, ld_dst] columns [0, n) = src[rows, ld_src] columns [0, n): one
+ * copy per row (the identity activation is the backend's copy). */
+static void copy_cols(const st_layer_args *c, int rows, int n, const float *src, int ld_src,
+                      float *dst, int ld_dst) {
+  for (int r = 0; r < rows; r++)
+    c->be->act_forward(c->ctx, ST_ACT_LINEAR, 1, n, src + (size_t)r * ld_src,
+                       dst + (size_t)r * ld_dst);
 }
 
 static bool drops(const st__mha_config *m, const st_layer_args *c) {
@@ -138,24 +172,42 @@ static void softmax_rows(const st__mha_config *m, int blocks, float *p) {
 
 #define PARAM(c, i) ((i) >= 0 ? (c)->w[i] : NULL)
 
+/* Fused: wcat [dq, 2HK+HV] = [Wq Wk Wv] side by side, bcat = [bq bk bv]. */
+static void concat_weights(const st__mha_config *m, const st_layer_args *c, const bufs *u) {
+  int hk = m->heads * m->kd, hv = m->heads * m->vd;
+  copy_cols(c, m->dq, hk, c->w[m->qk], hk, u->wcat, u->ldq);
+  copy_cols(c, m->dq, hk, c->w[m->kk], hk, u->wcat + hk, u->ldq);
+  copy_cols(c, m->dq, hv, c->w[m->vk], hv, u->wcat + 2 * hk, u->ldq);
+  if (!m->o.use_bias) return;
+  copy_cols(c, 1, hk, c->w[m->qb], hk, u->bcat, u->ldq);
+  copy_cols(c, 1, hk, c->w[m->kb], hk, u->bcat + hk, u->ldq);
+  copy_cols(c, 1, hv, c->w[m->vb], hv, u->bcat + 2 * hk, u->ldq);
+}
+
 static void mha_forward(const st_layer *l, st_layer_args *c) {
   const st__mha_config *m = l->config;
   if (c->batch == 0) return;
   const st_backend *be = c->be;
   int hk = m->heads * m->kd, hv = m->heads * m->vd, B = c->batch;
   bool dr = drops(m, c);
-  bufs u = carve(m, c, dr);
+  bufs u = carve(l, c, dr);
   if (dr) u.pd = c->workspace; /* forward needs only Pd */
-  project(c, B * m->tq, m->dq, hk, c->xs[0], c->w[m->qk], PARAM(c, m->qb), u.q);
-  project(c, B * m->tv, m->dk, hk, c->xs[st__mha_key_input(l)], c->w[m->kk], PARAM(c, m->kb), u.k);
-  project(c, B * m->tv, m->dv, hv, c->xs[1], c->w[m->vk], PARAM(c, m->vb), u.v);
+  if (u.fused) { /* one GEMM: [Q Kp V] = x [Wq Wk Wv] + [bq bk bv] */
+    concat_weights(m, c, &u);
+    project(c, B * m->tq, m->dq, u.ldq, c->xs[0], u.wcat, m->o.use_bias ? u.bcat : NULL, u.q);
+  } else {
+    project(c, B * m->tq, m->dq, hk, c->xs[0], c->w[m->qk], PARAM(c, m->qb), u.q);
+    project(c, B * m->tv, m->dk, hk, c->xs[st__mha_key_input(l)], c->w[m->kk], PARAM(c, m->kb),
+            u.k);
+    project(c, B * m->tv, m->dv, hv, c->xs[1], c->w[m->vk], PARAM(c, m->vb), u.v);
+  }
   float scale = 1.0f / sqrtf((float)m->kd);
   size_t tt = (size_t)m->tq * m->tv;
   for (int b = 0; b < B; b++)
     for (int h = 0; h < m->heads; h++) /* S_bh = scale Q_bh Kp_bh^T [Tq, Tv] */
       be->gemm(c->ctx, false, true, m->tq, m->tv, m->kd, scale,
-               u.q + (size_t)b * m->tq * hk + h * m->kd, hk,
-               u.k + (size_t)b * m->tv * hk + h * m->kd, hk, 0.0f,
+               u.q + (size_t)b * m->tq * u.ldq + h * m->kd, u.ldq,
+               u.k + (size_t)b * m->tv * u.ldk + h * m->kd, u.ldk, 0.0f,
                u.p + ((size_t)b * m->heads + h) * tt, m->tv);
   softmax_rows(m, B * m->heads, u.p);
   if (dr)
@@ -165,7 +217,7 @@ static void mha_forward(const st_layer *l, st_layer_args *c) {
     for (int h = 0; h < m->heads; h++) /* O_bh = Pd_bh V_bh [Tq, V] */
       be->gemm(c->ctx, false, false, m->tq, m->vd, m->tv, 1.0f,
                u.pd + ((size_t)b * m->heads + h) * tt, m->tv,
-               u.v + (size_t)b * m->tv * hv + h * m->vd, hv, 0.0f,
+               u.v + (size_t)b * m->tv * u.ldv + h * m->vd, u.ldv, 0.0f,
                u.o + (size_t)b * m->tq * hv + h * m->vd, hv);
   project(c, B * m->tq, hv, m->out, u.o, c->w[m->ok], PARAM(c, m->ob), c->y);
 }
@@ -198,7 +250,7 @@ static void project_backward(const st_layer_args *c, int rows, int d, int n, con
 /* dV, dP (through dropout and softmax: dS in dp), then dQ and dKp. */
 static void attention_backward(const st__mha_config *m, st_layer_args *c, bufs u, bool dr) {
   const st_backend *be = c->be;
-  int hk = m->heads * m->kd, hv = m->heads * m->vd, B = c->batch;
+  int hv = m->heads * m->vd, B = c->batch;
   size_t tt = (size_t)m->tq * m->tv;
   for (int b = 0; b < B; b++)
     for (int h = 0; h < m->heads; h++) {
@@ -206,9 +258,9 @@ static void attention_backward(const st__mha_config *m, st_layer_args *c, bufs u
       const float *dO = u.dO + (size_t)b * m->tq * hv + h * m->vd;
       /* dV_bh [Tv, V] = Pd_bh^T dO_bh; dPd_bh [Tq, Tv] = dO_bh V_bh^T */
       be->gemm(c->ctx, true, false, m->tv, m->vd, m->tq, 1.0f, pd, m->tv, dO, hv, 0.0f,
-               u.dv + (size_t)b * m->tv * hv + h * m->vd, hv);
+               u.dv + (size_t)b * m->tv * u.ldv + h * m->vd, u.ldv);
       be->gemm(c->ctx, false, true, m->tq, m->tv, m->vd, 1.0f, dO, hv,
-               u.v + (size_t)b * m->tv * hv + h * m->vd, hv, 0.0f,
+               u.v + (size_t)b * m->tv * u.ldv + h * m->vd, u.ldv, 0.0f,
                u.dp + ((size_t)b * m->heads + h) * tt, m->tv);
     }
   if (dr)
@@ -220,12 +272,64 @@ static void attention_backward(const st__mha_config *m, st_layer_args *c, bufs u
       const float *ds = u.dp + ((size_t)b * m->heads + h) * tt;
       /* dQ_bh [Tq, K] = dS Kp_bh; dKp_bh [Tv, K] = dS^T Q_bh (scale is in dS) */
       be->gemm(c->ctx, false, false, m->tq, m->kd, m->tv, 1.0f, ds, m->tv,
-               u.k + (size_t)b * m->tv * hk + h * m->kd, hk, 0.0f,
-               u.dq + (size_t)b * m->tq * hk + h * m->kd, hk);
+               u.k + (size_t)b * m->tv * u.ldk + h * m->kd, u.ldk, 0.0f,
+               u.dq + (size_t)b * m->tq * u.ldq + h * m->kd, u.ldq);
       be->gemm(c->ctx, true, false, m->tv, m->kd, m->tq, 1.0f, ds, m->tv,
-               u.q + (size_t)b * m->tq * hk + h * m->kd, hk, 0.0f,
-               u.dk + (size_t)b * m->tv * hk + h * m->kd, hk);
+               u.q + (size_t)b * m->tq * u.ldq + h * m->kd, u.ldq, 0.0f,
+               u.dk + (size_t)b * m->tv * u.ldk + h * m->kd, u.ldk);
     }
+}
+
+/* Fused: the inputs' gradients from [dQ dKp dV] (u->dq, stride ldq). When
+ * every dxs[j] is asked for, one GEMM gives the whole gradient of the one
+ * tensor, written to dxs[0], and the others get zeros (the caller sums them);
+ * otherwise each dxs[j] asked for gets its own part, as unfused. */
+static void fused_input_grads(const st_layer *l, st_layer_args *c, const bufs *u) {
+  const st__mha_config *m = l->config;
+  const st_backend *be = c->be;
+  int hk = m->heads * m->kd, hv = m->heads * m->vd, rows = c->batch * m->tq, w = u->ldq;
+  bool all = true;
+  for (int j = 0; j < l->n_inputs; j++) all = all && c->dxs[j];
+  if (all) {
+    concat_weights(m, c, u); /* the workspace does not keep forward's copy */
+    be->gemm(c->ctx, false, true, rows, m->dq, w, 1.0f, u->dq, w, u->wcat, w, 0.0f, c->dxs[0],
+             m->dq);
+    for (int j = 1; j < l->n_inputs; j++)
+      be->fill(c->ctx, (size_t)rows * m->dq, 0.0f, c->dxs[j]);
+    return;
+  }
+  if (c->dxs[0])
+    be->gemm(c->ctx, false, true, rows, m->dq, hk, 1.0f, u->dq, w, c->w[m->qk], hk, 0.0f,
+             c->dxs[0], m->dq);
+  if (c->dxs[1])
+    be->gemm(c->ctx, false, true, rows, m->dq, hv, 1.0f, u->dv, w, c->w[m->vk], hv, 0.0f,
+             c->dxs[1], m->dq);
+  float *dkx = c->dxs[st__mha_key_input(l)];
+  if (dkx)
+    be->gemm(c->ctx, false, true, rows, m->dq, hk, 1.0f, u->dk, w, c->w[m->kk], hk,
+             l->n_inputs < 3 ? 1.0f : 0.0f, dkx, m->dq);
+}
+
+/* Fused backward of the three projections from [dQ dKp dV] (u->dq, stride
+ * ldq): one GEMM for the weights' gradient (split into the three kernels'),
+ * then the inputs' (fused_input_grads). key/bias's gradient is 0 (see
+ * mha_backward). */
+static void fused_backward(const st_layer *l, st_layer_args *c, const bufs *u) {
+  const st__mha_config *m = l->config;
+  const st_backend *be = c->be;
+  int hk = m->heads * m->kd, hv = m->heads * m->vd, rows = c->batch * m->tq, w = u->ldq;
+  be->gemm(c->ctx, true, false, m->dq, w, rows, 1.0f, c->xs[0], m->dq, u->dq, w, 0.0f, u->dwcat,
+           w);
+  copy_cols(c, m->dq, hk, u->dwcat, w, c->dw[m->qk], hk);
+  copy_cols(c, m->dq, hk, u->dwcat + hk, w, c->dw[m->kk], hk);
+  copy_cols(c, m->dq, hv, u->dwcat + 2 * hk, w, c->dw[m->vk], hv);
+  if (m->o.use_bias) {
+    be->bias_grad(c->ctx, rows, w, u->dq, u->bcat);
+    copy_cols(c, 1, hk, u->bcat, w, c->dw[m->qb], hk);
+    be->fill(c->ctx, (size_t)hk, 0.0f, c->dw[m->kb]);
+    copy_cols(c, 1, hv, u->bcat + 2 * hk, w, c->dw[m->vb], hv);
+  }
+  fused_input_grads(l, c, u);
 }
 
 static void zero_grads(const st_layer *l, st_layer_args *c) {
@@ -241,12 +345,16 @@ static void mha_backward(const st_layer *l, st_layer_args *c) {
   }
   int hk = m->heads * m->kd, hv = m->heads * m->vd, B = c->batch, ki = st__mha_key_input(l);
   bool dr = drops(m, c);
-  bufs u = carve(m, c, dr);
+  bufs u = carve(l, c, dr);
   if (dr)
     c->be->dropout_forward(c->ctx, (size_t)B * m->heads * m->tq * m->tv, m->o.dropout,
                            c->seed, c->stream, u.p, u.pd);
   project_backward(c, B * m->tq, hv, m->out, u.o, c->dy, m->ok, m->ob, u.dO, false);
   attention_backward(m, c, u, dr);
+  if (u.fused) {
+    fused_backward(l, c, &u);
+    return;
+  }
   project_backward(c, B * m->tq, m->dq, hk, c->xs[0], u.dq, m->qk, m->qb, c->dxs[0], false);
   project_backward(c, B * m->tv, m->dv, hv, c->xs[1], u.dv, m->vk, m->vb, c->dxs[1], false);
   project_backward(c, B * m->tv, m->dk, hk, c->xs[ki], u.dk, m->kk, -1, c->dxs[ki], ki == 1);
