@@ -376,12 +376,14 @@ static void fast_vs_ref(const char *label, st_layer *l, const st_shape *in, int 
 static void test_mha_fast_vs_reference(void) {
   const st_backend *both[2] = {st_backend_reference(), st_backend_cpu()};
   st_shape qv[2] = {(st_shape){2, {7, 8}}, (st_shape){2, {5, 6}}};
+  st_shape vq[2] = {(st_shape){2, {4, 6}}, (st_shape){2, {7, 5}}}; /* Tq < Tv */
   st_shape qvk[3] = {(st_shape){2, {7, 8}}, (st_shape){2, {5, 6}}, (st_shape){2, {5, 3}}};
   st_shape self[3] = {(st_shape){2, {6, 8}}, (st_shape){2, {6, 8}}, (st_shape){2, {6, 8}}};
   for (int b = 0; b < 2; b++) {
     be = both[b];
     fast_vs_ref("ref qv", mha(2, 4, 0, 0, true, false, 0), qv, 2, 3, false, false);
     fast_vs_ref("ref qv causal", mha(4, 2, 3, 5, true, true, 0), qv, 2, 3, false, false);
+    fast_vs_ref("ref short query causal", mha(2, 3, 0, 0, true, true, 0), vq, 2, 2, false, false);
     fast_vs_ref("ref qvk no bias", mha(3, 4, 2, 0, false, false, 0), qvk, 3, 2, false, false);
     fast_vs_ref("ref self causal", mha(2, 4, 0, 0, true, true, 0), self, 3, 2, true, false);
     fast_vs_ref("ref self 2 inputs", mha(2, 4, 0, 0, true, false, 0), self, 2, 2, true, true);

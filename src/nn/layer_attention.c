@@ -5,18 +5,21 @@
  *   P_h = softmax(Q_h Kp_h^T / sqrt(K) (+ causal mask)) [Tq, Tv]
  *   O_h = dropout(P_h) V_h [Tq, V] (the heads side by side: O [Tq, H*V])
  *   y = O Wo + bo [Tq, out]
- * The projections are GEMMs over [batch*T, d] rows, the scores and the
- * weighted sums GEMMs per (example, head), all through the backend; the
- * softmax (in place) and its backward are plain loops over the buffers (valid
- * for host backends: cpu, reference; a device backend needs a kernel for
- * them). The plain-loop reference is src/nn/attention_ref.c.
+ * The projections are GEMMs over [batch*T, d] rows (one fused GEMM for
+ * self-attention: the three inputs one buffer), the scores and the weighted
+ * sums GEMMs per (example, head), the softmax in place (the backend's softmax
+ * activation; the causal mask is a block of 0/-inf the score GEMM adds to),
+ * dropout the backend's: every step goes through the backend table, so the
+ * layer runs on any backend. The plain-loop reference is
+ * src/nn/attention_ref.c.
  *
  * cache [batch * cache_per_example], one block per tensor, batch-major:
  *   Q [batch, Tq, H*K] | Kp [batch, Tv, H*K] | V [batch, Tv, H*V]
  *   | P [batch, H, Tq, Tv] (softmax, before dropout) | O [batch, Tq, H*V]
  * workspace: dO [batch, Tq, H*V] | dQ [batch, Tq, H*K] | dKp [batch, Tv, H*K]
  *   | dV [batch, Tv, H*V] | dP [batch, H, Tq, Tv] | Pd [batch, H, Tq, Tv]
- *   (Pd, the dropped-out P, only with dropout; forward uses Pd only). */
+ *   (Pd, the dropped-out P, only with dropout) | mask [Tq, Tv] (causal only)
+ *   | wcat, bcat, dwcat (self-attention shapes only: see bufs). */
 #include <math.h>
 #include <stdio.h>
 
@@ -90,6 +93,7 @@ static size_t mha_workspace(const st_layer *l, int batch) {
   size_t per = m->tq * hv + m->tq * hk + m->tv * hk + m->tv * hv + p;
   size_t w = (size_t)2 * hk + hv; /* fused: wcat [dq, w], bcat [w], dwcat [dq, w] */
   return (size_t)batch * (per + (m->o.dropout > 0.0f ? p : 0)) +
+         (m->o.use_causal_mask ? (size_t)m->tq * m->tv : 0) +
          (m->fusable ? (size_t)m->dq * w * 2 + w : 0);
 }
 
@@ -103,6 +107,7 @@ typedef struct bufs {
   float *q, *k, *v, *p, *o;      /* cache */
   float *dO, *dq, *dk, *dv, *dp; /* workspace (backward) */
   float *pd;                     /* dropped-out P (== p without dropout) */
+  float *mask;                   /* causal: [Tq, Tv], 0 or -inf (forward) */
   float *wcat, *bcat, *dwcat;    /* fused: [dq, ldq], [ldq], [dq, ldq] */
 } bufs;
 
@@ -128,8 +133,9 @@ static bufs carve(const st_layer *l, const st_layer_args *c, bool dropout) {
   u.dv = u.fused ? u.dq + 2 * hk : u.dk + b * m->tv * hk;
   u.dp = u.dq + b * (m->tq * hk + m->tv * hk + m->tv * hv);
   u.pd = dropout ? u.dp + np : u.p;
-  u.wcat = c->workspace + b * (m->tq * hv + m->tq * hk + m->tv * hk + m->tv * hv) + np +
+  u.mask = c->workspace + b * (m->tq * hv + m->tq * hk + m->tv * hk + m->tv * hv) + np +
            (m->o.dropout > 0.0f ? np : 0);
+  u.wcat = u.mask + (m->o.use_causal_mask ? (size_t)m->tq * m->tv : 0);
   u.bcat = u.wcat + (size_t)m->dq * u.ldq, u.dwcat = u.bcat + u.ldq;
   return u;
 }
@@ -154,20 +160,28 @@ static void project(const st_layer_args *c, int rows, int d, int n, const float 
   if (bias) c->be->bias_add(c->ctx, rows, n, bias, y);
 }
 
-/* Softmax over the last axis of p [batch*H, Tq, Tv] in place, with the causal
- * mask (j > i gets probability 0) when asked. Host loop. */
-static void softmax_rows(const st__mha_config *m, int blocks, float *p) {
-  for (int64_t r = 0; r < (int64_t)blocks * m->tq; r++) {
-    float *row = p + r * m->tv;
-    int i = (int)(r % m->tq), n = m->o.use_causal_mask ? (i + 1 < m->tv ? i + 1 : m->tv) : m->tv;
-    float mx = row[0];
-    for (int j = 1; j < n; j++) mx = row[j] > mx ? row[j] : mx;
-    float sum = 0.0f;
-    for (int j = 0; j < n; j++) sum += row[j] = expf(row[j] - mx);
-    float inv = 1.0f / sum;
-    for (int j = 0; j < n; j++) row[j] *= inv;
-    for (int j = n; j < m->tv; j++) row[j] = 0.0f;
+/* Scores s [batch*H, Tq, Tv] = scale Q_bh Kp_bh^T per (example, head), plus
+ * the causal mask when asked (-inf where key j > query i: each block starts
+ * as a copy of the mask and the GEMM adds to it). */
+static void scores(const st__mha_config *m, const st_layer_args *c, const bufs *u) {
+  const st_backend *be = c->be;
+  size_t tt = (size_t)m->tq * m->tv;
+  bool causal = m->o.use_causal_mask;
+  if (causal) {
+    be->fill(c->ctx, tt, 0.0f, u->mask);
+    for (int i = 0; i < m->tq && i + 1 < m->tv; i++)
+      be->fill(c->ctx, (size_t)(m->tv - i - 1), -INFINITY, u->mask + (size_t)i * m->tv + i + 1);
   }
+  float scale = 1.0f / sqrtf((float)m->kd);
+  for (int b = 0; b < c->batch; b++)
+    for (int h = 0; h < m->heads; h++) {
+      float *s = u->p + ((size_t)b * m->heads + h) * tt;
+      if (causal) be->act_forward(c->ctx, ST_ACT_LINEAR, 1, (int)tt, u->mask, s);
+      be->gemm(c->ctx, false, true, m->tq, m->tv, m->kd, scale,
+               u->q + (size_t)b * m->tq * u->ldq + h * m->kd, u->ldq,
+               u->k + (size_t)b * m->tv * u->ldk + h * m->kd, u->ldk, causal ? 1.0f : 0.0f, s,
+               m->tv);
+    }
 }
 
 #define PARAM(c, i) ((i) >= 0 ? (c)->w[i] : NULL)
@@ -191,7 +205,6 @@ static void mha_forward(const st_layer *l, st_layer_args *c) {
   int hk = m->heads * m->kd, hv = m->heads * m->vd, B = c->batch;
   bool dr = drops(m, c);
   bufs u = carve(l, c, dr);
-  if (dr) u.pd = c->workspace; /* forward needs only Pd */
   if (u.fused) { /* one GEMM: [Q Kp V] = x [Wq Wk Wv] + [bq bk bv] */
     concat_weights(m, c, &u);
     project(c, B * m->tq, m->dq, u.ldq, c->xs[0], u.wcat, m->o.use_bias ? u.bcat : NULL, u.q);
@@ -201,15 +214,10 @@ static void mha_forward(const st_layer *l, st_layer_args *c) {
             u.k);
     project(c, B * m->tv, m->dv, hv, c->xs[1], c->w[m->vk], PARAM(c, m->vb), u.v);
   }
-  float scale = 1.0f / sqrtf((float)m->kd);
   size_t tt = (size_t)m->tq * m->tv;
-  for (int b = 0; b < B; b++)
-    for (int h = 0; h < m->heads; h++) /* S_bh = scale Q_bh Kp_bh^T [Tq, Tv] */
-      be->gemm(c->ctx, false, true, m->tq, m->tv, m->kd, scale,
-               u.q + (size_t)b * m->tq * u.ldq + h * m->kd, u.ldq,
-               u.k + (size_t)b * m->tv * u.ldk + h * m->kd, u.ldk, 0.0f,
-               u.p + ((size_t)b * m->heads + h) * tt, m->tv);
-  softmax_rows(m, B * m->heads, u.p);
+  scores(m, c, &u);
+  /* softmax in place (x == y allowed); masked entries get exp(-inf) = 0 */
+  be->act_forward(c->ctx, ST_ACT_SOFTMAX, B * m->heads * m->tq, m->tv, u.p, u.p);
   if (dr)
     be->dropout_forward(c->ctx, (size_t)B * m->heads * tt, m->o.dropout, c->seed, c->stream,
                         u.p, u.pd);
@@ -220,19 +228,6 @@ static void mha_forward(const st_layer *l, st_layer_args *c) {
                u.v + (size_t)b * m->tv * u.ldv + h * m->vd, u.ldv, 0.0f,
                u.o + (size_t)b * m->tq * hv + h * m->vd, hv);
   project(c, B * m->tq, hv, m->out, u.o, c->w[m->ok], PARAM(c, m->ob), c->y);
-}
-
-/* dP_bh (in place) = scale * P * (dP - rowsum(dP * P)): softmax's backward
- * (masked entries have P = 0, so they get no gradient). Host loop. */
-static void softmax_backward_rows(const st__mha_config *m, int blocks, const float *p,
-                                  float *dp) {
-  float scale = 1.0f / sqrtf((float)m->kd);
-  for (int64_t r = 0; r < (int64_t)blocks * m->tq; r++) {
-    const float *pr = p + r * m->tv;
-    float *dr = dp + r * m->tv, dot = 0.0f;
-    for (int j = 0; j < m->tv; j++) dot += pr[j] * dr[j];
-    for (int j = 0; j < m->tv; j++) dr[j] = scale * pr[j] * (dr[j] - dot);
-  }
 }
 
 /* Gradients of one projection y = x W + b given dy [rows, n]: dW, db, and
@@ -266,15 +261,17 @@ static void attention_backward(const st__mha_config *m, st_layer_args *c, bufs u
   if (dr)
     be->dropout_backward(c->ctx, (size_t)B * m->heads * tt, m->o.dropout, c->seed, c->stream,
                          u.dp, u.dp);
-  softmax_backward_rows(m, B * m->heads, u.p, u.dp);
+  /* dS = P * (dPd' - rowsum(dPd' * P)) in place (masked entries: P = 0) */
+  be->act_backward(c->ctx, ST_ACT_SOFTMAX, B * m->heads * m->tq, m->tv, NULL, u.p, u.dp, u.dp);
+  float scale = 1.0f / sqrtf((float)m->kd);
   for (int b = 0; b < B; b++)
     for (int h = 0; h < m->heads; h++) {
       const float *ds = u.dp + ((size_t)b * m->heads + h) * tt;
-      /* dQ_bh [Tq, K] = dS Kp_bh; dKp_bh [Tv, K] = dS^T Q_bh (scale is in dS) */
-      be->gemm(c->ctx, false, false, m->tq, m->kd, m->tv, 1.0f, ds, m->tv,
+      /* dQ_bh [Tq, K] = scale dS Kp_bh; dKp_bh [Tv, K] = scale dS^T Q_bh */
+      be->gemm(c->ctx, false, false, m->tq, m->kd, m->tv, scale, ds, m->tv,
                u.k + (size_t)b * m->tv * u.ldk + h * m->kd, u.ldk, 0.0f,
                u.dq + (size_t)b * m->tq * u.ldq + h * m->kd, u.ldq);
-      be->gemm(c->ctx, true, false, m->tv, m->kd, m->tq, 1.0f, ds, m->tv,
+      be->gemm(c->ctx, true, false, m->tv, m->kd, m->tq, scale, ds, m->tv,
                u.q + (size_t)b * m->tq * u.ldq + h * m->kd, u.ldq, 0.0f,
                u.dk + (size_t)b * m->tv * u.ldk + h * m->kd, u.ldk);
     }
