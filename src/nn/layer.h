@@ -11,7 +11,8 @@
  *     st_<kind>(..., st_layer **out)*;
  *  2. include/strata/nn.h: the constructor and its options struct*, and its
  *     member of st_layer_options;
- *  3. tests/test_gradcheck.c: a finite-difference gradient check*;
+ *  3. tests/test_gradcheck*.c: a finite-difference gradient check* (layers of
+ *     several inputs: tests/test_gradcheck_graph.c);
  *  4. src/io/keras.h: an ST__K_* value; src/io/keras_layers.c: a parse
  *     function and its row in k_classes*; src/io/keras_json.c: the case that
  *     calls the constructor; tests/test_keras.c: an import case;
