@@ -11,7 +11,7 @@ static_asserts); this script catches the places it cannot see. For each
     - each public constructor of its file (a st_status st_*(..., st_layer **out))
       declared in include/strata/nn.h, listed in docs/API.md, and at least one
       of the kind's constructors called by the gradient check
-      (tests/test_gradcheck.c),
+      (tests/test_gradcheck*.c),
     - the Python class `class X(` in python/strata/keras/layers.py,
     - X in the README's "layers" row;
   strategy    (an ST_STRATEGY_* of include/strata/distribute.h and its name
@@ -75,7 +75,7 @@ def check_layers(root, say):
     keras = read(root, "src/io/keras_layers.c")
     header = read(root, "include/strata/nn.h")
     api = read(root, "docs/API.md")
-    grad = read(root, "tests/test_gradcheck.c")
+    grad = "".join(read(root, f) for f in files(root, "tests", r"test_gradcheck\w*\.c"))
     py = read(root, "python/strata/keras/layers.py")
     row = readme_row(read(root, "README.md"), "layers")
     n = 0
@@ -109,7 +109,7 @@ def check_layers(root, say):
                 if not re.search(r"\b" + c + r"\b", api):
                     say(f"{where}: constructor {c} not in docs/API.md (scripts/gen_api_doc.py)")
             if mine and not any(re.search(r"\b" + c + r"\s*\(", grad) for c in mine):
-                say(f"{where}: no gradient check in tests/test_gradcheck.c (none of {', '.join(mine)} is called)")
+                say(f"{where}: no gradient check in tests/test_gradcheck*.c (none of {', '.join(mine)} is called)")
             if not re.search(r"^class " + cls + r"\(", py, re.M):
                 say(f"{where}: no Python class {cls} in python/strata/keras/layers.py")
             if not re.search(r"\b" + cls + r"\b", row):

@@ -319,6 +319,61 @@ static void test_layers_a_constructors(void) {
   st_layer_destroy(l);
 }
 /* ---- end of layers-a ---- */
+/* ---- merge layers and attention (issue 28) ---- */
+static void test_merge_attention_constructors(void) {
+  st_layer *l = NULL;
+  check_layer_refused(st_concatenate(0, &l), l, "batch axis", "Concatenate axis 0");
+  check_layer_refused(st_concatenate(99, &l), l, "axis 99", "Concatenate axis 99");
+  check_layer_refused(st_multi_head_attention(0, 4, &l), l, "num_heads 0", "MHA heads 0");
+  check_layer_refused(st_multi_head_attention(2, -1, &l), l, "key_dim -1", "MHA key_dim -1");
+  st_mha_options o = st_multi_head_attention_default_options(2, 4);
+  o.value_dim = -1;
+  check_layer_refused(st_multi_head_attention_ex(o, &l), l, "value_dim -1", "MHA value_dim");
+  o = st_multi_head_attention_default_options(2, 4);
+  o.output_dim = -2;
+  check_layer_refused(st_multi_head_attention_ex(o, &l), l, "output_shape -2", "MHA output");
+  o = st_multi_head_attention_default_options(2, 4);
+  o.dropout = NAN;
+  check_layer_refused(st_multi_head_attention_ex(o, &l), l, "dropout", "MHA dropout NaN");
+  o.dropout = 1.0f;
+  check_layer_refused(st_multi_head_attention_ex(o, &l), l, "dropout", "MHA dropout 1");
+  o = st_multi_head_attention_default_options(2, 4);
+  o.kernel_init = (st_init)77;
+  check_layer_refused(st_multi_head_attention_ex(o, &l), l, "initializer", "MHA init 77");
+  char longname[100];
+  memset(longname, 'n', sizeof longname - 1);
+  longname[sizeof longname - 1] = 0;
+  o = st_multi_head_attention_default_options(2, 4);
+  o.name = longname;
+  check_layer_refused(st_multi_head_attention_ex(o, &l), l, "longer than", "MHA long name");
+  /* a NULL out is refused, not written */
+  CHECK(st_add(NULL) == ST_ERR_INVALID && strstr(st_last_error(), "out is NULL"));
+  CHECK(st_subtract(NULL) == ST_ERR_INVALID);
+  CHECK(st_multiply(NULL) == ST_ERR_INVALID);
+  CHECK(st_concatenate(-1, NULL) == ST_ERR_INVALID);
+  CHECK(st_multi_head_attention(2, 4, NULL) == ST_ERR_INVALID);
+  st_status (*make[3])(st_layer **) = {st_add, st_subtract, st_multiply};
+  const char *cls[3] = {"Add", "Subtract", "Multiply"};
+  for (int i = 0; i < 3; i++) {
+    CHECK_OK(make[i](&l));
+    CHECK_STREQ(st_layer_class(l), cls[i]);
+    st_layer_destroy(l);
+  }
+  CHECK_OK(st_concatenate(-2, &l));
+  st_layer_options opt;
+  CHECK_OK(st_layer_get_options(l, &opt));
+  CHECK_EQ(opt.concat_axis, -2);
+  st_layer_destroy(l);
+  o = st_multi_head_attention_default_options(2, 4);
+  o.use_causal_mask = true;
+  o.name = "att";
+  CHECK_OK(st_multi_head_attention_ex(o, &l));
+  CHECK_STREQ(st_layer_name(l), "att");
+  CHECK_OK(st_layer_get_options(l, &opt));
+  CHECK(opt.mha.use_causal_mask && opt.mha.num_heads == 2 && opt.mha.name == NULL);
+  st_layer_destroy(l);
+}
+/* ---- end of merge layers and attention ---- */
 
 /* Every destroy of the public API accepts NULL. */
 static void test_destroy_null(void) {
@@ -344,7 +399,8 @@ static const check_case cases[] = {
     CHECK_CASE(test_every_kind_destroyed), CHECK_CASE(test_constructors_refuse_bad_input),
     CHECK_CASE(test_csv_logger_missing_dir), CHECK_CASE(test_model_calls),
     CHECK_CASE(test_layer_constructors), CHECK_CASE(test_destroy_null),
-    CHECK_CASE(test_layers_a_constructors)};
+    CHECK_CASE(test_layers_a_constructors),
+    CHECK_CASE(test_merge_attention_constructors)};
 
 int main(int argc, char **argv) {
   if (!mkdtemp(g_dir)) check_skip("cannot create a temporary directory");

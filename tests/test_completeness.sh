@@ -51,7 +51,7 @@ expect "layer kind with its file only" \
   "layer FakeLayer (src/nn/layer_fake.c): no row {\"FakeLayer\", ...} in the Keras importer" \
   "constructor st_fake_layer not declared in include/strata/nn.h" \
   "constructor st_fake_layer not in docs/API.md" \
-  "layer FakeLayer (src/nn/layer_fake.c): no gradient check in tests/test_gradcheck.c" \
+  "layer FakeLayer (src/nn/layer_fake.c): no gradient check in tests/test_gradcheck*.c" \
   "no Python class FakeLayer in python/strata/keras/layers.py" \
   "layer FakeLayer (src/nn/layer_fake.c): not in the README's 'layers' row"
 

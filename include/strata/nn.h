@@ -241,6 +241,43 @@ typedef struct st_layernorm_options {
 st_layernorm_options st_layernorm_default_options(void);
 st_status st_layernorm_ex(st_layernorm_options o, st_layer **out);
 st_status st_layernorm(st_layer **out);
+/* ---- merge layers and attention (several inputs; called on graph tensors,
+ * issue 28) ---- */
+/* Add, Subtract (exactly 2 inputs: x0 - x1), Multiply (element-wise) of 2 to
+ * 8 inputs of one shape; Concatenate along `axis` (Keras counting: -1 = the
+ * last axis, 1 = the first axis after the batch; the batch axis 0 is refused
+ * when the layer is built), shapes equal except on that axis. A shape
+ * mismatch is ST_ERR_INVALID naming the layer and both shapes when built. */
+st_status st_add(st_layer **out);
+st_status st_subtract(st_layer **out);
+st_status st_multiply(st_layer **out);
+st_status st_concatenate(int axis, st_layer **out);
+
+typedef struct st_mha_options {
+  int num_heads;        /* > 0 */
+  int key_dim;          /* > 0: size of each query/key head */
+  int value_dim;        /* size of each value head; 0 = key_dim */
+  float dropout;        /* [0, 1): on the attention probabilities, in fit only */
+  bool use_bias;        /* true */
+  int output_dim;       /* Keras output_shape; 0 = the query's last dimension */
+  bool use_causal_mask; /* query i attends to keys j <= i (Keras passes it when
+                           calling the layer; Strata keeps it as an option) */
+  st_init kernel_init, bias_init; /* glorot_uniform, zeros */
+  const char *name;
+} st_mha_options;
+/* MultiHeadAttention (Keras): inputs query [Tq, dq], value [Tv, dv] and an
+ * optional key [Tv, dk] (default: the value), in Keras's call order (query,
+ * value, key); output [Tq, output_dim]. Parameters in Keras's order and
+ * layouts: query/kernel [dq, heads, key_dim], query/bias [heads, key_dim],
+ * key/kernel [dk, heads, key_dim], key/bias, value/kernel [dv, heads,
+ * value_dim], value/bias, attention_output/kernel [heads, value_dim, out],
+ * attention_output/bias [out] (the biases only with use_bias). Scores are
+ * scaled by 1/sqrt(key_dim). ST_ERR_INVALID for heads or key_dim <= 0, a
+ * negative value_dim or output_dim, dropout outside [0, 1). */
+st_mha_options st_multi_head_attention_default_options(int num_heads, int key_dim);
+st_status st_multi_head_attention_ex(st_mha_options o, st_layer **out);
+st_status st_multi_head_attention(int num_heads, int key_dim, st_layer **out);
+/* ---- end of merge layers and attention ---- */
 
 /* A layer's options, as Keras's layer.get_config(): the member of its class
  * (st_layer_class) holds what its constructor was given (name fields NULL;
@@ -263,6 +300,8 @@ typedef struct st_layer_options {
   st_depthwise_conv2d_options depthwise; /* DepthwiseConv2D */
   st_embedding_options embedding; /* Embedding */
   st_layernorm_options layernorm; /* LayerNormalization */
+  int concat_axis;                /* Concatenate (as given: -1, 1, 2, ...) */
+  st_mha_options mha;             /* MultiHeadAttention */
 } st_layer_options;
 /* ST_ERR_INVALID naming the argument for a NULL l or out. Any thread. */
 st_status st_layer_get_options(const st_layer *l, st_layer_options *out);

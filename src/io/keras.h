@@ -43,6 +43,15 @@ typedef enum st__keras_kind {
   ST__K_DEPTHWISE,
   ST__K_EMBEDDING,
   ST__K_LAYERNORM,
+  /* merge layers and attention (several inputs: functional graphs only) */
+  ST__K_ADD,
+  ST__K_SUBTRACT,
+  ST__K_MULTIPLY,
+  ST__K_CONCATENATE,
+  ST__K_MHA, /* MultiHeadAttention; u.mha.use_causal_mask comes from the call's
+                kwargs in Keras (the graph importer sets it); a "use_causal_mask"
+                config key (Strata's own) sets it too */
+  /* end of merge layers and attention */
   ST__K_COUNT
 } st__keras_kind;
 
@@ -72,6 +81,8 @@ typedef struct st__keras_layer {
     st_depthwise_conv2d_options dw;
     st_embedding_options emb;
     st_layernorm_options ln;
+    int concat_axis;      /* Concatenate (Keras counting, as given) */
+    st_mha_options mha;   /* MultiHeadAttention */
   } u;
 } st__keras_layer;
 

@@ -199,6 +199,7 @@ st_status st__keras_make_layer(const st__keras_ctx *c, const st__keras_layer *k,
   st_depthwise_conv2d_options dw;
   st_embedding_options em;
   st_layernorm_options ln;
+  st_mha_options mha = k->u.mha;
   st_shape t;
   st_status s = check_axis(c, k, in); /* axis is -1 unless BN or Softmax set it */
   if (s != ST_OK) return s;
@@ -231,6 +232,16 @@ st_status st__keras_make_layer(const st__keras_ctx *c, const st__keras_layer *k,
     s = named(st_leaky_relu(k->u.relu.negative_slope, out), out, k->name);
     break;
   /* end of layers-a */
+  /* merge layers and attention (the graph importer wires their inputs) */
+  case ST__K_ADD: s = named(st_add(out), out, k->name); break;
+  case ST__K_SUBTRACT: s = named(st_subtract(out), out, k->name); break;
+  case ST__K_MULTIPLY: s = named(st_multiply(out), out, k->name); break;
+  case ST__K_CONCATENATE: s = named(st_concatenate(k->u.concat_axis, out), out, k->name); break;
+  case ST__K_MHA:
+    mha.name = nm;
+    mha.use_causal_mask |= k->causal_mask; /* a functional call's use_causal_mask */
+    s = st_multi_head_attention_ex(mha, out);
+    break;
   default: return st__keras_error(c, "internal: unexpected layer kind %d", (int)k->kind);
   }
   return s == ST_OK ? ST_OK : st__keras_rethrow(c);

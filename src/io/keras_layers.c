@@ -381,6 +381,83 @@ static st_status parse_layernorm(const st__keras_ctx *c, const json_t *cfg,
 }
 /* ---- end of the issue 28 (helper B) parsers ---- */
 
+/* ---- merge layers and attention ---- */
+
+/* Add, Subtract, Multiply: no options beyond the common ones. */
+static st_status parse_merge(const st__keras_ctx *c, const json_t *cfg, st__keras_layer *k) {
+  (void)c, (void)cfg, (void)k;
+  return ST_OK;
+}
+
+/* Concatenate: axis (default -1); not the batch axis 0. */
+static st_status parse_concatenate(const st__keras_ctx *c, const json_t *cfg,
+                                   st__keras_layer *k) {
+  st_status s = st__keras_int(c, cfg, "axis", -ST_MAX_RANK, ST_MAX_RANK, -1, false,
+                              &k->u.concat_axis);
+  if (s == ST_OK && k->u.concat_axis == 0)
+    s = st__keras_error(c, "axis 0 (the batch axis) cannot be concatenated");
+  return s;
+}
+
+/* output_shape: null, an integer or a list of one integer (per-example
+ * [T, out] outputs only). */
+static st_status mha_output_shape(const st__keras_ctx *c, const json_t *cfg, int *out) {
+  const json_t *v = json_object_get(cfg, "output_shape");
+  char b[80];
+  *out = 0;
+  if (!v || json_is_null(v)) return ST_OK;
+  const json_t *e = json_is_array(v) && json_array_size(v) == 1 ? json_array_get(v, 0) : v;
+  long long d = json_is_integer(e) ? (long long)json_integer_value(e) : 0;
+  if (d < 1 || d > ST__KERAS_MAX_UNITS)
+    return st__keras_error(c, "output_shape %s is not supported (null, a positive integer "
+                           "or a list of one)", st__keras_show(v, b, sizeof b));
+  *out = (int)d;
+  return ST_OK;
+}
+
+/* attention_axes: null, or the one time axis of [batch, T, d] inputs. */
+static st_status mha_axes(const st__keras_ctx *c, const json_t *cfg) {
+  const json_t *v = json_object_get(cfg, "attention_axes");
+  char b[80];
+  if (!v || json_is_null(v)) return ST_OK;
+  const json_t *e = json_is_array(v) && json_array_size(v) == 1 ? json_array_get(v, 0) : v;
+  long long a = json_is_integer(e) ? (long long)json_integer_value(e) : 0;
+  if (a == 1 || a == -2) return ST_OK;
+  return st__keras_error(c, "attention_axes %s is not supported (null or [1]: attention over "
+                         "the time axis of [batch, T, features] inputs)",
+                         st__keras_show(v, b, sizeof b));
+}
+
+static st_status parse_mha(const st__keras_ctx *c, const json_t *cfg, st__keras_layer *k) {
+  st_mha_options *o = &k->u.mha;
+  *o = st_multi_head_attention_default_options(1, 1);
+  const json_t *seed = json_object_get(cfg, "seed");
+  char b[80];
+  st_status s = st__keras_int(c, cfg, "num_heads", 1, ST__KERAS_MAX_UNITS, 0, true, &o->num_heads);
+  if (s == ST_OK) s = st__keras_int(c, cfg, "key_dim", 1, ST__KERAS_MAX_UNITS, 0, true, &o->key_dim);
+  if (s == ST_OK)
+    s = st__keras_int(c, cfg, "value_dim", 1, ST__KERAS_MAX_UNITS, 0, false, &o->value_dim);
+  if (s == ST_OK) s = st__keras_float(c, cfg, "dropout", 0.0, 0.999999, 0.0, &o->dropout);
+  if (s == ST_OK) s = st__keras_bool(c, cfg, "use_bias", true, &o->use_bias);
+  if (s == ST_OK) s = mha_output_shape(c, cfg, &o->output_dim);
+  if (s == ST_OK) s = mha_axes(c, cfg);
+  if (s == ST_OK)
+    s = st__keras_init(c, cfg, "kernel_initializer", ST_INIT_GLOROT_UNIFORM, &o->kernel_init);
+  if (s == ST_OK)
+    s = st__keras_init(c, cfg, "bias_initializer", ST_INIT_ZEROS, &o->bias_init);
+  if (s == ST_OK) s = nulls(c, cfg, k_dense_nulls);
+  if (s == ST_OK) s = st__keras_bool(c, cfg, "use_causal_mask", false, &o->use_causal_mask);
+  if (s == ST_OK && seed && !json_is_null(seed) && !json_is_integer(seed))
+    s = st__keras_error(c, "seed %s is not an integer", st__keras_show(seed, b, sizeof b));
+  return s; /* query/key/value_shape (Keras 2) are the inputs' shapes; the seed
+               is ignored (dropout masks come from the model seed). Keras
+               passes use_causal_mask when calling the layer (the graph
+               importer maps it); Strata also reads it here, a key of its own
+               (layer-level configs: tests/torch_cases_merge.py) */
+}
+
+/* ---- end of merge layers and attention ---- */
+
 /* InputLayer: batch_shape (Keras 3) or batch_input_shape (Keras 2). */
 static st_status parse_input(const st__keras_ctx *c, const json_t *cfg,
                              st__keras_layer *k) {
@@ -398,6 +475,7 @@ static st_status parse_input(const st__keras_ctx *c, const json_t *cfg,
 }
 
 #define KEYS(...) ((const char *const[]){__VA_ARGS__, NULL})
+static const char *const k_no_keys[] = {NULL};
 #define KERNEL_KEYS "kernel_initializer", "bias_initializer", "kernel_regularizer", \
     "bias_regularizer", "activity_regularizer", "kernel_constraint",              \
     "bias_constraint", "lora_rank", "lora_alpha", "activation", "use_bias"
@@ -457,6 +535,16 @@ static const struct {
      KEYS("axis", "epsilon", "center", "scale", "rms_scaling", "beta_initializer",
           "gamma_initializer", "beta_regularizer", "gamma_regularizer", "beta_constraint",
           "gamma_constraint")},
+    /* merge layers and attention */
+    {"Add", ST__K_ADD, parse_merge, k_no_keys},
+    {"Subtract", ST__K_SUBTRACT, parse_merge, k_no_keys},
+    {"Multiply", ST__K_MULTIPLY, parse_merge, k_no_keys},
+    {"Concatenate", ST__K_CONCATENATE, parse_concatenate, KEYS("axis")},
+    {"MultiHeadAttention", ST__K_MHA, parse_mha,
+     KEYS("num_heads", "key_dim", "value_dim", "dropout", "use_bias", "output_shape",
+          "attention_axes", "seed", "query_shape", "key_shape", "value_shape", "use_causal_mask",
+          "kernel_initializer", "bias_initializer", "kernel_regularizer", "bias_regularizer",
+          "activity_regularizer", "kernel_constraint", "bias_constraint")},
 };
 #define NCLASSES ((int)(sizeof k_classes / sizeof k_classes[0]))
 

@@ -11,7 +11,8 @@
  *     st_<kind>(..., st_layer **out)*;
  *  2. include/strata/nn.h: the constructor and its options struct*, and its
  *     member of st_layer_options;
- *  3. tests/test_gradcheck.c: a finite-difference gradient check*;
+ *  3. tests/test_gradcheck*.c: a finite-difference gradient check* (layers of
+ *     several inputs: tests/test_gradcheck_graph.c);
  *  4. src/io/keras.h: an ST__K_* value; src/io/keras_layers.c: a parse
  *     function and its row in k_classes*; src/io/keras_json.c: the case that
  *     calls the constructor; tests/test_keras.c: an import case;
@@ -27,7 +28,19 @@
 #include "backend/impl.h"
 #include "strata/nn.h"
 
-#define ST_LAYER_MAX_PARAMS 4
+#define ST_LAYER_MAX_PARAMS 8 /* MultiHeadAttention: 4 kernels + 4 biases */
+/* Initialisation RNG streams: parameter p < ST_LAYER_INIT_STREAMS of layer i
+ * draws from stream i*ST_LAYER_INIT_STREAMS + p, the formula of every model
+ * made while ST_LAYER_MAX_PARAMS was 4 (keeping the constant at 4 keeps their
+ * initial weights, and so every weights byte, identical). Parameters 4.. (only
+ * MultiHeadAttention has them) draw from streams at 2^40 + i*8 + p, which no
+ * parameter below 4 reaches. */
+#define ST_LAYER_INIT_STREAMS 4
+static inline uint64_t st__layer_init_stream(int layer_index, int p) {
+  if (p < ST_LAYER_INIT_STREAMS)
+    return (uint64_t)layer_index * ST_LAYER_INIT_STREAMS + (uint64_t)p;
+  return ((uint64_t)1 << 40) + (uint64_t)layer_index * ST_LAYER_MAX_PARAMS + (uint64_t)p;
+}
 #define ST_LAYER_MAX_INPUTS 8 /* tensors one call of a layer takes (Add, Concatenate) */
 #define ST_NAME_MAX 64
 

@@ -229,7 +229,7 @@ void st__net_apply_example_weights(const st_net *m, st_replica *r, const float *
  * backward each step, with an empty slice too). */
 bool st__net_uses_collectives(const st_net *m);
 /* Initialise params and state from the net seed (layer i, param p draws from
- * RNG stream i*ST_LAYER_MAX_PARAMS + p), on the host. */
+ * RNG stream st__layer_init_stream(i, p)), on the host. */
 void st__net_init_variables(const st_net *m, float *params, float *state);
 /* The same for layers [lo, hi) only (the values st__net_init_variables gives them). */
 void st__net_init_layers(const st_net *m, int lo, int hi, float *params, float *state);

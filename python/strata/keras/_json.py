@@ -83,6 +83,18 @@ def layer_config(l):
                  beta_regularizer=None, gamma_regularizer=None, beta_constraint=None, gamma_constraint=None)
     elif isinstance(l, _layers.Rescaling):
         c.update(scale=l.scale, offset=0.0)
+    # merge layers and attention (issue 28)
+    elif isinstance(l, _layers.Concatenate):
+        c.update(axis=l.axis)
+    elif isinstance(l, (_layers.Add, _layers.Subtract, _layers.Multiply)):
+        pass
+    elif isinstance(l, _layers.MultiHeadAttention):
+        c.update(num_heads=l.num_heads, key_dim=l.key_dim, value_dim=l.value_dim or l.key_dim,
+                 dropout=l.dropout, use_bias=l.use_bias, output_shape=l.output_shape_arg,
+                 attention_axes=None, kernel_initializer=_init(l.kernel_initializer),
+                 bias_initializer=_init(l.bias_initializer), kernel_regularizer=None,
+                 bias_regularizer=None, activity_regularizer=None, kernel_constraint=None,
+                 bias_constraint=None)
     else:
         raise NotImplementedError("to_json: layer %s" % n)
     return n, c
