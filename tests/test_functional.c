@@ -27,14 +27,6 @@ static st_node *call1(st_layer *l, st_node *in) {
   return out;
 }
 
-static st_strategy *strategy(st_strategy_kind kind, int replicas) {
-  st_strategy_options so = st_strategy_default_options(kind);
-  so.threads = 1;
-  if (replicas) so.replicas = replicas;
-  st_strategy *s = NULL;
-  CHECK_OK(st_strategy_create(&so, &s));
-  return s;
-}
 
 static void compile(st_model *m) {
   st_compile_options co = st_compile_default_options();
@@ -87,14 +79,14 @@ static void test_chain_equals_sequential(void) {
 /* The model's loss summed over the batch (x [n, D], y [n]) on a replica of
  * its own, and its analytic gradient; then central differences of every
  * trainable variable. The net must be compiled (variables exist). */
-static void model_gradcheck(st_model *m, const char *label) {
+static void model_gradcheck_x(st_model *m, const char *label, const float *x) {
   st_net *net = &m->net;
   int n = 6;
   st_replica *r = NULL;
   CHECK_OK(st__replica_create(net, net->be, 0, n, net->params, net->state, &r));
   if (!r) return;
-  st__replica_forward(net, r, X, n, true, 0);
-  st__replica_loss_backward(net, r, X, Y, n, 1, 0, NULL, NULL);
+  st__replica_forward(net, r, x, n, true, 0);
+  st__replica_loss_backward(net, r, x, Y, n, 1, 0, NULL, NULL);
   float *g = malloc(net->n_params * sizeof *g);
   memcpy(g, r->grads, net->n_params * sizeof *g);
   double worst = 0.0;
@@ -102,10 +94,10 @@ static void model_gradcheck(st_model *m, const char *label) {
   for (size_t i = 0; i < net->n_params; i++) {
     float orig = net->params[i], eps = 1e-2f;
     net->params[i] = orig + eps;
-    st__replica_forward(net, r, X, n, true, 0);
+    st__replica_forward(net, r, x, n, true, 0);
     double lp = st__replica_loss(net, r, Y, n);
     net->params[i] = orig - eps;
-    st__replica_forward(net, r, X, n, true, 0);
+    st__replica_forward(net, r, x, n, true, 0);
     double lm = st__replica_loss(net, r, Y, n);
     net->params[i] = orig;
     double num = (lp - lm) / (2.0 * eps), err = fabs(num - g[i]) / fmax(1.0, fabs(num));
@@ -116,6 +108,7 @@ static void model_gradcheck(st_model *m, const char *label) {
   free(g);
   st__replica_destroy(r);
 }
+static void model_gradcheck(st_model *m, const char *label) { model_gradcheck_x(m, label, X); }
 
 /* x -> d1 -> d1 (the same layer again) -> Dense 10: one kernel, two calls. */
 static void test_shared_layer(void) {
@@ -131,6 +124,155 @@ static void test_shared_layer(void) {
   CHECK(st_model_param_count(m, true) == (size_t)(D * D + D + D * C + C));
   compile(m);
   model_gradcheck(m, "shared Dense");
+  st_model_destroy(m);
+}
+
+
+static st_node *call2(st_layer *l, st_node *a, st_node *b) {
+  st_node *in[2] = {a, b}, *out = NULL;
+  CHECK_OK(st_layer_call(l, in, 2, &out));
+  return out;
+}
+static st_layer *made(st_status s, st_layer **l) {
+  CHECK_OK(s);
+  return *l;
+}
+
+/* x -> h = Dense 8 tanh; r = Dense 8 tanh (h); s = Add(h, r) (h read twice);
+ * Concatenate(s, h) -> Dense 10. */
+static st_model *residual(st_strategy *st) {
+  st_layer *l = NULL;
+  st_node *x = NULL;
+  CHECK_OK(st_input(st_shape1(D), NULL, &x));
+  st_node *h = call1(dense(D, ST_ACT_TANH), x);
+  st_node *r = call1(dense(D, ST_ACT_TANH), h);
+  st_node *s = call2(made(st_add(&l), &l), h, r);
+  st_node *c = call2(made(st_concatenate(-1, &l), &l), s, h);
+  st_node *y = call1(dense(C, ST_ACT_LINEAR), c);
+  st_model_options o = st_model_default_options(st_shape1(D));
+  o.seed = 4;
+  o.strategy = st;
+  st_model *m = NULL;
+  CHECK_OK(st_functional_create(&x, 1, &y, 1, &o, &m));
+  return m;
+}
+
+static void test_residual(void) {
+  st_model *m = residual(NULL);
+  if (!m) return;
+  CHECK(m->net.nnodes == 5 && !st__net_is_chain(&m->net));
+  compile(m);
+  model_gradcheck(m, "residual");
+  char *sum = NULL;
+  CHECK_OK(st_model_summary(m, &sum));
+  CHECK_MSG(sum && strstr(sum, "['add[0][0]', 'dense[0][0]']"), "%s", sum ? sum : "");
+  free(sum);
+  st_model_destroy(m);
+}
+
+/* Two inputs (5 and 3 features of each row): Dense on each, Multiply, Dense. */
+static void test_two_inputs(void) {
+  st_layer *l = NULL;
+  st_node *a = NULL, *b = NULL;
+  CHECK_OK(st_input(st_shape1(5), "a", &a));
+  CHECK_OK(st_input(st_shape1(3), "b", &b));
+  st_node *m1 = call2(made(st_multiply(&l), &l), call1(dense(6, ST_ACT_TANH), a),
+                      call1(dense(6, ST_ACT_TANH), b));
+  st_node *y = call1(dense(C, ST_ACT_LINEAR), m1);
+  st_node *ins[2] = {a, b};
+  st_model *m = NULL;
+  CHECK_OK(st_functional_create(ins, 2, &y, 1, NULL, &m));
+  if (!m) return;
+  CHECK(st_model_input_shape(m).rank == 1 && st_model_input_shape(m).dims[0] == 8);
+  compile(m);
+  model_gradcheck(m, "two inputs");
+  fit(m, 1);
+  st_model_destroy(m);
+}
+
+/* A transformer encoder block on [T, E] tokens, then average over time. */
+enum { T = 4, E = 6 };
+static float XT[N * T * E];
+static st_model *transformer(st_strategy *st) {
+  st_layer *l = NULL;
+  st_node *x = NULL;
+  CHECK_OK(st_input((st_shape){2, {T, E}}, NULL, &x));
+  st_mha_options mo = st_multi_head_attention_default_options(2, 3);
+  mo.use_causal_mask = true;
+  st_node *att = call2(made(st_multi_head_attention_ex(mo, &l), &l), x, x);
+  st_node *h = call1(made(st_layernorm(&l), &l), call2(made(st_add(&l), &l), x, att));
+  st_node *f = call1(dense(E, ST_ACT_LINEAR), call1(dense(2 * E, ST_ACT_GELU), h));
+  st_node *h2 = call1(made(st_layernorm(&l), &l), call2(made(st_add(&l), &l), h, f));
+  st_node *y = call1(dense(C, ST_ACT_LINEAR), call1(made(st_global_avgpool1d(&l), &l), h2));
+  st_model_options o = st_model_default_options(st_shape1(1));
+  o.seed = 6;
+  o.strategy = st;
+  st_model *m = NULL;
+  CHECK_OK(st_functional_create(&x, 1, &y, 1, &o, &m));
+  return m;
+}
+
+static void test_transformer_block(void) {
+  st_model *m = transformer(NULL);
+  if (!m) return;
+  compile(m);
+  model_gradcheck_x(m, "transformer block", XT);
+  st_model_destroy(m);
+}
+
+/* Graphs keep the synchronous property: 2 replicas = one device, byte for
+ * byte, and the pipeline (2 stages, 4 micro-batches) = one device with 4
+ * threads, as for Sequential models. */
+static void same_bytes(st_model *a, st_model *b, const char *what) {
+  fit(a, 2), fit(b, 2);
+  CHECK_MSG(a->net.n_params == b->net.n_params &&
+                memcmp(a->net.params, b->net.params, a->net.n_params * sizeof(float)) == 0,
+            "%s: different weights", what);
+  st_model_destroy(a), st_model_destroy(b);
+}
+static st_strategy *strategy_of(st_strategy_options o) {
+  st_strategy *s = NULL;
+  CHECK_OK(st_strategy_create(&o, &s));
+  return s;
+}
+static st_model *owned(st_model *m) {
+  if (m) m->owns_strategy = true;
+  if (m) compile(m);
+  return m;
+}
+
+static void test_graph_strategies(void) {
+  st_strategy_options one = st_strategy_default_options(ST_STRATEGY_ONE_DEVICE);
+  one.threads = 2; /* one device splits a batch over its threads as 2 replicas do */
+  st_strategy_options mir = st_strategy_default_options(ST_STRATEGY_MIRRORED);
+  mir.replicas = 2;
+  mir.threads = 1;
+  same_bytes(owned(residual(strategy_of(one))), owned(residual(strategy_of(mir))), "mirrored x2");
+  st_strategy_options four = one;
+  four.threads = 4;
+  st_strategy_options pipe = st_strategy_default_options(ST_STRATEGY_PIPELINE);
+  pipe.pipeline_stages = 2;
+  pipe.micro_batches = 4;
+  same_bytes(owned(residual(strategy_of(four))), owned(residual(strategy_of(pipe))),
+             "pipeline 2 stages");
+}
+
+/* Stage boundaries in a graph: only where one tensor crosses. */
+static void test_pipeline_cuts(void) {
+  st_strategy_options pipe = st_strategy_default_options(ST_STRATEGY_PIPELINE);
+  pipe.stage_boundaries = "1"; /* before dense_1: h crosses, read again by add and concatenate */
+  st_model *m = residual(strategy_of(pipe));
+  m->owns_strategy = true;
+  st_compile_options co = st_compile_default_options();
+  co.loss = ST_LOSS_SPARSE_CE_LOGITS;
+  CHECK(st_model_compile(m, &co) == ST_OK); /* one tensor (h) crosses */
+  st_model_destroy(m);
+  pipe.stage_boundaries = "2"; /* before add: h and dense_1's output cross */
+  m = residual(strategy_of(pipe));
+  m->owns_strategy = true;
+  CHECK(st_model_compile(m, &co) == ST_ERR_INVALID);
+  CHECK_MSG(strstr(st_last_error(), "2 tensors") && strstr(st_last_error(), "'add'"), "%s",
+            st_last_error());
   st_model_destroy(m);
 }
 
@@ -186,10 +328,15 @@ static void test_errors(void) {
   st_node_destroy(other);
 }
 
-static const check_case cases[] = {CHECK_CASE(test_chain_equals_sequential),
-                                   CHECK_CASE(test_shared_layer), CHECK_CASE(test_errors)};
+static const check_case cases[] = {
+    CHECK_CASE(test_chain_equals_sequential), CHECK_CASE(test_shared_layer),
+    CHECK_CASE(test_residual),         CHECK_CASE(test_two_inputs),
+    CHECK_CASE(test_transformer_block), CHECK_CASE(test_graph_strategies),
+    CHECK_CASE(test_pipeline_cuts),    CHECK_CASE(test_errors)};
 
 int main(int argc, char **argv) {
   fixture_argmax_data(11, N, D, C, X, Y);
+  st_rng r = st_rng_make(12, 0);
+  for (int i = 0; i < N * T * E; i++) XT[i] = st_rng_normal(&r);
   return CHECK_MAIN(argc, argv, cases);
 }

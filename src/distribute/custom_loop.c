@@ -230,7 +230,7 @@ st_status st_replica_compute_gradients(st_replica_context *c, const st_batch *lo
    * checked before a kernel uses them as an index */
   if ((s = st__net_check_labels(c->m, local->y, local->size, 0)) != ST_OK ||
       (c->m->nlayers && local->x &&
-       (s = st__layer_check_input(c->m->layers[0], local->x, local->size, 0)) != ST_OK))
+       (s = st__net_check_inputs(c->m, local->x, local->size, 0)) != ST_OK))
     return st_error_prefix(s, "st_replica_compute_gradients: replica %d: local batch: ",
                            c->rank);
   st_replica *r = c->s->group->reps[c->rank];

@@ -1,5 +1,6 @@
 /* Dense (Keras "Dense"): y[b, units] = act(x[b, in] . kernel[in, units] + bias).
- * Takes a flat per-example input; use Flatten before it for images. When the
+ * On an input of rank > 1 it works on the last axis, as Keras: every row of
+ * [..., in] (an example's tokens) is one row of the products. When the
  * activation's derivative needs its input (gelu) the pre-activation z is kept
  * in the cache, otherwise the output y suffices. */
 #include <stdio.h>
@@ -9,22 +10,25 @@
 /* Parameter indices. */
 enum { KERNEL = 0, BIAS = 1 };
 
+/* Rows of the products per example: the input's dimensions but the last. */
+static int rows(const st_layer *l) {
+  int r = 1;
+  for (int i = 0; i + 1 < l->in_shape.rank; i++) r *= l->in_shape.dims[i];
+  return r;
+}
+static int in_width(const st_layer *l) { return l->in_shape.dims[l->in_shape.rank - 1]; }
+
 static st_status dense_build(st_layer *l) {
   const st_dense_options *o = l->config;
-  char buf[64];
-  if (l->in_shape.rank != 1)
-    return st_error(ST_ERR_INVALID,
-                    "Dense expects a flat input (None, n) but got %s; add a "
-                    "Flatten layer before it",
-                    st_shape_format(l->in_shape, buf, sizeof buf));
-  int in = l->in_shape.dims[0];
-  l->out_shape = st_shape1(o->units);
+  int in = in_width(l);
+  l->out_shape = l->in_shape;
+  l->out_shape.dims[l->out_shape.rank - 1] = o->units;
   st__layer_add_param(l, "kernel", (st_shape){2, {in, o->units}},
                       o->kernel_init, true);
   if (o->use_bias)
     st__layer_add_param(l, "bias", st_shape1(o->units), o->bias_init, true);
   l->cache_per_example =
-      st_activation_needs_input(o->activation) ? (size_t)o->units : 0;
+      st_activation_needs_input(o->activation) ? (size_t)rows(l) * (size_t)o->units : 0;
   l->out_activation = o->activation;
   return ST_OK;
 }
@@ -32,20 +36,20 @@ static st_status dense_build(st_layer *l) {
 /* dz[batch, units] when the activation is not linear and dy is read-only. */
 static size_t dense_workspace(const st_layer *l, int batch) {
   const st_dense_options *o = l->config;
-  return o->activation == ST_ACT_LINEAR ? 0 : (size_t)batch * o->units;
+  return o->activation == ST_ACT_LINEAR ? 0 : (size_t)batch * (size_t)rows(l) * (size_t)o->units;
 }
 
 static void dense_forward(const st_layer *l, st_layer_args *c) {
   const st_dense_options *o = l->config;
   const st_backend *be = c->be;
-  int in = l->in_shape.dims[0], units = o->units;
+  int in = in_width(l), units = o->units, n = c->batch * rows(l);
   bool keep_z = st_activation_needs_input(o->activation);
-  float *z = keep_z ? c->cache : c->y; /* [batch, units] pre-activation */
-  be->gemm(c->ctx, false, false, c->batch, units, in, 1.0f, c->x, in, c->w[KERNEL],
+  float *z = keep_z ? c->cache : c->y; /* [n, units] pre-activation */
+  be->gemm(c->ctx, false, false, n, units, in, 1.0f, c->x, in, c->w[KERNEL],
            units, 0.0f, z, units);
-  if (o->use_bias) be->bias_add(c->ctx, c->batch, units, c->w[BIAS], z);
+  if (o->use_bias) be->bias_add(c->ctx, n, units, c->w[BIAS], z);
   if (o->activation != ST_ACT_LINEAR)
-    be->act_forward(c->ctx, o->activation, c->batch, units, z, c->y);
+    be->act_forward(c->ctx, o->activation, n, units, z, c->y);
 }
 
 /* dz[batch, units] = dy * act'(.): dy itself when linear, computed in place
@@ -56,22 +60,22 @@ static const float *dense_dz(const st_layer *l, st_layer_args *c) {
   if (act == ST_ACT_LINEAR) return c->dy;
   float *dz = c->dy_writable ? (float *)c->dy : c->workspace;
   const float *z = st_activation_needs_input(act) ? c->cache : NULL;
-  c->be->act_backward(c->ctx, act, c->batch, o->units, z, c->y, c->dy, dz);
+  c->be->act_backward(c->ctx, act, c->batch * rows(l), o->units, z, c->y, c->dy, dz);
   return dz;
 }
 
 static void dense_backward(const st_layer *l, st_layer_args *c) {
   const st_dense_options *o = l->config;
   const st_backend *be = c->be;
-  int in = l->in_shape.dims[0], units = o->units;
+  int in = in_width(l), units = o->units, n = c->batch * rows(l);
   const float *dz = dense_dz(l, c);
   /* dkernel[in, units] = x^T . dz */
-  be->gemm(c->ctx, true, false, in, units, c->batch, 1.0f, c->x, in, dz, units, 0.0f,
+  be->gemm(c->ctx, true, false, in, units, n, 1.0f, c->x, in, dz, units, 0.0f,
            c->dw[KERNEL], units);
-  if (o->use_bias) be->bias_grad(c->ctx, c->batch, units, dz, c->dw[BIAS]);
-  /* dx[batch, in] = dz . kernel^T */
+  if (o->use_bias) be->bias_grad(c->ctx, n, units, dz, c->dw[BIAS]);
+  /* dx[n, in] = dz . kernel^T */
   if (c->dx)
-    be->gemm(c->ctx, false, true, c->batch, in, units, 1.0f, dz, units, c->w[KERNEL],
+    be->gemm(c->ctx, false, true, n, in, units, 1.0f, dz, units, c->w[KERNEL],
              units, 0.0f, c->dx, in);
 }
 

@@ -98,3 +98,26 @@ void st__net_init_layers(const st_net *m, int lo, int hi, float *params, float *
     }
   }
 }
+
+st_status st__net_check_inputs(const st_net *m, const float *x, int n, int64_t first) {
+  size_t row = st_shape_size(m->input_shape);
+  for (int k = 0; k < m->nnodes; k++)
+    for (int j = 0; j < m->nodes[k].n_in; j++) {
+      int t = m->nodes[k].in[j];
+      if (t >= 0) continue;
+      const st_layer *l = m->layers[m->nodes[k].layer];
+      if (!l->vt->check_input) continue;
+      if (m->n_inputs == 1) {
+        st_status s = st__layer_check_input(l, x, n, first);
+        if (s != ST_OK) return s;
+        continue;
+      }
+      size_t at = 0; /* input -1 - t's place in an example's row */
+      for (int q = 0; q < -1 - t; q++) at += st_shape_size(m->inputs[q]);
+      for (int i = 0; i < n; i++) {
+        st_status s = st__layer_check_input(l, x + (size_t)i * row + at, 1, first + i);
+        if (s != ST_OK) return s;
+      }
+    }
+  return ST_OK;
+}

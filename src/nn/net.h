@@ -225,6 +225,10 @@ st_status st__net_check_classes(const st_net *m, const float *y, int n, int64_t 
  * m->sample_labels); a no-op without either. */
 void st__net_apply_example_weights(const st_net *m, st_replica *r, const float *y, int n,
                                  int cols, float *loss, float *dpred);
+/* Layers that check their input before a kernel reads it (Embedding's ids):
+ * every node reading a model input checks it for x [n, input] (examples
+ * first .. first + n - 1, named in the message). */
+st_status st__net_check_inputs(const st_net *m, const float *x, int n, int64_t first);
 /* True if some layer runs collectives (every replica must then run forward and
  * backward each step, with an empty slice too). */
 bool st__net_uses_collectives(const st_net *m);

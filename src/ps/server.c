@@ -357,7 +357,7 @@ static st_status worker_step(server *sv, uint64_t closure, uint64_t step, const 
   gather(sv, idx, n);
   st_net *net = sv->model.net;
   st_status s = st__net_check_labels(net, sv->y, n, 0);
-  if (s == ST_OK && net->nlayers) s = st__layer_check_input(net->layers[0], sv->x, n, 0);
+  if (s == ST_OK && net->nlayers) s = st__net_check_inputs(net, sv->x, n, 0);
   /* with --max-staleness a ps may refuse gradients of too old variables:
    * pull fresh ones and compute again (a ps that applied the step already
    * skips the repeat) */

@@ -93,13 +93,13 @@ static st_status check_labels(const st_model *m, const st_batch *b, int64_t firs
   return st__net_check_labels(&m->net, b->y, b->size, first);
 }
 
-/* Input values the first layer cannot take (Embedding: ids that are not
- * integers in [0, input_dim)), refused before any kernel uses them, as
- * labels are; the error names the layer, value, example and position.
- * (A graph executor checks every node fed by a model input.) */
+/* Input values a layer reading a model input cannot take (Embedding: ids
+ * that are not integers in [0, input_dim)), refused before any kernel uses
+ * them, as labels are; the error names the layer, value, example and
+ * position. */
 static st_status check_inputs(const st_model *m, const st_batch *b, int64_t first) {
   if (m->net.nlayers == 0 || !b->x) return ST_OK;
-  return st__layer_check_input(m->net.layers[0], b->x, b->size, first);
+  return st__net_check_inputs(&m->net, b->x, b->size, first);
 }
 
 /* Labels checked before training where the data is in memory. */
