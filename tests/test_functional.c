@@ -217,6 +217,18 @@ static void test_transformer_block(void) {
   if (!m) return;
   compile(m);
   model_gradcheck_x(m, "transformer block", XT);
+  /* Keras 3 JSON: attention's call (query, value, use_causal_mask) and back */
+  char *json = NULL, *again = NULL;
+  CHECK_OK(st_model_to_keras_json(m, &json));
+  CHECK(json && strstr(json, "\"use_causal_mask\": true") && strstr(json, "LayerNormalization"));
+  st_model_options o = st_model_default_options(st_shape1(1));
+  o.name = NULL;
+  st_model *b = NULL;
+  CHECK_OK(st_model_from_keras_json_text(json, json ? strlen(json) : 0, "block.json", &o, &b));
+  CHECK_OK(st_model_to_keras_json(b, &again));
+  CHECK_MSG(json && again && !strcmp(json, again), "re-exported JSON differs");
+  free(json), free(again);
+  st_model_destroy(b);
   st_model_destroy(m);
 }
 

@@ -76,7 +76,7 @@ static bool store_parallel_reads(const char *cmd, const char *name, const char *
 #define FLOAT(n, m, f, lo, hi, h) CLI_OPT_FLOAT(n, m, train_cfg, f, lo, hi, h)
 #define FN(n, m, f, fn, h) CLI_OPT_FN(n, m, train_cfg, f, fn, h)
 static cli_opt train_opts[] = {
-    STR("--model", "NAME", model, "built-in model mlp or cnn (default cnn), or a Keras model.to_json() FILE.json"),
+    STR("--model", "NAME", model, "built-in model mlp, cnn (default), resnet20 or mobilenet-tiny, or a Keras model.to_json() FILE.json"),
     STR("--data", "SRC", data, "fashion-mnist (the Debian dataset, default), a DIR of MNIST-style IDX files, or tfrecord:PATTERN (TFRecord files, streamed; needs --features)"),
     INT("--epochs", "N", epochs, 1, 100000, "passes over the training data (default 1)"),
     INT("--batch-size", "B", batch, 1, 1 << 20, "global batch size (default 32, as Keras)"),
@@ -331,7 +331,7 @@ static bool check_files(const train_cfg *c) {
            cli_check_writable(cmd, "--backup-dir", c->backup_dir) &&
            cli_check_writable(cmd, "--checkpoint-dir", c->ckpt_dir) &&
            cli_check_writable(cmd, "--log-dir", c->log_dir) && check_paths(c);
-  fprintf(stderr, "strata train: --model: unknown model '%s' (built-in models: mlp, cnn; or a "
+  fprintf(stderr, "strata train: --model: unknown model '%s' (built-in models: mlp, cnn, resnet20, mobilenet-tiny; or a "
           "Keras FILE.json)\n", c->model);
   return false;
 }
@@ -690,7 +690,7 @@ typedef struct eval_cfg {
 } eval_cfg;
 
 static cli_opt eval_opts[] = {
-    CLI_OPT_STR("--model", "NAME", eval_cfg, model, "built-in model the weights belong to: mlp or cnn (required)"),
+    CLI_OPT_STR("--model", "NAME", eval_cfg, model, "built-in model the weights belong to: mlp, cnn, resnet20 or mobilenet-tiny (required)"),
     CLI_OPT_STR("--weights", "FILE", eval_cfg, weights, "safetensors file written by 'strata train --save' (required)"),
     CLI_OPT_STR("--data", "SRC", eval_cfg, data, "fashion-mnist (default) or a DIR of MNIST-style IDX files"),
     CLI_OPT_INT("--batch-size", "B", eval_cfg, batch, 1, 1 << 20, "evaluation batch size (default 256)"),
@@ -749,7 +749,7 @@ typedef struct summary_cfg {
 } summary_cfg;
 
 static cli_opt summary_opts[] = {
-    CLI_OPT_STR("--model", "NAME", summary_cfg, model, "built-in model mlp or cnn (default cnn), or a Keras FILE.json"),
+    CLI_OPT_STR("--model", "NAME", summary_cfg, model, "built-in model mlp, cnn (default), resnet20 or mobilenet-tiny, or a Keras FILE.json"),
     CLI_OPT_STR("--keras-json", "FILE", summary_cfg, keras_json, "also write the model as Keras 3 JSON (model.to_json()) to FILE"),
 };
 

@@ -15,7 +15,7 @@ static void usage(FILE *f) {
           "usage: strata COMMAND [options]\n"
           "\n"
           "commands:\n"
-          "  train      train a model (built-in mlp or cnn, or a Keras JSON) on Fashion-MNIST or IDX files\n"
+          "  train      train a model (built-in mlp, cnn, resnet20, mobilenet-tiny, or a Keras JSON) on Fashion-MNIST or IDX files\n"
           "  evaluate   evaluate saved weights on the test set\n"
           "  summary    print a model's layers, output shapes and parameter counts\n"
           "  plot       draw loss and accuracy curves of a --report JSON as an SVG\n"

@@ -21,6 +21,9 @@ typedef struct st_model_options {
   const char *name;       /* "sequential" */
   uint64_t seed;          /* weights init, dropout, ... (default 0) */
   st_strategy *strategy;  /* borrowed; NULL = one-device default */
+  bool sync_batchnorm;    /* built-in models: BatchNormalization(synchronized=True),
+                             batch statistics over all replicas (default false:
+                             per replica, as Keras) */
 } st_model_options;
 /* Options with that input shape, name "sequential", seed 0, no strategy. */
 st_model_options st_model_default_options(st_shape input_shape);
@@ -397,7 +400,8 @@ st_status st_model_from_keras_json_text(const char *text, size_t len, const char
                                         const st_model_options *o, st_model **out);
 
 /* ---- built-in models ---- */
-/* Names of the built-in models, NULL-terminated: "mlp", "cnn". */
+/* Names of the built-in models, NULL-terminated: "mlp", "cnn", "resnet20",
+ * "mobilenet-tiny" (graphs: src/train/builtin_graphs.c says what they are). */
 const char *const *st_builtin_model_names(void);
 /* Create the named built-in model (uncompiled) with the given options; the
  * input shape in o is replaced by the model's own (28x28x1 for both):

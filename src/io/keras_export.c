@@ -4,6 +4,7 @@
  * that Keras and st_model_from_keras_json read it back. Each layer kind's
  * config comes from st_layer_get_options (one writer per class below).
  * Any thread; the model is only read. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,15 +16,88 @@
 static json_t *init_json(st_init i) {
   static const char *const cls[ST_INIT_COUNT] = {
       [ST_INIT_GLOROT_UNIFORM] = "GlorotUniform", [ST_INIT_HE_NORMAL] = "HeNormal",
-      [ST_INIT_ZEROS] = "Zeros", [ST_INIT_ONES] = "Ones"};
-  bool seeded = i == ST_INIT_GLOROT_UNIFORM || i == ST_INIT_HE_NORMAL;
+      [ST_INIT_ZEROS] = "Zeros", [ST_INIT_ONES] = "Ones",
+      [ST_INIT_RANDOM_UNIFORM] = "RandomUniform"};
+  json_t *cfg = json_object();
+  if (i == ST_INIT_GLOROT_UNIFORM || i == ST_INIT_HE_NORMAL || i == ST_INIT_RANDOM_UNIFORM)
+    json_object_set_new(cfg, "seed", json_null());
+  if (i == ST_INIT_RANDOM_UNIFORM) {
+    json_object_set_new(cfg, "minval", json_real(-0.05));
+    json_object_set_new(cfg, "maxval", json_real(0.05));
+  }
   return json_pack("{s:s, s:s, s:o, s:n}", "module", "keras.initializers", "class_name",
-                   cls[i] ? cls[i] : st_init_name(i), "config",
-                   seeded ? json_pack("{s:n}", "seed") : json_object(), "registered_name");
+                   cls[i] ? cls[i] : st_init_name(i), "config", cfg, "registered_name");
 }
+
+#define SET(key, value) json_object_set_new(cfg, key, value)
 
 static json_t *pair(int a, int b) { return json_pack("[i, i]", a, b); }
 static const char *padding(st_padding p) { return p == ST_PAD_SAME ? "same" : "valid"; }
+
+static void conv_common(json_t *cfg, st_padding pad, st_activation act, bool use_bias) {
+  SET("padding", json_string(pad == ST_PAD_CAUSAL ? "causal" : padding(pad)));
+  SET("data_format", json_string("channels_last"));
+  SET("activation", json_string(st_activation_name(act)));
+  SET("use_bias", json_boolean(use_bias));
+}
+
+/* Issue 28's layers: the options of l into cfg; false for no writer. */
+static bool graph_config(const char *cls, const st_layer_options *o, json_t *cfg) {
+  if (!strncmp(cls, "Global", 6)) {
+    SET("data_format", json_string("channels_last"));
+    SET("keepdims", json_false());
+  } else if (!strcmp(cls, "ZeroPadding2D")) {
+    const st_zeropad2d_options *z = &o->zeropad2d;
+    SET("padding", json_pack("[[i, i], [i, i]]", z->top, z->bottom, z->left, z->right));
+    SET("data_format", json_string("channels_last"));
+  } else if (!strcmp(cls, "ReLU")) {
+    SET("max_value", isinf(o->relu.max_value) ? json_null() : json_real(o->relu.max_value));
+    SET("negative_slope", json_real(o->relu.negative_slope));
+    SET("threshold", json_real(o->relu.threshold));
+  } else if (!strcmp(cls, "LeakyReLU")) {
+    SET("negative_slope", json_real(o->relu.negative_slope));
+  } else if (!strcmp(cls, "Conv1D")) {
+    SET("filters", json_integer(o->conv1d.filters));
+    SET("kernel_size", json_pack("[i]", o->conv1d.kernel_size));
+    SET("strides", json_pack("[i]", o->conv1d.strides));
+    conv_common(cfg, o->conv1d.padding, o->conv1d.activation, o->conv1d.use_bias);
+    SET("kernel_initializer", init_json(o->conv1d.kernel_init));
+    SET("bias_initializer", init_json(o->conv1d.bias_init));
+  } else if (!strcmp(cls, "DepthwiseConv2D")) {
+    const st_depthwise_conv2d_options *d = &o->depthwise;
+    SET("kernel_size", pair(d->kh, d->kw));
+    SET("strides", pair(d->sh, d->sw));
+    SET("depth_multiplier", json_integer(d->depth_multiplier));
+    conv_common(cfg, d->padding, d->activation, d->use_bias);
+    SET("depthwise_initializer", init_json(d->depthwise_init));
+    SET("bias_initializer", init_json(d->bias_init));
+  } else if (!strcmp(cls, "Embedding")) {
+    SET("input_dim", json_integer(o->embedding.input_dim));
+    SET("output_dim", json_integer(o->embedding.output_dim));
+    SET("embeddings_initializer", init_json(o->embedding.embeddings_init));
+    SET("mask_zero", json_false());
+  } else if (!strcmp(cls, "LayerNormalization")) {
+    SET("axis", json_integer(-1));
+    SET("epsilon", json_real(o->layernorm.epsilon));
+    SET("center", json_boolean(o->layernorm.center));
+    SET("scale", json_boolean(o->layernorm.scale));
+  } else if (!strcmp(cls, "Concatenate")) {
+    SET("axis", json_integer(o->concat_axis));
+  } else if (!strcmp(cls, "MultiHeadAttention")) {
+    const st_mha_options *a = &o->mha;
+    SET("num_heads", json_integer(a->num_heads));
+    SET("key_dim", json_integer(a->key_dim));
+    SET("value_dim", json_integer(a->value_dim ? a->value_dim : a->key_dim));
+    SET("dropout", json_real(a->dropout));
+    SET("use_bias", json_boolean(a->use_bias));
+    SET("output_shape", a->output_dim ? json_pack("[i]", a->output_dim) : json_null());
+    SET("kernel_initializer", init_json(a->kernel_init));
+    SET("bias_initializer", init_json(a->bias_init));
+  } else if (strcmp(cls, "Add") && strcmp(cls, "Subtract") && strcmp(cls, "Multiply")) {
+    return false;
+  }
+  return true;
+}
 
 /* The class-specific options of l into cfg; false for a class with no writer. */
 static bool class_config(const st_layer *l, const st_layer_options *o, json_t *cfg) {
@@ -71,7 +145,7 @@ static bool class_config(const st_layer *l, const st_layer_options *o, json_t *c
       json_array_append_new(t, json_integer(o->target_shape.dims[i]));
     json_object_set_new(cfg, "target_shape", t);
   } else {
-    return false;
+    return graph_config(cls, o, cfg);
   }
   return true;
 }
@@ -127,10 +201,21 @@ static json_t *keras_tensor(const st_model *m, int t) {
                    "keras_history", name, call, 0);
 }
 
-/* One call as Keras 3 records it: args [x], [[a, b, ...]] for merge layers. */
+/* One call as Keras 3 records it: args [x], [[a, b, ...]] for merge layers,
+ * [query, value] and kwargs key, use_causal_mask for attention. */
 static json_t *call_json(const st_model *m, const st_net_node *d) {
   const st_layer *l = m->net.layers[d->layer];
   json_t *args = json_array();
+  if (!strcmp(st_layer_class(l), "MultiHeadAttention")) {
+    st_layer_options o;
+    json_t *kw = json_object();
+    json_array_append_new(args, keras_tensor(m, d->in[0]));
+    json_array_append_new(args, keras_tensor(m, d->in[1]));
+    if (d->n_in > 2) json_object_set_new(kw, "key", keras_tensor(m, d->in[2]));
+    if (st_layer_get_options(l, &o) == ST_OK && o.mha.use_causal_mask)
+      json_object_set_new(kw, "use_causal_mask", json_true());
+    return json_pack("{s:o, s:o}", "args", args, "kwargs", kw);
+  }
   if (l->vt->max_inputs > 1) {
     json_t *list = json_array();
     for (int j = 0; j < d->n_in; j++) json_array_append_new(list, keras_tensor(m, d->in[j]));

@@ -1,10 +1,12 @@
-/* The built-in named models. They match the PyTorch peer's models in
- * ../shared/peers/fmnist.py layer for layer, so results compare directly. */
+/* The built-in named models. mlp and cnn match the PyTorch peer's models in
+ * ../shared/peers/fmnist.py layer for layer, so results compare directly;
+ * resnet20 and mobilenet-tiny are graphs (builtin_graphs.c). */
 #include <string.h>
 
 #include "strata/train.h"
+#include "train/builtin.h"
 
-static const char *const names[] = {"mlp", "cnn", NULL};
+static const char *const names[] = {"mlp", "cnn", "resnet20", "mobilenet-tiny", NULL};
 
 const char *const *st_builtin_model_names(void) { return names; }
 
@@ -20,11 +22,14 @@ st_status st_builtin_model_create(const char *name, const st_model_options *o,
   *out = NULL;
   if (!name || !o)
     return st_error(ST_ERR_INVALID, "st_builtin_model_create: %s is NULL", name ? "o" : "name");
+  if (!strcmp(name, "resnet20") || !strcmp(name, "mobilenet-tiny"))
+    return st__builtin_graph_create(name, o, out);
   st_model_options mo = *o;
   mo.input_shape = st_shape3(28, 28, 1);
   bool mlp = strcmp(name, "mlp") == 0, cnn = strcmp(name, "cnn") == 0;
   if (!mlp && !cnn)
-    return st_error(ST_ERR_INVALID, "unknown model '%s' (built-in models: mlp, cnn)", name);
+    return st_error(ST_ERR_INVALID, "unknown model '%s' (built-in models: mlp, cnn, resnet20, "
+                    "mobilenet-tiny)", name);
   st_model *m = NULL;
   st_status s = st_sequential_create(&mo, &m);
   if (s != ST_OK) return s;
