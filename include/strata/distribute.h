@@ -257,6 +257,30 @@ st_status st_replica_apply_gradients(st_replica_context *c);
  * when n is 0); ST_ERR_PEER when another replica left the run. */
 st_status st_replica_all_reduce(st_replica_context *c, st_reduce_op op, float *buf, size_t n);
 
+/* The model as a differentiable function (what TensorFlow's GradientTape
+ * gives a custom loop): st_replica_forward runs the model on local->x (n =
+ * local->size examples; training: dropout and batch statistics as in fit)
+ * and points *out at its outputs [n, outputs] (host memory for host
+ * backends; valid until the replica's next forward); st_replica_backward
+ * takes the gradient of the caller's loss with respect to those outputs, dy
+ * [n, outputs] (host memory; scale it as the loss is, e.g. by 1/global
+ * batch), and writes every trainable variable's gradient into the replica
+ * (as st_replica_compute_gradients does: st_replica_apply_gradients then
+ * sums and applies them) and, when dx is not NULL, the gradient with
+ * respect to the input [n, input] (a model of one input, host backends).
+ * st_replica_loss_gradient is fit's own loss on the last forward: dy [n,
+ * outputs] = d(sum of the per-example losses against the labels y) / d out,
+ * divided by global_batch, and the unscaled loss sum (may be NULL); with it
+ * a custom loop trains fit's bytes. Every replica calls them in the same
+ * order (a model with synchronized BatchNormalization exchanges statistics);
+ * ST_ERR_INVALID naming the argument otherwise (NULL c, local or dy with
+ * examples; backward before forward; a label out of range). */
+st_status st_replica_forward(st_replica_context *c, const st_batch *local, bool training,
+                             const float **out);
+st_status st_replica_loss_gradient(st_replica_context *c, const float *y, int64_t global_batch,
+                                   float *dy, double *loss_sum);
+st_status st_replica_backward(st_replica_context *c, const float *dy, float *dx);
+
 #ifdef __cplusplus
 }
 #endif

@@ -42,6 +42,9 @@ struct st_replica_context {
   st_status status;
   st_replica_fn fn;
   void *arg;
+  /* st_replica_forward's batch, read by st_replica_backward (n < 0: none) */
+  const float *fwd_x;
+  int fwd_n;
 };
 
 typedef struct run_state {
@@ -91,7 +94,7 @@ st_status st_strategy_run(st_strategy *s, st_replica_fn fn, void *arg) {
   if (!rs) return st_error(ST_ERR_NOMEM, "st_strategy_run: out of memory");
   int n = s->local_replicas, total = n * (s->cluster ? st__cluster_size(s->cluster) : 1);
   for (int i = 0; i < n; i++)
-    rs->ctx[i] = (st_replica_context){s, s->net, i, n, total, false, ST_OK, fn, arg};
+    rs->ctx[i] = (st_replica_context){s, s->net, i, n, total, false, ST_OK, fn, arg, NULL, -1};
   if (n == 1)
     run_task(rs, 0);
   else
@@ -277,4 +280,76 @@ st_status st_replica_apply_gradients(st_replica_context *c) {
   /* no replica may read the shared variables of the next step before all
    * chunks are written */
   return c->total > 1 ? c->s->group->coll->vt->barrier(c->s->group->coll, c->rank) : ST_OK;
+}
+
+/* ---- the model as a differentiable step ---------------------------------- */
+
+st_status st_replica_forward(st_replica_context *c, const st_batch *local, bool training,
+                             const float **out) {
+  const char *fn = "st_replica_forward";
+  if (!c) return st_error(ST_ERR_INVALID, "%s: c is NULL", fn);
+  if (!local) return st_error(ST_ERR_INVALID, "%s: local is NULL", fn);
+  if (!out) return st_error(ST_ERR_INVALID, "%s: out is NULL", fn);
+  *out = NULL;
+  if (local->size < 0 || (local->size && !local->x))
+    return st_error(ST_ERR_INVALID, "%s: replica %d: local has %d examples and %s x", fn,
+                    c->rank, local->size, local->x ? "an" : "no");
+  st_status s = local->size ? st__net_check_inputs(c->m, local->x, local->size, 0) : ST_OK;
+  if (s != ST_OK) return st_error_prefix(s, "%s: replica %d: ", fn, c->rank);
+  st_replica *r = c->s->group->reps[c->rank];
+  if ((s = st__replica_reserve(c->m, r, local->size)) != ST_OK) return s;
+  c->fwd_n = -1;
+  if (local->size || c->s->group->must_run)
+    *out = st__replica_forward(c->m, r, local->x, local->size, training, c->m->step);
+  c->fwd_x = local->x;
+  c->fwd_n = local->size;
+  return ST_OK;
+}
+
+static st_status after_forward(const st_replica_context *c, const char *fn) {
+  if (!c) return st_error(ST_ERR_INVALID, "%s: c is NULL", fn);
+  if (c->fwd_n < 0 || (!c->fwd_x && c->fwd_n))
+    return st_error(ST_ERR_INVALID, "%s: replica %d: no st_replica_forward before it in this "
+                    "run", fn, c->rank);
+  return ST_OK;
+}
+
+st_status st_replica_loss_gradient(st_replica_context *c, const float *y, int64_t global_batch,
+                                   float *dy, double *loss_sum) {
+  const char *fn = "st_replica_loss_gradient";
+  st_status s = after_forward(c, fn);
+  if (s != ST_OK) return s;
+  int n = c->fwd_n;
+  if (n && (!y || !dy))
+    return st_error(ST_ERR_INVALID, "%s: %s is NULL with %d examples", fn, y ? "dy" : "y", n);
+  if (global_batch < (n > 0 ? n : 1))
+    return st_error(ST_ERR_INVALID, "%s: global_batch %lld is below the replica's %d examples",
+                    fn, (long long)global_batch, n);
+  if (n && (s = st__net_check_labels(c->m, y, n, 0)) != ST_OK)
+    return st_error_prefix(s, "%s: replica %d: ", fn, c->rank);
+  st_replica *r = c->s->group->reps[c->rank];
+  double sum = 0.0;
+  if (n) {
+    int cols = (int)st__net_output_size(c->m);
+    r->be->loss(r->ctx, c->m->loss, n, cols, r->acts[c->m->output], y,
+                1.0f / (float)global_batch, r->loss_rows, r->gslots[0]);
+    st__be_to_host(r->ctx, dy, r->gslots[0], (size_t)n * (size_t)cols * sizeof(float));
+    for (int i = 0; i < n; i++) sum += r->loss_rows[i];
+  }
+  if (loss_sum) *loss_sum = sum;
+  return ST_OK;
+}
+
+st_status st_replica_backward(st_replica_context *c, const float *dy, float *dx) {
+  const char *fn = "st_replica_backward";
+  st_status s = after_forward(c, fn);
+  if (s != ST_OK) return s;
+  st_replica *r = c->s->group->reps[c->rank];
+  if (c->fwd_n && !dy)
+    return st_error(ST_ERR_INVALID, "%s: dy is NULL with %d examples", fn, c->fwd_n);
+  if (dx && (c->m->n_inputs > 1 || r->be->to_device))
+    return st_error(ST_ERR_INVALID, "%s: dx (the input's gradient) is available for a model "
+                    "of one input on a host backend", fn);
+  st__replica_backward_dy(c->m, r, c->fwd_x, dy, c->fwd_n, c->m->step, dx);
+  return ST_OK;
 }

@@ -195,6 +195,12 @@ double st__replica_loss_backward(const st_net *m, st_replica *r,
                                  const float *x, const float *y, int n,
                                  int64_t global_batch, int64_t step,
                                  st_grads_ready_fn ready, void *ready_ctx);
+/* Backward from a given gradient of the outputs, dy [n, out] (a custom
+ * loop's own loss; host memory, copied), through every layer: r->grads
+ * (overwritten) and, when dx is not NULL, the gradient of the input x
+ * [n, input] (one model input). Forward must have run on x. */
+void st__replica_backward_dy(const st_net *m, st_replica *r, const float *x, const float *dy,
+                             int n, int64_t step, float *dx);
 /* Per-example loss sum of the last forward output against y (no gradient). */
 double st__replica_loss(const st_net *m, st_replica *r, const float *y,
                         int n);

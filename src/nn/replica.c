@@ -174,6 +174,20 @@ double st__replica_loss(const st_net *m, st_replica *r, const float *y, int n) {
   return sum;
 }
 
+void st__replica_backward_dy(const st_net *m, st_replica *r, const float *x, const float *dy,
+                             int n, int64_t step, float *dx) {
+  bool must_run = r->all_reduce_sum && st__net_uses_collectives(m);
+  if ((n == 0 && !must_run) || m->nnodes == 0) {
+    r->be->fill(r->ctx, m->n_params, 0.0f, r->grads);
+    return;
+  }
+  if (n == 0) r->be->fill(r->ctx, m->n_params, 0.0f, r->grads);
+  st__be_to_device(r->ctx, r->gslots[0], dy, (size_t)n * st__net_output_size(m) * sizeof(float));
+  st_exec e = replica_exec(m, r, x, n, false);
+  e.ext_dx[0] = dx;
+  st__exec_backward(m, &e, NULL, n, step, NULL, NULL);
+}
+
 double st__replica_loss_backward(const st_net *m, st_replica *r,
                                  const float *x, const float *y, int n,
                                  int64_t global_batch, int64_t step,
