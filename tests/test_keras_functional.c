@@ -98,6 +98,9 @@ static void test_bad_graphs(void) {
   refused("bad_functional_disconnected.json", "disconnected", "'y'");
   refused("bad_functional_unknown.json", "'lstm'", "LSTM");
   refused("bad_functional_ref.json", "'a', Dense", "'nowhere'");
+  refused("bad_functional_add_shapes.json", "'sum', Add", "(None, 5), input 0 (None, 4)");
+  refused("bad_functional_concat_axis.json", "'cat', Concatenate", "other than the concat axis");
+  refused("bad_functional_attention.json", "'mha', MultiHeadAttention", "same length");
 }
 
 static const check_case cases[] = {CHECK_CASE(test_shared_import), CHECK_CASE(test_bad_graphs)};
