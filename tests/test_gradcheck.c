@@ -195,6 +195,8 @@ static void test_dense(void) {
   st_dense_options o = st_dense_default_options(3);
   o.use_bias = false;
   o.activation = ST_ACT_TANH;
+  gradcheck("dense on tokens [3, 4]", made(st_dense(5, ST_ACT_TANH, &g_made)),
+            (st_shape){2, {3, 4}}, 2);
   gradcheck("dense no bias", made(st_dense_ex(o, &g_made)), st_shape1(4), 2);
 }
 

@@ -41,6 +41,9 @@ CASES = [
     # ---- existing layers: the harness's own proof ----
     dict(name="Dense tanh", layer=layer("Dense", units=5, activation="tanh"), inputs=[[7]],
          batch=3, torch=lambda xs, ws: torch.tanh(xs[0] @ ws[0] + ws[1])),
+    dict(name="Dense on tokens [T, E] gelu",
+         layer=layer("Dense", units=5, activation="gelu"), inputs=[[4, 6]], batch=3,
+         torch=lambda xs, ws: F.gelu(xs[0] @ ws[0] + ws[1])),
     dict(name="Dense gelu_approximate",
          layer=layer("Dense", units=4, activation="gelu_approximate"), inputs=[[6]], batch=3,
          torch=lambda xs, ws: F.gelu(xs[0] @ ws[0] + ws[1], approximate="tanh")),
