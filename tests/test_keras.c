@@ -224,8 +224,14 @@ static void test_generated(void) {
   EXPECT_FAIL(model_tmp("nofit.json", "[null, 2, 2, 1]",
       "{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c\", \"filters\": 2, "
       "\"kernel_size\": 3}}"), "layer 1 ('c', Conv2D)", "does not fit");
-  EXPECT_FAIL(model_tmp("flat_dense.json", "[null, 4, 4, 1]", DENSE("d", 4)),
-              "layer 1 ('d', Dense)", "Flatten");
+  { /* Dense on an image works on its last axis, as Keras: (None, 4, 4, 1) -> (None, 4, 4, 4) */
+    st_model_options o = st_model_default_options(st_shape1(1));
+    st_model *m = NULL;
+    CHECK_OK(st_model_from_keras_json(model_tmp("flat_dense.json", "[null, 4, 4, 1]",
+                                                DENSE("d", 4)), &o, &m));
+    CHECK(m && st_shape_equal(st_model_output_shape(m), st_shape3(4, 4, 4)));
+    st_model_destroy(m);
+  }
   EXPECT_FAIL(model_tmp("reshape.json", "[null, 10]",
       "{\"class_name\": \"Reshape\", \"config\": {\"name\": \"r\", \"target_shape\": [-1, 3]}}"),
       "layer 1 ('r', Reshape)", "does not fit");
