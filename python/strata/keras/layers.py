@@ -107,6 +107,46 @@ class Layer:
     def __repr__(self):
         return "<%s name=%s>" % (type(self).__name__, self.name)
 
+    # ---- the functional API: calling the layer on KerasTensors ----
+    def __call__(self, inputs, *args, **kwargs):
+        """Record a call on KerasTensor(s): the engine builds the layer on
+        its first call (st_layer_call) and shares its weights on later ones;
+        returns the output KerasTensor."""
+        where = self._where()
+        if args:
+            raise NotImplementedError("%s: positional call arguments %r are not supported by Strata" % (where, args))
+        for k, v in kwargs.items():
+            if k not in ("training", "mask") or v not in (None, False, True):
+                raise NotImplementedError("%s: call argument %s=%r is not supported by Strata" % (where, k, v))
+        return self._call_engine(_tensors(where, inputs, False), {})
+
+    def _make(self, h):
+        """Make the engine layer into the empty handle h (the add_* calls)."""
+        self._add(h)
+
+    def _where(self):
+        return "%s%s" % (type(self).__name__, " '%s'" % self._given_name if self._given_name else "")
+
+    def _call_engine(self, tensors, opts):
+        from .. import _strata
+        where = self._where()
+        if self._model is not None and getattr(self, "_handle", None) is None:
+            raise ValueError("%s: the layer belongs to a Sequential model; a layer of a functional model "
+                             "is called on tensors" % where)
+        if getattr(self, "_handle", None) is None:
+            shapes = [tuple(t.shape[1:]) for t in tensors]
+            if isinstance(self, Reshape):
+                self._resolve(shapes[0])
+            self._call_opts = opts
+            h = _strata.layer_new()
+            self._make(h)
+            self._handle, self._fn_in_shapes = h, shapes
+        elif opts != getattr(self, "_call_opts", {}):
+            raise NotImplementedError("%s: calling a layer again with other options (%r, first %r) is "
+                                      "not supported by Strata" % (where, opts, self._call_opts))
+        node, shape = _strata.layer_call(self._handle, [t._node for t in tensors], where)
+        return KerasTensor(shape, None, node, self, tensors)
+
 
 class InputLayer(Layer):
     """The input of a Sequential model: shape per example (no batch axis)."""
@@ -124,19 +164,57 @@ class InputLayer(Layer):
         if self._input_shape is None:
             raise ValueError("InputLayer: a shape is required")
 
+    def __call__(self, *args, **kwargs):
+        raise TypeError("InputLayer is not callable: use tf.keras.Input(shape) for a model input")
+
 
 class KerasTensor:
-    """What tf.keras.Input returns: the symbolic input of a model."""
+    """A symbolic tensor of the functional API: what tf.keras.Input returns
+    (a model input) or what calling a layer on KerasTensors returns. .shape
+    has the batch dimension None; the engine's node (st_input /
+    st_layer_call) is made at once, so a wrong shape fails at the call."""
 
-    def __init__(self, shape, name=None):
-        self.shape = (None,) + tuple(shape)
+    def __init__(self, shape, name=None, node=None, layer=None, inbound=()):
+        self.shape = (None,) + tuple(int(d) for d in shape)
         self.name = name
-        self._layer = InputLayer(shape=tuple(shape), name=name)
+        self.dtype = "float32"
+        self._inbound = tuple(inbound)
+        if layer is None:  # a model input: its InputLayer and st_input node
+            from .. import _strata
+            self._layer = InputLayer(shape=tuple(shape), name=name)
+            self._node = _strata.input(tuple(int(d) for d in shape), name)
+            self._is_input = True
+        else:
+            self._layer, self._node, self._is_input = layer, node, False
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def __repr__(self):
+        return "<KerasTensor shape=%s, dtype=float32, name=%s>" % (self.shape, self.name)
+
+
+def _tensors(where, inputs, several):
+    """The KerasTensors of a layer call: one (several=False) or a list of 2
+    or more (the merge layers); calling a layer on arrays (eagerly) is
+    refused."""
+    items = list(inputs) if several and isinstance(inputs, (list, tuple)) else [inputs]
+    for t in items:
+        if not isinstance(t, KerasTensor):
+            raise NotImplementedError("%s: calling a layer on %s is not supported by Strata: call it on "
+                                      "tf.keras.Input tensors (the functional API) and train the Model"
+                                      % (where, type(t).__name__))
+    if several and (not isinstance(inputs, (list, tuple)) or len(items) < 2):
+        raise ValueError("%s: expected a list of at least 2 input tensors, got %r" % (where, inputs))
+    return items
 
 
 def Input(shape=None, batch_size=None, name=None, dtype=None, sparse=None, tensor=None,
           ragged=None, batch_shape=None, **kwargs):
-    """tf.keras.Input(shape=...): use as the first entry of a Sequential."""
+    """tf.keras.Input(shape=..., name=None): a model input (a KerasTensor)
+    to call layers on (the functional API), or the first entry of a
+    Sequential."""
     if tensor is not None or sparse or ragged:
         raise NotImplementedError("Input: tensor=, sparse= and ragged= are not supported by Strata")
     if shape is None and batch_shape is not None:
@@ -639,6 +717,20 @@ class _Merge(Layer):
         raise NotImplementedError("%s: a layer of several inputs cannot be added to a Sequential; call it "
                                   "on tensors of a functional model" % type(self).__name__)
 
+    def _make(self, h):
+        from .. import _strata
+        _strata.add_merge(h, type(self).__name__, self._merge_arg(), self._given_name)
+
+    def _merge_arg(self):
+        return None
+
+    def __call__(self, inputs, **kwargs):
+        where = self._where()
+        for k, v in kwargs.items():
+            if k not in ("training", "mask") or v not in (None, False, True):
+                raise NotImplementedError("%s: call argument %s=%r is not supported by Strata" % (where, k, v))
+        return self._call_engine(_tensors(where, inputs, True), {})
+
 
 class Add(_Merge):
     """Add(): the element-wise sum of 2 or more inputs of one shape."""
@@ -661,6 +753,9 @@ class Concatenate(_Merge):
             raise ValueError("Concatenate: axis=%r (expected a non-zero integer: the batch axis 0 "
                              "cannot be concatenated)" % (axis,))
         self.axis = axis
+
+    def _merge_arg(self):
+        return self.axis
 
 
 class MultiHeadAttention(_Merge):
@@ -704,6 +799,28 @@ class MultiHeadAttention(_Merge):
         self.kernel_initializer = _init(kernel_initializer, where, "kernel_initializer")
         self.bias_initializer = _init(bias_initializer, where, "bias_initializer")
         self.use_causal_mask = False
+
+    def __call__(self, query, value, key=None, query_mask=None, value_mask=None, key_mask=None,
+                 attention_mask=None, return_attention_scores=False, training=None,
+                 use_causal_mask=False):
+        """layer(query, value, key=None, use_causal_mask=False): [batch, Tq, dq]
+        attending over [batch, Tv, dv] -> [batch, Tq, output dim]."""
+        where = self._where()
+        unsupported(where, query_mask=(query_mask, None), value_mask=(value_mask, None),
+                    key_mask=(key_mask, None), attention_mask=(attention_mask, None),
+                    return_attention_scores=(bool(return_attention_scores), False))
+        tensors = _tensors(where, query, False) + _tensors(where, value, False)
+        if key is not None:
+            tensors += _tensors(where, key, False)
+        causal = bool(use_causal_mask)
+        if getattr(self, "_handle", None) is None:
+            self.use_causal_mask = causal
+        return self._call_engine(tensors, {"use_causal_mask": causal})
+
+    def _merge_arg(self):
+        return (self.num_heads, self.key_dim, self.value_dim or 0, self.dropout, self.use_bias,
+                self.output_shape_arg or 0, self.use_causal_mask, self.kernel_initializer,
+                self.bias_initializer)
 
     def _weight_shapes(self, shapes):
         """shapes: the per-example shapes of (query, value[, key])."""
