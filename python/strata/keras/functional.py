@@ -181,7 +181,14 @@ class Functional(Model):
         model = cls(_engine=True)
         strategy = model._strategy or _distribute.get_strategy()
         cap, _shape, name = _strata.model_from_keras_json(text, global_seed(), strategy._create())
-        model._strategy, model._cap, model.name = strategy, cap, name
+        return model._from_engine(strategy, cap, name, text)
+
+    def _from_engine(self, strategy, cap, name, text):
+        """Bind the engine's functional model cap (its Keras 3 JSON: text)
+        and make the Python layer objects from its layers' options."""
+        model = self
+        model._strategy, model._cap = strategy, cap
+        model.name = name or json.loads(text)["config"].get("name") or "functional"
         strategy._register(model)
         inputs, in_shapes = _json_graph(text)
         out_by_name = {info[0]: tuple(info[2]) for info in _strata.model_layers(cap)}
