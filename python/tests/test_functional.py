@@ -251,6 +251,11 @@ def test_unsupported_forms_are_refused_clearly():
         tf.keras.Model(a, [out1, out2])
     with pytest.raises(NotImplementedError, match="Input tensors"):
         L.Dense(2)(np.zeros((2, 4), np.float32))
+    inner = tf.keras.Model(a, out1)
+    with pytest.raises(NotImplementedError, match="nested"):
+        inner(tf.keras.Input(shape=(4,)))
+    with pytest.raises(NotImplementedError, match="nested"):
+        tf.keras.Sequential([tf.keras.Input((4,)), inner])
     with pytest.raises(NotImplementedError, match="subclassed"):
         class Sub(tf.keras.Model):
             def __init__(self):

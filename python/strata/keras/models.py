@@ -412,6 +412,10 @@ class Model:
         return out.reshape((rows,) + tuple(self.output_shape[1:]))
 
     def __call__(self, x, training=False):
+        if isinstance(x, (_layers.KerasTensor, list, tuple)) and any(
+                isinstance(t, _layers.KerasTensor) for t in (x if isinstance(x, (list, tuple)) else [x])):
+            raise NotImplementedError("calling a model on KerasTensors (a nested model) is not supported by "
+                                      "Strata yet: call its layers on the tensors instead")
         if training:
             raise NotImplementedError("calling a model with training=True is not supported by Strata")
         return self.predict(x, verbose=0)
@@ -600,9 +604,12 @@ class Sequential(Model):
     def add(self, layer):
         """Append a layer (or an Input as the first entry)."""
         if isinstance(layer, _layers.KerasTensor):
+            if not layer._is_input:
+                raise TypeError("Sequential.add: %r is the output of a layer call; add the layer itself "
+                                "(or build a tf.keras.Model(inputs, outputs))" % (layer,))
             layer = layer._layer
         if not isinstance(layer, _layers.Layer):
-            if isinstance(layer, Sequential):
+            if isinstance(layer, Model):
                 raise NotImplementedError("Sequential: nested models are not supported by Strata")
             raise TypeError("Sequential.add: %r is not a layer" % (layer,))
         if isinstance(layer, _layers.InputLayer):
