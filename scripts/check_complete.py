@@ -12,7 +12,8 @@ static_asserts); this script catches the places it cannot see. For each
       declared in include/strata/nn.h, listed in docs/API.md, and at least one
       of the kind's constructors called by the gradient check
       (tests/test_gradcheck*.c),
-    - the Python class `class X(` in python/strata/keras/layers.py,
+    - the Python class `class X(` in python/strata/keras/layers.py (or one of
+      the keras/_*.py modules it imports, e.g. _merge.py),
     - X in the README's "layers" row;
   strategy    (an ST_STRATEGY_* of include/strata/distribute.h and its name
                in kind_names[] under src/distribute/):
@@ -76,7 +77,8 @@ def check_layers(root, say):
     header = read(root, "include/strata/nn.h")
     api = read(root, "docs/API.md")
     grad = "".join(read(root, f) for f in files(root, "tests", r"test_gradcheck\w*\.c"))
-    py = read(root, "python/strata/keras/layers.py")
+    py = read(root, "python/strata/keras/layers.py") + "".join(  # and the modules it imports
+        read(root, f) for f in files(root, "python/strata/keras", r"_\w+\.py"))
     row = readme_row(read(root, "README.md"), "layers")
     n = 0
     for rel in files(root, "src/nn", r"layer_\w+\.c"):
@@ -111,7 +113,8 @@ def check_layers(root, say):
             if mine and not any(re.search(r"\b" + c + r"\s*\(", grad) for c in mine):
                 say(f"{where}: no gradient check in tests/test_gradcheck*.c (none of {', '.join(mine)} is called)")
             if not re.search(r"^class " + cls + r"\(", py, re.M):
-                say(f"{where}: no Python class {cls} in python/strata/keras/layers.py")
+                say(f"{where}: no Python class {cls} in python/strata/keras/layers.py "
+                    "(or a keras/_*.py module it imports)")
             if not re.search(r"\b" + cls + r"\b", row):
                 say(f"{where}: not in the README's 'layers' row")
     return n

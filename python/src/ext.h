@@ -13,6 +13,8 @@
  *   ps.c        the parameter server (tf.distribute.Server, the chief)
  *   layers_a.c  issue 28's global pooling, ZeroPadding2D, ReLU, LeakyReLU
  *   layers_b.c  Conv1D, DepthwiseConv2D, Embedding, LayerNormalization
+ *   functional.c  the functional API: tensors, Model(inputs, outputs), merge
+ *               layers and attention, Keras 3 JSON, built-in graph models
  * Each file's functions join the module through its st__py_*_register.
  * Handles (strategy, model, dataset, TensorBoard writer) are capsules that the
  * pure-Python layer (python/strata/) wraps in Keras-shaped classes. Strata
@@ -92,5 +94,15 @@ int st__py_layers_a_register(PyObject *module); /* issue 28, layers-a */
  * as a dict (NULL without an exception for any other class). */
 int st__py_layers_b_register(PyObject *module);
 PyObject *st__py_layer_options_b(const st_layer *l, const st_layer_options *o);
+/* functional.c: its functions; the merge layers' and attention's options
+ * (NULL without an exception for another class); the layer constructors'
+ * target, a model capsule (st_model_add) or an empty layer capsule (the
+ * functional API): check it first (0, or -1 with TypeError), then give it
+ * the layer a constructor made with status s (None, or NULL with the error;
+ * l is destroyed on failure). */
+int st__py_functional_register(PyObject *module);
+PyObject *st__py_layer_options_merge(const st_layer *l, const st_layer_options *o);
+int st__py_target_check(PyObject *cap);
+PyObject *st__py_target_add(PyObject *cap, st_status s, st_layer *l, const char *what);
 
 #endif

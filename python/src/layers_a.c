@@ -49,15 +49,12 @@ static PyObject *py_add_layer_a(PyObject *self, PyObject *args) {
   PyObject *cap, *arg;
   const char *kind, *name;
   if (!PyArg_ParseTuple(args, "OsOz", &cap, &kind, &arg, &name)) return NULL;
-  st_model *m = st__py_model_of(cap);
-  if (!m) return NULL;
+  if (st__py_target_check(cap)) return NULL;
   st_layer *l = NULL;
   bool parsed;
   st_status s = make(kind, arg, name, &l, &parsed);
   if (!parsed) return NULL;
-  if (s != ST_OK) return st__py_raise(s, kind);
-  if ((s = st_model_add(m, l)) != ST_OK) return st__py_raise(s, kind);
-  Py_RETURN_NONE;
+  return st__py_target_add(cap, s, l, kind);
 }
 
 static PyMethodDef methods[] = {

@@ -6,10 +6,9 @@
 
 #include "ext.h"
 
-static PyObject *add(st_model *m, st_status s, st_layer *l, const char *what) {
-  if (s != ST_OK) return st__py_raise(s, what);
-  if ((s = st_model_add(m, l)) != ST_OK) return st__py_raise(s, what);
-  Py_RETURN_NONE;
+/* to the model or layer handle cap (functional.c's st__py_target_add) */
+static PyObject *add(PyObject *cap, st_status s, st_layer *l, const char *what) {
+  return st__py_target_add(cap, s, l, what);
 }
 
 /* activation and initializer names; -1 with the exception set. */
@@ -30,8 +29,7 @@ static PyObject *py_add_conv1d(PyObject *self, PyObject *args) {
   if (!PyArg_ParseTuple(args, "Oiiisspssz", &cap, &filters, &k, &s, &pad, &act, &bias, &ki,
                         &bi, &name))
     return NULL;
-  st_model *m = st__py_model_of(cap);
-  if (!m) return NULL;
+  if (st__py_target_check(cap)) return NULL;
   st_conv1d_options o = st_conv1d_default_options(filters, k);
   o.strides = s, o.use_bias = bias, o.name = name;
   o.padding = !strcmp(pad, "same") ? ST_PAD_SAME : !strcmp(pad, "causal") ? ST_PAD_CAUSAL
@@ -39,7 +37,7 @@ static PyObject *py_add_conv1d(PyObject *self, PyObject *args) {
   if (act_init(act, &o.activation, ki, &o.kernel_init, bi, &o.bias_init)) return NULL;
   st_layer *l = NULL;
   st_status rc = st_conv1d_ex(o, &l);
-  return add(m, rc, l, "Conv1D");
+  return add(cap, rc, l, "Conv1D");
 }
 
 /* add_depthwise_conv2d(model, kh, kw, sh, sw, depth_multiplier, same,
@@ -51,15 +49,14 @@ static PyObject *py_add_depthwise(PyObject *self, PyObject *args) {
   if (!PyArg_ParseTuple(args, "Oiiiiipspssz", &cap, &kh, &kw, &sh, &sw, &dm, &same, &act, &bias,
                         &di, &bi, &name))
     return NULL;
-  st_model *m = st__py_model_of(cap);
-  if (!m) return NULL;
+  if (st__py_target_check(cap)) return NULL;
   st_depthwise_conv2d_options o = st_depthwise_conv2d_default_options(kh, kw);
   o.sh = sh, o.sw = sw, o.depth_multiplier = dm, o.use_bias = bias, o.name = name;
   o.padding = same ? ST_PAD_SAME : ST_PAD_VALID;
   if (act_init(act, &o.activation, di, &o.depthwise_init, bi, &o.bias_init)) return NULL;
   st_layer *l = NULL;
   st_status rc = st_depthwise_conv2d_ex(o, &l);
-  return add(m, rc, l, "DepthwiseConv2D");
+  return add(cap, rc, l, "DepthwiseConv2D");
 }
 
 /* add_embedding(model, input_dim, output_dim, embeddings_initializer, name) */
@@ -68,14 +65,13 @@ static PyObject *py_add_embedding(PyObject *self, PyObject *args) {
   int in, out;
   const char *ei, *name;
   if (!PyArg_ParseTuple(args, "Oiisz", &cap, &in, &out, &ei, &name)) return NULL;
-  st_model *m = st__py_model_of(cap);
-  if (!m) return NULL;
+  if (st__py_target_check(cap)) return NULL;
   st_embedding_options o = st_embedding_default_options(in, out);
   o.name = name;
   if (act_init(NULL, NULL, ei, &o.embeddings_init, NULL, NULL)) return NULL;
   st_layer *l = NULL;
   st_status rc = st_embedding_ex(o, &l);
-  return add(m, rc, l, "Embedding");
+  return add(cap, rc, l, "Embedding");
 }
 
 /* add_layernorm(model, epsilon, center, scale, name) */
@@ -85,13 +81,12 @@ static PyObject *py_add_layernorm(PyObject *self, PyObject *args) {
   int center, scale;
   const char *name;
   if (!PyArg_ParseTuple(args, "Odppz", &cap, &eps, &center, &scale, &name)) return NULL;
-  st_model *m = st__py_model_of(cap);
-  if (!m) return NULL;
+  if (st__py_target_check(cap)) return NULL;
   st_layernorm_options o = st_layernorm_default_options();
   o.epsilon = (float)eps, o.center = center, o.scale = scale, o.name = name;
   st_layer *l = NULL;
   st_status rc = st_layernorm_ex(o, &l);
-  return add(m, rc, l, "LayerNormalization");
+  return add(cap, rc, l, "LayerNormalization");
 }
 
 static const char *pad_name(st_padding p) {

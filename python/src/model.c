@@ -26,12 +26,10 @@ static PyObject *py_model_create(PyObject *self, PyObject *args) {
   return st__py_model_capsule(m, strategy);
 }
 
-/* st_model_add of a layer a constructor made (status s); None or raises. */
-static PyObject *add_layer(st_model *m, st_status s, st_layer **lp, const char *what) {
-  if (s != ST_OK) return st__py_raise(s, what);
-  st_layer *l = *lp;
-  if ((s = st_model_add(m, l)) != ST_OK) return st__py_raise(s, what);
-  Py_RETURN_NONE;
+/* The layer a constructor made (status s) to the model (st_model_add) or to
+ * a layer handle (functional.c); None or raises. */
+static PyObject *add_layer(PyObject *m, st_status s, st_layer **lp, const char *what) {
+  return st__py_target_add(m, s, *lp, what);
 }
 
 static int parse_act(const char *name, st_activation *a) {
@@ -56,8 +54,8 @@ static PyObject *py_add_dense(PyObject *self, PyObject *args) {
   const char *act, *kinit, *binit, *name;
   if (!PyArg_ParseTuple(args, "Oispssz", &cap, &units, &act, &bias, &kinit, &binit, &name))
     return NULL;
-  st_model *m = st__py_model_of(cap);
-  if (!m) return NULL;
+  PyObject *m = cap;
+  if (st__py_target_check(cap)) return NULL;
   st_dense_options o = st_dense_default_options(units);
   o.use_bias = bias;
   o.name = name;
@@ -75,8 +73,8 @@ static PyObject *py_add_conv2d(PyObject *self, PyObject *args) {
   if (!PyArg_ParseTuple(args, "Oiiiiipspssz", &cap, &filters, &kh, &kw, &sh, &sw, &same, &act,
                         &bias, &kinit, &binit, &name))
     return NULL;
-  st_model *m = st__py_model_of(cap);
-  if (!m) return NULL;
+  PyObject *m = cap;
+  if (st__py_target_check(cap)) return NULL;
   st_conv2d_options o = st_conv2d_default_options(filters, kh, kw);
   o.sh = sh, o.sw = sw;
   o.padding = same ? ST_PAD_SAME : ST_PAD_VALID;
@@ -95,8 +93,8 @@ static PyObject *py_add_pool2d(PyObject *self, PyObject *args) {
   const char *name;
   if (!PyArg_ParseTuple(args, "Opiiiipz", &cap, &is_max, &ph, &pw, &sh, &sw, &same, &name))
     return NULL;
-  st_model *m = st__py_model_of(cap);
-  if (!m) return NULL;
+  PyObject *m = cap;
+  if (st__py_target_check(cap)) return NULL;
   st_pool2d_options o = st_pool2d_default_options(ph);
   o.ph = ph, o.pw = pw, o.sh = sh, o.sw = sw;
   o.padding = same ? ST_PAD_SAME : ST_PAD_VALID;
@@ -111,8 +109,8 @@ static PyObject *py_add_simple(PyObject *self, PyObject *args) {
   PyObject *cap, *arg = Py_None;
   const char *kind;
   if (!PyArg_ParseTuple(args, "Os|O", &cap, &kind, &arg)) return NULL;
-  st_model *m = st__py_model_of(cap);
-  if (!m) return NULL;
+  PyObject *m = cap;
+  if (st__py_target_check(cap)) return NULL;
   st_layer *l = NULL;
   if (!strcmp(kind, "Flatten")) return add_layer(m, st_flatten(&l), &l, kind);
   if (!strcmp(kind, "Dropout")) {
@@ -211,6 +209,7 @@ static PyObject *layer_options_dict(const st_layer *l) {
   if (!strcmp(c, "Reshape")) return Py_BuildValue("{sN}", "target_shape", st__py_shape_tuple(o.target_shape));
   PyObject *b = st__py_layer_options_b(l, &o); /* issue 28 layers (layers_b.c) */
   if (b || PyErr_Occurred()) return b;
+  if ((b = st__py_layer_options_merge(l, &o)) || PyErr_Occurred()) return b; /* functional.c */
   /* issue 28, layers-a (the global poolings have no options) */
   if (!strcmp(c, "ZeroPadding2D"))
     return Py_BuildValue("{s((ii)(ii))}", "padding", o.zeropad2d.top, o.zeropad2d.bottom,

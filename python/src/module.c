@@ -262,7 +262,7 @@ PyMODINIT_FUNC PyInit__strata(void) {
                                       st__py_data_register,  st__py_strategy_register,
                                       st__py_io_register,    st__py_ps_register,
                                       st__py_layers_a_register /* issue 28 */,
-                                      st__py_layers_b_register};
+                                      st__py_layers_b_register, st__py_functional_register};
   PyObject *m = PyModule_Create(&module);
   for (size_t i = 0; m && i < sizeof parts / sizeof parts[0]; i++)
     if (parts[i](m) < 0) Py_CLEAR(m);

@@ -27,6 +27,7 @@ if "numpy" not in _sys.modules and "OPENBLAS_CORETYPE" not in _os.environ:
 import numpy as _np  # noqa: E402
 from . import data, distribute, keras
 from . import io
+from . import models
 from .data._trace import Sym as _Sym
 from ._util import set_global_seed as _set_seed
 

@@ -107,6 +107,46 @@ class Layer:
     def __repr__(self):
         return "<%s name=%s>" % (type(self).__name__, self.name)
 
+    # ---- the functional API: calling the layer on KerasTensors ----
+    def __call__(self, inputs, *args, **kwargs):
+        """Record a call on KerasTensor(s): the engine builds the layer on
+        its first call (st_layer_call) and shares its weights on later ones;
+        returns the output KerasTensor."""
+        where = self._where()
+        if args:
+            raise NotImplementedError("%s: positional call arguments %r are not supported by Strata" % (where, args))
+        for k, v in kwargs.items():
+            if k not in ("training", "mask") or v not in (None, False, True):
+                raise NotImplementedError("%s: call argument %s=%r is not supported by Strata" % (where, k, v))
+        return self._call_engine(_tensors(where, inputs, False), {})
+
+    def _make(self, h):
+        """Make the engine layer into the empty handle h (the add_* calls)."""
+        self._add(h)
+
+    def _where(self):
+        return "%s%s" % (type(self).__name__, " '%s'" % self._given_name if self._given_name else "")
+
+    def _call_engine(self, tensors, opts):
+        from .. import _strata
+        where = self._where()
+        if self._model is not None and getattr(self, "_handle", None) is None:
+            raise ValueError("%s: the layer belongs to a Sequential model; a layer of a functional model "
+                             "is called on tensors" % where)
+        if getattr(self, "_handle", None) is None:
+            shapes = [tuple(t.shape[1:]) for t in tensors]
+            if isinstance(self, Reshape):
+                self._resolve(shapes[0])
+            self._call_opts = opts
+            h = _strata.layer_new()
+            self._make(h)
+            self._handle, self._fn_in_shapes = h, shapes
+        elif opts != getattr(self, "_call_opts", {}):
+            raise NotImplementedError("%s: calling a layer again with other options (%r, first %r) is "
+                                      "not supported by Strata" % (where, opts, self._call_opts))
+        node, shape = _strata.layer_call(self._handle, [t._node for t in tensors], where)
+        return KerasTensor(shape, None, node, self, tensors)
+
 
 class InputLayer(Layer):
     """The input of a Sequential model: shape per example (no batch axis)."""
@@ -124,19 +164,57 @@ class InputLayer(Layer):
         if self._input_shape is None:
             raise ValueError("InputLayer: a shape is required")
 
+    def __call__(self, *args, **kwargs):
+        raise TypeError("InputLayer is not callable: use tf.keras.Input(shape) for a model input")
+
 
 class KerasTensor:
-    """What tf.keras.Input returns: the symbolic input of a model."""
+    """A symbolic tensor of the functional API: what tf.keras.Input returns
+    (a model input) or what calling a layer on KerasTensors returns. .shape
+    has the batch dimension None; the engine's node (st_input /
+    st_layer_call) is made at once, so a wrong shape fails at the call."""
 
-    def __init__(self, shape, name=None):
-        self.shape = (None,) + tuple(shape)
+    def __init__(self, shape, name=None, node=None, layer=None, inbound=()):
+        self.shape = (None,) + tuple(int(d) for d in shape)
         self.name = name
-        self._layer = InputLayer(shape=tuple(shape), name=name)
+        self.dtype = "float32"
+        self._inbound = tuple(inbound)
+        if layer is None:  # a model input: its InputLayer and st_input node
+            from .. import _strata
+            self._layer = InputLayer(shape=tuple(shape), name=name)
+            self._node = _strata.input(tuple(int(d) for d in shape), name)
+            self._is_input = True
+        else:
+            self._layer, self._node, self._is_input = layer, node, False
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def __repr__(self):
+        return "<KerasTensor shape=%s, dtype=float32, name=%s>" % (self.shape, self.name)
+
+
+def _tensors(where, inputs, several):
+    """The KerasTensors of a layer call: one (several=False) or a list of 2
+    or more (the merge layers); calling a layer on arrays (eagerly) is
+    refused."""
+    items = list(inputs) if several and isinstance(inputs, (list, tuple)) else [inputs]
+    for t in items:
+        if not isinstance(t, KerasTensor):
+            raise NotImplementedError("%s: calling a layer on %s is not supported by Strata: call it on "
+                                      "tf.keras.Input tensors (the functional API) and train the Model"
+                                      % (where, type(t).__name__))
+    if several and (not isinstance(inputs, (list, tuple)) or len(items) < 2):
+        raise ValueError("%s: expected a list of at least 2 input tensors, got %r" % (where, inputs))
+    return items
 
 
 def Input(shape=None, batch_size=None, name=None, dtype=None, sparse=None, tensor=None,
           ragged=None, batch_shape=None, **kwargs):
-    """tf.keras.Input(shape=...): use as the first entry of a Sequential."""
+    """tf.keras.Input(shape=..., name=None): a model input (a KerasTensor)
+    to call layers on (the functional API), or the first entry of a
+    Sequential."""
     if tensor is not None or sparse or ragged:
         raise NotImplementedError("Input: tensor=, sparse= and ragged= are not supported by Strata")
     if shape is None and batch_shape is not None:
@@ -627,98 +705,9 @@ class LayerNormalization(Layer):
 # ---- end of the issue 28 (helper B) block ----
 
 
-# ---- merge layers and attention (several inputs, issue 28) ----------------
-# They are called on tensors of a functional model (`Add()([a, b])`); a
-# Sequential cannot hold them.
-
-
-class _Merge(Layer):
-    """A layer of several inputs (calling it on tensors: the functional API)."""
-
-    def _add(self, m):
-        raise NotImplementedError("%s: a layer of several inputs cannot be added to a Sequential; call it "
-                                  "on tensors of a functional model" % type(self).__name__)
-
-
-class Add(_Merge):
-    """Add(): the element-wise sum of 2 or more inputs of one shape."""
-
-
-class Subtract(_Merge):
-    """Subtract(): inputs[0] - inputs[1] (two inputs of one shape)."""
-
-
-class Multiply(_Merge):
-    """Multiply(): the element-wise product of 2 or more inputs of one shape."""
-
-
-class Concatenate(_Merge):
-    """Concatenate(axis=-1): along a non-batch axis; other axes must match."""
-
-    def __init__(self, axis=-1, **kwargs):
-        super().__init__(**kwargs)
-        if not isinstance(axis, int) or isinstance(axis, bool) or axis == 0:
-            raise ValueError("Concatenate: axis=%r (expected a non-zero integer: the batch axis 0 "
-                             "cannot be concatenated)" % (axis,))
-        self.axis = axis
-
-
-class MultiHeadAttention(_Merge):
-    """MultiHeadAttention(num_heads, key_dim, value_dim=None, dropout=0.0,
-    use_bias=True, output_shape=None, attention_axes=None,
-    kernel_initializer='glorot_uniform', bias_initializer='zeros'), called as
-    layer(query, value, key=None, use_causal_mask=False) on [batch, T, d]
-    tensors. use_causal_mask is a call argument in Keras; Strata keeps it on
-    the layer (use_causal_mask attribute)."""
-
-    def __init__(self, num_heads, key_dim, value_dim=None, dropout=0.0, use_bias=True,
-                 output_shape=None, attention_axes=None, kernel_initializer="glorot_uniform",
-                 bias_initializer="zeros", seed=None, **kwargs):
-        super().__init__(**kwargs)
-        where = "MultiHeadAttention"
-
-        def positive(name, v, none_ok=False):
-            if v is None and none_ok:
-                return None
-            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                raise ValueError("%s: %s=%r (expected a positive integer)" % (where, name, v))
-            return v
-        self.num_heads = positive("num_heads", num_heads)
-        self.key_dim = positive("key_dim", key_dim)
-        self.value_dim = positive("value_dim", value_dim, True)
-        if isinstance(output_shape, (tuple, list)) and len(output_shape) == 1:
-            output_shape = output_shape[0]
-        self.output_shape_arg = positive("output_shape", output_shape, True)
-        if attention_axes is not None and tuple(attention_axes if isinstance(attention_axes, (list, tuple))
-                                                else (attention_axes,)) not in ((1,), (-2,)):
-            raise NotImplementedError("%s: attention_axes=%r is not supported by Strata (None: the time "
-                                      "axis of [batch, T, d] inputs)" % (where, attention_axes))
-        try:
-            dropout = float(dropout)
-        except (TypeError, ValueError):
-            raise ValueError("%s: dropout=%r (expected a float in [0, 1))" % (where, dropout)) from None
-        if not 0 <= dropout < 1:
-            raise ValueError("%s: dropout=%r (expected a float in [0, 1))" % (where, dropout))
-        self.dropout = dropout
-        self.use_bias = bool(use_bias)
-        self.kernel_initializer = _init(kernel_initializer, where, "kernel_initializer")
-        self.bias_initializer = _init(bias_initializer, where, "bias_initializer")
-        self.use_causal_mask = False
-
-    def _weight_shapes(self, shapes):
-        """shapes: the per-example shapes of (query, value[, key])."""
-        q, v = shapes[0], shapes[1]
-        k = shapes[2] if len(shapes) > 2 else v
-        h, kd = self.num_heads, self.key_dim
-        vd = self.value_dim or kd
-        out = self.output_shape_arg or q[-1]
-        w = []
-        for d, last in ((q[-1], kd), (k[-1], kd), (v[-1], vd)):
-            w.append(((d, h, last), True))
-            if self.use_bias:
-                w.append(((h, last), True))
-        w.append(((h, vd, out), True))
-        return w + ([((out,), True)] if self.use_bias else [])
+# The merge layers and attention (several inputs; called on tensors of a
+# functional model): _merge.py.
+from ._merge import Add, Concatenate, MultiHeadAttention, Multiply, Subtract, _Merge  # noqa: E402,F401
 
 
 _NOT_YET = ("Conv3D", "LSTM", "GRU", "SimpleRNN", "Lambda",

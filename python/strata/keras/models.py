@@ -94,118 +94,28 @@ def _class_weights(where, class_weight):
     return [float(class_weight.get(c, 1.0)) for c in range(top + 1)]
 
 
-class Sequential:
-    """tf.keras.Sequential: a stack of layers (a list or .add()). Created
-    inside `strategy.scope()` it trains under that strategy."""
+class Model:
+    """tf.keras.Model: the engine model's verbs (compile, fit, evaluate,
+    predict, summary, weights) shared by Sequential and the functional
+    Model(inputs, outputs) (functional.py builds the latter; Keras's
+    Model(inputs, outputs) call lands there). Created inside
+    `strategy.scope()` a model trains under that strategy."""
 
-    def __init__(self, layers=None, name=None, trainable=True):
-        if trainable is not True:
-            raise NotImplementedError("Sequential: trainable=False is not supported by Strata")
-        self.name = name or "sequential"
-        self._layers = []
-        self._engine_layers = []
-        self._input_shape = None
-        self._scale = 1.0
-        self._cap = None
-        self._strategy = _distribute._scoped_strategy()
-        self._compiled = False
-        self._compile_order = 0
-        self._compile_args = None
-        self.optimizer = None
-        self.loss = None
-        self.history = None
-        self._stop = False
-        for layer in (layers if layers is not None else []):
-            self.add(layer)
+    def __new__(cls, *args, **kwargs):
+        if cls is Model:
+            from .functional import Functional
+            return super().__new__(Functional)
+        return super().__new__(cls)
 
-    # ---- layers ----
-    def add(self, layer):
-        """Append a layer (or an Input as the first entry)."""
-        if isinstance(layer, _layers.KerasTensor):
-            layer = layer._layer
-        if not isinstance(layer, _layers.Layer):
-            if isinstance(layer, Sequential):
-                raise NotImplementedError("Sequential: nested models are not supported by Strata")
-            raise TypeError("Sequential.add: %r is not a layer" % (layer,))
-        if isinstance(layer, _layers.InputLayer):
-            if self._layers or self._input_shape is not None:
-                raise ValueError("Sequential: an Input / InputLayer must come first")
-            self._input_shape = layer._input_shape
-            return
-        if layer._input_shape is not None and not self._layers and self._input_shape is None:
-            self._input_shape = layer._input_shape
-        if isinstance(layer, _layers.Rescaling):
-            if self._layers:
-                raise NotImplementedError("Rescaling: only as the model's first layer is it supported by Strata")
-            self._scale *= layer.scale
-            self._layers.append(layer)
-            return
-        self._layers.append(layer)
-        if self._cap is not None:
-            self._add_engine(layer)
-        elif self._input_shape is not None:
-            self._build(self._input_shape)
+    def __init__(self, *args, **kwargs):  # reached by subclasses of tf.keras.Model only
+        raise NotImplementedError("subclassed tf.keras.Model (a class with __init__ layers and call) is not "
+                                  "supported by Strata yet: build the model with tf.keras.Input and "
+                                  "tf.keras.Model(inputs, outputs), or with tf.keras.Sequential")
 
-    def _add_engine(self, layer):
-        if self._compiled:
-            raise ValueError("Sequential.add: the model is already compiled")
-        if isinstance(layer, _layers.Reshape):
-            prev = self._engine_layers[-1].output_shape[1:] if self._engine_layers else self._input_shape
-            layer._resolve(prev)
-        layer._add(self._cap)
-        info = _strata.model_layers(self._cap)[-1]
-        layer.name, layer.output_shape, layer._params = info[0], (None,) + info[2], info[3]
-        layer._model = self
-        self._engine_layers.append(layer)
-
-    @property
-    def layers(self):
-        return list(self._layers)
-
-    @property
-    def built(self):
-        return self._cap is not None
-
-    def build(self, input_shape=None):
-        """Build for inputs of input_shape (with the batch dimension)."""
-        if self._cap is None:
-            shape = tuple(input_shape)[1:] if input_shape is not None else self._input_shape
-            if shape is None:
-                raise ValueError("build: the input shape is unknown")
-            self._build(shape)
-
-    def _build(self, shape):
-        shape = tuple(int(d) for d in shape)
-        strategy = self._strategy or _distribute.get_strategy()
-        self._strategy = strategy
-        cap = _strata.model_create(shape, global_seed(), strategy._create(), self.name)
-        self._cap, self._input_shape = cap, shape
-        strategy._register(self)
-        for layer in self._layers:
-            if not isinstance(layer, _layers.Rescaling):
-                self._add_engine(layer)
-        if self._compile_args is not None:
-            self._engine_compile()
-
-    @classmethod
-    def _from_json(cls, text):
-        """A built model from Keras JSON text: the engine reads and builds
-        it; the layer objects are made from the engine's layers' options."""
-        model = cls()
-        strategy = model._strategy or _distribute.get_strategy()
-        cap, shape, name = _strata.model_from_keras_json(text, global_seed(), strategy._create())
-        model._strategy, model._cap, model._input_shape, model.name = strategy, cap, tuple(shape), name
-        strategy._register(model)
-        infos = _strata.model_layers(cap)
-        for (cls_name, lname, opts), info in zip(_strata.model_layer_options(cap), infos):
-            # float32 options (momentum, epsilon, rate) as their shortest decimal
-            opts = {k: float(str(np.float32(v))) if isinstance(v, float) else v for k, v in opts.items()}
-            layer = getattr(_layers, cls_name)(**opts)
-            layer.name, layer.output_shape, layer._params = info[0], (None,) + info[2], info[3]
-            layer._model = model
-            model._layers.append(layer)
-            model._engine_layers.append(layer)
-        return model
+    def _flatten_inputs(self, x, where):
+        """x as the engine's rows (functional models with several inputs
+        override it); other models take x as it is."""
+        return x
 
     def _require_built(self, what):
         if self._cap is None:
@@ -218,6 +128,8 @@ class Sequential:
 
     @property
     def output_shape(self):
+        if getattr(self, "_out_shape", None) is not None:
+            return self._out_shape
         return self._engine_layers[-1].output_shape if self._engine_layers else None
 
     @property
@@ -288,6 +200,7 @@ class Sequential:
         fit's sample_weight (an array, or True for a dataset of (x, y, w)),
         appended to the labels."""
         from .. import data as _data
+        x = self._flatten_inputs(x, where)
         sparse = getattr(self, "_sparse", False)
         if isinstance(x, _distribute.DistributedDataset):
             x = x._dataset
@@ -368,6 +281,7 @@ class Sequential:
                                           "and pass validation_data=(x_val, y_val)")
             if isinstance(x, _data.Dataset):
                 raise ValueError("fit: validation_split is only supported for NumPy arrays, not datasets")
+            x = self._flatten_inputs(x, "fit")
             xa, ya = features(x, "fit: x"), np.asarray(y)
             split = int(math.floor(len(xa) * (1.0 - validation_split)))
             if split <= 0 or split >= len(xa):
@@ -498,6 +412,10 @@ class Sequential:
         return out.reshape((rows,) + tuple(self.output_shape[1:]))
 
     def __call__(self, x, training=False):
+        if isinstance(x, (_layers.KerasTensor, list, tuple)) and any(
+                isinstance(t, _layers.KerasTensor) for t in (x if isinstance(x, (list, tuple)) else [x])):
+            raise NotImplementedError("calling a model on KerasTensors (a nested model) is not supported by "
+                                      "Strata yet: call its layers on the tensors instead")
         if training:
             raise NotImplementedError("calling a model with training=True is not supported by Strata")
         return self.predict(x, verbose=0)
@@ -516,8 +434,8 @@ class Sequential:
                 raise NotImplementedError("train_on_batch inside strategy.run: class_weight and "
                                           "sample_weight are not supported by Strata there (fit and "
                                           "train_on_batch outside take them)")
-            return self._replica_step(ctx, x, y, return_dict)
-        xa = features(x, "train_on_batch: x")
+            return self._replica_step(ctx, self._flatten_inputs(x, "train_on_batch"), y, return_dict)
+        xa = features(self._flatten_inputs(x, "train_on_batch"), "train_on_batch: x")
         ds, _ = self._arrays(xa, y, len(xa) or 1, "train_on_batch", weights=sample_weight)
         self._ensure_compiled("train_on_batch")
         driver = _Driver(self, [], self._metric_key, 0)
@@ -564,10 +482,12 @@ class Sequential:
         return out["loss"] if len(out) == 1 else list(out.values())
 
     def test_on_batch(self, x, y=None, sample_weight=None, return_dict=False):
+        x = self._flatten_inputs(x, "test_on_batch")
         return self.evaluate(x, y, batch_size=max(len(np.asarray(x)), 1), verbose=0,
                              sample_weight=sample_weight, return_dict=return_dict)
 
     def predict_on_batch(self, x):
+        x = self._flatten_inputs(x, "predict_on_batch")
         return self.predict(x, batch_size=max(len(np.asarray(x)), 1), verbose=0)
 
     # ---- weights ----
@@ -590,10 +510,6 @@ class Sequential:
                     q += size
             out.append((l, ws))
         return out
-
-    def _in_shape(self, layer):
-        i = self._engine_layers.index(layer)
-        return self._input_shape if i == 0 else tuple(self._engine_layers[i - 1].output_shape[1:])
 
     def get_weights(self):
         """Every variable as a list of NumPy arrays in Keras's order (per
@@ -660,7 +576,126 @@ class Sequential:
         raise NotImplementedError("Model.save is not supported by Strata yet; use save_weights")
 
 
-Model = Sequential
+class Sequential(Model):
+    """tf.keras.Sequential: a stack of layers (a list or .add()). Created
+    inside `strategy.scope()` it trains under that strategy."""
+
+    def __init__(self, layers=None, name=None, trainable=True):
+        if trainable is not True:
+            raise NotImplementedError("Sequential: trainable=False is not supported by Strata")
+        self.name = name or "sequential"
+        self._layers = []
+        self._engine_layers = []
+        self._input_shape = None
+        self._scale = 1.0
+        self._cap = None
+        self._strategy = _distribute._scoped_strategy()
+        self._compiled = False
+        self._compile_order = 0
+        self._compile_args = None
+        self.optimizer = None
+        self.loss = None
+        self.history = None
+        self._stop = False
+        for layer in (layers if layers is not None else []):
+            self.add(layer)
+
+    # ---- layers ----
+    def add(self, layer):
+        """Append a layer (or an Input as the first entry)."""
+        if isinstance(layer, _layers.KerasTensor):
+            if not layer._is_input:
+                raise TypeError("Sequential.add: %r is the output of a layer call; add the layer itself "
+                                "(or build a tf.keras.Model(inputs, outputs))" % (layer,))
+            layer = layer._layer
+        if not isinstance(layer, _layers.Layer):
+            if isinstance(layer, Model):
+                raise NotImplementedError("Sequential: nested models are not supported by Strata")
+            raise TypeError("Sequential.add: %r is not a layer" % (layer,))
+        if isinstance(layer, _layers.InputLayer):
+            if self._layers or self._input_shape is not None:
+                raise ValueError("Sequential: an Input / InputLayer must come first")
+            self._input_shape = layer._input_shape
+            return
+        if layer._input_shape is not None and not self._layers and self._input_shape is None:
+            self._input_shape = layer._input_shape
+        if isinstance(layer, _layers.Rescaling):
+            if self._layers:
+                raise NotImplementedError("Rescaling: only as the model's first layer is it supported by Strata")
+            self._scale *= layer.scale
+            self._layers.append(layer)
+            return
+        self._layers.append(layer)
+        if self._cap is not None:
+            self._add_engine(layer)
+        elif self._input_shape is not None:
+            self._build(self._input_shape)
+
+    def _add_engine(self, layer):
+        if self._compiled:
+            raise ValueError("Sequential.add: the model is already compiled")
+        if isinstance(layer, _layers.Reshape):
+            prev = self._engine_layers[-1].output_shape[1:] if self._engine_layers else self._input_shape
+            layer._resolve(prev)
+        layer._add(self._cap)
+        info = _strata.model_layers(self._cap)[-1]
+        layer.name, layer.output_shape, layer._params = info[0], (None,) + info[2], info[3]
+        layer._model = self
+        self._engine_layers.append(layer)
+
+    @property
+    def layers(self):
+        return list(self._layers)
+
+    @property
+    def built(self):
+        return self._cap is not None
+
+    def build(self, input_shape=None):
+        """Build for inputs of input_shape (with the batch dimension)."""
+        if self._cap is None:
+            shape = tuple(input_shape)[1:] if input_shape is not None else self._input_shape
+            if shape is None:
+                raise ValueError("build: the input shape is unknown")
+            self._build(shape)
+
+    def _build(self, shape):
+        shape = tuple(int(d) for d in shape)
+        strategy = self._strategy or _distribute.get_strategy()
+        self._strategy = strategy
+        cap = _strata.model_create(shape, global_seed(), strategy._create(), self.name)
+        self._cap, self._input_shape = cap, shape
+        strategy._register(self)
+        for layer in self._layers:
+            if not isinstance(layer, _layers.Rescaling):
+                self._add_engine(layer)
+        if self._compile_args is not None:
+            self._engine_compile()
+
+    @classmethod
+    def _from_json(cls, text):
+        """A built model from Keras JSON text: the engine reads and builds
+        it; the layer objects are made from the engine's layers' options."""
+        model = cls()
+        strategy = model._strategy or _distribute.get_strategy()
+        cap, shape, name = _strata.model_from_keras_json(text, global_seed(), strategy._create())
+        model._strategy, model._cap, model._input_shape, model.name = strategy, cap, tuple(shape), name
+        strategy._register(model)
+        infos = _strata.model_layers(cap)
+        for (cls_name, lname, opts), info in zip(_strata.model_layer_options(cap), infos):
+            # float32 options (momentum, epsilon, rate) as their shortest decimal
+            opts = {k: float(str(np.float32(v))) if isinstance(v, float) else v for k, v in opts.items()}
+            layer = getattr(_layers, cls_name)(**opts)
+            layer.name, layer.output_shape, layer._params = info[0], (None,) + info[2], info[3]
+            layer._model = model
+            model._layers.append(layer)
+            model._engine_layers.append(layer)
+        return model
+
+    def _in_shape(self, layer):
+        i = self._engine_layers.index(layer)
+        return self._input_shape if i == 0 else tuple(self._engine_layers[i - 1].output_shape[1:])
+
 
 
 def load_model(*args, **kwargs):
@@ -669,10 +704,11 @@ def load_model(*args, **kwargs):
 
 
 def model_from_json(json_string, custom_objects=None):
-    """A Sequential model from Keras's model.to_json() text (Keras 2 or 3
-    layouts): the library's reader (st_model_from_keras_json_text, the one
-    `strata train --model FILE.json` uses) builds it, with the input shape
-    the JSON gives, under the strategy in scope. An unsupported layer or
+    """A model from Keras's model.to_json() text (Keras 2 or 3 layouts):
+    the library's reader (st_model_from_keras_json_text, the one `strata
+    train --model FILE.json` uses) builds it, with the input shape the JSON
+    gives, under the strategy in scope: a Model for a "Functional"/"Model"
+    document, a Sequential for a "Sequential" one. An unsupported layer or
     option raises ValueError naming the layer's position, name, class and
     the option."""
     if custom_objects:
@@ -681,6 +717,9 @@ def model_from_json(json_string, custom_objects=None):
         json_string = bytes(json_string).decode("utf-8", "replace")
     if not isinstance(json_string, str):
         raise TypeError("model_from_json: expected the JSON text (a str), got %s" % type(json_string).__name__)
+    from .functional import Functional, is_functional_json
+    if is_functional_json(json_string):
+        return Functional._from_json(json_string)
     json_string, scale = _peel_rescaling(json_string)
     model = Sequential._from_json(json_string)
     if scale is not None:  # the first layer again, folded into the input pipeline
