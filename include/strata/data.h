@@ -79,7 +79,8 @@ typedef struct st_csv_options {
 st_csv_options st_csv_default_options(void);
 /* Reads into x f32 [rows, cols-1] and y f32 [rows]; errors name file, row and
  * column. Rejects ragged rows, non-numeric cells, empty files, and non-finite
- * cells (ST_ERR_NONFINITE) unless o->allow_nonfinite. */
+ * cells (ST_ERR_NONFINITE) unless o->allow_nonfinite; o may be NULL (the
+ * defaults). */
 st_status st_csv_read(const char *path, const st_csv_options *o, st_tensor *x,
                       st_tensor *y);
 
@@ -165,7 +166,8 @@ size_t st_feature_spec_size(const st_feature_spec *f);
  * file and field. */
 st_status st_example_spec_load(const char *path, st_example_spec *out);
 /* Parse one serialized tf.train.Example into x [size of spec->x] and y [size
- * of spec->y] (y unused when spec->y.name is ""). ST_ERR_FORMAT naming the
+ * of spec->y] (y unused, and y may be NULL, when spec->y.name is ""; data
+ * may be NULL when size is 0). ST_ERR_FORMAT naming the
  * feature when it is missing, of another kind, or holds another number of
  * values than its shape. */
 st_status st_parse_example(const void *data, size_t size, const st_example_spec *spec,

@@ -170,7 +170,8 @@ st_status st_optimizer_parse(const char *name, st_optimizer_kind *out);
 int st_optimizer_slot_count(const st_optimizer_options *o);
 /* Apply one update to n parameters with the kernels of ctx's backend (the
  * context of the replica or model that owns the buffers). slots[i] are the
- * slot buffers; step is the 0-based number of updates applied before this one.
+ * slot buffers (slots may be NULL when the optimizer keeps none); step is
+ * the 0-based number of updates applied before this one.
  * Any thread that may use ctx. */
 void st_optimizer_apply(const st_optimizer_options *o, st_backend_ctx *ctx,
                         int64_t step, size_t n, float *params,

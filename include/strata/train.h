@@ -275,8 +275,8 @@ st_status st_checkpoint_restore(st_model *m, const char *dir);
  * dir and out may not be NULL (ST_ERR_INVALID). */
 st_status st_checkpoint_latest(const char *dir, char *out, size_t n);
 /* Keras ModelCheckpoint: a checkpoint in dir at each epoch end, or only when
- * the monitored value improved (save_best_only; monitor as EarlyStopping,
- * NULL = "val_loss"). ST_ERR_INVALID for no dir, a dir over 4095 bytes, or
+ * the monitored value improved (save_best_only; monitor as EarlyStopping;
+ * monitor may be NULL: "val_loss"). ST_ERR_INVALID for no dir, a dir over 4095 bytes, or
  * (save_best_only) an unknown monitor. */
 st_status st_model_checkpoint_create(const char *dir, const char *monitor, bool save_best_only,
                                      int keep, st_callback *out);
@@ -353,7 +353,8 @@ st_status st_tensorboard_callback_create(st_tensorboard *tb, int update_freq, st
 
 /* ---- pictures ---- */
 /* Loss and accuracy curves (train and, if present, validation per epoch) as a
- * self-contained SVG with axes, ticks and a legend; written atomically. */
+ * self-contained SVG with axes, ticks and a legend; written atomically
+ * (title may be NULL: no title). */
 st_status st_plot_history_svg(const st_history *h, const char *title, const char *path);
 
 /* ---- Keras model import ---- */
@@ -368,8 +369,8 @@ st_status st_model_from_keras_json(const char *path, const st_model_options *o,
                                    st_model **out);
 /* The same from the JSON text itself: len bytes at text (need not end in a
  * NUL; capped at 16 MiB). origin names the text in errors where a file's
- * path would be ("model_from_json: layer 2 ('d', Dense): ..."); NULL =
- * "Keras JSON". Invalid JSON is ST_ERR_FORMAT naming line and column.
+ * path would be ("model_from_json: layer 2 ('d', Dense): ..."); origin may be
+ * NULL: "Keras JSON". Invalid JSON is ST_ERR_FORMAT naming line and column.
  * st_model_from_keras_json reads the file and calls this. Any thread. */
 st_status st_model_from_keras_json_text(const char *text, size_t len, const char *origin,
                                         const st_model_options *o, st_model **out);

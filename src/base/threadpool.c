@@ -134,6 +134,7 @@ static void pool_free(st_threadpool *p, int started) {
 }
 
 st_status st_threadpool_create(int n, st_threadpool **out) {
+  if (!out) return st_error(ST_ERR_INVALID, "st_threadpool_create: out is NULL");
   *out = NULL;
   if (n < 1)
     return st_error(ST_ERR_INVALID, "thread pool size %d: must be >= 1", n);
@@ -171,11 +172,15 @@ void st_threadpool_destroy(st_threadpool *p) {
   if (p) pool_free(p, p->n);
 }
 
-int st_threadpool_size(const st_threadpool *p) { return p->n; }
+int st_threadpool_size(const st_threadpool *p) { return p ? p->n : 0; }
 
 void st_threadpool_run(st_threadpool *p, int ntasks,
                        void (*fn)(void *arg, int task), void *arg) {
-  if (ntasks <= 0) return;
+  if (ntasks <= 0 || !fn) return;
+  if (!p) { /* no pool: the caller's thread runs every task */
+    for (int i = 0; i < ntasks; i++) fn(arg, i);
+    return;
+  }
   if (ntasks == 1) { /* nothing to share: skip the hand-off */
     fn(arg, 0);
     return;

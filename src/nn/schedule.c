@@ -19,6 +19,7 @@ st_schedule st_schedule_constant(float lr) {
 /* Computed in double so long runs do not drift; decay_steps <= 0 means no
  * decay (validation of options belongs to compile). */
 float st_schedule_lr(const st_schedule *s, int64_t step) {
+  if (!s) return 0.0f;
   if (step < 0) step = 0;
   switch (s->kind) {
     case ST_SCHEDULE_EXPONENTIAL: {

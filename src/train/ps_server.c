@@ -3,6 +3,7 @@
  * (train/ps_model.c) and the caller's data, message and stop callbacks. */
 #include <string.h>
 
+#include "base/args.h"
 #include "ps/server.h"
 #include "strata/ps.h"
 #include "train/ps_model.h"
@@ -32,7 +33,7 @@ static bool should_stop(void *user) {
 }
 
 st_status st_ps_server_run(const st_ps_server_options *o) {
-  if (!o) return st_error(ST_ERR_INVALID, "st_ps_server_run: options are NULL");
+  ST_REQUIRE(o);
   st__ps_server_config c = {o->tf_config, o->cluster_file, o->task, o->keys_dir, o->insecure,
                             o->job_timeout, st__ps_build_model, (void *)o,
                             o->data ? data : NULL, o->on_message ? message : NULL,

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/args.h"
 #include "io/checkpoint.h"
 #include "train/ps_train.h"
 
@@ -405,7 +406,8 @@ st_status st__ps_check_options(const st_ps_train_options *o) {
 }
 
 st_status st_ps_train(const st_ps_train_options *a, st_ps_train_result *out) {
-  if (!a || !out) return st_error(ST_ERR_INVALID, "st_ps_train: %s is NULL", a ? "out" : "options");
+  if (!a) return st_error(ST_ERR_INVALID, "st_ps_train: o is NULL");
+  ST_REQUIRE(out);
   memset(out, 0, sizeof *out);
   st_status s = st__ps_check_options(a);
   if (s != ST_OK) return s;
