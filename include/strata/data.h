@@ -322,7 +322,10 @@ st_status st_dataset_iterate(st_dataset *ds, st_iterator **out);
  * randomness are those of that epoch, whatever was iterated before — what a
  * resumed training run needs. Does not change the next st_dataset_iterate. */
 st_status st_dataset_iterate_epoch(st_dataset *ds, uint64_t epoch, st_iterator **out);
-/* *end = true when the pass is over (out untouched). */
+/* *end = true when the pass is over (out untouched). A dataset without labels
+ * (y_size 0) gives out->y NULL, so a custom loop that hands such a batch to
+ * st_replica_compute_gradients is refused ("local->y is NULL"), never reads
+ * past a buffer. */
 st_status st_iterator_next(st_iterator *it, st_batch *out, bool *end);
 void st_iterator_destroy(st_iterator *it); /* accepts NULL; joins threads */
 

@@ -190,6 +190,16 @@ typedef struct st_fit_options {
    * nor the pipeline strategy; a non-finite weight is ST_ERR_INVALID naming
    * the example). Validation data has no weight column. */
   bool sample_weight_column;
+  /* Keras's steps_per_epoch and validation_steps (0 = a whole pass): each
+   * epoch trains on the first steps_per_epoch batches of that epoch's pass
+   * over `train` (st_dataset_iterate_epoch; fewer when the pass ends first),
+   * and validation evaluates the first validation_steps batches. A dataset of
+   * infinite cardinality (st_dataset_repeat with -1) needs them: fit refuses
+   * it otherwise ("st_model_fit: the training dataset is infinite ...: set
+   * o->steps_per_epoch"), before any step. Unknown cardinality (-2: TFRecord
+   * files, ...) runs until the pass ends. Negative values are refused. */
+  int64_t steps_per_epoch;
+  int64_t validation_steps;
 } st_fit_options;
 /* One epoch, no validation, no callbacks, warmup 20, no backup. */
 st_fit_options st_fit_default_options(void);
@@ -229,6 +239,15 @@ st_status st_model_evaluate(st_model *m, st_dataset *ds, st_eval_result *out);
  * have labels or not (st_dataset_from_tensor_slices with y NULL): labels are
  * not used, and the predictions are the same either way. */
 st_status st_model_predict(st_model *m, st_dataset *ds, st_tensor *out);
+/* evaluate and predict over the first `steps` batches of ds only (Keras's
+ * steps argument; 0 = the whole pass, as st_model_evaluate / predict; fewer
+ * when the pass ends first). A dataset of infinite cardinality (st_dataset_repeat
+ * with -1) needs steps > 0: st_model_evaluate, st_model_predict and these
+ * with steps 0 refuse it at once ("st_model_evaluate: the dataset is infinite
+ * ...: give steps"); a negative steps is ST_ERR_INVALID. */
+st_status st_model_evaluate_steps(st_model *m, st_dataset *ds, int64_t steps,
+                                  st_eval_result *out);
+st_status st_model_predict_steps(st_model *m, st_dataset *ds, int64_t steps, st_tensor *out);
 
 /* Keras-style progress ("Epoch 1/3", a bar with ETA when tty, else one line per
  * epoch) written to `stream` (borrowed; the CLI passes stderr). */

@@ -69,7 +69,9 @@ size_t st__ds_item_floats(const st_dataset *ds, size_t per_example) {
 
 st_status st__ds_iterate(st_dataset *ds, uint64_t epoch, st_iterator **out) {
   *out = NULL;
-  return ds->ops->iterate(ds, epoch, out);
+  st_status s = ds->ops->iterate(ds, epoch, out);
+  if (s == ST_OK && *out) (*out)->no_labels = ds->y_size == 0;
+  return s;
 }
 
 st_status st_dataset_iterate(st_dataset *ds, st_iterator **out) {
@@ -92,7 +94,9 @@ st_status st_iterator_next(st_iterator *it, st_batch *out, bool *end) {
   ST_REQUIRE(out);
   ST_REQUIRE(end);
   *end = false;
-  return it->ops->next(it, out, end);
+  st_status s = it->ops->next(it, out, end);
+  if (s == ST_OK && it->no_labels) out->y = NULL; /* no buffer to read labels from */
+  return s;
 }
 
 void st_iterator_destroy(st_iterator *it) {

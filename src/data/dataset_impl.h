@@ -25,6 +25,7 @@ typedef struct st__iter_ops {
 
 struct st_iterator {
   const st__iter_ops *ops;
+  bool no_labels; /* the dataset has no labels: st_iterator_next gives y NULL */
 };
 
 typedef struct st__ds_ops {

@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 
 #include "base/args.h"
+#include "base/fileio.h"
 #include "data/tfrecord_ds.h"
 #include "example.pb-c.h"
 #include "strata/data.h"
@@ -286,8 +287,13 @@ st_status st_example_spec_load(const char *path, st_example_spec *out) {
   ST_REQUIRE(path);
   ST_REQUIRE(out);
   memset(out, 0, sizeof *out);
+  char *text = NULL; /* a regular file only: a FIFO is an error, never a wait */
+  size_t len = 0;
+  st_status rs = st__read_all(path, 1 << 20, &text, &len);
+  if (rs != ST_OK) return rs;
   json_error_t e;
-  json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &e);
+  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &e);
+  free(text);
   if (!root)
     return st_error(ST_ERR_FORMAT, "%s: line %d: %s", path, e.line, e.text);
   st_status s;

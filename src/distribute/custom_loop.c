@@ -81,14 +81,22 @@ static st_status run_result(run_state *rs, int n) {
 st_status st_strategy_run(st_strategy *s, st_replica_fn fn, void *arg) {
   if (!s) return st_error(ST_ERR_INVALID, "st_strategy_run: s is NULL");
   if (!fn) return st_error(ST_ERR_INVALID, "st_strategy_run: fn is NULL");
+  if (s->destroyed)
+    return st_error(ST_ERR_INVALID, "st_strategy_run: the strategy was destroyed (its models "
+                    "refuse every verb; only st_model_destroy is left to call)");
   if (!s->net || !s->group)
     return st_error(ST_ERR_INVALID, "st_strategy_run: the strategy is not bound to a compiled "
                     "model");
   if (s->cluster && s->opts.kind != ST_STRATEGY_MULTI_WORKER_MIRRORED)
     return st_error(ST_ERR_NOT_BUILT, "st_strategy_run: custom training loops are not "
                     "supported by %s across workers (use fit)", s->vt->name);
+  st_status e = st__strategy_enter(s, ST__BUSY_RUN, "st_strategy_run");
+  if (e != ST_OK) return e;
   run_state *rs = calloc(1, sizeof *rs);
-  if (!rs) return st_error(ST_ERR_NOMEM, "st_strategy_run: out of memory");
+  if (!rs) {
+    st__strategy_leave(s);
+    return st_error(ST_ERR_NOMEM, "st_strategy_run: out of memory");
+  }
   int n = s->local_replicas, total = n * (s->cluster ? st__cluster_size(s->cluster) : 1);
   for (int i = 0; i < n; i++)
     rs->ctx[i] = (st_replica_context){s, s->net, i, n, total, false, ST_OK, fn, arg};
@@ -103,6 +111,7 @@ st_status st_strategy_run(st_strategy *s, st_replica_fn fn, void *arg) {
     s->net->step++;
   }
   free(rs);
+  st__strategy_leave(s);
   return st;
 }
 
@@ -197,8 +206,8 @@ st_batch st_replica_slice(const st_replica_context *c, const st_batch *global) {
   st_batch mine = *global; /* this worker's examples (all of them in one process) */
   if (c->s->cluster) st__cluster_shard_batch(c->s->cluster, c->m, global, &mine);
   st_batch slice = st__batch_slice(c->m, &mine, c->count, c->rank, NULL);
-  if (!mine.x || !mine.y) return (st_batch){slice.size, NULL, NULL};
-  return slice;
+  if (!mine.x) return (st_batch){slice.size, NULL, NULL};
+  return slice; /* y NULL stays NULL: a batch without labels */
 }
 
 /* The arguments of st_replica_compute_gradients. */
