@@ -15,6 +15,7 @@
  *    before st_strategy_run, st_example_serialize with bad counts and names.
  * The NULL-pointer cases of every function are the generated test_null_args. */
 #define _GNU_SOURCE
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,8 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "free_port.h"
+#include "strata/ps.h"
 #include "strata/strata.h"
 #include "tmpdir.h"
 
@@ -359,6 +362,95 @@ static void example_serialize_counts(void) {
   free(out);
 }
 
+/* ---- 5. parameter servers, schedules ------------------------------------------- */
+static void ps_cluster(char *buf, size_t n, const char *type) {
+  int p[3] = {free_port(), free_port(), free_port()};
+  snprintf(buf, n, "{\"cluster\": {\"chief\": [\"127.0.0.1:%d\"], \"worker\": [\"127.0.0.1:%d\"], "
+           "\"ps\": [\"127.0.0.1:%d\"]}, \"task\": {\"type\": \"%s\", \"index\": 0}}", p[0], p[1],
+           p[2], type);
+}
+static bool stop_always(void *user) { return (void)user, true; }
+static void quiet(void *user, const char *line) { (void)user, (void)line; }
+
+/* servers that never started: a stop request is ST_ERR_STOPPED, and the
+ * chief gives up after coordinator_timeout (1 s here; the 10 s alarm catches
+ * the 120 s it used to wait) */
+static void ps_stop_and_timeout(void) {
+  char cfg[512];
+  ps_cluster(cfg, sizeof cfg, "chief");
+  st_ps_train_options o = st_ps_train_default_options();
+  o.model = "mlp", o.data = "unused", o.n_train = 10, o.tf_config = cfg, o.insecure = true;
+  o.on_message = quiet, o.quiet = true;
+  o.should_stop = stop_always;
+  st_ps_train_result r;
+  st_status s = st_ps_train(&o, &r);
+  if (s == ST_ERR_NOT_BUILT) return; /* no ZeroMQ in this build */
+  CHECK_MSG(s == ST_ERR_STOPPED, "stop request: %s: %s", st_status_string(s), st_last_error());
+  o.should_stop = NULL, o.coordinator_timeout = 1.0;
+  CHECK_FAILS(st_ps_train(&o, &r), ST_ERR_PEER, "did not answer");
+}
+
+static void ps_option_ranges(void) {
+  char cfg[512];
+  ps_cluster(cfg, sizeof cfg, "chief");
+  st_ps_train_options base = st_ps_train_default_options();
+  base.model = "mlp", base.data = "unused", base.n_train = 10, base.tf_config = cfg;
+  base.insecure = true, base.on_message = quiet, base.quiet = true;
+  st_ps_train_result r;
+  st_ps_train_options o;
+#define BAD(stmt, needle)                                            \
+  o = base;                                                          \
+  stmt;                                                              \
+  CHECK_FAILS(st_ps_train(&o, &r), ST_ERR_INVALID, needle)
+  BAD(o.heartbeat_interval = -1, "heartbeat_interval: -1");
+  BAD(o.heartbeat_interval = NAN, "heartbeat_interval: nan");
+  BAD(o.coordinator_timeout = -5, "coordinator_timeout: -5");
+  BAD(o.steps_per_execution = -1, "steps_per_execution: -1 is negative");
+  BAD(o.ps_shards = -2, "ps_shards: -2 is negative");
+  BAD(o.ps_min_shard_bytes = -1, "ps_min_shard_bytes: -1 is negative");
+  BAD(o.backup_every = -1, "backup_every: -1 is negative");
+  BAD(o.train_examples = -1, "train_examples: -1 is negative");
+  BAD(o.val_split = 1.5, "val_split: 1.5");
+  BAD(o.batch = (int64_t)1 << 40, "batch: 1099511627776");
+  BAD(o.optimizer.kind = (st_optimizer_kind)9, "optimizer.kind: 9");
+  BAD(o.optimizer.lr.kind = ST_SCHEDULE_COSINE; o.optimizer.lr.decay_steps = 10;
+      o.optimizer.lr.alpha = -1, "cosine alpha -1");
+#undef BAD
+  st_ps_server_options so = st_ps_server_default_options();
+  so.tf_config = cfg, so.insecure = true, so.job_timeout = -1;
+  CHECK_FAILS(st_ps_server_run(&so), ST_ERR_INVALID, "job_timeout: -1");
+}
+
+static void schedule_values(void) {
+  st_model *m = model(NULL);
+  st_compile_options co = st_compile_default_options();
+  co.loss = ST_LOSS_SPARSE_CE_LOGITS;
+  co.optimizer.lr = (st_schedule){ST_SCHEDULE_COSINE, 0.1f, 100, 1.0f, false, -1.0f};
+  CHECK_FAILS(st_model_compile(m, &co), ST_ERR_INVALID, "o->optimizer.lr: st_schedule_check: cosine alpha -1");
+  co.optimizer.lr = (st_schedule){ST_SCHEDULE_EXPONENTIAL, 0.1f, 100, -0.5f, false, 0};
+  CHECK_FAILS(st_model_compile(m, &co), ST_ERR_INVALID, "decay_rate -0.5");
+  co.optimizer.lr = (st_schedule){ST_SCHEDULE_COSINE, 0.1f, -3, 1.0f, false, 0};
+  CHECK_FAILS(st_model_compile(m, &co), ST_ERR_INVALID, "decay_steps -3 is negative");
+  co.optimizer.lr = (st_schedule){ST_SCHEDULE_COSINE, INFINITY, 10, 1.0f, false, 0};
+  CHECK_FAILS(st_model_compile(m, &co), ST_ERR_INVALID, "initial learning rate inf");
+  co.optimizer.lr = (st_schedule){ST_SCHEDULE_COSINE, 0.1f, 100, 1.0f, false, 0.1f};
+  CHECK_OK(st_model_compile(m, &co));
+  for (int64_t step = 0; step < 300; step += 7) CHECK(st_schedule_lr(&co.optimizer.lr, step) > 0);
+  st_model_destroy(m);
+}
+
+static void ps_keygen(void) {
+  char cfg[512];
+  ps_cluster(cfg, sizeof cfg, "chief");
+  st_status s = st_ps_keygen(cfg, NULL, tmp_path("keys"));
+  if (s == ST_ERR_NOT_BUILT) return;
+  CHECK_OK(s);
+  struct stat sb;
+  CHECK(stat(tmp_path("keys/chief-0.pub"), &sb) == 0);
+  CHECK(stat(tmp_path("keys/ps-0.secret"), &sb) == 0 && (sb.st_mode & 077) == 0);
+  CHECK_FAILS(st_ps_keygen("{", NULL, tmp_path("keys2")), ST_ERR_FORMAT, "");
+}
+
 static void test_infinite(void) {
   IN_CHILD(infinite_fit);
   IN_CHILD(infinite_evaluate_predict);
@@ -376,7 +468,15 @@ static void test_rest(void) {
   IN_CHILD(example_serialize_counts);
 }
 
+static void test_ps_schedule(void) {
+  IN_CHILD(ps_stop_and_timeout);
+  IN_CHILD(ps_option_ranges);
+  IN_CHILD(schedule_values);
+  IN_CHILD(ps_keygen);
+}
+
 static const check_case cases[] = {
+    CHECK_CASE(test_ps_schedule),
     CHECK_CASE(test_infinite),
     CHECK_CASE(test_fifo),
     CHECK_CASE(test_reentrancy),

@@ -263,7 +263,9 @@ void st_dataset_destroy(st_dataset *ds); /* accepts NULL */
 /* The files matching a glob pattern, sorted by name (deterministic); with
  * shuffle, in a seeded random order (the same seed, the same order).
  * ST_ERR_INVALID "<pattern>: no files match" when none. *files (n names) is
- * freed with st_list_files_free. */
+ * freed with st_list_files_free. C does not convert char ** to the
+ * const char *const * of st_dataset_tfrecord by itself: pass
+ * (const char *const *)files. */
 st_status st_list_files(const char *pattern, bool shuffle, uint64_t seed, char ***files,
                         int *n);
 void st_list_files_free(char **files, int n); /* accepts NULL */

@@ -143,6 +143,12 @@ typedef struct st_schedule {
 st_schedule st_schedule_constant(float lr);
 /* Learning rate at optimizer step `step` (0-based count of applied updates). */
 float st_schedule_lr(const st_schedule *s, int64_t step);
+/* ST_OK when s can only give finite positive learning rates, else
+ * ST_ERR_INVALID naming the field: kind out of range, initial not finite and
+ * > 0, decay_steps negative, (exponential) decay_rate not finite and > 0,
+ * (cosine) alpha outside [0, 1]. st_model_compile and st_ps_train check
+ * their optimizer's schedule with it. */
+st_status st_schedule_check(const st_schedule *s);
 
 /* ---- optimizers ---- */
 typedef enum st_optimizer_kind {
