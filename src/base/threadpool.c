@@ -15,6 +15,7 @@
 #include "strata/base.h"
 #include "base/fpenv.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -154,7 +155,7 @@ st_status st_threadpool_create(int n, st_threadpool **out) {
     int rc = pthread_create(&p->threads[i], NULL, worker_main, p);
     if (rc != 0) {
       pool_free(p, i);
-      return st_error(ST_ERR_INTERNAL,
+      return st_error(rc == EAGAIN || rc == ENOMEM ? ST_ERR_NOMEM : ST_ERR_INTERNAL,
                       "thread pool: creating worker %d of %d failed: %s", i, n,
                       strerror(rc));
     }
