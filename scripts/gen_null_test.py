@@ -10,7 +10,7 @@ argument with that argument NULL, each call in its own child process with a
     may be NULL must return an error, with st_last_error() naming the function
     and the argument ("st_dataset_map: out is NULL");
   - a function returning anything else (a getter, a void function) must
-    return without a signal; a `const char *` result must not be NULL ("");
+    return without a signal; a `const char *` result must be "" (not NULL);
   - an argument the comment lets be NULL ("o may be NULL", "accepts NULL",
     and every `void *user` / `arg` / `ctx` passed through to a callback) is
     called only when the function has no other pointer argument (destroy,
@@ -251,8 +251,10 @@ static int refused(st_status s, const char *fn, const char *arg) {
   }
   return 0;
 }
-static int not_null_string(const char *r) {
+/* a string getter given NULL returns "" (never NULL) */
+static int empty_string(const char *r) {
   if (!r) { fprintf(stderr, "  returned a NULL string\n"); return 1; }
+  if (*r) { fprintf(stderr, "  returned \"%s\", not \"\"\n", r); return 1; }
   return 0;
 }
 '''
@@ -320,7 +322,7 @@ def generate(headers_dir):
             if ret == "st_status" and not accepted:
                 check = 'return refused(%s, "%s", "%s");' % (call, name, pname)
             elif re.fullmatch(r"const char\s*\*", ret):
-                check = "return not_null_string(%s);" % call
+                check = "return empty_string(%s);" % call
             elif ret == "void":
                 check = "%s;\n  return 0;" % call
             else:

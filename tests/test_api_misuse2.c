@@ -12,7 +12,11 @@
  *    replica of every run (one_device, mirrored 2 and 3, central_storage 2),
  *    and st_strategy_run / fit from inside a fit callback;
  *  - a custom loop over a dataset without labels, a strategy destroyed
- *    before st_strategy_run, st_example_serialize with bad counts and names.
+ *    before st_strategy_run, st_example_serialize with bad counts and names;
+ *  - parameter servers: a stop request is ST_ERR_STOPPED and the chief gives
+ *    up after coordinator_timeout when servers never started; out-of-range
+ *    options refused naming the field; st_ps_keygen; learning-rate schedules
+ *    with impossible values refused by compile.
  * The NULL-pointer cases of every function are the generated test_null_args. */
 #define _GNU_SOURCE
 #include <math.h>
