@@ -342,6 +342,9 @@ static void destroyed_strategy_run(void) {
   st_model *m = model(s);
   st_strategy_destroy(s); /* kept alive by m, refusing every verb */
   CHECK_FAILS(st_strategy_run(s, noop_step, NULL), ST_ERR_INVALID, "the strategy was destroyed");
+  float per[2] = {1, 2}, sum = 0;
+  CHECK_FAILS(st_strategy_reduce(s, ST_REDUCE_SUM, per, 1, &sum), ST_ERR_INVALID,
+              "st_strategy_reduce: the strategy was destroyed");
   st_dataset *d = data(true, false);
   st_eval_result ev;
   CHECK_FAILS(st_model_evaluate(m, d, &ev), ST_ERR_INVALID, "its strategy was destroyed");

@@ -158,6 +158,7 @@ static st_status reduce_workers(const st_strategy *s, st_reduce_op op, const cha
 st_status st_strategy_reduce(const st_strategy *s, st_reduce_op op, const float *per_replica,
                              size_t n, float *out) {
   if (!s) return st_error(ST_ERR_INVALID, "st_strategy_reduce: s is NULL");
+  if (s->destroyed) return st_error(ST_ERR_INVALID, "st_strategy_reduce: the strategy was destroyed");
   if ((unsigned)op >= ST_REDUCE_COUNT)
     return st_error(ST_ERR_INVALID, "st_strategy_reduce: op %d out of range", (int)op);
   if (n && (!per_replica || !out))
@@ -178,6 +179,7 @@ st_status st_strategy_reduce_tensor(const st_strategy *s, st_reduce_op op,
                                     const float *const *per_replica, size_t n, float *out) {
   const char *fn = "st_strategy_reduce_tensor";
   if (!s) return st_error(ST_ERR_INVALID, "%s: s is NULL", fn);
+  if (s->destroyed) return st_error(ST_ERR_INVALID, "%s: the strategy was destroyed", fn);
   if ((unsigned)op >= ST_REDUCE_COUNT)
     return st_error(ST_ERR_INVALID, "%s: op %d out of range", fn, (int)op);
   if (n == 0) return ST_OK;
