@@ -217,8 +217,9 @@ static st_status reentrant_step(st_replica_context *c, void *arg) {
 
 static void reenter_under(st_strategy_kind kind, int replicas) {
   st_strategy_options so = st_strategy_default_options(kind);
-  if (kind != ST_STRATEGY_ONE_DEVICE) so.replicas = replicas;
-  else so.threads = 1;
+  if (kind == ST_STRATEGY_ONE_DEVICE) so.threads = 1;
+  else if (kind == ST_STRATEGY_PIPELINE) so.pipeline_stages = replicas;
+  else so.replicas = replicas;
   st_strategy *s = NULL;
   CHECK_OK(st_strategy_create(&so, &s));
   st_model *m = model(s);
@@ -271,9 +272,14 @@ static st_status cb_epoch_end(void *user, st_model *m, const st_epoch_logs *l) {
   return ST_OK;
 }
 
-static void reenter_fit_callback(void) {
-  st_strategy_options so = st_strategy_default_options(ST_STRATEGY_MIRRORED);
-  so.replicas = 2;
+/* fit with a callback that tries a nested fit and st_strategy_run (refused)
+ * and evaluate (allowed) at every epoch end, under every in-process kind
+ * (the pipeline has no custom loop: its st_strategy_run is refused anyway) */
+static void fit_callback_under(st_strategy_kind kind, int n) {
+  st_strategy_options so = st_strategy_default_options(kind);
+  if (kind == ST_STRATEGY_ONE_DEVICE) so.threads = 1;
+  else if (kind == ST_STRATEGY_PIPELINE) so.pipeline_stages = n;
+  else so.replicas = n;
   st_strategy *s = NULL;
   CHECK_OK(st_strategy_create(&so, &s));
   reenter a = {.m = model(s), .s = s, .ds = data(true, false)};
@@ -285,12 +291,19 @@ static void reenter_fit_callback(void) {
   fo.ncallbacks = 1;
   st_history h;
   CHECK_OK(st_model_fit(a.m, a.ds, &fo, &h));
-  CHECK_EQ(c.refused, 5);
-  CHECK_EQ(c.evaluated, 5);
+  CHECK_MSG(c.refused == 5 && c.evaluated == 5, "%s: %d of 5 epochs refused, %d evaluated",
+            st_strategy_kind_name(kind), c.refused, c.evaluated);
   st_history_destroy(&h);
   st_dataset_destroy(a.ds);
   st_model_destroy(a.m);
   st_strategy_destroy(s);
+}
+
+static void reenter_fit_callback(void) {
+  fit_callback_under(ST_STRATEGY_ONE_DEVICE, 1);
+  fit_callback_under(ST_STRATEGY_MIRRORED, 2);
+  fit_callback_under(ST_STRATEGY_CENTRAL_STORAGE, 2);
+  fit_callback_under(ST_STRATEGY_PIPELINE, 2);
 }
 
 /* ---- 4. the rest -------------------------------------------------------------- */

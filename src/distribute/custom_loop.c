@@ -84,14 +84,15 @@ st_status st_strategy_run(st_strategy *s, st_replica_fn fn, void *arg) {
   if (s->destroyed)
     return st_error(ST_ERR_INVALID, "st_strategy_run: the strategy was destroyed (its models "
                     "refuse every verb; only st_model_destroy is left to call)");
+  st_status e = st__strategy_reentry(s, "st_strategy_run", false); /* before any state */
+  if (e != ST_OK) return e;
   if (!s->net || !s->group)
     return st_error(ST_ERR_INVALID, "st_strategy_run: the strategy is not bound to a compiled "
                     "model");
   if (s->cluster && s->opts.kind != ST_STRATEGY_MULTI_WORKER_MIRRORED)
     return st_error(ST_ERR_NOT_BUILT, "st_strategy_run: custom training loops are not "
                     "supported by %s across workers (use fit)", s->vt->name);
-  st_status e = st__strategy_enter(s, ST__BUSY_RUN, "st_strategy_run");
-  if (e != ST_OK) return e;
+  if ((e = st__strategy_enter(s, ST__BUSY_RUN, "st_strategy_run")) != ST_OK) return e;
   run_state *rs = calloc(1, sizeof *rs);
   if (!rs) {
     st__strategy_leave(s);
