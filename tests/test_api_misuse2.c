@@ -15,7 +15,8 @@
  *    before st_strategy_run, st_example_serialize with bad counts and names;
  *  - parameter servers: a stop request is ST_ERR_STOPPED and the chief gives
  *    up after coordinator_timeout when servers never started; out-of-range
- *    options refused naming the field; st_ps_keygen; learning-rate schedules
+ *    options refused naming the field; st_ps_keygen; port 0 picked by
+ *    st_ps_cluster_pick_ports; learning-rate schedules
  *    with impossible values refused by compile.
  * The NULL-pointer cases of every function are the generated test_null_args. */
 #define _GNU_SOURCE
@@ -471,6 +472,30 @@ static void ps_keygen(void) {
   CHECK_FAILS(st_ps_keygen("{", NULL, tmp_path("keys2")), ST_ERR_FORMAT, "");
 }
 
+/* port 0: every such address gets its own free port; the text stays a cluster */
+static void ps_pick_ports(void) {
+  const char *in = "{\"cluster\": {\"chief\": [\"127.0.0.1:0\"], \"worker\": [\"127.0.0.1:0\", "
+                   "\"127.0.0.1:0\"], \"ps\": [\"127.0.0.1:0\"]}, \"task\": {\"type\": \"chief\", "
+                   "\"index\": 0}}";
+  char *out = NULL;
+  CHECK_OK(st_ps_cluster_pick_ports(in, &out));
+  if (!out) return;
+  CHECK(strstr(out, ":0\"") == NULL);
+  int ports[4] = {0}, n = 0;
+  for (const char *p = out; n < 4 && (p = strstr(p, "127.0.0.1:")) != NULL; p += 10)
+    ports[n++] = atoi(p + 10);
+  CHECK_EQ(n, 4);
+  for (int i = 0; i < n; i++) {
+    CHECK(ports[i] > 0 && ports[i] < 65536);
+    for (int j = 0; j < i; j++) CHECK(ports[i] != ports[j]);
+  }
+  st_status s = st_ps_keygen(out, NULL, tmp_path("keys_picked"));
+  CHECK(s == ST_OK || s == ST_ERR_NOT_BUILT); /* the picked text is a valid cluster */
+  free(out);
+  CHECK_FAILS(st_ps_cluster_pick_ports("[1", &out), ST_ERR_FORMAT, "st_ps_cluster_pick_ports: line 1");
+  CHECK(out == NULL);
+}
+
 static void test_infinite(void) {
   IN_CHILD(infinite_fit);
   IN_CHILD(infinite_evaluate_predict);
@@ -493,6 +518,7 @@ static void test_ps_schedule(void) {
   IN_CHILD(ps_option_ranges);
   IN_CHILD(schedule_values);
   IN_CHILD(ps_keygen);
+  IN_CHILD(ps_pick_ports);
 }
 
 static const check_case cases[] = {

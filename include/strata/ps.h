@@ -84,6 +84,15 @@ st_status st_ps_server_run(const st_ps_server_options *o);
  * ST_ERR_NOT_BUILT without ZeroMQ. */
 st_status st_ps_keygen(const char *tf_config, const char *cluster_file, const char *dir);
 
+/* A copy of tf_config (TF_CONFIG's JSON text, or a cluster file's) in which
+ * every address with port 0 ("127.0.0.1:0") has a port that was free when
+ * picked (bound, then released: another program may take it before the task
+ * binds it, so pick just before starting the tasks, and give every task the
+ * same text). For a local cluster without hand-picked ports. *out is
+ * malloc'd (free()); NULL on failure. ST_ERR_FORMAT for text that is not a
+ * JSON object (naming line and column); ST_ERR_IO when no port can be bound. */
+st_status st_ps_cluster_pick_ports(const char *tf_config, char **out);
+
 /* The chief of a parameter-server job (what `strata train --strategy
  * parameter_server` runs). The cluster fields are as st_ps_server_options's;
  * the task must be the chief. */
