@@ -45,7 +45,8 @@ void st_clear_stop_request(void);
 
 /* Record a formatted message as this thread's last error and return s unchanged,
  * so callers write `return st_error(ST_ERR_FORMAT, "%s: offset %zu: ...", ...)`.
- * Messages name the file, offset, field or value at fault. */
+ * Messages name the file, offset, field or value at fault. A NULL fmt records
+ * "st_error: fmt is NULL" and returns ST_ERR_INVALID (st_error_prefix too). */
 st_status st_error(st_status s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Prefix the current last-error message with more context ("loading x: " + old). */
