@@ -44,7 +44,7 @@ python3 "$src/scripts/gen_null_test.py" --headers "$tmp/h" --list >"$tmp/list" 2
 want="st_planted_parse name refused
 st_planted_parse out refused
 st_planted_count things refused
-st_planted_count hint skipped (may be NULL; other pointers)
+st_planted_count hint skipped (may be NULL; a stand-in input beside it)
 st_planted_count out refused"
 if [ "$(grep '^st_planted' "$tmp/list")" = "$want" ]; then
   ok "a planted function is covered: $(grep -c '^st_planted' "$tmp/list") cases"
