@@ -106,8 +106,15 @@ def generate(headers_dir):
            "argument may not be NULL unless its comment says so (a NULL one gives",
            "`ST_ERR_INVALID`, \"st_model_fit: train is NULL\"; functions returning",
            "void or a value do nothing or return 0/\"\" for NULL); `_destroy` accepts",
-           "NULL.", ""]
+           "NULL. The \"NULL arguments\" line under each function is derived from its",
+           "comment (\"x may be NULL\", \"accepts NULL\"; a `void *user`, `arg` or `ctx`",
+           "handed back to a callback may always be NULL) and is what the generated",
+           "test `test_null_args` (`scripts/gen_null_test.py`) enforces: it calls every",
+           "function once per pointer argument with that argument NULL.", ""]
     missing = []
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import gen_null_test  # the NULL rule of each function, as the generated test applies it
+    fnp = gen_null_test.header_types(headers_dir)[0]
     for h in names:
         path = os.path.join(headers_dir, h)
         funcs = parse_header(path)
@@ -123,6 +130,14 @@ def generate(headers_dir):
             else:
                 out += ["(see the comment above)", ""]
             last_comment = comment
+            if not name.startswith("st__"):
+                ret, params = gen_null_test.parse_decl(name, decl)
+                params = [(t, n, "fnptr" if k == "val" and t.split()[-1] in fnp else k)
+                          for t, n, k in params]
+                line = gen_null_test.null_doc(name, ret, params,
+                                              gen_null_test.nullable(comment, params, ret))
+                if line:
+                    out += [line, ""]
     return "\n".join(out).rstrip() + "\n", missing
 
 

@@ -9,7 +9,10 @@
  * peer's run fail at once with ST_ERR_PEER naming rank 1, so does one that
  * leaves (destroys its model instead of running the step), and one that never
  * comes makes it fail with ST_ERR_TIMEOUT naming rank 1 within the
- * collective timeout (no hang). One model per
+ * collective timeout (no hang). Every step of the loop also tries a nested
+ * st_strategy_run and st_checkpoint_save from inside the step function:
+ * refused on every replica of both workers, every step (issue 34), with the
+ * weights still fit's bytes. One model per
  * process: each run is its own mpirun. Run by CTest directly, it starts
  * itself under `mpirun -np 2`; skips (77) when mpirun is missing or Strata
  * was built without MPI. */
@@ -51,6 +54,8 @@ static void save(st_model *m, const char *dir, const char *name, int rank) {
 typedef struct step_arg {
   st_batch global;
   int fail_rank, rank; /* fail_rank: the worker whose replicas fail (-1: none) */
+  st_model *m;         /* loop: tries re-entrant calls on it (NULL: none) */
+  int refused;         /* re-entrant calls refused with the message (atomic) */
 } step_arg;
 
 /* One step as fit's: this replica's share, gradients over the global batch,
@@ -58,6 +63,14 @@ typedef struct step_arg {
 static st_status step(st_replica_context *c, void *p) {
   step_arg *a = p;
   if (a->rank == a->fail_rank) return st_error(ST_ERR_INVALID, "test: rank %d fails", a->rank);
+  if (a->m) { /* issue 34: a nested run or checkpoint save is refused on every replica, every step */
+    st_checkpoint_options co = st_checkpoint_default_options();
+    const char *want = "cannot be called from inside st_strategy_run's step function";
+    if (st_strategy_run(a->m->strategy, step, a) == ST_ERR_INVALID && strstr(st_last_error(), want) &&
+        st_checkpoint_save(a->m, "/nonexistent/ckpt", &co) == ST_ERR_INVALID &&
+        strstr(st_last_error(), want))
+      __atomic_add_fetch(&a->refused, 1, __ATOMIC_RELAXED);
+  }
   st_batch local = st_replica_slice(c, &a->global);
   st_status s = st_replica_compute_gradients(c, &local, a->global.size, NULL, NULL);
   return s == ST_OK ? st_replica_apply_gradients(c) : s;
@@ -141,19 +154,22 @@ static void worker(const char *mode, int local, const char *dir) {
     st_dataset_destroy(ds);
     save(m, dir, name, rank);
   } else if (!strcmp(mode, "loop")) {
-    step_arg a = {.fail_rank = -1, .rank = rank};
-    for (int at = 0; at < SF_N; at += BATCH) {
+    step_arg a = {.fail_rank = -1, .rank = rank, .m = m};
+    int steps = 0;
+    for (int at = 0; at < SF_N; at += BATCH, steps++) {
       a.global = (st_batch){SF_N - at < BATCH ? SF_N - at : BATCH, sf_x + (size_t)at * SF_D,
                             sf_y + at};
       CHECK_OK(st_strategy_run(m->strategy, step, &a));
     }
+    CHECK_MSG(a.refused == steps * local, "rank %d: %d of %d re-entrant steps refused", rank,
+              a.refused, steps * local);
     save(m, dir, name, rank);
     check_reduce(m, rank, local);
   } else {
     bool absent = !strcmp(mode, "absent"), leave = !strcmp(mode, "leave");
     step_arg a = {.fail_rank = absent || leave ? -1 : 1, .rank = rank,
                   .global = (st_batch){BATCH, sf_x, sf_y}};
-    CHECK_OK(st_strategy_run(m->strategy, step, &(step_arg){a.global, -1, rank}));
+    CHECK_OK(st_strategy_run(m->strategy, step, &(step_arg){a.global, -1, rank, NULL, 0}));
     if (absent && rank == 1) sleep(4); /* past rank 0's timeout (3 s) */
     double t0 = now();
     bool away = (absent || leave) && rank == 1; /* rank 1 runs no second step */

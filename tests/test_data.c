@@ -339,7 +339,10 @@ static void test_batch(void) {
   CHECK(st_dataset_batch(seq_ds(3, g_x, g_y), 0, false, &out) == ST_ERR_INVALID && !out);
   CHECK(has("batch_size 0"));
   CHECK(st_dataset_shuffle(NULL, 3, 1, true, &out) == ST_ERR_INVALID && !out);
-  CHECK(has("input dataset is NULL"));
+  CHECK(has("st_dataset_shuffle: ds (the input dataset) is NULL"));
+  /* a NULL out: refused, and the input is still destroyed (ASan: no leak) */
+  CHECK(st_dataset_shuffle(seq_ds(3, g_x, g_y), 3, 1, true, NULL) == ST_ERR_INVALID);
+  CHECK(has("st_dataset_shuffle: out is NULL"));
   CHECK(st_dataset_repeat(seq_ds(3, g_x, g_y), -5, &out) == ST_ERR_INVALID && !out);
   CHECK(st_dataset_shard(seq_ds(3, g_x, g_y), 2, 2, &out) == ST_ERR_INVALID && !out);
 }

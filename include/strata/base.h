@@ -45,7 +45,8 @@ void st_clear_stop_request(void);
 
 /* Record a formatted message as this thread's last error and return s unchanged,
  * so callers write `return st_error(ST_ERR_FORMAT, "%s: offset %zu: ...", ...)`.
- * Messages name the file, offset, field or value at fault. */
+ * Messages name the file, offset, field or value at fault. A NULL fmt records
+ * "st_error: fmt is NULL" and returns ST_ERR_INVALID (st_error_prefix too). */
 st_status st_error(st_status s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Prefix the current last-error message with more context ("loading x: " + old). */
@@ -87,7 +88,7 @@ void st_log(st_log_level level, const char *fmt, ...)
  * any thread, concurrently. */
 typedef void (*st_log_fn)(st_log_level level, const char *message, void *user);
 /* Routes the library's log messages to fn(level, message, user) instead of
- * stderr; fn NULL restores stderr. The previous callback may still be running
+ * stderr; fn may be NULL: restores stderr. The previous callback may still be running
  * in another thread when this returns. Any thread. */
 void st_log_set_callback(st_log_fn fn, void *user);
 
@@ -133,7 +134,8 @@ st_status st_threadpool_create(int n, st_threadpool **out);
 void st_threadpool_destroy(st_threadpool *p); /* accepts NULL; joins workers */
 int st_threadpool_size(const st_threadpool *p); /* workers, not counting the caller */
 /* Run fn(arg, i) for i in [0, ntasks) across the pool and the calling thread;
- * returns when all are done. Only one thread may call it on a pool at a time.
+ * returns when all are done (p may be NULL: the calling thread runs them all).
+ * Only one thread may call it on a pool at a time.
  * After a run the workers poll for the next one for up to 200 us (a training
  * step's runs follow that closely), then sleep: an idle pool costs nothing. */
 void st_threadpool_run(st_threadpool *p, int ntasks,
@@ -187,9 +189,10 @@ st_status st_write_file_atomic(const char *path, int (*fill)(FILE *f, void *ctx)
  * failure *buf is NULL. Any thread. */
 st_status st_read_file(const char *path, size_t max_bytes, char **buf, size_t *len);
 
-/* a*b into *out; false on size_t overflow. */
+/* a*b into *out (out may be NULL: only the check); false on size_t overflow. */
 static inline bool st_mul_size(size_t a, size_t b, size_t *out) {
-  return !__builtin_mul_overflow(a, b, out);
+  size_t tmp;
+  return !__builtin_mul_overflow(a, b, out ? out : &tmp);
 }
 
 #ifdef __cplusplus

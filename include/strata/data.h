@@ -79,7 +79,8 @@ typedef struct st_csv_options {
 st_csv_options st_csv_default_options(void);
 /* Reads into x f32 [rows, cols-1] and y f32 [rows]; errors name file, row and
  * column. Rejects ragged rows, non-numeric cells, empty files, and non-finite
- * cells (ST_ERR_NONFINITE) unless o->allow_nonfinite. */
+ * cells (ST_ERR_NONFINITE) unless o->allow_nonfinite; o may be NULL (the
+ * defaults). */
 st_status st_csv_read(const char *path, const st_csv_options *o, st_tensor *x,
                       st_tensor *y);
 
@@ -165,7 +166,8 @@ size_t st_feature_spec_size(const st_feature_spec *f);
  * file and field. */
 st_status st_example_spec_load(const char *path, st_example_spec *out);
 /* Parse one serialized tf.train.Example into x [size of spec->x] and y [size
- * of spec->y] (y unused when spec->y.name is ""). ST_ERR_FORMAT naming the
+ * of spec->y] (y unused, and y may be NULL, when spec->y.name is ""; data
+ * may be NULL when size is 0). ST_ERR_FORMAT naming the
  * feature when it is missing, of another kind, or holds another number of
  * values than its shape. */
 st_status st_parse_example(const void *data, size_t size, const st_example_spec *spec,
@@ -261,7 +263,9 @@ void st_dataset_destroy(st_dataset *ds); /* accepts NULL */
 /* The files matching a glob pattern, sorted by name (deterministic); with
  * shuffle, in a seeded random order (the same seed, the same order).
  * ST_ERR_INVALID "<pattern>: no files match" when none. *files (n names) is
- * freed with st_list_files_free. */
+ * freed with st_list_files_free. C does not convert char ** to the
+ * const char *const * of st_dataset_tfrecord by itself: pass
+ * (const char *const *)files. */
 st_status st_list_files(const char *pattern, bool shuffle, uint64_t seed, char ***files,
                         int *n);
 void st_list_files_free(char **files, int n); /* accepts NULL */
@@ -320,7 +324,10 @@ st_status st_dataset_iterate(st_dataset *ds, st_iterator **out);
  * randomness are those of that epoch, whatever was iterated before — what a
  * resumed training run needs. Does not change the next st_dataset_iterate. */
 st_status st_dataset_iterate_epoch(st_dataset *ds, uint64_t epoch, st_iterator **out);
-/* *end = true when the pass is over (out untouched). */
+/* *end = true when the pass is over (out untouched). A dataset without labels
+ * (y_size 0) gives out->y NULL, so a custom loop that hands such a batch to
+ * st_replica_compute_gradients is refused ("local->y is NULL"), never reads
+ * past a buffer. */
 st_status st_iterator_next(st_iterator *it, st_batch *out, bool *end);
 void st_iterator_destroy(st_iterator *it); /* accepts NULL; joins threads */
 

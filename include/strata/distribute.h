@@ -208,8 +208,17 @@ typedef st_status (*st_replica_fn)(st_replica_context *ctx, void *arg);
  * milliseconds with ST_ERR_PEER, and when the one that left had returned
  * ST_OK the run fails with ST_ERR_INVALID "replica R returned while replica
  * W still waited in a collective". The strategy can run again afterwards.
- * ST_ERR_INVALID when s or fn is NULL or s is not bound to a compiled model.
- * Counts one step when replica 0 applied gradients. */
+ * ST_ERR_INVALID when s or fn is NULL, s is not bound to a compiled model or
+ * was destroyed. Counts one step when replica 0 applied gradients.
+ * Re-entrancy: from inside one of s's step functions, st_strategy_run,
+ * st_model_fit, st_model_evaluate, st_model_predict, st_checkpoint_save /
+ * restore and st_model_save / load / set_weights on s's model are refused,
+ * every time, on every replica: ST_ERR_INVALID "<function>: cannot be called
+ * from inside st_strategy_run's step function". While st_model_fit runs on s
+ * (its callbacks, map functions of its data), st_strategy_run and a nested
+ * st_model_fit are refused ("cannot be called from inside st_model_fit");
+ * evaluate, predict, checkpoints and weights are allowed there, as Keras
+ * callbacks use them. */
 st_status st_strategy_run(st_strategy *s, st_replica_fn fn, void *arg);
 /* out[n] = reduction over replicas of per_replica[r*n .. r*n+n), in replica
  * order (for values collected per replica inside st_strategy_run).
@@ -267,10 +276,11 @@ st_status st_replica_all_reduce(st_replica_context *c, st_reduce_op op, float *b
  * batch), and writes every trainable variable's gradient into the replica
  * (as st_replica_compute_gradients does: st_replica_apply_gradients then
  * sums and applies them) and, when dx is not NULL, the gradient with
- * respect to the input [n, input] (a model of one input, host backends).
+ * respect to the input [n, input] (a model of one input, host backends; dx
+ * may be NULL).
  * st_replica_loss_gradient is fit's own loss on the last forward: dy [n,
  * outputs] = d(sum of the per-example losses against the labels y) / d out,
- * divided by global_batch, and the unscaled loss sum (may be NULL); with it
+ * divided by global_batch, and the unscaled loss sum (loss_sum may be NULL); with it
  * a custom loop trains fit's bytes. Every replica calls them in the same
  * order (a model with synchronized BatchNormalization exchanges statistics);
  * ST_ERR_INVALID naming the argument otherwise (NULL c, local or dy with

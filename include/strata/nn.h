@@ -159,7 +159,7 @@ st_status st_leaky_relu(float negative_slope, st_layer **out);
  * input node belongs to the caller until a model takes it. */
 typedef struct st_node st_node;
 /* A model input of per-example shape `shape` (rank 1..ST_MAX_RANK, dims > 0);
- * name NULL = automatic ("input_1", ...). ST_ERR_INVALID naming the bad
+ * name may be NULL (automatic: "input_1", ...). ST_ERR_INVALID naming the bad
  * argument, ST_ERR_NOMEM. */
 st_status st_input(st_shape shape, const char *name, st_node **out);
 /* Calls l on inputs[0..n) (n >= 1; most layers take 1, Add/Concatenate
@@ -325,6 +325,12 @@ typedef struct st_schedule {
 st_schedule st_schedule_constant(float lr);
 /* Learning rate at optimizer step `step` (0-based count of applied updates). */
 float st_schedule_lr(const st_schedule *s, int64_t step);
+/* ST_OK when s can only give finite positive learning rates, else
+ * ST_ERR_INVALID naming the field: kind out of range, initial not finite and
+ * > 0, decay_steps negative, (exponential) decay_rate not finite and > 0,
+ * (cosine) alpha outside [0, 1]. st_model_compile and st_ps_train check
+ * their optimizer's schedule with it. */
+st_status st_schedule_check(const st_schedule *s);
 
 /* ---- optimizers ---- */
 typedef enum st_optimizer_kind {
@@ -352,7 +358,8 @@ st_status st_optimizer_parse(const char *name, st_optimizer_kind *out);
 int st_optimizer_slot_count(const st_optimizer_options *o);
 /* Apply one update to n parameters with the kernels of ctx's backend (the
  * context of the replica or model that owns the buffers). slots[i] are the
- * slot buffers; step is the 0-based number of updates applied before this one.
+ * slot buffers (slots may be NULL when the optimizer keeps none); step is
+ * the 0-based number of updates applied before this one.
  * Any thread that may use ctx. */
 void st_optimizer_apply(const st_optimizer_options *o, st_backend_ctx *ctx,
                         int64_t step, size_t n, float *params,

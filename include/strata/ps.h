@@ -74,6 +74,25 @@ st_ps_server_options st_ps_server_default_options(void);
  * lost. Every line it reports goes to on_message first. */
 st_status st_ps_server_run(const st_ps_server_options *o);
 
+/* CURVE keys for every task of a cluster into dir (created if missing):
+ * <role>-<index>.pub (Z85 public key) and <role>-<index>.secret (mode 0600),
+ * what `strata keygen DIR` writes; give that dir as keys_dir to the servers
+ * and the chief instead of insecure. The cluster: tf_config (TF_CONFIG's
+ * JSON text) when set, else cluster_file, else the environment's TF_CONFIG
+ * (tf_config and cluster_file may be NULL). ST_ERR_INVALID for a bad
+ * cluster (naming the field) or a NULL dir; ST_ERR_IO naming the file;
+ * ST_ERR_NOT_BUILT without ZeroMQ. */
+st_status st_ps_keygen(const char *tf_config, const char *cluster_file, const char *dir);
+
+/* A copy of tf_config (TF_CONFIG's JSON text, or a cluster file's) in which
+ * every address with port 0 ("127.0.0.1:0") has a port that was free when
+ * picked (bound, then released: another program may take it before the task
+ * binds it, so pick just before starting the tasks, and give every task the
+ * same text). For a local cluster without hand-picked ports. *out is
+ * malloc'd (free()); NULL on failure. ST_ERR_FORMAT for text that is not a
+ * JSON object (naming line and column); ST_ERR_IO when no port can be bound. */
+st_status st_ps_cluster_pick_ports(const char *tf_config, char **out);
+
 /* The chief of a parameter-server job (what `strata train --strategy
  * parameter_server` runs). The cluster fields are as st_ps_server_options's;
  * the task must be the chief. */
@@ -92,7 +111,9 @@ typedef struct st_ps_train_options {
   st_optimizer_options optimizer; /* applied on the ps */
   int64_t steps_per_execution;    /* steps per closure (1) */
   double heartbeat_interval;      /* seconds (1); a task silent for 3 is lost */
-  double coordinator_timeout;     /* seconds (60): servers exit when the chief is silent this long */
+  double coordinator_timeout;     /* seconds (60): servers exit when the chief is silent this
+                                     long; the chief waits this long for each server's answer
+                                     to the job (ST_ERR_PEER naming the task) */
   int64_t max_staleness;          /* -1: unbounded */
   int64_t ps_shards, ps_min_shard_bytes; /* variable partitioning (0: none) */
   const char *backup_dir;         /* BackupAndRestore (NULL: none; a lost ps then ends the job) */

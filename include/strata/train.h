@@ -206,6 +206,16 @@ typedef struct st_fit_options {
    * nor the pipeline strategy; a non-finite weight is ST_ERR_INVALID naming
    * the example). Validation data has no weight column. */
   bool sample_weight_column;
+  /* Keras's steps_per_epoch and validation_steps (0 = a whole pass): each
+   * epoch trains on the first steps_per_epoch batches of that epoch's pass
+   * over `train` (st_dataset_iterate_epoch; fewer when the pass ends first),
+   * and validation evaluates the first validation_steps batches. A dataset of
+   * infinite cardinality (st_dataset_repeat with -1) needs them: fit refuses
+   * it otherwise ("st_model_fit: the training dataset is infinite ...: set
+   * o->steps_per_epoch"), before any step. Unknown cardinality (-2: TFRecord
+   * files, ...) runs until the pass ends. Negative values are refused. */
+  int64_t steps_per_epoch;
+  int64_t validation_steps;
 } st_fit_options;
 /* One epoch, no validation, no callbacks, warmup 20, no backup. */
 st_fit_options st_fit_default_options(void);
@@ -245,6 +255,15 @@ st_status st_model_evaluate(st_model *m, st_dataset *ds, st_eval_result *out);
  * have labels or not (st_dataset_from_tensor_slices with y NULL): labels are
  * not used, and the predictions are the same either way. */
 st_status st_model_predict(st_model *m, st_dataset *ds, st_tensor *out);
+/* evaluate and predict over the first `steps` batches of ds only (Keras's
+ * steps argument; 0 = the whole pass, as st_model_evaluate / predict; fewer
+ * when the pass ends first). A dataset of infinite cardinality (st_dataset_repeat
+ * with -1) needs steps > 0: st_model_evaluate, st_model_predict and these
+ * with steps 0 refuse it at once ("st_model_evaluate: the dataset is infinite
+ * ...: give steps"); a negative steps is ST_ERR_INVALID. */
+st_status st_model_evaluate_steps(st_model *m, st_dataset *ds, int64_t steps,
+                                  st_eval_result *out);
+st_status st_model_predict_steps(st_model *m, st_dataset *ds, int64_t steps, st_tensor *out);
 
 /* Keras-style progress ("Epoch 1/3", a bar with ETA when tty, else one line per
  * epoch) written to `stream` (borrowed; the CLI passes stderr). */
@@ -291,8 +310,8 @@ st_status st_checkpoint_restore(st_model *m, const char *dir);
  * dir and out may not be NULL (ST_ERR_INVALID). */
 st_status st_checkpoint_latest(const char *dir, char *out, size_t n);
 /* Keras ModelCheckpoint: a checkpoint in dir at each epoch end, or only when
- * the monitored value improved (save_best_only; monitor as EarlyStopping,
- * NULL = "val_loss"). ST_ERR_INVALID for no dir, a dir over 4095 bytes, or
+ * the monitored value improved (save_best_only; monitor as EarlyStopping;
+ * monitor may be NULL: "val_loss"). ST_ERR_INVALID for no dir, a dir over 4095 bytes, or
  * (save_best_only) an unknown monitor. */
 st_status st_model_checkpoint_create(const char *dir, const char *monitor, bool save_best_only,
                                      int keep, st_callback *out);
@@ -369,7 +388,8 @@ st_status st_tensorboard_callback_create(st_tensorboard *tb, int update_freq, st
 
 /* ---- pictures ---- */
 /* Loss and accuracy curves (train and, if present, validation per epoch) as a
- * self-contained SVG with axes, ticks and a legend; written atomically. */
+ * self-contained SVG with axes, ticks and a legend; written atomically
+ * (title may be NULL: no title). */
 st_status st_plot_history_svg(const st_history *h, const char *title, const char *path);
 
 /* ---- Keras model export ---- */
@@ -393,8 +413,8 @@ st_status st_model_from_keras_json(const char *path, const st_model_options *o,
                                    st_model **out);
 /* The same from the JSON text itself: len bytes at text (need not end in a
  * NUL; capped at 16 MiB). origin names the text in errors where a file's
- * path would be ("model_from_json: layer 2 ('d', Dense): ..."); NULL =
- * "Keras JSON". Invalid JSON is ST_ERR_FORMAT naming line and column.
+ * path would be ("model_from_json: layer 2 ('d', Dense): ..."); origin may be
+ * NULL: "Keras JSON". Invalid JSON is ST_ERR_FORMAT naming line and column.
  * st_model_from_keras_json reads the file and calls this. Any thread. */
 st_status st_model_from_keras_json_text(const char *text, size_t len, const char *origin,
                                         const st_model_options *o, st_model **out);

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/args.h"
 #include "backend/cuda.h"
 #include "backend/impl.h"
 
@@ -76,8 +77,8 @@ bool st__backend_table_complete(const st_backend *be) {
  * backend's own part (the optional ctx_create slot) hangs from ctx->impl. */
 st_status st_backend_ctx_create(const st_backend *be, int device_index,
                                 int threads, st_backend_ctx **out) {
-  if (!be || !out)
-    return st_error(ST_ERR_INVALID, "st_backend_ctx_create: NULL backend or out");
+  ST_REQUIRE(be);
+  ST_REQUIRE(out);
   *out = NULL;
   if (device_index < 0 || threads < 0)
     return st_error(ST_ERR_INVALID, "st_backend_ctx_create: device %d, threads %d (must be >= 0)",

@@ -4,6 +4,7 @@
  * input, whether a loss takes sparse class-index labels). Adding an activation
  * or loss: extend the enum in strata/backend.h and the tables here (the
  * static_asserts fail until you do). Thread-safe, no state. */
+#include "base/args.h"
 #include "strata/backend.h"
 
 #include <assert.h>
@@ -65,6 +66,8 @@ static const char *join_names(const char *const *names, int n, char *buf,
 }
 
 st_status st_activation_parse(const char *name, st_activation *out) {
+  ST_REQUIRE(name);
+  ST_REQUIRE(out);
   char list[256];
   if (name) {
     for (int i = 0; i < ST_ACT_COUNT; i++) {
@@ -96,6 +99,8 @@ const char *st_loss_name(st_loss_kind k) {
 }
 
 st_status st_loss_parse(const char *name, st_loss_kind *out) {
+  ST_REQUIRE(name);
+  ST_REQUIRE(out);
   char list[512];
   if (name) {
     for (int i = 0; i < ST_LOSS_COUNT; i++) {

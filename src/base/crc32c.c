@@ -88,6 +88,7 @@ bool st__crc32c_hardware(void) {
 }
 
 uint32_t st_crc32c(uint32_t crc, const void *data, size_t n) {
+  if (!data) return crc; /* nothing to add */
   pthread_once(&crc_once, init_tables);
   if (crc_use_hw) return ~crc_hw(~crc, data, n);
   return ~crc_sw(~crc, data, n);

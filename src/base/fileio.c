@@ -6,6 +6,7 @@
  * Any thread: the only shared state is an atomic counter for temp names. */
 #define _GNU_SOURCE
 #include "base/fileio.h"
+#include "base/args.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -387,5 +388,8 @@ st_status st_write_file_atomic(const char *path, int (*fill)(FILE *f, void *ctx)
 }
 
 st_status st_read_file(const char *path, size_t max_bytes, char **buf, size_t *len) {
+  ST_REQUIRE(path);
+  ST_REQUIRE(buf);
+  ST_REQUIRE(len);
   return st__read_all(path, max_bytes, buf, len);
 }

@@ -80,7 +80,7 @@ static void log_to_sink(st_log_fn fn, void *user, st_log_level level, const char
 }
 
 void st_log(st_log_level level, const char *fmt, ...) {
-  if (level >= ST_LOG_OFF || (int)level < (int)st_log_get_level()) return;
+  if (!fmt || level >= ST_LOG_OFF || (int)level < (int)st_log_get_level()) return;
   pthread_mutex_lock(&g_sink_mu);
   st_log_fn fn = g_sink;
   void *user = g_sink_user;

@@ -28,6 +28,7 @@ static inline void philox_round(uint32_t c[4], const uint32_t k[2]) {
 
 void st_philox4x32(uint64_t seed, uint64_t stream, uint64_t counter,
                    uint32_t out[4]) {
+  if (!out) return;
   uint32_t c[4] = {(uint32_t)counter, (uint32_t)(counter >> 32),
                    (uint32_t)stream, (uint32_t)(stream >> 32)};
   uint32_t k[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
@@ -47,6 +48,7 @@ st_rng st_rng_make(uint64_t seed, uint64_t stream) {
 }
 
 uint32_t st_rng_u32(st_rng *r) {
+  if (!r) return 0;
   if (r->pos >= 4) {
     st_philox4x32(r->seed, r->stream, r->counter++, r->buf);
     r->pos = 0;
@@ -56,15 +58,17 @@ uint32_t st_rng_u32(st_rng *r) {
 
 /* Low word first. */
 uint64_t st_rng_u64(st_rng *r) {
+  if (!r) return 0;
   uint64_t lo = st_rng_u32(r);
   uint64_t hi = st_rng_u32(r);
   return lo | (hi << 32);
 }
 
-float st_rng_uniform(st_rng *r) { return st_u32_to_unit(st_rng_u32(r)); }
+float st_rng_uniform(st_rng *r) { return r ? st_u32_to_unit(st_rng_u32(r)) : 0.0f; }
 
 /* Box-Muller from two fresh uniforms; u1 in (0, 1] so log(u1) is finite. */
 float st_rng_normal(st_rng *r) {
+  if (!r) return 0.0f;
   double u1 = ((double)(st_rng_u32(r) >> 8) + 1.0) * (1.0 / 16777216.0);
   double u2 = (double)(st_rng_u32(r) >> 8) * (1.0 / 16777216.0);
   return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586476925 * u2));
@@ -73,7 +77,7 @@ float st_rng_normal(st_rng *r) {
 /* Rejection sampling: draws below `threshold` ((2^w - n) mod n of them) are
  * rejected, leaving a whole number of copies of [0, n). n must be > 0. */
 uint64_t st_rng_below(st_rng *r, uint64_t n) {
-  ST_ASSERT(n > 0);
+  if (!r || n == 0) return 0;
   if (n <= UINT32_MAX) {
     uint32_t n32 = (uint32_t)n;
     uint32_t threshold = (uint32_t)(-n32) % n32;

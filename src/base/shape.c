@@ -31,7 +31,8 @@ bool st_shape_equal(st_shape a, st_shape b) {
 
 /* Writes "(None, d0, d1, ...)" into buf[n] (truncated to fit); returns buf. */
 const char *st_shape_format(st_shape s, char *buf, size_t n) {
-  if (!buf || n == 0) return buf;
+  if (!buf) return "";
+  if (n == 0) return buf;
   size_t used = (size_t)snprintf(buf, n, "(None");
   for (int i = 0; i < s.rank && i < ST_MAX_RANK && used < n; i++)
     used += (size_t)snprintf(buf + used, n - used, ", %d", s.dims[i]);

@@ -85,6 +85,7 @@ static void format_store(const char *then, const char *fmt, va_list ap) {
 }
 
 st_status st_error(st_status s, const char *fmt, ...) {
+  if (!fmt) return st_error(ST_ERR_INVALID, "st_error: fmt is NULL");
   va_list ap;
   va_start(ap, fmt);
   format_store(NULL, fmt, ap);
@@ -93,6 +94,7 @@ st_status st_error(st_status s, const char *fmt, ...) {
 }
 
 st_status st_error_prefix(st_status s, const char *fmt, ...) {
+  if (!fmt) return st_error(ST_ERR_INVALID, "st_error_prefix: fmt is NULL");
   char old[ERR_MAX];
   memcpy(old, g_err, sizeof old); /* the message the prefix goes before */
   va_list ap;

@@ -15,6 +15,7 @@
 #include "strata/base.h"
 #include "base/fpenv.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -134,6 +135,7 @@ static void pool_free(st_threadpool *p, int started) {
 }
 
 st_status st_threadpool_create(int n, st_threadpool **out) {
+  if (!out) return st_error(ST_ERR_INVALID, "st_threadpool_create: out is NULL");
   *out = NULL;
   if (n < 1)
     return st_error(ST_ERR_INVALID, "thread pool size %d: must be >= 1", n);
@@ -153,7 +155,7 @@ st_status st_threadpool_create(int n, st_threadpool **out) {
     int rc = pthread_create(&p->threads[i], NULL, worker_main, p);
     if (rc != 0) {
       pool_free(p, i);
-      return st_error(ST_ERR_INTERNAL,
+      return st_error(rc == EAGAIN || rc == ENOMEM ? ST_ERR_NOMEM : ST_ERR_INTERNAL,
                       "thread pool: creating worker %d of %d failed: %s", i, n,
                       strerror(rc));
     }
@@ -171,11 +173,15 @@ void st_threadpool_destroy(st_threadpool *p) {
   if (p) pool_free(p, p->n);
 }
 
-int st_threadpool_size(const st_threadpool *p) { return p->n; }
+int st_threadpool_size(const st_threadpool *p) { return p ? p->n : 0; }
 
 void st_threadpool_run(st_threadpool *p, int ntasks,
                        void (*fn)(void *arg, int task), void *arg) {
-  if (ntasks <= 0) return;
+  if (ntasks <= 0 || !fn) return;
+  if (!p) { /* no pool: the caller's thread runs every task */
+    for (int i = 0; i < ntasks; i++) fn(arg, i);
+    return;
+  }
   if (ntasks == 1) { /* nothing to share: skip the hand-off */
     fn(arg, 0);
     return;

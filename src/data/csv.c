@@ -10,6 +10,7 @@
  * an error reads "data.csv: row 3, column 2 ('abc'): not a number". Quoting is
  * limited to one pair of double quotes around a whole field. */
 #define _POSIX_C_SOURCE 200809L
+#include "base/args.h"
 #include "strata/data.h"
 #include "base/fileio.h"
 
@@ -257,7 +258,9 @@ static st_status alloc_out(const csv_text *t, const csv_layout *L, st_tensor *x,
 
 st_status st_csv_read(const char *path, const st_csv_options *o, st_tensor *x,
                       st_tensor *y) {
-  if (!path || !x || !y) return st_error(ST_ERR_INVALID, "st_csv_read: NULL argument");
+  ST_REQUIRE(path);
+  ST_REQUIRE(x);
+  ST_REQUIRE(y);
   st_csv_options def = st_csv_default_options();
   if (!o) o = &def;
   memset(x, 0, sizeof *x);

@@ -33,9 +33,15 @@ st_status st__ds_fail(st_dataset *in, st_status s, const char *fmt, ...) {
   return st_error(s, "%s", msg);
 }
 
-bool st__ds_null_input(const st_dataset *in, const char *fn) {
+bool st__ds_bad_args(st_dataset *in, st_dataset **out, const char *fn) {
+  if (!out) {
+    st_dataset_destroy(in); /* the transform owns its input, even refused */
+    st_error(ST_ERR_INVALID, "%s: out is NULL", fn);
+    return true;
+  }
+  *out = NULL;
   if (in) return false;
-  st_error(ST_ERR_INVALID, "%s: input dataset is NULL", fn);
+  st_error(ST_ERR_INVALID, "%s: ds (the input dataset) is NULL", fn);
   return true;
 }
 
@@ -63,13 +69,15 @@ size_t st__ds_item_floats(const st_dataset *ds, size_t per_example) {
 
 st_status st__ds_iterate(st_dataset *ds, uint64_t epoch, st_iterator **out) {
   *out = NULL;
-  return ds->ops->iterate(ds, epoch, out);
+  st_status s = ds->ops->iterate(ds, epoch, out);
+  if (s == ST_OK && *out) (*out)->no_labels = ds->y_size == 0;
+  return s;
 }
 
 st_status st_dataset_iterate(st_dataset *ds, st_iterator **out) {
   if (!out) return st_error(ST_ERR_INVALID, "st_dataset_iterate: out is NULL");
   *out = NULL;
-  if (!ds) return st_error(ST_ERR_INVALID, "st_dataset_iterate: dataset is NULL");
+  if (!ds) return st_error(ST_ERR_INVALID, "st_dataset_iterate: ds is NULL");
   uint64_t epoch = __atomic_fetch_add(&ds->next_epoch, 1, __ATOMIC_RELAXED);
   return st__ds_iterate(ds, epoch, out);
 }
@@ -77,15 +85,18 @@ st_status st_dataset_iterate(st_dataset *ds, st_iterator **out) {
 st_status st_dataset_iterate_epoch(st_dataset *ds, uint64_t epoch, st_iterator **out) {
   if (!out) return st_error(ST_ERR_INVALID, "st_dataset_iterate_epoch: out is NULL");
   *out = NULL;
-  if (!ds) return st_error(ST_ERR_INVALID, "st_dataset_iterate_epoch: dataset is NULL");
+  if (!ds) return st_error(ST_ERR_INVALID, "st_dataset_iterate_epoch: ds is NULL");
   return st__ds_iterate(ds, epoch, out);
 }
 
 st_status st_iterator_next(st_iterator *it, st_batch *out, bool *end) {
-  if (!it || !out || !end)
-    return st_error(ST_ERR_INVALID, "st_iterator_next: NULL argument");
+  ST_REQUIRE(it);
+  ST_REQUIRE(out);
+  ST_REQUIRE(end);
   *end = false;
-  return it->ops->next(it, out, end);
+  st_status s = it->ops->next(it, out, end);
+  if (s == ST_OK && it->no_labels) out->y = NULL; /* no buffer to read labels from */
+  return s;
 }
 
 void st_iterator_destroy(st_iterator *it) {

@@ -253,10 +253,9 @@ static void cache_node_destroy(st_dataset *ds) { free(((cache_node *)ds)->path);
 static const st__ds_ops cache_ops = {"cache", cache_iterate, cache_node_destroy, NULL};
 
 st_status st_dataset_cache(st_dataset *ds, const char *filename, st_dataset **out) {
-  *out = NULL;
-  if (st__ds_null_input(ds, "st_dataset_cache")) return ST_ERR_INVALID;
+  if (st__ds_bad_args(ds, out, "st_dataset_cache")) return ST_ERR_INVALID;
   if (!filename || !filename[0])
-    return st__ds_fail(ds, ST_ERR_INVALID, "cache: filename is %s (an in-memory cache is not "
+    return st__ds_fail(ds, ST_ERR_INVALID, "st_dataset_cache: filename is %s (an in-memory cache is not "
                        "supported: give a file)", filename ? "empty" : "NULL");
   if (ds->cardinality == -1)
     return st__ds_fail(ds, ST_ERR_INVALID, "cache %s: the input is infinite (repeat forever "

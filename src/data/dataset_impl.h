@@ -11,6 +11,7 @@
 #ifndef STRATA_DATA_DATASET_IMPL_H
 #define STRATA_DATA_DATASET_IMPL_H
 
+#include "base/args.h"
 #include "strata/data.h"
 
 typedef struct st__iter_ops {
@@ -24,6 +25,7 @@ typedef struct st__iter_ops {
 
 struct st_iterator {
   const st__iter_ops *ops;
+  bool no_labels; /* the dataset has no labels: st_iterator_next gives y NULL */
 };
 
 typedef struct st__ds_ops {
@@ -53,8 +55,10 @@ void st__ds_init(st_dataset *ds, const st__ds_ops *ops, st_dataset *in);
 /* A transform failed: destroy `in` (may be NULL), set the error, return s. */
 st_status st__ds_fail(st_dataset *in, st_status s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* Checks for transform entry: true (error set) when the input is NULL. */
-bool st__ds_null_input(const st_dataset *in, const char *fn);
+/* Checks for transform entry: true (error set: "<fn>: out is NULL" / "ds
+ * ... is NULL") when out or the input is NULL; a NULL out destroys in (the
+ * transform owns it), else *out = NULL. */
+bool st__ds_bad_args(st_dataset *in, st_dataset **out, const char *fn);
 /* Start a pass over ds at the given epoch (used by nodes on their input). */
 st_status st__ds_iterate(st_dataset *ds, uint64_t epoch, st_iterator **out);
 /* Floats per item slot: max(batch, 1) * size. */

@@ -275,9 +275,8 @@ static const st__ds_ops pmap_ops = {"map", pmap_iterate, NULL, pmap_rebuild};
 
 st_status st_dataset_map_parallel(st_dataset *ds, st_map_fn fn, void *user,
                                   int num_parallel_calls, st_dataset **out) {
-  *out = NULL;
-  if (st__ds_null_input(ds, "st_dataset_map_parallel")) return ST_ERR_INVALID;
-  if (!fn) return st__ds_fail(ds, ST_ERR_INVALID, "map: callback is NULL");
+  if (st__ds_bad_args(ds, out, "st_dataset_map_parallel")) return ST_ERR_INVALID;
+  if (!fn) return st__ds_fail(ds, ST_ERR_INVALID, "%s: fn is NULL", __func__);
   if (num_parallel_calls != ST_AUTOTUNE &&
       (num_parallel_calls < 1 || num_parallel_calls > PMAP_MAX_THREADS))
     return st__ds_fail(ds, ST_ERR_INVALID, "map: num_parallel_calls %d must be in 1..%d or -1 "

@@ -290,8 +290,7 @@ static st_status prefetch_rebuild(const st_dataset *ds, st_dataset *in, st_datas
 static const st__ds_ops prefetch_ops = {"prefetch", prefetch_iterate, NULL, prefetch_rebuild};
 
 st_status st_dataset_prefetch(st_dataset *ds, int buffer_size, st_dataset **out) {
-  *out = NULL;
-  if (st__ds_null_input(ds, "st_dataset_prefetch")) return ST_ERR_INVALID;
+  if (st__ds_bad_args(ds, out, "st_dataset_prefetch")) return ST_ERR_INVALID;
   if ((buffer_size < 1 && buffer_size != ST_AUTOTUNE) || buffer_size > 1 << 20)
     return st__ds_fail(ds, ST_ERR_INVALID, "prefetch: buffer_size %d must be in 1..%d or -1 "
                        "(ST_AUTOTUNE)", buffer_size, 1 << 20);

@@ -266,8 +266,7 @@ static const st__ds_ops shuffle_ops = {"shuffle", shuffle_iterate, NULL, shuffle
 
 st_status st_dataset_shuffle(st_dataset *ds, int64_t buffer_size, uint64_t seed,
                              bool reshuffle_each_iteration, st_dataset **out) {
-  *out = NULL;
-  if (st__ds_null_input(ds, "st_dataset_shuffle")) return ST_ERR_INVALID;
+  if (st__ds_bad_args(ds, out, "st_dataset_shuffle")) return ST_ERR_INVALID;
   if (buffer_size < 1)
     return st__ds_fail(ds, ST_ERR_INVALID, "shuffle: buffer_size %lld must be >= 1",
                        (long long)buffer_size);

@@ -4,6 +4,7 @@
  * produced. Besides the usual iterator it exposes st__slices_row so a shuffle
  * directly above it can gather rows in permuted order without buffering
  * converted elements. */
+#include "base/args.h"
 #include "data/dataset_impl.h"
 #include "data/labels.h"
 
@@ -201,8 +202,8 @@ static void set_shape(slices_node *s, const st_tensor *x, size_t xrow, size_t yr
 
 st_status st_dataset_from_tensor_slices(const st_tensor *x, const st_tensor *y,
                                         float x_scale, bool copy, st_dataset **out) {
-  if (!x || !out)
-    return st_error(ST_ERR_INVALID, "from_tensor_slices: NULL argument");
+  ST_REQUIRE(x);
+  ST_REQUIRE(out);
   *out = NULL;
   size_t xrow, yrow = 0, xbytes, ybytes = 0;
   st_status s = check_tensor(x, "x", &xrow, &xbytes);

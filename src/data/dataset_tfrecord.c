@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/args.h"
 #include "data/dataset_impl.h"
 #include "data/tfrecord_ds.h"
 
@@ -215,7 +216,9 @@ static st_status check_options(int nfiles, const st_tfrecord_dataset_options *o)
 
 st_status st_dataset_tfrecord(const char *const *files, int nfiles,
                               const st_tfrecord_dataset_options *o, st_dataset **out) {
-  if (!out) return st_error(ST_ERR_INVALID, "st_dataset_tfrecord: out is NULL");
+  ST_REQUIRE(files);
+  ST_REQUIRE(o);
+  ST_REQUIRE(out);
   *out = NULL;
   if (!files || !o || nfiles < 1)
     return st_error(ST_ERR_INVALID, "st_dataset_tfrecord: %s", nfiles < 1 ? "no files" : "NULL argument");
@@ -285,7 +288,9 @@ void st_list_files_free(char **files, int n) {
 
 st_status st_list_files(const char *pattern, bool shuffle, uint64_t seed, char ***files,
                         int *n) {
-  if (!pattern || !files || !n) return st_error(ST_ERR_INVALID, "list_files: NULL argument");
+  ST_REQUIRE(pattern);
+  ST_REQUIRE(files);
+  ST_REQUIRE(n);
   *files = NULL;
   *n = 0;
   glob_t g;

@@ -131,9 +131,8 @@ static st_status map_rebuild(const st_dataset *ds, st_dataset *in, st_dataset **
 static const st__ds_ops map_ops = {"map", map_iterate, NULL, map_rebuild};
 
 st_status st_dataset_map(st_dataset *ds, st_map_fn fn, void *user, st_dataset **out) {
-  *out = NULL;
-  if (st__ds_null_input(ds, "st_dataset_map")) return ST_ERR_INVALID;
-  if (!fn) return st__ds_fail(ds, ST_ERR_INVALID, "map: callback is NULL");
+  if (st__ds_bad_args(ds, out, "st_dataset_map")) return ST_ERR_INVALID;
+  if (!fn) return st__ds_fail(ds, ST_ERR_INVALID, "%s: fn is NULL", __func__);
   map_node *m = (map_node *)new_node(ds, &map_ops, sizeof *m);
   if (!m) return ST_ERR_NOMEM;
   m->fn = fn;
@@ -211,8 +210,7 @@ st_status st__batch_rebuild_size(const st_dataset *ds, st_dataset *in, int batch
 
 st_status st_dataset_batch(st_dataset *ds, int batch_size, bool drop_remainder,
                            st_dataset **out) {
-  *out = NULL;
-  if (st__ds_null_input(ds, "st_dataset_batch")) return ST_ERR_INVALID;
+  if (st__ds_bad_args(ds, out, "st_dataset_batch")) return ST_ERR_INVALID;
   if (batch_size < 1)
     return st__ds_fail(ds, ST_ERR_INVALID, "batch: batch_size %d must be >= 1", batch_size);
   if (ds->batch > 0)
@@ -319,8 +317,7 @@ static int64_t repeat_cardinality(int64_t c, int64_t count) {
 }
 
 st_status st_dataset_repeat(st_dataset *ds, int64_t count, st_dataset **out) {
-  *out = NULL;
-  if (st__ds_null_input(ds, "st_dataset_repeat")) return ST_ERR_INVALID;
+  if (st__ds_bad_args(ds, out, "st_dataset_repeat")) return ST_ERR_INVALID;
   if (count < -1)
     return st__ds_fail(ds, ST_ERR_INVALID, "repeat: count %lld must be >= 0 or -1 (forever)",
                        (long long)count);
@@ -433,8 +430,7 @@ static st_status count_node_new(st_dataset *ds, const st__ds_ops *ops, count_kin
 }
 
 st_status st_dataset_take(st_dataset *ds, int64_t count, st_dataset **out) {
-  *out = NULL;
-  if (st__ds_null_input(ds, "st_dataset_take")) return ST_ERR_INVALID;
+  if (st__ds_bad_args(ds, out, "st_dataset_take")) return ST_ERR_INVALID;
   if (count < -1)
     return st__ds_fail(ds, ST_ERR_INVALID, "take: count %lld must be >= 0 or -1 (all)",
                        (long long)count);
@@ -444,8 +440,7 @@ st_status st_dataset_take(st_dataset *ds, int64_t count, st_dataset **out) {
 }
 
 st_status st_dataset_skip(st_dataset *ds, int64_t count, st_dataset **out) {
-  *out = NULL;
-  if (st__ds_null_input(ds, "st_dataset_skip")) return ST_ERR_INVALID;
+  if (st__ds_bad_args(ds, out, "st_dataset_skip")) return ST_ERR_INVALID;
   if (count < -1)
     return st__ds_fail(ds, ST_ERR_INVALID, "skip: count %lld must be >= 0 or -1 (all)",
                        (long long)count);
@@ -455,8 +450,7 @@ st_status st_dataset_skip(st_dataset *ds, int64_t count, st_dataset **out) {
 }
 
 st_status st_dataset_shard(st_dataset *ds, int num_shards, int index, st_dataset **out) {
-  *out = NULL;
-  if (st__ds_null_input(ds, "st_dataset_shard")) return ST_ERR_INVALID;
+  if (st__ds_bad_args(ds, out, "st_dataset_shard")) return ST_ERR_INVALID;
   if (num_shards < 1 || index < 0 || index >= num_shards)
     return st__ds_fail(ds, ST_ERR_INVALID, "shard: index %d out of range for %d shards "
                        "(need num_shards >= 1 and 0 <= index < num_shards)", index, num_shards);

@@ -11,6 +11,8 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "base/args.h"
+#include "base/fileio.h"
 #include "data/tfrecord_ds.h"
 #include "example.pb-c.h"
 #include "strata/data.h"
@@ -25,6 +27,7 @@ static const char *const dtype_names[ST_FEATURE_DTYPE_COUNT] = {"float32", "int6
 static const char *const kind_names[] = {"no value", "bytes_list", "float_list", "int64_list"};
 
 size_t st_feature_spec_size(const st_feature_spec *f) {
+  if (!f) return 0;
   size_t n = 1;
   for (int i = 0; i < f->shape.rank; i++) n *= (size_t)f->shape.dims[i];
   return n;
@@ -147,15 +150,39 @@ st_status st__parse_example_bounded(const void *data, size_t size, const st_exam
 
 st_status st_parse_example(const void *data, size_t size, const st_example_spec *spec,
                            float *x, float *y) {
+  if (!data && size) return st_error(ST_ERR_INVALID, "%s: data is NULL (size %zu)", __func__, size);
+  ST_REQUIRE(spec);
+  ST_REQUIRE(x);
+  if (!y && spec->y.name[0]) return st_error(ST_ERR_INVALID, "%s: y is NULL", __func__);
   return st__parse_example_bounded(data, size, spec, x, y,
                                    st__example_decode_budget(size, DECODE_DEFAULT_MAX), NULL);
 }
 
 /* ---- serializing ---- */
+/* Each feature has a name, a known dtype and data for its count. */
+static st_status check_features(const st_feature_value *f, int n) {
+  const char *fn = "st_example_serialize";
+  for (int i = 0; i < n; i++) {
+    if (!f[i].name) return st_error(ST_ERR_INVALID, "%s: f[%d].name is NULL", fn, i);
+    if ((int)f[i].dtype < 0 || f[i].dtype >= ST_FEATURE_DTYPE_COUNT)
+      return st_error(ST_ERR_INVALID, "%s: f[%d] ('%s'): dtype %d is not a feature dtype", fn,
+                      i, f[i].name, (int)f[i].dtype);
+    if (!f[i].data && f[i].count)
+      return st_error(ST_ERR_INVALID, "%s: f[%d] ('%s'): data is NULL with count %zu", fn, i,
+                      f[i].name, f[i].count);
+  }
+  return ST_OK;
+}
+
 st_status st_example_serialize(const st_feature_value *f, int n, void **out, size_t *size) {
-  if (!f || !out || !size || n < 0) return st_error(ST_ERR_INVALID, "example_serialize: bad argument");
+  ST_REQUIRE(out);
+  ST_REQUIRE(size);
   *out = NULL;
   *size = 0;
+  if (n < 0) return st_error(ST_ERR_INVALID, "%s: n is %d, must be >= 0", __func__, n);
+  if (!f && n > 0) return st_error(ST_ERR_INVALID, "%s: f is NULL (n %d)", __func__, n);
+  st_status v = check_features(f, n);
+  if (v != ST_OK) return v;
   Tensorflow__Features__FeatureEntry *entries = calloc((size_t)n + 1, sizeof *entries);
   Tensorflow__Features__FeatureEntry **ptrs = calloc((size_t)n + 1, sizeof *ptrs);
   Tensorflow__Feature *feats = calloc((size_t)n + 1, sizeof *feats);
@@ -257,10 +284,16 @@ static st_status load_feature(const char *path, const char *key, json_t *o, st_f
 }
 
 st_status st_example_spec_load(const char *path, st_example_spec *out) {
-  if (!path || !out) return st_error(ST_ERR_INVALID, "example_spec_load: NULL argument");
+  ST_REQUIRE(path);
+  ST_REQUIRE(out);
   memset(out, 0, sizeof *out);
+  char *text = NULL; /* a regular file only: a FIFO is an error, never a wait */
+  size_t len = 0;
+  st_status rs = st__read_all(path, 1 << 20, &text, &len);
+  if (rs != ST_OK) return rs;
   json_error_t e;
-  json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &e);
+  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &e);
+  free(text);
   if (!root)
     return st_error(ST_ERR_FORMAT, "%s: line %d: %s", path, e.line, e.text);
   st_status s;

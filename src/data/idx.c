@@ -11,6 +11,7 @@
  * base/fileio.h).
  * Every error names the file and byte offset. */
 #define _POSIX_C_SOURCE 200809L
+#include "base/args.h"
 #include "strata/data.h"
 #include "base/fileio.h"
 
@@ -272,11 +273,14 @@ static st_status to_host(const char *path, const idx_header *h, bool allow_nonfi
 }
 
 st_status st_idx_read(const char *path, st_tensor *out) {
+  ST_REQUIRE(path);
+  ST_REQUIRE(out);
   return st_idx_read_ex(path, NULL, out);
 }
 
 st_status st_idx_read_ex(const char *path, const st_idx_options *o, st_tensor *out) {
-  if (!path || !out) return st_error(ST_ERR_INVALID, "st_idx_read: NULL argument");
+  ST_REQUIRE(path);
+  ST_REQUIRE(out);
   bool allow_nonfinite = o && o->allow_nonfinite;
   memset(out, 0, sizeof *out);
   idx_reader r;
@@ -394,7 +398,8 @@ static st_status write_file(idx_writer *w, const st_tensor *t, bool gzip) {
 }
 
 st_status st_idx_write(const char *path, const st_tensor *t) {
-  if (!path || !t) return st_error(ST_ERR_INVALID, "st_idx_write: NULL argument");
+  ST_REQUIRE(path);
+  ST_REQUIRE(t);
   st_status s = check_writable(path, t);
   if (s != ST_OK) return s;
   st__atomic_file a; /* fd writes only: a.f's buffer stays empty */
@@ -444,11 +449,14 @@ static st_status mnist_pair(const char *dir, const char *img, const char *lab,
 }
 
 st_status st_mnist_load(const char *dir, st_mnist *out) {
+  ST_REQUIRE(dir);
+  ST_REQUIRE(out);
   return st_mnist_load_ex(dir, NULL, out);
 }
 
 st_status st_mnist_load_ex(const char *dir, const st_idx_options *o, st_mnist *out) {
-  if (!dir || !out) return st_error(ST_ERR_INVALID, "st_mnist_load: NULL argument");
+  ST_REQUIRE(dir);
+  ST_REQUIRE(out);
   memset(out, 0, sizeof *out);
   st_status s = mnist_pair(dir, "train-images-idx3-ubyte", "train-labels-idx1-ubyte", o,
                            &out->train_x, &out->train_y);

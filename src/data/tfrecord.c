@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "base/args.h"
 #include "base/fileio.h"
 #include "data/tfrecord_ds.h"
 #include "strata/data.h"
@@ -56,7 +57,8 @@ st_tfrecord_options st_tfrecord_default_options(void) {
 }
 
 st_status st_compression_parse(const char *name, st_compression *out) {
-  if (!name || !out) return st_error(ST_ERR_INVALID, "compression: NULL argument");
+  ST_REQUIRE(name);
+  ST_REQUIRE(out);
   if (!*name || !strcmp(name, "none") || !strcmp(name, "NONE")) *out = ST_COMPRESSION_NONE;
   else if (!strcmp(name, "gzip") || !strcmp(name, "GZIP")) *out = ST_COMPRESSION_GZIP;
   else
@@ -198,7 +200,8 @@ static st_status stream_read(st_tfrecord_reader *r, void *dst, size_t n, size_t 
 
 st_status st_tfrecord_reader_create(const char *path, const st_tfrecord_options *o,
                                     st_tfrecord_reader **out) {
-  if (!path || !out) return st_error(ST_ERR_INVALID, "tfrecord reader: NULL argument");
+  ST_REQUIRE(path);
+  ST_REQUIRE(out);
   *out = NULL;
   st_tfrecord_options opt = o ? *o : st_tfrecord_default_options();
   if (opt.compression < 0 || opt.compression >= ST_COMPRESSION_COUNT)
@@ -351,7 +354,10 @@ static st_status read_one(st_tfrecord_reader *r, size_t *size, bool *end, bool *
 
 st_status st_tfrecord_reader_next(st_tfrecord_reader *r, const void **data, size_t *size,
                                   bool *end) {
-  if (!r || !data || !size || !end) return st_error(ST_ERR_INVALID, "tfrecord reader: NULL argument");
+  ST_REQUIRE(r);
+  ST_REQUIRE(data);
+  ST_REQUIRE(size);
+  ST_REQUIRE(end);
   *end = false;
   for (;;) {
     if (r->done) return *end = true, ST_OK;
@@ -388,7 +394,8 @@ struct st_tfrecord_writer {
 
 st_status st_tfrecord_writer_create(const char *path, const st_tfrecord_options *o,
                                     st_tfrecord_writer **out) {
-  if (!path || !out) return st_error(ST_ERR_INVALID, "tfrecord writer: NULL argument");
+  ST_REQUIRE(path);
+  ST_REQUIRE(out);
   *out = NULL;
   st_tfrecord_options opt = o ? *o : st_tfrecord_default_options();
   if (opt.compression < 0 || opt.compression >= ST_COMPRESSION_COUNT)
@@ -439,7 +446,8 @@ static void put(st_tfrecord_writer *w, const void *p, size_t n, bool finish) {
 }
 
 st_status st_tfrecord_writer_write(st_tfrecord_writer *w, const void *data, size_t size) {
-  if (!w || (!data && size)) return st_error(ST_ERR_INVALID, "tfrecord writer: NULL argument");
+  ST_REQUIRE(w);
+  if (!data && size) return st_error(ST_ERR_INVALID, "%s: data is NULL (size %zu)", __func__, size);
   if (size > (1u << 30))
     return st_error(ST_ERR_INVALID, "%s: a record of %zu bytes (at most 1 GiB per write)",
                     w->path, size);
@@ -456,7 +464,7 @@ st_status st_tfrecord_writer_write(st_tfrecord_writer *w, const void *data, size
 }
 
 st_status st_tfrecord_writer_close(st_tfrecord_writer *w) {
-  if (!w) return st_error(ST_ERR_INVALID, "tfrecord writer: NULL argument");
+  ST_REQUIRE(w);
   if (w->gzip) {
     put(w, NULL, 0, true);
     deflateEnd(&w->z);

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/args.h"
 #include "base/error_slot.h"
 #include "distribute/replica_group.h"
 #include "distribute/strategy.h"
@@ -84,14 +85,23 @@ static st_status run_result(run_state *rs, int n) {
 st_status st_strategy_run(st_strategy *s, st_replica_fn fn, void *arg) {
   if (!s) return st_error(ST_ERR_INVALID, "st_strategy_run: s is NULL");
   if (!fn) return st_error(ST_ERR_INVALID, "st_strategy_run: fn is NULL");
+  if (s->destroyed)
+    return st_error(ST_ERR_INVALID, "st_strategy_run: the strategy was destroyed (its models "
+                    "refuse every verb; only st_model_destroy is left to call)");
+  st_status e = st__strategy_reentry(s, "st_strategy_run", false); /* before any state */
+  if (e != ST_OK) return e;
   if (!s->net || !s->group)
     return st_error(ST_ERR_INVALID, "st_strategy_run: the strategy is not bound to a compiled "
                     "model");
   if (s->cluster && s->opts.kind != ST_STRATEGY_MULTI_WORKER_MIRRORED)
     return st_error(ST_ERR_NOT_BUILT, "st_strategy_run: custom training loops are not "
                     "supported by %s across workers (use fit)", s->vt->name);
+  if ((e = st__strategy_enter(s, ST__BUSY_RUN, "st_strategy_run")) != ST_OK) return e;
   run_state *rs = calloc(1, sizeof *rs);
-  if (!rs) return st_error(ST_ERR_NOMEM, "st_strategy_run: out of memory");
+  if (!rs) {
+    st__strategy_leave(s);
+    return st_error(ST_ERR_NOMEM, "st_strategy_run: out of memory");
+  }
   int n = s->local_replicas, total = n * (s->cluster ? st__cluster_size(s->cluster) : 1);
   for (int i = 0; i < n; i++)
     rs->ctx[i] = (st_replica_context){s, s->net, i, n, total, false, ST_OK, fn, arg, NULL, -1};
@@ -106,6 +116,7 @@ st_status st_strategy_run(st_strategy *s, st_replica_fn fn, void *arg) {
     s->net->step++;
   }
   free(rs);
+  st__strategy_leave(s);
   return st;
 }
 
@@ -152,6 +163,7 @@ static st_status reduce_workers(const st_strategy *s, st_reduce_op op, const cha
 st_status st_strategy_reduce(const st_strategy *s, st_reduce_op op, const float *per_replica,
                              size_t n, float *out) {
   if (!s) return st_error(ST_ERR_INVALID, "st_strategy_reduce: s is NULL");
+  if (s->destroyed) return st_error(ST_ERR_INVALID, "st_strategy_reduce: the strategy was destroyed");
   if ((unsigned)op >= ST_REDUCE_COUNT)
     return st_error(ST_ERR_INVALID, "st_strategy_reduce: op %d out of range", (int)op);
   if (n && (!per_replica || !out))
@@ -172,6 +184,7 @@ st_status st_strategy_reduce_tensor(const st_strategy *s, st_reduce_op op,
                                     const float *const *per_replica, size_t n, float *out) {
   const char *fn = "st_strategy_reduce_tensor";
   if (!s) return st_error(ST_ERR_INVALID, "%s: s is NULL", fn);
+  if (s->destroyed) return st_error(ST_ERR_INVALID, "%s: the strategy was destroyed", fn);
   if ((unsigned)op >= ST_REDUCE_COUNT)
     return st_error(ST_ERR_INVALID, "%s: op %d out of range", fn, (int)op);
   if (n == 0) return ST_OK;
@@ -200,8 +213,8 @@ st_batch st_replica_slice(const st_replica_context *c, const st_batch *global) {
   st_batch mine = *global; /* this worker's examples (all of them in one process) */
   if (c->s->cluster) st__cluster_shard_batch(c->s->cluster, c->m, global, &mine);
   st_batch slice = st__batch_slice(c->m, &mine, c->count, c->rank, NULL);
-  if (!mine.x || !mine.y) return (st_batch){slice.size, NULL, NULL};
-  return slice;
+  if (!mine.x) return (st_batch){slice.size, NULL, NULL};
+  return slice; /* y NULL stays NULL: a batch without labels */
 }
 
 /* The arguments of st_replica_compute_gradients. */
@@ -317,11 +330,12 @@ static st_status after_forward(const st_replica_context *c, const char *fn) {
 st_status st_replica_loss_gradient(st_replica_context *c, const float *y, int64_t global_batch,
                                    float *dy, double *loss_sum) {
   const char *fn = "st_replica_loss_gradient";
+  ST_REQUIRE(c);
+  ST_REQUIRE(y);
+  ST_REQUIRE(dy);
   st_status s = after_forward(c, fn);
   if (s != ST_OK) return s;
   int n = c->fwd_n;
-  if (n && (!y || !dy))
-    return st_error(ST_ERR_INVALID, "%s: %s is NULL with %d examples", fn, y ? "dy" : "y", n);
   if (global_batch < (n > 0 ? n : 1))
     return st_error(ST_ERR_INVALID, "%s: global_batch %lld is below the replica's %d examples",
                     fn, (long long)global_batch, n);
@@ -342,11 +356,11 @@ st_status st_replica_loss_gradient(st_replica_context *c, const float *y, int64_
 
 st_status st_replica_backward(st_replica_context *c, const float *dy, float *dx) {
   const char *fn = "st_replica_backward";
+  ST_REQUIRE(c);
+  ST_REQUIRE(dy);
   st_status s = after_forward(c, fn);
   if (s != ST_OK) return s;
   st_replica *r = c->s->group->reps[c->rank];
-  if (c->fwd_n && !dy)
-    return st_error(ST_ERR_INVALID, "%s: dy is NULL with %d examples", fn, c->fwd_n);
   if (dx && (c->m->n_inputs > 1 || r->be->to_device))
     return st_error(ST_ERR_INVALID, "%s: dx (the input's gradient) is available for a model "
                     "of one input on a host backend", fn);

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/args.h"
 #include "base/fpenv.h"
 #include "base/split.h"
 #include "distribute/devices.h"
@@ -351,7 +352,8 @@ int st_strategy_pipeline_stages(const st_strategy *s) {
 
 st_status st_strategy_pipeline_stage_stats(const st_strategy *s, int i,
                                            st_pipeline_stage_stats *out) {
-  if (!out) return st_error(ST_ERR_INVALID, "st_strategy_pipeline_stage_stats: out is NULL");
+  ST_REQUIRE(s);
+  ST_REQUIRE(out);
   int S = st_strategy_pipeline_stages(s);
   if (i < 0 || i >= S)
     return st_error(ST_ERR_INVALID, "st_strategy_pipeline_stage_stats: stage %d of %d (the "

@@ -169,6 +169,29 @@ int st_strategy_worker_count(const st_strategy *s) {
 bool st_strategy_is_chief(const st_strategy *s) { return st__strategy_is_chief(s); }
 bool st__strategy_is_chief(const st_strategy *s) { return st_strategy_worker_rank(s) == 0; }
 
+st_status st__strategy_reentry(const st_strategy *s, const char *fn, bool fit_ok) {
+  int busy = s ? __atomic_load_n(&s->busy, __ATOMIC_ACQUIRE) : ST__BUSY_IDLE;
+  if (busy == ST__BUSY_RUN)
+    return st_error(ST_ERR_INVALID, "%s: cannot be called from inside st_strategy_run's step "
+                    "function (the strategy is running it)", fn);
+  if (busy == ST__BUSY_FIT && !fit_ok)
+    return st_error(ST_ERR_INVALID, "%s: cannot be called from inside st_model_fit (a callback "
+                    "or a map function of its data: the strategy is running fit)", fn);
+  return ST_OK;
+}
+
+st_status st__strategy_enter(st_strategy *s, int what, const char *fn) {
+  int idle = ST__BUSY_IDLE;
+  if (__atomic_compare_exchange_n(&s->busy, &idle, what, false, __ATOMIC_ACQ_REL,
+                                  __ATOMIC_ACQUIRE))
+    return ST_OK;
+  return st__strategy_reentry(s, fn, false);
+}
+
+void st__strategy_leave(st_strategy *s) {
+  __atomic_store_n(&s->busy, ST__BUSY_IDLE, __ATOMIC_RELEASE);
+}
+
 st_status st__strategy_agree(st_strategy *s, int have_size, bool stop_here, bool *go,
                              bool *stop) {
   bool unused;

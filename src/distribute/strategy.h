@@ -100,6 +100,11 @@ struct st_strategy {
    * threads). */
   int models;
   bool destroyed;
+  /* Re-entrancy (issue 34): ST__BUSY_RUN while st_strategy_run runs its
+   * step functions, ST__BUSY_FIT while st_model_fit runs; set by the
+   * caller's thread, read by every verb from any thread (a step function runs
+   * on replica threads): __atomic builtins. */
+  int busy;
   int pipeline_stages;                     /* pipeline: stages (0 otherwise) */
   int pipeline_bounds[ST_MAX_REPLICAS];    /* pipeline: first layer of stage i+1,
                                               or -1: balanced at attach */
@@ -147,6 +152,19 @@ st_status st__strategy_hold(st_strategy *s);
 st_status st__strategy_train_step(st_strategy *s, st_net *m, const st_batch *b,
                                   const st__side_task *side, st_step_stats *out);
 void st__strategy_release(st_strategy *s); /* accepts NULL */
+
+/* Re-entrancy: what a strategy is running (st_strategy.busy). */
+enum { ST__BUSY_IDLE = 0, ST__BUSY_RUN, ST__BUSY_FIT };
+/* ST_ERR_INVALID "<fn>: cannot be called from inside st_strategy_run's step
+ * function" while s runs st_strategy_run, and (unless fit_ok) "<fn>: cannot
+ * be called from inside st_model_fit (a callback or a map function of its
+ * data)" while s runs fit; ST_OK otherwise (and for NULL s). Any thread. */
+st_status st__strategy_reentry(const st_strategy *s, const char *fn, bool fit_ok);
+/* Mark s busy with what (ST__BUSY_RUN / _FIT) when it is idle: the
+ * re-entry error above (naming fn) otherwise. st__strategy_leave marks it
+ * idle again. Caller's thread. */
+st_status st__strategy_enter(st_strategy *s, int what, const char *fn);
+void st__strategy_leave(st_strategy *s);
 
 extern const st_strategy_vtable st__one_device_vtable;
 extern const st_strategy_vtable st__multi_worker_vtable;

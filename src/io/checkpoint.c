@@ -262,6 +262,7 @@ st_status st_checkpoint_save(st_model *m, const char *dir, const st_checkpoint_o
   if (!dir || !dir[0])
     return st_error(ST_ERR_INVALID, "st_checkpoint_save: dir is %s", dir ? "empty" : "NULL");
   if (!o) return st_error(ST_ERR_INVALID, "st_checkpoint_save: o is NULL");
+  if ((s = st__strategy_reentry(m->strategy, "st_checkpoint_save", true)) != ST_OK) return s;
   return st__checkpoint_save_at(m, dir, o, st__model_position(m), NULL);
 }
 

@@ -431,6 +431,7 @@ st_status st_checkpoint_restore(st_model *m, const char *dir) {
   if (s != ST_OK) return s;
   if (!dir || !dir[0])
     return st_error(ST_ERR_INVALID, "st_checkpoint_restore: dir is %s", dir ? "empty" : "NULL");
+  if ((s = st__strategy_reentry(m->strategy, "st_checkpoint_restore", true)) != ST_OK) return s;
   return st__checkpoint_restore_at(m, dir, &m->last_pos, NULL);
 }
 

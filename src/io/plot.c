@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/args.h"
 #include "strata/base.h"
 #include "base/fileio.h"
 #include "strata/train.h"
@@ -258,7 +259,9 @@ static void write_svg(FILE *f, const st_history *h, const char *title) {
 /* ---- the file ------------------------------------------------------------ */
 
 st_status st_plot_history_svg(const st_history *h, const char *title, const char *path) {
-  if (!h || !path || !path[0]) return st_error(ST_ERR_INVALID, "plot: no history or no path");
+  ST_REQUIRE(h);
+  ST_REQUIRE(path);
+  if (!path[0]) return st_error(ST_ERR_INVALID, "st_plot_history_svg: path is empty");
   if (h->epochs <= 0 || !h->logs)
     return st_error(ST_ERR_INVALID, "%s: nothing to plot (history has no epochs)", path);
   st__atomic_file a;

@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/args.h"
 #include "strata/train.h"
 
 #define TB_MAX_TAG 256     /* bytes; longer tags are rejected */
@@ -256,7 +257,8 @@ static void host_name(char *buf, size_t cap) {
 
 /* ---- public API ---------------------------------------------------------- */
 st_status st_tensorboard_create(const char *log_dir, st_tensorboard **out) {
-  if (!out) return st_error(ST_ERR_INVALID, "st_tensorboard_create: out is NULL");
+  ST_REQUIRE(log_dir);
+  ST_REQUIRE(out);
   *out = NULL;
   if (!log_dir || !log_dir[0])
     return st_error(ST_ERR_INVALID, "TensorBoard: empty log directory");
@@ -289,7 +291,8 @@ static float to_float(double v) {
 
 st_status st_tensorboard_scalar(st_tensorboard *tb, bool validation, const char *tag,
                                 int64_t step, double value) {
-  if (!tb) return st_error(ST_ERR_INVALID, "st_tensorboard_scalar: tb is NULL");
+  ST_REQUIRE(tb);
+  ST_REQUIRE(tag);
   size_t tag_len = tag ? strlen(tag) : 0;
   if (tag_len == 0 || tag_len > TB_MAX_TAG)
     return st_error(ST_ERR_INVALID, "TensorBoard tag \"%.40s\": length %zu not in 1..%d",

@@ -82,6 +82,7 @@ static st_status save(const st_model *m, const char *path) {
 
 st_status st_model_save_weights(const st_model *m, const char *path) {
   st_status s = check_path_args(m, path, "st_model_save_weights");
+  if (s == ST_OK) s = st__strategy_reentry(m->strategy, "st_model_save_weights", true);
   bool served = false; /* a pipeline stage across processes streams to the chief */
   if (s == ST_OK) s = st__vars_serve(m->strategy, (st_net *)&m->net, false, &served);
   return s != ST_OK || served ? s : save(m, path);
@@ -150,6 +151,7 @@ static st_status apply_loaded(st_model *m, const char *path, const st_safetensor
 
 st_status st_model_load_weights(st_model *m, const char *path) {
   st_status s = st__model_check(m, "st_model_load_weights", false);
+  if (s == ST_OK) s = st__strategy_reentry(m->strategy, "st_model_load_weights", true);
   if (s == ST_OK && m->compiled) s = check_path_args(m, path, "st_model_load_weights");
   else if (s == ST_OK && (!path || !path[0]))
     s = st_error(ST_ERR_INVALID, "st_model_load_weights: path is %s", path ? "empty" : "NULL");
@@ -196,6 +198,7 @@ st_status st_model_get_weights(const st_model *m, float *out) {
 
 st_status st_model_set_weights(st_model *m, const float *in) {
   st_status s = st__model_check(m, "st_model_set_weights", true);
+  if (s == ST_OK) s = st__strategy_reentry(m->strategy, "st_model_set_weights", true);
   if (s != ST_OK) return s;
   if (!in) return st_error(ST_ERR_INVALID, "st_model_set_weights: in is NULL");
   if ((s = st__vars_expose(m->strategy, &m->net)) != ST_OK) return s;

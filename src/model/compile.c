@@ -36,6 +36,8 @@ static st_status check_compile(const st_model *m, const st_compile_options *o) {
   if (!(o->optimizer.lr.initial > 0.0f))
     return st_error(ST_ERR_INVALID, "compile: learning rate %g (must be > 0)",
                     (double)o->optimizer.lr.initial);
+  if ((s = st_schedule_check(&o->optimizer.lr)) != ST_OK)
+    return st_error_prefix(s, "st_model_compile: o->optimizer.lr: ");
   if (o->nmetrics < 0 || o->nmetrics > 4)
     return st_error(ST_ERR_INVALID, "compile: %d metrics (at most 4)", o->nmetrics);
   for (int i = 0; i < o->nmetrics; i++)

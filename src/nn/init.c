@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/args.h"
 #include "nn/layer.h"
 
 static const char *const init_names[] = {
@@ -23,6 +24,8 @@ const char *st_init_name(st_init i) {
 }
 
 st_status st_init_parse(const char *name, st_init *out) {
+  ST_REQUIRE(name);
+  ST_REQUIRE(out);
   for (int i = 0; name && i < ST_INIT_COUNT; i++)
     if (strcmp(name, init_names[i]) == 0) {
       *out = (st_init)i;

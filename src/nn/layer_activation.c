@@ -2,6 +2,7 @@
  * the last axis of the per-example shape. */
 #include <stdio.h>
 
+#include "base/args.h"
 #include "nn/layer.h"
 
 typedef struct activation_config {
@@ -50,6 +51,7 @@ static const st_layer_vtable activation_vtable = {
 
 /* New unbuilt layer (caller owns it until st_model_add), or NULL + error. */
 st_status st_activation_layer(st_activation act, st_layer **out) {
+  ST_REQUIRE(out);
   *out = NULL;
   if ((int)act < 0 || act >= ST_ACT_COUNT) {
     return st_error(ST_ERR_INVALID, "Activation: invalid activation %d", (int)act);

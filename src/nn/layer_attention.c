@@ -23,6 +23,7 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "base/args.h"
 #include "nn/attention.h"
 
 static const char *who(const st_layer *l, char *buf, size_t n) {
@@ -388,7 +389,7 @@ st_mha_options st_multi_head_attention_default_options(int num_heads, int key_di
 
 /* New unbuilt MultiHeadAttention (caller owns it until added to a model). */
 st_status st_multi_head_attention_ex(st_mha_options o, st_layer **out) {
-  if (!out) return st_error(ST_ERR_INVALID, "MultiHeadAttention: out is NULL");
+  ST_REQUIRE(out);
   *out = NULL;
   if (o.num_heads <= 0 || o.key_dim <= 0)
     return st_error(ST_ERR_INVALID, "MultiHeadAttention: num_heads %d and key_dim %d must be "
@@ -409,6 +410,7 @@ st_status st_multi_head_attention_ex(st_mha_options o, st_layer **out) {
 }
 
 st_status st_multi_head_attention(int num_heads, int key_dim, st_layer **out) {
+  ST_REQUIRE(out);
   return st_multi_head_attention_ex(st_multi_head_attention_default_options(num_heads, key_dim),
                                     out);
 }

@@ -19,6 +19,7 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "base/args.h"
 #include "nn/layer.h"
 
 typedef struct bn_config {
@@ -231,6 +232,7 @@ st_batchnorm_options st_batchnorm_default_options(void) {
 
 /* New unbuilt layer (caller owns it until st_model_add), or NULL + error. */
 st_status st_batchnorm_ex(st_batchnorm_options o, st_layer **out) {
+  ST_REQUIRE(out);
   *out = NULL;
   if (!(o.momentum >= 0.0f && o.momentum <= 1.0f) || !(o.epsilon > 0.0f)) {
     return st_error(ST_ERR_INVALID,
@@ -243,5 +245,6 @@ st_status st_batchnorm_ex(st_batchnorm_options o, st_layer **out) {
 }
 
 st_status st_batchnorm(st_layer **out) {
+  ST_REQUIRE(out);
   return st_batchnorm_ex(st_batchnorm_default_options(), out);
 }

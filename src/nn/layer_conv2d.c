@@ -15,6 +15,7 @@
  * memory; 'causal' padding is k-1 zeros on the left only. */
 #include <stdio.h>
 
+#include "base/args.h"
 #include "nn/layer.h"
 
 enum { KERNEL = 0, BIAS = 1 };
@@ -229,7 +230,7 @@ st_conv2d_options st_conv2d_default_options(int filters, int kh, int kw) {
 
 /* New unbuilt Conv2D layer (caller owns it until st_model_add), or NULL + error. */
 st_status st_conv2d_ex(st_conv2d_options o, st_layer **out) {
-  if (!out) return st_error(ST_ERR_INVALID, "st_conv2d_ex: out is NULL");
+  ST_REQUIRE(out);
   *out = NULL;
   if (o.filters <= 0 || o.kh <= 0 || o.kw <= 0 || o.sh <= 0 || o.sw <= 0) {
     return st_error(ST_ERR_INVALID,
@@ -249,6 +250,7 @@ st_status st_conv2d_ex(st_conv2d_options o, st_layer **out) {
 }
 
 st_status st_conv2d(int filters, int k, st_activation act, st_layer **out) {
+  ST_REQUIRE(out);
   st_conv2d_options o = st_conv2d_default_options(filters, k, k);
   o.activation = act;
   return st_conv2d_ex(o, out);

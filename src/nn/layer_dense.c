@@ -5,6 +5,7 @@
  * in the cache, otherwise the output y suffices. */
 #include <stdio.h>
 
+#include "base/args.h"
 #include "nn/layer.h"
 
 /* Parameter indices. */
@@ -108,6 +109,7 @@ st_dense_options st_dense_default_options(int units) {
 
 /* New unbuilt Dense layer (caller owns it until st_model_add), or NULL + error. */
 st_status st_dense_ex(st_dense_options o, st_layer **out) {
+  ST_REQUIRE(out);
   *out = NULL;
   if (o.units <= 0) {
     return st_error(ST_ERR_INVALID, "Dense: units must be positive, got %d", o.units);
@@ -123,6 +125,7 @@ st_status st_dense_ex(st_dense_options o, st_layer **out) {
 }
 
 st_status st_dense(int units, st_activation act, st_layer **out) {
+  ST_REQUIRE(out);
   st_dense_options o = st_dense_default_options(units);
   o.activation = act;
   return st_dense_ex(o, out);

@@ -4,6 +4,7 @@
  * regenerates it instead of storing it. */
 #include <stdio.h>
 
+#include "base/args.h"
 #include "nn/layer.h"
 
 typedef struct dropout_config {
@@ -47,6 +48,7 @@ static const st_layer_vtable dropout_vtable = {
 
 /* New unbuilt layer (caller owns it until st_model_add), or NULL + error. */
 st_status st_dropout(float rate, st_layer **out) {
+  ST_REQUIRE(out);
   *out = NULL;
   if (!(rate >= 0.0f && rate < 1.0f)) {
     return st_error(ST_ERR_INVALID, "Dropout: rate must be in [0, 1), got %g",

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/args.h"
 #include "nn/layer.h"
 
 typedef struct emb_config {
@@ -135,5 +136,6 @@ st_status st_embedding_ex(st_embedding_options o, st_layer **out) {
 }
 
 st_status st_embedding(int input_dim, int output_dim, st_layer **out) {
+  ST_REQUIRE(out);
   return st_embedding_ex(st_embedding_default_options(input_dim, output_dim), out);
 }

@@ -4,6 +4,7 @@
  * backend table has no device-to-device copy of its own. */
 #include <stdio.h>
 
+#include "base/args.h"
 #include "nn/layer.h"
 
 typedef struct reshape_config {
@@ -67,10 +68,12 @@ static const st_layer_vtable reshape_vtable = {
 
 /* New unbuilt layers (caller owns them until st_model_add), or NULL + error. */
 st_status st_flatten(st_layer **out) {
+  ST_REQUIRE(out);
   return st__layer_new(&flatten_vtable, NULL, 0, NULL, out);
 }
 
 st_status st_reshape(st_shape target, st_layer **out) {
+  ST_REQUIRE(out);
   *out = NULL;
   bool ok = target.rank >= 1 && target.rank <= ST_MAX_RANK;
   for (int i = 0; ok && i < target.rank; i++) ok = target.dims[i] > 0;

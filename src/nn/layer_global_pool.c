@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/args.h"
 #include "nn/layer.h"
 
 typedef struct gpool_config {
@@ -151,7 +152,19 @@ static st_status gpool_new(const st_layer_vtable *vt, int rank, bool is_max, st_
 }
 
 /* New unbuilt layers (caller owns them until st_model_add), or NULL + error. */
-st_status st_global_avgpool2d(st_layer **out) { return gpool_new(&gavg2d_vtable, 3, false, out); }
-st_status st_global_maxpool2d(st_layer **out) { return gpool_new(&gmax2d_vtable, 3, true, out); }
-st_status st_global_avgpool1d(st_layer **out) { return gpool_new(&gavg1d_vtable, 2, false, out); }
-st_status st_global_maxpool1d(st_layer **out) { return gpool_new(&gmax1d_vtable, 2, true, out); }
+st_status st_global_avgpool2d(st_layer **out) {
+  ST_REQUIRE(out);
+  return gpool_new(&gavg2d_vtable, 3, false, out);
+}
+st_status st_global_maxpool2d(st_layer **out) {
+  ST_REQUIRE(out);
+  return gpool_new(&gmax2d_vtable, 3, true, out);
+}
+st_status st_global_avgpool1d(st_layer **out) {
+  ST_REQUIRE(out);
+  return gpool_new(&gavg1d_vtable, 2, false, out);
+}
+st_status st_global_maxpool1d(st_layer **out) {
+  ST_REQUIRE(out);
+  return gpool_new(&gmax1d_vtable, 2, true, out);
+}

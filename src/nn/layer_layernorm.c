@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/args.h"
 #include "nn/layer.h"
 
 typedef struct ln_config {
@@ -139,5 +140,6 @@ st_status st_layernorm_ex(st_layernorm_options o, st_layer **out) {
 }
 
 st_status st_layernorm(st_layer **out) {
+  ST_REQUIRE(out);
   return st_layernorm_ex(st_layernorm_default_options(), out);
 }

@@ -7,6 +7,7 @@
  * needs a kernel for them). No Keras broadcasting: shapes must match. */
 #include <stdio.h>
 
+#include "base/args.h"
 #include "nn/layer.h"
 
 typedef enum merge_kind { M_ADD = 0, M_SUB, M_MUL, M_CONCAT } merge_kind;
@@ -175,14 +176,24 @@ static st_status merge_new(const st_layer_vtable *vt, merge_kind kind, int axis,
 }
 
 /* New unbuilt merge layers (caller owns them until added to a model). */
-st_status st_add(st_layer **out) { return merge_new(&add_vtable, M_ADD, 0, out); }
-st_status st_subtract(st_layer **out) { return merge_new(&subtract_vtable, M_SUB, 0, out); }
-st_status st_multiply(st_layer **out) { return merge_new(&multiply_vtable, M_MUL, 0, out); }
+st_status st_add(st_layer **out) {
+  ST_REQUIRE(out);
+  return merge_new(&add_vtable, M_ADD, 0, out);
+}
+st_status st_subtract(st_layer **out) {
+  ST_REQUIRE(out);
+  return merge_new(&subtract_vtable, M_SUB, 0, out);
+}
+st_status st_multiply(st_layer **out) {
+  ST_REQUIRE(out);
+  return merge_new(&multiply_vtable, M_MUL, 0, out);
+}
 
 /* axis 0 (the batch axis) is refused here; an axis beyond the input's rank
  * when the layer is built. */
 st_status st_concatenate(int axis, st_layer **out) {
-  if (out) *out = NULL;
+  ST_REQUIRE(out);
+  *out = NULL;
   if (axis == 0 || axis < -ST_MAX_RANK || axis > ST_MAX_RANK)
     return st_error(ST_ERR_INVALID, "Concatenate: axis %d is not supported (the batch axis 0 "
                     "cannot be concatenated; valid: 1..%d or -%d..-1)", axis, ST_MAX_RANK,

@@ -4,6 +4,7 @@
  * pooling leaves padded cells out of the mean. No parameters, no cache. */
 #include <stdio.h>
 
+#include "base/args.h"
 #include "nn/layer.h"
 
 typedef struct pool_config {
@@ -117,14 +118,18 @@ static st_status pool_new(const st_layer_vtable *vt, st_pool2d_options o, st_lay
 }
 
 st_status st_maxpool2d_ex(st_pool2d_options o, st_layer **out) {
+  ST_REQUIRE(out);
   return pool_new(&maxpool_vtable, o, out);
 }
 st_status st_avgpool2d_ex(st_pool2d_options o, st_layer **out) {
+  ST_REQUIRE(out);
   return pool_new(&avgpool_vtable, o, out);
 }
 st_status st_maxpool2d(int pool, st_layer **out) {
+  ST_REQUIRE(out);
   return st_maxpool2d_ex(st_pool2d_default_options(pool), out);
 }
 st_status st_avgpool2d(int pool, st_layer **out) {
+  ST_REQUIRE(out);
   return st_avgpool2d_ex(st_pool2d_default_options(pool), out);
 }

@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "base/args.h"
 #include "nn/layer.h"
 
 typedef struct relu_config {
@@ -105,9 +106,13 @@ static st_status relu_new(const st_layer_vtable *vt, st_relu_options o, st_layer
 }
 
 /* New unbuilt layers (caller owns them until st_model_add), or NULL + error. */
-st_status st_relu_ex(st_relu_options o, st_layer **out) { return relu_new(&relu_vtable, o, out); }
+st_status st_relu_ex(st_relu_options o, st_layer **out) {
+  ST_REQUIRE(out);
+  return relu_new(&relu_vtable, o, out);
+}
 
 st_status st_leaky_relu(float negative_slope, st_layer **out) {
+  ST_REQUIRE(out);
   st_relu_options o = st_relu_default_options();
   o.negative_slope = negative_slope;
   return relu_new(&leaky_relu_vtable, o, out);

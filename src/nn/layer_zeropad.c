@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/args.h"
 #include "nn/layer.h"
 
 typedef struct zeropad_config {
@@ -79,7 +80,7 @@ st_zeropad2d_options st_zeropad2d_default_options(int pad) {
 
 /* New unbuilt layer (caller owns it until st_model_add), or NULL + error. */
 st_status st_zeropad2d_ex(st_zeropad2d_options o, st_layer **out) {
-  if (!out) return st_error(ST_ERR_INVALID, "ZeroPadding2D: out is NULL");
+  ST_REQUIRE(out);
   *out = NULL;
   if (o.top < 0 || o.bottom < 0 || o.left < 0 || o.right < 0)
     return st_error(ST_ERR_INVALID,
@@ -91,5 +92,6 @@ st_status st_zeropad2d_ex(st_zeropad2d_options o, st_layer **out) {
 }
 
 st_status st_zeropad2d(int pad, st_layer **out) {
+  ST_REQUIRE(out);
   return st_zeropad2d_ex(st_zeropad2d_default_options(pad), out);
 }

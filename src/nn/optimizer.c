@@ -10,6 +10,7 @@
  * for every kind; only AdamW defaults it to non-zero. Adding an optimizer: the
  * enum in strata/nn.h, the name table (static_assert), defaults, slot count and
  * apply here. Thread-safe: no state; calls on disjoint buffers may run at once. */
+#include "base/args.h"
 #include "strata/nn.h"
 
 #include "backend/impl.h"
@@ -50,6 +51,8 @@ const char *st_optimizer_name(st_optimizer_kind k) {
 }
 
 st_status st_optimizer_parse(const char *name, st_optimizer_kind *out) {
+  ST_REQUIRE(name);
+  ST_REQUIRE(out);
   if (name) {
     for (int i = 0; i < ST_OPT_COUNT; i++) {
       if (strcasecmp(name, k_opt_names[i]) == 0) {

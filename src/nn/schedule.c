@@ -16,9 +16,31 @@ st_schedule st_schedule_constant(float lr) {
   return s;
 }
 
+st_status st_schedule_check(const st_schedule *s) {
+  const char *fn = "st_schedule_check";
+  if (!s) return st_error(ST_ERR_INVALID, "%s: s is NULL", fn);
+  if ((unsigned)s->kind >= ST_SCHEDULE_COUNT)
+    return st_error(ST_ERR_INVALID, "%s: kind %d out of range", fn, (int)s->kind);
+  if (!isfinite(s->initial) || !(s->initial > 0.0f))
+    return st_error(ST_ERR_INVALID, "%s: initial learning rate %g (must be finite and > 0)", fn,
+                    (double)s->initial);
+  if (s->kind == ST_SCHEDULE_CONSTANT) return ST_OK;
+  if (s->decay_steps < 0)
+    return st_error(ST_ERR_INVALID, "%s: decay_steps %lld is negative", fn,
+                    (long long)s->decay_steps);
+  if (s->kind == ST_SCHEDULE_EXPONENTIAL && (!isfinite(s->decay_rate) || !(s->decay_rate > 0.0f)))
+    return st_error(ST_ERR_INVALID, "%s: exponential decay_rate %g (must be finite and > 0: "
+                    "the learning rate would not stay positive)", fn, (double)s->decay_rate);
+  if (s->kind == ST_SCHEDULE_COSINE && !(s->alpha >= 0.0f && s->alpha <= 1.0f))
+    return st_error(ST_ERR_INVALID, "%s: cosine alpha %g (must be in [0, 1]: the final "
+                    "fraction of the initial learning rate)", fn, (double)s->alpha);
+  return ST_OK;
+}
+
 /* Computed in double so long runs do not drift; decay_steps <= 0 means no
  * decay (validation of options belongs to compile). */
 float st_schedule_lr(const st_schedule *s, int64_t step) {
+  if (!s) return 0.0f;
   if (step < 0) step = 0;
   switch (s->kind) {
     case ST_SCHEDULE_EXPONENTIAL: {

@@ -55,6 +55,9 @@ st_status st__ps_chief_await(st__ps_chief *c, st_ps_socket *s, int type, int rol
     }
     st__ps_msg_free(m);
   }
+  if (st__ps_chief_stop_asked(c)) /* the documented status of a stop, not a lost peer */
+    return st_error(ST_ERR_STOPPED, "stopped by a request (while waiting for %s:%d's %s)",
+                    st__ps_role_name((st_ps_role)role), index, st__ps_msg_name(type - 1));
   return st_error(ST_ERR_PEER, "%s:%d did not answer %s within %.0f s",
                   st__ps_role_name((st_ps_role)role), index, st__ps_msg_name(type - 1), timeout);
 }
@@ -76,8 +79,8 @@ static st_status connect_all(st__ps_chief *c) {
 }
 
 /* JOB to every server, JOB_OK from each (servers may still be starting, and
- * workers load the data first: up to 120 s, or the coordinator timeout when
- * longer). */
+ * workers load the data first): up to the coordinator timeout, the limit
+ * the caller chose (--coordinator-timeout; 60 s by default). */
 static st_status send_jobs(st__ps_chief *c) {
   char *text = c->job_text = st__ps_job_encode(&c->job);
   if (!text) return st_error(ST_ERR_NOMEM, "out of memory");
@@ -85,7 +88,7 @@ static st_status send_jobs(st__ps_chief *c) {
   for (int p = 0; s == ST_OK && p < c->nps; p++) s = st__ps_chief_send(c, c->ps[p], ST_PS_MSG_JOB, 0, text, strlen(text));
   for (int i = 0; s == ST_OK && i < c->nw; i++) s = st__ps_chief_send(c, c->w[i].sock, ST_PS_MSG_JOB, 0, text, strlen(text));
   st_ps_msg m;
-  double wait = c->job.coordinator_timeout > 120 ? c->job.coordinator_timeout : 120;
+  double wait = c->job.coordinator_timeout;
   for (int p = 0; s == ST_OK && p < c->nps; p++)
     if ((s = st__ps_chief_await(c, c->ps[p], ST_PS_MSG_JOB_OK, ST_PS_PS, p, wait, &m)) == ST_OK) {
       st__ps_msg_free(&m);

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/args.h"
 #include "strata/train.h"
 #include "base/fileio.h"
 #include "train/callbacks_impl.h"
@@ -123,9 +124,10 @@ static st_status csv_epoch_end(void *user, st_model *m, const st_epoch_logs *l) 
 }
 
 st_status st_csv_logger_create(const char *path, st_callback *out) {
-  if (!out) return st_error(ST_ERR_INVALID, "st_csv_logger_create: out is NULL");
+  ST_REQUIRE(out);
   memset(out, 0, sizeof *out);
-  if (!path || !path[0]) return st_error(ST_ERR_INVALID, "CSVLogger: no file path");
+  if (!path) return st_error(ST_ERR_INVALID, "st_csv_logger_create: path is NULL (CSVLogger: no file path)");
+  if (!path[0]) return st_error(ST_ERR_INVALID, "CSVLogger: no file path");
   csv_logger *c = calloc(1, sizeof *c);
   if (!c) return no_state("CSVLogger", out);
   if (!(c->path = strdup(path))) {
@@ -297,7 +299,7 @@ static st_status lr_epoch_begin(void *user, st_model *m, int epoch) {
 st_status st_lr_scheduler_create(st_lr_schedule_fn fn, void *user, st_callback *out) {
   if (!out) return st_error(ST_ERR_INVALID, "st_lr_scheduler_create: out is NULL");
   memset(out, 0, sizeof *out);
-  if (!fn) return st_error(ST_ERR_INVALID, "LearningRateScheduler: no schedule function");
+  if (!fn) return st_error(ST_ERR_INVALID, "st_lr_scheduler_create: fn is NULL (no schedule function)");
   lr_scheduler *r = calloc(1, sizeof *r);
   if (!r) return no_state("LearningRateScheduler", out);
   r->fn = fn;
@@ -342,10 +344,11 @@ static st_status mc_epoch_end(void *user, st_model *m, const st_epoch_logs *l) {
 
 st_status st_model_checkpoint_create(const char *dir, const char *monitor, bool save_best_only,
                                      int keep, st_callback *out) {
-  if (!out) return st_error(ST_ERR_INVALID, "st_model_checkpoint_create: out is NULL");
+  ST_REQUIRE(out);
   memset(out, 0, sizeof *out);
   const char *name = monitor ? monitor : "val_loss";
-  if (!dir || !dir[0]) return st_error(ST_ERR_INVALID, "ModelCheckpoint: no directory");
+  if (!dir) return st_error(ST_ERR_INVALID, "st_model_checkpoint_create: dir is NULL (ModelCheckpoint: no directory)");
+  if (!dir[0]) return st_error(ST_ERR_INVALID, "ModelCheckpoint: no directory");
   if (strlen(dir) >= sizeof ((model_checkpoint *)0)->dir)
     return st_error(ST_ERR_INVALID, "ModelCheckpoint: directory '%.60s...' is %zu bytes "
                     "(at most %zu)", dir, strlen(dir), sizeof ((model_checkpoint *)0)->dir - 1);

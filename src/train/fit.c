@@ -135,14 +135,14 @@ typedef st_status (*step_fn)(st_model *m, const st_batch *b, st_step_stats *s, v
 
 /* One pass over ds; calls step for each batch. */
 static st_status run_pass(st_model *m, st_dataset *ds, step_fn step, void *arg,
-                          st_step_stats *total) {
+                          st_step_stats *total, int64_t max_steps) {
   st_iterator *it = NULL;
   st_status s = st_dataset_iterate(ds, &it);
   if (s != ST_OK) return s;
-  for (;;) {
+  for (int64_t n = 0;; n++) {
     st_batch b;
-    bool end = false, go = false;
-    if ((s = st_iterator_next(it, &b, &end)) != ST_OK) break;
+    bool end = max_steps > 0 && n >= max_steps, go = false;
+    if (!end && (s = st_iterator_next(it, &b, &end)) != ST_OK) break;
     if ((s = st__strategy_agree(m->strategy, end ? -1 : b.size, false, &go, NULL)) != ST_OK ||
         !go)
       break;
@@ -286,10 +286,12 @@ static st_status train_pass(st_model *m, st_dataset *ds, fit_state *fs, st_step_
   st_iterator *it = NULL;
   st_status s = st_dataset_iterate_epoch(ds, (uint64_t)fs->l.epoch, &it);
   lookahead la = {.it = it};
+  int64_t limit = fs->o->steps_per_epoch; /* 0: the whole pass */
   for (int64_t skip = fs->l.pos.step_in_epoch; s == ST_OK;) {
     st_batch b;
     bool end = false, go = false;
-    if ((s = next_batch(&la, &b, &end)) != ST_OK) break;
+    if (limit > 0 && fs->l.pos.step_in_epoch >= limit) end = true; /* the epoch's steps */
+    else if ((s = next_batch(&la, &b, &end)) != ST_OK) break;
     if (skip > 0 && !end) { /* every worker skips the same (checked at start) */
       skip--;
       continue;
@@ -391,6 +393,10 @@ static st_status check_fit_extras(const st_fit_options *o, const char *fn) {
     if (!isfinite(o->class_weight[i]))
       return st_error(ST_ERR_INVALID, "%s: o->class_weight[%d] = %g is not finite", fn, i,
                       (double)o->class_weight[i]);
+  if (o->steps_per_epoch < 0 || o->validation_steps < 0)
+    return st_error(ST_ERR_INVALID, "%s: o->%s %lld is negative (0 = a whole pass)", fn,
+                    o->steps_per_epoch < 0 ? "steps_per_epoch" : "validation_steps",
+                    (long long)(o->steps_per_epoch < 0 ? o->steps_per_epoch : o->validation_steps));
   if (o->sample_weight_column && o->nclass_weight > 0)
     return st_error(ST_ERR_INVALID, "%s: o->class_weight and o->sample_weight_column together "
                     "(as Keras: give one or the other)", fn);
@@ -398,6 +404,15 @@ static st_status check_fit_extras(const st_fit_options *o, const char *fn) {
     return st_error(ST_ERR_INVALID, "%s: o->sample_weight_column with o->validation_split (hold "
                     "the validation rows out with take/skip, without the weight column)", fn);
   return ST_OK;
+}
+
+/* A dataset of infinite cardinality needs a step count (steps > 0): what
+ * names the dataset, and what to set. */
+static st_status check_finite(const st_dataset *ds, int64_t steps, const char *fn,
+                              const char *what, const char *fix) {
+  if (steps > 0 || st_dataset_cardinality(ds) != -1) return ST_OK;
+  return st_error(ST_ERR_INVALID, "%s: %s is infinite (st_dataset_repeat with -1): a pass "
+                  "would never end: %s", fn, what, fix);
 }
 
 /* The pointers fit is given, checked before anything is touched. */
@@ -438,12 +453,30 @@ static st_status fit_split(st_model *m, st_dataset *train, const st_fit_options 
   return s;
 }
 
+static st_status fit_entered(st_model *m, st_dataset *train, st_fit_options *o,
+                             st_history *out);
+
 st_status st_model_fit(st_model *m, st_dataset *train, st_fit_options *o, st_history *out) {
   st_status s = check_fit_args(m, train, o, out);
   if (out) memset(out, 0, sizeof *out);
+  if (s == ST_OK) s = st__strategy_enter(m->strategy, ST__BUSY_FIT, "st_model_fit");
   if (s != ST_OK) return s;
+  s = fit_entered(m, train, o, out);
+  st__strategy_leave(m->strategy);
+  return s;
+}
+
+/* st_model_fit with its arguments checked, the strategy marked busy. */
+static st_status fit_entered(st_model *m, st_dataset *train, st_fit_options *o,
+                             st_history *out) {
+  st_status s;
   s = check_data(m, train, "fit", "st_model_fit: the dataset has no labels",
                  o->sample_weight_column ? 1 : 0);
+  if (s == ST_OK) s = check_finite(train, o->steps_per_epoch, "st_model_fit", "the training dataset",
+                                   "set o->steps_per_epoch (batches per epoch, Keras's steps_per_epoch)");
+  if (s == ST_OK && o->validation)
+    s = check_finite(o->validation, o->validation_steps, "st_model_fit", "the validation dataset",
+                     "set o->validation_steps (Keras's validation_steps)");
   if (s != ST_OK) return s;
   if (o->validation_split != 0.0 && o->validation)
     st_log(ST_LOG_WARN, "st_model_fit: both validation and validation_split %g are set: "
@@ -492,10 +525,12 @@ static st_status fit_checked(st_model *m, st_dataset *train, st_fit_options *o,
   if ((o->nclass_weight > 0 || o->sample_weight_column) && !strcmp(m->strategy->vt->name, "pipeline"))
     return st_error(ST_ERR_INVALID, "fit: %s is not supported by the pipeline strategy",
                     o->nclass_weight > 0 ? "class_weight" : "sample_weight");
-  fit_state fs = {.o = o, .l.o = o, .steps_per_epoch = st_dataset_cardinality(train), .train = train};
+  int64_t card = st_dataset_cardinality(train);
+  if (o->steps_per_epoch > 0 && (card < 0 || card > o->steps_per_epoch)) card = o->steps_per_epoch;
+  fit_state fs = {.o = o, .l.o = o, .steps_per_epoch = card, .train = train};
   if ((s = maybe_restore(m, train, &fs)) == ST_OK)
     s = st__strategy_check_fit(m->strategy, &m->net, st_dataset_batch_size(train),
-                               st_dataset_cardinality(train), o->epochs, fs.l.pos.epoch,
+                               card, o->epochs, fs.l.pos.epoch,
                                fs.l.pos.step_in_epoch);
   if (s != ST_OK) {
     keep_position(m, &fs.l.pos);
@@ -534,25 +569,52 @@ static st_status check_pass_args(const st_model *m, const st_dataset *ds, const 
   return ds ? ST_OK : st_error(ST_ERR_INVALID, "%s: ds is NULL", fn);
 }
 
+/* evaluate / predict's steps (fn names the function). */
+static st_status check_steps(const st_dataset *ds, int64_t steps, const char *fn) {
+  if (steps < 0)
+    return st_error(ST_ERR_INVALID, "%s: steps %lld is negative (0 = a whole pass)", fn,
+                    (long long)steps);
+  return check_finite(ds, steps, fn, "the dataset",
+                      "give steps (st_model_evaluate_steps / st_model_predict_steps, Keras's steps)");
+}
+
+static st_status evaluate(st_model *m, st_dataset *ds, int64_t steps, st_eval_result *out,
+                         const char *fn);
+
 st_status st_model_evaluate(st_model *m, st_dataset *ds, st_eval_result *out) {
-  st_status s = check_pass_args(m, ds, out, "st_model_evaluate");
+  return evaluate(m, ds, 0, out, "st_model_evaluate");
+}
+
+st_status st_model_evaluate_steps(st_model *m, st_dataset *ds, int64_t steps,
+                                  st_eval_result *out) {
+  return evaluate(m, ds, steps, out, "st_model_evaluate_steps");
+}
+
+/* evaluate over `steps` batches (0: the whole pass); fn names the function. */
+static st_status evaluate(st_model *m, st_dataset *ds, int64_t steps, st_eval_result *out,
+                         const char *fn) {
+  char nolabels[96];
+  snprintf(nolabels, sizeof nolabels, "%s: the dataset has no labels", fn);
+  st_status s = check_pass_args(m, ds, out, fn);
   if (out) memset(out, 0, sizeof *out);
-  if (s == ST_OK)
-    s = check_data(m, ds, "evaluate", "st_model_evaluate: the dataset has no labels", 0);
+  if (s == ST_OK) s = st__strategy_reentry(m->strategy, fn, true);
+  if (s == ST_OK) s = check_data(m, ds, "evaluate", nolabels, 0);
+  if (s == ST_OK) s = check_steps(ds, steps, fn);
   if (s != ST_OK) return s;
   st_step_stats tot = {0};
-  if ((s = run_pass(m, ds, eval_step, NULL, &tot)) != ST_OK) return s;
+  if ((s = run_pass(m, ds, eval_step, NULL, &tot, steps)) != ST_OK) return s;
   out->examples = tot.examples;
   out->loss = tot.examples ? tot.loss_sum / (double)tot.examples : 0.0;
   out->accuracy = tot.metric_count ? (double)tot.correct / (double)tot.metric_count : 0.0;
   return ST_OK;
 }
 
-static st_status count_examples(st_dataset *ds, int64_t *n) {
+static st_status count_examples(st_dataset *ds, int64_t steps, int64_t *n) {
   st_iterator *it = NULL;
   st_status s = st_dataset_iterate(ds, &it);
   *n = 0;
-  for (bool end = false; s == ST_OK;) {
+  for (int64_t k = 0; s == ST_OK && (steps <= 0 || k < steps); k++) {
+    bool end = false;
     st_batch b;
     if ((s = st_iterator_next(it, &b, &end)) != ST_OK || end) break;
     *n += b.size;
@@ -561,18 +623,33 @@ static st_status count_examples(st_dataset *ds, int64_t *n) {
   return s;
 }
 
+static st_status predict(st_model *m, st_dataset *ds, int64_t steps, st_tensor *out,
+                        const char *fn);
+
 st_status st_model_predict(st_model *m, st_dataset *ds, st_tensor *out) {
-  st_status s = check_pass_args(m, ds, out, "st_model_predict");
+  return predict(m, ds, 0, out, "st_model_predict");
+}
+
+st_status st_model_predict_steps(st_model *m, st_dataset *ds, int64_t steps, st_tensor *out) {
+  return predict(m, ds, steps, out, "st_model_predict_steps");
+}
+
+/* predict over `steps` batches (0: the whole pass); fn names the function. */
+static st_status predict(st_model *m, st_dataset *ds, int64_t steps, st_tensor *out,
+                        const char *fn) {
+  st_status s = check_pass_args(m, ds, out, fn);
   if (out) memset(out, 0, sizeof *out);
+  if (s == ST_OK) s = st__strategy_reentry(m->strategy, fn, true);
   if (s == ST_OK) s = check_data(m, ds, "predict", NULL, 0);
+  if (s == ST_OK) s = check_steps(ds, steps, fn);
   int64_t n = 0;
-  if (s != ST_OK || (s = count_examples(ds, &n)) != ST_OK) return s;
+  if (s != ST_OK || (s = count_examples(ds, steps, &n)) != ST_OK) return s;
   size_t cols = st__net_output_size(&m->net);
   float *buf = calloc((size_t)n * cols + 1, sizeof(float));
   if (!buf) return st_error(ST_ERR_NOMEM, "predict: out of memory for %lld rows", (long long)n);
   float *cursor = buf;
   st_step_stats tot = {0};
-  if ((s = run_pass(m, ds, eval_step, &cursor, &tot)) != ST_OK || tot.examples != n) {
+  if ((s = run_pass(m, ds, eval_step, &cursor, &tot, steps)) != ST_OK || tot.examples != n) {
     free(buf);
     return s != ST_OK ? s : st_error(ST_ERR_INTERNAL, "predict: dataset changed between passes");
   }

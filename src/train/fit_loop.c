@@ -60,7 +60,7 @@ static st_status epoch_logs(st_model *m, const st__fit_loop *fl, const st_step_s
   lg->accuracy = ratio(tot->correct, tot->metric_count);
   if (o->validation && should_validate(o, fl->epoch)) {
     st_eval_result ev;
-    st_status s = st_model_evaluate(m, o->validation, &ev);
+    st_status s = st_model_evaluate_steps(m, o->validation, o->validation_steps, &ev);
     if (s != ST_OK) return st_error_prefix(s, "validation: ");
     lg->has_validation = true;
     lg->val_loss = ev.loss;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/args.h"
 #include "strata/train.h"
 
 typedef struct progress {
@@ -75,9 +76,9 @@ static st_status on_epoch_end(void *user, st_model *m, const st_epoch_logs *l) {
 static void progress_destroy(void *user) { free(user); }
 
 st_status st_progress_create(FILE *stream, bool tty, int epochs, st_callback *out) {
-  if (!out) return st_error(ST_ERR_INVALID, "st_progress_create: out is NULL");
+  ST_REQUIRE(out);
   memset(out, 0, sizeof *out);
-  if (!stream) return st_error(ST_ERR_INVALID, "progress: no output stream");
+  if (!stream) return st_error(ST_ERR_INVALID, "st_progress_create: stream is NULL (progress: no output stream)");
   progress *p = calloc(1, sizeof *p); /* freed by progress_destroy */
   if (!p) return st_error(ST_ERR_NOMEM, "progress: out of memory for the callback's state");
   p->f = stream;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/args.h"
 #include "train/ps_train.h"
 
 struct st_ps_coordinator {
@@ -61,7 +62,8 @@ static st_status coordinator_start(st_ps_coordinator *k) {
 }
 
 st_status st_ps_coordinator_create(const st_ps_train_options *o, st_ps_coordinator **out) {
-  if (!o || !out) return st_error(ST_ERR_INVALID, "st_ps_coordinator_create: %s is NULL", o ? "out" : "options");
+  ST_REQUIRE(o);
+  ST_REQUIRE(out);
   *out = NULL;
   st_status s = st__ps_check_options(o);
   if (s != ST_OK) return s;
@@ -83,8 +85,9 @@ st_status st_ps_coordinator_create(const st_ps_train_options *o, st_ps_coordinat
 }
 
 st_status st_ps_coordinator_schedule(st_ps_coordinator *k, const uint32_t *idx, int64_t n, int64_t *handle) {
-  if (!k || !idx || !handle)
-    return st_error(ST_ERR_INVALID, "st_ps_coordinator_schedule: %s is NULL", !k ? "coordinator" : !idx ? "idx" : "handle");
+  ST_REQUIRE(k);
+  ST_REQUIRE(idx);
+  ST_REQUIRE(handle);
   if (k->failed != ST_OK) return coordinator_fail(k, k->failed);
   st__ps_chief *c = &k->r.c;
   if (k->stopped) return st_error(ST_ERR_INVALID, "st_ps_coordinator_schedule: the job was finished");
@@ -107,14 +110,15 @@ st_status st_ps_coordinator_schedule(st_ps_coordinator *k, const uint32_t *idx, 
 }
 
 st_status st_ps_coordinator_join(st_ps_coordinator *k) {
-  if (!k) return st_error(ST_ERR_INVALID, "st_ps_coordinator_join: coordinator is NULL");
+  ST_REQUIRE(k);
   st_status s = ST_OK;
   while (s == ST_OK && k->done < k->scheduled) s = pump(k, 20);
   return s == ST_OK && k->failed ? coordinator_fail(k, k->failed) : s;
 }
 
 st_status st_ps_coordinator_fetch(st_ps_coordinator *k, int64_t handle, st_ps_closure_result *out) {
-  if (!k || !out) return st_error(ST_ERR_INVALID, "st_ps_coordinator_fetch: %s is NULL", k ? "out" : "coordinator");
+  ST_REQUIRE(k);
+  ST_REQUIRE(out);
   if (handle < 0 || handle >= k->scheduled)
     return st_error(ST_ERR_INVALID, "st_ps_coordinator_fetch: handle %lld was not scheduled", (long long)handle);
   st_status s = ST_OK;
@@ -128,7 +132,8 @@ st_status st_ps_coordinator_fetch(st_ps_coordinator *k, int64_t handle, st_ps_cl
 }
 
 st_status st_ps_coordinator_finish(st_ps_coordinator *k, st_ps_train_result *out) {
-  if (!k || !out) return st_error(ST_ERR_INVALID, "st_ps_coordinator_finish: %s is NULL", k ? "out" : "coordinator");
+  ST_REQUIRE(k);
+  ST_REQUIRE(out);
   memset(out, 0, sizeof *out);
   st_status s = st_ps_coordinator_join(k);
   st__ps_chief *c = &k->r.c;

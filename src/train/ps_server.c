@@ -1,9 +1,13 @@
 /* st_ps_server_run (strata/ps.h): a worker or ps task of a parameter-server
  * job. The server loop is ps/server.c's; this gives it the job's model
  * (train/ps_model.c) and the caller's data, message and stop callbacks. */
+#include <math.h>
 #include <string.h>
 
+#include "base/args.h"
+#include "ps/cluster.h"
 #include "ps/server.h"
+#include "ps/transport.h"
 #include "strata/ps.h"
 #include "train/ps_model.h"
 
@@ -31,8 +35,22 @@ static bool should_stop(void *user) {
   return o->should_stop(o->stop_user);
 }
 
+st_status st_ps_keygen(const char *tf_config, const char *cluster_file, const char *dir) {
+  ST_REQUIRE(dir);
+  st_ps_cluster c;
+  st_status s = st__ps_cluster_load(tf_config, cluster_file, cluster_file ? "chief:0" : NULL,
+                                    "st_ps_keygen", &c);
+  if (s != ST_OK) return s;
+  s = st__ps_keygen(&c, dir);
+  st__ps_cluster_free(&c);
+  return s;
+}
+
 st_status st_ps_server_run(const st_ps_server_options *o) {
-  if (!o) return st_error(ST_ERR_INVALID, "st_ps_server_run: options are NULL");
+  ST_REQUIRE(o);
+  if (!isfinite(o->job_timeout) || o->job_timeout <= 0 || o->job_timeout > 1e6)
+    return st_error(ST_ERR_INVALID, "st_ps_server_options.job_timeout: %g (must be in (0, 1e6] s)",
+                    o->job_timeout);
   st__ps_server_config c = {o->tf_config, o->cluster_file, o->task, o->keys_dir, o->insecure,
                             o->job_timeout, st__ps_build_model, (void *)o,
                             o->data ? data : NULL, o->on_message ? message : NULL,

@@ -5,11 +5,13 @@
  * callbacks, validation and progress. The cluster side (closures, heartbeats,
  * recovery of a lost ps) is ps/chief*.c's. Lines go to the caller's
  * on_message / on_progress, never to stdout. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "base/args.h"
 #include "io/checkpoint.h"
 #include "train/ps_train.h"
 
@@ -390,6 +392,33 @@ void st_ps_train_result_free(st_ps_train_result *r) {
   memset(r, 0, sizeof *r);
 }
 
+/* The numeric options' ranges (0 = the default where the field says so). */
+static st_status check_ranges(const st_ps_train_options *o) {
+  const char *f = "st_ps_train_options";
+  if (!isfinite(o->heartbeat_interval) || o->heartbeat_interval < 0 || o->heartbeat_interval > 3600)
+    return st_error(ST_ERR_INVALID, "%s.heartbeat_interval: %g (must be in (0, 3600] s; 0 = 1)", f,
+                    o->heartbeat_interval);
+  if (!isfinite(o->coordinator_timeout) || o->coordinator_timeout < 0 || o->coordinator_timeout > 1e6)
+    return st_error(ST_ERR_INVALID, "%s.coordinator_timeout: %g (must be in (0, 1e6] s; 0 = 60)",
+                    f, o->coordinator_timeout);
+  const struct { const char *name; int64_t v; } counts[] = {
+      {"steps_per_execution", o->steps_per_execution}, {"ps_shards", o->ps_shards},
+      {"ps_min_shard_bytes", o->ps_min_shard_bytes}, {"backup_every", o->backup_every},
+      {"train_examples", o->train_examples}, {"ncallbacks", o->ncallbacks}};
+  for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
+    if (counts[i].v < 0)
+      return st_error(ST_ERR_INVALID, "%s.%s: %lld is negative", f, counts[i].name,
+                      (long long)counts[i].v);
+  if (o->batch > INT32_MAX)
+    return st_error(ST_ERR_INVALID, "%s.batch: %lld (at most %d)", f, (long long)o->batch, INT32_MAX);
+  if (!(o->val_split >= 0.0 && o->val_split < 1.0))
+    return st_error(ST_ERR_INVALID, "%s.val_split: %g (must be in [0, 1))", f, o->val_split);
+  if ((unsigned)o->optimizer.kind >= ST_OPT_COUNT)
+    return st_error(ST_ERR_INVALID, "%s.optimizer.kind: %d out of range", f, (int)o->optimizer.kind);
+  st_status s = st_schedule_check(&o->optimizer.lr);
+  return s == ST_OK ? s : st_error_prefix(s, "%s.optimizer.lr: ", f);
+}
+
 st_status st__ps_check_options(const st_ps_train_options *o) {
   if (!o->model || !o->model[0]) return st_error(ST_ERR_INVALID, "st_ps_train_options.model: not set");
   if (!o->data) return st_error(ST_ERR_INVALID, "st_ps_train_options.data: not set");
@@ -401,11 +430,12 @@ st_status st__ps_check_options(const st_ps_train_options *o) {
     return st_error(ST_ERR_INVALID, "st_ps_train_options.max_staleness: %lld (must be >= -1)", (long long)o->max_staleness);
   if (o->ncallbacks > 0 && !o->callbacks)
     return st_error(ST_ERR_INVALID, "st_ps_train_options.callbacks: NULL with ncallbacks %d", o->ncallbacks);
-  return ST_OK;
+  return check_ranges(o);
 }
 
 st_status st_ps_train(const st_ps_train_options *a, st_ps_train_result *out) {
-  if (!a || !out) return st_error(ST_ERR_INVALID, "st_ps_train: %s is NULL", a ? "out" : "options");
+  if (!a) return st_error(ST_ERR_INVALID, "st_ps_train: o is NULL");
+  ST_REQUIRE(out);
   memset(out, 0, sizeof *out);
   st_status s = st__ps_check_options(a);
   if (s != ST_OK) return s;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/args.h"
 #include "strata/train.h"
 
 /* ---- the callback ------------------------------------------------------------ */
@@ -51,9 +52,9 @@ static st_status tb_on_epoch_end(void *user, st_model *m, const st_epoch_logs *l
 }
 
 st_status st_tensorboard_callback_create(st_tensorboard *tb, int update_freq, st_callback *out) {
-  if (!out) return st_error(ST_ERR_INVALID, "st_tensorboard_callback_create: out is NULL");
+  ST_REQUIRE(out);
   memset(out, 0, sizeof *out);
-  if (!tb) return st_error(ST_ERR_INVALID, "TensorBoard callback: no event writer");
+  if (!tb) return st_error(ST_ERR_INVALID, "st_tensorboard_callback_create: tb is NULL (TensorBoard callback: no event writer)");
   if (update_freq < 0)
     return st_error(ST_ERR_INVALID, "TensorBoard callback: update_freq %d (must be >= 0)",
                     update_freq);
