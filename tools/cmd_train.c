@@ -252,6 +252,18 @@ static bool check_ps_flags(const train_cfg *c) {
     fprintf(stderr, "strata train: --ps-shards and --ps-min-shard-bytes are two partitioners: give one\n");
     return false;
   }
+  if (GIVEN("--keys") && GIVEN("--insecure")) {
+    fprintf(stderr, "strata train: --keys and --insecure contradict each other: give one\n");
+    return false;
+  }
+  double hb = c->heartbeat_interval > 0 ? c->heartbeat_interval : 1.0;
+  double ct = c->coordinator_timeout > 0 ? c->coordinator_timeout : 60.0;
+  if (ct < 2 * hb) { /* issue 29 D10: the servers would take the live chief for lost */
+    fprintf(stderr, "strata train: --coordinator-timeout %g is shorter than 2 x --heartbeat-interval "
+            "(%g): the chief reaches the servers once per heartbeat interval, so they would "
+            "exit while it is alive\n", ct, hb);
+    return false;
+  }
   return true;
 }
 

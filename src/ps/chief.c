@@ -55,7 +55,7 @@ st_status st__ps_chief_await(st__ps_chief *c, st_ps_socket *s, int type, int rol
     }
     st__ps_msg_free(m);
   }
-  return st_error(ST_ERR_PEER, "%s:%d did not answer %s within %.0f s",
+  return st_error(ST_ERR_PEER, "%s:%d did not answer %s within %g s",
                   st__ps_role_name((st_ps_role)role), index, st__ps_msg_name(type - 1), timeout);
 }
 

@@ -297,6 +297,7 @@ st_status st__ps_run_model(st__ps_run *r) {
   if (s == ST_OK) s = st__ps_layout_make(c->model.net, c->cluster.count[ST_PS_PS], &c->job, &c->layout);
   c->steps_per_epoch = (c->n_train + a->batch - 1) / a->batch;
   c->job.total_steps = c->steps_per_epoch * a->epochs;
+  if (s == ST_OK) s = st__ps_job_check(&c->job, "st_ps_train_options"); /* what the servers check */
   return s;
 }
 
