@@ -148,4 +148,10 @@ int cmd_evaluate(int argc, char **argv);
 int cmd_summary(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 
+/* tools/watchdog.c: unless disarmed within `seconds`, print `what` on stderr
+ * and _exit(EXIT_PEER) (MPI's start-up, which has no timeout of its own). One
+ * at a time; main thread. */
+void cli_watchdog_arm(double seconds, const char *what);
+void cli_watchdog_disarm(void);
+
 #endif

@@ -408,7 +408,16 @@ static st_status create_model(const char *name, st_model_options mo, st_model **
 static st_status build_model(const char *name, const st_strategy_options *so, uint64_t seed,
                              const st_optimizer_options *opt, st_strategy **strategy,
                              st_model **model) {
+  /* MPI's start-up has no timeout: a rank that dies in it (mpirun
+   * --enable-recovery) would leave this one waiting forever (issue 29 D7) */
+  double t = so->collective_timeout > 0 ? so->collective_timeout : ST_DEFAULT_COLLECTIVE_TIMEOUT;
+  char what[256];
+  snprintf(what, sizeof what, "strata train: the job's start-up (MPI_Init, the strategy's "
+           "processes) did not finish within %g s (--collective-timeout + 10 s): a rank died or "
+           "stalls during start-up", t + 10);
+  cli_watchdog_arm(t + 10, what);
   st_status s = st_strategy_create(so, strategy);
+  cli_watchdog_disarm();
   if (s != ST_OK) return s;
   st_model_options mo = st_model_default_options(st_shape3(28, 28, 1));
   mo.seed = seed;
