@@ -143,6 +143,8 @@ typedef struct launched {
   const st_ps_cluster *c;
   char **argv;          /* the server command line */
   bool restart_failed;  /* --restart-failed: a worker or ps that dies is started again */
+  pid_t chief;
+  int refused;          /* a server that exited 2 (its task cannot run: stop the job), or -1 */
 } launched;
 
 /* Server pid p ended with status: a worker or ps that failed (a signal or a
@@ -154,6 +156,15 @@ static void server_ended(launched *l, pid_t p, int status) {
   for (int i = 0; i < l->n; i++) {
     if (l->pid[i] != p) continue;
     l->pid[i] = 0;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == EXIT_USAGE && l->refused < 0) {
+      /* its task cannot run (it cannot listen, its keys, its data): the
+       * chief would wait for it until its JOB timeout (issue 29 D9) */
+      l->refused = i;
+      fprintf(stderr, "strata launch: %s:%d (pid %d) exited with 2 (its error is above): stopping "
+              "the job\n", st__ps_role_name((st_ps_role)l->role[i]), l->index[i], (int)p);
+      if (l->chief > 0) kill(l->chief, SIGTERM);
+      return;
+    }
     bool failed = WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0);
     if (!failed || !l->restart_failed || l->restarts[i] >= 10) return;
     l->restarts[i]++;
@@ -188,6 +199,7 @@ static int supervise(pid_t chief, launched *l) {
   }
   if (WIFEXITED(status)) rc = WEXITSTATUS(status);
   else if (WIFSIGNALED(status)) rc = 128 + WTERMSIG(status);
+  if (l->refused >= 0) rc = EXIT_USAGE; /* the server's error, not the chief's stop */
   /* the chief sent STOP: 1 s to exit on their own, then SIGTERM (a server
    * in the middle of a request stops at once), 2 s more, then SIGKILL */
   reap(servers, n, 1.0);
@@ -252,7 +264,7 @@ int cmd_launch(int argc, char **argv) {
   pid_t *servers = calloc((size_t)nserv, sizeof(pid_t));
   int *info = calloc((size_t)nserv * 3, sizeof(int));
   launched l = {servers, info, info ? info + nserv : NULL, info ? info + 2 * nserv : NULL, nserv, &c, sargv,
-                o.restart_failed};
+                o.restart_failed, 0, -1};
   for (int r = ST_PS_PS; servers && info && r >= ST_PS_WORKER; r--)
     for (int i = 0; i < c.count[r]; i++) {
       l.role[k] = r, l.index[k] = i;
@@ -273,6 +285,7 @@ int cmd_launch(int argc, char **argv) {
   if (insecure) targv[t++] = "--insecure";
   else targv[t++] = "--keys", targv[t++] = keys;
   pid_t chief = spawn(&c, ST_PS_CHIEF, 0, targv);
+  l.chief = chief;
   fprintf(stderr, "strata launch: chief:0 on 127.0.0.1:%d, pid %d\n", c.tasks[0][0].port, (int)chief);
   rc = chief > 0 && info ? supervise(chief, &l) : EXIT_FAIL;
   free(info);
