@@ -91,7 +91,26 @@ def _class_weights(where, class_weight):
         if not isinstance(v, (int, float, np.integer, np.floating)) or not math.isfinite(float(v)):
             raise ValueError("%s: class_weight[%r] = %r is not a finite number" % (where, k, v))
     top = max(int(k) for k in class_weight)
+    if top >= _MAX_CLASSES:  # issue 29 D11: a list of top + 1 weights, before anything else ran
+        raise ValueError("%s: class_weight key %d: at most %d classes (keys 0 .. %d)"
+                         % (where, top, _MAX_CLASSES, _MAX_CLASSES - 1))
     return [float(class_weight.get(c, 1.0)) for c in range(top + 1)]
+
+
+_MAX_CLASSES = 1 << 20
+_MAX_EPOCHS = (1 << 31) - 1  # the engine counts epochs in an int
+
+
+def _check_class_keys(where, cweights, output_shape):
+    """class_weight keys against the model's outputs (N outputs: classes
+    0..N-1; one output, binary: 0 and 1)."""
+    if cweights is None or not output_shape or output_shape[-1] is None:
+        return
+    classes = max(int(output_shape[-1]), 2)
+    if len(cweights) > classes:
+        raise ValueError("%s: class_weight key %d is not a class of this model (its %d output%s "
+                         "give classes 0 .. %d)" % (where, len(cweights) - 1, int(output_shape[-1]),
+                                                    "s" if output_shape[-1] != 1 else "", classes - 1))
 
 
 class Sequential:
@@ -349,6 +368,9 @@ class Sequential:
         epochs, initial_epoch = int(epochs), int(initial_epoch)
         if epochs < 0 or initial_epoch < 0:
             raise ValueError("fit: epochs=%d, initial_epoch=%d must be >= 0" % (epochs, initial_epoch))
+        if epochs > _MAX_EPOCHS:
+            raise ValueError("fit: epochs=%d: at most %d (with EarlyStopping, a large count such as "
+                             "10**6 stops where the callback says)" % (epochs, _MAX_EPOCHS))
         from .. import data as _data
         if not 0.0 <= float(validation_split) < 1.0:
             raise ValueError("fit: validation_split=%r must be in [0, 1)" % (validation_split,))
@@ -378,6 +400,7 @@ class Sequential:
         train, batch = self._arrays(x, y, batch_size, "fit", bool(shuffle), steps_per_epoch,
                                     epoch=int(initial_epoch), weights=weighted)
         self._ensure_compiled("fit")
+        _check_class_keys("fit", cweights, self.output_shape)
         val = None
         if validation_data is not None:
             if isinstance(validation_data, _data.Dataset):
@@ -435,8 +458,13 @@ class Sequential:
             sps = sum(rates) / len(rates)
         else:
             # the engine counts this call's epochs from 1: Keras's epoch initial_epoch + c
-            listed = [c for c in range(1, n + 1) if validate(initial_epoch + c)]
-            _logs, sps = _strata.model_fit(self._cap, train, n, val if listed else None, driver, every,
+            # every epoch validates (validation_freq=1): no list (epochs=10**6 with
+            # EarlyStopping built one entry per epoch first: issue 29 D11)
+            every_epoch = isinstance(validation_freq, (int, np.integer)) and int(validation_freq) == 1
+            listed = None if val is None or every_epoch else \
+                [c for c in range(1, n + 1) if validate(initial_epoch + c)]
+            use_val = val if (every_epoch and n) or listed else None
+            _logs, sps = _strata.model_fit(self._cap, train, n, use_val, driver, every,
                                            initial_epoch, *backup, listed, cweights,
                                            weighted is not None)
         history.samples_per_sec = sps  # the engine's, training only, first 20 steps excluded
