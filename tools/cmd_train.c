@@ -169,13 +169,13 @@ static void train_defaults(train_cfg *c) {
  * checkpoint directories apart (outputs.h); before anything is written. */
 static bool check_paths(const train_cfg *c) {
   const cli_path files[] = {{"--save", c->save}, {"--report", c->report}, {"--csv", c->csv},
-                            {"--plot", c->plot}};
+                            {"--plot", c->plot}, {"--cache", c->cache}}; /* cache: issue 29 D12 */
   const cli_path dirs[] = {{"--backup-dir", c->backup_dir}, {"--checkpoint-dir", c->ckpt_dir},
                            {"--log-dir", c->log_dir}};
   const cli_path inputs[] = {{"--model", cli_is_json_model(c->model) ? c->model : NULL},
                              {"--load-weights", c->load_weights}};
   const char *data = strcmp(c->data, "fashion-mnist") ? c->data : CLI_FASHION_MNIST_DIR;
-  return cli_check_outputs("train", files, 4, dirs, 3, inputs, 2, data);
+  return cli_check_outputs("train", files, 5, dirs, 3, inputs, 2, data);
 }
 
 /* Flags that only make sense together, and monitors that exist. */
