@@ -408,8 +408,7 @@ static st_status create_model(const char *name, st_model_options mo, st_model **
 static st_status build_model(const char *name, const st_strategy_options *so, uint64_t seed,
                              const st_optimizer_options *opt, st_strategy **strategy,
                              st_model **model) {
-  /* MPI's start-up has no timeout: a rank that dies in it (mpirun
-   * --enable-recovery) would leave this one waiting forever (issue 29 D7) */
+  /* MPI's start-up has no timeout of its own (tools/watchdog.c) */
   double t = so->collective_timeout > 0 ? so->collective_timeout : ST_DEFAULT_COLLECTIVE_TIMEOUT;
   char what[256];
   snprintf(what, sizeof what, "strata train: the job's start-up (MPI_Init, the strategy's "
@@ -585,11 +584,15 @@ static st_strategy_options strategy_options(const train_cfg *c, bool tfr) {
   return so;
 }
 
-/* A failure while training or writing: ST_ERR_IO exits 4 (naming the
- * file), anything else as cli_fail. */
+/* A failure while training or writing: ST_ERR_IO exits 4 (naming the file), but an
+ * input that cannot be opened exits 2, one that fails while read 1 (issue 29 D17);
+ * anything else as cli_fail. */
 static int train_fail(st_status s) {
-  int rc = s == ST_ERR_IO ? EXIT_WRITE : cli_fail("train", s);
-  if (s == ST_ERR_IO) fprintf(stderr, "strata train: %s\n", st_last_error());
+  const char *e = st_last_error();
+  bool input = s == ST_ERR_IO && (strstr(e, ": cannot open: ") || strstr(e, ": read failed: "));
+  int rc = s == ST_ERR_IO ? (input ? (strstr(e, ": cannot open: ") ? EXIT_USAGE : EXIT_FAIL) : EXIT_WRITE)
+                          : cli_fail("train", s);
+  if (s == ST_ERR_IO) fprintf(stderr, "strata train: %s\n", e);
   return rc;
 }
 
