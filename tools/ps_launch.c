@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -121,6 +122,32 @@ static void remove_keys(const char *dir, const st_ps_cluster *c) {
   rmdir(dir);
 }
 
+/* The keys directory outlives launch only while launch lives: a child
+ * that waits for the end of a pipe launch holds (closed however launch
+ * ends, kill -9 included) and then removes it (issue 29 D15). Returns the
+ * pipe's write end (-1 when none could be made: launch removes the keys
+ * itself as before). */
+static int keys_janitor(const char *dir, const st_ps_cluster *c) {
+  int fds[2];
+  if (!dir[0] || pipe2(fds, O_CLOEXEC) != 0) return -1;
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[1]);
+    signal(SIGINT, SIG_IGN), signal(SIGTERM, SIG_IGN), signal(SIGHUP, SIG_IGN);
+    char b;
+    while (read(fds[0], &b, 1) != 0 && errno == EINTR) {
+    }
+    remove_keys(dir, c);
+    _exit(0);
+  }
+  close(fds[0]);
+  if (pid < 0) {
+    close(fds[1]);
+    return -1;
+  }
+  return fds[1];
+}
+
 /* Wait up to `seconds` for the servers still running (pid > 0; set to 0
  * once reaped). */
 static void reap(pid_t *servers, int n, double seconds) {
@@ -189,9 +216,10 @@ static int supervise(pid_t chief, launched *l) {
     if (p > 0) {
       server_ended(l, p, status);
     } else if (p < 0 && errno == EINTR && g_sig) {
-      kill(chief, g_sig);
+      int sig = g_sig == SIGHUP ? SIGTERM : g_sig; /* a closed terminal stops the job too */
+      kill(chief, sig);
       for (int i = 0; i < n; i++)
-        if (servers[i] > 0) kill(servers[i], g_sig);
+        if (servers[i] > 0) kill(servers[i], sig);
       g_sig = 0;
     } else if (p < 0 && errno != EINTR) {
       break;
@@ -259,6 +287,8 @@ int cmd_launch(int argc, char **argv) {
   sa.sa_handler = on_sig;
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGHUP, &sa, NULL);
+  int janitor = keys_janitor(keys, &c);
   char *sargv[6] = {argv[0], "server", insecure ? "--insecure" : "--keys", insecure ? NULL : keys, NULL};
   int nserv = (int)(nw + nps), k = 0;
   pid_t *servers = calloc((size_t)nserv, sizeof(pid_t));
@@ -290,6 +320,7 @@ int cmd_launch(int argc, char **argv) {
   rc = chief > 0 && info ? supervise(chief, &l) : EXIT_FAIL;
   free(info);
   remove_keys(keys, &c);
+  if (janitor >= 0) close(janitor); /* it finds the directory gone */
   free(targv);
   free(servers);
   st__ps_cluster_free(&c);

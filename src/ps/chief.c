@@ -55,6 +55,9 @@ st_status st__ps_chief_await(st__ps_chief *c, st_ps_socket *s, int type, int rol
     }
     st__ps_msg_free(m);
   }
+  if (st__ps_chief_stop_asked(c)) /* not a timeout (issue 29 D16) */
+    return st_error(ST_ERR_STOPPED, "stopped on request while waiting for %s:%d's answer to %s",
+                    st__ps_role_name((st_ps_role)role), index, st__ps_msg_name(type - 1));
   return st_error(ST_ERR_PEER, "%s:%d did not answer %s within %g s",
                   st__ps_role_name((st_ps_role)role), index, st__ps_msg_name(type - 1), timeout);
 }

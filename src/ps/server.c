@@ -291,6 +291,9 @@ static st_status request(server *sv, int p, st_ps_header *h, const void *payload
     }
     st__ps_msg_free(m);
   }
+  if (stopped(sv)) /* not a timeout (issue 29 D16) */
+    return st_error(ST_ERR_STOPPED, "stopped on request while waiting for ps:%d's %s", p,
+                    st__ps_msg_name(type));
   return st_error(ST_ERR_TIMEOUT, "ps:%d did not answer %s within %g s", p, st__ps_msg_name(type),
                   sv->job.coordinator_timeout);
 }
