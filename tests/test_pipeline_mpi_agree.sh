@@ -8,7 +8,10 @@
 #  - D3: ranks whose input pipelines differ (--shuffle-buffer 0 on one,
 #    other files of the same shape, the same images with other labels)
 #    paired inputs with the wrong labels and exited 0: now exit 2 at step 1
-#    naming the rank.
+#    naming the rank;
+#  - D14: --save or --backup-dir given to one rank only ran into
+#    --collective-timeout blaming a rank that had not died: now exit 2 at
+#    once on every rank naming the option and the ranks.
 # Skips (77) when mpirun is missing or Strata was built without MPI.
 source "$(dirname "${BASH_SOURCE[0]}")/mpi_common.bash"
 python3 "$src/tests/mkidx.py" "$tmp/a" || exit 1
@@ -47,6 +50,11 @@ check "D1 --pipeline-schedule gpipe vs 1f1b (rc $rc)" "refused sch 2 'pipeline: 
 mpmd s24 2 "${B[@]}" --pipeline-stages 2 -- 2 "${B[@]}" --pipeline-stages 4
 check "D14 --pipeline-stages 2 on ranks 0-1, 4 on ranks 2-3: exit 2 at once on all four (rc $rc)" \
   "refused s24 4 'pipeline: rank 2 (and 1 more rank) differs from rank 0 in pipeline stages (--pipeline-stages): 4 (rank 0: 2)'"
+mpmd save1 1 "${B[@]}" -- 1 "${B[@]}" --save w.st
+check "D14 --save given to rank 1 only: exit 2 at once on both, naming it (rc $rc)" \
+  "refused save1 2 '--save is given to rank 1 but not to rank 0' && [ ! -e w.st ]"
+mpmd bk0 1 "${B[@]}" --backup-dir bk -- 1 "${B[@]}"
+check "D14 --backup-dir given to rank 0 only (rc $rc)" "refused bk0 2 '--backup-dir is given to rank 0 but not to rank 1'"
 
 mpmd shuf 1 "${B[@]}" -- 1 "${B[@]}" --shuffle-buffer 0
 check "D3 --shuffle-buffer 0 on rank 1 only: exit 2 naming rank 1, not a model trained on wrong labels (rc $rc)" \

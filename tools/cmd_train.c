@@ -256,8 +256,7 @@ static bool check_ps_flags(const train_cfg *c) {
     fprintf(stderr, "strata train: --keys and --insecure contradict each other: give one\n");
     return false;
   }
-  double hb = c->heartbeat_interval > 0 ? c->heartbeat_interval : 1.0;
-  double ct = c->coordinator_timeout > 0 ? c->coordinator_timeout : 60.0;
+  double hb = c->heartbeat_interval, ct = c->coordinator_timeout; /* defaults 1, 60 */
   if (ct < 2 * hb) { /* issue 29 D10: the servers would take the live chief for lost */
     fprintf(stderr, "strata train: --coordinator-timeout %g is shorter than 2 x --heartbeat-interval "
             "(%g): the chief reaches the servers once per heartbeat interval, so they would "
@@ -584,9 +583,8 @@ static st_strategy_options strategy_options(const train_cfg *c, bool tfr) {
   return so;
 }
 
-/* A failure while training or writing: ST_ERR_IO exits 4 (naming the file), but an
- * input that cannot be opened exits 2, one that fails while read 1 (issue 29 D17);
- * anything else as cli_fail. */
+/* A failure while training or writing: ST_ERR_IO exits 4 (naming the file), an input that
+ * cannot be opened 2, one whose read fails 1 (issue 29 D17); anything else as cli_fail. */
 static int train_fail(st_status s) {
   const char *e = st_last_error();
   bool input = s == ST_ERR_IO && (strstr(e, ": cannot open: ") || strstr(e, ": read failed: "));
@@ -682,8 +680,11 @@ static int run_train(const train_cfg *c) {
   st_strategy_options so = strategy_options(c, tfr);
   st_status s = build_model(c->model, &so, (uint64_t)c->seed, &c->opt, &strategy, &model);
   if (s == ST_OK && c->load_weights) s = st_model_load_weights(model, c->load_weights);
+  const char *ranked[] = {"--save", "--backup-dir", "--checkpoint-dir"}; /* alike on every rank */
+  bool given[] = {c->save != NULL, c->backup_dir != NULL, c->ckpt_dir != NULL};
   if (s != ST_OK) rc = cli_fail("train", s);
-  else if (tfr) rc = load_tfrecord(c, &so, strategy, &ta, &d);
+  else if ((rc = cli_check_rank_flags("train", strategy, ranked, given, 3)) == EXIT_OK && tfr)
+    rc = load_tfrecord(c, &so, strategy, &ta, &d);
   if (rc == EXIT_OK) rc = cli_match_model_input("train", &d, st_model_input_shape(model));
   if (rc == EXIT_OK && (chief = st_strategy_is_chief(strategy)) &&
       (s = lock_dirs(c, strategy, &locks)) != ST_OK)
