@@ -11,7 +11,8 @@
 #    steps_per_execution 0, heartbeat_interval inf, val_split 5;
 #  - Python Server without keys: a RuntimeWarning says it runs insecure, and
 #    the forged JOB ends join() with an error, the interpreter alive;
-#  - strata server --keys DIR --insecure: exit 2 (the contradiction);
+#  - strata server --keys DIR --insecure: exit 2 (the contradiction), and
+#    a .secret key of mode 0644 is refused (D20);
 #  - strata train --heartbeat-interval 10 --coordinator-timeout 5 (D10): exit 2
 #    at once instead of servers that take the live chief for lost.
 . "$(dirname "$0")/ps_common.bash"
@@ -66,6 +67,10 @@ fi
 
 "$cli" server --keys "$tmp/keys" --insecure --job-timeout 1 > /dev/null 2> "$tmp/ki"; rc=$?
 check "[ $rc = 2 ] && grep -q 'contradict' $tmp/ki" "strata server --keys DIR --insecure: exit 2 (rc $rc: $(cat "$tmp/ki"))"
+chmod 644 "$tmp/keys/worker-0.secret"
+"$cli" server --keys "$tmp/keys" --job-timeout 1 > /dev/null 2> "$tmp/km"; rc=$?
+check "[ $rc = 2 ] && grep -q 'worker-0.secret: mode 0644: readable or writable by others' $tmp/km" \
+  "D20: a .secret key readable by others is refused (rc $rc: $(cat "$tmp/km"))"
 unset TF_CONFIG
 timeout 60 "$cli" train --strategy parameter_server --model mlp --heartbeat-interval 10 --coordinator-timeout 5 \
   > /dev/null 2> "$tmp/hb"; rc=$?

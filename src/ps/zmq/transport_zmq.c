@@ -68,6 +68,11 @@ static st_status zerr(const char *what) {
 static st_status read_key(const char *dir, const st_ps_task *task, const char *ext, char *out) {
   char path[1200];
   snprintf(path, sizeof path, "%s/%s-%d.%s", dir, st__ps_role_name(task->role), task->index, ext);
+  struct stat sb;
+  if (!strcmp(ext, "secret") && stat(path, &sb) == 0 && (sb.st_mode & 077))
+    /* a secret others can read is no secret (issue 29 D20; ssh refuses them too) */
+    return st_error(ST_ERR_INVALID, "CURVE key %s: mode %04o: readable or writable by others than "
+                    "its owner (chmod 600 %s)", path, (unsigned)(sb.st_mode & 07777), path);
   char *text = NULL;
   size_t len = 0;
   st_status s = st__read_all(path, 4096, &text, &len);
