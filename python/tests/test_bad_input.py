@@ -147,3 +147,23 @@ def test_fit_values_that_hung_or_exhausted_memory():
     h = m.fit(x, y, epochs=10**6, validation_data=(x, y), callbacks=[Stop()], verbose=0)
     assert len(h.history["loss"]) == 2 and len(h.history["val_loss"]) == 2
     assert time.monotonic() - t0 < 30
+
+
+def test_permissive_values_refused():
+    """Issue 29 D18/D20: fit(epochs=1.5) ran 1 epoch, steps_per_epoch=-1 and
+    prefetch(-5) were accepted, cache(filename) ignored the file, and
+    batch_size=2**31 said 'must be positive'."""
+    m = small_model()
+    for kw, match in (({"epochs": 1.5}, "epochs=1.5 must be an integer"),
+                      ({"steps_per_epoch": -1}, "steps_per_epoch=-1"),
+                      ({"steps_per_epoch": 0}, "steps_per_epoch=0"),
+                      ({"batch_size": 2**31}, r"batch_size=2147483648 must be an integer in \[1, 2147483647\]"),
+                      ({"batch_size": 2**63}, r"batch_size=9223372036854775808 must be an integer")):
+        with pytest.raises(ValueError, match=match):
+            m.fit(X, Y, verbose=0, **kw)
+    ds = tf.data.Dataset.from_tensor_slices((X, Y))
+    with pytest.raises(ValueError, match="prefetch: buffer_size=-5"):
+        ds.prefetch(-5)
+    ds.prefetch(tf.data.AUTOTUNE), ds.prefetch(0), ds.cache()
+    with pytest.raises(NotImplementedError, match="cache: filename='/dev/full'"):
+        ds.cache("/dev/full")

@@ -249,9 +249,16 @@ class Dataset:
         return self._with(("shard", num_shards, index))
 
     def prefetch(self, buffer_size, name=None):
+        if isinstance(buffer_size, bool) or not isinstance(buffer_size, (int, np.integer)) or \
+                (buffer_size < 0 and buffer_size != AUTOTUNE):
+            raise ValueError("prefetch: buffer_size=%r must be >= 0 or tf.data.AUTOTUNE" % (buffer_size,))
         return self._with(("prefetch", int(buffer_size)))
 
     def cache(self, filename="", name=None):
+        if filename:  # (issue 29 D20: the file name was ignored silently)
+            raise NotImplementedError("cache: filename=%r: Strata's Dataset.cache keeps the elements in "
+                                      "memory only (call cache() without a file name; the CLI's --cache "
+                                      "FILE writes a file)" % (filename,))
         return self._with(("cache",))
 
     def map(self, map_func, num_parallel_calls=None, deterministic=None, name=None):

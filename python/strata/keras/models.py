@@ -335,8 +335,8 @@ class Sequential:
         if weights is not None:
             ya = _data.with_weights(ya, weights, len(xa), where)
         batch = 32 if batch is None else batch
-        if not isinstance(batch, (int, np.integer)) or isinstance(batch, bool) or batch <= 0:
-            raise ValueError("%s: batch_size=%r must be a positive integer" % (where, batch))
+        if not isinstance(batch, (int, np.integer)) or isinstance(batch, bool) or not 0 < batch < 2 ** 31:
+            raise ValueError("%s: batch_size=%r must be an integer in [1, 2147483647]" % (where, batch))
         h = _strata.dataset_from_arrays(xa, ya, self._scale)
         if shuffle:  # a later fit call shuffles differently (the engine's epochs restart at 0)
             seed = (global_seed() + getattr(self, "_fit_calls", 0)) % 2 ** 63
@@ -365,6 +365,12 @@ class Sequential:
             raise RuntimeError("You must compile your model before training/testing. Use `model.compile(optimizer, loss)`.")
         if shuffle not in (True, False, "batch"):
             raise ValueError("fit: shuffle=%r (expected a bool)" % (shuffle,))
+        for name, v in (("epochs", epochs), ("initial_epoch", initial_epoch)):  # 1.5 ran 1 epoch (D20)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise ValueError("fit: %s=%r must be an integer" % (name, v))
+        if steps_per_epoch is not None and (isinstance(steps_per_epoch, bool) or not isinstance(
+                steps_per_epoch, (int, np.integer)) or steps_per_epoch < 1):
+            raise ValueError("fit: steps_per_epoch=%r must be None or a positive integer" % (steps_per_epoch,))
         epochs, initial_epoch = int(epochs), int(initial_epoch)
         if epochs < 0 or initial_epoch < 0:
             raise ValueError("fit: epochs=%d, initial_epoch=%d must be >= 0" % (epochs, initial_epoch))
