@@ -31,4 +31,9 @@ train 'fm-*-of-00008.tfrecord.gz'
 check "a shard in the middle missing: exit 2 naming it (rc $rc)" "[ $rc = 2 ] && grep -q 'shard fm-00005-of-00008.tfrecord.gz is missing: 7 of the 8' err"
 train 'fm-0000[0-2]-of-00008.tfrecord.gz'
 check "part of a set named on purpose: exit 0 (rc $rc)" "[ $rc = 0 ]"
+# D20: a --features key Strata does not read (default_value) was ignored silently
+python3 -c "import json; d = json.load(open('spec.json')); d['y']['default_value'] = 0; json.dump(d, open('spec3.json', 'w'))"
+"$cli" train --data 'tfrecord:fm-0000[0-2]-of-00008.tfrecord.gz' --features spec3.json --model mlp --quiet >out 2>err; rc=$?
+check "--features with an unknown key: exit 2 naming it (rc $rc: $(cat err))" \
+  "[ $rc = 2 ] && grep -q '\"y\".default_value: unknown key' err"
 exit $fail
