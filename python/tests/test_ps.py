@@ -321,3 +321,25 @@ def test_callback_exception_ends_the_job(fashion):
         servers.reap(failed=True)
         raise
     assert servers.reap(timeout=10) == [0, 0], servers.output()
+
+
+def test_label_error_on_a_worker_is_a_value_error(fashion):
+    """Issue 29 D10: a label that is not a class, found by a worker, reached
+    fit as ConnectionError (a lost peer); it is bad input: ValueError."""
+    _zmq_or_skip()
+    (x, y), _ = fashion
+    cluster = _cluster(1, 1)
+    servers = Servers(cluster)
+    try:
+        strategy = tf.distribute.experimental.ParameterServerStrategy(
+            tf.distribute.cluster_resolver.SimpleClusterResolver(tf.train.ClusterSpec(cluster), task_type="chief",
+                                                                 task_id=0))
+        with strategy.scope():
+            model = _model()
+        model.compile(optimizer="sgd", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        bad = y[:256].astype(np.int64)
+        bad[0] = 11
+        with pytest.raises(ValueError, match="worker:0: .*label 11 .*not a class"):
+            model.fit(x[:256], bad, epochs=1, batch_size=64, verbose=0)
+    finally:
+        servers.reap(timeout=20, failed=True)

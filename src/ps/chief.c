@@ -203,7 +203,12 @@ st_status st__ps_chief_read_worker(st__ps_chief *c, int epoch, int i, st__ps_clo
               (const char *)m.payload);
       cls[k].state = 0, c->w[i].busy = -1, c->retried++;
     } else if (m.h.type == ST_PS_MSG_ERROR && c->w[i].alive && current) {
-      st_status e = st_error(ST_ERR_PEER, "worker:%d: %.*s", i, (int)m.h.payload_len, (const char *)m.payload);
+      /* the worker's own status when it is about the input (a label that is
+       * not a class: ValueError / exit 2, not a lost peer; issue 29 D10) */
+      uint64_t ws = m.h.step;
+      st_status code = ws == ST_ERR_INVALID || ws == ST_ERR_FORMAT || ws == ST_ERR_NONFINITE
+                           ? (st_status)ws : ST_ERR_PEER;
+      st_status e = st_error(code, "worker:%d: %.*s", i, (int)m.h.payload_len, (const char *)m.payload);
       st__ps_msg_free(&m);
       return e;
     }
