@@ -43,7 +43,9 @@ read -r p1 p2 p3 p4 <<< "$(ports)"
 TF_CONFIG="{\"cluster\": {\"chief\": [\"127.0.0.1:$p1\"], \"worker\": [\"127.0.0.1:$p2\"], \"ps\": [\"127.0.0.1:$p3\"]}, \"task\": {\"type\": \"chief\", \"index\": 0}}" \
   "$cli" train --strategy parameter_server --insecure --model mlp --quiet > /dev/null 2> "$tmp/c" &
 chief=$!
-sleep 1.5
+# stop it once it waits for answers (listening: its signal handlers are set; slow under ASan)
+for _ in $(seq 400); do ss -ltn 2>/dev/null | grep -q ":$p1 " && break; sleep 0.05; done
+sleep 1
 kill -TERM $chief; wait $chief; rc=$?
 check "[ $rc = 5 ] && grep -q 'stopped on request while waiting for ps:0' $tmp/c && ! grep -q 'within 120 s' $tmp/c" \
   "a chief stopped while waiting for JOB answers: exit 5, 'stopped on request' (rc $rc: $(grep -v warning "$tmp/c"))"
