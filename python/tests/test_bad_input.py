@@ -167,3 +167,10 @@ def test_permissive_values_refused():
     ds.prefetch(tf.data.AUTOTUNE), ds.prefetch(0), ds.cache()
     with pytest.raises(NotImplementedError, match="cache: filename='/dev/full'"):
         ds.cache("/dev/full")
+
+
+def test_input_shape_with_none_is_a_value_error():
+    """Issue 29 D18: input_shape=(None,) raised a bare TypeError from int()."""
+    with pytest.raises(ValueError, match=r"input_shape=\(None,\): every dimension must be a positive integer"):
+        m = tf.keras.Sequential([tf.keras.layers.Dense(3, input_shape=(None,))])
+        m.compile("sgd", "mse")

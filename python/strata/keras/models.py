@@ -194,6 +194,10 @@ class Sequential:
             self._build(shape)
 
     def _build(self, shape):
+        if any(d is None or isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1
+               for d in shape):  # (issue 29 D18: a bare TypeError from int(None))
+            raise ValueError("input_shape=%r: every dimension must be a positive integer (Strata "
+                             "builds fixed shapes; None is not supported)" % (tuple(shape),))
         shape = tuple(int(d) for d in shape)
         strategy = self._strategy or _distribute.get_strategy()
         self._strategy = strategy
