@@ -55,6 +55,9 @@ check "D14 --save given to rank 1 only: exit 2 at once on both, naming it (rc $r
   "refused save1 2 '--save is given to rank 1 but not to rank 0' && [ ! -e w.st ]"
 mpmd bk0 1 "${B[@]}" --backup-dir bk -- 1 "${B[@]}"
 check "D14 --backup-dir given to rank 0 only (rc $rc)" "refused bk0 2 '--backup-dir is given to rank 0 but not to rank 1'"
+mpmd m16 1 "${B[@]}" --micro-batches 16 -- 1 "${B[@]}" --micro-batches 16
+check "D14 --micro-batches 16 with --batch-size 8: exit 2 instead of 8 empty micro-batches (rc $rc)" \
+  "refused m16 2 'pipeline: 16 micro-batches for a batch of 8 examples per replica: 8 of them would be empty'"
 
 mpmd shuf 1 "${B[@]}" -- 1 "${B[@]}" --shuffle-buffer 0
 check "D3 --shuffle-buffer 0 on rank 1 only: exit 2 naming rank 1, not a model trained on wrong labels (rc $rc)" \

@@ -55,6 +55,7 @@ typedef struct procs {
   double idle[ST_MAX_REPLICAS];
   int in_flight[ST_MAX_REPLICAS];
   bool replayed;
+  bool stepped;                              /* a training step ran (the micro-batch check) */
   int asked[ST_MAX_REPLICAS], owed[ST_MAX_REPLICAS]; /* a streamed save: per stage */
   /* the current step */
   const st_batch *b;
@@ -556,6 +557,11 @@ st_status st__pipeline_procs_train_step(st_strategy *s, st_net *m, const st_batc
   procs *p = s->impl;
   keep_share(s, m); /* after a save: only the share again */
   p->mine = st__batch_slice(m, b, p->D, p->rep, NULL);
+  if (!p->stepped && b->size / p->D < p->M) /* the run's first (full) batch: every rank alike */
+    return st_error(ST_ERR_INVALID, "pipeline: %d micro-batches for a batch of %d examples per "
+                    "replica: %d of them would be empty (--micro-batches at most the batch per "
+                    "replica)", p->M, b->size / p->D, p->M - b->size / p->D);
+  p->stepped = true;
   st_status st = st__pipe_stage_reserve(m, p->st, (p->mine.size + p->M - 1) / p->M);
   if (st != ST_OK) return st;
   memset(&p->stats, 0, sizeof p->stats);
