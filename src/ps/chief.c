@@ -159,6 +159,12 @@ void st__ps_chief_ping(st__ps_chief *c) {
   double now = st_now_seconds();
   if (now - c->last_ping < c->job.heartbeat_interval) return;
   c->last_ping = now;
+  int64_t refused = c->t ? st__ps_transport_refused(c->t) : 0;
+  if (refused > c->refused_logged) { /* as the servers do (issue 29 D13) */
+    st__ps_chief_say(c, "chief:0: refused %lld connection(s) whose CURVE key is not in the "
+                     "cluster's allow-list", (long long)(refused - c->refused_logged));
+    c->refused_logged = refused;
+  }
   for (int p = 0; p < c->nps; p++) st__ps_chief_send(c, c->ps[p], ST_PS_MSG_HEARTBEAT, 0, NULL, 0);
   for (int i = 0; i < c->nw; i++) {
     st__ps_wstate *w = &c->w[i];
