@@ -146,6 +146,8 @@ static void test_batches(void) {
   pass(ds, b, CAP, &s, msg);
   CHECK_EQ(s, ST_ERR_FORMAT);
   CHECK(strstr(msg, "c2.cache: written by another pipeline") != NULL);
+  /* both sides, which differ (issue 29 D18: the message printed the same figures twice) */
+  CHECK(strstr(msg, "batch 5 per item; this one: x [") != NULL && strstr(msg, "batch 0 per item)") != NULL);
   st_dataset_destroy(ds);
 }
 

@@ -13,6 +13,7 @@
 #include "fuzz/idx_fuzz.c"
 #include "fuzz/keras_json_fuzz.c"
 #include "fuzz/ps_frame_fuzz.c"
+#include "fuzz/ps_job_fuzz.c"
 #include "fuzz/safetensors_fuzz.c"
 #include "fuzz/tfrecord_fuzz.c"
 #include "fuzz/tf_config_fuzz.c"
@@ -32,6 +33,7 @@ static const fuzz_target targets[] = {
     {"tfrecord_fuzz", st_fuzz_tfrecord},
     {"tf_config_fuzz", st_fuzz_tf_config},
     {"ps_frame_fuzz", st_fuzz_ps_frame},
+    {"ps_job_fuzz", st_fuzz_ps_job},
 };
 
 static int by_name(const void *a, const void *b) {

@@ -148,4 +148,16 @@ int cmd_evaluate(int argc, char **argv);
 int cmd_summary(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 
+/* tools/watchdog.c: unless disarmed within `seconds`, print `what` on stderr
+ * and _exit(EXIT_PEER) (MPI's start-up, which has no timeout of its own). One
+ * at a time; main thread. */
+void cli_watchdog_arm(double seconds, const char *what);
+void cli_watchdog_disarm(void);
+/* tools/rank_flags.c: every process of a multi-process job was given the
+ * same of the n options opts[] (given[i]: this one was); otherwise prints
+ * which rank has which and returns EXIT_USAGE on every process. A
+ * collective: every process calls it, after the model is compiled. */
+int cli_check_rank_flags(const char *cmd, st_strategy *s, const char *const *opts,
+                         const bool *given, int n);
+
 #endif

@@ -169,13 +169,13 @@ static void train_defaults(train_cfg *c) {
  * checkpoint directories apart (outputs.h); before anything is written. */
 static bool check_paths(const train_cfg *c) {
   const cli_path files[] = {{"--save", c->save}, {"--report", c->report}, {"--csv", c->csv},
-                            {"--plot", c->plot}};
+                            {"--plot", c->plot}, {"--cache", c->cache}}; /* cache: issue 29 D12 */
   const cli_path dirs[] = {{"--backup-dir", c->backup_dir}, {"--checkpoint-dir", c->ckpt_dir},
                            {"--log-dir", c->log_dir}};
   const cli_path inputs[] = {{"--model", cli_is_json_model(c->model) ? c->model : NULL},
                              {"--load-weights", c->load_weights}};
   const char *data = strcmp(c->data, "fashion-mnist") ? c->data : CLI_FASHION_MNIST_DIR;
-  return cli_check_outputs("train", files, 4, dirs, 3, inputs, 2, data);
+  return cli_check_outputs("train", files, 5, dirs, 3, inputs, 2, data);
 }
 
 /* Flags that only make sense together, and monitors that exist. */
@@ -250,6 +250,17 @@ static bool check_ps_flags(const train_cfg *c) {
     }
   if (GIVEN("--ps-shards") && GIVEN("--ps-min-shard-bytes")) {
     fprintf(stderr, "strata train: --ps-shards and --ps-min-shard-bytes are two partitioners: give one\n");
+    return false;
+  }
+  if (GIVEN("--keys") && GIVEN("--insecure")) {
+    fprintf(stderr, "strata train: --keys and --insecure contradict each other: give one\n");
+    return false;
+  }
+  double hb = c->heartbeat_interval, ct = c->coordinator_timeout; /* defaults 1, 60 */
+  if (ct < 2 * hb) { /* issue 29 D10: the servers would take the live chief for lost */
+    fprintf(stderr, "strata train: --coordinator-timeout %g is shorter than 2 x --heartbeat-interval "
+            "(%g): the chief reaches the servers once per heartbeat interval, so they would "
+            "exit while it is alive\n", ct, hb);
     return false;
   }
   return true;
@@ -396,7 +407,15 @@ static st_status create_model(const char *name, st_model_options mo, st_model **
 static st_status build_model(const char *name, const st_strategy_options *so, uint64_t seed,
                              const st_optimizer_options *opt, st_strategy **strategy,
                              st_model **model) {
+  /* MPI's start-up has no timeout of its own (tools/watchdog.c) */
+  double t = so->collective_timeout > 0 ? so->collective_timeout : ST_DEFAULT_COLLECTIVE_TIMEOUT;
+  char what[256];
+  snprintf(what, sizeof what, "strata train: the job's start-up (MPI_Init, the strategy's "
+           "processes) did not finish within %g s (--collective-timeout + 10 s): a rank died or "
+           "stalls during start-up", t + 10);
+  cli_watchdog_arm(t + 10, what);
   st_status s = st_strategy_create(so, strategy);
+  cli_watchdog_disarm();
   if (s != ST_OK) return s;
   st_model_options mo = st_model_default_options(st_shape3(28, 28, 1));
   mo.seed = seed;
@@ -564,11 +583,14 @@ static st_strategy_options strategy_options(const train_cfg *c, bool tfr) {
   return so;
 }
 
-/* A failure while training or writing: ST_ERR_IO exits 4 (naming the
- * file), anything else as cli_fail. */
+/* A failure while training or writing: ST_ERR_IO exits 4 (naming the file), an input that
+ * cannot be opened 2, one whose read fails 1 (issue 29 D17); anything else as cli_fail. */
 static int train_fail(st_status s) {
-  int rc = s == ST_ERR_IO ? EXIT_WRITE : cli_fail("train", s);
-  if (s == ST_ERR_IO) fprintf(stderr, "strata train: %s\n", st_last_error());
+  const char *e = st_last_error();
+  bool input = s == ST_ERR_IO && (strstr(e, ": cannot open: ") || strstr(e, ": read failed: "));
+  int rc = s == ST_ERR_IO ? (input ? (strstr(e, ": cannot open: ") ? EXIT_USAGE : EXIT_FAIL) : EXIT_WRITE)
+                          : cli_fail("train", s);
+  if (s == ST_ERR_IO) fprintf(stderr, "strata train: %s\n", e);
   return rc;
 }
 
@@ -658,8 +680,11 @@ static int run_train(const train_cfg *c) {
   st_strategy_options so = strategy_options(c, tfr);
   st_status s = build_model(c->model, &so, (uint64_t)c->seed, &c->opt, &strategy, &model);
   if (s == ST_OK && c->load_weights) s = st_model_load_weights(model, c->load_weights);
+  const char *ranked[] = {"--save", "--backup-dir", "--checkpoint-dir"}; /* alike on every rank */
+  bool given[] = {c->save != NULL, c->backup_dir != NULL, c->ckpt_dir != NULL};
   if (s != ST_OK) rc = cli_fail("train", s);
-  else if (tfr) rc = load_tfrecord(c, &so, strategy, &ta, &d);
+  else if ((rc = cli_check_rank_flags("train", strategy, ranked, given, 3)) == EXIT_OK && tfr)
+    rc = load_tfrecord(c, &so, strategy, &ta, &d);
   if (rc == EXIT_OK) rc = cli_match_model_input("train", &d, st_model_input_shape(model));
   if (rc == EXIT_OK && (chief = st_strategy_is_chief(strategy)) &&
       (s = lock_dirs(c, strategy, &locks)) != ST_OK)

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
 
 #include "cli.h"
 #include "ps.h"
@@ -74,6 +75,10 @@ int main(int argc, char **argv) {
   /* Past a file-size limit (ulimit -f) a write fails with EFBIG, reported as
    * exit 4 with the temp file removed, instead of SIGXFSZ killing us. */
   signal(SIGXFSZ, SIG_IGN);
+  /* strata launch runs its tasks as /proc/self/exe, whose name ps/top would
+   * show as "exe" (issue 29 D15) */
+  char comm[16] = "";
+  if (prctl(PR_GET_NAME, comm) == 0 && !strcmp(comm, "exe")) prctl(PR_SET_NAME, "strata");
   ps_test_hooks_from_env();
   return finish_stdout(dispatch(argc, argv));
 }

@@ -65,13 +65,15 @@ static bool check_type(const char *cmd, const cli_path *p, bool dir) {
   return false;
 }
 
-/* The absolute, link-free path of dir (which may not exist yet: its parent
- * then must), malloc'd; NULL if neither resolves. */
+/* The absolute, link-free path of dir (which may not exist yet, nor its
+ * parents: the first existing ancestor is resolved and the rest appended),
+ * malloc'd; NULL if nothing resolves. */
 static char *resolve_dir(const char *dir) {
   char *r = realpath(dir, NULL);
   if (r) return r;
   char *a = strdup(dir), *b = strdup(dir), *out = NULL;
-  char *parent = a ? realpath(dirname(a), NULL) : NULL;
+  char *up = a ? dirname(a) : NULL;
+  char *parent = up && strcmp(up, dir) ? resolve_dir(up) : NULL;
   if (parent && b && (out = malloc(strlen(parent) + strlen(b) + 2)))
     sprintf(out, "%s/%s", strcmp(parent, "/") ? parent : "", basename(b));
   free(a), free(b), free(parent);

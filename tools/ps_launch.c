@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -121,6 +122,32 @@ static void remove_keys(const char *dir, const st_ps_cluster *c) {
   rmdir(dir);
 }
 
+/* The keys directory outlives launch only while launch lives: a child
+ * that waits for the end of a pipe launch holds (closed however launch
+ * ends, kill -9 included) and then removes it (issue 29 D15). Returns the
+ * pipe's write end (-1 when none could be made: launch removes the keys
+ * itself as before). */
+static int keys_janitor(const char *dir, const st_ps_cluster *c) {
+  int fds[2];
+  if (!dir[0] || pipe2(fds, O_CLOEXEC) != 0) return -1;
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[1]);
+    signal(SIGINT, SIG_IGN), signal(SIGTERM, SIG_IGN), signal(SIGHUP, SIG_IGN);
+    char b;
+    while (read(fds[0], &b, 1) != 0 && errno == EINTR) {
+    }
+    remove_keys(dir, c);
+    _exit(0);
+  }
+  close(fds[0]);
+  if (pid < 0) {
+    close(fds[1]);
+    return -1;
+  }
+  return fds[1];
+}
+
 /* Wait up to `seconds` for the servers still running (pid > 0; set to 0
  * once reaped). */
 static void reap(pid_t *servers, int n, double seconds) {
@@ -143,6 +170,8 @@ typedef struct launched {
   const st_ps_cluster *c;
   char **argv;          /* the server command line */
   bool restart_failed;  /* --restart-failed: a worker or ps that dies is started again */
+  pid_t chief;
+  int refused;          /* a server that exited 2 (its task cannot run: stop the job), or -1 */
 } launched;
 
 /* Server pid p ended with status: a worker or ps that failed (a signal or a
@@ -154,6 +183,15 @@ static void server_ended(launched *l, pid_t p, int status) {
   for (int i = 0; i < l->n; i++) {
     if (l->pid[i] != p) continue;
     l->pid[i] = 0;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == EXIT_USAGE && l->refused < 0) {
+      /* its task cannot run (it cannot listen, its keys, its data): the
+       * chief would wait for it until its JOB timeout (issue 29 D9) */
+      l->refused = i;
+      fprintf(stderr, "strata launch: %s:%d (pid %d) exited with 2 (its error is above): stopping "
+              "the job\n", st__ps_role_name((st_ps_role)l->role[i]), l->index[i], (int)p);
+      if (l->chief > 0) kill(l->chief, SIGTERM);
+      return;
+    }
     bool failed = WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0);
     if (!failed || !l->restart_failed || l->restarts[i] >= 10) return;
     l->restarts[i]++;
@@ -178,9 +216,10 @@ static int supervise(pid_t chief, launched *l) {
     if (p > 0) {
       server_ended(l, p, status);
     } else if (p < 0 && errno == EINTR && g_sig) {
-      kill(chief, g_sig);
+      int sig = g_sig == SIGHUP ? SIGTERM : g_sig; /* a closed terminal stops the job too */
+      kill(chief, sig);
       for (int i = 0; i < n; i++)
-        if (servers[i] > 0) kill(servers[i], g_sig);
+        if (servers[i] > 0) kill(servers[i], sig);
       g_sig = 0;
     } else if (p < 0 && errno != EINTR) {
       break;
@@ -188,6 +227,7 @@ static int supervise(pid_t chief, launched *l) {
   }
   if (WIFEXITED(status)) rc = WEXITSTATUS(status);
   else if (WIFSIGNALED(status)) rc = 128 + WTERMSIG(status);
+  if (l->refused >= 0) rc = EXIT_USAGE; /* the server's error, not the chief's stop */
   /* the chief sent STOP: 1 s to exit on their own, then SIGTERM (a server
    * in the middle of a request stops at once), 2 s more, then SIGKILL */
   reap(servers, n, 1.0);
@@ -247,12 +287,14 @@ int cmd_launch(int argc, char **argv) {
   sa.sa_handler = on_sig;
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGHUP, &sa, NULL);
+  int janitor = keys_janitor(keys, &c);
   char *sargv[6] = {argv[0], "server", insecure ? "--insecure" : "--keys", insecure ? NULL : keys, NULL};
   int nserv = (int)(nw + nps), k = 0;
   pid_t *servers = calloc((size_t)nserv, sizeof(pid_t));
   int *info = calloc((size_t)nserv * 3, sizeof(int));
   launched l = {servers, info, info ? info + nserv : NULL, info ? info + 2 * nserv : NULL, nserv, &c, sargv,
-                o.restart_failed};
+                o.restart_failed, 0, -1};
   for (int r = ST_PS_PS; servers && info && r >= ST_PS_WORKER; r--)
     for (int i = 0; i < c.count[r]; i++) {
       l.role[k] = r, l.index[k] = i;
@@ -273,10 +315,12 @@ int cmd_launch(int argc, char **argv) {
   if (insecure) targv[t++] = "--insecure";
   else targv[t++] = "--keys", targv[t++] = keys;
   pid_t chief = spawn(&c, ST_PS_CHIEF, 0, targv);
+  l.chief = chief;
   fprintf(stderr, "strata launch: chief:0 on 127.0.0.1:%d, pid %d\n", c.tasks[0][0].port, (int)chief);
   rc = chief > 0 && info ? supervise(chief, &l) : EXIT_FAIL;
   free(info);
   remove_keys(keys, &c);
+  if (janitor >= 0) close(janitor); /* it finds the directory gone */
   free(targv);
   free(servers);
   st__ps_cluster_free(&c);

@@ -58,6 +58,10 @@ int cmd_server(int argc, char **argv) {
   if (rc) return rc < 0 ? EXIT_OK : rc;
   server_cfg c = {NULL, NULL, NULL, false, 120};
   if (!cli_store("server", server_opts, NSERVER, &c)) return EXIT_USAGE;
+  if (c.keys && c.insecure) { /* issue 29 D20: the contradiction is not resolved silently */
+    fprintf(stderr, "strata server: --keys and --insecure contradict each other: give one\n");
+    return EXIT_USAGE;
+  }
   const char *keys = c.keys ? c.keys : getenv("STRATA_KEYS");
   bool insecure = c.insecure;
   double job_timeout = c.job_timeout;

@@ -47,7 +47,7 @@ static PyObject *py_dataset_transform(PyObject *self, PyObject *args) {
   if (!strcmp(op, "shuffle")) s = st_dataset_shuffle(d->ds, a, (uint64_t)b, c != 0, &d->ds);
   else if (!strcmp(op, "batch")) {
     if (a <= 0 || a > 0x7fffffffLL) {
-      PyErr_Format(PyExc_ValueError, "batch_size %lld must be positive", a);
+      PyErr_Format(PyExc_ValueError, "batch_size %lld out of range [1, 2147483647]", a);
       return NULL;
     }
     s = st_dataset_batch(d->ds, (int)a, b != 0, &d->ds);

@@ -122,3 +122,56 @@ def test_model_from_json_builds_under_the_scoped_strategy():
     assert [(type(l).__name__, l.name, l.units, l.activation) for l in m.layers] == [("Dense", "out", 3, "softmax")]
     m.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
     m.fit(X, Y, epochs=1, verbose=0)
+
+
+def test_fit_values_that_hung_or_exhausted_memory():
+    """Issue 29 D11: class_weight={10**20: 1} built a list of 10**20 weights
+    (no return), epochs=2**40 a list of every epoch (MemoryError after 47 s);
+    both now fail at once, and epochs=10**6 with a callback that stops at
+    epoch 2 returns at once, validating every epoch."""
+    import time
+    m = small_model()
+    x, y = np.zeros((8, 4), np.float32), np.zeros(8, np.int64)
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match="class_weight key 100000000000000000000: at most"):
+        m.fit(x, y, class_weight={10**20: 1.0}, verbose=0)
+    with pytest.raises(ValueError, match="class_weight key 5 is not a class of this model"):
+        m.fit(x, y, class_weight={5: 1.0}, verbose=0)
+    for e in (2**40, 2**63):
+        with pytest.raises(ValueError, match="epochs=%d: at most" % e):
+            m.fit(x, y, epochs=e, verbose=0)
+
+    class Stop(tf.keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            if epoch == 1:
+                self.model.stop_training = True
+    h = m.fit(x, y, epochs=10**6, validation_data=(x, y), callbacks=[Stop()], verbose=0)
+    assert len(h.history["loss"]) == 2 and len(h.history["val_loss"]) == 2
+    assert time.monotonic() - t0 < 30
+
+
+def test_permissive_values_refused():
+    """Issue 29 D18/D20: fit(epochs=1.5) ran 1 epoch, steps_per_epoch=-1 and
+    prefetch(-5) were accepted, cache(filename) ignored the file, and
+    batch_size=2**31 said 'must be positive'."""
+    m = small_model()
+    for kw, match in (({"epochs": 1.5}, "epochs=1.5 must be an integer"),
+                      ({"steps_per_epoch": -1}, "steps_per_epoch=-1"),
+                      ({"steps_per_epoch": 0}, "steps_per_epoch=0"),
+                      ({"batch_size": 2**31}, r"batch_size=2147483648 must be an integer in \[1, 2147483647\]"),
+                      ({"batch_size": 2**63}, r"batch_size=9223372036854775808 must be an integer")):
+        with pytest.raises(ValueError, match=match):
+            m.fit(X, Y, verbose=0, **kw)
+    ds = tf.data.Dataset.from_tensor_slices((X, Y))
+    with pytest.raises(ValueError, match="prefetch: buffer_size=-5"):
+        ds.prefetch(-5)
+    ds.prefetch(tf.data.AUTOTUNE), ds.prefetch(0), ds.cache()
+    with pytest.raises(NotImplementedError, match="cache: filename='/dev/full'"):
+        ds.cache("/dev/full")
+
+
+def test_input_shape_with_none_is_a_value_error():
+    """Issue 29 D18: input_shape=(None,) raised a bare TypeError from int()."""
+    with pytest.raises(ValueError, match=r"input_shape=\(None,\): every dimension must be a positive integer"):
+        m = tf.keras.Sequential([tf.keras.layers.Dense(3, input_shape=(None,))])
+        m.compile("sgd", "mse")

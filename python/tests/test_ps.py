@@ -246,6 +246,28 @@ def test_server_and_strategy_arguments():
         m.fit(np.zeros((4, 4), np.float32), np.zeros(4, np.uint8), verbose=0)
 
 
+def test_timing_arguments_are_checked_and_insecure_warns():
+    """Issue 29 D10: nan, inf, negative or contradictory timings were replaced
+    by the defaults or reached the job ('inf' in the report broke fit); D2: a
+    Server or strategy without keys ran insecure with no warning."""
+    c = tf.train.ClusterSpec({"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"], "ps": ["127.0.0.1:3"]})
+    r = tf.distribute.cluster_resolver.SimpleClusterResolver(c, task_type="chief", task_id=0)
+    PSS = tf.distribute.experimental.ParameterServerStrategy
+    for kw in ({"heartbeat_interval": -1}, {"heartbeat_interval": float("nan")}, {"heartbeat_interval": float("inf")},
+               {"coordinator_timeout": -5}, {"coordinator_timeout": float("nan")}, {"coordinator_timeout": 1e-9}):
+        with pytest.raises(ValueError, match="out of range"):
+            PSS(r, **kw)
+    with pytest.raises(ValueError, match="shorter than 2 x heartbeat_interval"):
+        PSS(r, heartbeat_interval=10, coordinator_timeout=5)
+    for t in (0, -1, float("nan")):
+        with pytest.raises(ValueError, match="job_timeout"):
+            tf.distribute.Server(c, job_name="worker", task_index=0, job_timeout=t)
+    with pytest.warns(RuntimeWarning, match="running insecure"):
+        tf.distribute.Server(c, job_name="worker", task_index=0, keys_dir=None)
+    with pytest.warns(RuntimeWarning, match="running insecure"):
+        PSS(r)
+
+
 def test_server_ends_on_stop_ctrl_c_and_job_timeout():
     """join() returns on stop() from another thread, raises
     KeyboardInterrupt on SIGINT and ConnectionError when no job comes."""
@@ -299,3 +321,25 @@ def test_callback_exception_ends_the_job(fashion):
         servers.reap(failed=True)
         raise
     assert servers.reap(timeout=10) == [0, 0], servers.output()
+
+
+def test_label_error_on_a_worker_is_a_value_error(fashion):
+    """Issue 29 D10: a label that is not a class, found by a worker, reached
+    fit as ConnectionError (a lost peer); it is bad input: ValueError."""
+    _zmq_or_skip()
+    (x, y), _ = fashion
+    cluster = _cluster(1, 1)
+    servers = Servers(cluster)
+    try:
+        strategy = tf.distribute.experimental.ParameterServerStrategy(
+            tf.distribute.cluster_resolver.SimpleClusterResolver(tf.train.ClusterSpec(cluster), task_type="chief",
+                                                                 task_id=0))
+        with strategy.scope():
+            model = _model()
+        model.compile(optimizer="sgd", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        bad = y[:256].astype(np.int64)
+        bad[0] = 11
+        with pytest.raises(ValueError, match="worker:0: .*label 11 .*not a class"):
+            model.fit(x[:256], bad, epochs=1, batch_size=64, verbose=0)
+    finally:
+        servers.reap(timeout=20, failed=True)

@@ -139,3 +139,29 @@ def test_parse_example_and_writer(tmp_path):
     bad.write_bytes(bytes(raw))
     with pytest.raises(ValueError, match="bad.tfrecord"):
         list(tf.data.TFRecordDataset(str(bad)))
+
+
+def test_records_keep_trailing_zero_bytes(tmp_path):
+    """Issue 29 D5: records came back as numpy.bytes_, which drops trailing
+    NULs: every Example ending in an int64 0 (each label-0 record of `strata
+    convert`'s shards) was cut short, and a copy loop corrupted it."""
+    path, copy = str(tmp_path / "z.tfrecord"), str(tmp_path / "copy.tfrecord")
+    payloads = [b"a\x00", b"\x00\x00\x00", b"", b"abc", b"x\x00y\x00"]
+    with tf.io.TFRecordWriter(path) as w:
+        for p in payloads:
+            w.write(p)
+        for y in range(3):
+            w.write(tf.io.serialize_example({"label": np.int64(y)}))
+    ds = tf.data.TFRecordDataset(path)
+    recs = list(ds)
+    assert [bytes(r) for r in recs[:5]] == payloads
+    assert all(isinstance(r, bytes) for r in recs) and recs[0].numpy() == b"a\x00"
+    assert list(ds.as_numpy_iterator())[:5] == payloads
+    assert [bytes(r) for r in next(iter(ds.batch(5)))] == payloads  # a batch of records: exact too
+    label0 = recs[5]
+    assert label0.endswith(b"\x00")
+    assert tf.io.parse_single_example(label0, {"label": tf.io.FixedLenFeature([], tf.int64)})["label"] == 0
+    with tf.io.TFRecordWriter(copy) as w:  # the probe's copy loop
+        for r in tf.data.TFRecordDataset(path):
+            w.write(r)
+    assert open(copy, "rb").read() == open(path, "rb").read()

@@ -78,6 +78,17 @@ static void make_header(const st_dataset *ds, unsigned char h[CACHE_HEADER]) {
   put32(h + 60, st_crc32c_mask(st_crc32c(0, h, 60)));
 }
 
+/* "x [28, 28, 1] (784 floats), y 1, batch 0 per item" from a header. */
+static void header_text(const unsigned char h[CACHE_HEADER], char *out, size_t n) {
+  uint32_t rank = get32(h + 8);
+  size_t o = (size_t)snprintf(out, n, "x [");
+  for (uint32_t i = 0; i < rank && i < ST_MAX_RANK && o < n; i++)
+    o += (size_t)snprintf(out + o, n - o, "%s%u", i ? ", " : "", get32(h + 12 + 4 * i));
+  if (o < n)
+    snprintf(out + o, n - o, "] (%llu floats), y %llu, batch %u per item",
+             (unsigned long long)get64(h + 28), (unsigned long long)get64(h + 36), get32(h + 44));
+}
+
 /* ---- write mode ---- */
 
 static void write_bytes(cache_iter *it, const void *p, size_t n) {
@@ -181,12 +192,12 @@ static st_status open_read(cache_iter *it, int fd) {
                     "another file of that name? delete it or choose another cache file)", cn->path);
   if (get32(h + 60) != st_crc32c_mask(st_crc32c(0, h, 60)))
     return damaged(it, 0, "header CRC mismatch");
-  if (memcmp(h, want, CACHE_HEADER) != 0)
-    return st_error(ST_ERR_FORMAT, "cache %s: written by another pipeline (x %u floats, y %u, "
-                    "batch %u per item; this one: x %zu, y %zu, batch %d): delete it or choose "
-                    "another cache file", cn->path, (unsigned)get64(h + 28),
-                    (unsigned)get64(h + 36), get32(h + 44), cn->base.x_size, cn->base.y_size,
-                    cn->base.batch);
+  if (memcmp(h, want, CACHE_HEADER) != 0) {
+    char a[128], b[128]; /* both sides, with the example shape (issue 29 D18) */
+    header_text(h, a, sizeof a), header_text(want, b, sizeof b);
+    return st_error(ST_ERR_FORMAT, "cache %s: written by another pipeline (%s; this one: %s): "
+                    "delete it or choose another cache file", cn->path, a, b);
+  }
   it->offset = CACHE_HEADER;
   return ST_OK;
 }

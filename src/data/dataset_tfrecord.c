@@ -5,7 +5,9 @@
  * record parsed with the feature spec into a float element. Memory: one
  * reader (input buffer + record buffer) per open file. Also list_files.
  * num_parallel_calls: the iterator of dataset_tfrecord_parallel.c. */
+#include <fnmatch.h>
 #include <glob.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -281,6 +283,53 @@ int st_dataset_tfrecord_file_count(const st_dataset *ds) {
 }
 
 /* ---- list_files ---- */
+
+/* path = PREFIX-IIIII-of-NNNNN[.SUFFIX] (the names `strata convert` and TF
+ * write): its index and total, and where "-IIIII" starts; false otherwise. */
+static bool shard_name(const char *path, int *index, int *total, size_t *at) {
+  const char *base = strrchr(path, '/'), *of = NULL;
+  base = base ? base + 1 : path;
+  for (const char *q = strstr(base, "-of-"); q; q = strstr(q + 1, "-of-")) of = q;
+  if (!of || of - base < 6) return false;
+  const char *i0 = of - 5, *n0 = of + 4;
+  for (int k = 0; k < 5; k++)
+    if (i0[k] < '0' || i0[k] > '9' || n0[k] < '0' || n0[k] > '9') return false;
+  if (i0[-1] != '-' || (n0[5] != '\0' && n0[5] != '.')) return false;
+  *index = atoi(i0), *total = atoi(n0), *at = (size_t)(i0 - 1 - path);
+  return *total > 0 && *index < *total;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* A shard set the pattern covers but whose files are not all there (an
+ * interrupted `strata convert`: each shard is written atomically, the set
+ * is not; issue 29 D19): each shard's successor (cyclically) must be listed
+ * when the pattern would match it. sorted: the files, sorted by strcmp. */
+static st_status check_shard_sets(const char *pattern, char **sorted, int n) {
+  for (int i = 0; i < n; i++) {
+    int index, total;
+    size_t at;
+    if (!shard_name(sorted[i], &index, &total, &at)) continue;
+    const char *rest = sorted[i] + at + 15; /* after "-IIIII-of-NNNNN" */
+    char next[PATH_MAX], *key = next;
+    if (snprintf(next, sizeof next, "%.*s-%05d-of-%05d%s", (int)at, sorted[i], (index + 1) % total,
+                 total, rest) >= (int)sizeof next ||
+        bsearch(&key, sorted, (size_t)n, sizeof *sorted, cmp_str) ||
+        fnmatch(pattern, next, FNM_PATHNAME | FNM_PERIOD) != 0)
+      continue;
+    int have = 0;
+    for (int j = 0; j < n; j++) {
+      int jx, jt;
+      size_t ja;
+      have += shard_name(sorted[j], &jx, &jt, &ja) && jt == total && ja == at &&
+              !strncmp(sorted[j], sorted[i], at) && !strcmp(sorted[j] + ja + 15, rest);
+    }
+    return st_error(ST_ERR_INVALID, "%s: shard %s is missing: %d of the %d files of its set are "
+                    "there (an interrupted `strata convert`, or a copy that lost files; to "
+                    "read part of a set, name those shards)", pattern, next, have, total);
+  }
+  return ST_OK;
+}
 void st_list_files_free(char **files, int n) {
   for (int i = 0; files && i < n; i++) free(files[i]);
   free(files);
@@ -314,6 +363,12 @@ st_status st_list_files(const char *pattern, bool shuffle, uint64_t seed, char *
     }
   globfree(&g);
   if (!v) return st_error(ST_ERR_NOMEM, "%s: out of memory listing files", pattern);
+  qsort(v, (size_t)count, sizeof *v, cmp_str); /* glob's order is the locale's */
+  st_status st = check_shard_sets(pattern, v, count);
+  if (st != ST_OK) {
+    st_list_files_free(v, count);
+    return st;
+  }
   if (shuffle) { /* Fisher-Yates with the seeded counter-based RNG */
     st_rng r = st_rng_make(seed, 0x6c697374u);
     for (int i = count - 1; i > 0; i--) {

@@ -247,6 +247,12 @@ done:
 /* ---- the JSON spec ---- */
 static st_status load_feature(const char *path, const char *key, json_t *o, st_feature_spec *f) {
   if (!json_is_object(o)) return st_error(ST_ERR_FORMAT, "%s: \"%s\": expected an object", path, key);
+  const char *k;
+  json_t *v;
+  json_object_foreach(o, k, v) /* a key we do not read (default_value, ...) is not ignored silently */
+    if (strcmp(k, "name") && strcmp(k, "dtype") && strcmp(k, "shape") && strcmp(k, "var_len"))
+      return st_error(ST_ERR_FORMAT, "%s: \"%s\".%s: unknown key (expected name, dtype, shape; "
+                      "default values are not supported)", path, key, k);
   json_t *name = json_object_get(o, "name"), *dt = json_object_get(o, "dtype");
   json_t *shape = json_object_get(o, "shape"), *var = json_object_get(o, "var_len");
   if (!json_is_string(name) || !json_string_value(name)[0] ||

@@ -109,4 +109,18 @@ st_status st__pipe_replay(int S, int M, const int *log, double *idle, int *in_fl
 /* The net's first layer with a trainable variable (nlayers when none). */
 int st__pipe_first_trainable(const st_net *m);
 
+/* pipeline_agree.c: every process of c has the same stage count,
+ * micro-batches, schedule and stage boundaries (first_layer[1..stages-1]);
+ * ST_ERR_INVALID on every process otherwise, naming the flag, the ranks and
+ * both values. Every process, before any message is sized. */
+struct st_cluster;
+st_status st__pipe_procs_agree(struct st_cluster *c, int stages, int micro_batches,
+                               st_pipeline_schedule sched, const int *first_layer);
+/* out: CRC32C of the batch's examples and of its labels (0 when absent). */
+void st__pipe_batch_digest(const st_net *m, const st_batch *b, uint32_t out[2]);
+/* all: P records of `stride` floats, each with a digest at float `at`:
+ * ST_ERR_INVALID naming the first rank whose digest differs from rank 0's. */
+st_status st__pipe_compare_digests(const float *all, int P, size_t stride, size_t at,
+                                   int64_t step);
+
 #endif

@@ -55,6 +55,7 @@ typedef struct procs {
   double idle[ST_MAX_REPLICAS];
   int in_flight[ST_MAX_REPLICAS];
   bool replayed;
+  bool stepped;                              /* a training step ran (the micro-batch check) */
   int asked[ST_MAX_REPLICAS], owed[ST_MAX_REPLICAS]; /* a streamed save: per stage */
   /* the current step */
   const st_batch *b;
@@ -105,6 +106,8 @@ st_status st__pipeline_procs_attach(st_strategy *s, st_net *m) {
   p->first = st__pipe_first_trainable(m);
   if ((st = st__pipe_partition(m, S, s->pipeline_bounds, p->first_layer)) != ST_OK) goto fail;
   p->first_layer[S] = m->nlayers;
+  /* the flags that size every message agree before any buffer is sized */
+  if ((st = st__pipe_procs_agree(s->cluster, S, p->M, p->sched, p->first_layer)) != ST_OK) goto fail;
   int slots = p->sched == ST_PIPELINE_GPIPE ? p->M : (S - p->stage < p->M ? S - p->stage : p->M);
   if (slots > MAX_SLOTS) {
     st = st_error(ST_ERR_INVALID, "pipeline: %d micro-batches in flight across processes (at "
@@ -480,7 +483,8 @@ const st_var_placement st__procs_placement = {
     .end = procs_end_vars,
 };
 
-enum { REC = 18 }; /* floats per process in the all-gathered record */
+enum { REC = 20 }; /* floats per process in the all-gathered record */
+enum { DIGEST_AT = 18 }; /* rec[18..19]: the batch's digest (pipeline_agree.c) */
 
 static void put(float *rec, int at, const void *v) { memcpy(rec + at, v, 8); }
 static void get(const float *rec, int at, void *v) { memcpy(v, rec + at, 8); }
@@ -488,7 +492,8 @@ static void get(const float *rec, int at, void *v) { memcpy(v, rec + at, 8); }
 /* Every process's stats and stage figures to every process: out gets the sum
  * of the last stage's replicas (in replica order); the table the figures of
  * every stage's first replica. */
-static st_status share_stats(procs *p, st_step_stats *out, bool table) {
+static st_status share_stats(procs *p, const st_net *m, const st_batch *b, st_step_stats *out,
+                             bool table) {
   float rec[REC] = {0}, *all = malloc(sizeof(float) * REC * (size_t)(p->S * p->D));
   if (!all) return st_error(ST_ERR_NOMEM, "pipeline: out of memory");
   int64_t bytes = (int64_t)p->st->buffer_bytes, params = (int64_t)(p->st->np + p->st->ns);
@@ -498,7 +503,12 @@ static st_status share_stats(procs *p, st_step_stats *out, bool table) {
   rec[14] = (float)p->st->lo, rec[15] = (float)p->st->hi;
   int64_t rss = (int64_t)st_peak_rss_bytes();
   put(rec, 16, &rss);
+  uint32_t digest[2];
+  st__pipe_batch_digest(m, b, digest);
+  memcpy(rec + DIGEST_AT, digest, sizeof digest);
   st_status s = p->world->vt->all_gather(p->world, p->world->self, rec, REC, all);
+  st_status same = s == ST_OK ? st__pipe_compare_digests(all, p->S * p->D, REC, DIGEST_AT, m->step)
+                              : ST_OK;
   for (int r = 0; s == ST_OK && r < p->S * p->D; r++) {
     const float *q = all + (size_t)r * REC;
     if (r / p->D == p->S - 1) {
@@ -520,7 +530,8 @@ static st_status share_stats(procs *p, st_step_stats *out, bool table) {
     if (t->bubble_fraction < 0) t->bubble_fraction = 0;
   }
   free(all);
-  return s == ST_OK ? s : st_error_prefix(s, "pipeline stage %d (rank %d), step figures: ", p->stage, p->rank);
+  if (s != ST_OK) return st_error_prefix(s, "pipeline stage %d (rank %d), step figures: ", p->stage, p->rank);
+  return same;
 }
 
 /* Every process's pass order to every process, replayed (pipeline_sched.c);
@@ -546,6 +557,11 @@ st_status st__pipeline_procs_train_step(st_strategy *s, st_net *m, const st_batc
   procs *p = s->impl;
   keep_share(s, m); /* after a save: only the share again */
   p->mine = st__batch_slice(m, b, p->D, p->rep, NULL);
+  if (!p->stepped && b->size / p->D < p->M) /* the run's first (full) batch: every rank alike */
+    return st_error(ST_ERR_INVALID, "pipeline: %d micro-batches for a batch of %d examples per "
+                    "replica: %d of them would be empty (--micro-batches at most the batch per "
+                    "replica)", p->M, b->size / p->D, p->M - b->size / p->D);
+  p->stepped = true;
   st_status st = st__pipe_stage_reserve(m, p->st, (p->mine.size + p->M - 1) / p->M);
   if (st != ST_OK) return st;
   memset(&p->stats, 0, sizeof p->stats);
@@ -557,7 +573,7 @@ st_status st__pipeline_procs_train_step(st_strategy *s, st_net *m, const st_batc
   st__ftz_leave(fp);
   p->step_seconds += st_now_seconds() - t0;
   if (st == ST_OK) st = replay(p);
-  if (st == ST_OK) st = share_stats(p, out, true);
+  if (st == ST_OK) st = share_stats(p, m, b, out, true);
   return st;
 }
 
@@ -601,7 +617,7 @@ st_status st__pipeline_procs_eval_step(st_strategy *s, st_net *m, const st_batch
   }
   st__ftz_leave(fp);
   if (r != ST_OK) return r;
-  if ((r = share_stats(p, out, false)) != ST_OK || !pred) return r;
+  if ((r = share_stats(p, m, b, out, false)) != ST_OK || !pred) return r;
   for (int d = 0; d < p->D && r == ST_OK; d++) {
     int s0, c;
     st__split(b->size, p->D, d, &s0, &c);

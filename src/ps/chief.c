@@ -55,10 +55,10 @@ st_status st__ps_chief_await(st__ps_chief *c, st_ps_socket *s, int type, int rol
     }
     st__ps_msg_free(m);
   }
-  if (st__ps_chief_stop_asked(c)) /* the documented status of a stop, not a lost peer */
-    return st_error(ST_ERR_STOPPED, "stopped by a request (while waiting for %s:%d's %s)",
+  if (st__ps_chief_stop_asked(c)) /* not a timeout (issue 29 D16) */
+    return st_error(ST_ERR_STOPPED, "stopped on request while waiting for %s:%d's answer to %s",
                     st__ps_role_name((st_ps_role)role), index, st__ps_msg_name(type - 1));
-  return st_error(ST_ERR_PEER, "%s:%d did not answer %s within %.0f s",
+  return st_error(ST_ERR_PEER, "%s:%d did not answer %s within %g s",
                   st__ps_role_name((st_ps_role)role), index, st__ps_msg_name(type - 1), timeout);
 }
 
@@ -159,6 +159,12 @@ void st__ps_chief_ping(st__ps_chief *c) {
   double now = st_now_seconds();
   if (now - c->last_ping < c->job.heartbeat_interval) return;
   c->last_ping = now;
+  int64_t refused = c->t ? st__ps_transport_refused(c->t) : 0;
+  if (refused > c->refused_logged) { /* as the servers do (issue 29 D13) */
+    st__ps_chief_say(c, "chief:0: refused %lld connection(s) whose CURVE key is not in the "
+                     "cluster's allow-list", (long long)(refused - c->refused_logged));
+    c->refused_logged = refused;
+  }
   for (int p = 0; p < c->nps; p++) st__ps_chief_send(c, c->ps[p], ST_PS_MSG_HEARTBEAT, 0, NULL, 0);
   for (int i = 0; i < c->nw; i++) {
     st__ps_wstate *w = &c->w[i];
@@ -203,7 +209,12 @@ st_status st__ps_chief_read_worker(st__ps_chief *c, int epoch, int i, st__ps_clo
               (const char *)m.payload);
       cls[k].state = 0, c->w[i].busy = -1, c->retried++;
     } else if (m.h.type == ST_PS_MSG_ERROR && c->w[i].alive && current) {
-      st_status e = st_error(ST_ERR_PEER, "worker:%d: %.*s", i, (int)m.h.payload_len, (const char *)m.payload);
+      /* the worker's own status when it is about the input (a label that is
+       * not a class: ValueError / exit 2, not a lost peer; issue 29 D10) */
+      uint64_t ws = m.h.step;
+      st_status code = ws == ST_ERR_INVALID || ws == ST_ERR_FORMAT || ws == ST_ERR_NONFINITE
+                           ? (st_status)ws : ST_ERR_PEER;
+      st_status e = st_error(code, "worker:%d: %.*s", i, (int)m.h.payload_len, (const char *)m.payload);
       st__ps_msg_free(&m);
       return e;
     }

@@ -62,6 +62,7 @@ typedef struct st__ps_chief {
   char *job_text;            /* the JOB payload, kept to re-send to lost workers */
   uint32_t *perm;            /* [n_train] this epoch's order */
   double last_ping;
+  int64_t refused_logged;    /* connections refused at the chief's port, logged so far */
   /* BackupAndRestore */
   uint64_t generation;       /* bumped by every rollback to a backup (closure ids carry it) */
   bool rewind;               /* a ps was lost and every ps reloaded the backup: go to it */

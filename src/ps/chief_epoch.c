@@ -121,7 +121,7 @@ st_status st__ps_chief_run_epoch(st__ps_chief *c, int epoch, int k0, double *sum
     if (alive) none_since = 0;
     else if (!none_since) none_since = st_now_seconds();
     else if (s == ST_OK && st_now_seconds() - none_since > c->job.coordinator_timeout)
-      s = st_error(ST_ERR_PEER, "every worker was lost (none rejoined within %.0f s)",
+      s = st_error(ST_ERR_PEER, "every worker was lost (none rejoined within %g s)",
                    c->job.coordinator_timeout);
   }
   free(cls);
@@ -153,7 +153,7 @@ static st_status await_rejoin(st__ps_chief *c, st__ps_closure *cls, int *done, d
   for (int alive = 0; s == ST_OK && !alive;) {
     if (st__ps_chief_stop_asked(c)) s = st_error(ST_ERR_STOPPED, "stopped by a request");
     else if (st_now_seconds() - since > c->job.coordinator_timeout)
-      s = st_error(ST_ERR_PEER, "every worker was lost (none rejoined within %.0f s)", c->job.coordinator_timeout);
+      s = st_error(ST_ERR_PEER, "every worker was lost (none rejoined within %g s)", c->job.coordinator_timeout);
     st__ps_poll(&c->hb, 1, 20, (bool[1]){false});
     st__ps_chief_drain_heartbeats(c);
     for (int i = 0; i < c->nw && s == ST_OK; i++) s = st__ps_chief_read_worker(c, 0, i, cls, done, sums);

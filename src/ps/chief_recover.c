@@ -127,7 +127,7 @@ st_status st__ps_chief_restore(st__ps_chief *c, int64_t b) {
  * queued for the lost process is dropped). */
 static st_status mark_lost(st__ps_chief *c, int q, bool *lost, int *nlost) {
   st__ps_chief_say(c, "ps:%d lost (no heartbeat for %.2f s); training paused: waiting up to "
-          "%.0f s (--coordinator-timeout) for a new process of the task, then every ps reloads the "
+          "%g s (--coordinator-timeout) for a new process of the task, then every ps reloads the "
           "backup at step %lld\n", q, st_now_seconds() - c->ps_seen[q], c->job.coordinator_timeout,
           (long long)c->backup_step);
   lost[q] = true, (*nlost)++, c->ps_lost++;
@@ -156,7 +156,7 @@ st_status st__ps_chief_recover(st__ps_chief *c, int p, st__ps_closure *cls) {
     if (st__ps_chief_stop_asked(c)) s = st_error(ST_ERR_STOPPED, "stopped by a signal");
     for (int q = 0; s == ST_OK && q < c->nps; q++)
       if (lost[q] && now - t0 > limit)
-        s = st_error(ST_ERR_PEER, "ps:%d lost and not back within %.0f s (--coordinator-timeout)", q, limit);
+        s = st_error(ST_ERR_PEER, "ps:%d lost and not back within %g s (--coordinator-timeout)", q, limit);
     if (s != ST_OK) break;
     if (now - last_offer >= c->job.heartbeat_interval) {
       last_offer = now;

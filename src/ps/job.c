@@ -117,11 +117,41 @@ st_status st__ps_job_decode(const char *text, size_t len, st__ps_job *j) {
     }
   }
   free(copy);
-  if (s == ST_OK && (!j->job_id || !j->model[0] || j->batch < 1 || j->steps_per_execution < 1 ||
-                     j->total_steps < 1 || j->total_steps > (1LL << 32) || !(j->heartbeat_interval > 0)))
+  if (s == ST_OK && (!j->job_id || !j->model[0]))
     s = st_error(ST_ERR_FORMAT, "JOB: incomplete job description");
+  if (s == ST_OK && (s = st__ps_job_check(j, "JOB")) != ST_OK) s = ST_ERR_FORMAT;
   return s;
 }
+
+/* The bounds of the command line's options (tools/cmd_train.c): every size
+ * a server allocates from is below them, whoever sent the JOB. */
+#define INT_IN(f, lo, hi) if (j->f < (lo) || j->f > (hi)) \
+    return st_error(ST_ERR_INVALID, "%s: " #f " %lld out of range [%lld, %lld]", what, \
+                    (long long)j->f, (long long)(lo), (long long)(hi))
+#define REAL_IN(f, lo, hi) if (!(j->f >= (lo) && j->f <= (hi))) \
+    return st_error(ST_ERR_INVALID, "%s: " #f " %g out of range [%g, %g]", what, j->f, \
+                    (double)(lo), (double)(hi))
+st_status st__ps_job_check(const st__ps_job *j, const char *what) {
+  INT_IN(batch, 1, ST_PS_MAX_BATCH);
+  INT_IN(train_examples, 0, 1LL << 40);
+  INT_IN(total_steps, 1, ST_PS_MAX_STEPS);
+  INT_IN(steps_per_execution, 1, 100000);
+  INT_IN(seed, 0, INT64_MAX);
+  INT_IN(max_staleness, -1, 1LL << 40);
+  INT_IN(ps_shards, 0, 1 << 20);
+  INT_IN(ps_min_shard_bytes, 0, 1LL << 40);
+  REAL_IN(val_split, 0.0, 0.99);
+  REAL_IN(heartbeat_interval, 0.01, 3600.0);
+  REAL_IN(coordinator_timeout, 0.1, 1e6);
+  if (j->coordinator_timeout < 2 * j->heartbeat_interval)
+    return st_error(ST_ERR_INVALID, "%s: coordinator_timeout %g s is shorter than 2 x "
+                    "heartbeat_interval (%g s): the chief reaches the servers once per heartbeat "
+                    "interval, so they would take the live chief for lost", what,
+                    j->coordinator_timeout, j->heartbeat_interval);
+  return ST_OK;
+}
+#undef INT_IN
+#undef REAL_IN
 
 /* Shards of a variable of d0 rows and `bytes` bytes. */
 static int64_t shard_count(const st__ps_job *j, int nps, int64_t d0, int64_t bytes) {

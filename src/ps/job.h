@@ -49,7 +49,16 @@ static inline size_t st__ps_wire_floats(const st__ps_layout *l, int p) {
   return l->ps_floats[p] + (p == 0 ? l->n_state : 0);
 }
 
-/* Encode as text (malloc'd) / decode (ST_ERR_FORMAT naming the line). */
+/* The bounds of a job's fields (the command line's): a JOB outside them is
+ * refused before anything is sized from it (issue 29 D2). */
+enum { ST_PS_MAX_BATCH = 1 << 20 };
+#define ST_PS_MAX_STEPS (1LL << 32)
+/* ST_ERR_INVALID naming the field, its value and bounds (what: the prefix,
+ * "JOB" or the caller's options), or the timeouts that contradict each
+ * other (coordinator_timeout < 2 x heartbeat_interval). */
+st_status st__ps_job_check(const st__ps_job *j, const char *what);
+/* Encode as text (malloc'd) / decode (ST_ERR_FORMAT naming the line or the
+ * field out of bounds). */
 char *st__ps_job_encode(const st__ps_job *j);
 st_status st__ps_job_decode(const char *text, size_t len, st__ps_job *j);
 /* The job's model, compiled for one device (one thread), weights from its

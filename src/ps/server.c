@@ -291,7 +291,10 @@ static st_status request(server *sv, int p, st_ps_header *h, const void *payload
     }
     st__ps_msg_free(m);
   }
-  return st_error(ST_ERR_TIMEOUT, "ps:%d did not answer %s within %.0f s", p, st__ps_msg_name(type),
+  if (stopped(sv)) /* not a timeout (issue 29 D16) */
+    return st_error(ST_ERR_STOPPED, "stopped on request while waiting for ps:%d's %s", p,
+                    st__ps_msg_name(type));
+  return st_error(ST_ERR_TIMEOUT, "ps:%d did not answer %s within %g s", p, st__ps_msg_name(type),
                   sv->job.coordinator_timeout);
 }
 
@@ -480,6 +483,9 @@ static st_status setup_job(server *sv) {
                     "u8/f32 images with u8 labels", sv->job.data);
   const st_tensor *tx = sv->train_x;
   size_t per = st_tensor_count(tx) / (size_t)tx->dims[0];
+  if (per > ((size_t)1 << 40) / sizeof(float) / (size_t)sv->job.batch) /* batch <= 2^20 (job.c) */
+    return st_error(ST_ERR_INVALID, "JOB: batch %lld of %zu floats per example: too large",
+                    (long long)sv->job.batch, per);
   sv->x = malloc((size_t)sv->job.batch * per * sizeof(float));
   sv->y = malloc((size_t)sv->job.batch * sizeof(float));
   if (!sv->x || !sv->y) return st_error(ST_ERR_NOMEM, "out of memory");
@@ -557,7 +563,7 @@ static st_status serve(server *sv, double job_timeout) {
     int64_t refused = st__ps_transport_refused(sv->t);
     if (refused > refused_logged) { /* N3: refused peers are logged */
       say(sv, "%s:%d: refused %lld connection(s) whose CURVE key is not in "
-              "the cluster's allow-list\n", st__ps_role_name(sv->cluster.self_role),
+              "the cluster's allow-list", st__ps_role_name(sv->cluster.self_role),
               sv->cluster.self_index, (long long)(refused - refused_logged));
       refused_logged = refused;
     }
@@ -569,18 +575,18 @@ static st_status serve(server *sv, double job_timeout) {
     double now = st_now_seconds();
     if (atomic_load(&hb.fenced)) {
       say(sv, "worker:%d: the chief declared this worker lost (missed "
-              "heartbeats: stopped or too slow): exiting\n", sv->cluster.self_index);
+              "heartbeats: stopped or too slow): exiting", sv->cluster.self_index);
       rc = ST_ERR_PEER;
       break;
     }
     if (!sv->have_job && now - start > job_timeout) {
-      snprintf(why, sizeof why, "no JOB from the chief within %.0f s", job_timeout);
+      snprintf(why, sizeof why, "no JOB from the chief within %g s", job_timeout);
       rc = ST_ERR_PEER;
       break;
     }
     if (sv->have_job && now - sv->chief_seen > sv->job.coordinator_timeout) {
       snprintf(why, sizeof why, "%s:%d: the chief has been silent for %.1f s (coordinator "
-              "timeout): exiting\n", st__ps_role_name(sv->cluster.self_role),
+              "timeout): exiting", st__ps_role_name(sv->cluster.self_role),
               sv->cluster.self_index, now - sv->chief_seen);
       rc = ST_ERR_PEER;
       break;

@@ -236,7 +236,8 @@ static char *ps_report_json(st__ps_run *r, uint64_t (*st)[9], const st_history *
   char why[512];
   int64_t dropped = st__ps_drops_text(st__ps_socket_counters(c->hb), why, sizeof why);
   if (dropped) st__ps_chief_say(c, "chief:0: %lld frames dropped (%s)", (long long)dropped, why);
-  fprintf(f, "], \"chief_frames_dropped\": %lld", (long long)dropped);
+  fprintf(f, "], \"chief_frames_dropped\": %lld, \"chief_connections_refused\": %lld", (long long)dropped,
+          (long long)st__ps_transport_refused(c->t));
   fprintf(f, ", \"backups_written\": %lld, \"ps_lost\": %lld, \"rollbacks\": %lld, "
           "\"steps_rolled_back\": %lld, \"resumed_from_step\": %lld", (long long)c->backups,
           (long long)c->ps_lost, (long long)c->rollbacks, (long long)c->steps_rolled_back,
@@ -299,6 +300,7 @@ st_status st__ps_run_model(st__ps_run *r) {
   if (s == ST_OK) s = st__ps_layout_make(c->model.net, c->cluster.count[ST_PS_PS], &c->job, &c->layout);
   c->steps_per_epoch = (c->n_train + a->batch - 1) / a->batch;
   c->job.total_steps = c->steps_per_epoch * a->epochs;
+  if (s == ST_OK) s = st__ps_job_check(&c->job, "st_ps_train_options"); /* what the servers check */
   return s;
 }
 

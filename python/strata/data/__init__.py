@@ -38,9 +38,26 @@ class Tensor(np.ndarray):
         return np.asarray(self)
 
 
+class Bytes(bytes):
+    """A scalar string element (a TFRecord record): Python bytes, exact to the
+    last byte (NumPy's bytes_ drops trailing NULs: issue 29 D5), that also
+    answers .numpy() as TensorFlow's eager string tensors do."""
+
+    def numpy(self):
+        return bytes(self)
+
+
 def _tensor(a):
+    if isinstance(a, (bytes, str)):
+        return Bytes(a) if isinstance(a, bytes) else a
     a = np.asarray(a)
     return a.view(Tensor) if a.ndim else a[()]
+
+
+def _numpy(a):
+    """as_numpy_iterator's leaf: bytes stay bytes (TF yields bytes for a
+    scalar string), arrays of strings are object arrays."""
+    return bytes(a) if isinstance(a, bytes) else np.asarray(a)
 
 
 def _map_tree(fn, tree):
@@ -67,6 +84,8 @@ def _stack(items):
         return tuple(_stack([it[i] for it in items]) for i in range(len(first)))
     if isinstance(first, dict):
         return {k: _stack([it[k] for it in items]) for k in first}
+    if isinstance(first, (bytes, str)) or (isinstance(first, np.ndarray) and first.dtype == object):
+        return np.array(items, dtype=object)  # records stay exact (NumPy's S dtype drops trailing NULs)
     return np.stack([np.asarray(i) for i in items])
 
 
@@ -230,9 +249,16 @@ class Dataset:
         return self._with(("shard", num_shards, index))
 
     def prefetch(self, buffer_size, name=None):
+        if isinstance(buffer_size, bool) or not isinstance(buffer_size, (int, np.integer)) or \
+                (buffer_size < 0 and buffer_size != AUTOTUNE):
+            raise ValueError("prefetch: buffer_size=%r must be >= 0 or tf.data.AUTOTUNE" % (buffer_size,))
         return self._with(("prefetch", int(buffer_size)))
 
     def cache(self, filename="", name=None):
+        if filename:  # (issue 29 D20: the file name was ignored silently)
+            raise NotImplementedError("cache: filename=%r: Strata's Dataset.cache keeps the elements in "
+                                      "memory only (call cache() without a file name; the CLI's --cache "
+                                      "FILE writes a file)" % (filename,))
         return self._with(("cache",))
 
     def map(self, map_func, num_parallel_calls=None, deterministic=None, name=None):
@@ -340,7 +366,7 @@ class Dataset:
         return (_map_tree(_tensor, e) for e in it)
 
     def as_numpy_iterator(self):
-        return (_map_tree(np.asarray, e) for e in self._iter(len(self._ops)))
+        return (_map_tree(_numpy, e) for e in self._iter(len(self._ops)))
 
     def __repr__(self):
         return "<Dataset %s>" % " -> ".join(["from_tensor_slices"] + [op[0] for op in self._ops])

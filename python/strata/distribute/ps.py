@@ -27,6 +27,31 @@ from . import Strategy, _device
 from .cluster_resolver import ClusterResolver, ClusterSpec, SimpleClusterResolver
 
 
+def _seconds(what, value, lo, hi, default_zero):
+    """A duration in seconds within [lo, hi] (0: the default, when default_zero),
+    or ValueError naming it (issue 29 D10: nan, inf and negatives were
+    replaced silently or reached the report as 'inf')."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError("%s %r is not a number of seconds" % (what, value)) from None
+    if default_zero and v == 0:
+        return v
+    if not (lo <= v <= hi):
+        raise ValueError("%s %r out of range [%g, %g] s%s" % (what, value, lo, hi,
+                                                            " (0: the default)" if default_zero else ""))
+    return v
+
+
+def _warn_insecure(what):
+    """Without keys the task runs insecure: say so, as `strata server --insecure` does."""
+    import warnings
+    warnings.warn("%s: no keys_dir and no $STRATA_KEYS: running insecure (no encryption or "
+                  "authentication); any process that reaches the cluster's ports can change the "
+                  "model: create keys with `strata keygen DIR` on a network you do not trust" % what,
+                  RuntimeWarning, stacklevel=3)
+
+
 def _load_npz(spec, val_split, train_examples, batch, seed, input_shape):
     """The default data of a worker: the file the chief's fit wrote."""
     if not spec.startswith("npz:"):
@@ -65,7 +90,9 @@ class Server:
         self._tf_config = self._resolver._tf_config("Server")
         self._keys = keys_dir or os.environ.get("STRATA_KEYS") or None
         self._data = data or _load_npz
-        self._timeout = float(job_timeout)
+        self._timeout = _seconds("Server: job_timeout", job_timeout, 0.01, 1e6, False)
+        if self._keys is None:
+            _warn_insecure("Server")
         self._on_message = on_message
         self._stop = False
         self._started = bool(start)
@@ -130,7 +157,14 @@ class ParameterServerStrategy(Strategy):
         self._resolver = _resolver_of(cluster_resolver, "ParameterServerStrategy")
         self._keys = keys_dir or os.environ.get("STRATA_KEYS") or None
         self._data_dir = data_dir or os.environ.get("STRATA_PS_DATA_DIR") or None
-        self._hb, self._ct = float(heartbeat_interval), float(coordinator_timeout)
+        self._hb = _seconds("ParameterServerStrategy: heartbeat_interval", heartbeat_interval, 0.01, 3600, True)
+        self._ct = _seconds("ParameterServerStrategy: coordinator_timeout", coordinator_timeout, 0.1, 1e6, True)
+        if (self._ct or 60.0) < 2 * (self._hb or 1.0):
+            raise ValueError("ParameterServerStrategy: coordinator_timeout %g s is shorter than 2 x "
+                             "heartbeat_interval (%g s): the servers would take the live chief for lost"
+                             % (self._ct or 60.0, self._hb or 1.0))
+        if self._keys is None:
+            _warn_insecure("ParameterServerStrategy")
         self.last_job = None
 
     @property

@@ -91,7 +91,26 @@ def _class_weights(where, class_weight):
         if not isinstance(v, (int, float, np.integer, np.floating)) or not math.isfinite(float(v)):
             raise ValueError("%s: class_weight[%r] = %r is not a finite number" % (where, k, v))
     top = max(int(k) for k in class_weight)
+    if top >= _MAX_CLASSES:  # issue 29 D11: a list of top + 1 weights, before anything else ran
+        raise ValueError("%s: class_weight key %d: at most %d classes (keys 0 .. %d)"
+                         % (where, top, _MAX_CLASSES, _MAX_CLASSES - 1))
     return [float(class_weight.get(c, 1.0)) for c in range(top + 1)]
+
+
+_MAX_CLASSES = 1 << 20
+_MAX_EPOCHS = (1 << 31) - 1  # the engine counts epochs in an int
+
+
+def _check_class_keys(where, cweights, output_shape):
+    """class_weight keys against the model's outputs (N outputs: classes
+    0..N-1; one output, binary: 0 and 1)."""
+    if cweights is None or not output_shape or output_shape[-1] is None:
+        return
+    classes = max(int(output_shape[-1]), 2)
+    if len(cweights) > classes:
+        raise ValueError("%s: class_weight key %d is not a class of this model (its %d output%s "
+                         "give classes 0 .. %d)" % (where, len(cweights) - 1, int(output_shape[-1]),
+                                                    "s" if output_shape[-1] != 1 else "", classes - 1))
 
 
 class Model:
@@ -229,8 +248,8 @@ class Model:
         if weights is not None:
             ya = _data.with_weights(ya, weights, len(xa), where)
         batch = 32 if batch is None else batch
-        if not isinstance(batch, (int, np.integer)) or isinstance(batch, bool) or batch <= 0:
-            raise ValueError("%s: batch_size=%r must be a positive integer" % (where, batch))
+        if not isinstance(batch, (int, np.integer)) or isinstance(batch, bool) or not 0 < batch < 2 ** 31:
+            raise ValueError("%s: batch_size=%r must be an integer in [1, 2147483647]" % (where, batch))
         h = _strata.dataset_from_arrays(xa, ya, self._scale)
         if shuffle:  # a later fit call shuffles differently (the engine's epochs restart at 0)
             seed = (global_seed() + getattr(self, "_fit_calls", 0)) % 2 ** 63
@@ -259,9 +278,18 @@ class Model:
             raise RuntimeError("You must compile your model before training/testing. Use `model.compile(optimizer, loss)`.")
         if shuffle not in (True, False, "batch"):
             raise ValueError("fit: shuffle=%r (expected a bool)" % (shuffle,))
+        for name, v in (("epochs", epochs), ("initial_epoch", initial_epoch)):  # 1.5 ran 1 epoch (D20)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise ValueError("fit: %s=%r must be an integer" % (name, v))
+        if steps_per_epoch is not None and (isinstance(steps_per_epoch, bool) or not isinstance(
+                steps_per_epoch, (int, np.integer)) or steps_per_epoch < 1):
+            raise ValueError("fit: steps_per_epoch=%r must be None or a positive integer" % (steps_per_epoch,))
         epochs, initial_epoch = int(epochs), int(initial_epoch)
         if epochs < 0 or initial_epoch < 0:
             raise ValueError("fit: epochs=%d, initial_epoch=%d must be >= 0" % (epochs, initial_epoch))
+        if epochs > _MAX_EPOCHS:
+            raise ValueError("fit: epochs=%d: at most %d (with EarlyStopping, a large count such as "
+                             "10**6 stops where the callback says)" % (epochs, _MAX_EPOCHS))
         from .. import data as _data
         if not 0.0 <= float(validation_split) < 1.0:
             raise ValueError("fit: validation_split=%r must be in [0, 1)" % (validation_split,))
@@ -292,6 +320,7 @@ class Model:
         train, batch = self._arrays(x, y, batch_size, "fit", bool(shuffle), steps_per_epoch,
                                     epoch=int(initial_epoch), weights=weighted)
         self._ensure_compiled("fit")
+        _check_class_keys("fit", cweights, self.output_shape)
         val = None
         if validation_data is not None:
             if isinstance(validation_data, _data.Dataset):
@@ -349,8 +378,13 @@ class Model:
             sps = sum(rates) / len(rates)
         else:
             # the engine counts this call's epochs from 1: Keras's epoch initial_epoch + c
-            listed = [c for c in range(1, n + 1) if validate(initial_epoch + c)]
-            _logs, sps = _strata.model_fit(self._cap, train, n, val if listed else None, driver, every,
+            # every epoch validates (validation_freq=1): no list (epochs=10**6 with
+            # EarlyStopping built one entry per epoch first: issue 29 D11)
+            every_epoch = isinstance(validation_freq, (int, np.integer)) and int(validation_freq) == 1
+            listed = None if val is None or every_epoch else \
+                [c for c in range(1, n + 1) if validate(initial_epoch + c)]
+            use_val = val if (every_epoch and n) or listed else None
+            _logs, sps = _strata.model_fit(self._cap, train, n, use_val, driver, every,
                                            initial_epoch, *backup, listed, cweights,
                                            weighted is not None)
         history.samples_per_sec = sps  # the engine's, training only, first 20 steps excluded
@@ -660,6 +694,10 @@ class Sequential(Model):
             self._build(shape)
 
     def _build(self, shape):
+        if any(d is None or isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1
+               for d in shape):  # (issue 29 D18: a bare TypeError from int(None))
+            raise ValueError("input_shape=%r: every dimension must be a positive integer (Strata "
+                             "builds fixed shapes; None is not supported)" % (tuple(shape),))
         shape = tuple(int(d) for d in shape)
         strategy = self._strategy or _distribute.get_strategy()
         self._strategy = strategy

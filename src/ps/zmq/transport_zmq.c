@@ -14,6 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
+#include <arpa/inet.h>
+#include <netdb.h>
 
 #include "base/fileio.h"
 
@@ -66,6 +68,11 @@ static st_status zerr(const char *what) {
 static st_status read_key(const char *dir, const st_ps_task *task, const char *ext, char *out) {
   char path[1200];
   snprintf(path, sizeof path, "%s/%s-%d.%s", dir, st__ps_role_name(task->role), task->index, ext);
+  struct stat sb;
+  if (!strcmp(ext, "secret") && stat(path, &sb) == 0 && (sb.st_mode & 077))
+    /* a secret others can read is no secret (issue 29 D20; ssh refuses them too) */
+    return st_error(ST_ERR_INVALID, "CURVE key %s: mode %04o: readable or writable by others than "
+                    "its owner (chmod 600 %s)", path, (unsigned)(sb.st_mode & 07777), path);
   char *text = NULL;
   size_t len = 0;
   st_status s = st__read_all(path, 4096, &text, &len);
@@ -244,6 +251,50 @@ static st_status new_socket(st_ps_transport *t, int type, st_ps_socket **out) {
   return ST_OK;
 }
 
+/* Bind the task's own address. zmq_bind takes IP addresses or interface
+ * names, not host names, while peers resolve the same string as a host name
+ * (TF_CONFIG usually names hosts: Kubernetes DNS names, localhost): the host
+ * is resolved here (getaddrinfo) and its addresses tried in turn, IPv4 first
+ * (issue 29 D8). An IPv6 literal in brackets is bound as given. */
+static st_status bind_task(void *z, const st_ps_task *self) {
+  char ep[ST_PS_MAX_HOST + 80], addr[INET6_ADDRSTRLEN] = "";
+  const char *role = st__ps_role_name(self->role);
+  int one = 1;
+  if (self->host[0] == '[') {
+    zmq_setsockopt(z, ZMQ_IPV6, &one, sizeof one);
+    snprintf(ep, sizeof ep, "tcp://%s:%d", self->host, self->port);
+    if (zmq_bind(z, ep) == 0) return ST_OK;
+    return st_error(ST_ERR_INVALID, "cannot listen on %s:%d (%s:%d): %s", self->host, self->port,
+                    role, self->index, zmq_strerror(zmq_errno()));
+  }
+  struct addrinfo hints, *res = NULL;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_UNSPEC, hints.ai_socktype = SOCK_STREAM;
+  int g = getaddrinfo(self->host, NULL, &hints, &res);
+  if (g != 0)
+    return st_error(ST_ERR_INVALID, "cannot listen on %s:%d (%s:%d): cannot resolve host '%s': %s",
+                    self->host, self->port, role, self->index, self->host, gai_strerror(g));
+  int err = 0;
+  for (int pass = 0; pass < 2; pass++) /* IPv4, then IPv6 */
+    for (const struct addrinfo *a = res; a; a = a->ai_next) {
+      if (a->ai_family != (pass ? AF_INET6 : AF_INET)) continue;
+      const void *ip = pass ? (const void *)&((const struct sockaddr_in6 *)a->ai_addr)->sin6_addr
+                            : (const void *)&((const struct sockaddr_in *)a->ai_addr)->sin_addr;
+      inet_ntop(a->ai_family, ip, addr, sizeof addr);
+      if (pass) zmq_setsockopt(z, ZMQ_IPV6, &one, sizeof one);
+      snprintf(ep, sizeof ep, pass ? "tcp://[%s]:%d" : "tcp://%s:%d", addr, self->port);
+      if (zmq_bind(z, ep) == 0) {
+        freeaddrinfo(res);
+        return ST_OK;
+      }
+      err = zmq_errno();
+    }
+  freeaddrinfo(res);
+  return st_error(ST_ERR_INVALID, "cannot listen on %s:%d (%s:%d%s%s): %s", self->host, self->port,
+                  role, self->index, strcmp(addr, self->host) && addr[0] ? ", resolved to " : "",
+                  strcmp(addr, self->host) ? addr : "", err ? zmq_strerror(err) : "no IPv4 or IPv6 address");
+}
+
 st_status st__ps_listen(st_ps_transport *t, const st_ps_task *self, st_ps_socket **out) {
   st_ps_socket *s;
   st_status st = new_socket(t, ZMQ_ROUTER, &s);
@@ -254,11 +305,7 @@ st_status st__ps_listen(st_ps_transport *t, const st_ps_task *self, st_ps_socket
     zmq_setsockopt(s->z, ZMQ_CURVE_SECRETKEY, t->secret_key, KEY_Z85);
     zmq_setsockopt(s->z, ZMQ_ZAP_DOMAIN, "strata", 6);
   }
-  char ep[ST_PS_MAX_HOST + 32];
-  snprintf(ep, sizeof ep, "tcp://%s:%d", self->host, self->port);
-  if (zmq_bind(s->z, ep) != 0) {
-    st = st_error(ST_ERR_INVALID, "cannot listen on %s:%d (%s:%d): %s", self->host, self->port,
-                  st__ps_role_name(self->role), self->index, zmq_strerror(zmq_errno()));
+  if ((st = bind_task(s->z, self)) != ST_OK) {
     st__ps_socket_close(s);
     return st;
   }
