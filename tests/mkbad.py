@@ -72,7 +72,7 @@ def keras(case):
         return ('{"class_name": "Sequential", "config": {"name": "s", "layers": [{"class_name": '
                 '"Dense", "config": {"name": "d", "units": ' + "[" * n + "]" * n + '}}]}}')
     if case == "json-not-sequential":
-        return '{"class_name": "Functional", "config": {"name": "m", "layers": []}}'
+        return '{"class_name": "Graph", "config": {"name": "m", "layers": []}}'
     return None
 
 

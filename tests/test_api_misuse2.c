@@ -418,7 +418,8 @@ static void ps_stop_and_timeout(void) {
   st_status s = st_ps_train(&o, &r);
   if (s == ST_ERR_NOT_BUILT) return; /* no ZeroMQ in this build */
   CHECK_MSG(s == ST_ERR_STOPPED, "stop request: %s: %s", st_status_string(s), st_last_error());
-  o.should_stop = NULL, o.coordinator_timeout = 1.0;
+  /* (a timeout under 2 heartbeats is refused: issue 29 D10) */
+  o.should_stop = NULL, o.coordinator_timeout = 1.0, o.heartbeat_interval = 0.5;
   CHECK_FAILS(st_ps_train(&o, &r), ST_ERR_PEER, "did not answer");
 }
 

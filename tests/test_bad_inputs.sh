@@ -185,7 +185,7 @@ row D5 "100000-deep nesting: depth capped, no stack overflow" 2 \
   -- "$cli" train --model "$tmp/json-deep.json" --data "$tmp/good" "${O[@]}"
 row D5 "summary of the deep config" 2 "json-deep.json: .*maximum parsing depth" \
   -- "$cli" summary --model "$tmp/json-deep.json"
-row D5 "a Functional model" 2 "json-not-sequential.json: model class_name \"Functional\" is not supported" \
+row D5 "a model class other than Sequential, Functional or Model" 2 "json-not-sequential.json: model class_name \"Graph\" is not supported" \
   -- "$cli" train --model "$tmp/json-not-sequential.json" --data "$tmp/good" "${O[@]}"
 row D5 "a --model FILE.json that does not exist" 2 "--model $tmp/nowhere.json: No such file or directory" \
   -- "$cli" train --model "$tmp/nowhere.json" --data "$tmp/good" "${O[@]}"
