@@ -692,7 +692,7 @@ typedef struct eval_cfg {
 } eval_cfg;
 
 static cli_opt eval_opts[] = {
-    CLI_OPT_STR("--model", "NAME", eval_cfg, model, "built-in model the weights belong to: mlp, cnn, resnet20 or mobilenet-tiny (required)"),
+    CLI_OPT_STR("--model", "NAME", eval_cfg, model, "built-in model the weights belong to: mlp, cnn, resnet20 or mobilenet-tiny, or the Keras FILE.json they were trained from (required)"),
     CLI_OPT_STR("--weights", "FILE", eval_cfg, weights, "safetensors file written by 'strata train --save' (required)"),
     CLI_OPT_STR("--data", "SRC", eval_cfg, data, "fashion-mnist (default) or a DIR of MNIST-style IDX files"),
     CLI_OPT_INT("--batch-size", "B", eval_cfg, batch, 1, 1 << 20, "evaluation batch size (default 256)"),
