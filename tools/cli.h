@@ -142,6 +142,10 @@ void cli_tfrecord_report(const char *cmd, const cli_tfrecord_args *a, const cli_
 /* --shuffle-buffer for IDX data: n elements (-1 = no shuffle); rebuilds d's pipelines. */
 int cli_set_shuffle_buffer(const char *cmd, cli_data *d, long long n);
 
+/* A built-in model by name, or a Keras model.to_json() FILE.json (its own
+ * name kept; mo.name ignored) into *model (cmd_summary.c). */
+st_status cli_create_model(const char *name, st_model_options mo, st_model **model);
+
 int cmd_train(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_evaluate(int argc, char **argv);

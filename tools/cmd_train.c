@@ -1,4 +1,4 @@
-/* strata train / evaluate / summary. */
+/* strata train / evaluate (summary: cmd_summary.c). */
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -25,6 +25,7 @@ typedef struct train_cfg {
   long epochs, batch, seed, threads, train_examples, replicas, bytes_per_pack;
   bool no_overlap;
   bool shard_optimizer;
+  bool sync_bn;         /* --sync-batchnorm */
   double lr, val_split, collective_timeout;
   long val_freq; /* --validation-freq */
   st_auto_shard auto_shard;
@@ -94,6 +95,7 @@ static cli_opt train_opts[] = {
     INT("--bytes-per-pack", "N", bytes_per_pack, 0, 1L << 40, "mirrored: gradient pack size in bytes (default 4194304; 0 = one pack)"),
     FLAG("--no-overlap", no_overlap, "mirrored: all-reduce the packs after backward instead of during it"),
     FLAG("--shard-optimizer", shard_optimizer, "mirrored/multi_worker_mirrored: each replica keeps the optimizer slots of its shard of the weights only (ZeRO stage 1; same weights)"),
+    FLAG("--sync-batchnorm", sync_bn, "BatchNormalization(synchronized=True) in the built-in models: batch statistics over all replicas and workers (one_device, mirrored, central_storage, multi_worker_mirrored; default: per replica, as Keras)"),
     FLOAT("--collective-timeout", "S", collective_timeout, 0.001, 1e7, "multi_worker_mirrored, pipeline under mpirun: fail (exit 3) when a peer has not joined a collective within S seconds (default 300)"),
     FN("--auto-shard", "POLICY", auto_shard, store_auto_shard, "multi_worker_mirrored: data (default for IDX: each worker takes its contiguous share of every global batch), off (each worker trains on its own batches) or file (tfrecord data, its default: each worker reads its own files)"),
     INT("--threads", "N", threads, 1, 1024, "one_device: compute threads (default: all cores)"),
@@ -319,6 +321,13 @@ static bool check_strategy_flags(const train_cfg *c) {
     msg = "--auto-shard and --collective-timeout need --strategy multi_worker_mirrored";
   else if (c->threads && c->strategy != ST_STRATEGY_ONE_DEVICE)
     msg = "--threads is for --strategy one_device (use --replicas)";
+  else if (c->sync_bn && (pipe || c->strategy == ST_STRATEGY_PARAMETER_SERVER))
+    msg = "--sync-batchnorm needs --strategy one_device, mirrored, central_storage or "
+          "multi_worker_mirrored (the pipeline normalises each micro-batch on its own, a "
+          "parameter_server worker its own batch)";
+  else if (c->sync_bn && cli_is_json_model(c->model))
+    msg = "--sync-batchnorm is for the built-in models (a Keras JSON model says it per layer: "
+          "BatchNormalization's \"synchronized\": true)";
   if (msg) fprintf(stderr, "strata train: %s\n", msg);
   return msg == NULL;
 }
@@ -395,18 +404,10 @@ static void catch_stop_signals(void) {
   sigaction(SIGINT, &sa, NULL);
 }
 
-/* A built-in model by name, or a Keras model.to_json() FILE.json (its own
- * name kept). */
-static st_status create_model(const char *name, st_model_options mo, st_model **model) {
-  if (!cli_is_json_model(name)) return st_builtin_model_create(name, &mo, model);
-  mo.name = NULL;
-  return st_model_from_keras_json(name, &mo, model);
-}
-
 /* Model + strategy bound together and compiled. */
 static st_status build_model(const char *name, const st_strategy_options *so, uint64_t seed,
-                             const st_optimizer_options *opt, st_strategy **strategy,
-                             st_model **model) {
+                             bool sync_bn, const st_optimizer_options *opt,
+                             st_strategy **strategy, st_model **model) {
   /* MPI's start-up has no timeout of its own (tools/watchdog.c) */
   double t = so->collective_timeout > 0 ? so->collective_timeout : ST_DEFAULT_COLLECTIVE_TIMEOUT;
   char what[256];
@@ -419,8 +420,9 @@ static st_status build_model(const char *name, const st_strategy_options *so, ui
   if (s != ST_OK) return s;
   st_model_options mo = st_model_default_options(st_shape3(28, 28, 1));
   mo.seed = seed;
+  mo.sync_batchnorm = sync_bn;
   mo.strategy = *strategy;
-  if ((s = create_model(name, mo, model)) != ST_OK) return s;
+  if ((s = cli_create_model(name, mo, model)) != ST_OK) return s;
   st_compile_options co = st_compile_default_options();
   /* a model that ends in softmax outputs probabilities; the built-in ones
    * (and any other) end in a linear Dense: logits */
@@ -678,7 +680,7 @@ static int run_train(const train_cfg *c) {
   bool chief = false;
   time_t started = time(NULL);
   st_strategy_options so = strategy_options(c, tfr);
-  st_status s = build_model(c->model, &so, (uint64_t)c->seed, &c->opt, &strategy, &model);
+  st_status s = build_model(c->model, &so, (uint64_t)c->seed, c->sync_bn, &c->opt, &strategy, &model);
   if (s == ST_OK && c->load_weights) s = st_model_load_weights(model, c->load_weights);
   const char *ranked[] = {"--save", "--backup-dir", "--checkpoint-dir"}; /* alike on every rank */
   bool given[] = {c->save != NULL, c->backup_dir != NULL, c->ckpt_dir != NULL};
@@ -715,7 +717,7 @@ typedef struct eval_cfg {
 } eval_cfg;
 
 static cli_opt eval_opts[] = {
-    CLI_OPT_STR("--model", "NAME", eval_cfg, model, "built-in model the weights belong to: mlp, cnn, resnet20 or mobilenet-tiny (required)"),
+    CLI_OPT_STR("--model", "NAME", eval_cfg, model, "built-in model the weights belong to: mlp, cnn, resnet20 or mobilenet-tiny, or the Keras FILE.json they were trained from (required)"),
     CLI_OPT_STR("--weights", "FILE", eval_cfg, weights, "safetensors file written by 'strata train --save' (required)"),
     CLI_OPT_STR("--data", "SRC", eval_cfg, data, "fashion-mnist (default) or a DIR of MNIST-style IDX files"),
     CLI_OPT_INT("--batch-size", "B", eval_cfg, batch, 1, 1 << 20, "evaluation batch size (default 256)"),
@@ -729,7 +731,7 @@ static int evaluate(const eval_cfg *e, cli_data *d) {
   st_eval_result r;
   st_optimizer_options opt = st_optimizer_default_options(ST_OPT_ADAM);
   st_strategy_options so = st_strategy_default_options(ST_STRATEGY_ONE_DEVICE);
-  st_status s = build_model(e->model, &so, 0, &opt, &strategy, &model);
+  st_status s = build_model(e->model, &so, 0, false, &opt, &strategy, &model);
   int rc = EXIT_OK;
   if (s == ST_OK && (rc = cli_match_model_input("evaluate", d, st_model_input_shape(model)))) {
     st_model_destroy(model);
@@ -764,56 +766,5 @@ int cmd_evaluate(int argc, char **argv) {
   if ((rc = cli_load_data("evaluate", e.data, 0, 0, (int)e.batch, 0, false, &d))) return rc;
   rc = evaluate(&e, &d);
   cli_free_data(&d);
-  return rc;
-}
-
-/* ---- summary ---- */
-typedef struct summary_cfg {
-  const char *model;
-  const char *keras_json;
-} summary_cfg;
-
-static cli_opt summary_opts[] = {
-    CLI_OPT_STR("--model", "NAME", summary_cfg, model, "built-in model mlp, cnn (default), resnet20 or mobilenet-tiny, or a Keras FILE.json"),
-    CLI_OPT_STR("--keras-json", "FILE", summary_cfg, keras_json, "also write the model as Keras 3 JSON (model.to_json()) to FILE"),
-};
-
-static int write_text(FILE *f, void *text) { return fputs(text, f) < 0 ? -1 : 0; }
-
-/* --keras-json: the model's Keras JSON, replaced atomically. */
-static int write_keras_json(const st_model *m, const char *path) {
-  char *json = NULL;
-  st_status s = st_model_to_keras_json(m, &json);
-  if (s == ST_OK) s = st_write_file_atomic(path, write_text, json);
-  free(json);
-  if (s == ST_OK) return EXIT_OK;
-  fprintf(stderr, "strata summary: --keras-json %s: %s\n", path, st_last_error());
-  return s == ST_ERR_IO ? EXIT_WRITE : EXIT_FAIL;
-}
-#define NSUMMARY ((int)(sizeof summary_opts / sizeof *summary_opts))
-
-int cmd_summary(int argc, char **argv) {
-  int rc = cli_parse("summary", "[--model mlp|cnn] [--keras-json FILE]", argc, argv, summary_opts,
-                     NSUMMARY);
-  if (rc) return rc < 0 ? EXIT_OK : rc;
-  summary_cfg c = {"cnn", NULL};
-  if (!cli_store("summary", summary_opts, NSUMMARY, &c)) return EXIT_USAGE;
-  const char *name = c.model;
-  st_model_options mo = st_model_default_options(st_shape3(28, 28, 1));
-  st_model *m = NULL;
-  if (cli_is_json_model(name) && !cli_check_readable("summary", "--model", name))
-    return EXIT_USAGE;
-  cli_path out = {"--keras-json", c.keras_json}, in = {"--model", name};
-  if (c.keras_json && !cli_check_outputs("summary", &out, 1, NULL, 0, &in, 1, NULL))
-    return EXIT_USAGE;
-  st_status s = create_model(name, mo, &m);
-  if (s != ST_OK) return cli_fail("summary", s);
-  char *text = NULL;
-  s = st_model_summary(m, &text);
-  if (s == ST_OK) fputs(text, stdout);
-  rc = s == ST_OK ? EXIT_OK : cli_fail("summary", s);
-  if (rc == EXIT_OK && c.keras_json) rc = write_keras_json(m, c.keras_json);
-  free(text);
-  st_model_destroy(m);
   return rc;
 }

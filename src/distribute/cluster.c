@@ -9,8 +9,8 @@
  * of a batch, the all-gather of every worker's step sums.
  *
  * Consistency: when a model is attached, every worker's model structure,
- * parameter count, optimizer, loss, replicas and seed are compared with rank
- * 0's; at the start of fit, the batch size, steps, epochs and resume
+ * parameter count, optimizer, loss, replicas, seed and synchronized
+ * (collective-running) layers are compared with rank 0's; at the start of fit, the batch size, steps, epochs and resume
  * position. A difference fails on every worker before step 1, naming the
  * rank and the field; for the model's structure, the first tensor that
  * differs (its name in the saved weights, both shapes) or, when the tensors
@@ -49,7 +49,7 @@ typedef struct config_record { /* int64 fields only: exchanged as bytes */
   int64_t layers, structure_crc, params, state, optimizer, loss, learning_rate_bits,
       local_replicas, seed, dtype_bytes;
   int64_t global_batch, steps_per_epoch, epochs, resume_epoch, resume_step;
-  int64_t shard_optimizer;
+  int64_t shard_optimizer, sync_layers;
 } config_record;
 static const struct {
   const char *name;
@@ -71,6 +71,8 @@ static const struct {
     {"resume epoch (--backup-dir)", offsetof(config_record, resume_epoch)},
     {"resume step (--backup-dir)", offsetof(config_record, resume_step)},
     {"shard_optimizer (--shard-optimizer)", offsetof(config_record, shard_optimizer)},
+    {"layers that run collectives (synchronized BatchNormalization: --sync-batchnorm)",
+     offsetof(config_record, sync_layers)},
 };
 #define NFIELDS (sizeof g_fields / sizeof *g_fields)
 enum { STRUCTURE_FIELDS_LAST = 3 }; /* g_fields[0..3]: the model's structure */
@@ -290,6 +292,15 @@ uint32_t st__net_structure_crc(const st_net *m) {
   return crc;
 }
 
+/* Layers that run collectives in forward (synchronized BatchNormalization):
+ * a worker with one that another lacks would pair its all-reduce with the
+ * other's next collective. */
+static int64_t sync_layers(const st_net *m) {
+  int64_t n = 0;
+  for (int i = 0; i < m->nlayers; i++) n += m->layers[i]->uses_collectives;
+  return n;
+}
+
 static config_record model_record(const struct st_cluster *c, const st_net *m) {
   float lr = m->optimizer.lr.initial;
   int32_t lr_bits;
@@ -299,7 +310,7 @@ static config_record model_record(const struct st_cluster *c, const st_net *m) {
                          .optimizer = m->optimizer.kind, .loss = m->loss,
                          .learning_rate_bits = lr_bits, .local_replicas = c->local_replicas,
                          .seed = (int64_t)m->seed, .dtype_bytes = (int64_t)sizeof(float),
-                         .shard_optimizer = c->shard_optimizer};
+                         .shard_optimizer = c->shard_optimizer, .sync_layers = sync_layers(m)};
 }
 
 st_status st__cluster_check_fit(struct st_cluster *c, const st_net *m, int64_t global_batch,
