@@ -44,7 +44,8 @@ static size_t inference_peak(const st_net *m, const int *last) {
 st_status st__net_memplan(const st_net *m, int batch, st_memplan *out) {
   memset(out, 0, sizeof *out);
   if (!m || batch < 1 || m->nnodes < 1)
-    return st_error(ST_ERR_INVALID, "st__net_memplan: %s", !m ? "no net" : batch < 1 ? "batch < 1" : "net without nodes");
+    return st_error(ST_ERR_INVALID, "st__net_memplan: %s",
+                    !m ? "no net" : batch < 1 ? "batch < 1" : "net without nodes");
   int *last = malloc((size_t)(m->nnodes + m->n_inputs) * sizeof *last);
   if (!last) return st_error(ST_ERR_NOMEM, "st__net_memplan: out of memory");
   size_t n = (size_t)batch, acts = 0, caches = 0;
