@@ -91,8 +91,6 @@ static void cpu_bias_grad(st_backend_ctx *ctx, int rows, int cols, const float *
 
 /* ---- activations ---------------------------------------------------------- */
 
-#define INV_SQRT2 0.70710678118654752440f
-#define INV_SQRT_2PI 0.39894228040143267794f
 #define SQRT_2_OVER_PI 0.79788456080286535588f
 
 /* Softmax of each row of x[rows, cols] into y (x == y allowed). */
@@ -134,9 +132,8 @@ static void act_elementwise(st_activation act, size_t n, const float *x,
     case ST_ACT_ELU:
       for (size_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : expm1f(x[i]);
       break;
-    case ST_ACT_GELU:
-      for (size_t i = 0; i < n; i++)
-        y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * INV_SQRT2));
+    case ST_ACT_GELU: /* vectorised erfc and exp (cpu_gelu.c) */
+      st__cpu_gelu_forward(n, x, y);
       break;
     case ST_ACT_RELU6: /* NaN propagates: both comparisons are false */
       for (size_t i = 0; i < n; i++) y[i] = x[i] < 0.0f ? 0.0f : x[i] > 6.0f ? 6.0f : x[i];
@@ -176,17 +173,6 @@ static void softmax_backward(int rows, int cols, const float *y,
   }
 }
 
-/* gelu'(x) = Phi(x) + x phi(x). */
-static void gelu_backward(size_t n, const float *x, const float *dy,
-                          float *dx) {
-  for (size_t i = 0; i < n; i++) {
-    float xi = x[i];
-    float d = 0.5f * (1.0f + erff(xi * INV_SQRT2)) +
-              xi * expf(-0.5f * xi * xi) * INV_SQRT_2PI;
-    dx[i] = dy[i] * d;
-  }
-}
-
 /* gelu_tanh'(x) = (1 + t)/2 + x (1 - t^2) u'/2 with t = tanh(u), u = k (x + a x^3),
  * written with s = (1 + t)/2 = sigmoid(2u): s + 2 x s (1 - s) u' (no cancellation
  * of 1 + t for negative x). */
@@ -207,7 +193,7 @@ static void cpu_act_backward(st_backend_ctx *ctx, st_activation act, int rows, i
   size_t n = (size_t)rows * cols;
   switch (act) {
     case ST_ACT_SOFTMAX: softmax_backward(rows, cols, y, dy, dx); break;
-    case ST_ACT_GELU: gelu_backward(n, x, dy, dx); break;
+    case ST_ACT_GELU: st__cpu_gelu_backward(n, x, dy, dx); break; /* cpu_gelu.c */
     case ST_ACT_GELU_TANH: gelu_tanh_backward(n, x, dy, dx); break;
     case ST_ACT_RELU6:
       for (size_t i = 0; i < n; i++) {

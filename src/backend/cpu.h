@@ -75,4 +75,10 @@ void st__cpu_adam(st_backend_ctx *ctx, size_t n, float lr, float beta1, float be
 void st__cpu_rmsprop(st_backend_ctx *ctx, size_t n, float lr, float rho, float momentum, float eps,
                      float *p, const float *g, float *ms, float *mom);
 
+/* GELU (exact) forward y = x Phi(x) and backward dx = dy (Phi(x) + x phi(x))
+ * over n floats, vectorisable (cpu_gelu.c; within a few float roundings of
+ * the reference's double erf). y == x and dx == dy allowed. */
+void st__cpu_gelu_forward(size_t n, const float *x, float *y);
+void st__cpu_gelu_backward(size_t n, const float *x, const float *dy, float *dx);
+
 #endif

@@ -246,4 +246,23 @@ void st__net_init_layers(const st_net *m, int lo, int hi, float *params, float *
 /* The largest per-example activation size over input and all layers. */
 size_t st__net_max_activation(const st_net *m);
 
+/* ---- activation memory report (memplan.c; figures only, the executor's
+ * allocation is unchanged) ---- */
+typedef struct st_memplan {
+  int nnodes, batch;
+  size_t activation_floats;      /* every node's output, [batch, out_k] summed:
+                                    what the replica keeps for backward */
+  size_t cache_floats;           /* the layers' forward caches (BN's x-hat, ...) */
+  int grad_slots;                /* st__net_grad_slots over every node */
+  size_t grad_floats;            /* the executor's gradient buffers: grad_slots
+                                    x batch x st__net_max_activation */
+  size_t grad_per_tensor_floats; /* one gradient buffer per tensor instead */
+  size_t inference_peak_floats;  /* forward only, each activation (inputs
+                                    included) freed after its last reader in
+                                    the topological order */
+} st_memplan;
+/* The figures for net m at batch size `batch` into *out (zeroed first);
+ * ST_ERR_INVALID for a NULL m, batch < 1 or a net without nodes. */
+st_status st__net_memplan(const st_net *m, int batch, st_memplan *out);
+
 #endif

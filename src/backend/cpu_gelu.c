@@ -1,0 +1,110 @@
+/* GELU (exact, erf form) on the CPU, written so that GCC vectorises it:
+ * glibc's erff and expf are scalar calls (their vector variants are declared
+ * only under -ffast-math), and in the transformer bench (bench/graph_bench.c)
+ * the two GELU loops took ~15% of a training step. Here
+ *   Phi(x) = 1 - erfc(z)/2 (x >= 0), erfc(z)/2 (x < 0), z = |x|/sqrt(2),
+ *   erfc(z) = t exp(-z^2 + P(t)), t = 1/(1 + z/2)
+ * (Numerical Recipes' erfcc, Chebyshev fit: fractional error < 1.2e-7 for
+ * every z >= 0, so Phi has no cancellation for negative x), and exp by
+ * Cody-Waite reduction to [-ln2/2, ln2/2], Cephes's expf polynomial and the
+ * exponent put in by integer bits: no branches, no calls. The reference is
+ * the reference backend's double erf (tests/test_gelu_fast.c compares them
+ * on a dense grid and the special values). Any thread; disjoint buffers. */
+#include <stdint.h>
+#include <string.h>
+
+#include "backend/cpu.h"
+
+#define INV_SQRT2 0.70710678118654752440f
+#define INV_SQRT_2PI 0.39894228040143267794f
+
+/* e^(hi + lo) within ~2 ulp for hi + lo in [-87, 88], |lo| < 1; 0 below
+ * -87 (no subnormals), e^88 above (the callers' arguments are <= 0); NaN
+ * stays NaN. lo carries what a single float of the argument would round
+ * away (a z^2 of up to 87 has an ulp of 8e-6: that much relative error). */
+static inline float exp_vec(float hi, float lo) {
+  float s = hi + lo;
+  float c = s > -87.0f ? s : -87.0f; /* NaN: -87 (the result is NaN, below) */
+  c = c < 88.0f ? c : 88.0f;
+  float k = c * 1.44269504088896341f + 12582912.0f; /* round to nearest: 1.5 * 2^23 */
+  k -= 12582912.0f;
+  /* r = hi + lo - k ln2 in [-ln2/2, ln2/2] (clamped: anything); hi - k
+   * ln2_hi is exact where |hi| is large (both within a factor 2), Cody-Waite
+   * ln2 = 0.693359375 - 2.12194440e-4 */
+  float h = s > -87.0f && s < 88.0f ? hi : c;
+  float r = h - k * 0.693359375f;
+  r = r + k * 2.12194440e-4f;
+  r = s > -87.0f && s < 88.0f ? r + lo : r;
+  float r2 = r * r;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r2 + r + 1.0f;
+  uint32_t bits = (uint32_t)((int32_t)k + 127) << 23; /* k in [-126, 127] */
+  float scale;
+  memcpy(&scale, &bits, sizeof scale);
+  float e = p * scale;
+  e = s < -87.0f ? 0.0f : e;
+  return s != s ? s : e; /* NaN in, NaN out */
+}
+
+/* -x^2/2 as hi + lo: xh = x to 12 significant bits, so xh^2 is exact (and
+ * x^2/2 = z^2 without z = x/sqrt 2's rounding, which alone is 2e-6 of
+ * relative error at x = -6). */
+static inline float neg_half_square(float x, float *lo) {
+  uint32_t b;
+  memcpy(&b, &x, sizeof b);
+  b &= 0xFFFFF000u;
+  float xh;
+  memcpy(&xh, &b, sizeof xh);
+  float lo_ = -0.5f * ((x - xh) * (x + xh));
+  *lo = lo_ == lo_ ? lo_ : 0.0f; /* x = +-inf: inf - inf */
+  return -0.5f * (xh * xh);
+}
+
+/* erfc(z) for z = |x|/sqrt 2 (z = +inf: 0), and e^(-z^2) through *g. */
+static inline float erfc_pos(float x, float z, float *g) {
+  float t = 1.0f / (1.0f + 0.5f * z);
+  float p = 0.17087277f;
+  p = p * t - 0.82215223f;
+  p = p * t + 1.48851587f;
+  p = p * t - 1.13520398f;
+  p = p * t + 0.27886807f;
+  p = p * t - 0.18628806f;
+  p = p * t + 0.09678418f;
+  p = p * t + 0.37409196f;
+  p = p * t + 1.00002368f;
+  p = p * t - 1.26551223f;
+  float lo, hi = neg_half_square(x, &lo);
+  *g = exp_vec(hi, lo);
+  return t * exp_vec(hi, lo + p);
+}
+
+/* Phi(x), the standard normal CDF, and (through *pdf) phi(x). */
+static inline float normal_cdf(float x, float *pdf) {
+  float z = (x < 0.0f ? -x : x) * INV_SQRT2, g;
+  float half = 0.5f * erfc_pos(x, z, &g);
+  *pdf = g * INV_SQRT_2PI;
+  return x < 0.0f ? half : 1.0f - half;
+}
+
+ST__SIMD_CLONES
+void st__cpu_gelu_forward(size_t n, const float *x, float *y) {
+  for (size_t i = 0; i < n; i++) {
+    float v = x[i], pdf;
+    float cdf = normal_cdf(v, &pdf);
+    y[i] = v * cdf;
+  }
+}
+
+ST__SIMD_CLONES
+void st__cpu_gelu_backward(size_t n, const float *x, const float *dy, float *dx) {
+  for (size_t i = 0; i < n; i++) {
+    float v = x[i], pdf;
+    float cdf = normal_cdf(v, &pdf);
+    dx[i] = dy[i] * (cdf + v * pdf);
+  }
+}

@@ -1,0 +1,68 @@
+/* The activation memory of a net, as figures (issue 28: peak activation
+ * memory vs the sum of all activations): what the replica executor
+ * (replica.c, graph.c) allocates for a batch, and what a planner that frees
+ * every activation after its last reader would need for inference. A report
+ * only: nothing here changes how the executor allocates. Any thread; reads
+ * the net only. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn/net.h"
+
+/* The last node reading tensor t (node outputs t >= 0; model inputs t < 0 at
+ * index nnodes + (-1 - t)); the model's output is read "after" the last
+ * node (nnodes). */
+static void last_readers(const st_net *m, int *last) {
+  for (int t = 0; t < m->nnodes + m->n_inputs; t++) last[t] = -1;
+  for (int k = 0; k < m->nnodes; k++)
+    for (int j = 0; j < m->nodes[k].n_in; j++) {
+      int t = m->nodes[k].in[j];
+      last[t >= 0 ? t : m->nnodes + (-1 - t)] = k;
+    }
+  last[m->output] = m->nnodes;
+}
+
+/* Inference peak in floats per example: the inputs live until their last
+ * reader; node k's output is made while its inputs are live and freed after
+ * its last reader (an output nothing reads is freed at once). */
+static size_t inference_peak(const st_net *m, const int *last) {
+  size_t live = 0, peak = 0;
+  for (int j = 0; j < m->n_inputs; j++) live += st_shape_size(m->inputs[j]);
+  peak = live;
+  for (int k = 0; k < m->nnodes; k++) {
+    live += st_shape_size(st__net_tensor_shape(m, k));
+    if (live > peak) peak = live;
+    for (int t = 0; t < m->nnodes + m->n_inputs; t++) {
+      int id = t < m->nnodes ? t : -1 - (t - m->nnodes);
+      bool dead = last[t] == k || (t == k && last[t] < 0);
+      if (dead) live -= st_shape_size(st__net_tensor_shape(m, id));
+    }
+  }
+  return peak;
+}
+
+st_status st__net_memplan(const st_net *m, int batch, st_memplan *out) {
+  memset(out, 0, sizeof *out);
+  if (!m || batch < 1 || m->nnodes < 1)
+    return st_error(ST_ERR_INVALID, "st__net_memplan: %s",
+                    !m ? "no net" : batch < 1 ? "batch < 1" : "net without nodes");
+  int *last = malloc((size_t)(m->nnodes + m->n_inputs) * sizeof *last);
+  if (!last) return st_error(ST_ERR_NOMEM, "st__net_memplan: out of memory");
+  size_t n = (size_t)batch, acts = 0, caches = 0;
+  for (int k = 0; k < m->nnodes; k++) {
+    const st_layer *l = m->layers[m->nodes[k].layer];
+    acts += st_shape_size(l->out_shape);
+    caches += l->cache_per_example;
+  }
+  last_readers(m, last);
+  out->nnodes = m->nnodes;
+  out->batch = batch;
+  out->activation_floats = n * acts;
+  out->cache_floats = n * caches;
+  out->grad_slots = st__net_grad_slots(m, 0, m->nnodes);
+  out->grad_floats = n * (size_t)out->grad_slots * st__net_max_activation(m);
+  out->grad_per_tensor_floats = n * acts;
+  out->inference_peak_floats = n * inference_peak(m, last);
+  free(last);
+  return ST_OK;
+}
