@@ -155,6 +155,10 @@ st_status st__keras_make_layer(const st__keras_ctx *c, const st__keras_layer *k,
 /* The last error (a constructor's, st_model_add's, st_layer_call's) as
  * ST_ERR_FORMAT naming c's file and layer. */
 st_status st__keras_rethrow(const st__keras_ctx *c);
+/* A model config's own options: every key in keys (NULL-terminated), and
+ * trainable true; errors name the class cls ("Sequential", "Functional"). */
+st_status st__keras_model_options(const st__keras_ctx *c, const json_t *cfg,
+                                  const char *const *keys, const char *cls);
 /* keras_functional.c: a "Functional"/"Model" document (root). */
 st_status st__keras_import_functional(const st__keras_ctx *c, const json_t *root,
                                       const st_model_options *o, st_model **out);

@@ -281,21 +281,9 @@ static const char *const k_fn_keys[] = {"name", "trainable", "layers", "input_la
                                         "output_layers", NULL};
 
 static st_status fn_config(const st__keras_ctx *c, const json_t *cfg) {
-  const char *key;
-  json_t *v;
-  char b[64];
   if (!json_is_object(cfg)) return st__keras_error(c, "config is missing or not an object");
-  json_object_foreach((json_t *)cfg, key, v) {
-    bool known = false;
-    for (int i = 0; k_fn_keys[i]; i++) known = known || strcmp(key, k_fn_keys[i]) == 0;
-    if (!known)
-      return st__keras_error(c, "Functional option '%s' is not supported",
-                             st__keras_clean(key, b, sizeof b));
-  }
-  const json_t *tr = json_object_get(cfg, "trainable");
-  if (tr && !json_is_true(tr))
-    return st__keras_error(c, "Functional trainable %s is not supported (only true)",
-                           st__keras_show(tr, b, sizeof b));
+  st_status s = st__keras_model_options(c, cfg, k_fn_keys, "Functional");
+  if (s != ST_OK) return s;
   size_t n = json_array_size(json_object_get(cfg, "layers"));
   if (!json_is_array(json_object_get(cfg, "layers")) || n < 2 || n > ST__KERAS_MAX_LAYERS)
     return st__keras_error(c, "config.layers is missing or not a list of 2..%d layers",

@@ -45,24 +45,30 @@ static st_status depth_ok(const char *file, const json_t *v, int depth) {
 static const char *const k_seq_keys[] = {"name", "trainable", "dtype", "layers",
                                          "build_input_shape", NULL};
 
-/* Sequential config: {"name", "layers": [...], ...} (or, in very old Keras 2
- * files, the layers list itself). */
-static st_status seq_config(const st__keras_ctx *c, const json_t *cfg) {
+st_status st__keras_model_options(const st__keras_ctx *c, const json_t *cfg,
+                                  const char *const *keys, const char *cls) {
   const char *key;
   json_t *v;
   char b[64];
   json_object_foreach((json_t *)cfg, key, v) {
     bool known = false;
-    for (int i = 0; k_seq_keys[i]; i++) known = known || strcmp(key, k_seq_keys[i]) == 0;
+    for (int i = 0; keys[i]; i++) known = known || strcmp(key, keys[i]) == 0;
     if (!known)
-      return st__keras_error(c, "Sequential option '%s' is not supported",
+      return st__keras_error(c, "%s option '%s' is not supported", cls,
                              st__keras_clean(key, b, sizeof b));
   }
   const json_t *tr = json_object_get(cfg, "trainable");
   if (tr && !json_is_true(tr))
-    return st__keras_error(c, "Sequential trainable %s is not supported (only true)",
+    return st__keras_error(c, "%s trainable %s is not supported (only true)", cls,
                            st__keras_show(tr, b, sizeof b));
-  return st__keras_dtype(c, json_object_get(cfg, "dtype"));
+  return ST_OK;
+}
+
+/* Sequential config: {"name", "layers": [...], ...} (or, in very old Keras 2
+ * files, the layers list itself). */
+static st_status seq_config(const st__keras_ctx *c, const json_t *cfg) {
+  st_status s = st__keras_model_options(c, cfg, k_seq_keys, "Sequential");
+  return s != ST_OK ? s : st__keras_dtype(c, json_object_get(cfg, "dtype"));
 }
 
 static st_status layout(const st__keras_ctx *c, const json_t *root, const json_t **cfg,
