@@ -101,10 +101,16 @@ static void test_resnet_strategies(void) {
   double d = a && b ? rel_diff(a, b) : 1;
   CHECK_MSG(d < 1e-5, "resnet20 with SyncBN: mirrored x2 differs from one device by %g", d);
   st_model_destroy(a), st_model_destroy(b);
-  g_sync = false;
   st_strategy_options pipe = st_strategy_default_options(ST_STRATEGY_PIPELINE);
   pipe.pipeline_stages = 2;
   pipe.micro_batches = 1;
+  b = make("resnet20", in, &pipe); /* SyncBN: refused by the pipeline, naming the layer */
+  st_compile_options co = st_compile_default_options();
+  CHECK(b && st_model_compile(b, &co) == ST_ERR_INVALID &&
+        strstr(st_last_error(), "synchronizes its batch statistics") &&
+        strstr(st_last_error(), "BatchNormalization"));
+  st_model_destroy(b);
+  g_sync = false;
   a = make("resnet20", in, &one), b = make("resnet20", in, &pipe);
   train(a, in), train(b, in);
   d = a && b ? rel_diff(a, b) : 1;

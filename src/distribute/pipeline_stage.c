@@ -92,6 +92,12 @@ st_status st__pipe_partition(const st_net *m, int stages, const int *bounds, int
   if (m->n_inputs > 1 && stages > 1)
     return st_error(ST_ERR_INVALID, "pipeline: the model has %d inputs (the pipeline runs models "
                     "of one input)", m->n_inputs);
+  for (int i = 0; i < m->nlayers; i++)
+    if (m->layers[i]->uses_collectives)
+      return st_error(ST_ERR_INVALID, "pipeline: layer %d ('%s', %s) synchronizes its batch "
+                      "statistics across replicas, which the pipeline's micro-batches cannot "
+                      "do (they are normalised one by one): build it with synchronized=false",
+                      i, m->layers[i]->name, m->layers[i]->vt->class_name);
   if (stages > 1 && bounds[0] >= 0) {
     first[0] = 0;
     for (int i = 1; i < stages; i++) {
