@@ -39,6 +39,9 @@ command -v python3 >/dev/null || { echo "SKIP: python3 not installed"; exit 77; 
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# the sanitizer builds: OpenMPI's own leaks and races are suppressed as in tests/mpi_common.bash
+export LSAN_OPTIONS="suppressions=$src/tests/lsan-mpi.supp:fast_unwind_on_malloc=0"
+export TSAN_OPTIONS="${TSAN_OPTIONS:-} suppressions=$src/tests/tsan-mpi.supp"
 fail=0 skipped=()
 check() { if eval "$2"; then echo "ok - $1"; else echo "not ok - $1"; fail=1; fi; }
 skip() { echo "SKIP: $1"; skipped+=("$1"); }
