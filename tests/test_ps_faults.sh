@@ -34,7 +34,9 @@ check "grep -q 'ps:0: this worker was declared lost' $tmp/l3 || json $tmp/r3.jso
 check "json $tmp/r3.json '$every_ps_exact and $every_epoch'" "applied == scheduled after the stall"
 check "grep -q 'warning: --insecure' $tmp/l3" "--insecure warns"
 # ---- the chief killed with kill -9 (P4): every server exits 3 within
-# --coordinator-timeout (1 s) + slack; servers started by hand under TF_CONFIG ----
+# --coordinator-timeout (5 s: the chief also gives the servers that long to
+# answer its JOB, which a loaded sanitizer build needs) + slack; servers
+# started by hand under TF_CONFIG ----
 read -r p0 p1 p2 p3 < <(ports)
 cl="\"cluster\": {\"chief\": [\"127.0.0.1:$p0\"], \"worker\": [\"127.0.0.1:$p1\", \"127.0.0.1:$p2\"], \"ps\": [\"127.0.0.1:$p3\"]}"
 pids=()
@@ -45,7 +47,7 @@ for t in worker:0 worker:1 ps:0; do
 done
 : > "$tmp/chief"
 TF_CONFIG="{$cl, \"task\": {\"type\": \"chief\", \"index\": 0}}" "$cli" train --strategy parameter_server \
-  --insecure --model mlp --epochs 50 --batch-size 32 --coordinator-timeout 1 --heartbeat-interval 0.2 \
+  --insecure --model mlp --epochs 50 --batch-size 32 --coordinator-timeout 5 --heartbeat-interval 0.2 \
   > /dev/null 2> "$tmp/chief" &
 chief=$!
 for _ in $(seq 1 400); do grep -q 'parameter_server job' "$tmp/chief" && break; sleep 0.05; done
@@ -58,7 +60,7 @@ t0=$(date +%s.%N)
 codes=()
 for p in "${pids[@]}"; do wait "$p"; codes+=($?); done
 dt=$(python3 -c "print(round($(date +%s.%N) - $t0, 2))")
-check "[ \"${codes[*]}\" = '3 3 3' ] && python3 -c 'import sys; sys.exit(0 if $dt < 6 else 1)'" \
+check "[ \"${codes[*]}\" = '3 3 3' ] && python3 -c 'import sys; sys.exit(0 if $dt < 10 else 1)'" \
   "chief killed: every server exits 3 within the coordinator timeout + 5 s (codes ${codes[*]}, ${dt}s)"
 check "grep -q 'the chief has been silent' $tmp/s_ps0" "the ps names the silent chief"
 # ---- P3 (without recovery): kill -9 of a ps: the chief exits 3 naming it
