@@ -39,6 +39,22 @@ static st_status parse_dense(const st__keras_ctx *c, const json_t *cfg,
   return s;
 }
 
+
+/* What Conv1D and Conv2D share: channels-last, no dilation or groups, then
+ * activation, use_bias, the two initializers, no regularizers/constraints. */
+static st_status conv_common(const st__keras_ctx *c, const json_t *cfg, st_activation *act,
+                             bool *use_bias, st_init *kernel_init, st_init *bias_init) {
+  st_status s = st__keras_data_format(c, cfg);
+  if (s == ST_OK) s = st__keras_ones(c, cfg, "dilation_rate");
+  if (s == ST_OK) s = st__keras_ones(c, cfg, "groups");
+  if (s == ST_OK) s = st__keras_activation(c, cfg, "activation", act);
+  if (s == ST_OK) s = st__keras_bool(c, cfg, "use_bias", true, use_bias);
+  if (s == ST_OK)
+    s = st__keras_init(c, cfg, "kernel_initializer", ST_INIT_GLOROT_UNIFORM, kernel_init);
+  if (s == ST_OK) s = st__keras_init(c, cfg, "bias_initializer", ST_INIT_ZEROS, bias_init);
+  return s == ST_OK ? nulls(c, cfg, k_dense_nulls) : s;
+}
+
 static st_status parse_conv2d(const st__keras_ctx *c, const json_t *cfg,
                               st__keras_layer *k) {
   st_conv2d_options *o = &k->u.conv;
@@ -50,16 +66,8 @@ static st_status parse_conv2d(const st__keras_ctx *c, const json_t *cfg,
   if (s == ST_OK) s = st__keras_pair(c, cfg, "kernel_size", 1, ST__KERAS_MAX_KERNEL, 1, false, ks);
   if (s == ST_OK) s = st__keras_pair(c, cfg, "strides", 1, ST__KERAS_MAX_KERNEL, 1, false, st);
   if (s == ST_OK) s = st__keras_padding(c, cfg, &o->padding);
-  if (s == ST_OK) s = st__keras_data_format(c, cfg);
-  if (s == ST_OK) s = st__keras_ones(c, cfg, "dilation_rate");
-  if (s == ST_OK) s = st__keras_ones(c, cfg, "groups");
-  if (s == ST_OK) s = st__keras_activation(c, cfg, "activation", &o->activation);
-  if (s == ST_OK) s = st__keras_bool(c, cfg, "use_bias", true, &o->use_bias);
   if (s == ST_OK)
-    s = st__keras_init(c, cfg, "kernel_initializer", ST_INIT_GLOROT_UNIFORM, &o->kernel_init);
-  if (s == ST_OK)
-    s = st__keras_init(c, cfg, "bias_initializer", ST_INIT_ZEROS, &o->bias_init);
-  if (s == ST_OK) s = nulls(c, cfg, k_dense_nulls);
+    s = conv_common(c, cfg, &o->activation, &o->use_bias, &o->kernel_init, &o->bias_init);
   o->kh = ks[0], o->kw = ks[1], o->sh = st[0], o->sw = st[1];
   return s;
 }
@@ -284,16 +292,8 @@ static st_status parse_conv1d(const st__keras_ctx *c, const json_t *cfg,
   if (s == ST_OK)
     o->padding = !strcmp(p, "valid") ? ST_PAD_VALID : !strcmp(p, "same") ? ST_PAD_SAME
                                                                         : ST_PAD_CAUSAL;
-  if (s == ST_OK) s = st__keras_data_format(c, cfg);
-  if (s == ST_OK) s = st__keras_ones(c, cfg, "dilation_rate");
-  if (s == ST_OK) s = st__keras_ones(c, cfg, "groups");
-  if (s == ST_OK) s = st__keras_activation(c, cfg, "activation", &o->activation);
-  if (s == ST_OK) s = st__keras_bool(c, cfg, "use_bias", true, &o->use_bias);
   if (s == ST_OK)
-    s = st__keras_init(c, cfg, "kernel_initializer", ST_INIT_GLOROT_UNIFORM, &o->kernel_init);
-  if (s == ST_OK)
-    s = st__keras_init(c, cfg, "bias_initializer", ST_INIT_ZEROS, &o->bias_init);
-  if (s == ST_OK) s = nulls(c, cfg, k_dense_nulls);
+    s = conv_common(c, cfg, &o->activation, &o->use_bias, &o->kernel_init, &o->bias_init);
   return s;
 }
 

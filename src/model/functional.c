@@ -24,14 +24,6 @@ static int input_index(const graph *g, const st_node *t) {
   return -1;
 }
 
-/* "'dense_1' (Dense)", or "Dense" before the model names it. */
-static const char *layer_label(const st_layer *l) {
-  static _Thread_local char buf[ST_NAME_MAX + 40];
-  if (l->name[0]) snprintf(buf, sizeof buf, "'%s' (%s)", l->name, l->vt->class_name);
-  else snprintf(buf, sizeof buf, "%s", l->vt->class_name);
-  return buf;
-}
-
 /* Depth-first: marks 1 = on the path, 2 = placed. The graph is acyclic by
  * construction (a node's inputs exist before it), so depth is bounded by the
  * node count; recursion depth = the longest path. */
@@ -39,13 +31,12 @@ static st_status visit(graph *g, st_node *t, const st_node *from) {
   if (t->mark == 2) return ST_OK;
   if (!t->layer) {
     if (input_index(g, t) < 0) {
-      char s[64];
+      char s[64], who[ST_NAME_MAX + 40];
       return st_error(ST_ERR_INVALID, "st_functional_create: the graph is disconnected: input "
-                      "tensor %s%s%s of shape %s, read by %s%s%s, is not among the model's "
+                      "tensor %s%s%s of shape %s, read by %s, is not among the model's "
                       "inputs", t->name[0] ? "'" : "", t->name[0] ? t->name : "(unnamed)",
                       t->name[0] ? "'" : "", st_shape_format(t->shape, s, sizeof s),
-                      from ? "layer " : "", from ? layer_label(from->layer) : "an output",
-                      "");
+                      from ? st__layer_label(from->layer, who, sizeof who) : "an output");
     }
     t->mark = 2;
     return ST_OK;

@@ -236,13 +236,18 @@ static int run_backward(const st_net *m, st_exec *e, float *dy, int n, int64_t s
                         st_grads_ready_fn ready, void *ready_ctx) {
   int len = e->hi - e->lo, extra = len + ST_LAYER_MAX_INPUTS + 1;
   walk w = {.m = m, .e = e, .n = n};
-  w.needs = calloc((size_t)len, sizeof *w.needs);
-  w.gbuf = calloc((size_t)len, sizeof *w.gbuf);
-  w.gslot = malloc((size_t)len * sizeof *w.gslot);
-  w.ext_written = calloc(ST_NET_MAX_IO, sizeof *w.ext_written);
-  w.layer_done = calloc((size_t)m->nlayers + 1, sizeof *w.layer_done);
-  w.free_slots = malloc((size_t)extra * sizeof *w.free_slots);
-  ST_ASSERT(w.needs && w.gbuf && w.gslot && w.ext_written && w.layer_done && w.free_slots);
+  /* one block: gbuf [len], gslot [len], free_slots [extra], then the flags
+   * needs [len], ext_written [ST_NET_MAX_IO], layer_done [nlayers] */
+  size_t ints = (size_t)len + (size_t)extra, flags = (size_t)len + ST_NET_MAX_IO +
+                                                      (size_t)m->nlayers + 1;
+  char *mem = calloc(1, (size_t)len * sizeof(float *) + ints * sizeof(int) + flags);
+  ST_ASSERT(mem);
+  w.gbuf = (float **)mem;
+  w.gslot = (int *)(w.gbuf + len);
+  w.free_slots = w.gslot + len;
+  w.needs = (bool *)(w.free_slots + extra);
+  w.ext_written = w.needs + len;
+  w.layer_done = w.ext_written + ST_NET_MAX_IO;
   for (int i = 0; i < len; i++) w.gslot[i] = -1;
   mark_needs(&w);
   if (dy) {
@@ -266,8 +271,7 @@ static int run_backward(const st_net *m, st_exec *e, float *dy, int n, int64_t s
     if (w.gslot[i] >= 0) slot_put(&w, w.gslot[i]);
     if (ready && m->layers[layer]->first_node == k) ready(ready_ctx, layer);
   }
-  free(w.needs), free(w.gbuf), free(w.gslot), free(w.ext_written), free(w.layer_done);
-  free(w.free_slots);
+  free(mem);
   return w.nslots;
 }
 

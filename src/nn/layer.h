@@ -167,6 +167,9 @@ static inline bool st__args_host(const st_layer_args *c) { return c->be->to_devi
  * its call nodes with it (st__layer_free_nodes: node.c). */
 void st__layer_free(st_layer *l);
 void st__layer_free_nodes(st_layer *l);
+/* "'dense_1' (Dense)", or "a Dense layer" before a model names it, in buf[n]
+ * (returned): how errors name a layer (node.c). */
+const char *st__layer_label(const st_layer *l, char *buf, size_t n);
 
 /* Allocate a layer with a copy of config (config_size bytes) into *out (NULL
  * on failure, error returned). name may be NULL. */

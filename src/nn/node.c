@@ -30,8 +30,7 @@ st_status st_input(st_shape shape, const char *name, st_node **out) {
   return ST_OK;
 }
 
-/* "'dense_1' (Dense)" or "a Dense layer" before the model names it. */
-static const char *who(const st_layer *l, char *buf, size_t n) {
+const char *st__layer_label(const st_layer *l, char *buf, size_t n) {
   if (l->name[0]) snprintf(buf, n, "'%s' (%s)", l->name, l->vt->class_name);
   else snprintf(buf, n, "a %s layer", l->vt->class_name);
   return buf;
@@ -57,7 +56,7 @@ static st_status check_rebuild(const st_layer *l, st_node *const *in, int n) {
   char w[96], a[256], b[64];
   return st_error(ST_ERR_INVALID, "st_layer_call: %s was built for input shape %s and is "
                   "called again on %s (a layer called twice shares its weights: its inputs "
-                  "must have the same shapes)", who(l, w, sizeof w),
+                  "must have the same shapes)", st__layer_label(l, w, sizeof w),
                   st_shape_format(l->in_shape, b, sizeof b), shapes(in, n, a, sizeof a));
 }
 
@@ -76,7 +75,7 @@ st_status st_layer_call(st_layer *l, st_node *const *inputs, int n, st_node **ou
   char w[96], a[256];
   if (l->in_model)
     return st_error(ST_ERR_INVALID, "st_layer_call: %s belongs to a model (a layer belongs to "
-                    "one model; create another)", who(l, w, sizeof w));
+                    "one model; create another)", st__layer_label(l, w, sizeof w));
   st_status s;
   if (l->call_nodes) {
     if ((s = check_rebuild(l, inputs, n)) != ST_OK) return s;
@@ -84,7 +83,7 @@ st_status st_layer_call(st_layer *l, st_node *const *inputs, int n, st_node **ou
     st_shape in[ST_LAYER_MAX_INPUTS];
     for (int j = 0; j < n; j++) in[j] = inputs[j]->shape;
     if ((s = st__layer_build_inputs(l, in, n)) != ST_OK)
-      return st_error_prefix(s, "st_layer_call: %s on %s: ", who(l, w, sizeof w),
+      return st_error_prefix(s, "st_layer_call: %s on %s: ", st__layer_label(l, w, sizeof w),
                              shapes(inputs, n, a, sizeof a));
   }
   st_node *t = calloc(1, sizeof *t);
