@@ -66,7 +66,7 @@ else
 fi
 # A module path that does not exist (past the driver check: the empty libcuda).
 row "module file missing" 2 "the CUDA backend module $tmp/none.so cannot be loaded" \
-  STRATA_CUDA_MODULE="$tmp/none.so" "LD_LIBRARY_PATH=$fake" -- "${M[@]}" gpu:0
+  STRATA_CUDA_MODULE="$tmp/none.so" "LD_LIBRARY_PATH=$fake${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" -- "${M[@]}" gpu:0
 # The stand-in module: another interface number, device count 0, an error, 1 GPU.
 row "a module of another interface" 2 "module built for interface 999, this Strata has 1" \
   "${F[@]}" STRATA_FAKE_ABI=999 -- "${M[@]}" gpu:0
