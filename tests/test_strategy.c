@@ -155,7 +155,7 @@ static void test_packs(void) {
   int expect[] = {1, 4, 3}; /* 64 KiB: dense_1+dense | conv2d_1 (74 KB) | conv2d */
   for (int t = 0; t < 3; t++) {
     st_reducer *r = NULL;
-    CHECK_OK(st__reducer_create(&m->net, 2, grads, sizes[t], true, ST_CROSS_ALL_REDUCE, NULL, &r));
+    CHECK_OK(st__reducer_create(&m->net, 2, grads, sizes[t], true, ST_CROSS_ALL_REDUCE, NULL, NULL, &r));
     int nb = st__reducer_bucket_count(r);
     CHECK_MSG(nb == expect[t], "bytes_per_pack %zu: %d buckets", sizes[t], nb);
     size_t hi = m->net.n_params;

@@ -88,7 +88,7 @@ static cli_opt train_opts[] = {
     INT("--validation-freq", "N", val_freq, 1, 100000, "validate after every Nth epoch only (Keras's validation_freq; default 1)"),
     INT("--train-examples", "N", train_examples, 1, 1L << 40, "use only the first N training examples (default all)"),
     FN("--strategy", "NAME", strategy, store_strategy, "one_device (default), mirrored, central_storage, multi_worker_mirrored (under mpirun) or pipeline (model parallel)"),
-    STR("--devices", "LIST", devices, "mirrored/central_storage/multi_worker_mirrored: (local) devices, e.g. cpu:0,cpu:1 (one replica each); pipeline: one stage each"),
+    STR("--devices", "LIST", devices, "mirrored/central_storage/multi_worker_mirrored: (local) devices, e.g. cpu:0,cpu:1 or gpu:0,gpu:1 (one replica each); one_device: its device (gpu:0); pipeline: one stage each"),
     INT("--replicas", "N", replicas, 1, ST_MAX_REPLICAS, "the same as a replica count (default: one per core; multi_worker_mirrored: 1 per worker)"),
     INT("--logical-gpus", "N", logical_gpus, 1, ST_MAX_REPLICAS, "split each GPU into N logical GPUs (TensorFlow's logical devices); --devices gpu:0..gpu:(GPUs*N-1) name them"),
     STR("--cross-device-ops", "OPS", cross_ops, "mirrored: all_reduce (default) or reduction_to_one_device"),
@@ -310,9 +310,12 @@ static bool check_strategy_flags(const train_cfg *c) {
   bool mirrored = c->strategy == ST_STRATEGY_MIRRORED || mwms;
   bool pipe = c->strategy == ST_STRATEGY_PIPELINE; /* under mpirun: --collective-timeout */
   const char *msg = NULL;
-  if (!multi && (c->replicas || c->cross_ops || (c->devices && !pipe)))
+  bool od = c->strategy == ST_STRATEGY_ONE_DEVICE;
+  if (!multi && (c->replicas || c->cross_ops || (c->devices && !pipe && !od)))
     msg = "--devices, --replicas and --cross-device-ops need --strategy mirrored, "
-          "central_storage or multi_worker_mirrored";
+          "central_storage or multi_worker_mirrored (--devices: also one_device, one device)";
+  else if (od && c->devices && strchr(c->devices, ','))
+    msg = "--strategy one_device runs on one device: give one, e.g. --devices gpu:0";
   else if (!mirrored && (c->bytes_per_pack >= 0 || c->no_overlap))
     msg = "--bytes-per-pack and --no-overlap need --strategy mirrored or multi_worker_mirrored";
   else if (!mirrored && c->shard_optimizer)
@@ -568,7 +571,8 @@ static int load_tfrecord(const train_cfg *c, const st_strategy_options *so,
 static st_strategy_options strategy_options(const train_cfg *c, bool tfr) {
   st_strategy_options so = st_strategy_default_options(c->strategy);
   so.threads = (int)c->threads;
-  so.devices = c->devices;
+  if (c->strategy == ST_STRATEGY_ONE_DEVICE) so.device = c->devices; /* gpu:0, cpu:0 */
+  else so.devices = c->devices;
   so.logical_gpus = (int)c->logical_gpus;
   so.replicas = (int)c->replicas;
   so.cross_device_ops = c->cross_ops;

@@ -19,7 +19,7 @@
 extern "C" {
 #endif
 
-#define ST__CUDA_MODULE_ABI 1u
+#define ST__CUDA_MODULE_ABI 2u
 #define ST__CUDA_MODULE_ENTRY "st__cuda_module_open"
 
 /* What libstrata lends the module: st_error (sets this thread's message and

@@ -90,6 +90,13 @@ struct st_backend {
                   size_t bytes);
   /* optional: NULL = kernels run synchronously, nothing to wait for. */
   void (*synchronize)(st_backend_ctx *ctx);
+  /* optional: NULL falls back to memmove. dst and src are this backend's
+   * memory (any of its contexts' on the same device); ordered on ctx. */
+  void (*copy)(st_backend_ctx *ctx, void *dst, const void *src, size_t bytes);
+  /* optional: NULL = its slots cannot fail. The first failure a slot of this
+   * context met since it was created (a device error: the call and the
+   * device named), as st_error sets it; ST_OK when none. Synchronizes. */
+  st_status (*status)(st_backend_ctx *ctx);
 
   /* ---- memory (required from here on) ---- */
   void *(*alloc)(st_backend_ctx *ctx, size_t bytes); /* NULL + ST_ERR_NOMEM on failure */
@@ -230,5 +237,17 @@ static inline void st__be_to_host(st_backend_ctx *ctx, void *host_dst,
 static inline void st__be_synchronize(st_backend_ctx *ctx) {
   if (ctx->be->synchronize) ctx->be->synchronize(ctx);
 }
+static inline void st__be_copy(st_backend_ctx *ctx, void *dst, const void *src, size_t bytes) {
+  if (ctx->be->copy)
+    ctx->be->copy(ctx, dst, src, bytes);
+  else if (bytes && dst != src)
+    memmove(dst, src, bytes);
+}
+static inline st_status st__be_status(st_backend_ctx *ctx) {
+  return ctx->be->status ? ctx->be->status(ctx) : ST_OK;
+}
+/* True when the backend's buffers are host memory (no transfer slots):
+ * the host may read and write them directly. */
+static inline bool st__be_is_host(const st_backend *be) { return be->to_device == NULL; }
 
 #endif

@@ -8,6 +8,7 @@
 #include "base/sysinfo.h"
 #include "distribute/collective/collective.h"
 #include "distribute/gpu_devices.h"
+#include "backend/cuda.h"
 
 /* "cpu", "cpu:N" -> ST_OK; a GPU -> checked by gpu_devices.c (logical: GPUs
  * per physical GPU; *gpu set when it exists); anything else invalid. */
@@ -38,7 +39,32 @@ static st_status count_devices(const char *list, int logical, int *n) {
     if (*p == ',') p++;
   }
   if (*n == 0) return st_error(ST_ERR_INVALID, "devices '%s': no device given", list);
-  return gpu ? st__gpu_not_run_yet(list) : ST_OK;
+  return ST_OK;
+}
+
+st_status st__device_plan(const st_strategy_options *o, int n, st__device_plan_t *out) {
+  memset(out, 0, sizeof *out);
+  const char *list = o->devices ? o->devices : o->device;
+  if (!list) return ST_OK;
+  int logical = o->logical_gpus > 0 ? o->logical_gpus : 1, i = 0, cpus = 0;
+  for (const char *p = list; *p && i < ST_MAX_REPLICAS;) {
+    int len = (int)strcspn(p, ","), index = 0;
+    if (st__gpu_device_parse(p, len, &index) > 0) {
+      out->gpu_of[i] = index / logical;
+      out->gpus++;
+    } else {
+      cpus++;
+    }
+    i++;
+    p += len;
+    if (*p == ',') p++;
+  }
+  (void)n;
+  if (out->gpus && cpus)
+    return st_error(ST_ERR_INVALID, "devices '%.64s': CPU and GPU devices mixed; give GPUs only "
+                    "(the replicas of one strategy run on one kind of device)", list);
+  out->on_gpus = out->gpus > 0;
+  return ST_OK;
 }
 
 /* Entries of a device list as count_devices walks it (a trailing comma ends

@@ -16,4 +16,15 @@ st_status st__replica_count(const st_strategy_options *o, int *n);
  * not given). */
 st_status st__check_replicas(const st_strategy_options *o, int *n, int *cross);
 
+/* Where the replicas run: on_gpus when the device list (o->devices, or
+ * one_device's o->device) names GPUs, replica i then on physical GPU
+ * gpu_of[i] (logical GPUs: gpu:N is physical N / logical_gpus). A list
+ * mixing CPUs and GPUs is ST_ERR_INVALID. The list was checked before. */
+typedef struct st__device_plan_t {
+  bool on_gpus;
+  int gpus;                       /* GPU entries in the list */
+  int gpu_of[ST_MAX_REPLICAS];
+} st__device_plan_t;
+st_status st__device_plan(const st_strategy_options *o, int n, st__device_plan_t *out);
+
 #endif

@@ -2,9 +2,7 @@
  * (TensorFlow's set_logical_device_configuration: each physical GPU split into
  * N devices). The device is looked up through the CUDA module loader
  * (backend/cuda_load.c), so every missing piece has its own message: module
- * not built, no driver, no device, index out of range. Replicas do not run on
- * the cuda backend yet (issue 16, docs/GPU.md): a list whose GPUs all exist
- * is answered with "not built" saying exactly that. */
+ * not built, no driver, no device, index out of range. */
 #include "distribute/gpu_devices.h"
 
 #include <stdio.h>
@@ -23,13 +21,6 @@ st_status st__gpu_device_check(const char *dev, int len, int logical_gpus, bool 
     return st_error(ST_ERR_INVALID, "device '%s': expected gpu:N, /gpu:N or /device:GPU:N "
                     "with N a GPU index (0, 1, ...)", name);
   return st__cuda_check_device(name, index, logical_gpus);
-}
-
-st_status st__gpu_not_run_yet(const char *devices) {
-  return st_error(ST_ERR_NOT_BUILT, "devices '%.64s%s': the GPUs are there and the CUDA backend "
-                  "module loaded, but this version of Strata does not run strategies on GPUs "
-                  "yet (issue 16, docs/GPU.md); use cpu devices", devices,
-                  strlen(devices) > 64 ? "..." : "");
 }
 
 st_status st__logical_gpus_check(const st_strategy_options *o) {

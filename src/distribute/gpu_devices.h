@@ -12,10 +12,6 @@
  * *is_gpu is false (and ST_OK returned) when dev is not a GPU name. */
 st_status st__gpu_device_check(const char *dev, int len, int logical_gpus, bool *is_gpu);
 
-/* Strategies do not run on GPUs in this version: ST_ERR_NOT_BUILT saying so,
- * for a device list whose GPUs all exist. */
-st_status st__gpu_not_run_yet(const char *devices);
-
 /* o->logical_gpus: 0 (unset) is fine; < 0 or > ST_MAX_REPLICAS is
  * ST_ERR_INVALID; >= 1 needs a GPU (the loader's message otherwise). */
 st_status st__logical_gpus_check(const st_strategy_options *o);

@@ -94,9 +94,13 @@ st_status st__mirrored_attach(st_strategy *s, st_net *m, st_collective *net_grou
   if (st == ST_OK && !mi->shard) st = alloc_slots(m, mi);
   if (st == ST_OK && !mi->shard) {
     float *grads[ST_MAX_REPLICAS];
-    for (int i = 0; i < mi->g->n; i++) grads[i] = mi->g->reps[i]->grads;
-    st = st__reducer_create(m, mi->g->n, grads, s->opts.bytes_per_pack, !s->opts.no_overlap,
-                            (st_cross_device_ops)s->cross_device_ops, net_reducer, &mi->red);
+    st_backend_ctx *ctxs[ST_MAX_REPLICAS];
+    for (int i = 0; i < mi->g->n; i++) grads[i] = mi->g->reps[i]->grads, ctxs[i] = mi->g->reps[i]->ctx;
+    bool device = !st__be_is_host(m->be); /* GPUs: reduced after backward, staged */
+    st = st__reducer_create(m, mi->g->n, grads, s->opts.bytes_per_pack,
+                            !s->opts.no_overlap && !device,
+                            (st_cross_device_ops)s->cross_device_ops, net_reducer,
+                            device ? ctxs : NULL, &mi->red);
   }
   s->impl = mi;
   s->net = m;
@@ -144,6 +148,7 @@ static void step_task(void *arg, int i) {
   }
   if (st__error_keep(&mi->status[i], st__reducer_finish(mi->red, i)) == ST_OK)
     st__apply_range(m, r->ctx, r->params, r->grads, mi->slots[i], 0, m->n_params);
+  st__error_keep(&mi->status[i], st__be_status(r->ctx)); /* a device's error; waits for it */
 }
 
 st_status st__mirrored_train_step(st_strategy *s, st_net *m, const st_batch *b, int global,

@@ -15,18 +15,17 @@
 #include "distribute/replica_group.h"
 #include "distribute/strategy.h"
 
-/* o->device: cpu, cpu:N (a GPU is refused for now). */
+/* o->device: cpu, cpu:N or a GPU. */
 static st_status od_check(const st_strategy_options *o, st__strategy_setup *out) {
   out->vars = &st__shared_placement;
   if (!o->device) return ST_OK;
   bool gpu = false;
-  st_status s = st__check_device(o->device, (int)strlen(o->device), o->logical_gpus, &gpu);
-  return s == ST_OK && gpu ? st__gpu_not_run_yet(o->device) : s;
+  return st__check_device(o->device, (int)strlen(o->device), o->logical_gpus, &gpu);
 }
 
 static int worker_count(const st_strategy *s, const st_net *m) {
   int n = s->opts.threads > 0 ? s->opts.threads : st__cpu_count();
-  if (m->n_state > 0) return 1;
+  if (m->n_state > 0 || s->on_gpus) return 1; /* a GPU runs whole batches */
   return n > ST_MAX_REPLICAS ? ST_MAX_REPLICAS : n;
 }
 

@@ -71,7 +71,7 @@ static void *comm_main(void *arg) {
 
 st_status st__reducer_create(const st_net *m, int n, float *const *grads, size_t bytes_per_pack,
                              bool overlap, st_cross_device_ops algo, st_collective *net,
-                             st_reducer **out) {
+                             st_backend_ctx *const *device_ctxs, st_reducer **out) {
   *out = NULL;
   st_reducer *r = calloc(1, sizeof *r);
   if (!r) return st_error(ST_ERR_NOMEM, "reducer: out of memory");
@@ -81,6 +81,11 @@ st_status st__reducer_create(const st_net *m, int n, float *const *grads, size_t
   if (s == ST_OK)
     s = net ? st__collective_hier_create(n, algo, net, &r->coll)
             : st__collective_threads_create(n, algo, &r->coll);
+  if (s == ST_OK && device_ctxs) {
+    ST_ASSERT(!r->overlap);
+    s = st__collective_staged_create(r->coll, device_ctxs, &r->coll);
+    if (s != ST_OK) r->coll = NULL;
+  }
   for (int i = 0; s == ST_OK && i < n; i++) {
     rank_state *rs = &r->ranks[i];
     *rs = (rank_state){.red = r, .rank = i, .grads = grads[i]};

@@ -23,10 +23,13 @@ typedef struct st_bucket {
 typedef struct st_reducer st_reducer;
 
 /* For n replicas of m; grads[i] is replica i's gradient buffer. net (borrowed,
- * may be NULL): a process transport the buckets are also reduced across. */
+ * may be NULL): a process transport the buckets are also reduced across.
+ * device_ctxs (NULL: host memory): the gradients are device memory of
+ * replica i's context device_ctxs[i], staged through the host (overlap must
+ * then be false: the buckets are reduced after backward). */
 st_status st__reducer_create(const st_net *m, int n, float *const *grads, size_t bytes_per_pack,
                              bool overlap, st_cross_device_ops algo, st_collective *net,
-                             st_reducer **out);
+                             st_backend_ctx *const *device_ctxs, st_reducer **out);
 void st__reducer_destroy(st_reducer *r); /* accepts NULL; joins the threads */
 int st__reducer_bucket_count(const st_reducer *r);
 const st_bucket *st__reducer_bucket(const st_reducer *r, int k);

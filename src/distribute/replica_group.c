@@ -20,7 +20,7 @@ static st_status make_replica(st_net *m, int i, bool own_params, st_replica **ou
   if ((own_params && !r->params) || !r->state)
     return st_error(ST_ERR_NOMEM, "replica %d: out of memory for variables", i);
   if (!own_params) r->params = m->params;
-  if (m->n_state) st__be_to_device(r->ctx, r->state, m->state, m->n_state * sizeof(float));
+  if (m->n_state) st__be_copy(r->ctx, r->state, m->state, m->n_state * sizeof(float));
   return ST_OK;
 }
 
@@ -50,6 +50,12 @@ st_status st__group_create(st_net *m, int n, bool own_params, st_cross_device_op
   if (s == ST_OK)
     s = net ? st__collective_hier_create(n, algo, net, &g->coll)
             : st__collective_threads_create(n, algo, &g->coll);
+  if (s == ST_OK && !st__be_is_host(m->be)) { /* device buffers: staged */
+    st_backend_ctx *ctxs[ST_MAX_REPLICAS];
+    for (int i = 0; i < n; i++) ctxs[i] = g->reps[i]->ctx;
+    s = st__collective_staged_create(g->coll, ctxs, &g->coll);
+    if (s != ST_OK) g->coll = NULL;
+  }
   int total = n * (net ? net->size : 1);
   for (int i = 0; s == ST_OK && i < n && total > 1; i++) {
     g->ranks[i] = (st_group_rank){g->coll, i};
@@ -117,13 +123,24 @@ static void slice_task(void *arg, int i) {
   size_t outs = st__net_output_size(p->m);
   const float *pred = st__replica_forward(p->m, r, sl.x, sl.size, false, p->m->step);
   if (sl.y) {
-    st__step_metrics(p->m, pred, sl.y, sl.size, s);
+    if (p->m->nmetrics) st__step_metrics(p->m, st__replica_output_host(p->m, r, sl.size), sl.y, sl.size, s);
     s->loss_sum = st__replica_loss(p->m, r, sl.y, sl.size);
   }
   if (p->pred)
     st__be_to_host(r->ctx, p->pred + (size_t)start * outs, pred,
                    (size_t)sl.size * outs * sizeof(float));
   s->examples = sl.size;
+}
+
+/* A device replica's work is done (the next reader may use another
+ * context) and its errors are known: the pass's status. */
+static st_status settle(st_replica_group *g, st_net *m) {
+  st_status st = ST_OK;
+  for (int i = 0; i < g->n && !st__be_is_host(m->be); i++) {
+    st_status si = st__be_status(g->reps[i]->ctx);
+    if (st == ST_OK) st = si;
+  }
+  return st;
 }
 
 static st_status run_pass(pass *p, st_step_stats *out) {
@@ -138,7 +155,22 @@ static st_status run_pass(pass *p, st_step_stats *out) {
   memset(p->stats, 0, sizeof p->stats);
   st__group_run(g, slice_task, p);
   for (int i = 0; i < g->n; i++) st__step_stats_add(out, &p->stats[i]); /* fixed order */
-  return ST_OK;
+  return settle(g, p->m);
+}
+
+/* The processes' mean of the state dst (replica 0's), through host memory
+ * on a device backend. */
+static st_status net_mean(st_replica_group *g, st_net *m, st_backend_ctx *ctx, float *dst) {
+  if (st__be_is_host(m->be))
+    return g->net->vt->all_reduce(g->net, g->net->self, dst, m->n_state, ST_REDUCE_MEAN);
+  float *h = malloc(m->n_state * sizeof(float));
+  if (!h) return st_error(ST_ERR_NOMEM, "state mean: out of host memory");
+  st__be_to_host(ctx, h, dst, m->n_state * sizeof(float));
+  st_status s = g->net->vt->all_reduce(g->net, g->net->self, h, m->n_state, ST_REDUCE_MEAN);
+  if (s == ST_OK) st__be_to_device(ctx, dst, h, m->n_state * sizeof(float));
+  st__be_synchronize(ctx);
+  free(h);
+  return s;
 }
 
 void st__group_sync_state(st_replica_group *g, st_net *m) {
@@ -149,9 +181,11 @@ void st__group_sync_state(st_replica_group *g, st_net *m) {
   for (int i = 1; i < g->n; i++) m->be->axpy(ctx, m->n_state, 1.0f, g->reps[i]->state, dst);
   m->be->scale(ctx, m->n_state, 1.0f / (float)g->n, dst);
   /* a failure here resurfaces in the next step's first collective */
-  if (workers > 1) (void)g->net->vt->all_reduce(g->net, g->net->self, dst, m->n_state, ST_REDUCE_MEAN);
+  if (workers > 1) (void)net_mean(g, m, ctx, dst);
+  st__be_synchronize(ctx);
   for (int i = 1; i < g->n; i++)
-    st__be_to_device(g->reps[i]->ctx, g->reps[i]->state, dst, m->n_state * sizeof(float));
+    st__be_copy(g->reps[i]->ctx, g->reps[i]->state, dst, m->n_state * sizeof(float));
+  for (int i = 1; i < g->n; i++) st__be_synchronize(g->reps[i]->ctx);
 }
 
 /* The gradient buffer cut into chunks, and the step's side task (task 0
@@ -215,6 +249,7 @@ st_status st__group_train(st_replica_group *g, st_net *m, const st_batch *b,
   if (s != ST_OK) return s;
   bool with_side = side && side->fn;
   int parts = with_side && g->n > 1 ? g->n * SIDE_CHUNKS_PER_THREAD : g->n;
+  if (!st__be_is_host(m->be)) parts = 1; /* one stream: the update in one task */
   chunked c = make_chunks(g, m, parts);
   int ntasks = parts;
   if (with_side) {
@@ -223,7 +258,7 @@ st_status st__group_train(st_replica_group *g, st_net *m, const st_batch *b,
     ntasks++;
   }
   st__group_run_tasks(g, ntasks, reduce_apply_task, &c);
-  return ST_OK;
+  return st__be_status(m->be_ctx); /* waits for a device's update */
 }
 
 st_status st__group_eval(st_replica_group *g, st_net *m, const st_batch *b,

@@ -5,6 +5,7 @@
  * (cluster.c) otherwise. Above the strategies: it reaches them only through
  * their tables. */
 #include "distribute/strategy.h"
+#include "distribute/devices.h"
 #include "distribute/gpu_devices.h"
 
 #include <stdlib.h>
@@ -73,6 +74,22 @@ static st_status check_common(const st_strategy_options *o, const st_strategy_vt
   return ST_OK;
 }
 
+_Static_assert(ST_NET_MAX_REPLICAS == ST_MAX_REPLICAS, "the net's device table holds every replica");
+
+/* The strategies that run on GPUs, and what they do not do there yet. */
+static st_status check_gpus(const st_strategy_options *o, const st__device_plan_t *d) {
+  if (!d->on_gpus) return ST_OK;
+  if (o->kind != ST_STRATEGY_ONE_DEVICE && o->kind != ST_STRATEGY_MIRRORED &&
+      o->kind != ST_STRATEGY_CENTRAL_STORAGE && o->kind != ST_STRATEGY_MULTI_WORKER_MIRRORED)
+    return st_error(ST_ERR_NOT_BUILT, "strategy %s does not run on GPUs in this version "
+                    "(one_device, mirrored, central_storage and multi_worker_mirrored do); "
+                    "use cpu devices", st_strategy_kind_name(o->kind));
+  if (o->shard_optimizer)
+    return st_error(ST_ERR_NOT_BUILT, "shard_optimizer does not run on GPUs in this version; "
+                    "leave it off or use cpu devices");
+  return ST_OK;
+}
+
 static st_strategy *make(const st_strategy_options *o, const st_strategy_vtable *vt,
                          const st__strategy_setup *u) {
   st_strategy *st = calloc(1, sizeof *st);
@@ -112,8 +129,15 @@ st_status st_strategy_create(const st_strategy_options *o, st_strategy **out) {
   st__strategy_setup u = {.local_replicas = 1, .cross_device_ops = ST_CROSS_ALL_REDUCE};
   s = vt->check(o, &u);
   if (s == ST_OK) s = check_common(o, vt);
+  st__device_plan_t d;
+  if (s == ST_OK) s = st__device_plan(o, u.local_replicas, &d);
+  if (s == ST_OK) s = check_gpus(o, &d);
   st_strategy *st = s == ST_OK ? make(o, vt, &u) : NULL;
   if (s == ST_OK && !st) s = st_error(ST_ERR_NOMEM, "strategy: out of memory");
+  if (st) {
+    st->on_gpus = d.on_gpus;
+    memcpy(st->gpu_of, d.gpu_of, sizeof st->gpu_of);
+  }
   if (s != ST_OK) {
     st__cluster_destroy(u.cluster);
     return s;

@@ -108,6 +108,10 @@ struct st_strategy {
   int pipeline_stages;                     /* pipeline: stages (0 otherwise) */
   int pipeline_bounds[ST_MAX_REPLICAS];    /* pipeline: first layer of stage i+1,
                                               or -1: balanced at attach */
+  /* GPUs (devices.h): on_gpus when the device list names GPUs; the net then
+   * runs on the cuda backend, replica i on physical GPU gpu_of[i]. */
+  bool on_gpus;
+  int gpu_of[ST_MAX_REPLICAS];
 };
 
 /* central_storage.c: the table entries of strategies whose replicas share the

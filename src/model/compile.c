@@ -83,18 +83,21 @@ static st_status alloc_vars(st_net *m, bool sharded) {
   return ST_OK;
 }
 
-/* The backend and the net's own context (device 0) for host-side work on
- * its variables; each replica makes its own. */
-static st_status pick_backend(st_net *m) {
+/* The backend (cuda when the strategy's devices are GPUs, else
+ * $STRATA_BACKEND or cpu) and the net's own context (replica 0's device)
+ * for work on its variables; each replica makes its own. */
+static st_status pick_backend(st_net *m, const st_strategy *strategy) {
   const char *name = getenv("STRATA_BACKEND");
-  st_status s = st_backend_get(name && *name ? name : "cpu", &m->be);
+  bool gpus = strategy && strategy->on_gpus;
+  if (gpus) memcpy(m->replica_device, strategy->gpu_of, sizeof m->replica_device);
+  st_status s = st_backend_get(gpus ? "cuda" : name && *name ? name : "cpu", &m->be);
   if (s != ST_OK) return s;
   for (int i = 0; m->be->to_device && i < m->nlayers; i++) /* layer.h: host_loops */
     if (m->layers[i]->vt->host_loops)
       return st_error(ST_ERR_INVALID, "compile: layer '%s' (%s) runs on host memory only: "
                       "backend %s has no kernel for it yet (use the cpu backend)",
                       m->layers[i]->name, m->layers[i]->vt->class_name, m->be->name);
-  return st_backend_ctx_create(m->be, 0, 0, &m->be_ctx);
+  return st_backend_ctx_create(m->be, m->replica_device[0], 0, &m->be_ctx);
 }
 
 /* One warning when the output layer's activation and the loss disagree on
@@ -199,7 +202,7 @@ st_status st_model_compile(st_model *m, const st_compile_options *o) {
   m->net.loss = o->loss;
   m->net.nmetrics = o->nmetrics;
   memcpy(m->net.metrics, o->metrics, sizeof m->net.metrics);
-  if ((s = pick_backend(&m->net)) != ST_OK) return s;
+  if ((s = pick_backend(&m->net, m->strategy)) != ST_OK) return s;
   bool placed = false; /* by the strategy (a pipeline stage: its share) */
   if ((s = st__vars_place(m->strategy, &m->net, &placed)) != ST_OK) return s;
   if (!placed && (s = alloc_vars(&m->net, m->strategy && m->strategy->opts.shard_optimizer)) != ST_OK)

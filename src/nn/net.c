@@ -27,12 +27,12 @@ st_status st__net_check_labels(const st_net *m, const float *y, int n, int64_t f
 }
 
 /* Floats per example label: 1 for sparse losses, the outputs otherwise. */
-static size_t label_width(const st_net *m) {
+size_t st__net_label_width(const st_net *m) {
   return st_loss_is_sparse(m->loss) ? 1 : st__net_output_size(m);
 }
 
 int64_t st__net_example_class(const st_net *m, const float *y) {
-  size_t w = label_width(m);
+  size_t w = st__net_label_width(m);
   if (w == 1) return (int64_t)nearbyintf(y[0]); /* tf.round: half to even */
   size_t best = 0;
   for (size_t j = 1; j < w; j++)
@@ -42,7 +42,7 @@ int64_t st__net_example_class(const st_net *m, const float *y) {
 
 st_status st__net_check_classes(const st_net *m, const float *y, int n, int64_t first) {
   if (!m->class_weight) return ST_OK;
-  size_t w = label_width(m);
+  size_t w = st__net_label_width(m);
   for (int i = 0; i < n; i++) {
     const float *row = y + (size_t)i * w;
     double cls = w > 1 ? (double)st__net_example_class(m, row) : (double)nearbyint(row[0]);
@@ -57,7 +57,7 @@ st_status st__net_check_classes(const st_net *m, const float *y, int n, int64_t 
 void st__net_apply_example_weights(const st_net *m, st_replica *r, const float *y, int n,
                                  int cols, float *loss, float *dpred) {
   if (!m->class_weight && !m->sample_weights) return;
-  size_t w = label_width(m);
+  size_t w = st__net_label_width(m);
   size_t first = m->sample_weights ? (size_t)(y - m->sample_labels) / w : 0;
   for (int i = 0; i < n; i++) {
     float cw = m->sample_weights ? m->sample_weights[first + (size_t)i]

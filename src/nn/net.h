@@ -22,6 +22,7 @@
 #include "nn/layer.h"
 
 #define ST_NET_MAX_IO 8 /* model inputs, model outputs */
+#define ST_NET_MAX_REPLICAS 64 /* = ST_MAX_REPLICAS (strategy.c checks) */
 
 /* One call of a layer in the net's graph. Tensors are named by int: t >= 0
  * is node t's output, t < 0 model input -1 - t (st__net_tensor_input). */
@@ -57,6 +58,8 @@ typedef struct st_net {
   st_backend_ctx *be_ctx;     /* owned: host-side work on the variables below
                                  (compile, weights, checkpoints, central
                                  storage's update) */
+  int replica_device[ST_NET_MAX_REPLICAS]; /* a device backend: replica i's
+                                 device (the strategy's GPUs; 0 otherwise) */
   float *params, *state;      /* [n_params], [n_state]; backend memory */
   int n_slots;
   float *slots[4];            /* [n_params] each */
@@ -103,6 +106,12 @@ typedef struct st_replica {
                                  layer's second call's gradients (NULL: none) */
   float *inbuf[ST_NET_MAX_IO]; /* several inputs: input j [max_batch, size_j] */
   float *loss_rows;           /* [max_batch] per-example loss */
+  /* A device backend (not st__be_is_host): the batch's inputs and labels
+   * copied in, and host copies of the output and the per-example losses
+   * (the host reads those). NULL on host backends. */
+  float *xdev, *ydev;         /* [max_batch * input], [max_batch * label width] */
+  float *hout, *hloss;        /* host: [max_batch * output], [max_batch] */
+  float *hsplit;              /* host: several inputs, one input's rows */
   /* Sum n floats across the replicas of the strategy (synchronized
    * BatchNorm); NULL when the replica runs alone. */
   void (*all_reduce_sum)(void *ctx, float *buf, size_t n);
@@ -161,6 +170,8 @@ size_t st__net_max_layer_params(const st_net *m, int lo, int hi);
 bool st__net_is_chain(const st_net *m);
 /* True if some layer of the net is called by several nodes. */
 bool st__net_shares_layers(const st_net *m);
+/* Floats per example of the labels (1 for sparse losses, else the output). */
+size_t st__net_label_width(const st_net *m);
 /* Per-example shape of tensor t. */
 st_shape st__net_tensor_shape(const st_net *m, int t);
 /* A cut before node k (a pipeline stage starting there): the number of
@@ -188,6 +199,9 @@ st_status st__replica_reserve(const st_net *m, st_replica *r, int n);
 const float *st__replica_forward(const st_net *m, st_replica *r,
                                  const float *x, int n, bool training,
                                  int64_t step);
+/* The last forward output [n, out] in host memory (the replica's buffer on
+ * host backends, a copy on device backends). */
+const float *st__replica_output_host(const st_net *m, st_replica *r, int n);
 /* Loss on the last forward output against y, scaled by 1/global_batch, then
  * backward through every layer, writing r->grads. Returns the sum of the
  * per-example losses (unscaled). With n == 0 the gradients are zero. */

@@ -17,7 +17,13 @@ static void free_buffers(st_replica *r) {
   be->free(r->ctx, r->workspace);
   be->free(r->ctx, r->gscratch);
   be->free(r->ctx, r->loss_rows);
-  r->workspace = r->gscratch = r->loss_rows = NULL;
+  be->free(r->ctx, r->xdev);
+  be->free(r->ctx, r->ydev);
+  free(r->hout);
+  free(r->hloss);
+  free(r->hsplit);
+  r->workspace = r->gscratch = r->loss_rows = r->xdev = r->ydev = NULL;
+  r->hout = r->hloss = r->hsplit = NULL;
   if (r->acts) memset(r->acts, 0, (size_t)r->nnodes * sizeof *r->acts);
   if (r->caches) memset(r->caches, 0, (size_t)r->nnodes * sizeof *r->caches);
   if (r->gslots) memset(r->gslots, 0, (size_t)r->n_gslots * sizeof *r->gslots);
@@ -31,6 +37,22 @@ static st_status alloc_floats(st_backend_ctx *ctx, size_t per, int n, float **ou
     return st_error(ST_ERR_NOMEM, "replica buffer size overflows");
   *out = ctx->be->alloc(ctx, bytes ? bytes : sizeof(float));
   return *out ? ST_OK : ST_ERR_NOMEM;
+}
+
+/* A device backend's staging: the inputs and labels on the device, the
+ * output and losses (and a split input) on the host. */
+static st_status alloc_staging(const st_net *m, st_replica *r, int n) {
+  size_t rows = (size_t)(n > 0 ? n : 1), in = st_shape_size(m->input_shape);
+  size_t out = st__net_output_size(m), mx = 1;
+  for (int j = 0; j < m->n_inputs; j++)
+    if (st_shape_size(m->inputs[j]) > mx) mx = st_shape_size(m->inputs[j]);
+  if (alloc_floats(r->ctx, in, n, &r->xdev) ||
+      alloc_floats(r->ctx, st__net_label_width(m), n, &r->ydev))
+    return ST_ERR_NOMEM;
+  r->hout = calloc(rows * (out ? out : 1), sizeof(float));
+  r->hloss = calloc(rows, sizeof(float));
+  r->hsplit = m->n_inputs > 1 ? calloc(rows * mx, sizeof(float)) : NULL;
+  return r->hout && r->hloss && (m->n_inputs == 1 || r->hsplit) ? ST_OK : ST_ERR_NOMEM;
 }
 
 static st_status alloc_buffers(const st_net *m, st_replica *r, int n) {
@@ -54,6 +76,7 @@ static st_status alloc_buffers(const st_net *m, st_replica *r, int n) {
     return ST_ERR_NOMEM;
   if (alloc_floats(ctx, ws, 1, &r->workspace) || alloc_floats(ctx, 1, n, &r->loss_rows))
     return ST_ERR_NOMEM;
+  if (!st__be_is_host(r->be) && alloc_staging(m, r, n) != ST_OK) return ST_ERR_NOMEM;
   r->max_batch = n;
   return ST_OK;
 }
@@ -78,7 +101,10 @@ st_status st__replica_create(const st_net *m, const st_backend *be, int index,
   r->index = index;
   r->nnodes = m->nnodes;
   r->be = be;
-  st_status s = st_backend_ctx_create(be, index, 0, &r->ctx);
+  /* a device backend: the strategy's device for this replica (the cpu
+   * backend reads the index as the replica's) */
+  int device = st__be_is_host(be) || index >= ST_NET_MAX_REPLICAS ? index : m->replica_device[index];
+  st_status s = st_backend_ctx_create(be, device, 0, &r->ctx);
   if (s != ST_OK) {
     free(r);
     return s;
@@ -122,11 +148,27 @@ void st__replica_destroy(st_replica *r) {
   free(r);
 }
 
+/* Split x [n, input] into one buffer per input (several inputs): on a
+ * device backend through the host staging buffer. */
+static void split_inputs(const st_net *m, st_replica *r, const float *x, int n) {
+  bool host = st__be_is_host(r->be);
+  size_t row = st_shape_size(m->input_shape), at = 0;
+  for (int j = 0; j < m->n_inputs; j++) {
+    size_t w = st_shape_size(m->inputs[j]);
+    float *dst = host ? r->inbuf[j] : r->hsplit;
+    for (int i = 0; i < n; i++)
+      memcpy(dst + (size_t)i * w, x + (size_t)i * row + at, w * sizeof(float));
+    if (!host) st__be_to_device(r->ctx, r->inbuf[j], r->hsplit, (size_t)n * w * sizeof(float));
+    at += w;
+  }
+}
+
 /* The executor over every node with this replica's buffers; the model's
- * inputs from x [n, input] (split into one buffer per input when several and
- * `split`; backward reads the buffers forward split). */
+ * inputs from x [n, input] (host memory; split into one buffer per input
+ * when several, and copied to the device on a device backend, when `load`;
+ * backward reads the buffers forward loaded). */
 static st_exec replica_exec(const st_net *m, st_replica *r, const float *x, int n,
-                            bool split) {
+                            bool load) {
   st_exec e;
   memset(&e, 0, sizeof e);
   e.be = r->be;
@@ -138,21 +180,38 @@ static st_exec replica_exec(const st_net *m, st_replica *r, const float *x, int 
   e.stream_key = (uint64_t)r->index;
   e.all_reduce_sum = r->all_reduce_sum;
   e.all_reduce_ctx = r->all_reduce_ctx;
+  bool host = st__be_is_host(r->be);
   e.n_ext = m->n_inputs;
   for (int j = 0; j < m->n_inputs; j++) {
     e.ext_id[j] = st__net_input_tensor(j);
-    e.ext[j] = m->n_inputs > 1 ? r->inbuf[j] : x;
+    e.ext[j] = m->n_inputs > 1 ? r->inbuf[j] : host ? x : r->xdev;
   }
-  if (m->n_inputs > 1 && split) {
-    size_t row = st_shape_size(m->input_shape), at = 0;
-    for (int j = 0; j < m->n_inputs; j++) {
-      size_t w = st_shape_size(m->inputs[j]);
-      for (int i = 0; i < n; i++)
-        memcpy(r->inbuf[j] + (size_t)i * w, x + (size_t)i * row + at, w * sizeof(float));
-      at += w;
-    }
-  }
+  if (load && m->n_inputs > 1) split_inputs(m, r, x, n);
+  else if (load && !host && x)
+    st__be_to_device(r->ctx, r->xdev, x, (size_t)n * st_shape_size(m->input_shape) * sizeof(float));
   return e;
+}
+
+/* y [n, label width] where the loss kernel reads it (the device copy on a
+ * device backend). */
+static const float *labels_on_device(const st_net *m, st_replica *r, const float *y, int n) {
+  if (st__be_is_host(r->be) || !y) return y;
+  st__be_to_device(r->ctx, r->ydev, y, (size_t)n * st__net_label_width(m) * sizeof(float));
+  return r->ydev;
+}
+
+/* The per-example losses [n] in host memory. */
+static const float *losses_on_host(st_replica *r, int n) {
+  if (st__be_is_host(r->be)) return r->loss_rows;
+  st__be_to_host(r->ctx, r->hloss, r->loss_rows, (size_t)n * sizeof(float));
+  return r->hloss;
+}
+
+const float *st__replica_output_host(const st_net *m, st_replica *r, int n) {
+  const float *out = m->nnodes ? r->acts[m->output] : NULL;
+  if (st__be_is_host(r->be) || !out) return out;
+  st__be_to_host(r->ctx, r->hout, out, (size_t)n * st__net_output_size(m) * sizeof(float));
+  return r->hout;
 }
 
 const float *st__replica_forward(const st_net *m, st_replica *r,
@@ -168,9 +227,11 @@ double st__replica_loss(const st_net *m, st_replica *r, const float *y, int n) {
   if (n == 0) return 0.0;
   const float *out = m->nnodes ? r->acts[m->output] : NULL;
   int cols = (int)st__net_output_size(m);
-  r->be->loss(r->ctx, m->loss, n, cols, out, y, 1.0f, r->loss_rows, NULL);
+  r->be->loss(r->ctx, m->loss, n, cols, out, labels_on_device(m, r, y, n), 1.0f, r->loss_rows,
+              NULL);
+  const float *rows = losses_on_host(r, n);
   double sum = 0.0;
-  for (int i = 0; i < n; i++) sum += r->loss_rows[i];
+  for (int i = 0; i < n; i++) sum += rows[i];
   return sum;
 }
 
@@ -204,11 +265,13 @@ double st__replica_loss_backward(const st_net *m, st_replica *r,
   const float *out = r->acts[m->output];
   float *dy = r->gslots[0];
   if (n == 0) be->fill(r->ctx, m->n_params, 0.0f, r->grads); /* runs only for the collectives */
-  be->loss(r->ctx, m->loss, n, cols, out, y, 1.0f / (float)global_batch, r->loss_rows, dy);
-  st__net_apply_example_weights(m, r, y, n, cols, r->loss_rows, dy);
+  be->loss(r->ctx, m->loss, n, cols, out, labels_on_device(m, r, y, n),
+           1.0f / (float)global_batch, r->loss_rows, dy);
+  float *rows = (float *)losses_on_host(r, n); /* the replica's own buffer */
+  st__net_apply_example_weights(m, r, y, n, cols, rows, dy);
   st_exec e = replica_exec(m, r, x, n, false);
   st__exec_backward(m, &e, NULL, n, step, ready, ready_ctx);
   double sum = 0.0;
-  for (int i = 0; i < n; i++) sum += r->loss_rows[i];
+  for (int i = 0; i < n; i++) sum += rows[i];
   return sum;
 }

@@ -1,17 +1,108 @@
 /* The emulated CUDA runtime and cuBLASLt of tests/cuda_emu/ (declared in its
- * include/): host memory, synchronous copies, one device, and a column-major
- * matmul loop that follows cuBLASLt's documented layout and transpose rules.
- * Linked with the CUDA module's own sources into
- * build/cuda_emu/libstrata_cuda_emu.so, which tests/test_gpu_devices.sh runs
- * tests/test_cuda_backend.c against: the module's logic (table, contexts,
- * allocator, gemm mapping, every kernel's per-element code) is checked on
- * machines without a GPU. Real CUDA behaviour (asynchrony, device memory,
- * launch limits, cuBLASLt's kernels) is not. Test fixture only. */
+ * include/): synchronous copies, one device, and a column-major matmul loop
+ * that follows cuBLASLt's documented layout and transpose rules. Linked with
+ * the CUDA module's own sources into build/cuda_emu/libstrata_cuda_emu.so,
+ * which tests/test_cuda_emulated.sh runs tests/test_cuda_backend.c against and
+ * tests/test_gpu_strategies.sh trains with: the module's logic (table,
+ * contexts, allocator, gemm mapping, every kernel's per-element code) and
+ * the callers' use of device memory are checked on machines without a GPU.
+ *
+ * Device memory is kept apart as a GPU keeps it: "device" allocations come
+ * from one reserved arena of address space that is inaccessible (PROT_NONE)
+ * except while an emulated kernel, copy or matmul runs, so a host read or
+ * write of a device pointer (a missing to_host/to_device in the library)
+ * faults here, as it would on a GPU, and the SIGSEGV handler names it; a copy
+ * whose direction does not match its pointers aborts naming both. Real CUDA
+ * behaviour (asynchrony, launch limits, cuBLASLt's kernels) is not emulated.
+ * Test fixture only. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "cublasLt.h"
 #include "cuda_runtime_api.h"
+
+/* ---- device memory: the guarded arena ------------------------------------ */
+
+#define ARENA_BYTES ((size_t)8 << 30) /* address space only (MAP_NORESERVE) */
+static char *g_arena;
+static size_t g_used;   /* bytes handed out (page-rounded prefix is mapped) */
+static int g_active;    /* emulated kernels/copies running (any thread) */
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct sigaction g_old_segv;
+
+static size_t page_up(size_t n) {
+  size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+  return (n + pg - 1) / pg * pg;
+}
+
+static int in_arena(const void *p) {
+  return g_arena && (const char *)p >= g_arena && (const char *)p < g_arena + ARENA_BYTES;
+}
+
+static void on_segv(int sig, siginfo_t *si, void *uc) {
+  if (in_arena(si->si_addr)) {
+    static const char msg[] = "cuda_emu: the host touched emulated device memory outside "
+                              "a kernel or copy (a missing to_host/to_device)\n";
+    ssize_t w = write(2, msg, sizeof msg - 1);
+    (void)w;
+    abort();
+  }
+  if (g_old_segv.sa_flags & SA_SIGINFO) g_old_segv.sa_sigaction(sig, si, uc);
+  else {
+    signal(sig, g_old_segv.sa_handler == SIG_IGN ? SIG_DFL : g_old_segv.sa_handler);
+    raise(sig);
+  }
+}
+
+static int arena_init(void) {
+  if (g_arena) return 1;
+  void *p = mmap(NULL, ARENA_BYTES, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return 0;
+  g_arena = p;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_segv;
+  sa.sa_flags = SA_SIGINFO;
+  sigaction(SIGSEGV, &sa, &g_old_segv);
+  return 1;
+}
+
+/* Kernels, copies and matmuls run between enter and leave: the arena is
+ * readable and writable while any runs (a host access racing with another
+ * thread's kernel goes unseen; one replica's runs are checked exactly). */
+void st__emu_device_enter(void) {
+  pthread_mutex_lock(&g_mu);
+  if (g_active++ == 0 && g_used) mprotect(g_arena, page_up(g_used), PROT_READ | PROT_WRITE);
+  pthread_mutex_unlock(&g_mu);
+}
+void st__emu_device_leave(void) {
+  pthread_mutex_lock(&g_mu);
+  if (--g_active == 0 && g_used) mprotect(g_arena, page_up(g_used), PROT_NONE);
+  pthread_mutex_unlock(&g_mu);
+}
+
+/* Allocations are never reused (cudaFree gives the pages back): the module's
+ * caching allocator reuses blocks itself. */
+static void *arena_alloc(size_t bytes) {
+  pthread_mutex_lock(&g_mu);
+  void *p = NULL;
+  size_t at = (g_used + 255) & ~(size_t)255;
+  if (arena_init() && bytes <= ARENA_BYTES - at) {
+    p = g_arena + at;
+    size_t old_end = page_up(g_used);
+    g_used = at + (bytes ? bytes : 1);
+    if (g_active && page_up(g_used) > old_end)
+      mprotect(g_arena + old_end, page_up(g_used) - old_end, PROT_READ | PROT_WRITE);
+  }
+  pthread_mutex_unlock(&g_mu);
+  return p;
+}
 
 cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
 cudaError_t cudaGetDeviceCount(int *count) {
@@ -27,17 +118,32 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device) {
   return cudaSuccess;
 }
 cudaError_t cudaMalloc(void **p, size_t bytes) {
-  *p = malloc(bytes);
+  *p = arena_alloc(bytes);
   return *p ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 cudaError_t cudaFree(void *p) {
-  free(p);
+  if (p && !in_arena(p)) {
+    fprintf(stderr, "cuda_emu: cudaFree(%p): not device memory\n", p);
+    abort();
+  }
   return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
                             cudaStream_t s) {
-  (void)kind, (void)s;
+  (void)s;
+  int d_dev = in_arena(dst), s_dev = in_arena(src);
+  int ok = kind == cudaMemcpyHostToDevice   ? d_dev && !s_dev
+           : kind == cudaMemcpyDeviceToHost ? !d_dev && s_dev
+           : kind == cudaMemcpyDeviceToDevice ? d_dev && s_dev
+                                              : 0;
+  if (!ok && bytes) {
+    fprintf(stderr, "cuda_emu: cudaMemcpyAsync kind %d: dst %p is %s memory, src %p is %s memory\n",
+            (int)kind, dst, d_dev ? "device" : "host", src, s_dev ? "device" : "host");
+    abort();
+  }
+  st__emu_device_enter();
   memmove(dst, src, bytes);
+  st__emu_device_leave();
   return cudaSuccess;
 }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
@@ -171,6 +277,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
   float al = *(const float *)alpha, be = *(const float *)beta;
   const float *a = A, *b = B, *c = C;
   float *d = D;
+  st__emu_device_enter();
   for (uint64_t j = 0; j < n; j++)
     for (uint64_t i = 0; i < m; i++) {
       float acc = 0.0f;
@@ -178,5 +285,6 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
       float old = be == 0.0f ? 0.0f : be * c[i + j * (uint64_t)lc->ld];
       d[i + j * (uint64_t)ld->ld] = al * acc + old;
     }
+  st__emu_device_leave();
   return CUBLAS_STATUS_SUCCESS;
 }

@@ -142,6 +142,24 @@ static void cuda_synchronize(st_backend_ctx *ctx) {
   st__cuda_ok(c, cudaStreamSynchronize(c->stream), "cudaStreamSynchronize");
 }
 
+/* Device to device (any device: unified addressing), ordered on ctx. */
+static void cuda_copy(st_backend_ctx *ctx, void *dst, const void *src, size_t bytes) {
+  st__cuda_ctx *c = use(ctx);
+  if (!bytes || dst == src) return;
+  st__cuda_ok(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream),
+              "cudaMemcpyAsync (device to device)");
+}
+
+/* The context's first error (sticky), after its work has finished. */
+static st_status cuda_status(st_backend_ctx *ctx) {
+  st__cuda_ctx *c = use(ctx);
+  st__cuda_ok(c, cudaStreamSynchronize(c->stream), "cudaStreamSynchronize");
+  if (!c->error[0]) return ST_OK;
+  return st__cuda_host_fns.error(strstr(c->error, "out of memory") ? ST_ERR_NOMEM
+                                                                    : ST_ERR_INTERNAL,
+                                 "%s", c->error);
+}
+
 /* cuBLAS status names (cublasGetStatusString is in libcublas, not linked). */
 static const char *lt_status(cublasStatus_t s) {
   switch (s) {
@@ -357,6 +375,8 @@ static const st_backend cuda_backend = {
     .to_device = cuda_to_device,
     .to_host = cuda_to_host,
     .synchronize = cuda_synchronize,
+    .copy = cuda_copy,
+    .status = cuda_status,
     .alloc = cuda_alloc,
     .free = cuda_free,
     .gemm = cuda_gemm,

@@ -66,6 +66,14 @@ struct st_collective {
                                only rank it may pass); 0 for threads */
 };
 
+/* Device buffers (staged.c): wraps inner (owned from now on, also when this
+ * fails) so that every rank's buffers are device memory of its context
+ * ctxs[rank] (ctxs[0 .. inner->size)), staged through host memory with the
+ * inner transport's arithmetic and rank order (the CPU's bytes). */
+struct st_backend_ctx;
+st_status st__collective_staged_create(st_collective *inner, struct st_backend_ctx *const *ctxs,
+                                       st_collective **out);
+
 /* In-process transport for `size` replica threads (size >= 1). */
 st_status st__collective_threads_create(int size, st_cross_device_ops algo, st_collective **out);
 void st__collective_destroy(st_collective *c); /* accepts NULL */

@@ -20,7 +20,7 @@ typedef enum cudaError {
   cudaErrorInvalidDevice = 101,
 } cudaError_t;
 typedef struct emu_stream *cudaStream_t;
-enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2 };
+enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDeviceToDevice = 3 };
 #define cudaStreamNonBlocking 0x01
 struct cudaDeviceProp {
   char name[256];

@@ -19,10 +19,17 @@ static const struct emu_dim3 blockIdx = {0}, threadIdx = {0}, blockDim = {1}, gr
 #define GRID_STRIDE(i, n)                                                 \
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
        i += (size_t)gridDim.x * blockDim.x)
-#define LAUNCH(kernel, n, s, ...) \
-  do {                            \
-    (void)(s);                    \
-    if ((n) > 0) kernel(__VA_ARGS__); \
+/* emu.c: the guarded device arena is accessible while a kernel runs. */
+extern "C" void st__emu_device_enter(void);
+extern "C" void st__emu_device_leave(void);
+#define LAUNCH(kernel, n, s, ...)  \
+  do {                             \
+    (void)(s);                     \
+    if ((n) > 0) {                 \
+      st__emu_device_enter();      \
+      kernel(__VA_ARGS__);         \
+      st__emu_device_leave();      \
+    }                              \
   } while (0)
 
 #endif
