@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Compare two safetensors files of float32 tensors written by Strata.
 
-usage: cmp_weights.py A B TOL   exit 0 when every tensor of A exists in B with
-the same shape and, for every tensor, ||a - b|| / ||b|| <= TOL (Euclidean
-norms); prints the largest such relative difference and the largest
-element-wise one. Standard library only."""
+usage: cmp_weights.py A B TOL [--abs]   exit 0 when every tensor of A exists
+in B with the same shape and, for every tensor, ||a - b|| / ||b|| <= TOL
+(Euclidean norms), or with --abs every |a_i - b_i| <= TOL; prints the largest
+relative difference, the largest element-wise relative one and the largest
+absolute one. Standard library only."""
 import json
 import struct
 import sys
@@ -28,7 +29,8 @@ def load(path):
 
 def main():
     a, b, tol = load(sys.argv[1]), load(sys.argv[2]), float(sys.argv[3])
-    worst, where, elem = 0.0, "", 0.0
+    absolute = "--abs" in sys.argv[4:]
+    worst, where, elem, most = 0.0, "", 0.0, 0.0
     for name, (shape, va) in a.items():
         if name not in b or b[name][0] != shape:
             print("tensor %s missing or reshaped in %s" % (name, sys.argv[2]))
@@ -40,9 +42,10 @@ def main():
         if rel > worst:
             worst, where = rel, name
         elem = max([elem] + [abs(x - y) / max(abs(x), abs(y), 1e-30) for x, y in zip(va, vb)])
-    print("max relative difference %.3g (tensor %s); element-wise %.3g"
-          % (worst, where or "none", elem))
-    return 0 if worst <= tol else 1
+        most = max([most] + [abs(x - y) for x, y in zip(va, vb)])
+    print("max relative difference %.3g (tensor %s); element-wise %.3g; absolute %.3g"
+          % (worst, where or "none", elem, most))
+    return 0 if (most if absolute else worst) <= tol else 1
 
 
 sys.exit(main())

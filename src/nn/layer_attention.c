@@ -376,6 +376,7 @@ static const st_layer_vtable mha_vtable = {
     .forward = mha_forward,
     .backward = mha_backward,
     .get_options = mha_options,
+    .host_loops = true,
 };
 
 st_mha_options st_multi_head_attention_default_options(int num_heads, int key_dim) {

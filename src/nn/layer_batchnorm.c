@@ -16,6 +16,7 @@
  * update are plain loops over the buffers (valid for host backends: cpu,
  * reference); a device backend needs kernels for them. Everything else goes
  * through the backend. */
+#include <stdlib.h>
 #include <math.h>
 #include <stdio.h>
 
@@ -76,9 +77,8 @@ static void bn_affine(const bn_config *bc, const st_layer_args *c,
 }
 
 /* moving = moving*momentum + stat*(1-momentum), var from invstd (host loop). */
-static void bn_update_moving(const bn_config *bc, const st_layer_args *c,
-                             const float *mean, const float *invstd) {
-  float *mm = c->w[bc->i_mean], *mv = c->w[bc->i_var];
+static void moving_average(const bn_config *bc, float *mm, float *mv, const float *mean,
+                           const float *invstd) {
   double m = bc->o.momentum;
   for (int j = 0; j < bc->c; j++) {
     double var = 1.0 / ((double)invstd[j] * invstd[j]) - bc->o.epsilon;
@@ -86,6 +86,29 @@ static void bn_update_moving(const bn_config *bc, const st_layer_args *c,
     mm[j] = (float)(mm[j] * m + mean[j] * (1.0 - m));
     mv[j] = (float)(mv[j] * m + var * (1.0 - m));
   }
+}
+
+/* The moving statistics, on the host in double as on the CPU (a device
+ * backend's [c]-float vectors make the round trip: the same bytes). */
+static void bn_update_moving(const bn_config *bc, const st_layer_args *c,
+                             const float *mean, const float *invstd) {
+  float *mm = c->w[bc->i_mean], *mv = c->w[bc->i_var];
+  if (st__be_is_host(c->be)) {
+    moving_average(bc, mm, mv, mean, invstd);
+    return;
+  }
+  size_t n = (size_t)bc->c, b = n * sizeof(float);
+  float *h = malloc(4 * b);
+  if (!h) return; /* the statistics keep their values (out of host memory) */
+  st__be_to_host(c->ctx, h, mm, b);
+  st__be_to_host(c->ctx, h + n, mv, b);
+  st__be_to_host(c->ctx, h + 2 * n, mean, b);
+  st__be_to_host(c->ctx, h + 3 * n, invstd, b);
+  moving_average(bc, h, h + n, h + 2 * n, h + 3 * n);
+  st__be_to_device(c->ctx, mm, h, b);
+  st__be_to_device(c->ctx, mv, h + n, b);
+  st__be_synchronize(c->ctx); /* h is freed next */
+  free(h);
 }
 
 /* Local per-channel sums of f(row r, channel j) over x[rows, c] into red[c],

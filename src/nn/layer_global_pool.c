@@ -56,10 +56,25 @@ static void max_rows(size_t rows, size_t C, const float *x, float *y) {
   }
 }
 
+/* Average pooling on a device backend: the backend's avgpool over one window
+ * of the whole [rows] x 1 plane (no host loops). */
+static st_pool_geom gavg_geom(const st_layer *l, int batch) {
+  size_t rows, C;
+  gpool_view(l, &rows, &C);
+  st_pool_geom g = {.n = batch, .h = (int)rows, .w = 1, .c = (int)C, .ph = (int)rows, .pw = 1,
+                    .sh = (int)rows, .sw = 1, .oh = 1, .ow = 1};
+  return g;
+}
+
 static void gpool_forward(const st_layer *l, st_layer_args *c) {
   const gpool_config *gc = l->config;
   size_t rows, C;
   gpool_view(l, &rows, &C);
+  if (!st__args_host(c) && !gc->is_max) {
+    st_pool_geom g = gavg_geom(l, c->batch);
+    if (c->batch) c->be->avgpool_forward(c->ctx, &g, c->x, c->y);
+    return;
+  }
   for (int n = 0; n < c->batch; n++) {
     const float *x = c->x + (size_t)n * rows * C;
     float *y = c->y + (size_t)n * C;
@@ -96,6 +111,11 @@ static void gpool_backward(const st_layer *l, st_layer_args *c) {
   if (!c->dx) return;
   size_t rows, C;
   gpool_view(l, &rows, &C);
+  if (!st__args_host(c) && !gc->is_max) {
+    st_pool_geom g = gavg_geom(l, c->batch);
+    if (c->batch) c->be->avgpool_backward(c->ctx, &g, c->dy, c->dx);
+    return;
+  }
   float inv = 1.0f / (float)rows;
   for (int n = 0; n < c->batch; n++) {
     const float *dy = c->dy + (size_t)n * C;
@@ -125,6 +145,7 @@ static const st_layer_vtable gmax2d_vtable = {
     .workspace_floats = gpool_workspace,
     .forward = gpool_forward,
     .backward = gpool_backward,
+    .host_loops = true, /* the device path is average pooling only */
 };
 
 static const st_layer_vtable gavg1d_vtable = {
@@ -143,6 +164,7 @@ static const st_layer_vtable gmax1d_vtable = {
     .workspace_floats = gpool_workspace,
     .forward = gpool_forward,
     .backward = gpool_backward,
+    .host_loops = true, /* the device path is average pooling only */
 };
 
 static st_status gpool_new(const st_layer_vtable *vt, int rank, bool is_max, st_layer **out) {

@@ -161,6 +161,7 @@ static const st_layer_vtable multiply_vtable = {
     .class_name = "Multiply", .base_name = "multiply", .min_inputs = 2,
     .max_inputs = ST_LAYER_MAX_INPUTS, .build = same_build, .forward = mul_forward,
     .backward = mul_backward,
+    .host_loops = true,
 };
 static const st_layer_vtable concatenate_vtable = {
     .class_name = "Concatenate", .base_name = "concatenate", .min_inputs = 2,

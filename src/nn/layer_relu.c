@@ -66,6 +66,7 @@ static const st_layer_vtable relu_vtable = {
     .forward = relu_forward,
     .backward = relu_backward,
     .get_options = relu_options,
+    .host_loops = true,
 };
 
 static const st_layer_vtable leaky_relu_vtable = {
@@ -75,6 +76,7 @@ static const st_layer_vtable leaky_relu_vtable = {
     .forward = relu_forward,
     .backward = relu_backward,
     .get_options = relu_options,
+    .host_loops = true,
 };
 
 st_relu_options st_relu_default_options(void) {

@@ -71,6 +71,7 @@ static const st_layer_vtable zeropad_vtable = {
     .forward = zeropad_forward,
     .backward = zeropad_backward,
     .get_options = zeropad_options,
+    .host_loops = true,
 };
 
 st_zeropad2d_options st_zeropad2d_default_options(int pad) {
