@@ -177,6 +177,18 @@ static void test_im2col_col2im(void) {
     check_dev("im2col", col, d_col, ncol, 0);
     g_gpu->free(g_gc, d_x);
     free(x), free(col), free(dx);
+    /* three images at once (im2col_n, col2im_n) = image by image */
+    int n = 3;
+    float *xn = rnd(nx * n, -1, 1), *coln = rnd(ncol * n, -1, 1), *dxn = rnd(nx * n, -1, 1);
+    float *d_xn = up(xn, nx * n), *d_coln = up(coln, ncol * n), *d_dxn = up(dxn, nx * n);
+    for (int k = 0; k < n; k++) g_ref->col2im(g_rc, g, coln + k * ncol, dxn + k * nx);
+    st__be_col2im_n(g_gc, g, n, d_coln, d_dxn);
+    check_dev("col2im_n", dxn, d_dxn, nx * n, 1e-6);
+    for (int k = 0; k < n; k++) g_ref->im2col(g_rc, g, xn + k * nx, coln + k * ncol);
+    st__be_im2col_n(g_gc, g, n, d_xn, d_coln);
+    check_dev("im2col_n", coln, d_coln, ncol * n, 0);
+    g_gpu->free(g_gc, d_xn);
+    free(xn), free(coln), free(dxn);
   }
 }
 

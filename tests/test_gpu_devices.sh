@@ -79,10 +79,17 @@ row "index out of range" 2 "device 'gpu:3': GPU index 3 out of range: this machi
 row "index out of range with logical GPUs" 2 \
   "device 'gpu:4': GPU index 4 out of range: this machine has 2 GPUs split into 2 logical GPUs each \(4 in all\), gpu:0 to gpu:3" \
   "${F[@]}" STRATA_FAKE_GPUS=2 -- "${M[@]}" gpu:4 --logical-gpus 2
-row "a GPU that exists: not run on yet" 2 "devices 'gpu:0,gpu:1': the GPUs are there .* does not run strategies on GPUs yet" \
+# GPUs that exist reach the backend table (the stand-in module has none).
+row "a GPU that exists: the module's table is asked for" 2 "backend 'cuda': the loaded CUDA module has no complete backend table" \
   "${F[@]}" STRATA_FAKE_GPUS=1 -- "${M[@]}" gpu:0,gpu:1 --logical-gpus 2
-row "TensorFlow spelling /device:GPU:0" 2 "devices '/device:GPU:0': the GPUs are there" \
+row "TensorFlow spelling /device:GPU:0" 2 "backend 'cuda': the loaded CUDA module has no complete backend table" \
   "${F[@]}" STRATA_FAKE_GPUS=1 -- --strategy central_storage --devices /device:GPU:0
+row "CPUs and GPUs mixed" 2 "devices 'cpu:0,gpu:0': CPU and GPU devices mixed" \
+  "${F[@]}" STRATA_FAKE_GPUS=1 -- "${M[@]}" cpu:0,gpu:0
+row "the pipeline does not run on GPUs" 2 "strategy pipeline does not run on GPUs" \
+  "${F[@]}" STRATA_FAKE_GPUS=1 -- --strategy pipeline --devices gpu:0,gpu:1 --logical-gpus 2
+row "one_device takes one device" 2 "one_device runs on one device" \
+  -- --devices cpu:0,cpu:1
 row "TensorFlow spelling /gpu:2" 2 "device '/gpu:2': GPU index 2 out of range" \
   "${F[@]}" STRATA_FAKE_GPUS=1 -- "${M[@]}" /gpu:2
 # Bad requests, whatever the machine has.

@@ -93,6 +93,13 @@ struct st_backend {
   /* optional: NULL falls back to memmove. dst and src are this backend's
    * memory (any of its contexts' on the same device); ordered on ctx. */
   void (*copy)(st_backend_ctx *ctx, void *dst, const void *src, size_t bytes);
+  /* optional: NULL falls back to im2col / col2im image by image (the same
+   * values). n images: x [n, h, w, c] -> col [n * oh * ow, kh*kw*c], and the
+   * adjoint dx [n, h, w, c] += scatter of col. One launch on a GPU. */
+  void (*im2col_n)(st_backend_ctx *ctx, const struct st_conv_geom *g, int n, const float *x,
+                   float *col);
+  void (*col2im_n)(st_backend_ctx *ctx, const struct st_conv_geom *g, int n, const float *col,
+                   float *dx);
   /* optional: NULL = its slots cannot fail. The first failure a slot of this
    * context met since it was created (a device error: the call and the
    * device named), as st_error sets it; ST_OK when none. Synchronizes. */
@@ -245,6 +252,22 @@ static inline void st__be_copy(st_backend_ctx *ctx, void *dst, const void *src, 
 }
 static inline st_status st__be_status(st_backend_ctx *ctx) {
   return ctx->be->status ? ctx->be->status(ctx) : ST_OK;
+}
+static inline void st__be_im2col_n(st_backend_ctx *ctx, const st_conv_geom *g, int n,
+                                   const float *x, float *col) {
+  size_t xs = (size_t)g->h * g->w * g->c, cs = (size_t)g->oh * g->ow * g->kh * g->kw * g->c;
+  if (ctx->be->im2col_n)
+    ctx->be->im2col_n(ctx, g, n, x, col);
+  else
+    for (int i = 0; i < n; i++) ctx->be->im2col(ctx, g, x + (size_t)i * xs, col + (size_t)i * cs);
+}
+static inline void st__be_col2im_n(st_backend_ctx *ctx, const st_conv_geom *g, int n,
+                                   const float *col, float *dx) {
+  size_t xs = (size_t)g->h * g->w * g->c, cs = (size_t)g->oh * g->ow * g->kh * g->kw * g->c;
+  if (ctx->be->col2im_n)
+    ctx->be->col2im_n(ctx, g, n, col, dx);
+  else
+    for (int i = 0; i < n; i++) ctx->be->col2im(ctx, g, col + (size_t)i * cs, dx + (size_t)i * xs);
 }
 /* True when the backend's buffers are host memory (no transfer slots):
  * the host may read and write them directly. */

@@ -93,10 +93,11 @@ static st_status pick_backend(st_net *m, const st_strategy *strategy) {
   st_status s = st_backend_get(gpus ? "cuda" : name && *name ? name : "cpu", &m->be);
   if (s != ST_OK) return s;
   for (int i = 0; m->be->to_device && i < m->nlayers; i++) /* layer.h: host_loops */
-    if (m->layers[i]->vt->host_loops)
-      return st_error(ST_ERR_INVALID, "compile: layer '%s' (%s) runs on host memory only: "
-                      "backend %s has no kernel for it yet (use the cpu backend)",
-                      m->layers[i]->name, m->layers[i]->vt->class_name, m->be->name);
+    if (m->layers[i]->vt->host_loops || m->layers[i]->uses_collectives)
+      return st_error(ST_ERR_INVALID, "compile: layer '%s' (%s%s) runs on host memory only: "
+                      "backend %s has no kernel for it yet (use cpu devices)",
+                      m->layers[i]->name, m->layers[i]->vt->class_name,
+                      m->layers[i]->uses_collectives ? ", synchronized" : "", m->be->name);
   return st_backend_ctx_create(m->be, m->replica_device[0], 0, &m->be_ctx);
 }
 

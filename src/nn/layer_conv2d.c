@@ -109,9 +109,7 @@ static size_t conv_workspace(const st_layer *l, int batch) {
 static void unroll_block(const conv_config *cf, const st_layer_args *c, int b0,
                          int cnt, float *col) {
   conv_sizes s = sizes_of(cf);
-  for (int i = 0; i < cnt; i++)
-    c->be->im2col(c->ctx, &cf->g, c->x + (size_t)(b0 + i) * s.X,
-                  col + (size_t)i * s.P * s.K);
+  st__be_im2col_n(c->ctx, &cf->g, cnt, c->x + (size_t)b0 * s.X, col);
 }
 
 static void conv_forward(const st_layer *l, st_layer_args *c) {
@@ -169,8 +167,7 @@ static void conv_dx_block(const conv_config *cf, st_layer_args *c, int b0,
            col, (int)s.K);
   float *dx = c->dx + (size_t)b0 * s.X; /* [cnt, h, w, c] */
   be->fill(c->ctx, (size_t)cnt * s.X, 0.0f, dx);
-  for (int i = 0; i < cnt; i++)
-    be->col2im(c->ctx, &cf->g, col + (size_t)i * s.P * s.K, dx + (size_t)i * s.X);
+  st__be_col2im_n(c->ctx, &cf->g, cnt, col, dx);
 }
 
 /* Per block: dz, dkernel (+)= col^T . dz, dbias (+)= column sums of dz

@@ -58,6 +58,8 @@ void st__cuda_act_backward(cudaStream_t s, int act, int rows, int cols, const fl
                            const float *y, const float *dy, float *dx);
 void st__cuda_im2col(cudaStream_t s, st_conv_geom g, const float *x, float *col);
 void st__cuda_col2im(cudaStream_t s, st_conv_geom g, const float *col, float *dx);
+void st__cuda_im2col_n(cudaStream_t s, st_conv_geom g, int n, const float *x, float *col);
+void st__cuda_col2im_n(cudaStream_t s, st_conv_geom g, int n, const float *col, float *dx);
 void st__cuda_maxpool_forward(cudaStream_t s, st_pool_geom g, const float *x, float *y);
 void st__cuda_maxpool_backward(cudaStream_t s, st_pool_geom g, const float *x,
                                const float *dy, float *dx);

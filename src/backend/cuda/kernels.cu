@@ -169,6 +169,54 @@ __global__ void k_col2im(st_conv_geom g, const float *col, float *dx) {
   }
 }
 
+/* n images at once: one thread per col element of every image (im2col), one
+ * per dx element of every image (col2im), each image's per-element code as
+ * above. */
+__global__ void k_im2col_n(st_conv_geom g, int n, size_t per_col, size_t per_x, const float *x,
+                           float *col) {
+  size_t kc = (size_t)g.kh * g.kw * g.c;
+  GRID_STRIDE(j, per_col * (size_t)n) {
+    size_t img = j / per_col, i = j % per_col;
+    size_t row = i / kc, rest = i % kc;
+    int oy = (int)(row / g.ow), ox = (int)(row % g.ow);
+    int ky = (int)(rest / ((size_t)g.kw * g.c)), kx = (int)(rest / g.c % g.kw),
+        ci = (int)(rest % g.c);
+    int iy = oy * g.sh - g.pad_top + ky, ix = ox * g.sw - g.pad_left + kx;
+    bool in = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
+    col[j] = in ? x[img * per_x + ((size_t)iy * g.w + ix) * g.c + ci] : 0.0f;
+  }
+}
+__global__ void k_col2im_n(st_conv_geom g, int n, size_t per_col, size_t per_x, const float *col,
+                           float *dx) {
+  size_t kc = (size_t)g.kh * g.kw * g.c;
+  GRID_STRIDE(j, per_x * (size_t)n) {
+    size_t img = j / per_x, i = j % per_x;
+    const float *cimg = col + img * per_col;
+    int ci = (int)(i % g.c), ix = (int)(i / g.c % g.w), iy = (int)(i / g.c / g.w);
+    float acc = 0.0f;
+    for (int ky = g.kh - 1; ky >= 0; ky--) {
+      int ty = iy + g.pad_top - ky;
+      if (ty < 0 || ty % g.sh || ty / g.sh >= g.oh) continue;
+      for (int kx = g.kw - 1; kx >= 0; kx--) {
+        int tx = ix + g.pad_left - kx;
+        if (tx < 0 || tx % g.sw || tx / g.sw >= g.ow) continue;
+        size_t row = (size_t)(ty / g.sh) * g.ow + tx / g.sw;
+        acc += cimg[row * kc + ((size_t)ky * g.kw + kx) * g.c + ci];
+      }
+    }
+    dx[j] += acc;
+  }
+}
+extern "C" void st__cuda_im2col_n(cudaStream_t s, st_conv_geom g, int n, const float *x,
+                                  float *col) {
+  size_t per_col = (size_t)g.oh * g.ow * g.kh * g.kw * g.c, per_x = (size_t)g.h * g.w * g.c;
+  LAUNCH(k_im2col_n, per_col * (size_t)n, s, g, n, per_col, per_x, x, col);
+}
+extern "C" void st__cuda_col2im_n(cudaStream_t s, st_conv_geom g, int n, const float *col,
+                                  float *dx) {
+  size_t per_col = (size_t)g.oh * g.ow * g.kh * g.kw * g.c, per_x = (size_t)g.h * g.w * g.c;
+  LAUNCH(k_col2im_n, per_x * (size_t)n, s, g, n, per_col, per_x, col, dx);
+}
 extern "C" void st__cuda_im2col(cudaStream_t s, st_conv_geom g, const float *x, float *col) {
   LAUNCH(k_im2col, (size_t)g.oh * g.ow * g.kh * g.kw * g.c, s, g, x, col);
 }

@@ -292,6 +292,18 @@ static void cuda_col2im(st_backend_ctx *ctx, const st_conv_geom *g, const float 
   st__cuda_col2im(use(ctx)->stream, *g, col, dx);
   check_launch(CTX(ctx), "col2im");
 }
+static void cuda_im2col_n(st_backend_ctx *ctx, const st_conv_geom *g, int n, const float *x,
+                          float *col) {
+  st__cuda_ctx *c = use(ctx);
+  st__cuda_im2col_n(c->stream, *g, n, x, col);
+  check_launch(c, "im2col_n");
+}
+static void cuda_col2im_n(st_backend_ctx *ctx, const st_conv_geom *g, int n, const float *col,
+                          float *dx) {
+  st__cuda_ctx *c = use(ctx);
+  st__cuda_col2im_n(c->stream, *g, n, col, dx);
+  check_launch(c, "col2im_n");
+}
 static void cuda_maxpool_forward(st_backend_ctx *ctx, const st_pool_geom *g, const float *x,
                                  float *y) {
   st__cuda_maxpool_forward(use(ctx)->stream, *g, x, y);
@@ -376,6 +388,8 @@ static const st_backend cuda_backend = {
     .to_host = cuda_to_host,
     .synchronize = cuda_synchronize,
     .copy = cuda_copy,
+    .im2col_n = cuda_im2col_n,
+    .col2im_n = cuda_col2im_n,
     .status = cuda_status,
     .alloc = cuda_alloc,
     .free = cuda_free,
