@@ -68,7 +68,7 @@ fi
 row "module file missing" 2 "the CUDA backend module $tmp/none.so cannot be loaded" \
   STRATA_CUDA_MODULE="$tmp/none.so" "LD_LIBRARY_PATH=$fake${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" -- "${M[@]}" gpu:0
 # The stand-in module: another interface number, device count 0, an error, 1 GPU.
-row "a module of another interface" 2 "module built for interface 999, this Strata has 1" \
+row "a module of another interface" 2 "module built for interface 999, this Strata has 2" \
   "${F[@]}" STRATA_FAKE_ABI=999 -- "${M[@]}" gpu:0
 row "no device" 2 "device 'gpu:0': no CUDA device: cudaGetDeviceCount found 0 devices" \
   "${F[@]}" STRATA_FAKE_GPUS=0 -- "${M[@]}" gpu:0
