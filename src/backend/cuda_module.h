@@ -58,19 +58,19 @@ typedef struct st__nccl_comm st__nccl_comm; /* one rank of a communicator set */
 typedef struct st__cuda_nccl {
   /* Loads NCCL (once) and its version code (22809 = 2.28.9). Any thread. */
   st_status (*version)(int *code);
-  /* comms[0..n) for n ranks of this process, rank r on physical device
-   * devices[r] (ncclCommInitAll). Two ranks on one physical device (logical
+  /* comms[0..n) for n ranks of this process, rank r on the physical device
+   * of ctxs[r], a "cuda" context (ncclCommInitAll). Two ranks on one physical device (logical
    * GPUs) are refused with ST_ERR_INVALID before NCCL is asked (NCCL refuses
    * or hangs: "Duplicate GPU"); the caller then reduces through its in-process
    * device reducer. One thread. */
-  st_status (*init_all)(int n, const int *devices, st__nccl_comm **comms);
+  st_status (*init_all)(int n, st_backend_ctx *const *ctxs, st__nccl_comm **comms);
   /* A new id for init_rank (ncclGetUniqueId), to be sent to every process
    * of the set by the caller's own transport. Any thread. */
   st_status (*unique_id)(unsigned char id[ST__NCCL_ID_BYTES]);
-  /* This process's rank of an nranks set on physical device `device`
+  /* This process's rank of an nranks set, on the physical device of ctx
    * (ncclCommInitRank): returns once every rank has joined. */
   st_status (*init_rank)(int nranks, const unsigned char id[ST__NCCL_ID_BYTES], int rank,
-                         int device, st__nccl_comm **comm);
+                         st_backend_ctx *ctx, st__nccl_comm **comm);
   /* ncclCommDestroy once the rank's work is done (accepts NULL). */
   void (*destroy)(st__nccl_comm *comm);
   /* ncclCommAbort: frees the rank at once, making its pending operations
@@ -90,6 +90,8 @@ typedef struct st__cuda_nccl {
                           size_t n, float *recv);
   st_status (*reduce_scatter)(st__nccl_comm *comm, st_backend_ctx *ctx, const float *send,
                               float *recv, size_t n, bool mean);
+  /* The physical device of a "cuda" context (-1 for another context). */
+  int (*device_of)(st_backend_ctx *ctx);
   /* ncclGroupStart / ncclGroupEnd of the calling thread. */
   st_status (*group_start)(void);
   st_status (*group_end)(void);

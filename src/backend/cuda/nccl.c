@@ -57,6 +57,7 @@ static struct {
   st__ncclGroup_fn group_start, group_end;
 } g_nccl;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static _Thread_local int t_group; /* this thread's ncclGroupStart depth */
 static char g_why[512]; /* "" once loaded */
 static int g_version;
 
@@ -111,7 +112,8 @@ static st_status loaded(const char *what) {
  * the rank (c may be NULL). */
 static st_status fail(st__ncclResult_t r, const char *call, const st__nccl_comm *c,
                       int device) {
-  const char *last = c && c->comm && g_nccl.last_error ? g_nccl.last_error(c->comm) : NULL;
+  /* NCCL's last message (thread's or process's; the comm may be NULL). */
+  const char *last = g_nccl.last_error ? g_nccl.last_error(c ? c->comm : NULL) : NULL;
   char who[96] = "";
   int k = device >= 0 ? snprintf(who, sizeof who, " on gpu:%d", device) : 0;
   if (c) snprintf(who + k, sizeof who - (size_t)k, " (rank %d of %d)", c->rank, c->nranks);
@@ -126,6 +128,11 @@ static st_status version(int *code) {
   st_status s = loaded("NCCL");
   if (s == ST_OK) *code = g_version;
   return s;
+}
+
+/* The module's state of ctx, or NULL when ctx is not a "cuda" context. */
+static st__cuda_ctx *cuda_ctx(st_backend_ctx *ctx) {
+  return ctx && ctx->be && ctx->impl && !strcmp(ctx->be->name, "cuda") ? ctx->impl : NULL;
 }
 
 /* ST_ERR_INVALID when two ranks share a physical device. */
@@ -146,18 +153,24 @@ static st__nccl_comm *new_comm(st__ncclComm_t comm, int device, int rank, int nr
   return c;
 }
 
-static st_status init_all(int n, const int *devices, st__nccl_comm **comms) {
-  for (int r = 0; r < n; r++) comms[r] = NULL;
-  st_status s = loaded("ncclCommInitAll");
-  if (s == ST_OK && n < 1)
-    s = st__cuda_host_fns.error(ST_ERR_INVALID, "ncclCommInitAll: %d ranks", n);
-  if (s == ST_OK) s = distinct_devices(n, devices);
-  if (s != ST_OK) return s;
-  st__ncclComm_t *raw = calloc((size_t)n, sizeof *raw);
-  if (!raw) return st__cuda_host_fns.error(ST_ERR_NOMEM, "ncclCommInitAll: out of memory");
+/* The physical devices of n contexts into devices[n]. */
+static st_status devices_of(int n, st_backend_ctx *const *ctxs, int *devices) {
+  for (int r = 0; r < n; r++) {
+    st__cuda_ctx *x = cuda_ctx(ctxs[r]);
+    if (!x)
+      return st__cuda_host_fns.error(ST_ERR_INVALID, "NCCL: rank %d's context is not a cuda "
+                                     "context (%s)", r, ctxs[r] && ctxs[r]->be
+                                     ? ctxs[r]->be->name : "none");
+    devices[r] = x->device;
+  }
+  return ST_OK;
+}
+
+/* ncclCommInitAll on devices[n] (distinct) into comms (raw: scratch[n]). */
+static st_status init_all_devices(int n, const int *devices, st__ncclComm_t *raw,
+                                  st__nccl_comm **comms) {
   st__ncclResult_t r = g_nccl.init_all(raw, n, devices);
   if (r != st__ncclSuccess) {
-    free(raw);
     char call[160];
     int k = snprintf(call, sizeof call, "ncclCommInitAll (%d ranks on gpu:%d", n, devices[0]);
     for (int i = 1; i < n && k < (int)sizeof call - 16; i++)
@@ -165,15 +178,35 @@ static st_status init_all(int n, const int *devices, st__nccl_comm **comms) {
     snprintf(call + k, sizeof call - (size_t)k, ")");
     return fail(r, call, NULL, -1);
   }
+  st_status s = ST_OK;
   for (int i = 0; i < n && s == ST_OK; i++)
     if (!(comms[i] = new_comm(raw[i], devices[i], i, n))) s = ST_ERR_NOMEM;
   for (int i = 0; s != ST_OK && i < n; i++) {
-    if (!comms[i]) g_nccl.destroy(raw[i]);
+    g_nccl.destroy(raw[i]);
     free(comms[i]);
     comms[i] = NULL;
   }
-  free(raw);
   return s == ST_OK ? ST_OK : st__cuda_host_fns.error(s, "ncclCommInitAll: out of memory");
+}
+
+static st_status init_all(int n, st_backend_ctx *const *ctxs, st__nccl_comm **comms) {
+  for (int r = 0; r < n; r++) comms[r] = NULL;
+  st_status s = loaded("ncclCommInitAll");
+  if (s == ST_OK && n < 1)
+    s = st__cuda_host_fns.error(ST_ERR_INVALID, "ncclCommInitAll: %d ranks", n);
+  if (s != ST_OK) return s;
+  int *devices = calloc((size_t)n, sizeof *devices);
+  st__ncclComm_t *raw = calloc((size_t)n, sizeof *raw);
+  if (!devices || !raw) {
+    free(devices), free(raw);
+    return st__cuda_host_fns.error(ST_ERR_NOMEM, "ncclCommInitAll: out of memory");
+  }
+  s = devices_of(n, ctxs, devices);
+  if (s == ST_OK) s = distinct_devices(n, devices);
+  if (s == ST_OK) s = init_all_devices(n, devices, raw, comms);
+  free(devices);
+  free(raw);
+  return s;
 }
 
 static st_status unique_id(unsigned char id[ST__NCCL_ID_BYTES]) {
@@ -187,9 +220,11 @@ static st_status unique_id(unsigned char id[ST__NCCL_ID_BYTES]) {
 }
 
 static st_status init_rank(int nranks, const unsigned char id[ST__NCCL_ID_BYTES], int rank,
-                           int device, st__nccl_comm **comm) {
+                           st_backend_ctx *ctx, st__nccl_comm **comm) {
   *comm = NULL;
+  int device = 0;
   st_status s = loaded("ncclCommInitRank");
+  if (s == ST_OK) s = devices_of(1, &ctx, &device);
   if (s != ST_OK) return s;
   if (nranks < 1 || rank < 0 || rank >= nranks)
     return st__cuda_host_fns.error(ST_ERR_INVALID, "ncclCommInitRank: rank %d of %d", rank,
@@ -231,7 +266,7 @@ static void abort_comm(st__nccl_comm *c) {
  * or NULL and an error (what: the NCCL call, for messages). */
 static st__cuda_ctx *prepare(st__nccl_comm *c, st_backend_ctx *ctx, const char *what,
                              st_status *s) {
-  st__cuda_ctx *x = ctx ? (st__cuda_ctx *)ctx->impl : NULL;
+  st__cuda_ctx *x = cuda_ctx(ctx);
   if (!x || x->device != c->device) {
     *s = st__cuda_host_fns.error(ST_ERR_INVALID, "%s: rank %d of %d is on gpu:%d but its "
                                  "context is %s%d", what, c->rank, c->nranks, c->device,
@@ -250,6 +285,15 @@ static st__cuda_ctx *prepare(st__nccl_comm *c, st_backend_ctx *ctx, const char *
   return *s == ST_OK ? x : NULL;
 }
 
+/* MEAN scales on the stream after NCCL's kernel, which a group launches
+ * only at ncclGroupEnd: refused inside a group (scale after it instead). */
+static st_status mean_in_group(const char *what, bool mean) {
+  if (!mean || t_group == 0) return ST_OK;
+  return st__cuda_host_fns.error(ST_ERR_INVALID, "%s: MEAN inside ncclGroupStart/End: its "
+                                 "scale would run before the reduction; reduce with SUM and "
+                                 "scale after ncclGroupEnd", what);
+}
+
 /* The result of an enqueue (and MEAN's scale by 1/nranks, on the stream). */
 static st_status done(st__ncclResult_t r, const char *call, st__nccl_comm *c,
                       st__cuda_ctx *x, float *out, size_t n, bool mean) {
@@ -266,7 +310,7 @@ static st_status all_reduce(st__nccl_comm *c, st_backend_ctx *ctx, float *buf, s
                             bool mean) {
   st_status s;
   st__cuda_ctx *x = prepare(c, ctx, "ncclAllReduce", &s);
-  if (!x) return s;
+  if (!x || (s = mean_in_group("ncclAllReduce", mean)) != ST_OK) return s;
   st__ncclResult_t r = g_nccl.all_reduce(buf, buf, n, st__ncclFloat32, st__ncclSum, c->comm,
                                          x->stream);
   return done(r, "ncclAllReduce", c, x, buf, n, mean);
@@ -297,10 +341,15 @@ static st_status reduce_scatter(st__nccl_comm *c, st_backend_ctx *ctx, const flo
                                 float *recv, size_t n, bool mean) {
   st_status s;
   st__cuda_ctx *x = prepare(c, ctx, "ncclReduceScatter", &s);
-  if (!x) return s;
+  if (!x || (s = mean_in_group("ncclReduceScatter", mean)) != ST_OK) return s;
   st__ncclResult_t r = g_nccl.reduce_scatter(send, recv, n, st__ncclFloat32, st__ncclSum,
                                              c->comm, x->stream);
   return done(r, "ncclReduceScatter", c, x, recv, n, mean);
+}
+
+static int device_of(st_backend_ctx *ctx) {
+  st__cuda_ctx *x = cuda_ctx(ctx);
+  return x ? x->device : -1;
 }
 
 static st_status group_call(bool start) {
@@ -308,6 +357,8 @@ static st_status group_call(bool start) {
   st_status s = loaded(call);
   if (s != ST_OK) return s;
   st__ncclResult_t r = start ? g_nccl.group_start() : g_nccl.group_end();
+  if (start && r == st__ncclSuccess) t_group++;
+  if (!start && t_group > 0) t_group--; /* ncclGroupEnd closes the group even when it fails */
   return r == st__ncclSuccess ? ST_OK : fail(r, call, NULL, -1);
 }
 static st_status group_start(void) { return group_call(true); }
@@ -324,6 +375,7 @@ const st__cuda_nccl st__cuda_nccl_table = {
     .broadcast = broadcast,
     .all_gather = all_gather,
     .reduce_scatter = reduce_scatter,
+    .device_of = device_of,
     .group_start = group_start,
     .group_end = group_end,
 };
