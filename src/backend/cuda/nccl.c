@@ -105,7 +105,8 @@ static void load_once(void) {
 static st_status loaded(const char *what) {
   pthread_once(&g_once, load_once);
   if (!g_why[0]) return ST_OK;
-  return st__cuda_host_fns.error(ST_ERR_NOT_BUILT, "%s: %s", what, g_why);
+  return st__cuda_host_fns.error(ST_ERR_NOT_BUILT, "%s%s%s", what ? what : "",
+                                 what ? ": " : "", g_why);
 }
 
 /* NCCL's failure of `call` as a status naming the device (-1: none) and
@@ -125,7 +126,7 @@ static st_status fail(st__ncclResult_t r, const char *call, const st__nccl_comm 
 
 static st_status version(int *code) {
   *code = 0;
-  st_status s = loaded("NCCL");
+  st_status s = loaded(NULL);
   if (s == ST_OK) *code = g_version;
   return s;
 }
