@@ -200,7 +200,7 @@ static void nc_reset(st_collective *c) {
  * process's rank uses ncclCommDestroy. */
 static void nc_destroy(st_collective *c) {
   nccl_coll *t = (nccl_coll *)c;
-  for (int i = 0; t->comms && i < t->nlocal; i++) {
+  for (int i = 0; t->comms && t->ctxs && i < t->nlocal; i++) {
     if (t->ctxs[i]) st__be_synchronize(t->ctxs[i]);
     if (t->scratch && t->scratch[i]) t->ctxs[i]->be->free(t->ctxs[i], t->scratch[i]);
     if (!t->comms[i]) continue;
