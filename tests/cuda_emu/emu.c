@@ -1,20 +1,23 @@
 /* The emulated CUDA runtime and cuBLASLt of tests/cuda_emu/ (declared in its
- * include/): synchronous copies, one device, and a column-major matmul loop
- * that follows cuBLASLt's documented layout and transpose rules. Linked with
- * the CUDA module's own sources into build/cuda_emu/libstrata_cuda_emu.so,
- * which tests/test_cuda_emulated.sh runs tests/test_cuda_backend.c against and
- * tests/test_gpu_strategies.sh trains with: the module's logic (table,
- * contexts, allocator, gemm mapping, every kernel's per-element code) and
- * the callers' use of device memory are checked on machines without a GPU.
+ * include/): synchronous copies, $STRATA_EMU_GPUS devices (default 1; a
+ * thread's current device is thread-local, as CUDA's), and a column-major
+ * matmul loop that follows cuBLASLt's documented layout and transpose rules.
+ * Built as build/cuda_emu/libcudart_emu.so, which the CUDA module's own
+ * sources (build/cuda_emu/libstrata_cuda_emu.so) and the emulated NCCL
+ * (nccl_emu.c, build/cuda_emu/nccl/libnccl.so.2) share;
+ * tests/test_cuda_emulated.sh runs tests/test_cuda_backend.c against the
+ * module and tests/test_gpu_check.sh trains with it: the module's logic
+ * (table, contexts, allocator, gemm mapping, every kernel's per-element code)
+ * and the callers' use of device memory are checked on machines without a GPU.
  *
  * Device memory is kept apart as a GPU keeps it: "device" allocations come
  * from one reserved arena of address space that is inaccessible (PROT_NONE)
- * except while an emulated kernel, copy or matmul runs, so a host read or
- * write of a device pointer (a missing to_host/to_device in the library)
- * faults here, as it would on a GPU, and the SIGSEGV handler names it; a copy
- * whose direction does not match its pointers aborts naming both. Real CUDA
- * behaviour (asynchrony, launch limits, cuBLASLt's kernels) is not emulated.
- * Test fixture only. */
+ * except while an emulated kernel, copy, matmul or NCCL operation runs, so a
+ * host read or write of a device pointer (a missing to_host/to_device in the
+ * library) faults here, as it would on a GPU, and the SIGSEGV handler names
+ * it; a copy whose direction does not match its pointers aborts naming both.
+ * Real CUDA behaviour (asynchrony, launch limits, cuBLASLt's kernels) is not
+ * emulated. Test fixture only. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -104,13 +107,29 @@ static void *arena_alloc(size_t bytes) {
   return p;
 }
 
-cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+static _Thread_local int t_device; /* cudaSetDevice of this thread */
+
+static int emu_devices(void) {
+  const char *env = getenv("STRATA_EMU_GPUS");
+  int n = env ? atoi(env) : 1;
+  return n >= 1 && n <= 64 ? n : 1;
+}
+
+cudaError_t cudaSetDevice(int device) {
+  if (device < 0 || device >= emu_devices()) return cudaErrorInvalidDevice;
+  t_device = device;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int *device) {
+  *device = t_device;
+  return cudaSuccess;
+}
 cudaError_t cudaGetDeviceCount(int *count) {
-  *count = 1;
+  *count = emu_devices();
   return cudaSuccess;
 }
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device) {
-  if (device != 0) return cudaErrorInvalidDevice;
+  if (device < 0 || device >= emu_devices()) return cudaErrorInvalidDevice;
   memset(p, 0, sizeof *p);
   strcpy(p->name, "emulated GPU (host memory)");
   p->totalGlobalMem = (size_t)1 << 30;

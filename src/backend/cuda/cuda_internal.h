@@ -17,6 +17,8 @@ extern "C" {
 
 /* What libstrata lent at open (module.c); read-only afterwards. */
 extern st__cuda_host st__cuda_host_fns;
+/* The NCCL table (nccl.c), handed out by the module's entry point. */
+extern const st__cuda_nccl st__cuda_nccl_table;
 
 typedef struct st__cuda_cache st__cuda_cache;
 

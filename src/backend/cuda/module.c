@@ -473,5 +473,6 @@ __attribute__((visibility("default"))) st_status st__cuda_module_open(
   out->device_name = device_name;
   out->versions = versions;
   out->set_tf32 = set_tf32;
+  out->nccl = &st__cuda_nccl_table;
   return ST_OK;
 }

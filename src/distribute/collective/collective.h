@@ -15,6 +15,7 @@
 #ifndef STRATA_DISTRIBUTE_COLLECTIVE_H
 #define STRATA_DISTRIBUTE_COLLECTIVE_H
 
+#include "strata/backend.h"    /* st_backend_ctx (nccl) */
 #include "strata/distribute.h" /* st_reduce_op */
 
 /* How an all-reduce is carried out (TensorFlow's cross_device_ops). */
@@ -175,5 +176,42 @@ void st__collective_process_leave(st_collective *c, const char *why);
  * process 0. size = local. */
 st_status st__collective_hier_create(int local, st_cross_device_ops algo, st_collective *net,
                                      st_collective **out);
+
+/* ---- NCCL on GPUs (nccl.c, over the CUDA module's NCCL table) ----
+ * The buffers of every operation are DEVICE pointers of the rank's "cuda"
+ * context (st_backend_get("cuda") contexts, which must outlive the
+ * transport); each operation is enqueued on that context's stream and
+ * returns: its result is complete in stream order (later kernels of the
+ * context, to_host and synchronize see it); barrier waits for the stream.
+ * The SPMD convention above holds (each rank calls from its own thread, all
+ * in the same order). Sums are in NCCL's order (ring/tree), fixed for a fixed
+ * communicator, size and NCCL version (bit-repeatable from run to run) but
+ * NOT rank order 0, 1, ...: bytes may differ from the CPU transports'. MEAN
+ * is the sum scaled by 1/size. cross_device_ops is kept in `algo` but NCCL
+ * chooses its own algorithm.
+ *
+ * In-process: `size` replica threads, rank r on ctxs[r] (array copied; the
+ * contexts are borrowed), each on its own physical GPU. Errors, after which
+ * the caller uses its in-process device reducer instead (st_last_error()
+ * says why; log it at info level): ST_ERR_NOT_BUILT when the CUDA module or
+ * libnccl.so.2 cannot be loaded (the message names it), ST_ERR_INVALID when
+ * two ranks share a physical GPU (logical GPUs: NCCL refuses "Duplicate
+ * GPU") or a context is not a cuda context, another status when NCCL's
+ * initialisation fails (the message names the call and devices). abort and
+ * reset as for the threads transport (reset re-creates the communicators).
+ * Create/destroy: one thread. */
+st_status st__collective_nccl_create(int size, st_backend_ctx *const *ctxs,
+                                     st_cross_device_ops algo, st_collective **out);
+/* One rank per process (multi_worker_mirrored): this process's rank of a set
+ * over the processes of `net` (a process transport, borrowed for the call
+ * only: rank 0's ncclUniqueId is broadcast over it; size and self are net's),
+ * on ctx's GPU. Collective over net: every process calls it, in the same
+ * order as its other transports. Every process gets the same verdict before
+ * NCCL is asked: ST_ERR_NOT_BUILT when some process cannot load NCCL,
+ * ST_ERR_INVALID when two processes of one machine use one physical GPU;
+ * then the caller keeps its process transport (host staging). No abort or
+ * reset (NULL, as the other process transports). */
+st_status st__collective_nccl_create_process(st_collective *net, st_backend_ctx *ctx,
+                                             st_collective **out);
 
 #endif

@@ -1,6 +1,6 @@
 /* Emulated CUDA runtime API (tests/cuda_emu/): the few types and calls the
- * CUDA module (src/backend/cuda/) uses, on host memory, synchronous, one
- * "device". Lets the module's own sources build and run on machines without
+ * CUDA module (src/backend/cuda/) uses, on host memory, synchronous,
+ * $STRATA_EMU_GPUS "devices" (default 1). Lets the module's own sources build and run on machines without
  * a GPU (tests/cuda_emu/emu.c implements them). Test fixture only. */
 #ifndef STRATA_TESTS_CUDA_EMU_RUNTIME_H
 #define STRATA_TESTS_CUDA_EMU_RUNTIME_H
@@ -29,6 +29,7 @@ struct cudaDeviceProp {
 };
 
 cudaError_t cudaSetDevice(int device);
+cudaError_t cudaGetDevice(int *device);
 cudaError_t cudaGetDeviceCount(int *count);
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device);
 cudaError_t cudaMalloc(void **p, size_t bytes);
