@@ -140,6 +140,18 @@ two_logical() {
   cmp "$tmp/two-1.st" "$tmp/again.st" && echo "REPORT $strategy x2 $model: a repeat is bit for bit the same" || return 1
   [ $fails -le $(( $(wc -w <<<"$seeds") / 2 )) ] # the median seed within 1e-5
 }
+# STRATEGY on 2 logical GPUs = the same on 2 CPU replicas of the reference
+# backend within 1e-5 (mlp and cnn, SGD; the kernels sum in other orders).
+vs_cpu() {
+  local strategy=$1 model
+  for model in mlp cnn; do
+    local A=(--model $model --optimizer sgd --epochs 1 --train-examples $sgd_n --batch-size $sgd_b --seed 1
+             --strategy "$strategy")
+    "${S[@]}" "${A[@]}" --devices gpu:0,gpu:1 --logical-gpus 2 --save "$tmp/g.st" &&
+    STRATA_BACKEND=reference "${S[@]}" "${A[@]}" --devices cpu:0,cpu:1 --save "$tmp/c.st" || return 1
+    same_weights "$tmp/g.st" "$tmp/c.st" || return 1
+  done
+}
 mpi_two() { # multi_worker_mirrored, 2 processes on one GPU = mirrored on 2 logical GPUs
   command -v mpirun >/dev/null || { echo "skip: no mpirun"; return 77; }
   local A=(--model cnn --optimizer sgd --epochs 1 --train-examples $sgd_n --batch-size $sgd_b --seed 1)
@@ -147,6 +159,21 @@ mpi_two() { # multi_worker_mirrored, 2 processes on one GPU = mirrored on 2 logi
     "${S[@]}" "${A[@]}" --strategy multi_worker_mirrored --devices gpu:0 --save "$tmp/mw.st" || return 1
   "${S[@]}" "${A[@]}" --strategy mirrored --devices gpu:0,gpu:1 --logical-gpus 2 --save "$tmp/m2.st" || return 1
   same_weights "$tmp/mw.st" "$tmp/m2.st"
+}
+nccl_two() { # mirrored on 2 GPUs through NCCL = on 2 logical GPUs through the host
+  local gpus=2 env=()
+  if [ $emulated = 1 ]; then
+    env=(STRATA_EMU_GPUS=2 STRATA_NCCL_LIB="$b/cuda_emu/nccl/libnccl.so.2")
+  else
+    gpus=$(nvidia-smi -L | wc -l)
+    [ "$gpus" -ge 2 ] || { echo "skip: NCCL needs 2 physical GPUs, this machine has $gpus"; return 77; }
+  fi
+  local A=(--model cnn --optimizer sgd --epochs 1 --train-examples $sgd_n --batch-size $sgd_b --seed 1)
+  env "${env[@]}" STRATA_LOG=info "${S[@]}" "${A[@]}" --strategy mirrored --devices gpu:0,gpu:1 \
+    --save "$tmp/nccl.st" 2>"$tmp/nccl.log" || { cat "$tmp/nccl.log"; return 1; }
+  grep -q "GPU replica(s): NCCL" "$tmp/nccl.log" || { echo "NCCL was not used:"; cat "$tmp/nccl.log"; return 1; }
+  "${S[@]}" "${A[@]}" --strategy mirrored --devices gpu:0,gpu:1 --logical-gpus 2 --save "$tmp/l2.st" || return 1
+  same_weights "$tmp/nccl.st" "$tmp/l2.st"
 }
 speed() { # samples/s on gpu:0, batch 128, one epoch (REPORT line; PyTorch below)
   "${S[@]}" --model "$1" --epochs 1 "${full[@]}" --devices gpu:0 --report "$tmp/s.json" || return 1
@@ -156,7 +183,10 @@ step "cnn on gpu:0: CPU's test accuracy within 0.01" 240 cnn_accuracy
 step "mirrored on 2 logical GPUs = one GPU within 1e-5 (cnn, SGD), repeatable" 240 two_logical mirrored cnn
 step "mirrored on 2 logical GPUs = one GPU within 1e-5 (mlp, SGD), repeatable" 120 two_logical mirrored mlp
 step "central_storage on 2 logical GPUs = one GPU within 1e-5 (cnn, SGD)" 240 two_logical central_storage cnn
+step "mirrored x2 on GPUs = the CPU reference backend's mirrored x2 within 1e-5 (mlp, cnn)" 120 vs_cpu mirrored
+step "central_storage x2 on GPUs = the CPU reference backend's within 1e-5 (mlp, cnn)" 120 vs_cpu central_storage
 step "multi_worker_mirrored: mpirun -np 2 on one GPU = mirrored x2" 90 mpi_two
+step "mirrored on 2 GPUs through NCCL = 2 logical GPUs through the host" 120 nccl_two
 if [ $emulated = 0 ]; then
   step "resnet20 on gpu:0 (one epoch of 2048)" 120 "${S[@]}" --model resnet20 --epochs 1 --train-examples 2048 --devices gpu:0
 else

@@ -18,8 +18,8 @@ cat "$out/gpu-report.md"
 [ $rc -eq 77 ] && exit 77
 fails=$(grep -cE '\| (FAIL|TIMED OUT)' "$out/gpu-report.md")
 passes=$(grep -c '| pass |' "$out/gpu-report.md")
-if [ $rc -ne 0 ] || [ "$fails" -ne 0 ] || [ "$passes" -lt 8 ]; then
-  echo "not ok - gpu-check --emulated: exit $rc, $fails failed, $passes passed (want >= 8)"
+if [ $rc -ne 0 ] || [ "$fails" -ne 0 ] || [ "$passes" -lt 11 ]; then
+  echo "not ok - gpu-check --emulated: exit $rc, $fails failed, $passes passed (want >= 11)"
   tail -n 40 "$out/gpu-logs.txt"
   exit 1
 fi

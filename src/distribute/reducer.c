@@ -78,14 +78,12 @@ st_status st__reducer_create(const st_net *m, int n, float *const *grads, size_t
   r->n = n;
   r->overlap = overlap && n * (net ? net->size : 1) > 1;
   st_status s = plan(r, m, bytes_per_pack);
-  if (s == ST_OK)
+  ST_ASSERT(!device_ctxs || !r->overlap);
+  if (s == ST_OK && device_ctxs)
+    s = st__collective_device_create(n, algo, net, device_ctxs, &r->coll);
+  else if (s == ST_OK)
     s = net ? st__collective_hier_create(n, algo, net, &r->coll)
             : st__collective_threads_create(n, algo, &r->coll);
-  if (s == ST_OK && device_ctxs) {
-    ST_ASSERT(!r->overlap);
-    s = st__collective_staged_create(r->coll, device_ctxs, &r->coll);
-    if (s != ST_OK) r->coll = NULL;
-  }
   for (int i = 0; s == ST_OK && i < n; i++) {
     rank_state *rs = &r->ranks[i];
     *rs = (rank_state){.red = r, .rank = i, .grads = grads[i]};

@@ -47,15 +47,13 @@ st_status st__group_create(st_net *m, int n, bool own_params, st_cross_device_op
     s = make_replica(m, i, own_params, &g->reps[i]);
   if (s == ST_OK && n > 1) s = st_threadpool_create(n - 1, &g->pool);
   g->net = net;
-  if (s == ST_OK)
+  st_backend_ctx *ctxs[ST_MAX_REPLICAS];
+  for (int i = 0; s == ST_OK && i < n; i++) ctxs[i] = g->reps[i]->ctx;
+  if (s == ST_OK && !st__be_is_host(m->be)) /* device buffers */
+    s = st__collective_device_create(n, algo, net, ctxs, &g->coll);
+  else if (s == ST_OK)
     s = net ? st__collective_hier_create(n, algo, net, &g->coll)
             : st__collective_threads_create(n, algo, &g->coll);
-  if (s == ST_OK && !st__be_is_host(m->be)) { /* device buffers: staged */
-    st_backend_ctx *ctxs[ST_MAX_REPLICAS];
-    for (int i = 0; i < n; i++) ctxs[i] = g->reps[i]->ctx;
-    s = st__collective_staged_create(g->coll, ctxs, &g->coll);
-    if (s != ST_OK) g->coll = NULL;
-  }
   int total = n * (net ? net->size : 1);
   for (int i = 0; s == ST_OK && i < n && total > 1; i++) {
     g->ranks[i] = (st_group_rank){g->coll, i};

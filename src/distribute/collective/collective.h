@@ -75,6 +75,12 @@ struct st_backend_ctx;
 st_status st__collective_staged_create(st_collective *inner, struct st_backend_ctx *const *ctxs,
                                        st_collective **out);
 
+/* GPU replicas (staged.c): NCCL when each rank has a GPU of its own (n > 1
+ * in one process, or n == 1 per process under net), else threads (or hier
+ * over net) staged as above. ctxs[0..n) are the ranks' contexts. */
+st_status st__collective_device_create(int n, st_cross_device_ops algo, st_collective *net,
+                                       struct st_backend_ctx *const *ctxs, st_collective **out);
+
 /* In-process transport for `size` replica threads (size >= 1). */
 st_status st__collective_threads_create(int size, st_cross_device_ops algo, st_collective **out);
 void st__collective_destroy(st_collective *c); /* accepts NULL */

@@ -1,4 +1,5 @@
-/* Collectives over device buffers through host staging (collective.h): each
+/* Collectives over device buffers (collective.h): NCCL where it applies,
+ * else host staging. Host staging: each
  * rank copies its device buffer into a host buffer of its own through its
  * backend context (to_host waits for the rank's earlier work), the inner
  * transport runs on the host buffers, and the result is copied back
@@ -120,4 +121,27 @@ st_status st__collective_staged_create(st_collective *inner, st_backend_ctx *con
   for (int i = 0; i < inner->size && i < ST_MAX_REPLICAS; i++) s->ctx[i] = ctxs[i];
   *out = &s->base;
   return ST_OK;
+}
+
+/* The transport of a GPU replica group: NCCL over the ranks' GPUs when every
+ * rank has a physical GPU of its own (one per process under a process
+ * transport), else (logical GPUs sharing a device, NCCL absent or failing:
+ * logged) the in-process or hierarchical transport staged through the host. */
+st_status st__collective_device_create(int n, st_cross_device_ops algo, st_collective *net,
+                                       st_backend_ctx *const *ctxs, st_collective **out) {
+  *out = NULL;
+  st_status s = ST_ERR_NOT_BUILT;
+  if (!net && n > 1) s = st__collective_nccl_create(n, ctxs, algo, out);
+  else if (net && n == 1 && net->size > 1) s = st__collective_nccl_create_process(net, ctxs[0], out);
+  if (s == ST_OK) {
+    st_log(ST_LOG_INFO, "collectives of %d GPU replica(s)%s: NCCL", n, net ? " per process" : "");
+    return ST_OK;
+  }
+  if (n > 1 || net)
+    st_log(ST_LOG_INFO, "collectives of %d GPU replica(s): through host memory (%s)", n,
+           s == ST_ERR_NOT_BUILT && !st_last_error()[0] ? "NCCL not used" : st_last_error());
+  st_collective *inner = NULL;
+  s = net ? st__collective_hier_create(n, algo, net, &inner)
+          : st__collective_threads_create(n, algo, &inner);
+  return s == ST_OK ? st__collective_staged_create(inner, ctxs, out) : s;
 }
