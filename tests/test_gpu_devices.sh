@@ -84,6 +84,8 @@ row "a GPU that exists: the module's table is asked for" 2 "backend 'cuda': the 
   "${F[@]}" STRATA_FAKE_GPUS=1 -- "${M[@]}" gpu:0,gpu:1 --logical-gpus 2
 row "TensorFlow spelling /device:GPU:0" 2 "backend 'cuda': the loaded CUDA module has no complete backend table" \
   "${F[@]}" STRATA_FAKE_GPUS=1 -- --strategy central_storage --devices /device:GPU:0
+row "mirrored without devices takes the GPUs (as TF)" 2 "backend 'cuda': the loaded CUDA module has no complete backend table" \
+  "${F[@]}" STRATA_FAKE_GPUS=2 -- --strategy mirrored
 row "CPUs and GPUs mixed" 2 "devices 'cpu:0,gpu:0': CPU and GPU devices mixed" \
   "${F[@]}" STRATA_FAKE_GPUS=1 -- "${M[@]}" cpu:0,gpu:0
 row "the pipeline does not run on GPUs" 2 "strategy pipeline does not run on GPUs" \

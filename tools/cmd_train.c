@@ -18,7 +18,7 @@
 /* What `strata train` was given: train_opts (below) stores each option into
  * its field; train_defaults sets the rest. */
 typedef struct train_cfg {
-  const char *model, *data, *save, *report, *devices, *cross_ops;
+  const char *model, *data, *save, *report, *devices, *cross_ops, *precision;
   const char *backup_dir, *ckpt_dir, *monitor, *csv, *log_dir, *plot;
   long backup_every, keep, patience, log_every;
   bool best_only;
@@ -88,6 +88,7 @@ static cli_opt train_opts[] = {
     INT("--validation-freq", "N", val_freq, 1, 100000, "validate after every Nth epoch only (Keras's validation_freq; default 1)"),
     INT("--train-examples", "N", train_examples, 1, 1L << 40, "use only the first N training examples (default all)"),
     FN("--strategy", "NAME", strategy, store_strategy, "one_device (default), mirrored, central_storage, multi_worker_mirrored (under mpirun) or pipeline (model parallel)"),
+    STR("--precision", "P", precision, "GPU matrix products: fp32 (default: as the CPU) or tf32 (tensor cores); bf16 is not built yet"),
     STR("--devices", "LIST", devices, "mirrored/central_storage/multi_worker_mirrored: (local) devices, e.g. cpu:0,cpu:1 or gpu:0,gpu:1 (one replica each); one_device: its device (gpu:0); pipeline: one stage each"),
     INT("--replicas", "N", replicas, 1, ST_MAX_REPLICAS, "the same as a replica count (default: one per core; multi_worker_mirrored: 1 per worker)"),
     INT("--logical-gpus", "N", logical_gpus, 1, ST_MAX_REPLICAS, "split each GPU into N logical GPUs (TensorFlow's logical devices); --devices gpu:0..gpu:(GPUs*N-1) name them"),
@@ -316,6 +317,10 @@ static bool check_strategy_flags(const train_cfg *c) {
           "central_storage or multi_worker_mirrored (--devices: also one_device, one device)";
   else if (od && c->devices && strchr(c->devices, ','))
     msg = "--strategy one_device runs on one device: give one, e.g. --devices gpu:0";
+  else if (c->precision && strcmp(c->precision, "fp32") && strcmp(c->precision, "tf32"))
+    msg = strcmp(c->precision, "bf16") == 0
+              ? "--precision bf16 is not built yet (fp32 or tf32)"
+              : "--precision: expected fp32 or tf32";
   else if (!mirrored && (c->bytes_per_pack >= 0 || c->no_overlap))
     msg = "--bytes-per-pack and --no-overlap need --strategy mirrored or multi_worker_mirrored";
   else if (!mirrored && c->shard_optimizer)
@@ -574,6 +579,7 @@ static st_strategy_options strategy_options(const train_cfg *c, bool tfr) {
   if (c->strategy == ST_STRATEGY_ONE_DEVICE) so.device = c->devices; /* gpu:0, cpu:0 */
   else so.devices = c->devices;
   so.logical_gpus = (int)c->logical_gpus;
+  so.tf32 = c->precision && strcmp(c->precision, "tf32") == 0;
   so.replicas = (int)c->replicas;
   so.cross_device_ops = c->cross_ops;
   if (c->bytes_per_pack >= 0) so.bytes_per_pack = (size_t)c->bytes_per_pack;

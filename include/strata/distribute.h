@@ -129,6 +129,12 @@ typedef struct st_strategy_options {
    * name them. 0 = unset; >= 1 needs a GPU (ST_ERR_NOT_BUILT or
    * ST_ERR_INVALID saying what is missing otherwise). */
   int logical_gpus;
+  /* GPU matrix products (tf.config.experimental.enable_tensor_float_32_
+   * execution): false = fp32 as the CPU (default), true = TF32 tensor cores
+   * (10-bit mantissa inputs, fp32 sums; weights then differ from the CPU's
+   * beyond rounding). Applies to the whole process from this strategy's
+   * creation on; ignored without GPUs. */
+  bool tf32;
 } st_strategy_options;
 /* The defaults noted above for a strategy of that kind. */
 st_strategy_options st_strategy_default_options(st_strategy_kind kind);

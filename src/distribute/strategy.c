@@ -5,9 +5,11 @@
  * (cluster.c) otherwise. Above the strategies: it reaches them only through
  * their tables. */
 #include "distribute/strategy.h"
+#include "backend/cuda.h"
 #include "distribute/devices.h"
 #include "distribute/gpu_devices.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -90,6 +92,31 @@ static st_status check_gpus(const st_strategy_options *o, const st__device_plan_
   return ST_OK;
 }
 
+/* mirrored and central_storage given neither devices nor replicas take
+ * every GPU (times logical_gpus) when the machine has any, as TensorFlow's
+ * do; a machine without a usable GPU keeps one CPU replica per core. */
+static bool default_to_gpus(const st_strategy_options *o, st_strategy_options *out, char *list,
+                            size_t cap) {
+  if ((o->kind != ST_STRATEGY_MIRRORED && o->kind != ST_STRATEGY_CENTRAL_STORAGE) ||
+      o->devices || o->replicas || getenv("STRATA_NO_GPU_DEFAULT"))
+    return false;
+  int count = 0;
+  if (st__cuda_device_count(&count) != ST_OK || count <= 0) {
+    st_clear_error();
+    return false;
+  }
+  int n = count * (o->logical_gpus > 0 ? o->logical_gpus : 1);
+  if (n > ST_MAX_REPLICAS) n = ST_MAX_REPLICAS;
+  size_t at = 0;
+  for (int i = 0; i < n && at < cap; i++)
+    at += (size_t)snprintf(list + at, cap - at, "%sgpu:%d", i ? "," : "", i);
+  *out = *o;
+  out->devices = list;
+  st_log(ST_LOG_INFO, "strategy %s: devices %s (every GPU; give devices to choose)",
+         st_strategy_kind_name(o->kind), list);
+  return true;
+}
+
 static st_strategy *make(const st_strategy_options *o, const st_strategy_vtable *vt,
                          const st__strategy_setup *u) {
   st_strategy *st = calloc(1, sizeof *st);
@@ -126,6 +153,9 @@ st_status st_strategy_create(const st_strategy_options *o, st_strategy **out) {
                     st_strategy_kind_name(o->kind));
   st_status s = st__logical_gpus_check(o);
   if (s != ST_OK) return s;
+  st_strategy_options all_gpus;
+  char list[ST_MAX_REPLICAS * 8];
+  if (default_to_gpus(o, &all_gpus, list, sizeof list)) o = &all_gpus;
   st__strategy_setup u = {.local_replicas = 1, .cross_device_ops = ST_CROSS_ALL_REDUCE};
   s = vt->check(o, &u);
   if (s == ST_OK) s = check_common(o, vt);
@@ -134,6 +164,8 @@ st_status st_strategy_create(const st_strategy_options *o, st_strategy **out) {
   if (s == ST_OK) s = check_gpus(o, &d);
   st_strategy *st = s == ST_OK ? make(o, vt, &u) : NULL;
   if (s == ST_OK && !st) s = st_error(ST_ERR_NOMEM, "strategy: out of memory");
+  const st__cuda_module *cm = NULL;
+  if (st && d.on_gpus && st__cuda_load(&cm) == ST_OK && cm->set_tf32) cm->set_tf32(o->tf32);
   if (st) {
     st->on_gpus = d.on_gpus;
     memcpy(st->gpu_of, d.gpu_of, sizeof st->gpu_of);

@@ -206,7 +206,10 @@ st_status st_model_compile(st_model *m, const st_compile_options *o) {
   if ((s = pick_backend(&m->net, m->strategy)) != ST_OK) return s;
   bool placed = false; /* by the strategy (a pipeline stage: its share) */
   if ((s = st__vars_place(m->strategy, &m->net, &placed)) != ST_OK) return s;
-  if (!placed && (s = alloc_vars(&m->net, m->strategy && m->strategy->opts.shard_optimizer)) != ST_OK)
+  if (!placed && (s = alloc_vars(&m->net, m->strategy && m->strategy->opts.shard_optimizer)) != ST_OK &&
+      !st__be_is_host(m->net.be)) /* the device's message says which and how much */
+    return st_error_prefix(s, "compile: %zu parameters: ", m->net.n_params);
+  if (s != ST_OK && !placed)
     return st_error(s, "compile: out of memory for %zu parameters (%zu bytes of variables and "
                     "%d optimizer slots)", m->net.n_params,
                     (m->net.n_params * (size_t)(1 + st_optimizer_slot_count(&m->net.optimizer)) +

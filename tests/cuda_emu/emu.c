@@ -92,11 +92,18 @@ void st__emu_device_leave(void) {
 
 /* Allocations are never reused (cudaFree gives the pages back): the module's
  * caching allocator reuses blocks itself. */
+static size_t device_bytes(void) { /* $STRATA_EMU_MEM_MB: a smaller device */
+  const char *e = getenv("STRATA_EMU_MEM_MB");
+  size_t mb = e ? (size_t)strtoull(e, NULL, 10) : 0;
+  return mb && mb < (ARENA_BYTES >> 20) ? mb << 20 : ARENA_BYTES;
+}
+
 static void *arena_alloc(size_t bytes) {
   pthread_mutex_lock(&g_mu);
   void *p = NULL;
   size_t at = (g_used + 255) & ~(size_t)255;
-  if (arena_init() && bytes <= ARENA_BYTES - at) {
+  if (arena_init() && bytes <= device_bytes() - (at < device_bytes() ? at : device_bytes()) &&
+      at < device_bytes()) {
     p = g_arena + at;
     size_t old_end = page_up(g_used);
     g_used = at + (bytes ? bytes : 1);
@@ -134,6 +141,11 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device) {
   strcpy(p->name, "emulated GPU (host memory)");
   p->totalGlobalMem = (size_t)1 << 30;
   p->major = 9;
+  return cudaSuccess;
+}
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
+  *total_bytes = device_bytes();
+  *free_bytes = g_used < *total_bytes ? *total_bytes - g_used : 0;
   return cudaSuccess;
 }
 cudaError_t cudaMalloc(void **p, size_t bytes) {

@@ -53,6 +53,17 @@ static st__cuda_ctx *use(st_backend_ctx *ctx) {
   return c;
 }
 
+/* Out of device memory: the device, the size, what is free, what to lower. */
+static st_status out_of_memory(int device, size_t bytes, cudaError_t e) {
+  size_t free_b = 0, total_b = 0;
+  cudaMemGetInfo(&free_b, &total_b);
+  return st__cuda_host_fns.error(ST_ERR_NOMEM, "gpu:%d: out of device memory: %.1f MiB asked "
+                                 "for, %.1f of %.1f MiB free (%s); lower the batch size, split "
+                                 "the model (pipeline) or use more GPUs", device,
+                                 (double)bytes / 1048576.0, (double)free_b / 1048576.0,
+                                 (double)total_b / 1048576.0, cudaGetErrorString(e));
+}
+
 /* ---- contexts ------------------------------------------------------------- */
 
 static void cuda_ctx_destroy(void *impl) {
@@ -88,6 +99,10 @@ static st_status cuda_ctx_create(int device_index, int threads, void **impl) {
   c->cache = st__cuda_cache_get(device_index);
   if (e == cudaSuccess && (call = "cudaMalloc (cuBLASLt workspace)", 1) && c->cache)
     c->workspace = st__cuda_cache_alloc(c->cache, c->ws_bytes, &e);
+  if (e == cudaErrorMemoryAllocation) {
+    cuda_ctx_destroy(c);
+    return out_of_memory(device_index, WORKSPACE_BYTES, e);
+  }
   if (e != cudaSuccess || !c->cache) {
     cuda_ctx_destroy(c);
     return st__cuda_host_fns.error(e == cudaErrorMemoryAllocation ? ST_ERR_NOMEM
@@ -105,9 +120,7 @@ static void *cuda_alloc(st_backend_ctx *ctx, size_t bytes) {
   st__cuda_ctx *c = CTX(ctx);
   cudaError_t e;
   void *p = st__cuda_cache_alloc(c->cache, bytes, &e);
-  if (!p)
-    st__cuda_host_fns.error(ST_ERR_NOMEM, "gpu:%d: cannot allocate %zu bytes of device "
-                            "memory: %s", c->device, bytes, cudaGetErrorString(e));
+  if (!p) out_of_memory(c->device, bytes, e);
   return p;
 }
 
