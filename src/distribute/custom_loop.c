@@ -93,6 +93,9 @@ st_status st_strategy_run(st_strategy *s, st_replica_fn fn, void *arg) {
   if (!s->net || !s->group)
     return st_error(ST_ERR_INVALID, "st_strategy_run: the strategy is not bound to a compiled "
                     "model");
+  if (s->on_gpus) /* the replica calls hand host pointers to the layers */
+    return st_error(ST_ERR_NOT_BUILT, "st_strategy_run: custom training loops do not run on "
+                    "GPUs in this version (fit, evaluate and predict do); use cpu devices");
   if (s->cluster && s->opts.kind != ST_STRATEGY_MULTI_WORKER_MIRRORED)
     return st_error(ST_ERR_NOT_BUILT, "st_strategy_run: custom training loops are not "
                     "supported by %s across workers (use fit)", s->vt->name);
