@@ -92,6 +92,13 @@ static int read_text(const char *path, char **text, size_t *len) {
       else buf = b, cap *= 2;
     }
   }
+  int err = Z_OK;
+  const char *msg = gzerror(f, &err);
+  if (rc == EXIT_OK && err != Z_OK) { /* a truncated or damaged gzip stream */
+    fprintf(stderr, "strata " CMD ": %s: offset %zu of the uncompressed text: %s\n", path, *len,
+            msg);
+    rc = EXIT_USAGE;
+  }
   gzclose(f);
   if (rc == EXIT_FAIL) fprintf(stderr, "strata " CMD ": %s: out of memory\n", path);
   if (rc != EXIT_OK) return free(buf), rc;
