@@ -59,10 +59,25 @@ check "the validation shard is the first tokens" "cmp -s $tmp/val.raw <(head -c 
 w=0; for f in "$tmp"/s/t_train_*.bin; do n=$(( ($(stat -c %s "$f") - 1024) / 2 )); w=$(( w + (n - 1) / 10 )); done
 check "--check: $ntrain files, $((total - val)) tokens, $w windows of 10 + 1" \
   "grep -q '^$ntrain files, $((total - val)) tokens, $w windows of 10 + 1 tokens' $tmp/check.out"
+h=$(python3 -c 'import sys, math, collections
+b = open(sys.argv[1], "rb").read(); n = len(b)
+print("%.4f nats a token (%d distinct" % (-sum(v / n * math.log(v / n) for v in collections.Counter(b).values()), len(set(b))))' "$tmp/all.raw")
+"$cli" tokenize --check "$tmp"/s/t_*.bin >"$tmp/check.out"
+check "--check: the unigram entropy, as Python computes it ($h)" "grep -qF 'unigram entropy $h' $tmp/check.out"
 "$cli" tokenize "$tmp/a.txt" -o "$tmp/s/u" --val-fraction 0 --uint32 >/dev/null
 check "--uint32: magic 20240801, version 7, 4 bytes a token; --val-fraction 0: no val shard" \
   "[ \"\$(od -An -td4 -N8 $tmp/s/u_train_000000.bin | tr -s ' ')\" = ' 20240801 7' ] && [ \$(stat -c %s $tmp/s/u_train_000000.bin) -eq \$((1024 + 4 * \$(stat -c %s $tmp/a.txt))) ] && ! ls $tmp/s/u_val_* 2>/dev/null"
 check "--decode of a uint32 shard" "cmp -s <($cli tokenize --decode $tmp/s/u_train_000000.bin) $tmp/a.txt"
+
+# the demo corpus (Debian's jargon-text, `make demo-gpt`), when installed
+corpus=/usr/share/doc/jargon-text/jargon.txt.gz
+if [ -f $corpus ]; then
+  "$cli" tokenize $corpus -o "$tmp/s/jargon" >/dev/null
+  check "the demo corpus: 1681817 tokens, 168182 validation; round trip" \
+    "[ \$(stat -c %s $tmp/s/jargon_val_000000.bin) -eq \$((1024 + 2 * 168182)) ] && cmp -s <($cli tokenize --decode $tmp/s/jargon_val_000000.bin $tmp/s/jargon_train_000000.bin) <(zcat $corpus)"
+else
+  echo "ok - # skip the demo corpus: $corpus not installed (apt-get install jargon-text)"
+fi
 
 # usage and bad input: exit 2 naming what is wrong, nothing written
 mkdir "$tmp/none"

@@ -9,6 +9,7 @@
  * header, size and token checked) and --decode prints their text. Exit 0, 2
  * on bad input naming the file (nothing written), 4 when an output cannot be
  * written. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,6 +205,30 @@ static int open_shards(const char **files, int n, long seq_len, long vocab, st_d
   return s == ST_OK ? EXIT_OK : cli_fail(CMD, s);
 }
 
+static int shard_tokens(const char *file, tok_buf *b);
+
+/* The unigram entropy (nats a token) of the files' tokens and the distinct
+ * ids: the loss a model that ignores context reaches at best. */
+static int unigram(const char **files, int n, double *h, long *distinct) {
+  tok_buf b = {0};
+  uint64_t *count = calloc((size_t)1 << 24, sizeof *count); /* ids below 2^24 (checked) */
+  uint64_t total = 0;
+  int rc = count ? EXIT_OK : EXIT_FAIL;
+  for (int i = 0; rc == EXIT_OK && i < n; i++)
+    if ((rc = shard_tokens(files[i], &b)) == EXIT_OK)
+      for (size_t k = 0; k < b.n; k++) count[b.v[k]]++, total++;
+  *h = 0, *distinct = 0;
+  for (size_t id = 0; rc == EXIT_OK && id < ((size_t)1 << 24); id++)
+    if (count[id]) {
+      double p = (double)count[id] / (double)total;
+      *h -= p * log(p);
+      ++*distinct;
+    }
+  free(count);
+  free(b.v);
+  return rc;
+}
+
 static int check(const tok_cfg *c, const char **files, int n) {
   st_dataset *ds = NULL;
   int rc = open_shards(files, n, c->seq_len ? c->seq_len : 64, c->vocab, &ds);
@@ -212,7 +237,11 @@ static int check(const tok_cfg *c, const char **files, int n) {
          (long long)st_dataset_token_count(ds), (long long)st_dataset_cardinality(ds),
          c->seq_len ? c->seq_len : 64, c->vocab ? ", every token below --vocab" : "");
   st_dataset_destroy(ds);
-  return EXIT_OK;
+  double h;
+  long distinct;
+  if ((rc = unigram(files, n, &h, &distinct)) == EXIT_OK)
+    printf("unigram entropy %.4f nats a token (%ld distinct ids)\n", h, distinct);
+  return rc;
 }
 
 /* One shard's tokens, read back through the dataset with seq_len 1: window
