@@ -289,6 +289,42 @@ static int decode(const tok_cfg *c, const char **files, int n) {
   return rc;
 }
 
+/* The shard arguments with each glob (quoted, so the shell left it) expanded
+ * in name order, into *files (n), freed with st_list_files_free. */
+static int expand(const char **pos, int npos, char ***files, int *n) {
+  *files = NULL, *n = 0;
+  for (int i = 0; i < npos; i++) {
+    char **got = NULL, **all;
+    int m = 1;
+    st_status s = ST_OK;
+    if (strpbrk(pos[i], "*?[")) s = st_list_files(pos[i], false, 0, &got, &m);
+    else if (!(got = calloc(1, sizeof *got)) || !(got[0] = strdup(pos[i]))) s = ST_ERR_NOMEM;
+    if (s == ST_OK && !(all = realloc(*files, (size_t)(*n + m) * sizeof *all))) s = ST_ERR_NOMEM;
+    if (s != ST_OK) {
+      st_list_files_free(got, got ? m : 0);
+      st_list_files_free(*files, *n);
+      *files = NULL, *n = 0;
+      if (s == ST_ERR_NOMEM) fprintf(stderr, "strata " CMD ": out of memory\n");
+      return s == ST_ERR_NOMEM ? EXIT_FAIL : cli_fail(CMD, s);
+    }
+    memcpy(all + *n, got, (size_t)m * sizeof *got);
+    free(got);
+    *files = all, *n += m;
+  }
+  return EXIT_OK;
+}
+
+/* --check or --decode of the shard arguments. */
+static int read_back(const tok_cfg *c, const char **pos, int npos) {
+  char **files;
+  int n;
+  int rc = expand(pos, npos, &files, &n);
+  if (rc != EXIT_OK) return rc;
+  rc = c->check ? check(c, (const char **)files, n) : decode(c, (const char **)files, n);
+  st_list_files_free(files, n);
+  return rc;
+}
+
 int cmd_tokenize(int argc, char **argv) {
   static const char *pos[MAX_FILES];
   int npos = 0;
@@ -304,8 +340,7 @@ int cmd_tokenize(int argc, char **argv) {
     fprintf(stderr, "strata " CMD ": --check and --decode: give one\n");
     return EXIT_USAGE;
   }
-  if (c.check) return check(&c, pos, npos);
-  if (c.decode) return decode(&c, pos, npos);
+  if (c.check || c.decode) return read_back(&c, pos, npos);
   if ((c.seq_len || c.vocab)) {
     fprintf(stderr, "strata " CMD ": --seq-len and --vocab go with --check\n");
     return EXIT_USAGE;
