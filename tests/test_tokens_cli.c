@@ -2,12 +2,16 @@
  * `strata train --model gpt --data 'shards/x_*.bin'` calls): training and
  * validation shards told apart by name, FILE sharding over 2 workers (each
  * reads its own files, disjoint, covering all, with half the batch), llm.c's
- * order without shuffling, and exit 2 for bad input (a malformed shard, a
- * token >= vocab, no files, only validation files, an uneven batch). */
-#define _POSIX_C_SOURCE 200809L
+ * order without shuffling, exit 2 for bad input (a malformed shard, a
+ * token >= vocab, no files, only validation files, an uneven batch), and the
+ * demo corpus loaded with no --data (cli_load_demo_tokens), nothing left on
+ * disk. */
+#define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "cli.h"
@@ -114,6 +118,39 @@ static void test_bad_input(void) {
         !cli_is_token_data("fashion-mnist") && !cli_is_token_data(NULL));
 }
 
+/* --model gpt without --data: the demo corpus, tokenized into a temp
+ * directory that is gone again once loaded. */
+static void test_demo(void) {
+  if (access(CLI_GPT_DEMO_CORPUS, R_OK) != 0) {
+    printf("# skip test_demo: %s not installed (apt-get install jargon-text)\n", CLI_GPT_DEMO_CORPUS);
+    return;
+  }
+  setenv("TMPDIR", tmp_path("demo"), 1);
+  CHECK(mkdir(tmp_path("demo"), 0700) == 0);
+  cli_tokens_args a = args("ignored");
+  cli_data d;
+  CHECK_EQ(cli_load_demo_tokens("train", &a, &d), EXIT_OK);
+  CHECK_EQ(st_dataset_token_count(d.train), 1513635);
+  CHECK_EQ(st_dataset_token_count(d.val), 168182);
+  CHECK_EQ(st_dataset_cardinality(d.train), ((1513635 - 1) / 4 + 7) / 8);
+  CHECK(strstr(d.fingerprint, "jargon.txt.gz"));
+  st_iterator *it = NULL;
+  st_batch b;
+  bool end = false;
+  CHECK_OK(st_dataset_iterate(d.val, &it)); /* the mapping outlives the removed file */
+  CHECK_OK(st_iterator_next(it, &b, &end));
+  CHECK(!end && b.x[0] == ' ' && b.y[31] == 'T'); /* 32 spaces, then "The Jargon File" */
+  st_iterator_destroy(it);
+  st_dataset_destroy(d.train);
+  st_dataset_destroy(d.val);
+  st_dataset_destroy(d.test);
+  char **left = NULL;
+  int n = 0;
+  CHECK_EQ(st_list_files(tmp_path("demo/*"), false, 0, &left, &n), ST_ERR_INVALID); /* none */
+  st_list_files_free(left, n);
+  unsetenv("TMPDIR");
+}
+
 int main(int argc, char **argv) {
   if (!tmpdir_make("strata_tokens_cli")) return 1;
   for (int i = 0; i < 4; i++) {
@@ -123,7 +160,8 @@ int main(int argc, char **argv) {
   }
   shard("t_val_000000.bin", 90, 9000);
   static const check_case cases[] = {CHECK_CASE(test_split_and_shards),
-                                     CHECK_CASE(test_llmc_order), CHECK_CASE(test_bad_input)};
+                                     CHECK_CASE(test_llmc_order), CHECK_CASE(test_bad_input),
+                                     CHECK_CASE(test_demo)};
   int rc = CHECK_MAIN(argc, argv, cases);
   tmpdir_remove();
   return rc;

@@ -163,6 +163,15 @@ int cli_load_tokens(const char *cmd, const cli_tokens_args *a, cli_data *d);
 /* The demo corpus (`make demo-gpt`): Debian's jargon-text, the Jargon File
  * 4.4.7 (public domain English prose, 1.7 MB). */
 #define CLI_GPT_DEMO_CORPUS "/usr/share/doc/jargon-text/jargon.txt.gz"
+/* --model gpt without --data: the demo corpus tokenized byte-level (vocab
+ * 256, 10% validation) into a temp directory, loaded as cli_load_tokens does
+ * (a->pattern ignored), and the files removed again (the mappings keep the
+ * tokens: nothing is left on disk). Exit 2 saying how to install it when the
+ * corpus is missing. */
+int cli_load_demo_tokens(const char *cmd, const cli_tokens_args *a, cli_data *d);
+/* `strata tokenize FILE... -o prefix --val-fraction F` (byte-level, nothing
+ * on stdout; errors on stderr as tokenize prints them): an exit code. */
+int cli_tokenize_bytes(const char *const *files, int n, const char *prefix, double val_fraction);
 /* --shuffle-buffer for IDX data: n elements (-1 = no shuffle); rebuilds d's pipelines. */
 int cli_set_shuffle_buffer(const char *cmd, cli_data *d, long long n);
 

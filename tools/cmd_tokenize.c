@@ -28,6 +28,7 @@ typedef struct tok_cfg {
   double val_fraction;
   long shard_tokens, seq_len, vocab;
   bool u32, no_eot, check, decode;
+  bool quiet; /* no summary lines on stdout (cli_tokenize_bytes) */
 } tok_cfg;
 
 static cli_opt tok_opts[] = {
@@ -142,7 +143,7 @@ static int write_split(const tok_cfg *c, const char *split, const uint32_t *v, s
     if (s == ST_OK && (s = st_token_writer_write(w, v + at, m)) != ST_OK) st_token_writer_destroy(w);
     else if (s == ST_OK) s = st_token_writer_close(w);
     if (s != ST_OK) return s == ST_ERR_IO ? (cli_fail(CMD, s), EXIT_WRITE) : cli_fail(CMD, s);
-    printf("%s: %zu tokens\n", path, m);
+    if (!c->quiet) printf("%s: %zu tokens\n", path, m);
   }
   snprintf(path, sizeof path, "%s_%s_%06d.bin", c->out, split, k);
   FILE *old = fopen(path, "rb");
@@ -184,13 +185,18 @@ static int tokenize(const tok_cfg *c, const char **files, int n) {
   }
   if (rc == EXIT_OK && val > 0) rc = write_split(c, "val", all.v, val);
   if (rc == EXIT_OK) rc = write_split(c, "train", all.v + val, all.n - val);
-  if (rc == EXIT_OK)
+  if (rc == EXIT_OK && !c->quiet)
     printf("%zu tokens from %d file%s (%s, vocab %lld): %zu validation, %zu training\n", all.n, n,
            n == 1 ? "" : "s", c->bpe_vocab ? "GPT-2 BPE" : "byte-level",
            (long long)st_tokenizer_vocab_size(t), val, all.n - val);
   free(all.v);
   st_tokenizer_destroy(t);
   return rc;
+}
+
+int cli_tokenize_bytes(const char *const *files, int n, const char *prefix, double val_fraction) {
+  tok_cfg c = {.out = prefix, .val_fraction = val_fraction, .shard_tokens = 100000000, .quiet = true};
+  return tokenize(&c, (const char **)files, n);
 }
 
 /* The shards as one unshuffled token dataset (--check, --decode). */

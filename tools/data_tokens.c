@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -130,5 +131,47 @@ int cli_load_tokens(const char *cmd, const cli_tokens_args *a, cli_data *d) {
     st_dataset_destroy(d->test);
     memset(d, 0, sizeof *d);
   }
+  return rc;
+}
+
+/* Remove the demo shards of dir and dir itself. */
+static void remove_demo(const char *dir) {
+  char pattern[4200];
+  snprintf(pattern, sizeof pattern, "%s/*", dir);
+  char **files = NULL;
+  int n = 0;
+  if (st_list_files(pattern, false, 0, &files, &n) == ST_OK)
+    for (int i = 0; i < n; i++) unlink(files[i]);
+  st_list_files_free(files, n);
+  rmdir(dir);
+}
+
+int cli_load_demo_tokens(const char *cmd, const cli_tokens_args *a, cli_data *d) {
+  memset(d, 0, sizeof *d);
+  const char *corpus = CLI_GPT_DEMO_CORPUS;
+  if (access(corpus, R_OK) != 0) {
+    fprintf(stderr, "strata %s: no --data given and the demo corpus %s is not installed: "
+            "apt-get install jargon-text (or scripts/deps.sh), or give --data 'shards/*.bin' "
+            "(strata tokenize)\n", cmd, corpus);
+    return EXIT_USAGE;
+  }
+  const char *tmp = getenv("TMPDIR");
+  char dir[4096], prefix[4200], pattern[4200];
+  snprintf(dir, sizeof dir, "%s/strata-demo-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (!mkdtemp(dir)) {
+    fprintf(stderr, "strata %s: cannot make a temp directory %s for the demo shards\n", cmd, dir);
+    return EXIT_FAIL;
+  }
+  snprintf(prefix, sizeof prefix, "%s/jargon", dir);
+  snprintf(pattern, sizeof pattern, "%s/jargon_*.bin", dir);
+  int rc = cli_tokenize_bytes(&corpus, 1, prefix, 0.1);
+  cli_tokens_args b = *a;
+  b.pattern = pattern;
+  b.val_pattern = NULL;
+  if (rc == EXIT_OK) rc = cli_load_tokens(cmd, &b, d);
+  remove_demo(dir);
+  if (rc == EXIT_OK)
+    snprintf(d->fingerprint, sizeof d->fingerprint, "tokens %s (byte-level, 10%% validation), T %d",
+             corpus, a->seq_len);
   return rc;
 }
