@@ -48,6 +48,21 @@ python: build
 demo: build
 	./build/strata train --model cnn --epochs 3 --batch-size 128
 
+# `make demo-gpt`: the language-model demo. Its corpus is Debian's jargon-text (the
+# Jargon File 4.4.7, public-domain English prose; scripts/deps.sh installs it),
+# tokenized byte-level (vocab 256) into build/demo-gpt/jargon_{val,train}_000000.bin
+# (`make demo-gpt-data` stops there), then the small GPT trained on the shards.
+DEMO_GPT_CORPUS ?= /usr/share/doc/jargon-text/jargon.txt.gz
+DEMO_GPT_DIR ?= build/demo-gpt
+DEMO_GPT_ARGS ?=
+.PHONY: demo-gpt demo-gpt-data
+demo-gpt-data: build
+	@mkdir -p $(DEMO_GPT_DIR)
+	./build/strata tokenize $(DEMO_GPT_CORPUS) -o $(DEMO_GPT_DIR)/jargon
+
+demo-gpt: demo-gpt-data
+	./build/strata train --model gpt --vocab 256 --data '$(DEMO_GPT_DIR)/jargon_*.bin' $(DEMO_GPT_ARGS)
+
 # The whole suite: the Release build's tests, then the same tests under
 # AddressSanitizer + UndefinedBehaviorSanitizer, then the threaded ones under
 # ThreadSanitizer. Only OpenMPI's own frames are suppressed (tests/tsan-mpi.supp,

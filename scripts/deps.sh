@@ -2,7 +2,7 @@
 # Install the Debian packages Strata needs to build and test, if any are missing.
 #   scripts/deps.sh          build + test: compiler, CMake, OpenBLAS, zlib, jansson,
 #                            Fashion-MNIST, OpenMPI (openmpi-bin, libopenmpi-dev), Gloo
-#                            (libgloo-dev), python3
+#                            (libgloo-dev), python3, the GPT demo corpus (jargon-text)
 #   scripts/deps.sh --bench  also the PyTorch peer (python3-torch, python3-numpy)
 #   scripts/deps.sh --mpi    the same as no option (OpenMPI is always installed now)
 #   scripts/deps.sh --test   what `make test` uses: also valgrind, and python3-torch for
@@ -21,6 +21,9 @@ pkgs=(cmake make gcc pkg-config libopenblas-dev zlib1g-dev libjansson-dev datase
 pkgs+=(python3-dev python3-numpy python3-pytest) # the Python package strata and its tests (issue 14)
 pkgs+=(libgloo-dev) # the Gloo transport: multi-worker jobs launched from TF_CONFIG (issue 30)
 pkgs+=(g++) # tests/cuda_emu: the CUDA module's kernels built as C++ host code (issue 16; skipped without)
+# The GPT demo corpus (issue 31): the Jargon File 4.4.7, public-domain English prose
+# (1.7 MB at /usr/share/doc/jargon-text/jargon.txt.gz), tokenized by `make demo-gpt`.
+pkgs+=(jargon-text)
 for arg in "$@"; do
   case "$arg" in
     --bench) pkgs+=(python3-torch python3-numpy) ;;

@@ -16,6 +16,7 @@
 #include "fuzz/ps_job_fuzz.c"
 #include "fuzz/safetensors_fuzz.c"
 #include "fuzz/tfrecord_fuzz.c"
+#include "fuzz/tokens_fuzz.c"
 #include "fuzz/tf_config_fuzz.c"
 
 typedef struct fuzz_target {
@@ -34,6 +35,7 @@ static const fuzz_target targets[] = {
     {"tf_config_fuzz", st_fuzz_tf_config},
     {"ps_frame_fuzz", st_fuzz_ps_frame},
     {"ps_job_fuzz", st_fuzz_ps_job},
+    {"tokens_fuzz", st_fuzz_tokens},
 };
 
 static int by_name(const void *a, const void *b) {

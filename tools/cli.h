@@ -139,6 +139,39 @@ typedef struct cli_tfrecord_args {
 int cli_load_tfrecord(const char *cmd, const cli_tfrecord_args *a, cli_data *d);
 /* "worker W of N read F of T files ...: E examples, S damaged records skipped" on stderr. */
 void cli_tfrecord_report(const char *cmd, const cli_tfrecord_args *a, const cli_data *d);
+/* --data with token shards for --model gpt (data_tokens.c): a spec ending in
+ * ".bin" (a glob or a comma-separated list of globs/files; quote a glob so
+ * the shell leaves it to strata) or starting with "tokens:". */
+bool cli_is_token_data(const char *spec);
+typedef struct cli_tokens_args {
+  const char *pattern;     /* --data */
+  const char *val_pattern; /* validation shards; NULL: the files of pattern named
+                              "*_val*" are validation, the others training */
+  int seq_len;             /* the model's T: windows of T + 1 tokens */
+  int64_t vocab;           /* the model's vocabulary: a token >= it exits 2; 0 = no check */
+  int batch;               /* global batch size */
+  uint64_t seed;           /* the shuffle's (a new window order each epoch) */
+  bool no_shuffle;         /* llm.c's order: file after file, window after window */
+  st_auto_shard shard;     /* FILE with workers > 1: this worker's files, batch / workers */
+  int worker, workers;
+} cli_tokens_args;
+/* d->train (batched, prefetched), d->val and d->test (the validation windows
+ * in order, batched; NULL when there are no validation shards). Exit 2
+ * naming the file, offset and value for a malformed or missing shard, a
+ * token >= vocab, a shard with fewer than T + 1 tokens, no training shard. */
+int cli_load_tokens(const char *cmd, const cli_tokens_args *a, cli_data *d);
+/* The demo corpus (`make demo-gpt`): Debian's jargon-text, the Jargon File
+ * 4.4.7 (public domain English prose, 1.7 MB). */
+#define CLI_GPT_DEMO_CORPUS "/usr/share/doc/jargon-text/jargon.txt.gz"
+/* --model gpt without --data: the demo corpus tokenized byte-level (vocab
+ * 256, 10% validation) into a temp directory, loaded as cli_load_tokens does
+ * (a->pattern ignored), and the files removed again (the mappings keep the
+ * tokens: nothing is left on disk). Exit 2 saying how to install it when the
+ * corpus is missing. */
+int cli_load_demo_tokens(const char *cmd, const cli_tokens_args *a, cli_data *d);
+/* `strata tokenize FILE... -o prefix --val-fraction F` (byte-level, nothing
+ * on stdout; errors on stderr as tokenize prints them): an exit code. */
+int cli_tokenize_bytes(const char *const *files, int n, const char *prefix, double val_fraction);
 /* --shuffle-buffer for IDX data: n elements (-1 = no shuffle); rebuilds d's pipelines. */
 int cli_set_shuffle_buffer(const char *cmd, cli_data *d, long long n);
 
@@ -151,6 +184,7 @@ int cmd_convert(int argc, char **argv);
 int cmd_evaluate(int argc, char **argv);
 int cmd_summary(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 
 /* tools/watchdog.c: unless disarmed within `seconds`, print `what` on stderr
  * and _exit(EXIT_PEER) (MPI's start-up, which has no timeout of its own). One

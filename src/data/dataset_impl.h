@@ -37,6 +37,12 @@ typedef struct st__ds_ops {
    * (owned, as a transform takes it; destroyed on failure). NULL: the node
    * cannot be rebuilt (fit's validation_split refuses such a pipeline). */
   st_status (*rebuild)(const st_dataset *ds, st_dataset *in, st_dataset **out);
+  /* Optional, sources that read files (auto-shard FILE, dataset_autoshard.c):
+   * how many files the source reads and whether it is already FILE-sharded,
+   * and a new source of the same kind over file i % num_shards == index of
+   * those files (fewer files than shards is an error). */
+  int (*file_count)(const st_dataset *ds, bool *sharded);
+  st_status (*reshard)(const st_dataset *ds, int num_shards, int shard_index, st_dataset **out);
 } st__ds_ops;
 
 struct st_dataset {

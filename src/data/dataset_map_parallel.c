@@ -271,7 +271,7 @@ static st_status pmap_rebuild(const st_dataset *ds, st_dataset *in, st_dataset *
   return st_dataset_map_parallel(in, m->fn, m->user, m->num_parallel_calls, out);
 }
 
-static const st__ds_ops pmap_ops = {"map", pmap_iterate, NULL, pmap_rebuild};
+static const st__ds_ops pmap_ops = {"map", pmap_iterate, NULL, pmap_rebuild, NULL, NULL};
 
 st_status st_dataset_map_parallel(st_dataset *ds, st_map_fn fn, void *user,
                                   int num_parallel_calls, st_dataset **out) {

@@ -287,7 +287,7 @@ static st_status prefetch_rebuild(const st_dataset *ds, st_dataset *in, st_datas
   return st_dataset_prefetch(in, ((const prefetch_node *)ds)->buffer_size, out);
 }
 
-static const st__ds_ops prefetch_ops = {"prefetch", prefetch_iterate, NULL, prefetch_rebuild};
+static const st__ds_ops prefetch_ops = {"prefetch", prefetch_iterate, NULL, prefetch_rebuild, NULL, NULL};
 
 st_status st_dataset_prefetch(st_dataset *ds, int buffer_size, st_dataset **out) {
   if (st__ds_bad_args(ds, out, "st_dataset_prefetch")) return ST_ERR_INVALID;

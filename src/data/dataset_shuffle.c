@@ -262,7 +262,7 @@ static st_status shuffle_rebuild(const st_dataset *ds, st_dataset *in, st_datase
   return st_dataset_shuffle(in, sh->buffer_size, sh->seed, sh->reshuffle, out);
 }
 
-static const st__ds_ops shuffle_ops = {"shuffle", shuffle_iterate, NULL, shuffle_rebuild};
+static const st__ds_ops shuffle_ops = {"shuffle", shuffle_iterate, NULL, shuffle_rebuild, NULL, NULL};
 
 st_status st_dataset_shuffle(st_dataset *ds, int64_t buffer_size, uint64_t seed,
                              bool reshuffle_each_iteration, st_dataset **out) {

@@ -145,7 +145,7 @@ static void slices_destroy(st_dataset *ds) {
   }
 }
 
-static const st__ds_ops slices_ops = {"tensor_slices", slices_iterate, slices_destroy, NULL};
+static const st__ds_ops slices_ops = {"tensor_slices", slices_iterate, slices_destroy, NULL, NULL, NULL};
 
 bool st__ds_is_slices(const st_dataset *ds) { return ds && ds->ops == &slices_ops; }
 

@@ -173,7 +173,14 @@ static void tfr_destroy(st_dataset *ds) {
   st_list_files_free(n->files, n->nfiles);
 }
 
-static const st__ds_ops tfr_ops = {"tfrecord", tfr_iterate, tfr_destroy, NULL};
+static int tfr_file_count(const st_dataset *ds, bool *sharded) {
+  const tfr_node *n = (const tfr_node *)ds;
+  *sharded = n->o.num_shards != 1;
+  return n->nfiles;
+}
+
+static const st__ds_ops tfr_ops = {"tfrecord", tfr_iterate, tfr_destroy, NULL,
+                                   tfr_file_count, st__tfr_reshard};
 
 static st_status check_options(int nfiles, const st_tfrecord_dataset_options *o) {
   const st_example_spec *sp = &o->spec;
@@ -256,11 +263,6 @@ fail_nomem:
 static const tfr_node *find_source(const st_dataset *ds) {
   while (ds && ds->input) ds = ds->input;
   return ds && ds->ops == &tfr_ops ? (const tfr_node *)ds : NULL;
-}
-
-const st_dataset *st__tfr_source(const st_dataset *ds) {
-  const tfr_node *n = find_source(ds);
-  return n ? &n->base : NULL;
 }
 
 st_status st__tfr_reshard(const st_dataset *src, int num_shards, int shard_index,

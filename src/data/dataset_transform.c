@@ -128,7 +128,7 @@ static st_status map_rebuild(const st_dataset *ds, st_dataset *in, st_dataset **
   return st_dataset_map(in, m->fn, m->user, out);
 }
 
-static const st__ds_ops map_ops = {"map", map_iterate, NULL, map_rebuild};
+static const st__ds_ops map_ops = {"map", map_iterate, NULL, map_rebuild, NULL, NULL};
 
 st_status st_dataset_map(st_dataset *ds, st_map_fn fn, void *user, st_dataset **out) {
   if (st__ds_bad_args(ds, out, "st_dataset_map")) return ST_ERR_INVALID;
@@ -200,7 +200,7 @@ static st_status batch_rebuild(const st_dataset *ds, st_dataset *in, st_dataset 
   return st_dataset_batch(in, ds->batch, ((const batch_node *)ds)->drop_remainder, out);
 }
 
-static const st__ds_ops batch_ops = {"batch", batch_iterate, NULL, batch_rebuild};
+static const st__ds_ops batch_ops = {"batch", batch_iterate, NULL, batch_rebuild, NULL, NULL};
 
 st_status st__batch_rebuild_size(const st_dataset *ds, st_dataset *in, int batch_size,
                                  st_dataset **out) {
@@ -306,7 +306,7 @@ static st_status repeat_iterate(st_dataset *ds, uint64_t epoch, st_iterator **ou
   return ST_OK;
 }
 
-static const st__ds_ops repeat_ops = {"repeat", repeat_iterate, NULL, NULL};
+static const st__ds_ops repeat_ops = {"repeat", repeat_iterate, NULL, NULL, NULL, NULL};
 
 static int64_t repeat_cardinality(int64_t c, int64_t count) {
   if (count == 0 || c == 0) return 0;
@@ -412,9 +412,9 @@ static st_status count_rebuild(const st_dataset *ds, st_dataset *in, st_dataset 
   return st_dataset_shard(in, (int)n->count, (int)n->index, out);
 }
 
-static const st__ds_ops take_ops = {"take", count_iterate, NULL, count_rebuild};
-static const st__ds_ops skip_ops = {"skip", count_iterate, NULL, count_rebuild};
-static const st__ds_ops shard_ops = {"shard", count_iterate, NULL, count_rebuild};
+static const st__ds_ops take_ops = {"take", count_iterate, NULL, count_rebuild, NULL, NULL};
+static const st__ds_ops skip_ops = {"skip", count_iterate, NULL, count_rebuild, NULL, NULL};
+static const st__ds_ops shard_ops = {"shard", count_iterate, NULL, count_rebuild, NULL, NULL};
 
 static st_status count_node_new(st_dataset *ds, const st__ds_ops *ops, count_kind kind,
                                 int64_t count, int64_t index, int64_t cardinality,

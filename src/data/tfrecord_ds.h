@@ -19,8 +19,6 @@ typedef struct tfr_node {
 /* A pass of src with o.num_parallel_calls background readers. */
 st_status st__tfr_parallel_iterate(tfr_node *src, st_iterator **out);
 
-/* The TFRecord source at the bottom of ds, or NULL. */
-const st_dataset *st__tfr_source(const st_dataset *ds);
 /* A new TFRecord source over src's files, FILE-sharded (file i kept when
  * i % num_shards == shard_index; fewer files than shards is an error). */
 st_status st__tfr_reshard(const st_dataset *src, int num_shards, int shard_index,
