@@ -17,6 +17,7 @@ from .. import _strata
 from .._util import as_array, features, global_seed, labels
 from . import _trace
 from ._trace import Sym
+from .._tensor import Tensor
 
 AUTOTUNE = -1
 
@@ -28,14 +29,6 @@ class _Experimental:
 experimental = _Experimental()
 INFINITE_CARDINALITY = -1
 UNKNOWN_CARDINALITY = -2
-
-
-class Tensor(np.ndarray):
-    """A NumPy array that also answers .numpy() (as TensorFlow's eager
-    tensors), for code written against tf.data iteration."""
-
-    def numpy(self):
-        return np.asarray(self)
 
 
 class Bytes(bytes):
@@ -51,7 +44,7 @@ def _tensor(a):
     if isinstance(a, (bytes, str)):
         return Bytes(a) if isinstance(a, bytes) else a
     a = np.asarray(a)
-    return a.view(Tensor) if a.ndim else a[()]
+    return a.view(Tensor)
 
 
 def _numpy(a):

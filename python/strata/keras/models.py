@@ -178,6 +178,10 @@ class Model:
             raise ValueError("compile: a loss is required (Strata trains with the engine's losses)")
         opt = _optimizers.get(optimizer)
         lossobj = _losses.get(loss)
+        if getattr(lossobj, "reduction", "auto") not in ("auto", "sum_over_batch_size"):
+            raise NotImplementedError("compile: a loss with reduction=%r is not supported by Strata's "
+                                      "engine (it averages over the batch); reduction 'none' / 'sum' work in "
+                                      "a custom loop's loss calls" % (lossobj.reduction,))
         mets = list(metrics or [])
         if isinstance(metrics, dict):
             raise NotImplementedError("compile: metrics as a dict are not supported by Strata")
@@ -452,7 +456,13 @@ class Model:
                                       "Strata yet: call its layers on the tensors instead")
         if training:
             raise NotImplementedError("calling a model with training=True is not supported by Strata")
-        return self.predict(x, verbose=0)
+        ctx = _distribute._current_replica()
+        if ctx is not None and ctx._handle is not None:
+            raise NotImplementedError("calling a model inside strategy.run is not supported by Strata yet (the "
+                                      "engine's replicas are running): call model(x) or model.predict outside "
+                                      "strategy.run, or use model.test_on_batch / train_on_batch inside")
+        from .._tensor import tensor
+        return tensor(self.predict(x, verbose=0))  # an eager tensor, as TF (predict stays NumPy)
 
     def train_on_batch(self, x, y=None, sample_weight=None, class_weight=None, return_dict=False):
         """One optimizer step on the batch (split over the replicas by the

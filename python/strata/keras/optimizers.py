@@ -1,6 +1,19 @@
 """tf.keras.optimizers: SGD, Adam, AdamW, RMSprop with Keras's defaults, and
 learning-rate schedules (tf.keras.optimizers.schedules)."""
+from .._tensor import Variable
 from .._util import reject_kwargs
+
+
+class _LearningRate(Variable):
+    """optimizer.learning_rate: a float32 Variable whose assign sets the
+    optimizer's rate."""
+
+    def __init__(self, opt, value):
+        super().__init__(value, dtype="float32", name="learning_rate")
+        self._opt = opt
+
+    def _assigned(self):
+        self._opt.learning_rate = float(self._value)
 
 
 class _Schedules:
@@ -97,6 +110,12 @@ class Optimizer:
 
     @property
     def learning_rate(self):
+        """The current learning rate as a tf.Variable (float32): .numpy(),
+        float(), arithmetic; assign() sets it, as `optimizer.learning_rate
+        = x` does."""
+        return _LearningRate(self, self._lr_value())
+
+    def _lr_value(self):
         if self._model is not None and self._model._compiled:
             from .. import _strata
             return _strata.learning_rate(self._model._cap)
@@ -104,6 +123,7 @@ class Optimizer:
 
     @learning_rate.setter
     def learning_rate(self, lr):
+        lr = float(lr)
         if self._model is not None and self._model._compiled:
             from .. import _strata
             _strata.learning_rate(self._model._cap, float(lr))
