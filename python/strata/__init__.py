@@ -88,7 +88,10 @@ dtypes = _namespace("tf.dtypes", "strata.dtypes", dict(
     float16=float16, float32=float32, float64=float64, int8=int8, int16=int16, int32=int32, int64=int64,
     uint8=uint8, uint16=uint16, bool=_np.bool_, string=string, complex64=complex64, as_dtype=as_dtype,
     DType=DType, cast=_ops.cast))
-train = _namespace("tf.train", "strata.train", dict(ClusterSpec=distribute.cluster_resolver.ClusterSpec))
+from . import _checkpoint  # noqa: E402
+train = _namespace("tf.train", "strata.train", dict(
+    ClusterSpec=distribute.cluster_resolver.ClusterSpec, latest_checkpoint=_checkpoint.latest_checkpoint,
+    Checkpoint=_checkpoint.Checkpoint, CheckpointManager=_checkpoint.CheckpointManager))
 config = _namespace("tf.config", "strata.config", dict(
     list_physical_devices=lambda kind=None: [] if kind and kind.upper() == "GPU" else
     [_types.SimpleNamespace(name="/physical_device:CPU:0", device_type="CPU")],

@@ -8,7 +8,8 @@ import os
 
 import numpy as np
 
-from . import _strata
+from . import _checkpoint, _strata
+from ._util import missing, namespace as _namespace
 from .data import _example
 from .data._trace import Sym, Untraceable
 
@@ -160,5 +161,12 @@ class TFRecordOptions:
         self.compression_type = compression_type or ""
 
 
-__all__ = ["FixedLenFeature", "VarLenFeature", "parse_single_example", "parse_example", "decode_raw",
+gfile = _namespace("tf.io.gfile", "strata.io.gfile", _checkpoint.GFILE)
+
+
+def __getattr__(name):
+    raise missing("tf.io", name)
+
+
+__all__ = ["gfile", "FixedLenFeature", "VarLenFeature", "parse_single_example", "parse_example", "decode_raw",
            "TFRecordWriter", "TFRecordOptions", "serialize_example"]

@@ -601,7 +601,10 @@ class Model:
         path = os.fspath(filepath)
         if not overwrite and os.path.exists(path):
             raise FileExistsError("save_weights: %s exists (overwrite=False)" % path)
+        from .. import _checkpoint
+        _checkpoint.make_parent(path)
         _strata.weights_file(self._cap, path, True)
+        _checkpoint.record(path)
 
     def load_weights(self, filepath, skip_mismatch=False, by_name=False, options=None):
         """Read variables save_weights wrote (names, dtypes and shapes are
