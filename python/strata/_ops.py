@@ -531,13 +531,14 @@ class TensorSpec:
     of a tensor (Dataset.from_generator's output_signature)."""
 
     def __init__(self, shape, dtype=np.float32, name=None):
+        self._rank_known = shape is not None  # shape=None: any rank
         self.shape = TensorShape(shape)
         self.dtype = np.dtype(dtype) if dtype not in (np.str_, str, "string", object) else np.dtype(object)
         self.name = name
 
     def is_compatible_with(self, value):
         a = np.asarray(value)
-        return self.shape.is_compatible_with(a.shape) and (self.dtype == a.dtype or self.dtype == object)
+        return (not self._rank_known or self.shape.is_compatible_with(a.shape)) and (self.dtype == a.dtype or self.dtype == object)
 
     def __eq__(self, other):
         return isinstance(other, TensorSpec) and (self.shape, self.dtype) == (other.shape, other.dtype)

@@ -230,6 +230,7 @@ class Model:
         if isinstance(x, _data.Dataset):
             if y is not None:
                 raise ValueError("%s: `y` must be None when x is a dataset" % where)
+            _data._more.check_options(x, self.distribute_strategy, where)
             if self._cap is None:
                 first = next(iter(x.as_numpy_iterator()))
                 self._build(np.shape(first[0] if isinstance(first, tuple) else first)[1:])
