@@ -88,14 +88,32 @@ dtypes = _namespace("tf.dtypes", "strata.dtypes", dict(
     float16=float16, float32=float32, float64=float64, int8=int8, int16=int16, int32=int32, int64=int64,
     uint8=uint8, uint16=uint16, bool=_np.bool_, string=string, complex64=complex64, as_dtype=as_dtype,
     DType=DType, cast=_ops.cast))
-from . import _checkpoint  # noqa: E402
+from . import _checkpoint, _train_example  # noqa: E402
 train = _namespace("tf.train", "strata.train", dict(
+    {n: getattr(_train_example, n) for n in ("Example", "Features", "Feature", "BytesList", "FloatList", "Int64List")},
     ClusterSpec=distribute.cluster_resolver.ClusterSpec, latest_checkpoint=_checkpoint.latest_checkpoint,
     Checkpoint=_checkpoint.Checkpoint, CheckpointManager=_checkpoint.CheckpointManager))
 config = _namespace("tf.config", "strata.config", dict(
     list_physical_devices=lambda kind=None: [] if kind and kind.upper() == "GPU" else
     [_types.SimpleNamespace(name="/physical_device:CPU:0", device_type="CPU")],
     experimental=_types.SimpleNamespace(set_memory_growth=lambda *a: None)))
+
+
+def py_function(func, inp, Tout, name=None):
+    """tf.py_function: func called on the inputs as Tensors (Strata runs
+    eagerly); the result converted to Tout (a list of dtypes: a list)."""
+    out = func(*[_ops.tensor(i) if not isinstance(i, (bytes, str)) else i for i in inp])
+
+    def conv(v, t):
+        if isinstance(v, (bytes, str)) or t in (string, str, bytes):
+            return v if isinstance(v, bytes) else (v.encode() if isinstance(v, str) else v)
+        return _ops.convert_to_tensor(v, dtype=t)
+    if isinstance(Tout, (list, tuple)):
+        return [conv(v, t) for v, t in zip(out, Tout)]
+    return conv(out, Tout)
+
+
+numpy_function = py_function
 
 
 def executing_eagerly():

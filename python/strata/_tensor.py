@@ -156,8 +156,11 @@ def convert(value, dtype=None, what="convert_to_tensor"):
             a = a.astype(_PY_FLOAT)
         elif a.dtype == np.int64 and (a.size == 0 or (a.min() >= -2 ** 31 and a.max() < 2 ** 31)):
             a = a.astype(_PY_INT)
-        elif a.dtype.kind == "U":
-            a = a.astype(object)
+        elif a.dtype.kind in "SU":  # strings: bytes objects, exact (NumPy's S drops trailing NULs)
+            a = np.array(value, dtype=object)
+            flat = a.reshape(-1)
+            for i, v in enumerate(flat):
+                flat[i] = v.encode() if isinstance(v, str) else v
     if a.dtype == object and not all(isinstance(v, (str, bytes)) for v in a.reshape(-1)):
         raise ValueError("%s: %r cannot be made a tensor (ragged or non-numeric)" % (what, value))
     if dtype is not None:

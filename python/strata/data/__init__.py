@@ -36,6 +36,22 @@ class _Experimental:
         return _more.DistributeOptions
 
     @staticmethod
+    def TFRecordWriter(filename, compression_type=None):
+        """tf.data.experimental.TFRecordWriter(filename).write(dataset): a
+        dataset of serialized records (bytes) to a TFRecord file."""
+        from ..io import TFRecordWriter
+
+        class _DatasetWriter:
+            def write(self, dataset):
+                with TFRecordWriter(filename, compression_type) as w:
+                    for rec in dataset.as_numpy_iterator():
+                        if not isinstance(rec, bytes):
+                            raise TypeError("TFRecordWriter.write: the dataset's elements must be scalar "
+                                            "strings (serialized records), got %r" % (type(rec).__name__,))
+                        w.write(rec)
+        return _DatasetWriter()
+
+    @staticmethod
     def cardinality(dataset):
         return dataset.cardinality()
 

@@ -30,7 +30,11 @@ def slices_tree(tensors, as_array):
     if isinstance(tensors, dict):
         return {k: slices_tree(v, as_array) for k, v in tensors.items()}
     if isinstance(tensors, (Tensor, np.ndarray)):
-        return as_array(np.asarray(tensors), "from_tensor_slices")
+        a = np.asarray(tensors)
+        if a.dtype.kind in "SU":  # strings: exact bytes (NumPy's S drops trailing NULs)
+            return np.array([s.encode() if isinstance(s, str) else bytes(s) for s in a.reshape(-1).tolist()],
+                            dtype=object).reshape(a.shape)
+        return as_array(a, "from_tensor_slices")
     a = convert(tensors, None, "from_tensor_slices")
     if a.dtype == object:  # strings: exact bytes, as TF's string tensors
         return np.array([s.encode() if isinstance(s, str) else s for s in a.reshape(-1)],
