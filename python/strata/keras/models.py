@@ -190,6 +190,7 @@ class Model:
             raise NotImplementedError("compile: metrics=%r: Strata reports one accuracy metric per model"
                                       % (mets,))
         self.optimizer, self.loss = opt, lossobj
+        self._compile_metrics = mets
         opt._model = self
         self._metric_key = resolved[0][1] if resolved else None
         self._compile_args = (opt, lossobj, [c for c, _ in resolved])
@@ -620,8 +621,14 @@ class Model:
         from ._json import to_json
         return to_json(self, **kwargs)
 
-    def save(self, filepath, *args, **kwargs):
-        raise NotImplementedError("Model.save is not supported by Strata yet; use save_weights")
+    def save(self, filepath, overwrite=True, zipped=None, **kwargs):
+        """Save the whole model (config, compile settings, weights and
+        optimizer state) to a .keras archive (keras/_saving.py says what is
+        inside); tf.keras.models.load_model reads it back."""
+        from ._saving import save_model
+        if zipped not in (None, True):
+            raise NotImplementedError("save: zipped=False is not supported by Strata")
+        save_model(self, filepath, overwrite)
 
 
 class Sequential(Model):
@@ -750,9 +757,10 @@ class Sequential(Model):
 
 
 
-def load_model(*args, **kwargs):
-    raise NotImplementedError("tf.keras.models.load_model is not supported by Strata yet; "
-                              "rebuild the model and use load_weights")
+def load_model(filepath, custom_objects=None, compile=True, safe_mode=True):
+    """A model model.save(path.keras) wrote (keras/_saving.py)."""
+    from ._saving import load_model as _load
+    return _load(filepath, custom_objects, compile, safe_mode)
 
 
 def model_from_json(json_string, custom_objects=None):
