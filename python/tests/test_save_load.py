@@ -107,3 +107,38 @@ def test_uncompiled_model_and_refusals():
         f.write(b"not a zip")
     with pytest.raises(ValueError, match="not a .keras archive"):
         tf.keras.models.load_model("bad.keras")
+
+
+def test_nested_probability_model_quickstart(fashion):
+    """The beginners' quickstart ends with
+    `probability_model = tf.keras.Sequential([model, tf.keras.layers.Softmax()])`;
+    the nested model shares the trained model's weights (both ways)."""
+    (x_train, y_train), (x_test, y_test) = fashion
+    x_train, x_test = x_train[:1024] / 255.0, x_test[:256] / 255.0
+    y_train, y_test = y_train[:1024], y_test[:256]
+    tf.random.set_seed(6)
+    model = tf.keras.models.Sequential([
+        tf.keras.layers.Flatten(input_shape=(28, 28)),
+        tf.keras.layers.Dense(128, activation='relu'),
+        tf.keras.layers.Dropout(0.2),
+        tf.keras.layers.Dense(10)
+    ])
+    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model.compile(optimizer='adam', loss=loss_fn, metrics=['accuracy'])
+    model.fit(x_train, y_train, epochs=1, verbose=0)
+    probability_model = tf.keras.Sequential([
+        model,
+        tf.keras.layers.Softmax()
+    ])
+    probs = probability_model(x_test[:5])
+    assert isinstance(probs, tf.Tensor) and probs.shape == (5, 10)
+    np.testing.assert_allclose(probs, tf.nn.softmax(model(x_test[:5])), rtol=1e-5, atol=1e-7)
+    model.fit(x_train, y_train, epochs=1, verbose=0)  # the inner model trains on: the outer sees it
+    np.testing.assert_allclose(probability_model.predict(x_test[:5], verbose=0),
+                               tf.nn.softmax(model.predict(x_test[:5], verbose=0)), rtol=1e-5, atol=1e-7)
+    probability_model.compile("sgd", "sparse_categorical_crossentropy")
+    probability_model.fit(x_train[:64], y_train[:64], epochs=1, verbose=0)  # and back
+    inner = probability_model.get_weights()[:len(model.get_weights())]
+    assert all((a == b).all() for a, b in zip(inner, model.get_weights()))
+    with pytest.raises(NotImplementedError, match="first entry"):
+        tf.keras.Sequential([tf.keras.layers.Dense(3, input_shape=(4,)), model])

@@ -10,6 +10,7 @@ import numpy as np
 from .. import _strata
 from .. import distribute as _distribute
 from .._util import features, global_seed, labels, reject_kwargs, unsupported
+from . import _nested
 from . import callbacks as _callbacks
 from . import layers as _layers
 from . import losses as _losses
@@ -59,58 +60,7 @@ class _Driver:
 _compile_counter = itertools.count(1)
 
 
-def _validation_epochs(freq):
-    """Keras's _should_eval as a function of the 1-based epoch: every
-    `freq`th epoch for an int, the listed epochs for a list/tuple/set."""
-    if isinstance(freq, (int, np.integer)) and not isinstance(freq, bool):
-        if freq < 1:
-            raise ValueError("fit: validation_freq=%r must be at least 1" % (freq,))
-        return lambda e: e % int(freq) == 0
-    if isinstance(freq, (list, tuple, set, frozenset, range)):
-        epochs = set()
-        for e in freq:
-            if not isinstance(e, (int, np.integer)) or isinstance(e, bool) or e < 1:
-                raise ValueError("fit: validation_freq=%r: epochs are integers from 1" % (freq,))
-            epochs.add(int(e))
-        return lambda e: e in epochs
-    raise ValueError("fit: validation_freq=%r: expected an int or a list of epochs" % (freq,))
-
-
-def _class_weights(where, class_weight):
-    """Keras 3's class_weight dict as the engine's weight per class 0..max
-    key (a class between the keys weighs 1.0); None for None."""
-    if class_weight is None:
-        return None
-    if not isinstance(class_weight, dict):
-        raise ValueError("%s: class_weight=%r must be a dict {class: weight}" % (where, class_weight))
-    if not class_weight:
-        return None
-    for k, v in class_weight.items():
-        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 0:
-            raise ValueError("%s: class_weight key %r is not a class index (an integer >= 0)" % (where, k))
-        if not isinstance(v, (int, float, np.integer, np.floating)) or not math.isfinite(float(v)):
-            raise ValueError("%s: class_weight[%r] = %r is not a finite number" % (where, k, v))
-    top = max(int(k) for k in class_weight)
-    if top >= _MAX_CLASSES:  # issue 29 D11: a list of top + 1 weights, before anything else ran
-        raise ValueError("%s: class_weight key %d: at most %d classes (keys 0 .. %d)"
-                         % (where, top, _MAX_CLASSES, _MAX_CLASSES - 1))
-    return [float(class_weight.get(c, 1.0)) for c in range(top + 1)]
-
-
-_MAX_CLASSES = 1 << 20
-_MAX_EPOCHS = (1 << 31) - 1  # the engine counts epochs in an int
-
-
-def _check_class_keys(where, cweights, output_shape):
-    """class_weight keys against the model's outputs (N outputs: classes
-    0..N-1; one output, binary: 0 and 1)."""
-    if cweights is None or not output_shape or output_shape[-1] is None:
-        return
-    classes = max(int(output_shape[-1]), 2)
-    if len(cweights) > classes:
-        raise ValueError("%s: class_weight key %d is not a class of this model (its %d output%s "
-                         "give classes 0 .. %d)" % (where, len(cweights) - 1, int(output_shape[-1]),
-                                                    "s" if output_shape[-1] != 1 else "", classes - 1))
+from ._fit_args import _MAX_EPOCHS, _check_class_keys, _class_weights, _validation_epochs  # noqa: E402,F401
 
 
 class Model:
@@ -212,6 +162,8 @@ class Model:
             else:  # weights exist once compiled: a placeholder optimizer and loss
                 _strata.model_compile(self._cap, *_optimizers.Adam()._args(), "mean_squared_error", [0])
                 self._compiled = True
+        if getattr(self, "_nested", None):
+            _nested.pull(self)  # a nested model's current weights (keras/_nested.py)
 
     @property
     def metrics_names(self):
@@ -282,6 +234,8 @@ class Model:
                           shuffle, initial_epoch, steps_per_epoch)
         if self._compile_args is None:
             raise RuntimeError("You must compile your model before training/testing. Use `model.compile(optimizer, loss)`.")
+        if getattr(self, "_nested", None):
+            self._ensure_compiled("fit")  # takes the nested model's current weights
         if shuffle not in (True, False, "batch"):
             raise ValueError("fit: shuffle=%r (expected a bool)" % (shuffle,))
         for name, v in (("epochs", epochs), ("initial_epoch", initial_epoch)):  # 1.5 ran 1 epoch (D20)
@@ -398,6 +352,7 @@ class Model:
         for cb in cbs:
             cb.on_train_end(driver.last)
         del keep
+        _nested.push(self)
         return history
 
     def _epoch_logs(self, t, key):
@@ -487,6 +442,7 @@ class Model:
         driver = _Driver(self, [], self._metric_key, 0)
         logs, _ = _strata.model_fit(self._cap, ds, 1, None, driver, 0, 0, None, 0, None, cweights,
                                     sample_weight is not None)
+        _nested.push(self)
         out = self._epoch_logs(logs[0], self._metric_key)
         if return_dict:
             return out
@@ -585,6 +541,7 @@ class Model:
                 raise ValueError("set_weights: weight %d has shape %s, expected %s" % (i, w.shape, tuple(s)))
             flat[o:o + w.size] = w.reshape(-1)
         _strata.set_weights(self._cap, flat)
+        _nested.push(self)
 
     def _set_layer_weights(self, layer, weights):
         all_w = self.get_weights()
@@ -614,6 +571,7 @@ class Model:
         unsupported("load_weights", skip_mismatch=(skip_mismatch, False), by_name=(by_name, False))
         self._ensure_compiled("load_weights")
         _strata.weights_file(self._cap, os.fspath(filepath), False)
+        _nested.push(self)
 
     def to_json(self, **kwargs):
         """The model's Keras JSON (Keras 2 layout; `strata train --model
@@ -665,7 +623,7 @@ class Sequential(Model):
             layer = layer._layer
         if not isinstance(layer, _layers.Layer):
             if isinstance(layer, Model):
-                raise NotImplementedError("Sequential: nested models are not supported by Strata")
+                return _nested.add(self, layer)
             raise TypeError("Sequential.add: %r is not a layer" % (layer,))
         if isinstance(layer, _layers.InputLayer):
             if self._layers or self._input_shape is not None:
@@ -780,35 +738,10 @@ def model_from_json(json_string, custom_objects=None):
     from .functional import Functional, is_functional_json
     if is_functional_json(json_string):
         return Functional._from_json(json_string)
-    json_string, scale = _peel_rescaling(json_string)
+    from ._json import peel_rescaling
+    json_string, scale = peel_rescaling(json_string)
     model = Sequential._from_json(json_string)
     if scale is not None:  # the first layer again, folded into the input pipeline
         model._layers.insert(0, _layers.Rescaling(scale))
         model._scale = scale
     return model
-
-
-def _peel_rescaling(text):
-    """(text without a first Rescaling layer, its scale), or (text, None).
-    The library's reader builds the engine's layers and has no Rescaling:
-    Strata folds it into the input pipeline (as Sequential.add does), so a
-    model.to_json() of such a model reads back. Its input shape moves to the
-    next layer (Keras 2's batch_input_shape); Keras 3's InputLayer keeps it.
-    Anything unexpected is left for the reader to report."""
-    import json
-    try:
-        doc = json.loads(text)
-        layers = doc["config"]["layers"] if isinstance(doc["config"], dict) else doc["config"]
-    except (ValueError, KeyError, TypeError):
-        return text, None
-    i = 1 if layers and isinstance(layers[0], dict) and layers[0].get("class_name") == "InputLayer" else 0
-    if len(layers) <= i + 1 or not isinstance(layers[i], dict) or layers[i].get("class_name") != "Rescaling":
-        return text, None
-    cfg = layers[i].get("config") or {}
-    if float(cfg.get("offset", 0.0)) != 0.0 or not isinstance(cfg.get("scale"), (int, float)):
-        return text, None  # the reader names the layer and option
-    shape = {k: cfg[k] for k in ("batch_input_shape", "batch_shape") if k in cfg}
-    del layers[i]
-    if shape and isinstance(layers[i].get("config"), dict):
-        layers[i]["config"].update(shape)
-    return json.dumps(doc), float(cfg["scale"])
