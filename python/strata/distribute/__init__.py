@@ -514,6 +514,10 @@ class _Experimental:
     CentralStorageStrategy = CentralStorageStrategy
     MultiWorkerMirroredStrategy = MultiWorkerMirroredStrategy
 
+    def __getattr__(self, name):
+        from .._util import missing
+        raise missing("tf.distribute.experimental", name)
+
 
 experimental = _Experimental()
 _default = None
@@ -573,3 +577,8 @@ from .ps import ParameterServerStrategy, Server, ClusterCoordinator, RemoteValue
 experimental.ParameterServerStrategy = ParameterServerStrategy
 experimental.coordinator = type("coordinator", (), {"ClusterCoordinator": ClusterCoordinator, "RemoteValue": RemoteValue})
 __all__ += ["ParameterServerStrategy", "Server", "cluster_resolver"]
+
+
+def __getattr__(name):
+    from .._util import missing
+    raise missing("tf.distribute", name)

@@ -1,13 +1,15 @@
 """tf.keras on Strata: Sequential models, layers, optimizers, losses,
 metrics, callbacks, datasets and utils with Keras's names and defaults."""
-import types as _types
 
 from . import callbacks, datasets, layers, losses, metrics, optimizers, utils
 from . import models
 from .layers import Input
 from .models import Model, Sequential
 
-backend = _types.SimpleNamespace(clear_session=lambda *a, **k: None, floatx=lambda: "float32")
+from .._util import missing as _missing, namespace as _namespace  # noqa: E402
+
+backend = _namespace("tf.keras.backend", "strata.keras.backend",
+                     dict(clear_session=lambda *a, **k: None, floatx=lambda: "float32"))
 
 
 class _Initializer:
@@ -15,11 +17,11 @@ class _Initializer:
         self.seed = seed
 
 
-initializers = _types.SimpleNamespace(
+initializers = _namespace("tf.keras.initializers", "strata.keras.initializers", dict(
     GlorotUniform=type("GlorotUniform", (_Initializer,), {}),
     HeNormal=type("HeNormal", (_Initializer,), {}),
     Zeros=type("Zeros", (_Initializer,), {}),
-    Ones=type("Ones", (_Initializer,), {}))
+    Ones=type("Ones", (_Initializer,), {})))
 
 
 def _act(name):
@@ -39,10 +41,15 @@ def _act(name):
     return f
 
 
-activations = _types.SimpleNamespace(**{n: _act(n) for n in ("relu", "sigmoid", "tanh", "linear", "softmax", "elu")})
+activations = _namespace("tf.keras.activations", "strata.keras.activations",
+                         {n: _act(n) for n in ("relu", "sigmoid", "tanh", "linear", "softmax", "elu")})
 activations.gelu = _act("gelu")
 activations.relu6 = _act("relu6")
 activations.leaky_relu = _act("leaky_relu")
 
 __all__ = ["Sequential", "Model", "Input", "layers", "models", "optimizers", "losses", "metrics",
            "callbacks", "datasets", "utils", "activations", "initializers", "backend"]
+
+
+def __getattr__(name):
+    raise _missing("tf.keras", name)

@@ -357,6 +357,5 @@ class BackupAndRestore(Callback):
 
 
 def __getattr__(name):
-    if name in ("ReduceLROnPlateau", "RemoteMonitor", "SwapEMAWeights"):
-        raise NotImplementedError("tf.keras.callbacks.%s is not supported by Strata yet" % name)
-    raise AttributeError("module 'strata.keras.callbacks' has no attribute %r" % name)
+    from .._util import missing
+    raise missing("tf.keras.callbacks", name)

@@ -717,6 +717,5 @@ _NOT_YET = ("Conv3D", "LSTM", "GRU", "SimpleRNN", "Lambda",
 
 
 def __getattr__(name):
-    if name in _NOT_YET:
-        raise NotImplementedError("tf.keras.layers.%s is not supported by Strata" % name)
-    raise AttributeError("module 'strata.keras.layers' has no attribute %r" % name)
+    from .._util import missing
+    raise missing("tf.keras.layers", name)  # (_NOT_YET: the common ones users ask for)

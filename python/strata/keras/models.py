@@ -745,3 +745,8 @@ def model_from_json(json_string, custom_objects=None):
         model._layers.insert(0, _layers.Rescaling(scale))
         model._scale = scale
     return model
+
+
+def __getattr__(name):
+    from .._util import missing
+    raise missing("tf.keras.models", name)

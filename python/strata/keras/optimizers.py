@@ -200,6 +200,5 @@ def get(identifier):
 
 
 def __getattr__(name):
-    if name in ("Adagrad", "Adadelta", "Adamax", "Nadam", "Ftrl", "Lion", "Adafactor", "LossScaleOptimizer"):
-        raise NotImplementedError("tf.keras.optimizers.%s is not supported by Strata" % name)
-    raise AttributeError("module 'strata.keras.optimizers' has no attribute %r" % name)
+    from .._util import missing
+    raise missing("tf.keras.optimizers", name)
