@@ -93,10 +93,24 @@ train = _namespace("tf.train", "strata.train", dict(
     {n: getattr(_train_example, n) for n in ("Example", "Features", "Feature", "BytesList", "FloatList", "Int64List")},
     ClusterSpec=distribute.cluster_resolver.ClusterSpec, latest_checkpoint=_checkpoint.latest_checkpoint,
     Checkpoint=_checkpoint.Checkpoint, CheckpointManager=_checkpoint.CheckpointManager))
+def _devices(prefix, kind):
+    return [] if kind and kind.upper() != "CPU" else [_types.SimpleNamespace(name="/%s:CPU:0" % prefix, device_type="CPU")]
+
+
+def _set_logical_devices(device, logical_devices):
+    raise NotImplementedError(
+        "tf.config.set_logical_device_configuration is not supported by Strata: MirroredStrategy() on the "
+        "CPU already makes one replica per core; name them with MirroredStrategy(['/cpu:0', '/cpu:1'])")
+
+
 config = _namespace("tf.config", "strata.config", dict(
-    list_physical_devices=lambda kind=None: [] if kind and kind.upper() == "GPU" else
-    [_types.SimpleNamespace(name="/physical_device:CPU:0", device_type="CPU")],
-    experimental=_types.SimpleNamespace(set_memory_growth=lambda *a: None)))
+    list_physical_devices=lambda device_type=None: _devices("physical_device", device_type),
+    list_logical_devices=lambda device_type=None: _devices("device", device_type),
+    set_logical_device_configuration=_set_logical_devices,
+    LogicalDeviceConfiguration=lambda memory_limit=None, **k: _types.SimpleNamespace(memory_limit=memory_limit),
+    set_visible_devices=lambda devices, device_type=None: None,
+    experimental=_namespace("tf.config.experimental", "strata.config.experimental", dict(
+        set_memory_growth=lambda *a: None, list_physical_devices=lambda t=None: _devices("physical_device", t)))))
 
 
 def py_function(func, inp, Tout, name=None):

@@ -1,7 +1,7 @@
 """tf.keras on Strata: Sequential models, layers, optimizers, losses,
 metrics, callbacks, datasets and utils with Keras's names and defaults."""
 
-from . import callbacks, datasets, layers, losses, metrics, optimizers, utils
+from . import callbacks, datasets, layers, losses, metrics, mixed_precision, optimizers, utils
 from . import models
 from .layers import Input
 from .models import Model, Sequential
@@ -47,7 +47,7 @@ activations.gelu = _act("gelu")
 activations.relu6 = _act("relu6")
 activations.leaky_relu = _act("leaky_relu")
 
-__all__ = ["Sequential", "Model", "Input", "layers", "models", "optimizers", "losses", "metrics",
+__all__ = ["Sequential", "Model", "Input", "layers", "models", "optimizers", "losses", "metrics", "mixed_precision",
            "callbacks", "datasets", "utils", "activations", "initializers", "backend"]
 
 

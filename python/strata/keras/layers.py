@@ -2,6 +2,8 @@
 object is a description; `Sequential` adds it to the engine's model when the
 input shape is known. Arguments Strata does not implement raise
 NotImplementedError naming them."""
+import numpy as _np
+
 from .._util import unsupported, reject_kwargs
 
 _COMMON = ("name", "dtype", "trainable", "input_shape", "batch_input_shape", "input_dim")
@@ -59,6 +61,18 @@ def _regularizers(where, kwargs):
             raise NotImplementedError("%s: argument %s is not supported by Strata" % (where, k))
 
 
+def _float32_dtype(dt):
+    """Whether a layer's dtype= is float32 (tf.float32, 'float32', a NumPy
+    dtype) or a mixed precision policy (computed in float32: mixed_precision.py)."""
+    from . import mixed_precision
+    if mixed_precision.is_mixed(dt):
+        return True
+    try:
+        return _np.dtype(getattr(dt, "name", dt)) == _np.float32
+    except TypeError:
+        return False
+
+
 class Layer:
     """Base of the layers: name, input_shape= (the Keras shortcut for a first
     layer), and after the model is built output_shape and count_params()."""
@@ -78,7 +92,7 @@ class Layer:
         if kwargs.get("trainable", True) is not True:
             raise NotImplementedError("%s: trainable=False is not supported by Strata" % where)
         dt = kwargs.get("dtype")
-        if dt is not None and str(getattr(dt, "name", dt)) not in ("float32", "<dtype: 'float32'>"):
+        if dt is not None and not _float32_dtype(dt):
             raise NotImplementedError("%s: dtype=%r is not supported by Strata (float32 only)" % (where, dt))
         self.output_shape = None
         self._params = 0
