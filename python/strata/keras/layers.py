@@ -73,6 +73,11 @@ def _float32_dtype(dt):
         return False
 
 
+_CUSTOM = ("custom layer %s: a tf.keras.layers.Layer subclass with its own build / add_weight / call is "
+           "not supported by Strata yet (the engine runs only its own layers); compose Strata's layers in a "
+           "subclassed tf.keras.Model or a functional model instead")
+
+
 class Layer:
     """Base of the layers: name, input_shape= (the Keras shortcut for a first
     layer), and after the model is built output_shape and count_params()."""
@@ -101,8 +106,8 @@ class Layer:
     def count_params(self):
         return self._params
 
-    def _add(self, model_cap):  # pragma: no cover - each layer defines it
-        raise NotImplementedError(type(self).__name__)
+    def _add(self, model_cap):  # each of Strata's layers defines it; a user's Layer subclass does not
+        raise NotImplementedError(_CUSTOM % type(self).__name__)
 
     def _weight_shapes(self, in_shape):
         """[(shape, trainable)] in Keras's get_weights order."""
@@ -122,11 +127,16 @@ class Layer:
         return "<%s name=%s>" % (type(self).__name__, self.name)
 
     # ---- the functional API: calling the layer on KerasTensors ----
+    def add_weight(self, *args, **kwargs):
+        raise NotImplementedError(_CUSTOM % type(self).__name__)
+
     def __call__(self, inputs, *args, **kwargs):
         """Record a call on KerasTensor(s): the engine builds the layer on
         its first call (st_layer_call) and shares its weights on later ones;
         returns the output KerasTensor."""
         where = self._where()
+        if hasattr(type(self), "call"):  # Strata's layers have none: a user's Layer subclass
+            raise NotImplementedError(_CUSTOM % type(self).__name__)
         if args:
             raise NotImplementedError("%s: positional call arguments %r are not supported by Strata" % (where, args))
         for k, v in kwargs.items():

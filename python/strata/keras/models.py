@@ -77,9 +77,37 @@ class Model:
         return super().__new__(cls)
 
     def __init__(self, *args, **kwargs):  # reached by subclasses of tf.keras.Model only
-        raise NotImplementedError("subclassed tf.keras.Model (a class with __init__ layers and call) is not "
-                                  "supported by Strata yet: build the model with tf.keras.Input and "
-                                  "tf.keras.Model(inputs, outputs), or with tf.keras.Sequential")
+        from .functional import Functional
+        if type(self) is Functional:
+            raise ValueError("Model: give inputs and outputs (tf.keras.Model(inputs, outputs)), or subclass "
+                             "tf.keras.Model with layers in __init__ and a call method")
+        if args or "inputs" in kwargs or "outputs" in kwargs:
+            raise NotImplementedError("a subclassed tf.keras.Model that passes inputs / outputs to "
+                                      "Model.__init__ is not supported by Strata: build tf.keras.Model(inputs, "
+                                      "outputs) directly, or define call()")
+        reject_kwargs("Model", kwargs, ("name", "trainable", "dtype", "autocast"))
+        from . import _subclass
+        _subclass.init_state(self, kwargs.get("name"))
+
+    @property
+    def built(self):
+        return self._cap is not None
+
+    def _build(self, shape):
+        """A subclassed model's graph: call() traced on an Input of shape
+        (keras/_subclass.py)."""
+        if not getattr(self, "_subclass_pending", False):
+            raise ValueError("%s: cannot be built from an input shape" % type(self).__name__)
+        from . import _subclass
+        _subclass.trace(self, tuple(int(d) for d in shape))
+
+    def build(self, input_shape=None):
+        """Build a subclassed model for inputs of input_shape (with the
+        batch dimension): its call() is traced."""
+        if input_shape is None:
+            raise ValueError("build: give the input shape, e.g. model.build((None, 784))")
+        if getattr(self, "_subclass_pending", False):
+            self._build(tuple(input_shape)[1:])
 
     def _flatten_inputs(self, x, where):
         """x as the engine's rows (functional models with several inputs
