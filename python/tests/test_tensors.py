@@ -197,3 +197,13 @@ def test_quickstart_beginner_tensors(fashion):
     model.optimizer.learning_rate.assign(0.01)
     assert abs(float(model.optimizer.learning_rate) - 0.01) < 1e-9
     tf.random.set_seed(None)
+
+
+def test_regularizers_refused_by_the_layer_and_coordinator_name():
+    from strata.keras import regularizers
+    r = regularizers.l2(0.001)
+    assert r(np.ones((2, 2))) == np.float32(0.004)
+    with pytest.raises(NotImplementedError, match="kernel_regularizer.*weight_decay"):
+        tf.keras.layers.Dense(16, kernel_regularizer=r, activation="relu")
+    assert tf.distribute.coordinator.ClusterCoordinator is tf.distribute.experimental.coordinator.ClusterCoordinator
+

@@ -576,6 +576,7 @@ from . import cluster_resolver  # noqa: E402
 from .ps import ParameterServerStrategy, Server, ClusterCoordinator, RemoteValue  # noqa: E402
 experimental.ParameterServerStrategy = ParameterServerStrategy
 experimental.coordinator = type("coordinator", (), {"ClusterCoordinator": ClusterCoordinator, "RemoteValue": RemoteValue})
+coordinator = experimental.coordinator  # tf.distribute.coordinator (TF 2.x's non-experimental name)
 __all__ += ["ParameterServerStrategy", "Server", "cluster_resolver"]
 
 

@@ -41,6 +41,28 @@ def _act(name):
     return f
 
 
+class _Regularizer:
+    """A regularizer object (its factor kept); layers refuse it when given
+    (Strata's engine has no weight penalties: AdamW's weight_decay is the
+    alternative)."""
+
+    def __init__(self, l1=0.0, l2=0.0):
+        self.l1, self.l2 = float(l1), float(l2)
+
+    def __call__(self, x):
+        import numpy as np
+        x = np.asarray(x, dtype=np.float32)
+        return np.float32(self.l1 * np.abs(x).sum() + self.l2 * np.square(x).sum())
+
+    def get_config(self):
+        return {"l1": self.l1, "l2": self.l2}
+
+
+regularizers = _namespace("tf.keras.regularizers", "strata.keras.regularizers", dict(
+    Regularizer=_Regularizer, L1L2=_Regularizer, l1_l2=_Regularizer,
+    L1=lambda l1=0.01: _Regularizer(l1=l1), l1=lambda l1=0.01: _Regularizer(l1=l1),
+    L2=lambda l2=0.01: _Regularizer(l2=l2), l2=lambda l2=0.01: _Regularizer(l2=l2)))
+
 activations = _namespace("tf.keras.activations", "strata.keras.activations",
                          {n: _act(n) for n in ("relu", "sigmoid", "tanh", "linear", "softmax", "elu")})
 activations.gelu = _act("gelu")

@@ -58,7 +58,8 @@ def _regularizers(where, kwargs):
               "kernel_constraint", "bias_constraint", "beta_regularizer", "gamma_regularizer",
               "beta_constraint", "gamma_constraint", "lora_rank"):
         if kwargs.pop(k, None) is not None:
-            raise NotImplementedError("%s: argument %s is not supported by Strata" % (where, k))
+            raise NotImplementedError("%s: argument %s is not supported by Strata (no weight penalties in "
+                                      "its engine; AdamW's weight_decay decays the weights instead)" % (where, k))
 
 
 def _float32_dtype(dt):
