@@ -74,13 +74,13 @@ class Tensor(np.ndarray):
         """NumPy's ufuncs on the arrays, with TensorFlow's rule for Python
         numbers (they take the tensor's dtype: a float32 0-d tensor times 2
         stays float32, where NumPy 1.x would widen it); results are Tensors."""
-        dt = next(x.dtype for x in inputs if isinstance(x, Tensor))
+        dt = next((x.dtype for x in inputs if isinstance(x, Tensor)), None)  # None: a Tensor only in out=
         args = []
         for x in inputs:
             if isinstance(x, Tensor):
                 x = x.view(np.ndarray)
-            elif isinstance(x, (int, float)) and not isinstance(x, bool) and dt.kind in "fc" or \
-                    isinstance(x, int) and not isinstance(x, bool) and dt.kind in "iu":
+            elif dt is not None and not isinstance(x, bool) and (
+                    isinstance(x, (int, float)) and dt.kind in "fc" or isinstance(x, int) and dt.kind in "iu"):
                 x = np.asarray(x, dtype=dt)
             args.append(x)
         if "out" in kwargs:
@@ -246,7 +246,7 @@ class Variable:
     def get_shape(self):
         return self.shape
 
-    def __array__(self, dtype=None):
+    def __array__(self, dtype=None, copy=None):
         return self._value if dtype is None else self._value.astype(dtype)
 
     def __len__(self):

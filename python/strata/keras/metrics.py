@@ -46,8 +46,10 @@ class Metric:
             self._total = np.float32(self._total + v.sum(dtype=np.float32))
             self._count = np.float32(self._count + np.float32(v.size))
             return
-        w = np.broadcast_to(_arr(sample_weight).astype(np.float32).reshape(
-            _arr(sample_weight).shape + (1,) * (v.ndim - _arr(sample_weight).ndim)), v.shape)
+        w = _arr(sample_weight).astype(np.float32)
+        if w.ndim > v.ndim and w.size == v.size:  # [n, 1] weights of [n] values
+            w = w.reshape(v.shape)
+        w = np.broadcast_to(w.reshape(w.shape + (1,) * (v.ndim - w.ndim)), v.shape)
         self._total = np.float32(self._total + (v * w).sum(dtype=np.float32))
         self._count = np.float32(self._count + w.sum(dtype=np.float32))
 
