@@ -83,7 +83,8 @@ nn = _namespace("tf.nn", "strata.nn", dict(
     softplus=_ops.UNARY["softplus"], sparse_softmax_cross_entropy_with_logits=_ops.sparse_softmax_cross_entropy_with_logits,
     softmax_cross_entropy_with_logits=_ops.softmax_cross_entropy_with_logits,
     sigmoid_cross_entropy_with_logits=_ops.sigmoid_cross_entropy_with_logits, l2_loss=_ops.l2_loss,
-    moments=_ops.moments, compute_average_loss=_ops.compute_average_loss, l2_normalize=_ops.l2_normalize))
+    moments=_ops.moments, compute_average_loss=_ops.compute_average_loss, l2_normalize=_ops.l2_normalize,
+    scale_regularization_loss=_ops.scale_regularization_loss))
 dtypes = _namespace("tf.dtypes", "strata.dtypes", dict(
     float16=float16, float32=float32, float64=float64, int8=int8, int16=int16, int32=int32, int64=int64,
     uint8=uint8, uint16=uint16, bool=_np.bool_, string=string, complex64=complex64, as_dtype=as_dtype,
@@ -135,12 +136,7 @@ def executing_eagerly():
     return True
 
 
-class GradientTape:
-    """Not available: Strata computes gradients inside its engine."""
-
-    def __init__(self, *a, **k):
-        raise NotImplementedError("tf.GradientTape is not supported by Strata: use model.fit, or a "
-                                  "custom loop with strategy.run(model.train_on_batch ...)")
+from ._tape import GradientTape  # noqa: E402  (inside strategy.run: _tape.py)
 
 
 def function(fn=None, **kwargs):

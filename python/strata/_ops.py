@@ -7,14 +7,29 @@ runs in the C engine. Names Strata does not have raise AttributeError
 import numpy as np
 
 from . import _util
-from ._tensor import Tensor, TensorShape, Variable, convert, tensor
+from . import _tape
+from ._tensor import Tensor, TensorShape, Variable, convert
+from ._tensor import tensor as _plain_tensor
 
 newaxis = None
 
 
 def _a(x, what="op"):
-    """x as a NumPy array (TF's conversion rules for Python values)."""
+    """x as a NumPy array (TF's conversion rules for Python values). A
+    tensor a GradientTape records marks the op's result as one the tape
+    cannot differentiate (tensor() below)."""
+    if getattr(x, "_tape_node", None) is not None:
+        _tape.note_untracked()
+    return _raw(x, what)
+
+
+def _raw(x, what="op"):
     return x.view(np.ndarray) if isinstance(x, np.ndarray) else convert(x, None, what).view(np.ndarray)
+
+
+def tensor(a):
+    """An op's result as a Tensor (marked when it came from a recorded one)."""
+    return _tape.mark_untracked(_plain_tensor(a))
 
 
 def _axis(axis):
@@ -261,6 +276,8 @@ BINARY = {k: _binary(f, k) for k, f in _BINARY.items()}
 
 def _reduce(fn, name):
     def op(input_tensor, axis=None, keepdims=False, name=None):
+        if fn in (np.sum, np.mean) and _tape.recorded(input_tensor):
+            return _recorded_reduce(fn, input_tensor, axis, keepdims)
         a = _a(input_tensor)
         if fn in (np.sum, np.prod) and a.dtype.kind in "iub":
             r = fn(a, axis=_axis(axis), keepdims=keepdims, dtype=a.dtype if a.dtype.kind != "b" else np.int32)
@@ -273,6 +290,21 @@ def _reduce(fn, name):
         return tensor(r)
     op.__name__ = name
     return op
+
+
+def _recorded_reduce(fn, x, axis, keepdims):
+    """reduce_sum / reduce_mean of a tensor a GradientTape records."""
+    a = _raw(x)
+    ax = _axis(axis)
+    r = fn(a, axis=ax, keepdims=keepdims)
+    count = a.size / max(np.size(r), 1) if fn is np.mean else 1.0
+
+    def vjp(g):
+        g = np.asarray(g, dtype=np.float64)
+        if ax is not None and not keepdims:
+            g = np.expand_dims(g, ax)
+        return [np.broadcast_to(g / count, a.shape)]
+    return _tape.track(np.asarray(r, dtype=a.dtype), [x], vjp)
 
 
 def _logsumexp(a, axis=None, keepdims=False):
@@ -451,7 +483,7 @@ def compute_average_loss(per_example_loss, sample_weight=None, global_batch_size
     """sum(per_example_loss * sample_weight) / global_batch_size; without
     global_batch_size, the batch size times the strategy's replica count
     (inside strategy.run the batch is one replica's slice, as in TF)."""
-    loss = _a(per_example_loss).astype(np.float32)
+    loss = _raw(per_example_loss).astype(np.float32)
     if sample_weight is not None:
         loss = loss * _a(sample_weight).astype(np.float32)
     if global_batch_size is None:
@@ -464,7 +496,19 @@ def compute_average_loss(per_example_loss, sample_weight=None, global_batch_size
     r = np.float32(loss.sum(dtype=np.float32) / np.float32(global_batch_size))
     if regularization_loss is not None:
         r = r + np.float32(_a(regularization_loss))
-    return tensor(np.float32(r))
+    if not _tape.recorded(per_example_loss):
+        return tensor(np.float32(r))
+    w = None if sample_weight is None else _a(sample_weight).astype(np.float64)
+    n = float(global_batch_size)
+    return _tape.track(np.float32(r), [per_example_loss], lambda g: [
+        np.broadcast_to(np.asarray(g, np.float64) / n * (1.0 if w is None else w), loss.shape)])
+
+
+def scale_regularization_loss(regularization_loss):
+    """The loss divided by the replica count inside strategy.run (TF's rule)."""
+    from . import distribute
+    ctx = distribute._current_replica()
+    return tensor(np.float32(_a(regularization_loss)) / np.float32(ctx.num_replicas_in_sync if ctx else 1))
 
 
 # ---- random ----

@@ -118,18 +118,19 @@ def test_custom_training_tutorial_evaluation_step(fashion):
     def distributed_test_step(dataset_inputs):
         return strategy.run(test_step, args=(dataset_inputs,))
 
-    # Strata cannot call the model on the engine's replica threads yet: it says so.
-    with pytest.raises(NotImplementedError, match="inside strategy.run"):
-        distributed_test_step(next(iter(test_dist_dataset)))
-    test_loss.reset_state()
-    test_accuracy.reset_state()
     total = 0.0
-    for x in test_dataset:  # the step itself, outside strategy.run
-        total += float(test_step(x))
+    for x in test_dist_dataset:  # the tutorial's loop: the model called on each replica's slice
+        total += float(strategy.reduce(tf.distribute.ReduceOp.SUM, distributed_test_step(x), axis=None))
     loss, acc = model.evaluate(test_images, test_labels, batch_size=GLOBAL_BATCH_SIZE, verbose=0)
     np.testing.assert_allclose(test_loss.result().numpy(), loss, rtol=1e-5)
     np.testing.assert_allclose(test_accuracy.result().numpy(), acc, rtol=1e-6)
     np.testing.assert_allclose(total / len(test_dataset), loss, rtol=1e-5)  # 512 = 8 full batches
+    test_loss.reset_state()
+    test_accuracy.reset_state()
+    for x in test_dataset:  # the step itself, outside strategy.run
+        test_step(x)
+    np.testing.assert_allclose(test_loss.result().numpy(), loss, rtol=1e-5)
+    np.testing.assert_allclose(test_accuracy.result().numpy(), acc, rtol=1e-6)
 
     # compute_average_loss inside strategy.run: each replica divides by the global batch
     per_example = np.arange(64, dtype=np.float32)

@@ -47,21 +47,40 @@ class Loss:
         custom loops): per example for reduction 'none', else their
         (weighted) sum, divided by the batch size for 'sum_over_batch_size'
         (the default)."""
+        from .. import _tape
+        pred_in = y_pred
         y_pred = np.asarray(y_pred, dtype=np.float64)
         y_true = np.asarray(y_true, dtype=np.float64)
         per = np.asarray(self._per_example(y_true, y_pred), dtype=np.float64)
+        w = None
         if sample_weight is not None:
             w = np.asarray(sample_weight, dtype=np.float64)
-            per = per * w.reshape(w.shape[:per.ndim] if w.ndim > per.ndim else w.shape + (1,) * (per.ndim - w.ndim))
-        if self.reduction == "none":
-            return tensor(per.astype(np.float32))
-        total = per.sum()
-        if self.reduction in ("auto", "sum_over_batch_size"):
-            total = total / max(per.size, 1)
-        return tensor(np.float32(total))
+            w = w.reshape(w.shape[:per.ndim] if w.ndim > per.ndim else w.shape + (1,) * (per.ndim - w.ndim))
+            per = per * w
+        scale = 1.0 if self.reduction in ("none", "sum") else 1.0 / max(per.size, 1)
+        out = per.astype(np.float32) if self.reduction == "none" else np.float32(per.sum() * scale)
+        if not _tape.recorded(pred_in):
+            return tensor(out)
+
+        def vjp(g):  # d loss / d y_pred (a GradientTape step)
+            gper = np.broadcast_to(np.asarray(g, dtype=np.float64) * scale, per.shape)
+            if w is not None:
+                gper = gper * w
+            return [gper[..., None] * self._grad(y_true, y_pred)]
+        return _tape.track(out, [pred_in], vjp)
 
     def get_config(self):
         return {"name": self.name, "reduction": self.reduction, "from_logits": self.from_logits}
+
+
+def _grad_ce(y, p, from_logits):
+    """d(-sum(y log softmax(p))) / dp (logits), or d(-sum(y log p)) / dp
+    (probabilities, zero where the clip to [1e-7, 1 - 1e-7] holds)."""
+    if from_logits:
+        e = np.exp(p - p.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True) * y.sum(axis=-1, keepdims=True) - y
+    inside = (p > 1e-7) & (p < 1 - 1e-7)
+    return np.where(inside, -y / np.clip(p, 1e-7, 1 - 1e-7), 0.0)
 
 
 def _log_softmax(z):
@@ -80,6 +99,14 @@ class SparseCategoricalCrossentropy(Loss):
             y = y[..., 0]
         return -np.take_along_axis(lp, y[..., None], -1)[..., 0]
 
+    def _grad(self, y, p):
+        y = y.astype(int)
+        if y.ndim == p.ndim:
+            y = y[..., 0]
+        hot = np.zeros_like(p)
+        np.put_along_axis(hot, y[..., None], 1.0, -1)
+        return _grad_ce(hot, p, self.from_logits)
+
 
 class CategoricalCrossentropy(Loss):
     """One-hot labels; from_logits=False expects probabilities."""
@@ -88,6 +115,9 @@ class CategoricalCrossentropy(Loss):
     def _per_example(self, y, p):
         lp = _log_softmax(p) if self.from_logits else np.log(np.clip(p, 1e-7, 1 - 1e-7))
         return -(y * lp).sum(axis=-1)
+
+    def _grad(self, y, p):
+        return _grad_ce(y, p, self.from_logits)
 
 
 class BinaryCrossentropy(Loss):
@@ -100,6 +130,14 @@ class BinaryCrossentropy(Loss):
         p = np.clip(p, 1e-7, 1 - 1e-7)
         return -(y * np.log(p) + (1 - y) * np.log(1 - p)).mean(axis=-1)
 
+    def _grad(self, y, p):
+        k = p.shape[-1]
+        if self.from_logits:
+            return (1 / (1 + np.exp(-p)) - y) / k
+        inside = (p > 1e-7) & (p < 1 - 1e-7)
+        q = np.clip(p, 1e-7, 1 - 1e-7)
+        return np.where(inside, (-y / q + (1 - y) / (1 - q)) / k, 0.0)
+
 
 class MeanSquaredError(Loss):
     """Mean of the squared differences (no from_logits)."""
@@ -110,6 +148,9 @@ class MeanSquaredError(Loss):
 
     def _per_example(self, y, p):
         return ((y - p) ** 2).mean(axis=-1)
+
+    def _grad(self, y, p):
+        return 2 * (p - y.reshape(p.shape)) / p.shape[-1]
 
 
 _BY_NAME = {

@@ -181,6 +181,7 @@ class Model:
         _strata.model_compile(self._cap, *opt._args(), lossobj._engine_name, codes or [0])
         self._compiled = True
         self._compile_order = next(_compile_counter)
+        self._compiled_at = next(_distribute._ORDER)
 
     def _ensure_compiled(self, what):
         self._require_built(what)
@@ -439,15 +440,59 @@ class Model:
                 isinstance(t, _layers.KerasTensor) for t in (x if isinstance(x, (list, tuple)) else [x])):
             raise NotImplementedError("calling a model on KerasTensors (a nested model) is not supported by "
                                       "Strata yet: call its layers on the tensors instead")
-        if training:
-            raise NotImplementedError("calling a model with training=True is not supported by Strata")
         ctx = _distribute._current_replica()
+        if training and (ctx is None or ctx._handle is None):
+            raise NotImplementedError("calling a model with training=True is supported by Strata inside "
+                                      "strategy.run only (a GradientTape step)")
         if ctx is not None and ctx._handle is not None:
-            raise NotImplementedError("calling a model inside strategy.run is not supported by Strata yet (the "
-                                      "engine's replicas are running): call model(x) or model.predict outside "
-                                      "strategy.run, or use model.test_on_batch / train_on_batch inside")
+            return self._replica_call(ctx, x, training)
+        from .. import _tape
+        if _tape.recording() is not None:
+            raise NotImplementedError("GradientTape: Strata differentiates a model call inside strategy.run (the "
+                                      "engine's replicas): run the step with strategy.run(step, args=(...)) "
+                                      "(tf.distribute.get_strategy() when there is no other), the model compiled "
+                                      "or its optimizer made in the strategy's scope")
         from .._tensor import tensor
         return tensor(self.predict(x, verbose=0))  # an eager tensor, as TF (predict stays NumPy)
+
+    def _replica_call(self, ctx, x, training):
+        """model(x) inside strategy.run: this replica's forward in the
+        engine (st_replica_forward), recorded by a GradientTape."""
+        from .. import _tape
+        if ctx._model is not self:
+            raise NotImplementedError("model call inside strategy.run: this run is bound to %s (the most "
+                                      "recently compiled model of the strategy)" % getattr(ctx._model, "name", None))
+        xa = features(self._flatten_inputs(x, "model call"), "model call: x")
+        x32 = xa if xa.dtype == np.float32 else xa.astype(np.float32)
+        if self._scale != 1.0:
+            x32 = x32 * np.float32(self._scale)
+        cols = int(np.prod(self.output_shape[1:]))
+        buf = _strata.replica_forward(ctx._handle, np.ascontiguousarray(x32), bool(training), cols)
+        out = np.frombuffer(buf, dtype=np.float32).reshape((len(xa),) + tuple(self.output_shape[1:])).copy()
+        return _tape.model_output(self, ctx._handle, out)
+
+    @property
+    def trainable_variables(self):
+        """The trainable weights (Keras's order) as variables of the engine
+        (GradientTape.gradient's sources; .numpy() reads one)."""
+        from .. import _tape
+        if getattr(self, "_tvars", None) is None:
+            self._require_built("trainable_variables")
+            out, i = [], 0
+            for l, ws in self._weight_layout():
+                for j, (s, t, _o) in enumerate(ws):
+                    if t:
+                        out.append(_tape.ModelVariable(self, i, "%s/%d" % (l.name, j), s))
+                    i += 1
+            self._tvars = out
+        return list(self._tvars)
+
+    trainable_weights = trainable_variables
+
+    @property
+    def losses(self):
+        """The layers' added losses: none in Strata (no regularizers)."""
+        return []
 
     def train_on_batch(self, x, y=None, sample_weight=None, class_weight=None, return_dict=False):
         """One optimizer step on the batch (split over the replicas by the

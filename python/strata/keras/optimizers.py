@@ -107,6 +107,15 @@ class Optimizer:
         self.beta_1, self.beta_2, self.epsilon, self.rho = 0.9, 0.999, 1e-7, 0.9
         self.weight_decay = float(kwargs.get("weight_decay") or 0.0)
         self._model = None
+        from .. import distribute as _distribute
+        # strategy.run may compile an uncompiled model with it (GradientTape loops, as TF's never compile)
+        (_distribute._scoped_strategy() or _distribute.get_strategy())._register_optimizer(self)
+
+    def apply_gradients(self, grads_and_vars, name=None, skip_gradients_aggregation=False, **kwargs):
+        """Apply the gradients a GradientTape left in the engine (inside
+        strategy.run): summed over the replicas, then this optimizer's update."""
+        from .. import _tape
+        _tape.apply_gradients(self, grads_and_vars)
 
     @property
     def learning_rate(self):
