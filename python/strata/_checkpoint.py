@@ -46,13 +46,7 @@ def record(path):
     d, base = os.path.split(path)
     d = d or "."
     _, every = _read_state(d)
-    every = [p for p in every if p != base] + [base]
-    text = "model_checkpoint_path: %s\n" % _quote(base) + "".join(
-        "all_model_checkpoint_paths: %s\n" % _quote(p) for p in every)
-    tmp = os.path.join(d, ".%s.tmp%d" % (STATE, os.getpid()))
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, os.path.join(d, STATE))
+    _write_state(d, [p for p in every if p != base] + [base])
 
 
 def latest_checkpoint(checkpoint_dir, latest_filename=None):
@@ -185,16 +179,121 @@ GFILE = dict(exists=exists, isdir=isdir, makedirs=makedirs, mkdir=mkdir, listdir
              remove=remove, rmtree=rmtree, rename=rename, copy=copy, walk=walk, GFile=GFile, Open=GFile)
 
 
+class _Status:
+    """What Checkpoint.restore returns (TF's load status)."""
+
+    def assert_consumed(self):
+        return self
+
+    def assert_existing_objects_matched(self):
+        return self
+
+    def expect_partial(self):
+        return self
+
+
 class Checkpoint:
-    """tf.train.Checkpoint is not provided: say what to use instead."""
+    """tf.train.Checkpoint(model=..., optimizer=...): save(prefix) writes
+    Strata's checkpoint of the model (variables, optimizer slots, step;
+    st_checkpoint_save) to the directory PREFIX-N (N counts the saves, as
+    TF's PREFIX-N files) and records it in the directory's `checkpoint`
+    file, so tf.train.latest_checkpoint finds it; restore(path) reads it
+    back (a model not yet compiled is compiled first with the optimizer
+    given here). One Keras model per checkpoint; other trackables are
+    refused."""
 
-    def __init__(self, *args, **kwargs):
-        raise NotImplementedError("tf.train.Checkpoint is not supported by Strata yet: use model.save_weights("
-                                  "prefix) / model.load_weights(tf.train.latest_checkpoint(dir)) (the optimizer "
-                                  "state is saved by fit's BackupAndRestore)")
+    def __init__(self, root=None, **kwargs):
+        from .keras.models import Model
+        from .keras.optimizers import Optimizer
+        models = [v for v in kwargs.values() if isinstance(v, Model)] + ([root] if isinstance(root, Model) else [])
+        opts = [v for v in kwargs.values() if isinstance(v, Optimizer)]
+        others = [k for k, v in kwargs.items() if not isinstance(v, (Model, Optimizer))]
+        if len(models) != 1 or len(opts) > 1 or others:
+            raise NotImplementedError("tf.train.Checkpoint: Strata checkpoints one Keras model (and its "
+                                      "optimizer); got %s" % ", ".join("%s=%s" % (k, type(v).__name__)
+                                                                       for k, v in kwargs.items()))
+        self._model, self._optimizer = models[0], (opts[0] if opts else None)
+        self.save_counter = 0
+
+    def _compiled(self, where):
+        m = self._model
+        if m._compile_args is None:
+            if self._optimizer is None:
+                raise ValueError("%s: the model is not compiled and the checkpoint has no optimizer" % where)
+            m.compile(optimizer=self._optimizer, loss="mean_squared_error")
+            m._placeholder_loss = True  # fit / evaluate still ask for compile
+        m._ensure_compiled(where)
+        return m
+
+    def write(self, file_prefix, options=None):
+        from . import _strata
+        path = os.fspath(file_prefix)
+        make_parent(path)
+        _strata.checkpoint_dir(self._compiled("Checkpoint.save")._cap, path, True)
+        return path
+
+    def save(self, file_prefix, options=None):
+        self.save_counter += 1
+        path = self.write("%s-%d" % (os.fspath(file_prefix), self.save_counter))
+        record(path)
+        return path
+
+    def restore(self, save_path, options=None):
+        """Restore from save_path (None: nothing to restore, as TF)."""
+        if save_path is None:
+            return _Status()
+        from . import _strata
+        path = os.fspath(save_path)
+        if not os.path.isdir(path):
+            raise FileNotFoundError("Checkpoint.restore: %s is not a checkpoint Strata wrote (a directory "
+                                    "Checkpoint.save makes)" % path)
+        _strata.checkpoint_dir(self._compiled("Checkpoint.restore")._cap, path, False)
+        m = re.search(r"-(\d+)$", path)
+        if m:
+            self.save_counter = int(m.group(1))
+        return _Status()
+
+    read = restore
 
 
-class CheckpointManager(Checkpoint):
-    def __init__(self, *args, **kwargs):
-        raise NotImplementedError("tf.train.CheckpointManager is not supported by Strata yet: use the "
-                                  "ModelCheckpoint callback, or model.save_weights with tf.train.latest_checkpoint")
+class CheckpointManager:
+    """tf.train.CheckpointManager(checkpoint, directory, max_to_keep):
+    save() writes DIRECTORY/ckpt-N and keeps the newest max_to_keep."""
+
+    def __init__(self, checkpoint, directory, max_to_keep, keep_checkpoint_every_n_hours=None,
+                 checkpoint_name="ckpt", **kwargs):
+        if not isinstance(checkpoint, Checkpoint):
+            raise TypeError("CheckpointManager: %r is not a tf.train.Checkpoint" % (checkpoint,))
+        self._checkpoint, self.directory = checkpoint, os.fspath(directory)
+        self._max, self._name = max_to_keep, checkpoint_name
+        _, every = _read_state(self.directory)
+        self._kept = [os.path.join(self.directory, p) for p in every if os.path.isdir(os.path.join(self.directory, p))]
+
+    @property
+    def latest_checkpoint(self):
+        return latest_checkpoint(self.directory)
+
+    @property
+    def checkpoints(self):
+        return list(self._kept)
+
+    def save(self, checkpoint_number=None, check_interval=True, options=None):
+        ck = self._checkpoint
+        if checkpoint_number is None:
+            ck.save_counter += 1
+            checkpoint_number = ck.save_counter
+        path = ck.write(os.path.join(self.directory, "%s-%d" % (self._name, int(checkpoint_number))))
+        self._kept = [p for p in self._kept if p != path] + [path]
+        while self._max is not None and len(self._kept) > self._max:
+            shutil.rmtree(self._kept.pop(0), ignore_errors=True)
+        _write_state(self.directory, [os.path.basename(p) for p in self._kept])
+        return path
+
+
+def _write_state(d, every):
+    text = "model_checkpoint_path: %s\n" % _quote(every[-1]) + "".join(
+        "all_model_checkpoint_paths: %s\n" % _quote(p) for p in every)
+    tmp = os.path.join(d, ".%s.tmp%d" % (STATE, os.getpid()))
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, os.path.join(d, STATE))

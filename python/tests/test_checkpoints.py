@@ -116,5 +116,51 @@ def test_gfile(tmp_path):
         tf.io.gfile.exists("gs://bucket/x")
     with pytest.raises(AttributeError, match="tf.io.gfile.join: Strata does not provide"):
         tf.io.gfile.join
-    with pytest.raises(NotImplementedError, match="save_weights"):
+    with pytest.raises(NotImplementedError, match="one Keras model"):
         tf.train.Checkpoint(model=None)
+
+
+def test_train_checkpoint_and_manager(data):
+    """tf.train.Checkpoint as the custom-training tutorial uses it (save
+    every few epochs, restore into a new model from latest_checkpoint for
+    evaluation), and a CheckpointManager keeping the newest two."""
+    train_images, train_labels, test_images, test_labels = data
+    checkpoint_dir = './training_checkpoints'
+    checkpoint_prefix = os.path.join(checkpoint_dir, "ckpt")
+    model = create_model()
+    optimizer = model.optimizer
+    checkpoint = tf.train.Checkpoint(optimizer=optimizer, model=model)
+    for epoch in range(2):
+        model.fit(train_images, train_labels, epochs=1, verbose=0)
+        path = checkpoint.save(checkpoint_prefix)
+    assert path == os.path.join(checkpoint_dir, "ckpt-2")
+    assert tf.train.latest_checkpoint(checkpoint_dir) == path
+
+    new_model = tf.keras.Sequential([keras.layers.Dense(512, activation='relu', input_shape=(784,)),
+                                     keras.layers.Dropout(0.2), keras.layers.Dense(10)])
+    new_optimizer = tf.keras.optimizers.Adam()
+    eval_accuracy = tf.keras.metrics.SparseCategoricalAccuracy(name='eval_accuracy')
+    checkpoint = tf.train.Checkpoint(optimizer=new_optimizer, model=new_model)
+    checkpoint.restore(tf.train.latest_checkpoint(checkpoint_dir)).expect_partial()
+    for images, labels in tf.data.Dataset.from_tensor_slices((test_images, test_labels)).batch(100):
+        eval_accuracy(labels, new_model(images, training=False))
+    assert all((a == b).all() for a, b in zip(new_model.get_weights(), model.get_weights()))
+    _, acc = model.evaluate(test_images, test_labels, verbose=0)
+    np.testing.assert_allclose(eval_accuracy.result().numpy(), acc, rtol=1e-6)
+    with pytest.raises(RuntimeError, match="must compile"):  # restore's compile is not the user's
+        new_model.fit(train_images, train_labels, epochs=1, verbose=0)
+    # the optimizer state came back: one more epoch on both gives the same weights
+    new_model.compile(new_optimizer, tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    checkpoint.restore(path)
+    model.fit(train_images, train_labels, epochs=1, shuffle=False, verbose=0)
+    new_model.fit(train_images, train_labels, epochs=1, shuffle=False, verbose=0)
+    assert all((a == b).all() for a, b in zip(new_model.get_weights(), model.get_weights()))
+
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model, optimizer=optimizer), "./tf_ckpts",
+                                         max_to_keep=2)
+    for _ in range(3):
+        manager.save()
+    assert manager.checkpoints == [os.path.join("./tf_ckpts", "ckpt-2"), os.path.join("./tf_ckpts", "ckpt-3")]
+    assert manager.latest_checkpoint == os.path.join("./tf_ckpts", "ckpt-3")
+    assert sorted(os.listdir("./tf_ckpts")) == ["checkpoint", "ckpt-2", "ckpt-3"]
+    assert tf.train.Checkpoint(model=model).restore(None) is not None

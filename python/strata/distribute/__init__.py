@@ -346,6 +346,7 @@ class Strategy:
         if opts and bare:
             m = max(bare, key=lambda m: m._reg_order)
             m.compile(optimizer=max(opts, key=lambda o: o._reg_order), loss="mean_squared_error")
+            m._placeholder_loss = True  # fit / evaluate still ask for compile
             m._ensure_compiled("strategy.run")
             return m
         return last

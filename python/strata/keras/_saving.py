@@ -38,8 +38,8 @@ def _check_path(path, where):
 
 
 def _compile_config(model):
-    if getattr(model, "_compile_args", None) is None:
-        return None
+    if getattr(model, "_compile_args", None) is None or getattr(model, "_placeholder_loss", False):
+        return None  # never compiled by the user (a GradientTape loop's or a Checkpoint's compile)
     opt, loss, _codes = model._compile_args
     mets = []
     for m in getattr(model, "_compile_metrics", []) or []:

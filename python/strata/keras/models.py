@@ -154,6 +154,7 @@ class Model:
         reject_kwargs("compile", kwargs, ("auto_scale_loss",))
         if loss is None:
             raise ValueError("compile: a loss is required (Strata trains with the engine's losses)")
+        self._placeholder_loss = False  # set after compiles made for a GradientTape or a Checkpoint
         opt = _optimizers.get(optimizer)
         lossobj = _losses.get(loss)
         if getattr(lossobj, "reduction", "auto") not in ("auto", "sum_over_batch_size"):
@@ -261,7 +262,7 @@ class Model:
         if ps_fit is not None:
             return ps_fit(self, x, y, batch_size, epochs, verbose, callbacks, validation_split, validation_data,
                           shuffle, initial_epoch, steps_per_epoch)
-        if self._compile_args is None:
+        if self._compile_args is None or getattr(self, "_placeholder_loss", False):
             raise RuntimeError("You must compile your model before training/testing. Use `model.compile(optimizer, loss)`.")
         if getattr(self, "_nested", None):
             self._ensure_compiled("fit")  # takes the nested model's current weights
@@ -412,7 +413,7 @@ class Model:
         metrics, else [loss, metric]; a dict with return_dict=True."""
         unsupported("evaluate", sample_weight=(sample_weight, None))
         reject_kwargs("evaluate", kwargs, ("max_queue_size", "workers", "use_multiprocessing"))
-        if self._compile_args is None:
+        if self._compile_args is None or getattr(self, "_placeholder_loss", False):
             raise RuntimeError("You must compile your model before training/testing. Use `model.compile(optimizer, loss)`.")
         ds, _ = self._arrays(x, y, batch_size, "evaluate", steps=steps)
         self._ensure_compiled("evaluate")
@@ -500,7 +501,7 @@ class Model:
         cweights = _class_weights("train_on_batch", class_weight)
         if sample_weight is not None and cweights is not None:
             raise ValueError("train_on_batch: you cannot use class_weight and sample_weight at the same time")
-        if self._compile_args is None:
+        if self._compile_args is None or getattr(self, "_placeholder_loss", False):
             raise RuntimeError("You must compile your model before training/testing. Use `model.compile(optimizer, loss)`.")
         ctx = _distribute._current_replica()
         if ctx is not None:
