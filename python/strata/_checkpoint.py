@@ -5,7 +5,9 @@ as "training_2/cp-0005.ckpt") is recorded in that directory's `checkpoint`
 file (TF's text format: model_checkpoint_path / all_model_checkpoint_paths),
 which tf.train.latest_checkpoint reads. Strata writes one safetensors file
 at the prefix itself (TF writes PREFIX.index and PREFIX.data-*); load_weights
-reads it back. tf.io.gfile: local files only."""
+reads it back. tf.train.Checkpoint / CheckpointManager write Strata's
+checkpoint directories (st_checkpoint_save: variables, optimizer slots,
+step) under the names TF gives its files. tf.io.gfile: local files only."""
 import glob as _glob
 import os
 import re
