@@ -39,10 +39,12 @@ class _Node:
 
 
 class _ModelOutput:
-    """The output of a model call on a replica: the engine's backward."""
+    """The output of a model call on a replica: the engine's backward (from
+    the activations of the replica's last forward: seq checks it is this one)."""
 
-    def __init__(self, model, handle, shape):
-        self.model, self.handle, self.shape = model, handle, shape
+    def __init__(self, model, ctx, shape):
+        self.model, self.ctx, self.handle, self.shape = model, ctx, ctx._handle, shape
+        self.seq = ctx._fwd_seq
         self.parents = ()
 
 
@@ -77,10 +79,12 @@ def recorded(*xs):
     return any(getattr(x, "_tape_node", None) is not None for x in xs)
 
 
-def model_output(model, handle, out):
+def model_output(model, ctx, out):
+    """A model call's output on a replica (ctx: its ReplicaContext)."""
+    ctx._fwd_seq = getattr(ctx, "_fwd_seq", 0) + 1
     t = np.asarray(out).view(Tensor)
     if recording() is not None:
-        t._tape_node = _ModelOutput(model, handle, out.shape)
+        t._tape_node = _ModelOutput(model, ctx, out.shape)
     return t
 
 
@@ -158,8 +162,18 @@ class GradientTape:
                                   "trainable variables only")
 
     def stop_recording(self):
+        """A context in which this tape records nothing."""
         import contextlib
-        return contextlib.nullcontext()
+
+        @contextlib.contextmanager
+        def paused():
+            i = _local.tapes.index(self)
+            _local.tapes.pop(i)
+            try:
+                yield
+            finally:
+                _local.tapes.insert(i, self)
+        return paused()
 
     def gradient(self, target, sources, output_gradients=None, unconnected_gradients=None):
         if self._used and not self._persistent:
@@ -170,6 +184,10 @@ class GradientTape:
             raise ValueError("GradientTape.gradient: the target was not computed from a model call inside "
                              "this tape (Strata differentiates through a Keras model's call)")
         node, dy = model_out
+        if node.ctx._fwd_seq != node.seq:
+            raise NotImplementedError("GradientTape.gradient: the model was called again on this replica after "
+                                      "the call the loss comes from; Strata's engine keeps the activations of "
+                                      "the last call only: take the gradient before calling the model again")
         from . import _strata
         _strata.replica_backward(node.handle, np.ascontiguousarray(dy.reshape(len(dy), -1), dtype=np.float32))
         flat = list(sources) if isinstance(sources, (list, tuple)) else [sources]

@@ -142,6 +142,14 @@ def test_tape_refusals():
             loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)) * 2.0
             penalty = loss + 0.01 * tf.reduce_sum(tf.square(logits))  # tf.square: not differentiated by Strata
             assert int(tf.argmax(logits, axis=1).shape[0]) == len(labels)  # unused in the loss: harmless
+            with tape.stop_recording():
+                assert getattr(model(images), "_tape_node", None) is None  # a second forward...
+        with pytest.raises(NotImplementedError, match="called again on this replica"):
+            tape.gradient(loss, model.trainable_variables)  # ...after the recorded one: refused
+        with tf.GradientTape() as tape:
+            logits = model(images, training=True)
+            loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)) * 2.0
+            penalty = loss + 0.01 * tf.reduce_sum(tf.square(logits))
         with pytest.raises(NotImplementedError, match="does not differentiate"):
             tape.gradient(penalty, model.trainable_variables)
         tape._used = False

@@ -470,7 +470,7 @@ class Model:
         cols = int(np.prod(self.output_shape[1:]))
         buf = _strata.replica_forward(ctx._handle, np.ascontiguousarray(x32), bool(training), cols)
         out = np.frombuffer(buf, dtype=np.float32).reshape((len(xa),) + tuple(self.output_shape[1:])).copy()
-        return _tape.model_output(self, ctx._handle, out)
+        return _tape.model_output(self, ctx, out)
 
     @property
     def trainable_variables(self):
