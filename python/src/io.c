@@ -114,7 +114,40 @@ static PyObject *py_tb_scalar(PyObject *self, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+/* example_serialize([(name, kind, data, count), ...]) -> bytes: the C
+ * serializer's tf.train.Example (st_example_serialize, protobuf-c). kind
+ * 0 float_list (data: count little-endian float32), 1 int64_list (count
+ * int64), 2 one bytes value (count bytes). For the tests that check
+ * tf.train.Example.SerializeToString against it. */
+static PyObject *py_example_serialize(PyObject *self, PyObject *args) {
+  PyObject *list;
+  if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &list)) return NULL;
+  Py_ssize_t n = PyList_Size(list);
+  st_feature_value *f = calloc((size_t)n + 1, sizeof *f);
+  if (!f) return PyErr_NoMemory();
+  for (Py_ssize_t i = 0; i < n; i++) {
+    int kind;
+    Py_ssize_t len, count;
+    if (!PyArg_ParseTuple(PyList_GetItem(list, i), "siy#n", &f[i].name, &kind, (const char **)&f[i].data,
+                          &len, &count)) {
+      free(f);
+      return NULL;
+    }
+    f[i].dtype = (st_feature_dtype)kind;
+    f[i].count = (size_t)count;
+  }
+  void *out = NULL;
+  size_t size = 0;
+  st_status s = st_example_serialize(f, (int)n, &out, &size);
+  free(f);
+  if (s != ST_OK) return st__py_raise(s, "example_serialize");
+  PyObject *r = PyBytes_FromStringAndSize(out, (Py_ssize_t)size);
+  free(out);
+  return r;
+}
+
 static PyMethodDef methods[] = {
+    {"example_serialize", py_example_serialize, METH_VARARGS, "a tf.train.Example by the C serializer"},
     {"model_from_keras_json", py_model_from_keras_json, METH_VARARGS,
      "(model handle, input shape, name) of a Keras model.to_json() text"},
     {"mnist_load", py_mnist_load, METH_VARARGS, "the four IDX files of a directory"},

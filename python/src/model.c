@@ -349,6 +349,23 @@ static PyObject *py_weights_file(PyObject *self, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+/* checkpoint_dir(model, dir, save): st_checkpoint_save (keep 1) or
+ * st_checkpoint_restore: variables, optimizer slots and step, for
+ * model.save / load_model's .keras archive. */
+static PyObject *py_checkpoint_dir(PyObject *self, PyObject *args) {
+  PyObject *cap;
+  const char *dir;
+  int save;
+  if (!PyArg_ParseTuple(args, "Osp", &cap, &dir, &save)) return NULL;
+  st_model *m = st__py_model_of(cap);
+  if (!m) return NULL;
+  st_checkpoint_options o = st_checkpoint_default_options();
+  o.keep = 1;
+  st_status s = save ? st_checkpoint_save(m, dir, &o) : st_checkpoint_restore(m, dir);
+  if (s != ST_OK) return st__py_raise(s, save ? "save" : "load_model");
+  Py_RETURN_NONE;
+}
+
 static PyObject *py_learning_rate(PyObject *self, PyObject *args) {
   PyObject *cap;
   double lr = -1;
@@ -391,6 +408,7 @@ static PyMethodDef methods[] = {
     {"set_weights", py_set_weights, METH_VARARGS, "set every variable from a float32 array"},
     {"weights_file", py_weights_file, METH_VARARGS, "weights_file(model, path, save)"},
     {"learning_rate", py_learning_rate, METH_VARARGS, "learning_rate(model[, new])"},
+    {"checkpoint_dir", py_checkpoint_dir, METH_VARARGS, "checkpoint_dir(model, dir, save)"},
     {"stop_training", py_stop_training, METH_O, "stop fit after this epoch"},
     {"loss_is_sparse", py_loss_is_sparse, METH_VARARGS, "whether a loss takes class indices"},
     {NULL, NULL, 0, NULL}};

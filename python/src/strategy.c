@@ -236,7 +236,59 @@ static PyObject *py_strategy_reduce(PyObject *self, PyObject *args) {
   return buf;
 }
 
+/* replica_forward(ctx, x float32 [n, ...], training, cols) -> bytearray of
+ * the model's outputs [n, cols] (st_replica_forward: what a GradientTape's
+ * model call, or a model call inside strategy.run, computes). */
+static PyObject *py_replica_forward(PyObject *self, PyObject *args) {
+  PyObject *ccap, *xa;
+  int training;
+  Py_ssize_t cols;
+  if (!PyArg_ParseTuple(args, "OOpn", &ccap, &xa, &training, &cols)) return NULL;
+  st_replica_context *c = replica_of(ccap);
+  st_tensor x;
+  if (!c || replica_array(xa, "x", &x)) return NULL;
+  st_batch b = {(int)x.dims[0], x.data, NULL};
+  const float *out = NULL;
+  st_status s;
+  Py_BEGIN_ALLOW_THREADS
+  s = st_replica_forward(c, &b, training != 0, &out);
+  Py_END_ALLOW_THREADS
+  if (s != ST_OK) return st__py_raise(s, "model call");
+  return PyByteArray_FromStringAndSize((const char *)out, (Py_ssize_t)((size_t)b.size * (size_t)cols * 4));
+}
+
+/* replica_backward(ctx, dy float32 [n, cols]): st_replica_backward, the
+ * variables' gradients kept in the replica (GradientTape.gradient). */
+static PyObject *py_replica_backward(PyObject *self, PyObject *args) {
+  PyObject *ccap, *dya;
+  if (!PyArg_ParseTuple(args, "OO", &ccap, &dya)) return NULL;
+  st_replica_context *c = replica_of(ccap);
+  st_tensor dy;
+  if (!c || replica_array(dya, "dy", &dy)) return NULL;
+  st_status s;
+  Py_BEGIN_ALLOW_THREADS
+  s = st_replica_backward(c, dy.data, NULL);
+  Py_END_ALLOW_THREADS
+  if (s != ST_OK) return st__py_raise(s, "GradientTape.gradient");
+  Py_RETURN_NONE;
+}
+
+/* replica_apply(ctx): st_replica_apply_gradients (optimizer.apply_gradients). */
+static PyObject *py_replica_apply(PyObject *self, PyObject *ccap) {
+  st_replica_context *c = replica_of(ccap);
+  if (!c) return NULL;
+  st_status s;
+  Py_BEGIN_ALLOW_THREADS
+  s = st_replica_apply_gradients(c);
+  Py_END_ALLOW_THREADS
+  if (s != ST_OK) return st__py_raise(s, "apply_gradients");
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"replica_forward", py_replica_forward, METH_VARARGS, "the model's outputs on this replica's x"},
+    {"replica_backward", py_replica_backward, METH_VARARGS, "gradients from dy of the outputs"},
+    {"replica_apply", py_replica_apply, METH_O, "sum the replicas' gradients and apply them"},
     {"strategy_create", py_strategy_create, METH_VARARGS,
      "strategy_create(kind, devices=None, replicas=0, cross_device_ops=None, device=None, threads=0)"},
     {"strategy_replicas", py_strategy_replicas, METH_O, "num_replicas_in_sync of a strategy"},

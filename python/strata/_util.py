@@ -104,3 +104,35 @@ def labels(y, sparse, what="y"):
             row = int(np.argwhere(y != np.round(y))[0][0])
             raise ValueError("%s: label %r of example %d is not a class index" % (what, float(y[row]), row))
     return np.ascontiguousarray(y)
+
+
+class Missing(AttributeError, NotImplementedError):
+    """A TensorFlow name Strata does not provide (yet): an AttributeError
+    (hasattr() answers False) that is also a NotImplementedError."""
+
+
+def missing(where, name):
+    """The error for tf-name `where.name` that Strata does not have."""
+    if name.startswith("__") and name.endswith("__"):
+        return AttributeError("module %r has no attribute %r" % (where, name))
+    return Missing("%s.%s: Strata does not provide %s.%s yet (see README.md, \"Python\", for what "
+                   "exists)" % (where, name, where, name))
+
+
+def namespace(where, module_name, members):
+    """A module (registered as module_name in sys.modules) holding members,
+    whose unknown attributes raise missing(where, name)."""
+    import sys
+    import types
+
+    class _NS(types.ModuleType):
+        def __getattr__(self, name):
+            raise missing(where, name)
+
+        def __dir__(self):
+            return sorted(members)
+
+    ns = _NS(module_name)
+    ns.__dict__.update(members)
+    sys.modules.setdefault(module_name, ns)
+    return ns

@@ -8,27 +8,48 @@ import os
 
 import numpy as np
 
-from . import _strata
+from . import _checkpoint, _strata
+from ._util import missing, namespace as _namespace
 from .data import _example
 from .data._trace import Sym, Untraceable
 
 
 class FixedLenFeature:
     """A feature of fixed shape and dtype (tf.float32, tf.int64 or
-    tf.string). default_value is not supported (a missing feature is an
-    error)."""
+    tf.string). default_value: what a record without the feature gives (a
+    scalar, broadcast, or the full shape); without it a missing feature is
+    an error. A map with default values parses in Python (the C parser
+    runs maps without them)."""
 
     def __init__(self, shape, dtype, default_value=None):
-        if default_value is not None:
-            raise NotImplementedError("FixedLenFeature: argument default_value is not supported by Strata")
         self.shape = tuple(int(d) for d in (shape if isinstance(shape, (list, tuple)) else [shape]))
         if any(d <= 0 for d in self.shape):
             raise ValueError("FixedLenFeature: shape %r must have positive dimensions" % (shape,))
         self.dtype = _kind(dtype)
-        self.default_value = None
+        self.default_value = None if default_value is None else self._default(default_value)
+
+    def _default(self, value):
+        if self.dtype == "string":
+            vals = np.array(value, dtype=object).reshape(-1)
+            vals = [v.encode() if isinstance(v, str) else bytes(v) for v in vals]
+            want = int(np.prod(self.shape)) if self.shape else 1
+            if len(vals) == 1:
+                vals = vals * want
+            if len(vals) != want:
+                raise ValueError("FixedLenFeature: default_value has %d values, the shape %s takes %d"
+                                 % (len(vals), list(self.shape), want))
+            return ("bytes", vals)
+        dt = np.float32 if self.dtype == "float32" else np.int64
+        try:
+            a = np.broadcast_to(np.asarray(value, dtype=dt), self.shape)
+        except ValueError:
+            raise ValueError("FixedLenFeature: default_value %r does not fit the shape %s"
+                             % (value, list(self.shape))) from None
+        return ("float" if self.dtype == "float32" else "int64", a.reshape(-1).copy())
 
     def __repr__(self):
-        return "FixedLenFeature(shape=%r, dtype=%s)" % (list(self.shape), self.dtype)
+        return "FixedLenFeature(shape=%r, dtype=%s, default_value=%r)" % (
+            list(self.shape), self.dtype, None if self.default_value is None else self.default_value[1])
 
 
 def _kind(dtype):
@@ -61,6 +82,8 @@ def _check_spec(features, where):
 
 
 def _value(parsed, name, f, where):
+    if name not in parsed and f.default_value is not None:
+        parsed = {name: f.default_value}
     if name not in parsed:
         raise ValueError("%s: feature '%s' is missing from the record" % (where, name))
     kind, vals = parsed[name]
@@ -83,6 +106,8 @@ def parse_single_example(serialized, features, name=None, example_names=None):
     if isinstance(serialized, Sym):
         if serialized.origin != ("record",) or serialized.batched:
             raise Untraceable("parse_single_example of a non-record")
+        if any(f.default_value is not None for f in features.values()):
+            raise Untraceable("default values (the C parser has none)")
         return {k: _feature_sym(k, f, False) for k, f in features.items()}
     if isinstance(serialized, np.ndarray):
         serialized = serialized.item()
@@ -97,6 +122,8 @@ def parse_example(serialized, features, name=None, example_names=None):
     if isinstance(serialized, Sym):
         if serialized.origin != ("record",) or not serialized.batched:
             raise Untraceable("parse_example of a non-batch")
+        if any(f.default_value is not None for f in features.values()):
+            raise Untraceable("default values (the C parser has none)")
         return {k: _feature_sym(k, f, True) for k, f in features.items()}
     rows = [parse_single_example(r, features) for r in list(np.asarray(serialized, dtype=object).reshape(-1))]
     return {k: (np.array([r[k] for r in rows], dtype=object) if features[k].dtype == "string"
@@ -160,5 +187,12 @@ class TFRecordOptions:
         self.compression_type = compression_type or ""
 
 
-__all__ = ["FixedLenFeature", "VarLenFeature", "parse_single_example", "parse_example", "decode_raw",
+gfile = _namespace("tf.io.gfile", "strata.io.gfile", _checkpoint.GFILE)
+
+
+def __getattr__(name):
+    raise missing("tf.io", name)
+
+
+__all__ = ["gfile", "FixedLenFeature", "VarLenFeature", "parse_single_example", "parse_example", "decode_raw",
            "TFRecordWriter", "TFRecordOptions", "serialize_example"]

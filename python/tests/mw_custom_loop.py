@@ -27,6 +27,21 @@ with s.scope():
 m.compile("adam", tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
 if mode == "fit":
     m.fit(x, y, batch_size=64, epochs=2, shuffle=False, verbose=0)
+elif mode == "tape":  # the tutorial's GradientTape step (issue 32), fit's loss for every global batch
+    dist = s.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices((x, y)).batch(64))
+    loss_object = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+
+    def step(images, labels):
+        n = tf.distribute.get_replica_context().all_reduce(R.SUM, np.float32(len(images)))
+        with tf.GradientTape() as tape:
+            predictions = m(images, training=True)
+            loss = tf.nn.compute_average_loss(loss_object(labels, predictions), global_batch_size=int(n))
+        gradients = tape.gradient(loss, m.trainable_variables)
+        m.optimizer.apply_gradients(zip(gradients, m.trainable_variables))
+        return loss
+    for epoch in range(2):
+        for images, labels in dist:
+            s.run(step, args=(images, labels))
 else:
     dist = s.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices((x, y)).batch(64))
     sizes = []

@@ -256,11 +256,11 @@ def test_unsupported_forms_are_refused_clearly():
         inner(tf.keras.Input(shape=(4,)))
     with pytest.raises(NotImplementedError, match="nested"):
         tf.keras.Sequential([tf.keras.Input((4,)), inner])
-    with pytest.raises(NotImplementedError, match="subclassed"):
-        class Sub(tf.keras.Model):
-            def __init__(self):
-                super().__init__()
-        Sub()
+    class Sub(tf.keras.Model):  # subclassed models trace call() (test_subclassing.py): one is needed
+        def __init__(self):
+            super().__init__()
+    with pytest.raises(NotImplementedError, match="needs a call"):
+        Sub().build((None, 4))
 
 
 def test_builtin_graph_models():

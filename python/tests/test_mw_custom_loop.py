@@ -47,3 +47,21 @@ def test_custom_loop_across_workers_gives_fit_weights_bytes():
     for rank in range(2):
         for name in ("sum", "mean", "sum0", "mean0", "int"):
             assert loop[rank][name].startswith("same "), (rank, name, loop[rank][name])
+
+
+def test_gradient_tape_loop_across_workers():
+    """The GradientTape step of the custom-training tutorial on 2 workers:
+    the same weights bytes on both, fit's within float rounding (the loss's
+    gradient is NumPy's float64, fit's the engine's float32)."""
+    import numpy as np
+    outdir = tempfile.mkdtemp()
+    try:
+        fit = _mpirun("fit", outdir)
+        tape = _mpirun("tape", outdir)
+    finally:
+        shutil.rmtree(outdir)
+    assert tape[0]["weights"] == tape[1]["weights"]
+    got = np.frombuffer(bytes.fromhex(tape[0]["weights"]), dtype=np.float32)
+    want = np.frombuffer(bytes.fromhex(fit[0]["weights"]), dtype=np.float32)
+    np.testing.assert_allclose(got, want, atol=1e-6, rtol=0)
+

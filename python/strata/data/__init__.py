@@ -17,6 +17,9 @@ from .. import _strata
 from .._util import as_array, features, global_seed, labels
 from . import _trace
 from ._trace import Sym
+from .._tensor import Tensor
+from . import _more
+from ._more import AutoShardPolicy, Options
 
 AUTOTUNE = -1
 
@@ -24,18 +27,46 @@ AUTOTUNE = -1
 class _Experimental:
     AUTOTUNE = -1
 
+    @property
+    def AutoShardPolicy(self):
+        return _more.AutoShardPolicy
+
+    @property
+    def DistributeOptions(self):
+        return _more.DistributeOptions
+
+    @staticmethod
+    def TFRecordWriter(filename, compression_type=None):
+        """tf.data.experimental.TFRecordWriter(filename).write(dataset): a
+        dataset of serialized records (bytes) to a TFRecord file."""
+        from ..io import TFRecordWriter
+
+        class _DatasetWriter:
+            def write(self, dataset):
+                with TFRecordWriter(filename, compression_type) as w:
+                    for rec in dataset.as_numpy_iterator():
+                        if not isinstance(rec, bytes):
+                            raise TypeError("TFRecordWriter.write: the dataset's elements must be scalar "
+                                            "strings (serialized records), got %r" % (type(rec).__name__,))
+                        w.write(rec)
+        return _DatasetWriter()
+
+    @staticmethod
+    def cardinality(dataset):
+        return dataset.cardinality()
+
+    @staticmethod
+    def get_single_element(dataset):
+        return dataset.get_single_element()
+
+    def __getattr__(self, name):
+        from .._util import missing
+        raise missing("tf.data.experimental", name)
+
 
 experimental = _Experimental()
 INFINITE_CARDINALITY = -1
 UNKNOWN_CARDINALITY = -2
-
-
-class Tensor(np.ndarray):
-    """A NumPy array that also answers .numpy() (as TensorFlow's eager
-    tensors), for code written against tf.data iteration."""
-
-    def numpy(self):
-        return np.asarray(self)
 
 
 class Bytes(bytes):
@@ -51,13 +82,16 @@ def _tensor(a):
     if isinstance(a, (bytes, str)):
         return Bytes(a) if isinstance(a, bytes) else a
     a = np.asarray(a)
-    return a.view(Tensor) if a.ndim else a[()]
+    return a.view(Tensor)
 
 
 def _numpy(a):
     """as_numpy_iterator's leaf: bytes stay bytes (TF yields bytes for a
     scalar string), arrays of strings are object arrays."""
-    return bytes(a) if isinstance(a, bytes) else np.asarray(a)
+    if isinstance(a, bytes):
+        return bytes(a)
+    a = np.asarray(a)
+    return a[()] if a.ndim == 0 else a  # a NumPy scalar, as TF's as_numpy_iterator
 
 
 def _map_tree(fn, tree):
@@ -149,6 +183,8 @@ class Dataset:
     from_tensor_slices, list_files, shuffle, batch, repeat, take, skip,
     shard, prefetch, cache, map, interleave (of TFRecordDataset), unbatch."""
 
+    _options = None  # tf.data.Options (with_options)
+
     def __init__(self, source, ops, n):
         self._source, self._ops, self._n = source, ops, n
         self._epoch = 0
@@ -162,7 +198,7 @@ class Dataset:
                                                   and all(isinstance(t, str) for t in tensors)):
             names = [tensors] if isinstance(tensors, (str, bytes)) else list(tensors)
             return Dataset(_Files(names), [], len(names))
-        src = _map_tree(lambda a: as_array(a, "from_tensor_slices"), tensors)
+        src = _more.slices_tree(tensors, as_array)
         leaves = _leaves(src)
         if not leaves:
             raise ValueError("from_tensor_slices: no arrays given")
@@ -217,7 +253,82 @@ class Dataset:
                        [], UNKNOWN_CARDINALITY)
 
     def _with(self, op):
-        return Dataset(self._source, self._ops + [op], self._n)
+        d = Dataset(self._source, self._ops + [op], self._n)
+        d._options = self._options
+        return d
+
+    @staticmethod
+    def range(*args, output_type=np.int64, name=None):
+        """Dataset.range(stop) / (start, stop[, step]): int64 scalars."""
+        arr, n = _more.range_source(args, output_type)
+        return Dataset(arr, [], n)
+
+    @staticmethod
+    def from_tensors(tensors, name=None):
+        """One element: the tensors as they are."""
+        src = _map_tree(lambda a: np.asarray(a)[None], _more.slices_tree(tensors, as_array))
+        return Dataset(src, [], 1)
+
+    @staticmethod
+    def from_generator(generator, output_types=None, output_shapes=None, args=None, output_signature=None,
+                       name=None):
+        """Elements from generator() (called again for each pass), cast to
+        output_signature's dtypes, shapes checked."""
+        return Dataset(_more.generator_source(generator, output_types, output_shapes, args, output_signature),
+                       [], UNKNOWN_CARDINALITY)
+
+    @staticmethod
+    def zip(*datasets, name=None):
+        """Dataset.zip((a, b)) (or zip(a, b), or a dict of datasets)."""
+        if len(datasets) == 1 and isinstance(datasets[0], (tuple, list, dict)):
+            datasets = datasets[0]
+        src, n = _more.zip_source(datasets if isinstance(datasets, dict) else tuple(datasets))
+        return Dataset(src, [], n)
+
+    def concatenate(self, dataset, name=None):
+        src, n = _more.concat_source(self, dataset)
+        return Dataset(src, [], n)
+
+    def filter(self, predicate, name=None):
+        """Elements for which predicate(element) is True (runs in Python)."""
+        if not callable(predicate):
+            raise TypeError("filter: predicate %r is not callable" % (predicate,))
+        d = self._with(("filter", predicate))
+        return d
+
+    def enumerate(self, start=0, name=None):
+        """(index, element) pairs, the index an int64 from start."""
+        return self._with(("enumerate", int(start)))
+
+    def padded_batch(self, batch_size, padded_shapes=None, padding_values=None, drop_remainder=False, name=None):
+        """Batches whose elements are padded (with padding_values, default
+        0) to padded_shapes (None dimensions: the batch's longest)."""
+        batch_size = int(batch_size)
+        if batch_size <= 0:
+            raise ValueError("padded_batch: batch_size=%r must be positive" % (batch_size,))
+        return self._with(("padded_batch", batch_size, padded_shapes, padding_values, bool(drop_remainder)))
+
+    def flat_map(self, map_func, name=None):
+        return self._with(("flat_map", map_func))
+
+    def reduce(self, initial_state, reduce_func, name=None):
+        """reduce_func(state, element) over every element; the final state
+        as Tensors."""
+        return _more.reduce(self, initial_state, reduce_func)
+
+    def apply(self, transformation_func):
+        return transformation_func(self)
+
+    def with_options(self, options, name=None):
+        """A dataset with tf.data.Options attached (see Options)."""
+        if not isinstance(options, _more.Options):
+            raise TypeError("with_options: %r is not a tf.data.Options" % (options,))
+        d = Dataset(self._source, list(self._ops), self._n)
+        d._options = options
+        return d
+
+    def options(self):
+        return self._options or _more.Options()
 
     # ---- transforms ----
     def shuffle(self, buffer_size, seed=None, reshuffle_each_iteration=True, name=None):
@@ -279,8 +390,11 @@ class Dataset:
             k = op[0]
             if n < 0 and k != "repeat":
                 continue
-            if k == "batch":
-                n = n // op[1] if op[2] else -(-n // op[1])
+            if k in ("filter", "flat_map"):
+                n = -2
+            elif k in ("batch", "padded_batch"):
+                drop = op[2] if k == "batch" else op[4]
+                n = n // op[1] if drop else -(-n // op[1])
             elif k == "repeat":
                 n = -1 if op[1] < 0 and n != 0 else (n * op[1] if n >= 0 else n)
             elif k == "take":
@@ -293,6 +407,17 @@ class Dataset:
                 n = -2
         return np.int64(n)
 
+    def get_single_element(self, name=None):
+        """The dataset's only element (ValueError for none or several)."""
+        it = iter(self)
+        try:
+            first = next(it)
+        except StopIteration:
+            raise ValueError("get_single_element: the dataset is empty") from None
+        for _ in it:
+            raise ValueError("get_single_element: the dataset has more than one element")
+        return first
+
     def __len__(self):
         n = int(self.cardinality())
         if n < 0:
@@ -301,8 +426,20 @@ class Dataset:
 
     @property
     def element_spec(self):
+        """TensorSpecs of the elements (from the first one; a batch
+        dimension that may be short is None, as TF)."""
+        from .._ops import TensorSpec
         first = next(iter(self))
-        return _map_tree(lambda a: (tuple(np.shape(a)), np.asarray(a).dtype), first)
+        ragged = any(op[0] in ("batch", "padded_batch") and not op[2 if op[0] == "batch" else 4]
+                     for op in self._ops)
+
+        def spec(a):
+            shape = list(np.shape(a))
+            if ragged and shape:
+                shape[0] = None
+            dt = object if isinstance(a, (bytes, str)) else np.asarray(a).dtype
+            return TensorSpec(shape, dt if dt != np.dtype(object) else object)
+        return _map_tree(spec, first)
 
     # ---- Python iteration ----
     def _iter(self, k):
@@ -312,6 +449,8 @@ class Dataset:
                 return iter(list(src.names))
             if isinstance(src, _TFRecord):
                 return src.records()
+            if isinstance(src, _more.PySource):
+                return src.make()
             return (_map_tree(lambda a: a[i], src) for i in range(self._n))
         op = self._ops[k - 1]
         kind = op[0]
@@ -333,6 +472,8 @@ class Dataset:
         if kind == "map":
             fn = op[1]
             return (fn(*e) if isinstance(e, tuple) else fn(e) for e in self._iter(k - 1))
+        if kind in ("filter", "enumerate", "padded_batch", "flat_map"):
+            return _more.iter_op(op, self._iter(k - 1))
         if kind == "unbatch":
             return (_map_tree(lambda a: a[i], e) for e in self._iter(k - 1)
                     for i in range(len(_leaves(e)[0])))
@@ -454,7 +595,7 @@ def engine_pipeline(ds, scale, sparse, where, steps=None, need_labels=True, epoc
     if any(op[0] == "map" for op in ds._ops) or isinstance(ds._source, _TFRecord):
         traced = _traced_source(ds, scale, sparse, where, need_labels)
     if traced is None and (any(op[0] not in _ENGINE_OPS for op in ds._ops)
-                           or isinstance(ds._source, (_Files, _TFRecord))):
+                           or isinstance(ds._source, (_Files, _TFRecord, _more.PySource))):
         return _materialized(ds, scale, sparse, where, steps, need_labels, epoch)
     if traced is not None:
         h = traced
@@ -521,7 +662,7 @@ def trace(ds):
     final element as Syms, or None when a function is not traceable (or an
     op other than the engine's and map is in the way)."""
     src = ds._source
-    if isinstance(src, _Files):
+    if isinstance(src, (_Files, _more.PySource)):
         return None
     if isinstance(src, _TFRecord):
         elem = Sym(("record",), object, ())
@@ -637,4 +778,9 @@ def _materialized(ds, scale, sparse, where, steps, need_labels, epoch=0):
     return h, batch
 
 
-__all__ = ["Dataset", "TFRecordDataset", "AUTOTUNE", "experimental", "Tensor"]
+def __getattr__(name):
+    from .._util import missing
+    raise missing("tf.data", name)
+
+
+__all__ = ["Dataset", "TFRecordDataset", "AUTOTUNE", "experimental", "Tensor", "Options", "AutoShardPolicy"]

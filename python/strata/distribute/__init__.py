@@ -7,6 +7,7 @@ never Python objects here: `scope()` only tells `tf.keras.Sequential` which
 strategy its model trains under."""
 import re
 import threading
+import itertools
 import weakref
 
 import numpy as np
@@ -321,11 +322,34 @@ class Strategy:
         most recently compiled one)."""
         self._models = [r for r in getattr(self, "_models", []) if r() is not None]
         self._models.append(weakref.ref(model))
+        model._reg_order = next(_ORDER)
+
+    def _register_optimizer(self, opt):
+        self._optimizers = [r for r in getattr(self, "_optimizers", []) if r() is not None]
+        self._optimizers.append(weakref.ref(opt))
+        opt._reg_order = next(_ORDER)
 
     def _run_model(self):
-        live = [r() for r in getattr(self, "_models", [])]
-        live = [m for m in live if m is not None and m._compiled]
-        return max(live, key=lambda m: m._compile_order) if live else None
+        """The model strategy.run binds: the most recently compiled one;
+        but when an optimizer was made (in this scope, or outside any) after
+        that compile and a built model has none (TF's custom loops never
+        compile), the newest such model is compiled with the newest such
+        optimizer here (the loss is the GradientTape's; the engine's is a
+        placeholder)."""
+        models = [m for m in (r() for r in getattr(self, "_models", [])) if m is not None]
+        live = [m for m in models if m._compiled and m._compile_args is not None]
+        last = max(live, key=lambda m: m._compiled_at) if live else None
+        since = last._compiled_at if last is not None else 0
+        opts = [o for o in (r() for r in getattr(self, "_optimizers", []))
+                if o is not None and o._model is None and o._reg_order > since]
+        bare = [m for m in models if m._cap is not None and m._compile_args is None]
+        if opts and bare:
+            m = max(bare, key=lambda m: m._reg_order)
+            m.compile(optimizer=max(opts, key=lambda o: o._reg_order), loss="mean_squared_error")
+            m._placeholder_loss = True  # fit / evaluate still ask for compile
+            m._ensure_compiled("strategy.run")
+            return m
+        return last
 
     def _workers(self):
         if self._probe is None:
@@ -514,9 +538,14 @@ class _Experimental:
     CentralStorageStrategy = CentralStorageStrategy
     MultiWorkerMirroredStrategy = MultiWorkerMirroredStrategy
 
+    def __getattr__(self, name):
+        from .._util import missing
+        raise missing("tf.distribute.experimental", name)
+
 
 experimental = _Experimental()
 _default = None
+_ORDER = itertools.count(1)  # models registered, optimizers made, compiles: one sequence
 
 
 def get_strategy():
@@ -572,4 +601,10 @@ from . import cluster_resolver  # noqa: E402
 from .ps import ParameterServerStrategy, Server, ClusterCoordinator, RemoteValue  # noqa: E402
 experimental.ParameterServerStrategy = ParameterServerStrategy
 experimental.coordinator = type("coordinator", (), {"ClusterCoordinator": ClusterCoordinator, "RemoteValue": RemoteValue})
+coordinator = experimental.coordinator  # tf.distribute.coordinator (TF 2.x's non-experimental name)
 __all__ += ["ParameterServerStrategy", "Server", "cluster_resolver"]
+
+
+def __getattr__(name):
+    from .._util import missing
+    raise missing("tf.distribute", name)

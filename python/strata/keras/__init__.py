@@ -1,13 +1,15 @@
 """tf.keras on Strata: Sequential models, layers, optimizers, losses,
 metrics, callbacks, datasets and utils with Keras's names and defaults."""
-import types as _types
 
-from . import callbacks, datasets, layers, losses, metrics, optimizers, utils
+from . import callbacks, datasets, layers, losses, metrics, mixed_precision, optimizers, utils
 from . import models
 from .layers import Input
 from .models import Model, Sequential
 
-backend = _types.SimpleNamespace(clear_session=lambda *a, **k: None, floatx=lambda: "float32")
+from .._util import missing as _missing, namespace as _namespace  # noqa: E402
+
+backend = _namespace("tf.keras.backend", "strata.keras.backend",
+                     dict(clear_session=lambda *a, **k: None, floatx=lambda: "float32"))
 
 
 class _Initializer:
@@ -15,11 +17,11 @@ class _Initializer:
         self.seed = seed
 
 
-initializers = _types.SimpleNamespace(
+initializers = _namespace("tf.keras.initializers", "strata.keras.initializers", dict(
     GlorotUniform=type("GlorotUniform", (_Initializer,), {}),
     HeNormal=type("HeNormal", (_Initializer,), {}),
     Zeros=type("Zeros", (_Initializer,), {}),
-    Ones=type("Ones", (_Initializer,), {}))
+    Ones=type("Ones", (_Initializer,), {})))
 
 
 def _act(name):
@@ -39,10 +41,37 @@ def _act(name):
     return f
 
 
-activations = _types.SimpleNamespace(**{n: _act(n) for n in ("relu", "sigmoid", "tanh", "linear", "softmax", "elu")})
+class _Regularizer:
+    """A regularizer object (its factor kept); layers refuse it when given
+    (Strata's engine has no weight penalties: AdamW's weight_decay is the
+    alternative)."""
+
+    def __init__(self, l1=0.0, l2=0.0):
+        self.l1, self.l2 = float(l1), float(l2)
+
+    def __call__(self, x):
+        import numpy as np
+        x = np.asarray(x, dtype=np.float32)
+        return np.float32(self.l1 * np.abs(x).sum() + self.l2 * np.square(x).sum())
+
+    def get_config(self):
+        return {"l1": self.l1, "l2": self.l2}
+
+
+regularizers = _namespace("tf.keras.regularizers", "strata.keras.regularizers", dict(
+    Regularizer=_Regularizer, L1L2=_Regularizer, l1_l2=_Regularizer,
+    L1=lambda l1=0.01: _Regularizer(l1=l1), l1=lambda l1=0.01: _Regularizer(l1=l1),
+    L2=lambda l2=0.01: _Regularizer(l2=l2), l2=lambda l2=0.01: _Regularizer(l2=l2)))
+
+activations = _namespace("tf.keras.activations", "strata.keras.activations",
+                         {n: _act(n) for n in ("relu", "sigmoid", "tanh", "linear", "softmax", "elu")})
 activations.gelu = _act("gelu")
 activations.relu6 = _act("relu6")
 activations.leaky_relu = _act("leaky_relu")
 
-__all__ = ["Sequential", "Model", "Input", "layers", "models", "optimizers", "losses", "metrics",
+__all__ = ["Sequential", "Model", "Input", "layers", "models", "optimizers", "losses", "metrics", "mixed_precision",
            "callbacks", "datasets", "utils", "activations", "initializers", "backend"]
+
+
+def __getattr__(name):
+    raise _missing("tf.keras", name)

@@ -121,3 +121,29 @@ def to_doc(model, rescaling=True):
 
 def to_json(model, **kwargs):
     return json.dumps(to_doc(model), **kwargs)
+
+
+def peel_rescaling(text):
+    """(text without a first Rescaling layer, its scale), or (text, None).
+    The library's reader builds the engine's layers and has no Rescaling:
+    Strata folds it into the input pipeline (as Sequential.add does), so a
+    model.to_json() of such a model reads back. Its input shape moves to the
+    next layer (Keras 2's batch_input_shape); Keras 3's InputLayer keeps it.
+    Anything unexpected is left for the reader to report."""
+    import json
+    try:
+        doc = json.loads(text)
+        layers = doc["config"]["layers"] if isinstance(doc["config"], dict) else doc["config"]
+    except (ValueError, KeyError, TypeError):
+        return text, None
+    i = 1 if layers and isinstance(layers[0], dict) and layers[0].get("class_name") == "InputLayer" else 0
+    if len(layers) <= i + 1 or not isinstance(layers[i], dict) or layers[i].get("class_name") != "Rescaling":
+        return text, None
+    cfg = layers[i].get("config") or {}
+    if float(cfg.get("offset", 0.0)) != 0.0 or not isinstance(cfg.get("scale"), (int, float)):
+        return text, None  # the reader names the layer and option
+    shape = {k: cfg[k] for k in ("batch_input_shape", "batch_shape") if k in cfg}
+    del layers[i]
+    if shape and isinstance(layers[i].get("config"), dict):
+        layers[i]["config"].update(shape)
+    return json.dumps(doc), float(cfg["scale"])

@@ -164,20 +164,47 @@ class EarlyStopping(Callback):
 
 class ModelCheckpoint(Callback):
     """Save the weights (safetensors, whatever the file's extension) to
-    filepath.format(epoch=..., **logs) each epoch, or only on improvement."""
+    filepath.format(epoch=..., **logs) each epoch (save_freq='epoch') or
+    every save_freq batches (an int, counted across epochs, as Keras), or
+    only on improvement (save_best_only). The directory is created as TF
+    creates it; a TF-style checkpoint prefix (no .h5 / .keras / .safetensors
+    suffix) is recorded in the directory's `checkpoint` file, which
+    tf.train.latest_checkpoint reads. save_weights_only=False writes the
+    weights too (Strata's whole-model save is model.save(path.keras))."""
 
     def __init__(self, filepath, monitor="val_loss", verbose=0, save_best_only=False,
                  save_weights_only=False, mode="auto", save_freq="epoch", initial_value_threshold=None):
         super().__init__()
-        if save_freq != "epoch":
-            raise NotImplementedError("ModelCheckpoint: save_freq=%r is not supported by Strata" % (save_freq,))
+        if save_freq != "epoch" and (isinstance(save_freq, bool) or not isinstance(save_freq, int) or save_freq < 1):
+            raise ValueError("ModelCheckpoint: save_freq=%r (expected 'epoch' or a positive number of batches)"
+                             % (save_freq,))
         self.filepath, self.monitor, self.verbose = os.fspath(filepath), monitor, verbose
-        self.save_best_only, self.mode = save_best_only, mode
+        self.save_best_only, self.mode, self.save_freq = save_best_only, mode, save_freq
         self.best = _mode_best(monitor, mode) if initial_value_threshold is None else initial_value_threshold
+        self._batches, self._epoch = 0, 0
+        if save_freq != "epoch":
+            self.on_train_batch_end = self._batch_end
+
+    def _wants_batches(self):
+        return self.save_freq != "epoch"
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def _batch_end(self, batch, logs=None):
+        self._batches += 1
+        if self._batches % self.save_freq == 0:
+            self._save(self._epoch, batch, logs or {})
 
     def on_epoch_end(self, epoch, logs=None):
-        logs = logs or {}
-        path = self.filepath.format(epoch=epoch + 1, **logs)
+        if self.save_freq == "epoch":
+            self._save(epoch, None, logs or {})
+
+    def _save(self, epoch, batch, logs):
+        fmt = dict(logs, epoch=epoch + 1)
+        if batch is not None:
+            fmt["batch"] = batch + 1
+        path = self.filepath.format(**fmt)
         if self.save_best_only:
             current = logs.get(self.monitor)
             if current is None or not _improved(self.monitor, self.mode, current, self.best, 0):
@@ -330,6 +357,5 @@ class BackupAndRestore(Callback):
 
 
 def __getattr__(name):
-    if name in ("ReduceLROnPlateau", "RemoteMonitor", "SwapEMAWeights"):
-        raise NotImplementedError("tf.keras.callbacks.%s is not supported by Strata yet" % name)
-    raise AttributeError("module 'strata.keras.callbacks' has no attribute %r" % name)
+    from .._util import missing
+    raise missing("tf.keras.callbacks", name)

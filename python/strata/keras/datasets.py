@@ -51,6 +51,5 @@ mnist = _Mnist()
 
 
 def __getattr__(name):
-    if name in ("cifar10", "cifar100", "imdb", "reuters", "boston_housing", "california_housing"):
-        raise NotImplementedError("tf.keras.datasets.%s is not supported by Strata" % name)
-    raise AttributeError(name)
+    from .._util import missing
+    raise missing("tf.keras.datasets", name)

@@ -2,6 +2,8 @@
 object is a description; `Sequential` adds it to the engine's model when the
 input shape is known. Arguments Strata does not implement raise
 NotImplementedError naming them."""
+import numpy as _np
+
 from .._util import unsupported, reject_kwargs
 
 _COMMON = ("name", "dtype", "trainable", "input_shape", "batch_input_shape", "input_dim")
@@ -56,7 +58,25 @@ def _regularizers(where, kwargs):
               "kernel_constraint", "bias_constraint", "beta_regularizer", "gamma_regularizer",
               "beta_constraint", "gamma_constraint", "lora_rank"):
         if kwargs.pop(k, None) is not None:
-            raise NotImplementedError("%s: argument %s is not supported by Strata" % (where, k))
+            raise NotImplementedError("%s: argument %s is not supported by Strata (no weight penalties in "
+                                      "its engine; AdamW's weight_decay decays the weights instead)" % (where, k))
+
+
+def _float32_dtype(dt):
+    """Whether a layer's dtype= is float32 (tf.float32, 'float32', a NumPy
+    dtype) or a mixed precision policy (computed in float32: mixed_precision.py)."""
+    from . import mixed_precision
+    if mixed_precision.is_mixed(dt):
+        return True
+    try:
+        return _np.dtype(getattr(dt, "name", dt)) == _np.float32
+    except TypeError:
+        return False
+
+
+_CUSTOM = ("custom layer %s: a tf.keras.layers.Layer subclass with its own build / add_weight / call is "
+           "not supported by Strata yet (the engine runs only its own layers); compose Strata's layers in a "
+           "subclassed tf.keras.Model or a functional model instead")
 
 
 class Layer:
@@ -78,7 +98,7 @@ class Layer:
         if kwargs.get("trainable", True) is not True:
             raise NotImplementedError("%s: trainable=False is not supported by Strata" % where)
         dt = kwargs.get("dtype")
-        if dt is not None and str(getattr(dt, "name", dt)) not in ("float32", "<dtype: 'float32'>"):
+        if dt is not None and not _float32_dtype(dt):
             raise NotImplementedError("%s: dtype=%r is not supported by Strata (float32 only)" % (where, dt))
         self.output_shape = None
         self._params = 0
@@ -87,8 +107,8 @@ class Layer:
     def count_params(self):
         return self._params
 
-    def _add(self, model_cap):  # pragma: no cover - each layer defines it
-        raise NotImplementedError(type(self).__name__)
+    def _add(self, model_cap):  # each of Strata's layers defines it; a user's Layer subclass does not
+        raise NotImplementedError(_CUSTOM % type(self).__name__)
 
     def _weight_shapes(self, in_shape):
         """[(shape, trainable)] in Keras's get_weights order."""
@@ -108,11 +128,16 @@ class Layer:
         return "<%s name=%s>" % (type(self).__name__, self.name)
 
     # ---- the functional API: calling the layer on KerasTensors ----
+    def add_weight(self, *args, **kwargs):
+        raise NotImplementedError(_CUSTOM % type(self).__name__)
+
     def __call__(self, inputs, *args, **kwargs):
         """Record a call on KerasTensor(s): the engine builds the layer on
         its first call (st_layer_call) and shares its weights on later ones;
         returns the output KerasTensor."""
         where = self._where()
+        if hasattr(type(self), "call"):  # Strata's layers have none: a user's Layer subclass
+            raise NotImplementedError(_CUSTOM % type(self).__name__)
         if args:
             raise NotImplementedError("%s: positional call arguments %r are not supported by Strata" % (where, args))
         for k, v in kwargs.items():
@@ -717,6 +742,5 @@ _NOT_YET = ("Conv3D", "LSTM", "GRU", "SimpleRNN", "Lambda",
 
 
 def __getattr__(name):
-    if name in _NOT_YET:
-        raise NotImplementedError("tf.keras.layers.%s is not supported by Strata" % name)
-    raise AttributeError("module 'strata.keras.layers' has no attribute %r" % name)
+    from .._util import missing
+    raise missing("tf.keras.layers", name)  # (_NOT_YET: the common ones users ask for)

@@ -10,6 +10,7 @@ import numpy as np
 from .. import _strata
 from .. import distribute as _distribute
 from .._util import features, global_seed, labels, reject_kwargs, unsupported
+from . import _nested
 from . import callbacks as _callbacks
 from . import layers as _layers
 from . import losses as _losses
@@ -59,58 +60,7 @@ class _Driver:
 _compile_counter = itertools.count(1)
 
 
-def _validation_epochs(freq):
-    """Keras's _should_eval as a function of the 1-based epoch: every
-    `freq`th epoch for an int, the listed epochs for a list/tuple/set."""
-    if isinstance(freq, (int, np.integer)) and not isinstance(freq, bool):
-        if freq < 1:
-            raise ValueError("fit: validation_freq=%r must be at least 1" % (freq,))
-        return lambda e: e % int(freq) == 0
-    if isinstance(freq, (list, tuple, set, frozenset, range)):
-        epochs = set()
-        for e in freq:
-            if not isinstance(e, (int, np.integer)) or isinstance(e, bool) or e < 1:
-                raise ValueError("fit: validation_freq=%r: epochs are integers from 1" % (freq,))
-            epochs.add(int(e))
-        return lambda e: e in epochs
-    raise ValueError("fit: validation_freq=%r: expected an int or a list of epochs" % (freq,))
-
-
-def _class_weights(where, class_weight):
-    """Keras 3's class_weight dict as the engine's weight per class 0..max
-    key (a class between the keys weighs 1.0); None for None."""
-    if class_weight is None:
-        return None
-    if not isinstance(class_weight, dict):
-        raise ValueError("%s: class_weight=%r must be a dict {class: weight}" % (where, class_weight))
-    if not class_weight:
-        return None
-    for k, v in class_weight.items():
-        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 0:
-            raise ValueError("%s: class_weight key %r is not a class index (an integer >= 0)" % (where, k))
-        if not isinstance(v, (int, float, np.integer, np.floating)) or not math.isfinite(float(v)):
-            raise ValueError("%s: class_weight[%r] = %r is not a finite number" % (where, k, v))
-    top = max(int(k) for k in class_weight)
-    if top >= _MAX_CLASSES:  # issue 29 D11: a list of top + 1 weights, before anything else ran
-        raise ValueError("%s: class_weight key %d: at most %d classes (keys 0 .. %d)"
-                         % (where, top, _MAX_CLASSES, _MAX_CLASSES - 1))
-    return [float(class_weight.get(c, 1.0)) for c in range(top + 1)]
-
-
-_MAX_CLASSES = 1 << 20
-_MAX_EPOCHS = (1 << 31) - 1  # the engine counts epochs in an int
-
-
-def _check_class_keys(where, cweights, output_shape):
-    """class_weight keys against the model's outputs (N outputs: classes
-    0..N-1; one output, binary: 0 and 1)."""
-    if cweights is None or not output_shape or output_shape[-1] is None:
-        return
-    classes = max(int(output_shape[-1]), 2)
-    if len(cweights) > classes:
-        raise ValueError("%s: class_weight key %d is not a class of this model (its %d output%s "
-                         "give classes 0 .. %d)" % (where, len(cweights) - 1, int(output_shape[-1]),
-                                                    "s" if output_shape[-1] != 1 else "", classes - 1))
+from ._fit_args import _MAX_EPOCHS, _check_class_keys, _class_weights, _validation_epochs  # noqa: E402,F401
 
 
 class Model:
@@ -127,9 +77,37 @@ class Model:
         return super().__new__(cls)
 
     def __init__(self, *args, **kwargs):  # reached by subclasses of tf.keras.Model only
-        raise NotImplementedError("subclassed tf.keras.Model (a class with __init__ layers and call) is not "
-                                  "supported by Strata yet: build the model with tf.keras.Input and "
-                                  "tf.keras.Model(inputs, outputs), or with tf.keras.Sequential")
+        from .functional import Functional
+        if type(self) is Functional:
+            raise ValueError("Model: give inputs and outputs (tf.keras.Model(inputs, outputs)), or subclass "
+                             "tf.keras.Model with layers in __init__ and a call method")
+        if args or "inputs" in kwargs or "outputs" in kwargs:
+            raise NotImplementedError("a subclassed tf.keras.Model that passes inputs / outputs to "
+                                      "Model.__init__ is not supported by Strata: build tf.keras.Model(inputs, "
+                                      "outputs) directly, or define call()")
+        reject_kwargs("Model", kwargs, ("name", "trainable", "dtype", "autocast"))
+        from . import _subclass
+        _subclass.init_state(self, kwargs.get("name"))
+
+    @property
+    def built(self):
+        return self._cap is not None
+
+    def _build(self, shape):
+        """A subclassed model's graph: call() traced on an Input of shape
+        (keras/_subclass.py)."""
+        if not getattr(self, "_subclass_pending", False):
+            raise ValueError("%s: cannot be built from an input shape" % type(self).__name__)
+        from . import _subclass
+        _subclass.trace(self, tuple(int(d) for d in shape))
+
+    def build(self, input_shape=None):
+        """Build a subclassed model for inputs of input_shape (with the
+        batch dimension): its call() is traced."""
+        if input_shape is None:
+            raise ValueError("build: give the input shape, e.g. model.build((None, 784))")
+        if getattr(self, "_subclass_pending", False):
+            self._build(tuple(input_shape)[1:])
 
     def _flatten_inputs(self, x, where):
         """x as the engine's rows (functional models with several inputs
@@ -176,8 +154,13 @@ class Model:
         reject_kwargs("compile", kwargs, ("auto_scale_loss",))
         if loss is None:
             raise ValueError("compile: a loss is required (Strata trains with the engine's losses)")
+        self._placeholder_loss = False  # set after compiles made for a GradientTape or a Checkpoint
         opt = _optimizers.get(optimizer)
         lossobj = _losses.get(loss)
+        if getattr(lossobj, "reduction", "auto") not in ("auto", "sum_over_batch_size"):
+            raise NotImplementedError("compile: a loss with reduction=%r is not supported by Strata's "
+                                      "engine (it averages over the batch); reduction 'none' / 'sum' work in "
+                                      "a custom loop's loss calls" % (lossobj.reduction,))
         mets = list(metrics or [])
         if isinstance(metrics, dict):
             raise NotImplementedError("compile: metrics as a dict are not supported by Strata")
@@ -186,6 +169,7 @@ class Model:
             raise NotImplementedError("compile: metrics=%r: Strata reports one accuracy metric per model"
                                       % (mets,))
         self.optimizer, self.loss = opt, lossobj
+        self._compile_metrics = mets
         opt._model = self
         self._metric_key = resolved[0][1] if resolved else None
         self._compile_args = (opt, lossobj, [c for c, _ in resolved])
@@ -198,6 +182,7 @@ class Model:
         _strata.model_compile(self._cap, *opt._args(), lossobj._engine_name, codes or [0])
         self._compiled = True
         self._compile_order = next(_compile_counter)
+        self._compiled_at = next(_distribute._ORDER)
 
     def _ensure_compiled(self, what):
         self._require_built(what)
@@ -207,6 +192,8 @@ class Model:
             else:  # weights exist once compiled: a placeholder optimizer and loss
                 _strata.model_compile(self._cap, *_optimizers.Adam()._args(), "mean_squared_error", [0])
                 self._compiled = True
+        if getattr(self, "_nested", None):
+            _nested.pull(self)  # a nested model's current weights (keras/_nested.py)
 
     @property
     def metrics_names(self):
@@ -226,6 +213,7 @@ class Model:
         if isinstance(x, _data.Dataset):
             if y is not None:
                 raise ValueError("%s: `y` must be None when x is a dataset" % where)
+            _data._more.check_options(x, self.distribute_strategy, where)
             if self._cap is None:
                 first = next(iter(x.as_numpy_iterator()))
                 self._build(np.shape(first[0] if isinstance(first, tuple) else first)[1:])
@@ -274,8 +262,10 @@ class Model:
         if ps_fit is not None:
             return ps_fit(self, x, y, batch_size, epochs, verbose, callbacks, validation_split, validation_data,
                           shuffle, initial_epoch, steps_per_epoch)
-        if self._compile_args is None:
+        if self._compile_args is None or getattr(self, "_placeholder_loss", False):
             raise RuntimeError("You must compile your model before training/testing. Use `model.compile(optimizer, loss)`.")
+        if getattr(self, "_nested", None):
+            self._ensure_compiled("fit")  # takes the nested model's current weights
         if shuffle not in (True, False, "batch"):
             raise ValueError("fit: shuffle=%r (expected a bool)" % (shuffle,))
         for name, v in (("epochs", epochs), ("initial_epoch", initial_epoch)):  # 1.5 ran 1 epoch (D20)
@@ -392,6 +382,7 @@ class Model:
         for cb in cbs:
             cb.on_train_end(driver.last)
         del keep
+        _nested.push(self)
         return history
 
     def _epoch_logs(self, t, key):
@@ -422,7 +413,7 @@ class Model:
         metrics, else [loss, metric]; a dict with return_dict=True."""
         unsupported("evaluate", sample_weight=(sample_weight, None))
         reject_kwargs("evaluate", kwargs, ("max_queue_size", "workers", "use_multiprocessing"))
-        if self._compile_args is None:
+        if self._compile_args is None or getattr(self, "_placeholder_loss", False):
             raise RuntimeError("You must compile your model before training/testing. Use `model.compile(optimizer, loss)`.")
         ds, _ = self._arrays(x, y, batch_size, "evaluate", steps=steps)
         self._ensure_compiled("evaluate")
@@ -450,9 +441,59 @@ class Model:
                 isinstance(t, _layers.KerasTensor) for t in (x if isinstance(x, (list, tuple)) else [x])):
             raise NotImplementedError("calling a model on KerasTensors (a nested model) is not supported by "
                                       "Strata yet: call its layers on the tensors instead")
-        if training:
-            raise NotImplementedError("calling a model with training=True is not supported by Strata")
-        return self.predict(x, verbose=0)
+        ctx = _distribute._current_replica()
+        if training and (ctx is None or ctx._handle is None):
+            raise NotImplementedError("calling a model with training=True is supported by Strata inside "
+                                      "strategy.run only (a GradientTape step)")
+        if ctx is not None and ctx._handle is not None:
+            return self._replica_call(ctx, x, training)
+        from .. import _tape
+        if _tape.recording() is not None:
+            raise NotImplementedError("GradientTape: Strata differentiates a model call inside strategy.run (the "
+                                      "engine's replicas): run the step with strategy.run(step, args=(...)) "
+                                      "(tf.distribute.get_strategy() when there is no other), the model compiled "
+                                      "or its optimizer made in the strategy's scope")
+        from .._tensor import tensor
+        return tensor(self.predict(x, verbose=0))  # an eager tensor, as TF (predict stays NumPy)
+
+    def _replica_call(self, ctx, x, training):
+        """model(x) inside strategy.run: this replica's forward in the
+        engine (st_replica_forward), recorded by a GradientTape."""
+        from .. import _tape
+        if ctx._model is not self:
+            raise NotImplementedError("model call inside strategy.run: this run is bound to %s (the most "
+                                      "recently compiled model of the strategy)" % getattr(ctx._model, "name", None))
+        xa = features(self._flatten_inputs(x, "model call"), "model call: x")
+        x32 = xa if xa.dtype == np.float32 else xa.astype(np.float32)
+        if self._scale != 1.0:
+            x32 = x32 * np.float32(self._scale)
+        cols = int(np.prod(self.output_shape[1:]))
+        buf = _strata.replica_forward(ctx._handle, np.ascontiguousarray(x32), bool(training), cols)
+        out = np.frombuffer(buf, dtype=np.float32).reshape((len(xa),) + tuple(self.output_shape[1:])).copy()
+        return _tape.model_output(self, ctx, out)
+
+    @property
+    def trainable_variables(self):
+        """The trainable weights (Keras's order) as variables of the engine
+        (GradientTape.gradient's sources; .numpy() reads one)."""
+        from .. import _tape
+        if getattr(self, "_tvars", None) is None:
+            self._require_built("trainable_variables")
+            out, i = [], 0
+            for l, ws in self._weight_layout():
+                for j, (s, t, _o) in enumerate(ws):
+                    if t:
+                        out.append(_tape.ModelVariable(self, i, "%s/%d" % (l.name, j), s))
+                    i += 1
+            self._tvars = out
+        return list(self._tvars)
+
+    trainable_weights = trainable_variables
+
+    @property
+    def losses(self):
+        """The layers' added losses: none in Strata (no regularizers)."""
+        return []
 
     def train_on_batch(self, x, y=None, sample_weight=None, class_weight=None, return_dict=False):
         """One optimizer step on the batch (split over the replicas by the
@@ -460,7 +501,7 @@ class Model:
         cweights = _class_weights("train_on_batch", class_weight)
         if sample_weight is not None and cweights is not None:
             raise ValueError("train_on_batch: you cannot use class_weight and sample_weight at the same time")
-        if self._compile_args is None:
+        if self._compile_args is None or getattr(self, "_placeholder_loss", False):
             raise RuntimeError("You must compile your model before training/testing. Use `model.compile(optimizer, loss)`.")
         ctx = _distribute._current_replica()
         if ctx is not None:
@@ -475,6 +516,7 @@ class Model:
         driver = _Driver(self, [], self._metric_key, 0)
         logs, _ = _strata.model_fit(self._cap, ds, 1, None, driver, 0, 0, None, 0, None, cweights,
                                     sample_weight is not None)
+        _nested.push(self)
         out = self._epoch_logs(logs[0], self._metric_key)
         if return_dict:
             return out
@@ -573,6 +615,7 @@ class Model:
                 raise ValueError("set_weights: weight %d has shape %s, expected %s" % (i, w.shape, tuple(s)))
             flat[o:o + w.size] = w.reshape(-1)
         _strata.set_weights(self._cap, flat)
+        _nested.push(self)
 
     def _set_layer_weights(self, layer, weights):
         all_w = self.get_weights()
@@ -591,7 +634,10 @@ class Model:
         path = os.fspath(filepath)
         if not overwrite and os.path.exists(path):
             raise FileExistsError("save_weights: %s exists (overwrite=False)" % path)
+        from .. import _checkpoint
+        _checkpoint.make_parent(path)
         _strata.weights_file(self._cap, path, True)
+        _checkpoint.record(path)
 
     def load_weights(self, filepath, skip_mismatch=False, by_name=False, options=None):
         """Read variables save_weights wrote (names, dtypes and shapes are
@@ -599,6 +645,7 @@ class Model:
         unsupported("load_weights", skip_mismatch=(skip_mismatch, False), by_name=(by_name, False))
         self._ensure_compiled("load_weights")
         _strata.weights_file(self._cap, os.fspath(filepath), False)
+        _nested.push(self)
 
     def to_json(self, **kwargs):
         """The model's Keras JSON (Keras 2 layout; `strata train --model
@@ -606,8 +653,14 @@ class Model:
         from ._json import to_json
         return to_json(self, **kwargs)
 
-    def save(self, filepath, *args, **kwargs):
-        raise NotImplementedError("Model.save is not supported by Strata yet; use save_weights")
+    def save(self, filepath, overwrite=True, zipped=None, **kwargs):
+        """Save the whole model (config, compile settings, weights and
+        optimizer state) to a .keras archive (keras/_saving.py says what is
+        inside); tf.keras.models.load_model reads it back."""
+        from ._saving import save_model
+        if zipped not in (None, True):
+            raise NotImplementedError("save: zipped=False is not supported by Strata")
+        save_model(self, filepath, overwrite)
 
 
 class Sequential(Model):
@@ -644,7 +697,7 @@ class Sequential(Model):
             layer = layer._layer
         if not isinstance(layer, _layers.Layer):
             if isinstance(layer, Model):
-                raise NotImplementedError("Sequential: nested models are not supported by Strata")
+                return _nested.add(self, layer)
             raise TypeError("Sequential.add: %r is not a layer" % (layer,))
         if isinstance(layer, _layers.InputLayer):
             if self._layers or self._input_shape is not None:
@@ -736,9 +789,10 @@ class Sequential(Model):
 
 
 
-def load_model(*args, **kwargs):
-    raise NotImplementedError("tf.keras.models.load_model is not supported by Strata yet; "
-                              "rebuild the model and use load_weights")
+def load_model(filepath, custom_objects=None, compile=True, safe_mode=True):
+    """A model model.save(path.keras) wrote (keras/_saving.py)."""
+    from ._saving import load_model as _load
+    return _load(filepath, custom_objects, compile, safe_mode)
 
 
 def model_from_json(json_string, custom_objects=None):
@@ -758,7 +812,8 @@ def model_from_json(json_string, custom_objects=None):
     from .functional import Functional, is_functional_json
     if is_functional_json(json_string):
         return Functional._from_json(json_string)
-    json_string, scale = _peel_rescaling(json_string)
+    from ._json import peel_rescaling
+    json_string, scale = peel_rescaling(json_string)
     model = Sequential._from_json(json_string)
     if scale is not None:  # the first layer again, folded into the input pipeline
         model._layers.insert(0, _layers.Rescaling(scale))
@@ -766,27 +821,6 @@ def model_from_json(json_string, custom_objects=None):
     return model
 
 
-def _peel_rescaling(text):
-    """(text without a first Rescaling layer, its scale), or (text, None).
-    The library's reader builds the engine's layers and has no Rescaling:
-    Strata folds it into the input pipeline (as Sequential.add does), so a
-    model.to_json() of such a model reads back. Its input shape moves to the
-    next layer (Keras 2's batch_input_shape); Keras 3's InputLayer keeps it.
-    Anything unexpected is left for the reader to report."""
-    import json
-    try:
-        doc = json.loads(text)
-        layers = doc["config"]["layers"] if isinstance(doc["config"], dict) else doc["config"]
-    except (ValueError, KeyError, TypeError):
-        return text, None
-    i = 1 if layers and isinstance(layers[0], dict) and layers[0].get("class_name") == "InputLayer" else 0
-    if len(layers) <= i + 1 or not isinstance(layers[i], dict) or layers[i].get("class_name") != "Rescaling":
-        return text, None
-    cfg = layers[i].get("config") or {}
-    if float(cfg.get("offset", 0.0)) != 0.0 or not isinstance(cfg.get("scale"), (int, float)):
-        return text, None  # the reader names the layer and option
-    shape = {k: cfg[k] for k in ("batch_input_shape", "batch_shape") if k in cfg}
-    del layers[i]
-    if shape and isinstance(layers[i].get("config"), dict):
-        layers[i]["config"].update(shape)
-    return json.dumps(doc), float(cfg["scale"])
+def __getattr__(name):
+    from .._util import missing
+    raise missing("tf.keras.models", name)

@@ -1,6 +1,19 @@
 """tf.keras.optimizers: SGD, Adam, AdamW, RMSprop with Keras's defaults, and
 learning-rate schedules (tf.keras.optimizers.schedules)."""
+from .._tensor import Variable
 from .._util import reject_kwargs
+
+
+class _LearningRate(Variable):
+    """optimizer.learning_rate: a float32 Variable whose assign sets the
+    optimizer's rate."""
+
+    def __init__(self, opt, value):
+        super().__init__(value, dtype="float32", name="learning_rate")
+        self._opt = opt
+
+    def _assigned(self):
+        self._opt.learning_rate = float(self._value)
 
 
 class _Schedules:
@@ -94,9 +107,24 @@ class Optimizer:
         self.beta_1, self.beta_2, self.epsilon, self.rho = 0.9, 0.999, 1e-7, 0.9
         self.weight_decay = float(kwargs.get("weight_decay") or 0.0)
         self._model = None
+        from .. import distribute as _distribute
+        # strategy.run may compile an uncompiled model with it (GradientTape loops, as TF's never compile)
+        (_distribute._scoped_strategy() or _distribute.get_strategy())._register_optimizer(self)
+
+    def apply_gradients(self, grads_and_vars, name=None, skip_gradients_aggregation=False, **kwargs):
+        """Apply the gradients a GradientTape left in the engine (inside
+        strategy.run): summed over the replicas, then this optimizer's update."""
+        from .. import _tape
+        _tape.apply_gradients(self, grads_and_vars)
 
     @property
     def learning_rate(self):
+        """The current learning rate as a tf.Variable (float32): .numpy(),
+        float(), arithmetic; assign() sets it, as `optimizer.learning_rate
+        = x` does."""
+        return _LearningRate(self, self._lr_value())
+
+    def _lr_value(self):
         if self._model is not None and self._model._compiled:
             from .. import _strata
             return _strata.learning_rate(self._model._cap)
@@ -104,6 +132,7 @@ class Optimizer:
 
     @learning_rate.setter
     def learning_rate(self, lr):
+        lr = float(lr)
         if self._model is not None and self._model._compiled:
             from .. import _strata
             _strata.learning_rate(self._model._cap, float(lr))
@@ -180,6 +209,5 @@ def get(identifier):
 
 
 def __getattr__(name):
-    if name in ("Adagrad", "Adadelta", "Adamax", "Nadam", "Ftrl", "Lion", "Adafactor", "LossScaleOptimizer"):
-        raise NotImplementedError("tf.keras.optimizers.%s is not supported by Strata" % name)
-    raise AttributeError("module 'strata.keras.optimizers' has no attribute %r" % name)
+    from .._util import missing
+    raise missing("tf.keras.optimizers", name)

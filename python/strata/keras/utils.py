@@ -30,3 +30,8 @@ def to_categorical(y, num_classes=None, dtype="float32"):
 def set_random_seed(seed):
     """Seed Strata's weight initialisation, dropout and shuffling."""
     set_global_seed(seed)
+
+
+def __getattr__(name):
+    from .._util import missing
+    raise missing("tf.keras.utils", name)
