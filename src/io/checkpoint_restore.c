@@ -285,7 +285,7 @@ static bool schedule_from_json(json_t *ls, st_schedule *out) {
       kind < 0 || kind >= ST_SCHEDULE_COUNT || !(initial > 0))
     return false;
   *out = (st_schedule){(st_schedule_kind)kind, (float)initial, dsteps, (float)rate, stair,
-                       (float)alpha};
+                       (float)alpha, 0, 0.0f};
   return true;
 }
 

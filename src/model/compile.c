@@ -45,8 +45,11 @@ static st_status check_compile(const st_model *m, const st_compile_options *o) {
       return st_error(ST_ERR_INVALID, "st_model_compile: o->metrics[%d] = %d out of range", i,
                       (int)o->metrics[i]);
   st_shape out = st_model_output_shape(m);
-  if (out.rank != 1)
-    return st_error(ST_ERR_INVALID, "compile: model output %s must be rank 1 (add Flatten)",
+  /* sparse losses take any rank: one class index per position of the last
+   * axis (a language model's [T, vocab] with [T] labels), as Keras */
+  if (out.rank != 1 && !st_loss_is_sparse(o->loss))
+    return st_error(ST_ERR_INVALID, "compile: model output %s must be rank 1 (add Flatten; "
+                    "sparse losses take any rank: classes on the last axis)",
                     st_shape_format(out, (char[64]){0}, 64));
   return ST_OK;
 }

@@ -52,7 +52,7 @@ static st_status alloc_buffers(const st_net *m, st_replica *r, int n) {
   if (st__net_shares_layers(m) &&
       alloc_floats(ctx, st__net_max_layer_params(m, 0, m->nnodes), 1, &r->gscratch))
     return ST_ERR_NOMEM;
-  if (alloc_floats(ctx, ws, 1, &r->workspace) || alloc_floats(ctx, 1, n, &r->loss_rows))
+  if (alloc_floats(ctx, ws, 1, &r->workspace) || alloc_floats(ctx, st__net_loss_positions(m), n, &r->loss_rows))
     return ST_ERR_NOMEM;
   r->max_batch = n;
   return ST_OK;
@@ -167,8 +167,7 @@ const float *st__replica_forward(const st_net *m, st_replica *r,
 double st__replica_loss(const st_net *m, st_replica *r, const float *y, int n) {
   if (n == 0) return 0.0;
   const float *out = m->nnodes ? r->acts[m->output] : NULL;
-  int cols = (int)st__net_output_size(m);
-  r->be->loss(r->ctx, m->loss, n, cols, out, y, 1.0f, r->loss_rows, NULL);
+  st__net_loss(m, r->ctx, n, out, y, 1.0f, r->loss_rows, NULL);
   double sum = 0.0;
   for (int i = 0; i < n; i++) sum += r->loss_rows[i];
   return sum;
@@ -204,7 +203,7 @@ double st__replica_loss_backward(const st_net *m, st_replica *r,
   const float *out = r->acts[m->output];
   float *dy = r->gslots[0];
   if (n == 0) be->fill(r->ctx, m->n_params, 0.0f, r->grads); /* runs only for the collectives */
-  be->loss(r->ctx, m->loss, n, cols, out, y, 1.0f / (float)global_batch, r->loss_rows, dy);
+  st__net_loss(m, r->ctx, n, out, y, 1.0f / (float)global_batch, r->loss_rows, dy);
   st__net_apply_example_weights(m, r, y, n, cols, r->loss_rows, dy);
   st_exec e = replica_exec(m, r, x, n, false);
   st__exec_backward(m, &e, NULL, n, step, ready, ready_ctx);
