@@ -123,11 +123,41 @@ PyObject *st__py_layer_options_b(const st_layer *l, const st_layer_options *o) {
   return NULL; /* not one of these classes; no exception */
 }
 
+/* add_position_embedding(target, sequence_length, initializer, name) */
+static PyObject *py_add_position_embedding(PyObject *self, PyObject *args) {
+  PyObject *cap;
+  int len;
+  const char *init, *name;
+  if (!PyArg_ParseTuple(args, "Oisz", &cap, &len, &init, &name)) return NULL;
+  if (st__py_target_check(cap)) return NULL;
+  st_position_embedding_options o = st_position_embedding_default_options(len);
+  o.name = name;
+  if (act_init(NULL, NULL, init, &o.initializer, NULL, NULL)) return NULL;
+  st_layer *l = NULL;
+  st_status rc = st_position_embedding_ex(o, &l);
+  return add(cap, rc, l, "PositionEmbedding");
+}
+
+/* add_reversible_embedding(target, embedding layer handle): the tied head */
+static PyObject *py_add_reversible_embedding(PyObject *self, PyObject *args) {
+  PyObject *cap, *emb;
+  if (!PyArg_ParseTuple(args, "OO", &cap, &emb)) return NULL;
+  if (st__py_target_check(cap)) return NULL;
+  st_layer *e = st__py_layer_of(emb);
+  if (!e) return NULL;
+  st_layer *l = NULL;
+  st_status rc = st_reversible_embedding(e, &l);
+  return add(cap, rc, l, "ReversibleEmbedding");
+}
+
 static PyMethodDef methods[] = {
     {"add_conv1d", py_add_conv1d, METH_VARARGS, "add a Conv1D layer"},
     {"add_depthwise_conv2d", py_add_depthwise, METH_VARARGS, "add a DepthwiseConv2D layer"},
     {"add_embedding", py_add_embedding, METH_VARARGS, "add an Embedding layer"},
     {"add_layernorm", py_add_layernorm, METH_VARARGS, "add a LayerNormalization layer"},
+    {"add_position_embedding", py_add_position_embedding, METH_VARARGS, "make a PositionEmbedding"},
+    {"add_reversible_embedding", py_add_reversible_embedding, METH_VARARGS,
+     "make a ReversibleEmbedding head tied to an Embedding layer handle"},
     {NULL, NULL, 0, NULL}};
 
 int st__py_layers_b_register(PyObject *module) { return PyModule_AddFunctions(module, methods); }

@@ -52,6 +52,9 @@ typedef enum st__keras_kind {
                 kwargs in Keras (the graph importer sets it); a "use_causal_mask"
                 config key (Strata's own) sets it too */
   /* end of merge layers and attention */
+  ST__K_POSITION_EMBEDDING, /* keras_hub PositionEmbedding (issue 31) */
+  ST__K_REVERSIBLE_EMBEDDING, /* keras_hub ReversibleEmbedding: refused (one
+                                 layer called both ways; st_reversible_embedding) */
   ST__K_COUNT
 } st__keras_kind;
 
@@ -83,6 +86,7 @@ typedef struct st__keras_layer {
     st_layernorm_options ln;
     int concat_axis;      /* Concatenate (Keras counting, as given) */
     st_mha_options mha;   /* MultiHeadAttention */
+    st_position_embedding_options pos; /* PositionEmbedding */
   } u;
 } st__keras_layer;
 

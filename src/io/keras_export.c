@@ -81,6 +81,9 @@ static bool graph_config(const char *cls, const st_layer_options *o, json_t *cfg
     SET("epsilon", json_real(o->layernorm.epsilon));
     SET("center", json_boolean(o->layernorm.center));
     SET("scale", json_boolean(o->layernorm.scale));
+  } else if (!strcmp(cls, "PositionEmbedding")) {
+    SET("sequence_length", json_integer(o->position_embedding.sequence_length));
+    SET("initializer", init_json(o->position_embedding.initializer));
   } else if (!strcmp(cls, "Concatenate")) {
     SET("axis", json_integer(o->concat_axis));
   } else if (!strcmp(cls, "MultiHeadAttention")) {
