@@ -550,7 +550,7 @@ static void test_gpt_layers_import(void) {
     st_model_destroy(m);
   }
   m = from_text(SEQ_HEAD TEXT_INPUT EMB("") "{\"class_name\": \"PositionEmbedding\", \"config\": "
-                "{\"sequence_length\": 4}}]}}", ST_ERR_INVALID, "T <= sequence_length 4");
+                "{\"sequence_length\": 4}}]}}", ST_ERR_FORMAT, "T <= sequence_length 4");
   st_model_destroy(m);
   m = from_text(SEQ_HEAD TEXT_INPUT "{\"class_name\": \"ReversibleEmbedding\", \"config\": "
                 "{\"input_dim\": 50, \"output_dim\": 6}}]}}", ST_ERR_FORMAT,
