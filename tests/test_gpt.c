@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "io/safetensors.h"
 #include "strata/strata.h"
 
 static const st_gpt_config CFG = {2, 2, 32, 16, 64};
@@ -168,7 +169,42 @@ static void test_schedule_clip(void) {
   CHECK_NEAR(st_optimizer_clip_factor(&o, 16.0), 0.5, 1e-6);
 }
 
-static const check_case cases[] = {CHECK_CASE(test_shape), CHECK_CASE(test_round_trip),
+/* llm.c file -> model -> Hugging Face safetensors -> model -> llm.c file:
+ * the same bytes; the HF names and Conv1D shapes; a missing tensor named. */
+static void test_hf_round_trip(void) {
+  st_model *a = gpt(ST_STRATEGY_ONE_DEVICE, 0, 1), *b = gpt(ST_STRATEGY_ONE_DEVICE, 0, 2);
+  CHECK_OK(st_gpt_save_llmc(a, &CFG, "gpt_a.bin"));
+  CHECK_OK(st_gpt_save_hf(a, &CFG, "gpt_hf.safetensors"));
+  CHECK_OK(st_gpt_load_hf(b, &CFG, "gpt_hf.safetensors"));
+  CHECK_OK(st_gpt_save_llmc(b, &CFG, "gpt_b.bin"));
+  size_t na = 0, nb = 0;
+  char *fa = slurp("gpt_a.bin", &na), *fb = slurp("gpt_b.bin", &nb);
+  CHECK(na == nb && na > 1024 && memcmp(fa, fb, na) == 0);
+  free(fa), free(fb);
+  st_safetensors f;
+  CHECK_OK(st__safetensors_read("gpt_hf.safetensors", &f));
+  CHECK_EQ(f.n, 4 + 12 * 2);
+  const st_named_tensor *t = st__safetensors_find(&f, "transformer.h.1.attn.c_attn.weight");
+  CHECK(t && t->rank == 2 && t->dims[0] == 32 && t->dims[1] == 96);
+  t = st__safetensors_find(&f, "transformer.h.0.mlp.c_proj.weight");
+  CHECK(t && t->rank == 2 && t->dims[0] == 128 && t->dims[1] == 32);
+  CHECK(st__safetensors_find(&f, "transformer.wte.weight") && st__safetensors_find(&f, "transformer.ln_f.bias"));
+  st__safetensors_free(&f);
+  st_gpt_config other = CFG;
+  other.n_layer = 3;
+  st_model_destroy(b);
+  st_model_options mo = st_model_default_options(st_shape1(16));
+  CHECK_OK(st_gpt_create(&other, &mo, &b));
+  st_compile_options co = st_compile_default_options();
+  co.loss = ST_LOSS_SPARSE_CE_LOGITS;
+  CHECK_OK(st_model_compile(b, &co));
+  CHECK(st_gpt_load_hf(b, &other, "gpt_hf.safetensors") == ST_ERR_INVALID &&
+        strstr(st_last_error(), "'transformer.h.2.ln_1.weight' is missing"));
+  st_model_destroy(a), st_model_destroy(b);
+  done();
+}
+
+static const check_case cases[] = {CHECK_CASE(test_hf_round_trip), CHECK_CASE(test_shape), CHECK_CASE(test_round_trip),
                                    CHECK_CASE(test_bad_checkpoints), CHECK_CASE(test_mirrored),
                                    CHECK_CASE(test_schedule_clip)};
 int main(int argc, char **argv) { return CHECK_MAIN(argc, argv, cases); }

@@ -2,7 +2,8 @@
 # strata train --model gpt end to end: the small default config trains on the
 # generated corpus and the loss falls; --save-llmc writes an llm.c checkpoint
 # that --init-from reads back (a run from it starts where the first ended);
-# --text trains on a file's bytes; bad flags exit 2 naming the flag.
+# --save-hf's safetensors (Hugging Face names) read back by --init-from the
+# same; --text trains on a file's bytes; bad flags exit 2 naming the flag.
 set -u
 cli=${STRATA_CLI:?set by CTest}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -13,7 +14,8 @@ last_loss() { sed -n 's/^step [0-9]*: loss \([0-9.]*\).*/\1/p' "$1" | tail -1; }
 
 small="--gpt-layers 2 --gpt-heads 2 --gpt-width 32 --seq-len 32"
 "$cli" train --model gpt $small --steps 60 --eval-every 20 --batch-size 8 --lr 3e-3 \
-  --warmup-steps 5 --clip-norm 1 --save-llmc "$tmp/a.bin" >"$tmp/a.out" 2>"$tmp/a.err"
+  --warmup-steps 5 --clip-norm 1 --save-llmc "$tmp/a.bin" --save-hf "$tmp/a.safetensors" \
+  >"$tmp/a.out" 2>"$tmp/a.err"
 check "gpt trains (exit 0)" "[ $? -eq 0 ]"
 cat "$tmp/a.out" "$tmp/a.err"
 a0=$(first_loss "$tmp/a.out"); a1=$(last_loss "$tmp/a.out")
@@ -24,6 +26,10 @@ check "--save-llmc wrote the llm.c header" \
   --init-from "$tmp/a.bin" >"$tmp/b.out" 2>&1
 check "--init-from exits 0" "[ $? -eq 0 ]"
 b0=$(first_loss "$tmp/b.out")
+"$cli" train --model gpt $small --steps 20 --eval-every 20 --batch-size 8 --lr 1e-4 \
+  --init-from "$tmp/a.safetensors" >"$tmp/h.out" 2>&1
+check "--init-from FILE.safetensors (Hugging Face names) trains as the llm.c file does" \
+  "[ \"\$(grep ^step $tmp/h.out | sed 's/ - [0-9]* ms.*//')\" = \"\$(grep ^step $tmp/b.out | sed 's/ - [0-9]* ms.*//')\" ]"
 check "--init-from starts where the first run ended ($b0 < $a0)" "awk 'BEGIN{exit !($b0 < $a0 - 0.3)}'"
 head -c 20000 "$0" >"$tmp/text.txt"; cat "$tmp/text.txt" "$tmp/text.txt" "$tmp/text.txt" >"$tmp/t3.txt"
 "$cli" train --model gpt $small --text "$tmp/t3.txt" --steps 20 --eval-every 10 --quiet >"$tmp/c.out" 2>&1

@@ -14,7 +14,7 @@
 #include "cli.h"
 
 typedef struct gpt_cfg {
-  const char *model, *preset, *text, *init_from, *save_llmc, *save;
+  const char *model, *preset, *text, *init_from, *save_llmc, *save_hf, *save;
   long layers, heads, width, seq_len, vocab;
   long steps, eval_every, batch, seed, threads, warmup, replicas;
   double lr, wd, clip, min_lr_frac;
@@ -50,8 +50,9 @@ static cli_opt gpt_opts[] = {
     INT("--threads", "N", threads, 1, 1024, "one_device: compute threads (default: all cores)"),
     CLI_OPT_FN("--strategy", "NAME", gpt_cfg, strategy, store_strategy, "one_device (default) or mirrored"),
     INT("--replicas", "N", replicas, 1, ST_MAX_REPLICAS, "mirrored: replicas (default: one per core)"),
-    STR("--init-from", "FILE.bin", init_from, "start from an llm.c checkpoint (gpt2_124M.bin format; its header must match the config)"),
+    STR("--init-from", "FILE", init_from, "start from an llm.c checkpoint (gpt2_124M.bin format; its header must match the config) or, for a FILE.safetensors, Hugging Face GPT-2 weights (transformer.h.0.attn.c_attn.weight, ...)"),
     STR("--save-llmc", "FILE.bin", save_llmc, "write the trained weights as an llm.c checkpoint"),
+    STR("--save-hf", "FILE", save_hf, "write the trained weights as safetensors with Hugging Face GPT-2 names and layouts"),
     STR("--save", "FILE", save, "write the trained weights as safetensors (strata's names)"),
     CLI_OPT_FLAG("--quiet", gpt_cfg, quiet, "no progress output"),
 };
@@ -147,6 +148,7 @@ static bool parse_gpt(int argc, char **argv, gpt_cfg *c, int *rc) {
   if ((c->text && !cli_check_readable("train", "--text", c->text)) ||
       (c->init_from && !cli_check_readable("train", "--init-from", c->init_from)) ||
       !cli_check_writable("train", "--save-llmc", c->save_llmc) ||
+      !cli_check_writable("train", "--save-hf", c->save_hf) ||
       !cli_check_writable("train", "--save", c->save))
     return false;
   *rc = EXIT_OK;
@@ -208,8 +210,11 @@ static st_status gpt_model(const gpt_cfg *c, const st_gpt_config *g, st_strategy
   co.loss = ST_LOSS_SPARSE_CE_LOGITS;
   co.optimizer = gpt_optimizer(c);
   if (s == ST_OK) s = st_model_compile(*m, &co);
-  if (s == ST_OK) s = c->init_from ? st_gpt_load_llmc(*m, g, c->init_from)
-                                   : st_gpt_init_weights(*m, (uint64_t)c->seed);
+  size_t n = c->init_from ? strlen(c->init_from) : 0;
+  bool hf = n > 12 && !strcmp(c->init_from + n - 12, ".safetensors");
+  if (s == ST_OK) s = !c->init_from ? st_gpt_init_weights(*m, (uint64_t)c->seed)
+                      : hf ? st_gpt_load_hf(*m, g, c->init_from)
+                           : st_gpt_load_llmc(*m, g, c->init_from);
   return s;
 }
 
@@ -271,6 +276,8 @@ int cmd_train_gpt(int argc, char **argv) {
   st_status s = gpt_model(&c, &g, &st, &m);
   rc = s == ST_OK ? gpt_fit(&c, &g, m, tok, n) : cli_fail("train", s);
   if (rc == EXIT_OK && c.save_llmc && (s = st_gpt_save_llmc(m, &g, c.save_llmc)) != ST_OK)
+    rc = cli_fail("train", s);
+  if (rc == EXIT_OK && c.save_hf && (s = st_gpt_save_hf(m, &g, c.save_hf)) != ST_OK)
     rc = cli_fail("train", s);
   if (rc == EXIT_OK && c.save && (s = st_model_save_weights(m, c.save)) != ST_OK)
     rc = cli_fail("train", s);

@@ -465,6 +465,17 @@ st_status st_gpt_init_weights(st_model *m, uint64_t seed);
  * rounded up to 64 (padded rows zero), atomically. */
 st_status st_gpt_load_llmc(st_model *m, const st_gpt_config *c, const char *path);
 st_status st_gpt_save_llmc(const st_model *m, const st_gpt_config *c, const char *path);
+/* The same weights as Hugging Face's GPT2LMHeadModel safetensors
+ * (transformer.wte.weight, transformer.h.<i>.attn.c_attn.weight [C, 3C]
+ * Conv1D layout, ...; docs/FORMATS.md). Save writes every name with the
+ * "transformer." prefix (lm_head.weight is wte: not written), atomically.
+ * Load accepts the names with or without the prefix, ignores other tensors
+ * (the attention masks "attn.bias"), takes the first vocab rows of wte and
+ * seq_len rows of wpe; ST_ERR_INVALID naming the file and the tensor that is
+ * missing or of another shape, ST_ERR_FORMAT/ST_ERR_IO for a damaged or
+ * unreadable file. */
+st_status st_gpt_save_hf(const st_model *m, const st_gpt_config *c, const char *path);
+st_status st_gpt_load_hf(st_model *m, const st_gpt_config *c, const char *path);
 
 #ifdef __cplusplus
 }
