@@ -251,10 +251,12 @@ static int gpt_fit(const gpt_cfg *c, const st_gpt_config *g, st_model *m, const 
   fo.ncallbacks = 1;
   st_history h = {0};
   if (s == ST_OK) s = st_model_fit(m, train, &fo, &h);
-  if (s == ST_OK && !c->quiet)
-    printf("trained %lld steps on %lld windows of %d tokens: %.0f tokens/s\n",
-           (long long)c->steps, (long long)(windows_n - nval), g->seq_len,
-           h.samples_per_sec * g->seq_len);
+  if (s == ST_OK && !c->quiet) {
+    printf("trained %lld steps on %lld windows of %d tokens", (long long)c->steps,
+           (long long)(windows_n - nval), g->seq_len);
+    if (h.samples_per_sec > 0) printf(": %.0f tokens/s", h.samples_per_sec * g->seq_len);
+    printf("\n"); /* (the first 20 steps are not timed) */
+  }
   st_history_destroy(&h);
   st_dataset_destroy(train);
   st_dataset_destroy(val);
