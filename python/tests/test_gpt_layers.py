@@ -42,3 +42,27 @@ def test_errors():
     e = L.Embedding(5, 4)
     with pytest.raises(ValueError, match="Embedding on the token ids first"):
         L.ReversibleEmbedding(e)(tf.keras.Input(shape=(3, 4)))
+
+
+def test_gpt2_preset(tmp_path):
+    """strata.models.gpt2: Keras layers with GPT-2's names; GPT-2's init; the
+    llm.c and Hugging Face files written and read back the same."""
+    g = tf.models.gpt2(layers=2, heads=2, width=32, seq_len=16, vocab=64)
+    m = g.model
+    C, L2, V, T = 32, 2, 64, 16
+    assert m.output_shape == (None, T, V)
+    assert m.count_params() == V * C + T * C + L2 * (12 * C * C + 13 * C) + 2 * C
+    m.compile(optimizer="adam", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    g.init_weights(1)
+    g.save_llmc(tmp_path / "a.bin")
+    g.save_hf(tmp_path / "a.safetensors")
+    x = np.arange(4 * T, dtype=np.float32).reshape(4, T) % V
+    h = m.fit(x, (x + 1) % V, epochs=2, batch_size=4, verbose=0)
+    assert h.history["loss"][0] == pytest.approx(np.log(V), abs=0.1)  # GPT-2's init: near uniform
+    g.load_hf(tmp_path / "a.safetensors")
+    g.save_llmc(tmp_path / "b.bin")
+    assert (tmp_path / "a.bin").read_bytes() == (tmp_path / "b.bin").read_bytes()
+    hdr = np.frombuffer((tmp_path / "a.bin").read_bytes()[:32], np.int32)
+    assert list(hdr) == [20240326, 3, T, V, L2, 2, C, 64]
+    with pytest.raises(ValueError, match="preset"):
+        tf.models.gpt2("gpt5")
