@@ -204,7 +204,38 @@ static void test_hf_round_trip(void) {
   done();
 }
 
-static const check_case cases[] = {CHECK_CASE(test_hf_round_trip), CHECK_CASE(test_shape), CHECK_CASE(test_round_trip),
+/* Strategies that do not honour a loss over positions or global_clipnorm yet
+ * refuse them at compile, naming them. */
+static void test_strategy_refusals(void) {
+  st_strategy_options so = st_strategy_default_options(ST_STRATEGY_PIPELINE);
+  so.pipeline_stages = 2;
+  st_strategy *s = NULL;
+  CHECK_OK(st_strategy_create(&so, &s));
+  st_model_options mo = st_model_default_options(st_shape1(CFG.seq_len));
+  mo.strategy = s;
+  st_model *m = NULL;
+  CHECK_OK(st_gpt_create(&CFG, &mo, &m));
+  st_compile_options co = st_compile_default_options();
+  co.loss = ST_LOSS_SPARSE_CE_LOGITS;
+  CHECK(st_model_compile(m, &co) == ST_ERR_INVALID &&
+        strstr(st_last_error(), "sparse loss over positions (output [16, 64]) is not supported by "
+                                "the pipeline strategy"));
+  st_model_destroy(m);
+  st_strategy_destroy(s);
+  so = st_strategy_default_options(ST_STRATEGY_MIRRORED);
+  so.replicas = 2, so.shard_optimizer = true;
+  CHECK_OK(st_strategy_create(&so, &s));
+  mo.strategy = s;
+  CHECK_OK(st_gpt_create(&CFG, &mo, &m));
+  co.optimizer.global_clipnorm = 1.0f;
+  CHECK(st_model_compile(m, &co) == ST_ERR_INVALID &&
+        strstr(st_last_error(), "global_clipnorm is not supported by the mirrored strategy with "
+                                "shard_optimizer"));
+  st_model_destroy(m);
+  st_strategy_destroy(s);
+}
+
+static const check_case cases[] = {CHECK_CASE(test_strategy_refusals), CHECK_CASE(test_hf_round_trip), CHECK_CASE(test_shape), CHECK_CASE(test_round_trip),
                                    CHECK_CASE(test_bad_checkpoints), CHECK_CASE(test_mirrored),
                                    CHECK_CASE(test_schedule_clip)};
 int main(int argc, char **argv) { return CHECK_MAIN(argc, argv, cases); }
