@@ -106,7 +106,8 @@ static int all_specs(const st_gpt_config *c, hf_spec **out) {
 static int block_of(int k) { return k < 4 ? -1 : (k - 4) / 12; }
 
 st_status st_gpt_save_hf(const st_model *m, const st_gpt_config *c, const char *path) {
-  if (!m || !c || !path) return st_error(ST_ERR_INVALID, "st_gpt_save_hf: an argument is NULL");
+  if (!m || !c || !path)
+    return st_error(ST_ERR_INVALID, "st_gpt_save_hf: %s is NULL", !m ? "m" : !c ? "c" : "path");
   hf_spec *s = NULL;
   int n = all_specs(c, &s);
   size_t total = 0;
@@ -157,7 +158,8 @@ static st_status find(const st_safetensors *f, const hf_spec *s, int block, cons
 }
 
 st_status st_gpt_load_hf(st_model *m, const st_gpt_config *c, const char *path) {
-  if (!m || !c || !path) return st_error(ST_ERR_INVALID, "st_gpt_load_hf: an argument is NULL");
+  if (!m || !c || !path)
+    return st_error(ST_ERR_INVALID, "st_gpt_load_hf: %s is NULL", !m ? "m" : !c ? "c" : "path");
   st_safetensors f;
   memset(&f, 0, sizeof f);
   st_status st = st__safetensors_read(path, &f);

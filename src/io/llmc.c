@@ -138,7 +138,8 @@ static st_status read_all(const char *path, int32_t *h, float **f, size_t *n, co
 }
 
 st_status st_gpt_load_llmc(st_model *m, const st_gpt_config *c, const char *path) {
-  if (!m || !c || !path) return st_error(ST_ERR_INVALID, "st_gpt_load_llmc: an argument is NULL");
+  if (!m || !c || !path)
+    return st_error(ST_ERR_INVALID, "st_gpt_load_llmc: %s is NULL", !m ? "m" : !c ? "c" : "path");
   int32_t h[256];
   float *f = NULL, *w = malloc(st_model_weights_size(m) * sizeof(float) + 1);
   size_t n = 0;
@@ -169,7 +170,8 @@ static int write_llmc(FILE *fp, void *arg) {
 }
 
 st_status st_gpt_save_llmc(const st_model *m, const st_gpt_config *c, const char *path) {
-  if (!m || !c || !path) return st_error(ST_ERR_INVALID, "st_gpt_save_llmc: an argument is NULL");
+  if (!m || !c || !path)
+    return st_error(ST_ERR_INVALID, "st_gpt_save_llmc: %s is NULL", !m ? "m" : !c ? "c" : "path");
   st_status s = st_gpt_check_config(c);
   if (s != ST_OK) return s;
   int32_t h[256] = {LLMC_MAGIC, LLMC_VERSION, c->seq_len, c->vocab, c->n_layer, c->n_head,

@@ -86,5 +86,6 @@ st_status st_position_embedding_ex(st_position_embedding_options o, st_layer **o
 }
 
 st_status st_position_embedding(int sequence_length, st_layer **out) {
+  if (!out) return st_error(ST_ERR_INVALID, "st_position_embedding: out is NULL");
   return st_position_embedding_ex(st_position_embedding_default_options(sequence_length), out);
 }

@@ -37,7 +37,7 @@ st_status st_gpt_preset(const char *name, st_gpt_config *out) {
 }
 
 st_status st_gpt_check_config(const st_gpt_config *c) {
-  if (!c) return st_error(ST_ERR_INVALID, "GPT config is NULL");
+  if (!c) return st_error(ST_ERR_INVALID, "st_gpt_check_config: c is NULL");
   const char *bad = c->n_layer < 1 ? "n_layer (--gpt-layers) must be >= 1"
                     : c->n_head < 1 ? "n_head (--gpt-heads) must be >= 1"
                     : c->n_embd < 1 ? "n_embd (--gpt-width) must be >= 1"
@@ -137,7 +137,7 @@ static st_node *gpt_graph(gpt_b *g, const st_gpt_config *c, st_node *ids) {
 st_status st_gpt_create(const st_gpt_config *c, const st_model_options *o, st_model **out) {
   if (!out) return st_error(ST_ERR_INVALID, "st_gpt_create: out is NULL");
   *out = NULL;
-  if (!o) return st_error(ST_ERR_INVALID, "st_gpt_create: o is NULL");
+  if (!o || !c) return st_error(ST_ERR_INVALID, "st_gpt_create: %s is NULL", o ? "c" : "o");
   st_status s = st_gpt_check_config(c);
   if (s != ST_OK) return s;
   gpt_b *g = calloc(1, sizeof *g);
