@@ -14,6 +14,7 @@
 
 #include "check.h"
 #include "io/safetensors.h"
+#include "model/model.h"
 #include "strata/strata.h"
 
 static const st_gpt_config CFG = {2, 2, 32, 16, 64};
@@ -235,7 +236,25 @@ static void test_strategy_refusals(void) {
   st_strategy_destroy(s);
 }
 
-static const check_case cases[] = {CHECK_CASE(test_strategy_refusals), CHECK_CASE(test_hf_round_trip), CHECK_CASE(test_shape), CHECK_CASE(test_round_trip),
+/* A checkpoint keeps a cosine schedule's warmup (st_checkpoint_save/restore):
+ * a model compiled without one gets it back. */
+static void test_checkpoint_warmup(void) {
+  st_model *a = gpt(ST_STRATEGY_ONE_DEVICE, 0, 1);
+  st_schedule w = st_schedule_constant(1e-3f);
+  w.kind = ST_SCHEDULE_COSINE, w.initial = 1e-4f, w.decay_steps = 50;
+  w.warmup_steps = 7, w.warmup_target = 2e-3f;
+  a->net.optimizer.lr = w; /* the live schedule (model.h) */
+  st_checkpoint_options co = st_checkpoint_default_options();
+  CHECK_OK(st_checkpoint_save(a, "gpt_ckpt", &co));
+  st_model *b = gpt(ST_STRATEGY_ONE_DEVICE, 0, 2);
+  CHECK_OK(st_checkpoint_restore(b, "gpt_ckpt"));
+  const st_schedule *r = &b->net.optimizer.lr;
+  CHECK(r->warmup_steps == 7 && r->warmup_target == 2e-3f && r->kind == ST_SCHEDULE_COSINE);
+  st_model_destroy(a), st_model_destroy(b);
+  done();
+}
+
+static const check_case cases[] = {CHECK_CASE(test_checkpoint_warmup), CHECK_CASE(test_strategy_refusals), CHECK_CASE(test_hf_round_trip), CHECK_CASE(test_shape), CHECK_CASE(test_round_trip),
                                    CHECK_CASE(test_bad_checkpoints), CHECK_CASE(test_mirrored),
                                    CHECK_CASE(test_schedule_clip)};
 int main(int argc, char **argv) { return CHECK_MAIN(argc, argv, cases); }
