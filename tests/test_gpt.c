@@ -254,7 +254,43 @@ static void test_checkpoint_warmup(void) {
   done();
 }
 
-static const check_case cases[] = {CHECK_CASE(test_checkpoint_warmup), CHECK_CASE(test_strategy_refusals), CHECK_CASE(test_hf_round_trip), CHECK_CASE(test_shape), CHECK_CASE(test_round_trip),
+/* The GPT as Keras JSON (st_model_to_keras_json: the head names its
+ * Embedding) and back: the same variables, the same llm.c file. */
+static void test_keras_json_round_trip(void) {
+  st_model *a = gpt(ST_STRATEGY_ONE_DEVICE, 0, 1), *b = NULL;
+  char *json = NULL;
+  CHECK_OK(st_model_to_keras_json(a, &json));
+  CHECK(json && strstr(json, "\"embedding\": \"wte\""));
+  st_model_options mo = st_model_default_options(st_shape1(16));
+  CHECK_OK(st_model_from_keras_json_text(json, strlen(json), "gpt.json", &mo, &b));
+  if (b) {
+    st_compile_options co = st_compile_default_options();
+    co.loss = ST_LOSS_SPARSE_CE_LOGITS;
+    CHECK_OK(st_model_compile(b, &co));
+    size_t n = st_model_weights_size(a);
+    CHECK_EQ(st_model_weights_size(b), n);
+    float *w = malloc(n * sizeof *w);
+    CHECK_OK(st_model_get_weights(a, w));
+    CHECK_OK(st_model_set_weights(b, w));
+    CHECK_OK(st_gpt_save_llmc(a, &CFG, "gpt_a.bin"));
+    CHECK_OK(st_gpt_save_llmc(b, &CFG, "gpt_b.bin"));
+    size_t na = 0, nb = 0;
+    char *fa = slurp("gpt_a.bin", &na), *fb = slurp("gpt_b.bin", &nb);
+    CHECK(na == nb && na > 1024 && memcmp(fa, fb, na) == 0);
+    free(fa), free(fb), free(w);
+  }
+  /* a head naming no layer of the model */
+  char *bad = strstr(json ? json : "", "\"embedding\": \"wte\"");
+  if (bad) memcpy(bad + 14, "wtx", 3);
+  st_model *c = NULL;
+  CHECK(st_model_from_keras_json_text(json, strlen(json), "gpt.json", &mo, &c) == ST_ERR_FORMAT &&
+        strstr(st_last_error(), "its Embedding 'wtx' is not a layer of the model"));
+  free(json);
+  st_model_destroy(a), st_model_destroy(b);
+  done();
+}
+
+static const check_case cases[] = {CHECK_CASE(test_keras_json_round_trip), CHECK_CASE(test_checkpoint_warmup), CHECK_CASE(test_strategy_refusals), CHECK_CASE(test_hf_round_trip), CHECK_CASE(test_shape), CHECK_CASE(test_round_trip),
                                    CHECK_CASE(test_bad_checkpoints), CHECK_CASE(test_mirrored),
                                    CHECK_CASE(test_schedule_clip)};
 int main(int argc, char **argv) { return CHECK_MAIN(argc, argv, cases); }

@@ -53,8 +53,9 @@ typedef enum st__keras_kind {
                 config key (Strata's own) sets it too */
   /* end of merge layers and attention */
   ST__K_POSITION_EMBEDDING, /* keras_hub PositionEmbedding (issue 31) */
-  ST__K_REVERSIBLE_EMBEDDING, /* keras_hub ReversibleEmbedding: refused (one
-                                 layer called both ways; st_reversible_embedding) */
+  ST__K_REVERSIBLE_EMBEDDING, /* Strata's tied head, config {"embedding": NAME}
+                                 (keras_hub's own, one layer called both ways,
+                                 is refused); functional graphs only */
   ST__K_COUNT
 } st__keras_kind;
 
@@ -71,6 +72,7 @@ typedef struct st__keras_layer {
   int target_rank;        /* Reshape: target_shape, one entry may be -1 */
   int target[ST_MAX_RANK];
   bool causal_mask;       /* functional call's use_causal_mask (attention) */
+  char tied[ST_NAME_MAX]; /* ReversibleEmbedding: the Embedding layer's name */
   union {
     st_dense_options dense;
     st_conv2d_options conv;

@@ -250,6 +250,9 @@ st_status st__keras_make_layer(const st__keras_ctx *c, const st__keras_layer *k,
     mha.use_causal_mask |= k->causal_mask; /* a functional call's use_causal_mask */
     s = st_multi_head_attention_ex(mha, out);
     break;
+  case ST__K_REVERSIBLE_EMBEDDING:
+    return st__keras_error(c, "ReversibleEmbedding reads the Embedding '%s': only in a "
+                           "functional model", k->tied);
   default: return st__keras_error(c, "internal: unexpected layer kind %d", (int)k->kind);
   }
   return s == ST_OK ? ST_OK : st__keras_rethrow(c);

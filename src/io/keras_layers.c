@@ -345,14 +345,20 @@ static st_status parse_position_embedding(const st__keras_ctx *c, const json_t *
   return s;
 }
 
-/* keras_hub ReversibleEmbedding is one layer called twice (ids, then
- * reverse=True); the importer does not follow such calls yet. */
+/* Strata's tied head names its Embedding ({"embedding": "wte"}, as
+ * st_model_to_keras_json writes it); keras_hub's ReversibleEmbedding is one
+ * layer called twice (ids, then reverse=True), which is not followed. */
 static st_status parse_reversible_embedding(const st__keras_ctx *c, const json_t *cfg,
                                             st__keras_layer *k) {
-  (void)cfg, (void)k;
-  return st__keras_error(c, "ReversibleEmbedding is not imported (keras_hub calls one layer "
-                         "both ways: build the tied head with st_reversible_embedding, or "
-                         "st_gpt_create)");
+  const json_t *e = json_object_get(cfg, "embedding");
+  if (!json_is_string(e))
+    return st__keras_error(c, "ReversibleEmbedding without an \"embedding\" name is not "
+                           "imported (keras_hub calls one layer both ways: build the tied head "
+                           "with st_reversible_embedding, or st_gpt_create)");
+  if (strlen(json_string_value(e)) >= sizeof k->tied)
+    return st__keras_error(c, "embedding name is longer than %d bytes", (int)sizeof k->tied - 1);
+  snprintf(k->tied, sizeof k->tied, "%s", json_string_value(e));
+  return ST_OK;
 }
 
 /* Embedding: input_length (Keras 2) is accepted and not used: the input shape
@@ -570,7 +576,7 @@ static const struct {
     {"PositionEmbedding", ST__K_POSITION_EMBEDDING, parse_position_embedding,
      KEYS("sequence_length", "initializer")},
     {"ReversibleEmbedding", ST__K_REVERSIBLE_EMBEDDING, parse_reversible_embedding,
-     KEYS("input_dim", "output_dim", "tie_weights", "embeddings_initializer",
+     KEYS("embedding", "input_dim", "output_dim", "tie_weights", "embeddings_initializer",
           "embeddings_regularizer", "embeddings_constraint", "reverse_dtype", "logit_soft_cap",
           "mask_zero")},
 };
