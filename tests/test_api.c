@@ -247,6 +247,13 @@ static void test_layer_constructors(void) {
   eo.embeddings_init = ST_INIT_COUNT;
   check_layer_refused(st_embedding_ex(eo, &l), l, "embeddings_init", "Embedding init");
   CHECK(st_embedding(10, 4, NULL) == ST_ERR_INVALID);
+  check_layer_refused(st_position_embedding(0, &l), l, "sequence_length", "PositionEmbedding 0");
+  st_position_embedding_options po = st_position_embedding_default_options(8);
+  po.initializer = ST_INIT_COUNT;
+  check_layer_refused(st_position_embedding_ex(po, &l), l, "initializer", "PositionEmbedding init");
+  CHECK(st_position_embedding(8, NULL) == ST_ERR_INVALID);
+  check_layer_refused(st_reversible_embedding(NULL, &l), l, "embedding is NULL", "ReversibleEmbedding NULL");
+  CHECK(st_reversible_embedding(NULL, NULL) == ST_ERR_INVALID);
   st_layernorm_options ln = st_layernorm_default_options();
   ln.epsilon = -1.0f;
   check_layer_refused(st_layernorm_ex(ln, &l), l, "epsilon", "LayerNormalization epsilon -1");

@@ -533,6 +533,31 @@ static void test_issue28_b_import(void) {
 }
 /* ---- end of the issue 28 (helper B) block ---- */
 
+/* keras_hub's PositionEmbedding imports; ReversibleEmbedding is refused
+ * naming the C constructor (issue 31). */
+static void test_gpt_layers_import(void) {
+  const char *text = SEQ_HEAD TEXT_INPUT EMB("")
+      "{\"class_name\": \"PositionEmbedding\", \"module\": \"keras_hub.layers\", \"config\": "
+      "{\"name\": \"pos\", \"sequence_length\": 12, \"initializer\": \"zeros\"}}]}}";
+  st_model *m = from_text(text, ST_OK, NULL);
+  if (m) {
+    const st_layer *p = st_model_layer(m, 1);
+    CHECK(!strcmp(st_layer_class(p), "PositionEmbedding") && st_layer_param_count(p) == 12 * 6);
+    st_layer_options lo;
+    CHECK_OK(st_layer_get_options(p, &lo));
+    CHECK(lo.position_embedding.sequence_length == 12 &&
+          lo.position_embedding.initializer == ST_INIT_ZEROS);
+    st_model_destroy(m);
+  }
+  m = from_text(SEQ_HEAD TEXT_INPUT EMB("") "{\"class_name\": \"PositionEmbedding\", \"config\": "
+                "{\"sequence_length\": 4}}]}}", ST_ERR_FORMAT, "T <= sequence_length 4");
+  st_model_destroy(m);
+  m = from_text(SEQ_HEAD TEXT_INPUT "{\"class_name\": \"ReversibleEmbedding\", \"config\": "
+                "{\"input_dim\": 50, \"output_dim\": 6}}]}}", ST_ERR_FORMAT,
+                "st_reversible_embedding");
+  st_model_destroy(m);
+}
+
 static void cleanup_tmp(void) {
   const char *names[] = {"ok.json", "dup_name.json", "overflow.json", "neg_dim.json",
                          "real_units.json", "kernel.json", "nofit.json", "flat_dense.json",
@@ -556,7 +581,7 @@ static const check_case cases[] = {
     CHECK_CASE(test_limits),    CHECK_CASE(test_text),              CHECK_CASE(test_layer_options),
     CHECK_CASE(test_layers_a),
     /* issue 28, helper B */
-    CHECK_CASE(test_issue28_b_import)};
+    CHECK_CASE(test_gpt_layers_import), CHECK_CASE(test_issue28_b_import)};
 
 int main(int argc, char **argv) {
   const char *src = getenv("STRATA_SOURCE_DIR");

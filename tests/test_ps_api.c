@@ -250,7 +250,7 @@ static void run_job(data *d, const char *model, bool custom, const char *backup_
   o.tf_config = cfg, o.insecure = true, o.model = model, o.data = "in-memory", o.n_train = N_EX;
   o.epochs = 2, o.batch = 64, o.seed = 5, o.steps_per_execution = 2;
   o.optimizer.lr.initial = 0.01f;
-  if (decay_lr) o.optimizer.lr = (st_schedule){ST_SCHEDULE_EXPONENTIAL, 0.01f, 4, 0.5f, false, 0.0f};
+  if (decay_lr) o.optimizer.lr = (st_schedule){ST_SCHEDULE_EXPONENTIAL, 0.01f, 4, 0.5f, false, 0.0f, 0, 0.0f};
   o.on_message = quiet_message;
   o.backup_dir = backup_dir, o.backup_every = 4, o.keep_backup = true;
   st_ps_train_result r;

@@ -86,6 +86,10 @@ bool cli_check_writable(const char *cmd, const char *opt, const char *path);
 /* path is a readable regular file (an input named on the command line: a
  * missing one is a usage error, exit 2); prints the problem otherwise. */
 bool cli_check_readable(const char *cmd, const char *opt, const char *path);
+/* strata train --model gpt (tools/cmd_train_gpt.c): GPT-2 on a token
+ * corpus; cli_wants_gpt: "--model gpt" is among argv. */
+int cmd_train_gpt(int argc, char **argv);
+bool cli_wants_gpt(int argc, char **argv);
 /* name ends in ".json": a Keras model file rather than a built-in model. */
 bool cli_is_json_model(const char *name);
 

@@ -77,7 +77,7 @@ static bool store_parallel_reads(const char *cmd, const char *name, const char *
 #define FLOAT(n, m, f, lo, hi, h) CLI_OPT_FLOAT(n, m, train_cfg, f, lo, hi, h)
 #define FN(n, m, f, fn, h) CLI_OPT_FN(n, m, train_cfg, f, fn, h)
 static cli_opt train_opts[] = {
-    STR("--model", "NAME", model, "built-in model mlp, cnn (default), resnet20 or mobilenet-tiny, or a Keras model.to_json() FILE.json"),
+    STR("--model", "NAME", model, "built-in model mlp, cnn (default), resnet20 or mobilenet-tiny, gpt (GPT-2: its options in 'strata train --model gpt --help'), or a Keras model.to_json() FILE.json"),
     STR("--data", "SRC", data, "fashion-mnist (the Debian dataset, default), a DIR of MNIST-style IDX files, or tfrecord:PATTERN (TFRecord files, streamed; needs --features)"),
     INT("--epochs", "N", epochs, 1, 100000, "passes over the training data (default 1)"),
     INT("--batch-size", "B", batch, 1, 1 << 20, "global batch size (default 32, as Keras)"),
@@ -713,6 +713,7 @@ static int run_train(const train_cfg *c) {
 }
 
 int cmd_train(int argc, char **argv) {
+  if (cli_wants_gpt(argc, argv)) return cmd_train_gpt(argc, argv);
   int rc = cli_parse("train", TRAIN_USAGE, argc, argv, train_opts, NTRAIN);
   if (rc) return rc < 0 ? EXIT_OK : rc;
   train_cfg c;

@@ -229,6 +229,29 @@ st_embedding_options st_embedding_default_options(int input_dim, int output_dim)
 st_status st_embedding_ex(st_embedding_options o, st_layer **out);
 st_status st_embedding(int input_dim, int output_dim, st_layer **out);
 
+typedef struct st_position_embedding_options {
+  int sequence_length; /* the longest sequence: positions [0, sequence_length) */
+  st_init initializer; /* glorot_uniform (keras_hub default) */
+  const char *name;
+} st_position_embedding_options;
+/* PositionEmbedding (keras_hub): input [T, d] (its values are not read),
+ * output [T, d] = embeddings[0:T] (embeddings [sequence_length, d]), to be
+ * added to the token embeddings. ST_ERR_INVALID for a non-positive
+ * sequence_length, an unknown initializer, a NULL out; when built, for an
+ * input that is not [T, d] with T <= sequence_length. */
+st_position_embedding_options st_position_embedding_default_options(int sequence_length);
+st_status st_position_embedding_ex(st_position_embedding_options o, st_layer **out);
+st_status st_position_embedding(int sequence_length, st_layer **out);
+/* ReversibleEmbedding's reverse call (keras_hub, tie_weights=True): a
+ * language model's output head tied to the token embedding. Input [..., d],
+ * output [..., vocab] = x . embeddings^T, where embeddings [vocab, d] is the
+ * table of `embedding` (an Embedding layer, borrowed: call it first, in the
+ * same model). One variable: the gradients of both uses are summed. The new
+ * layer has no variable of its own. ST_ERR_INVALID for a NULL argument or a
+ * layer that is not an Embedding; when built, for an input whose last axis
+ * is not the embedding width. */
+st_status st_reversible_embedding(st_layer *embedding, st_layer **out);
+
 typedef struct st_layernorm_options {
   float epsilon; /* 1e-3 (Keras) */
   bool center, scale;
@@ -300,6 +323,7 @@ typedef struct st_layer_options {
   st_depthwise_conv2d_options depthwise; /* DepthwiseConv2D */
   st_embedding_options embedding; /* Embedding */
   st_layernorm_options layernorm; /* LayerNormalization */
+  st_position_embedding_options position_embedding; /* PositionEmbedding */
   int concat_axis;                /* Concatenate (as given: -1, 1, 2, ...) */
   st_mha_options mha;             /* MultiHeadAttention */
 } st_layer_options;
@@ -320,6 +344,12 @@ typedef struct st_schedule {
   float decay_rate; /* exponential */
   bool staircase;   /* exponential */
   float alpha;      /* cosine: final fraction of initial */
+  /* cosine with warmup (Keras CosineDecay's warmup_steps / warmup_target;
+   * warmup_steps 0 = none): lr rises linearly from initial at step 0 to
+   * warmup_target at warmup_steps, then decays from warmup_target over
+   * decay_steps to alpha * warmup_target */
+  int64_t warmup_steps;
+  float warmup_target;
 } st_schedule;
 /* A constant learning rate lr. */
 st_schedule st_schedule_constant(float lr);
@@ -349,11 +379,25 @@ typedef struct st_optimizer_options {
   float epsilon;      /* Adam 1e-7, RMSprop 1e-7 (Keras) */
   float rho;          /* RMSprop 0.9 */
   float weight_decay; /* AdamW 0.004 (Keras default) */
+  /* Adam/AdamW as torch.optim.Adam(W) (false: Keras's form): epsilon added
+   * to sqrt(v_hat) = sqrt(v / (1 - beta2^t)), Keras adds it to sqrt(v)
+   * (the same update with epsilon * sqrt(1 - beta2^t)). With weight_decay
+   * (p -= lr * wd * p first, decoupled, as both) this is torch.optim.AdamW. */
+  bool torch_form;
+  /* > 0: scale the gradients so that their global L2 norm is at most this
+   * (Keras global_clipnorm, torch.nn.utils.clip_grad_norm_) before the
+   * update; the strategy computes the norm over every gradient
+   * (st_optimizer_clip_factor) */
+  float global_clipnorm;
 } st_optimizer_options;
 /* Keras defaults for that optimizer (lr 0.001 for Adam/AdamW/RMSprop, 0.01 SGD). */
 st_optimizer_options st_optimizer_default_options(st_optimizer_kind kind);
 const char *st_optimizer_name(st_optimizer_kind k);
 st_status st_optimizer_parse(const char *name, st_optimizer_kind *out);
+/* The factor global_clipnorm asks for, given the sum of the squares of every
+ * gradient: min(1, clipnorm / norm) (torch: clipnorm / (norm + 1e-6)); 1 when
+ * clipping is off. */
+float st_optimizer_clip_factor(const st_optimizer_options *o, double sum_squares);
 /* Number of slot buffers (each the size of the parameters) the optimizer keeps. */
 int st_optimizer_slot_count(const st_optimizer_options *o);
 /* Apply one update to n parameters with the kernels of ctx's backend (the

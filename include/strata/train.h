@@ -431,6 +431,52 @@ const char *const *st_builtin_model_names(void);
 st_status st_builtin_model_create(const char *name, const st_model_options *o,
                                   st_model **out);
 
+/* ---- GPT-2 (src/train/builtin_gpt.c; llm.c checkpoints: src/io/llmc.c) ---- */
+typedef struct st_gpt_config {
+  int n_layer, n_head, n_embd; /* blocks, heads, width (a multiple of n_head) */
+  int seq_len;                 /* T: the input is [T] token ids (as floats) */
+  int vocab;                   /* token ids in [0, vocab) */
+} st_gpt_config;
+/* The small default: 4 layers, 4 heads, width 128, T 64, vocab 256 (bytes). */
+st_gpt_config st_gpt_default_config(void);
+/* "small" (the default) or "gpt2-124m" (12, 12, 768, T 1024, vocab 50257);
+ * ST_ERR_INVALID naming an unknown preset. */
+st_status st_gpt_preset(const char *name, st_gpt_config *out);
+/* ST_ERR_INVALID naming the field (and its CLI flag) that is out of range. */
+st_status st_gpt_check_config(const st_gpt_config *c);
+/* GPT-2 as a functional model (uncompiled): input [seq_len] ids, output
+ * [seq_len, vocab] logits, its head tied to the token embedding (compile it
+ * with ST_LOSS_SPARSE_CE_LOGITS: labels [seq_len] next tokens, the loss the
+ * mean over every position). Layer names: wte, wpe, h<i>_ln_1, h<i>_attn,
+ * h<i>_ln_2, h<i>_mlp_fc, h<i>_mlp_proj, ln_f, lm_head. */
+st_status st_gpt_create(const st_gpt_config *c, const st_model_options *o, st_model **out);
+/* GPT-2's initialisation (llm.c / nanoGPT) of a compiled GPT model: normal
+ * 0.02 (wpe 0.01), residual projections 0.02/sqrt(2 n_layer), LayerNorm 1/0,
+ * biases 0; parameter p of layer i draws from RNG stream (seed, i, p). */
+st_status st_gpt_init_weights(st_model *m, uint64_t seed);
+/* llm.c's checkpoint (gpt2_124M.bin: 256 int32 header, magic 20240326,
+ * version 3, maxT, V, L, NH, C, Vp; then wte [Vp,C], wpe [maxT,C], ln1w,
+ * ln1b, qkvw [L,3C,C], qkvb, attprojw [L,C,C], attprojb, ln2w, ln2b, fcw
+ * [L,4C,C], fcb, fcprojw [L,C,4C], fcprojb, lnfw, lnfb) into/from a compiled
+ * GPT model of config c. Load: ST_ERR_INVALID naming the file and the header
+ * field that disagrees with c (maxT must be >= seq_len; wpe rows beyond
+ * seq_len and wte rows beyond vocab are not read), ST_ERR_IO naming the file
+ * for a short or unreadable one. Save writes maxT = seq_len, Vp = vocab
+ * rounded up to 64 (padded rows zero), atomically. */
+st_status st_gpt_load_llmc(st_model *m, const st_gpt_config *c, const char *path);
+st_status st_gpt_save_llmc(const st_model *m, const st_gpt_config *c, const char *path);
+/* The same weights as Hugging Face's GPT2LMHeadModel safetensors
+ * (transformer.wte.weight, transformer.h.<i>.attn.c_attn.weight [C, 3C]
+ * Conv1D layout, ...; docs/FORMATS.md). Save writes every name with the
+ * "transformer." prefix (lm_head.weight is wte: not written), atomically.
+ * Load accepts the names with or without the prefix, ignores other tensors
+ * (the attention masks "attn.bias"), takes the first vocab rows of wte and
+ * seq_len rows of wpe; ST_ERR_INVALID naming the file and the tensor that is
+ * missing or of another shape, ST_ERR_FORMAT/ST_ERR_IO for a damaged or
+ * unreadable file. */
+st_status st_gpt_save_hf(const st_model *m, const st_gpt_config *c, const char *path);
+st_status st_gpt_load_hf(st_model *m, const st_gpt_config *c, const char *path);
+
 #ifdef __cplusplus
 }
 #endif

@@ -103,6 +103,8 @@ PyObject *st__py_layer_options_b(const st_layer *l, const st_layer_options *o);
 int st__py_functional_register(PyObject *module);
 PyObject *st__py_layer_options_merge(const st_layer *l, const st_layer_options *o);
 int st__py_target_check(PyObject *cap);
+/* The layer a layer handle holds (NULL with a Python exception otherwise). */
+st_layer *st__py_layer_of(PyObject *cap);
 PyObject *st__py_target_add(PyObject *cap, st_status s, st_layer *l, const char *what);
 
 #endif

@@ -56,6 +56,12 @@ int st__py_target_check(PyObject *cap) {
   return st__py_model_of(cap) ? 0 : -1;
 }
 
+st_layer *st__py_layer_of(PyObject *cap) {
+  py_layer *p = PyCapsule_IsValid(cap, CAP_LAYER) ? PyCapsule_GetPointer(cap, CAP_LAYER) : NULL;
+  if (!p || !p->l) PyErr_SetString(PyExc_ValueError, "not a made layer handle");
+  return p ? p->l : NULL;
+}
+
 PyObject *st__py_target_add(PyObject *cap, st_status s, st_layer *l, const char *what) {
   if (s != ST_OK) return st__py_raise(s, what);
   if (PyCapsule_IsValid(cap, CAP_LAYER)) {

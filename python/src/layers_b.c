@@ -123,11 +123,77 @@ PyObject *st__py_layer_options_b(const st_layer *l, const st_layer_options *o) {
   return NULL; /* not one of these classes; no exception */
 }
 
+/* add_position_embedding(target, sequence_length, initializer, name) */
+static PyObject *py_add_position_embedding(PyObject *self, PyObject *args) {
+  PyObject *cap;
+  int len;
+  const char *init, *name;
+  if (!PyArg_ParseTuple(args, "Oisz", &cap, &len, &init, &name)) return NULL;
+  if (st__py_target_check(cap)) return NULL;
+  st_position_embedding_options o = st_position_embedding_default_options(len);
+  o.name = name;
+  if (act_init(NULL, NULL, init, &o.initializer, NULL, NULL)) return NULL;
+  st_layer *l = NULL;
+  st_status rc = st_position_embedding_ex(o, &l);
+  return add(cap, rc, l, "PositionEmbedding");
+}
+
+/* add_reversible_embedding(target, embedding layer handle): the tied head */
+static PyObject *py_add_reversible_embedding(PyObject *self, PyObject *args) {
+  PyObject *cap, *emb;
+  if (!PyArg_ParseTuple(args, "OO", &cap, &emb)) return NULL;
+  if (st__py_target_check(cap)) return NULL;
+  st_layer *e = st__py_layer_of(emb);
+  if (!e) return NULL;
+  st_layer *l = NULL;
+  st_status rc = st_reversible_embedding(e, &l);
+  return add(cap, rc, l, "ReversibleEmbedding");
+}
+
+/* gpt_weights(model, op, (n_layer, n_head, n_embd, seq_len, vocab), arg):
+ * op "init" (arg: the seed), "load_llmc", "save_llmc", "load_hf", "save_hf"
+ * (arg: the path) on a compiled GPT model (st_gpt_*). */
+static PyObject *py_gpt_weights(PyObject *self, PyObject *args) {
+  PyObject *cap, *arg;
+  const char *op;
+  st_gpt_config c;
+  if (!PyArg_ParseTuple(args, "Os(iiiii)O", &cap, &op, &c.n_layer, &c.n_head, &c.n_embd,
+                        &c.seq_len, &c.vocab, &arg))
+    return NULL;
+  st_model *m = st__py_model_of(cap);
+  if (!m) return NULL;
+  st_status s;
+  if (!strcmp(op, "init")) {
+    unsigned long long seed = PyLong_AsUnsignedLongLong(arg);
+    if (PyErr_Occurred()) return NULL;
+    s = st_gpt_init_weights(m, seed);
+  } else {
+    PyObject *bytes = PyUnicode_AsUTF8String(arg);
+    const char *path = bytes ? PyBytes_AsString(bytes) : NULL;
+    if (!path) {
+      Py_XDECREF(bytes);
+      return NULL;
+    }
+    s = !strcmp(op, "load_llmc") ? st_gpt_load_llmc(m, &c, path)
+        : !strcmp(op, "save_llmc") ? st_gpt_save_llmc(m, &c, path)
+        : !strcmp(op, "load_hf") ? st_gpt_load_hf(m, &c, path)
+        : !strcmp(op, "save_hf") ? st_gpt_save_hf(m, &c, path)
+        : st_error(ST_ERR_INVALID, "gpt_weights: unknown op '%s'", op);
+    Py_DECREF(bytes);
+  }
+  if (s != ST_OK) return st__py_raise(s, op);
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"add_conv1d", py_add_conv1d, METH_VARARGS, "add a Conv1D layer"},
     {"add_depthwise_conv2d", py_add_depthwise, METH_VARARGS, "add a DepthwiseConv2D layer"},
     {"add_embedding", py_add_embedding, METH_VARARGS, "add an Embedding layer"},
     {"add_layernorm", py_add_layernorm, METH_VARARGS, "add a LayerNormalization layer"},
+    {"add_position_embedding", py_add_position_embedding, METH_VARARGS, "make a PositionEmbedding"},
+    {"gpt_weights", py_gpt_weights, METH_VARARGS, "GPT-2 weights: init, llm.c and HF files"},
+    {"add_reversible_embedding", py_add_reversible_embedding, METH_VARARGS,
+     "make a ReversibleEmbedding head tied to an Embedding layer handle"},
     {NULL, NULL, 0, NULL}};
 
 int st__py_layers_b_register(PyObject *module) { return PyModule_AddFunctions(module, methods); }

@@ -77,9 +77,11 @@ def features(x, what="x"):
     return x
 
 
-def labels(y, sparse, what="y"):
+def labels(y, sparse, what="y", positions=1):
     """y as float32 / int32 labels; NaN labels and (sparse losses) labels that
-    are not whole numbers raise ValueError naming the row."""
+    are not whole numbers raise ValueError naming the row. positions > 1: a
+    sparse loss over a model output (T, classes) takes (n, T) labels, one
+    class index per position (a language model's next tokens)."""
     y = as_array(y, what)
     if y.ndim == 0:
         raise ValueError("%s: a scalar; expected one label per example" % what)
@@ -96,7 +98,9 @@ def labels(y, sparse, what="y"):
     if sparse:
         if y.ndim == 2 and y.shape[1] == 1:
             y = y.reshape(len(y))
-        if y.ndim != 1:
+        if positions > 1 and y.ndim >= 2 and int(np.prod(y.shape[1:])) == positions:
+            y = y.reshape(len(y), positions)
+        elif y.ndim != 1:
             raise ValueError("%s: shape %s; a sparse loss takes one class index per example "
                              "(shape (n,)); for one-hot labels use categorical_crossentropy"
                              % (what, y.shape))

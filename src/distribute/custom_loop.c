@@ -348,8 +348,8 @@ st_status st_replica_loss_gradient(st_replica_context *c, const float *y, int64_
   double sum = 0.0;
   if (n) {
     int cols = (int)st__net_output_size(c->m);
-    r->be->loss(r->ctx, c->m->loss, n, cols, r->acts[c->m->output], y,
-                1.0f / (float)global_batch, r->loss_rows, r->gslots[0]);
+    st__net_loss(c->m, r->ctx, n, r->acts[c->m->output], y, 1.0f / (float)global_batch,
+                 r->loss_rows, r->gslots[0]); /* sparse over [T, classes]: every position */
     st__be_to_host(r->ctx, dy, r->gslots[0], (size_t)n * (size_t)cols * sizeof(float));
     for (int i = 0; i < n; i++) sum += r->loss_rows[i];
   }

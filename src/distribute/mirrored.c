@@ -146,8 +146,10 @@ static void step_task(void *arg, int i) {
     st__error_keep(&mi->status[i], st__shard_step(mi->shard, i));
     return;
   }
-  if (st__error_keep(&mi->status[i], st__reducer_finish(mi->red, i)) == ST_OK)
+  if (st__error_keep(&mi->status[i], st__reducer_finish(mi->red, i)) == ST_OK) {
+    st__clip_grads(m, r->ctx, r->grads); /* the all-reduced sum: the same on every replica */
     st__apply_range(m, r->ctx, r->params, r->grads, mi->slots[i], 0, m->n_params);
+  }
   st__error_keep(&mi->status[i], st__be_status(r->ctx)); /* a device's error; waits for it */
 }
 

@@ -194,6 +194,7 @@ typedef struct chunked {
   size_t chunk;
   const st__side_task *side;
   unsigned caller_fp; /* the caller's floating-point state, for the side task */
+  bool summed;        /* global_clipnorm: reps[0] already holds the (clipped) sum */
 } chunked;
 
 /* Floats summed and updated at a time: the summed gradient is still in L2
@@ -224,7 +225,7 @@ static void reduce_apply_task(void *arg, int t) {
   for (size_t b = lo; b < end; b += APPLY_BLOCK) {
     size_t len = end - b < APPLY_BLOCK ? end - b : APPLY_BLOCK;
     float *dst = c->g->reps[0]->grads + b;
-    for (int i = 1; i < c->g->n; i++)
+    for (int i = 1; i < c->g->n && !c->summed; i++)
       m->be->axpy(m->be_ctx, len, 1.0f, c->g->reps[i]->grads + b, dst);
     st__apply_range(m, m->be_ctx, m->params + b, dst, m->slots, b, len);
   }
@@ -234,7 +235,7 @@ static void reduce_apply_task(void *arg, int t) {
 static chunked make_chunks(st_replica_group *g, st_net *m, int parts) {
   size_t per = (m->n_params + (size_t)parts - 1) / (size_t)parts;
   per = (per + 15) & ~(size_t)15;
-  return (chunked){g, m, per ? per : 16, NULL, 0};
+  return (chunked){g, m, per ? per : 16, NULL, 0, false};
 }
 
 /* Chunks per thread when a side task shares the update. */
@@ -249,6 +250,12 @@ st_status st__group_train(st_replica_group *g, st_net *m, const st_batch *b,
   int parts = with_side && g->n > 1 ? g->n * SIDE_CHUNKS_PER_THREAD : g->n;
   if (!st__be_is_host(m->be)) parts = 1; /* one stream: the update in one task */
   chunked c = make_chunks(g, m, parts);
+  if (m->optimizer.global_clipnorm > 0.0f) { /* the norm needs the whole sum first */
+    for (int i = 1; i < g->n; i++)
+      m->be->axpy(m->be_ctx, m->n_params, 1.0f, g->reps[i]->grads, g->reps[0]->grads);
+    st__clip_grads(m, m->be_ctx, g->reps[0]->grads);
+    c.summed = true;
+  }
   int ntasks = parts;
   if (with_side) {
     c.side = side;

@@ -4,10 +4,13 @@
 
 #include "base/split.h"
 
+#include <stdlib.h>
+
 void st__step_metrics(const st_net *m, const float *pred, const float *y,
                       int rows, st_step_stats *out) {
   if (rows <= 0 || m->nmetrics == 0 || !y) return; /* y NULL: no labels (predict) */
-  int cols = (int)st__net_output_size(m);
+  int cols = st__net_loss_cols(m);
+  rows *= (int)st__net_loss_positions(m); /* sparse over [T, classes]: every position */
   st_metric_kind k = m->metrics[0];
   out->correct += st_metric_correct(k, m->loss, rows, cols, pred, y);
   bool binary = k == ST_METRIC_BINARY_ACCURACY ||
@@ -18,7 +21,7 @@ void st__step_metrics(const st_net *m, const float *pred, const float *y,
 
 st_batch st__batch_rows(const st_net *m, const st_batch *b, int start, int count) {
   size_t xs = st_shape_size(m->input_shape);
-  size_t ys = st_loss_is_sparse(m->loss) ? 1 : st__net_output_size(m);
+  size_t ys = st__net_label_size(m);
   return (st_batch){count, b->x ? b->x + (size_t)start * xs : NULL,
                     b->y ? b->y + (size_t)start * ys : NULL};
 }
@@ -41,6 +44,23 @@ void st__replica_step(const st_net *m, st_replica *r, const st_batch *slice, int
   out->loss_sum += st__replica_loss_backward(m, r, slice->x, slice->y, slice->size, global,
                                              m->step, ready, ready_ctx);
   out->examples += slice->size;
+}
+
+void st__clip_grads(const st_net *m, st_backend_ctx *ctx, float *grads) {
+  if (!(m->optimizer.global_clipnorm > 0.0f)) return;
+  double ss = 0.0;
+  const float *h = grads;
+  float *copy = NULL;
+  if (ctx->be->to_device) { /* device memory: read a host copy */
+    copy = malloc(m->n_params * sizeof(float) + 1);
+    ST_ASSERT(copy);
+    st__be_to_host(ctx, copy, grads, m->n_params * sizeof(float));
+    h = copy;
+  }
+  for (size_t i = 0; i < m->n_params; i++) ss += (double)h[i] * (double)h[i];
+  free(copy);
+  float f = st_optimizer_clip_factor(&m->optimizer, ss);
+  if (f != 1.0f) ctx->be->scale(ctx, m->n_params, f, grads);
 }
 
 void st__apply_range(const st_net *m, st_backend_ctx *ctx, float *params, const float *grads,

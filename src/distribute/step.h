@@ -37,6 +37,10 @@ static inline void st__step_stats_add(st_step_stats *out, const st_step_stats *i
   out->metric_count += in->metric_count;
 }
 
+/* global_clipnorm: scale grads [n_params] (host memory) so that their L2 norm
+ * is at most the optimizer's global_clipnorm (no-op when off). */
+void st__clip_grads(const st_net *m, st_backend_ctx *ctx, float *grads);
+
 /* Metric numerator/denominator for rows of pred against y (y NULL: none). */
 void st__step_metrics(const st_net *m, const float *pred, const float *y,
                       int rows, st_step_stats *out);

@@ -67,10 +67,22 @@ static json_t *logs_json(const st_train_position *p) {
   return a;
 }
 
+/* A cosine schedule's warmup (issue 31) into the schedule object o: only
+ * when set, so files of runs without one keep their bytes. */
+static json_t *with_warmup(json_t *o, const st_schedule *lr) {
+  if (o && lr->warmup_steps) {
+    json_object_set_new(o, "warmup_steps", json_integer((json_int_t)lr->warmup_steps));
+    json_object_set_new(o, "warmup_target", json_real((double)lr->warmup_target));
+  }
+  return o;
+}
+
 static json_t *schedule_json(const st_schedule *lr) {
-  return json_pack("{s:i, s:f, s:I, s:f, s:b, s:f}", "kind", (int)lr->kind, "initial",
-                   (double)lr->initial, "decay_steps", (json_int_t)lr->decay_steps, "decay_rate",
-                   (double)lr->decay_rate, "staircase", lr->staircase, "alpha", (double)lr->alpha);
+  return with_warmup(json_pack("{s:i, s:f, s:I, s:f, s:b, s:f}", "kind", (int)lr->kind, "initial",
+                               (double)lr->initial, "decay_steps", (json_int_t)lr->decay_steps,
+                               "decay_rate", (double)lr->decay_rate, "staircase", lr->staircase,
+                               "alpha", (double)lr->alpha),
+                     lr);
 }
 
 /* state.json's "identity": the run that wrote a backup (checked on resume). */
@@ -100,6 +112,7 @@ static json_t *state_json(const st_model *m, const st_train_position *p,
       "lr_schedule", "kind", (int)lr->kind, "initial", (double)lr->initial, "decay_steps",
       (json_int_t)lr->decay_steps, "decay_rate", (double)lr->decay_rate, "staircase",
       lr->staircase, "alpha", (double)lr->alpha, "history", logs_json(p));
+  if (o) with_warmup(json_object_get(o, "lr_schedule"), lr);
   if (o && id) json_object_set_new(o, "identity", identity_json(m, id));
   return o;
 }

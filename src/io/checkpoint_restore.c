@@ -285,7 +285,13 @@ static bool schedule_from_json(json_t *ls, st_schedule *out) {
       kind < 0 || kind >= ST_SCHEDULE_COUNT || !(initial > 0))
     return false;
   *out = (st_schedule){(st_schedule_kind)kind, (float)initial, dsteps, (float)rate, stair,
-                       (float)alpha};
+                       (float)alpha, 0, 0.0f};
+  json_t *ws = json_object_get(ls, "warmup_steps"), *wt = json_object_get(ls, "warmup_target");
+  if (ws || wt) { /* a cosine schedule's warmup (written only when set) */
+    if (!json_is_integer(ws) || !json_is_number(wt) || json_integer_value(ws) < 0) return false;
+    out->warmup_steps = (int64_t)json_integer_value(ws);
+    out->warmup_target = (float)json_number_value(wt);
+  }
   return true;
 }
 
@@ -327,9 +333,13 @@ static void schedule_text(const st_schedule *s, int digits, char *buf, size_t n)
     snprintf(buf, n, "%.*g", digits, (double)s->initial);
     return;
   }
-  snprintf(buf, n, "%.*g (%s, decay_steps %lld, decay_rate %.*g, staircase %s, alpha %.*g)",
-           digits, (double)s->initial, kinds[s->kind], (long long)s->decay_steps, digits,
-           (double)s->decay_rate, s->staircase ? "on" : "off", digits, (double)s->alpha);
+  int at = snprintf(buf, n, "%.*g (%s, decay_steps %lld, decay_rate %.*g, staircase %s, alpha %.*g",
+                    digits, (double)s->initial, kinds[s->kind], (long long)s->decay_steps, digits,
+                    (double)s->decay_rate, s->staircase ? "on" : "off", digits, (double)s->alpha);
+  if (at > 0 && (size_t)at < n && s->warmup_steps)
+    at += snprintf(buf + at, n - (size_t)at, ", warmup_steps %lld, warmup_target %.*g",
+                   (long long)s->warmup_steps, digits, (double)s->warmup_target);
+  if (at > 0 && (size_t)at < n) snprintf(buf + at, n - (size_t)at, ")");
 }
 
 /* Both schedules as text: short (%g) unless that hides a difference. */

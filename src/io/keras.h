@@ -52,6 +52,10 @@ typedef enum st__keras_kind {
                 kwargs in Keras (the graph importer sets it); a "use_causal_mask"
                 config key (Strata's own) sets it too */
   /* end of merge layers and attention */
+  ST__K_POSITION_EMBEDDING, /* keras_hub PositionEmbedding (issue 31) */
+  ST__K_REVERSIBLE_EMBEDDING, /* Strata's tied head, config {"embedding": NAME}
+                                 (keras_hub's own, one layer called both ways,
+                                 is refused); functional graphs only */
   ST__K_COUNT
 } st__keras_kind;
 
@@ -68,6 +72,7 @@ typedef struct st__keras_layer {
   int target_rank;        /* Reshape: target_shape, one entry may be -1 */
   int target[ST_MAX_RANK];
   bool causal_mask;       /* functional call's use_causal_mask (attention) */
+  char tied[ST_NAME_MAX]; /* ReversibleEmbedding: the Embedding layer's name */
   union {
     st_dense_options dense;
     st_conv2d_options conv;
@@ -83,6 +88,7 @@ typedef struct st__keras_layer {
     st_layernorm_options ln;
     int concat_axis;      /* Concatenate (Keras counting, as given) */
     st_mha_options mha;   /* MultiHeadAttention */
+    st_position_embedding_options pos; /* PositionEmbedding */
   } u;
 } st__keras_layer;
 

@@ -81,6 +81,9 @@ static bool graph_config(const char *cls, const st_layer_options *o, json_t *cfg
     SET("epsilon", json_real(o->layernorm.epsilon));
     SET("center", json_boolean(o->layernorm.center));
     SET("scale", json_boolean(o->layernorm.scale));
+  } else if (!strcmp(cls, "PositionEmbedding")) {
+    SET("sequence_length", json_integer(o->position_embedding.sequence_length));
+    SET("initializer", init_json(o->position_embedding.initializer));
   } else if (!strcmp(cls, "Concatenate")) {
     SET("axis", json_integer(o->concat_axis));
   } else if (!strcmp(cls, "MultiHeadAttention")) {
@@ -102,7 +105,9 @@ static bool graph_config(const char *cls, const st_layer_options *o, json_t *cfg
 /* The class-specific options of l into cfg; false for a class with no writer. */
 static bool class_config(const st_layer *l, const st_layer_options *o, json_t *cfg) {
   const char *cls = st_layer_class(l);
-  if (!strcmp(cls, "Dense")) {
+  if (l->tied) { /* ReversibleEmbedding: the Embedding it reads, by name */
+    json_object_set_new(cfg, "embedding", json_string(l->tied->name));
+  } else if (!strcmp(cls, "Dense")) {
     json_object_set_new(cfg, "units", json_integer(o->dense.units));
     json_object_set_new(cfg, "activation", json_string(st_activation_name(o->dense.activation)));
     json_object_set_new(cfg, "use_bias", json_boolean(o->dense.use_bias));

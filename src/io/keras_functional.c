@@ -164,6 +164,21 @@ static st_status call_inputs(const fn_graph *g, const st__keras_ctx *c, const js
   return s;
 }
 
+/* The tied head (ReversibleEmbedding) of entry f: its Embedding, by name,
+ * must be made already (called earlier in the data flow). */
+static st_status make_tied(const fn_graph *g, const st__keras_ctx *c, fn_layer *f) {
+  int t = find(g, f->k.tied);
+  if (t < 0 || !g->l[t].layer)
+    return st__keras_error(c, "its Embedding '%s' %s", f->k.tied,
+                           t < 0 ? "is not a layer of the model" : "is not called before it");
+  if (st_reversible_embedding(g->l[t].layer, &f->layer) != ST_OK) return st__keras_rethrow(c);
+  if (f->k.name[0]) {
+    snprintf(f->layer->name, sizeof f->layer->name, "%s", f->k.name);
+    f->layer->named_by_user = true;
+  }
+  return ST_OK;
+}
+
 /* Call `call` of layer i once its inputs exist (*made false while waiting):
  * the layer is made on its first call, for its inputs' shapes. */
 static st_status run_call(fn_graph *g, int i, bool *made) {
@@ -175,7 +190,9 @@ static st_status run_call(fn_graph *g, int i, bool *made) {
   st_status s = call_inputs(g, &c, json_array_get(f->calls, (size_t)f->done), &a);
   if (s != ST_OK || a.waiting) return s;
   if (a.n == 0) return st__keras_error(&c, "call %d has no input tensor", f->done);
-  if (!f->layer) {
+  if (!f->layer && f->k.kind == ST__K_REVERSIBLE_EMBEDDING) {
+    if ((s = make_tied(g, &c, f)) != ST_OK) return s;
+  } else if (!f->layer) {
     f->k.causal_mask = a.causal;
     if ((s = st__keras_make_layer(&c, &f->k, a.in[0]->shape, &f->layer)) != ST_OK) return s;
   } else if (a.causal != f->k.causal_mask) {

@@ -205,6 +205,7 @@ st_status st__keras_make_layer(const st__keras_ctx *c, const st__keras_layer *k,
   st_depthwise_conv2d_options dw;
   st_embedding_options em;
   st_layernorm_options ln;
+  st_position_embedding_options pe;
   st_mha_options mha = k->u.mha;
   st_shape t;
   st_status s = check_axis(c, k, in); /* axis is -1 unless BN or Softmax set it */
@@ -223,6 +224,7 @@ st_status st__keras_make_layer(const st__keras_ctx *c, const st__keras_layer *k,
   case ST__K_DEPTHWISE: dw = k->u.dw, dw.name = nm; s = st_depthwise_conv2d_ex(dw, out); break;
   case ST__K_EMBEDDING: em = k->u.emb, em.name = nm; s = st_embedding_ex(em, out); break;
   case ST__K_LAYERNORM: ln = k->u.ln, ln.name = nm; s = st_layernorm_ex(ln, out); break;
+  case ST__K_POSITION_EMBEDDING: pe = k->u.pos, pe.name = nm; s = st_position_embedding_ex(pe, out); break;
   case ST__K_RESHAPE:
     if ((s = reshape_target(c, k, in, &t)) != ST_OK) return s;
     s = named(st_reshape(t, out), out, k->name);
@@ -248,6 +250,9 @@ st_status st__keras_make_layer(const st__keras_ctx *c, const st__keras_layer *k,
     mha.use_causal_mask |= k->causal_mask; /* a functional call's use_causal_mask */
     s = st_multi_head_attention_ex(mha, out);
     break;
+  case ST__K_REVERSIBLE_EMBEDDING:
+    return st__keras_error(c, "ReversibleEmbedding reads the Embedding '%s': only in a "
+                           "functional model", k->tied);
   default: return st__keras_error(c, "internal: unexpected layer kind %d", (int)k->kind);
   }
   return s == ST_OK ? ST_OK : st__keras_rethrow(c);

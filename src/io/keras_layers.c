@@ -334,6 +334,33 @@ static const char *const k_emb_nulls[] = {
     "embeddings_regularizer", "activity_regularizer", "embeddings_constraint", "lora_rank",
     NULL};
 
+/* keras_hub PositionEmbedding: sequence_length, initializer. */
+static st_status parse_position_embedding(const st__keras_ctx *c, const json_t *cfg,
+                                          st__keras_layer *k) {
+  st_position_embedding_options *o = &k->u.pos;
+  *o = st_position_embedding_default_options(1);
+  st_status s = st__keras_int(c, cfg, "sequence_length", 1, ST__KERAS_MAX_UNITS, 0, true,
+                              &o->sequence_length);
+  if (s == ST_OK) s = st__keras_init(c, cfg, "initializer", ST_INIT_GLOROT_UNIFORM, &o->initializer);
+  return s;
+}
+
+/* Strata's tied head names its Embedding ({"embedding": "wte"}, as
+ * st_model_to_keras_json writes it); keras_hub's ReversibleEmbedding is one
+ * layer called twice (ids, then reverse=True), which is not followed. */
+static st_status parse_reversible_embedding(const st__keras_ctx *c, const json_t *cfg,
+                                            st__keras_layer *k) {
+  const json_t *e = json_object_get(cfg, "embedding");
+  if (!json_is_string(e))
+    return st__keras_error(c, "ReversibleEmbedding without an \"embedding\" name is not "
+                           "imported (keras_hub calls one layer both ways: build the tied head "
+                           "with st_reversible_embedding, or st_gpt_create)");
+  if (strlen(json_string_value(e)) >= sizeof k->tied)
+    return st__keras_error(c, "embedding name is longer than %d bytes", (int)sizeof k->tied - 1);
+  snprintf(k->tied, sizeof k->tied, "%s", json_string_value(e));
+  return ST_OK;
+}
+
 /* Embedding: input_length (Keras 2) is accepted and not used: the input shape
  * comes from the InputLayer or batch_input_shape; mask_zero only false. */
 static st_status parse_embedding(const st__keras_ctx *c, const json_t *cfg,
@@ -545,6 +572,13 @@ static const struct {
           "attention_axes", "seed", "query_shape", "key_shape", "value_shape", "use_causal_mask",
           "kernel_initializer", "bias_initializer", "kernel_regularizer", "bias_regularizer",
           "activity_regularizer", "kernel_constraint", "bias_constraint")},
+    /* issue 31 (keras_hub) */
+    {"PositionEmbedding", ST__K_POSITION_EMBEDDING, parse_position_embedding,
+     KEYS("sequence_length", "initializer")},
+    {"ReversibleEmbedding", ST__K_REVERSIBLE_EMBEDDING, parse_reversible_embedding,
+     KEYS("embedding", "input_dim", "output_dim", "tie_weights", "embeddings_initializer",
+          "embeddings_regularizer", "embeddings_constraint", "reverse_dtype", "logit_soft_cap",
+          "mask_zero")},
 };
 #define NCLASSES ((int)(sizeof k_classes / sizeof k_classes[0]))
 

@@ -45,8 +45,11 @@ static st_status check_compile(const st_model *m, const st_compile_options *o) {
       return st_error(ST_ERR_INVALID, "st_model_compile: o->metrics[%d] = %d out of range", i,
                       (int)o->metrics[i]);
   st_shape out = st_model_output_shape(m);
-  if (out.rank != 1)
-    return st_error(ST_ERR_INVALID, "compile: model output %s must be rank 1 (add Flatten)",
+  /* sparse losses take any rank: one class index per position of the last
+   * axis (a language model's [T, vocab] with [T] labels), as Keras */
+  if (out.rank != 1 && !st_loss_is_sparse(o->loss))
+    return st_error(ST_ERR_INVALID, "compile: model output %s must be rank 1 (add Flatten; "
+                    "sparse losses take any rank: classes on the last axis)",
                     st_shape_format(out, (char[64]){0}, 64));
   return ST_OK;
 }
@@ -193,6 +196,23 @@ static st_status recompile(st_model *m, const st_compile_options *o) {
   return ST_OK;
 }
 
+/* Issue 31's pieces not wired into every strategy yet: a sparse loss over
+ * [T, classes] outputs (st__net_loss) and global_clipnorm (st__clip_grads)
+ * are refused, naming both, where the strategy's step would not honour them. */
+static st_status check_strategy_fits(const st_model *m) {
+  st_strategy_kind k = m->strategy->opts.kind;
+  bool pipe_ps = k == ST_STRATEGY_PIPELINE || k == ST_STRATEGY_PARAMETER_SERVER;
+  if (pipe_ps && st__net_loss_positions(&m->net) > 1)
+    return st_error(ST_ERR_INVALID, "compile: a sparse loss over positions (output [%d, %d]) is "
+                    "not supported by the %s strategy yet", (int)st__net_loss_positions(&m->net),
+                    st__net_loss_cols(&m->net), st_strategy_kind_name(k));
+  if (m->net.optimizer.global_clipnorm > 0.0f && (pipe_ps || m->strategy->opts.shard_optimizer))
+    return st_error(ST_ERR_INVALID, "compile: optimizer.global_clipnorm is not supported by the "
+                    "%s strategy%s yet", st_strategy_kind_name(k),
+                    m->strategy->opts.shard_optimizer ? " with shard_optimizer" : "");
+  return ST_OK;
+}
+
 st_status st_model_compile(st_model *m, const st_compile_options *o) {
   st_status s = check_compile(m, o);
   if (s != ST_OK) return s;
@@ -238,6 +258,7 @@ st_status st_model_compile(st_model *m, const st_compile_options *o) {
   }
   if (m->strategy->net)
     return st_error(ST_ERR_INVALID, "compile: the strategy is already bound to another model");
+  if ((s = check_strategy_fits(m)) != ST_OK) return s;
   int threads = m->strategy->opts.threads;
   st_blas_init(threads);
   if ((s = m->strategy->vt->attach(m->strategy, &m->net)) != ST_OK) return s;

@@ -187,6 +187,22 @@ static st_status check_names(const st_net *net) {
   return ST_OK;
 }
 
+/* A layer reading another's variables (st_layer.tied) needs that layer in
+ * the model, called before it (its variables laid out, its gradient last). */
+static st_status check_tied(const st_net *net) {
+  for (int i = 0; i < net->nlayers; i++) {
+    const st_layer *l = net->layers[i];
+    if (!l->tied) continue;
+    int t = layer_index(net, l->tied);
+    if (t < 0 || t > i)
+      return st_error(ST_ERR_INVALID, "st_functional_create: layer '%s' (%s) reads the "
+                      "variables of layer '%s' (%s), which %s", l->name, l->vt->class_name,
+                      l->tied->name, l->tied->vt->class_name,
+                      t < 0 ? "is not in the model" : "is called after it (call it first)");
+  }
+  return ST_OK;
+}
+
 static void set_inputs(st_model *m, st_node *const *inputs, int n_in) {
   st_net *net = &m->net;
   net->n_inputs = n_in;
@@ -233,6 +249,7 @@ st_status st_functional_create(st_node *const *inputs, int n_in, st_node *const 
   if (s == ST_OK) {
     name_layers(&m->net, inputs, n_in);
     s = check_names(&m->net);
+    if (s == ST_OK) s = check_tied(&m->net);
   }
   if (s != ST_OK) {
     give_back(m);

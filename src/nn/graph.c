@@ -43,7 +43,7 @@ bool st__net_is_chain(const st_net *m) {
 
 bool st__net_shares_layers(const st_net *m) {
   for (int i = 0; i < m->nlayers; i++)
-    if (m->layers[i]->calls > 1) return true;
+    if (m->layers[i]->calls > 1 || m->layers[i]->tied) return true;
   return false;
 }
 
@@ -63,7 +63,7 @@ static size_t layer_trainable(const st_layer *l, size_t *first) {
 size_t st__net_max_layer_params(const st_net *m, int lo, int hi) {
   size_t mx = 0, first;
   for (int k = lo; k < hi; k++) {
-    size_t n = layer_trainable(m->layers[m->nodes[k].layer], &first);
+    size_t n = layer_trainable(st__layer_vars(m->layers[m->nodes[k].layer]), &first);
     if (n > mx) mx = n;
   }
   return mx;
@@ -87,7 +87,7 @@ static const float *tensor(const st_exec *e, int t) {
 /* The arguments of node k's call (inputs and gradients set by the caller). */
 static st_layer_args node_args(const st_net *m, const st_exec *e, int k, int n, bool training,
                                int64_t step) {
-  const st_layer *l = m->layers[m->nodes[k].layer];
+  const st_layer *l = st__layer_vars(m->layers[m->nodes[k].layer]);
   st_layer_args c;
   memset(&c, 0, sizeof c);
   c.be = e->be;
@@ -160,7 +160,7 @@ static void mark_needs(walk *w) {
   const st_exec *e = w->e;
   for (int k = e->lo; k < e->hi; k++) {
     size_t first;
-    bool nd = layer_trainable(w->m->layers[w->m->nodes[k].layer], &first) > 0;
+    bool nd = layer_trainable(st__layer_vars(w->m->layers[w->m->nodes[k].layer]), &first) > 0;
     for (int j = 0; j < w->m->nodes[k].n_in && !nd; j++) nd = tensor_needs(w, w->m->nodes[k].in[j]);
     w->needs[k - e->lo] = nd;
   }
@@ -208,13 +208,15 @@ static void node_backward(walk *w, int k, int64_t step) {
     tmp[j] = -1;
     dxs[j] = tensor_needs(w, d->in[j]) ? grad_target(w, d->in[j], &tmp[j]) : NULL;
   }
-  size_t base, nt = layer_trainable(l, &base);
-  bool scratch = nt && (e->accumulate || w->layer_done[d->layer]);
+  const st_layer *vl = st__layer_vars(l);
+  int vi = l->tied ? m->nodes[vl->first_node].layer : d->layer; /* whose gradients */
+  size_t base, nt = layer_trainable(vl, &base);
+  bool scratch = nt && (e->accumulate || w->layer_done[vi]);
   if (e->gslots) {
     st_layer_args c = node_args(m, e, k, w->n, true, step);
     if (scratch)
-      for (int p = 0; p < l->nparams; p++)
-        if (c.dw[p]) c.dw[p] = e->gscratch + (l->params[p].offset - base);
+      for (int p = 0; p < vl->nparams; p++)
+        if (c.dw[p]) c.dw[p] = e->gscratch + (vl->params[p].offset - base);
     c.dy = w->gbuf[k - e->lo];
     c.dy_writable = true;
     for (int j = 0; j < d->n_in; j++) c.dxs[j] = dxs[j];
@@ -228,7 +230,7 @@ static void node_backward(walk *w, int k, int64_t step) {
   }
   for (int j = 0; j < d->n_in; j++)
     if (tmp[j] >= 0) slot_put(w, tmp[j]);
-  w->layer_done[d->layer] = true;
+  w->layer_done[vi] = true;
 }
 
 /* The pass itself (dy NULL: counting). Returns the slots used at most. */
@@ -305,7 +307,8 @@ int st__net_cut(const st_net *m, int k, int *crossing) {
   *crossing = k > 0 ? k - 1 : st__net_input_tensor(0);
   for (int q = k; q < m->nnodes; q++) {
     const st_net_node *d = &m->nodes[q];
-    if (m->layers[d->layer]->first_node < k) return -1; /* a shared layer split */
+    const st_layer *l = m->layers[d->layer];
+    if (l->first_node < k || st__layer_vars(l)->first_node < k) return -1; /* a shared layer split */
     for (int j = 0; j < d->n_in; j++) {
       int t = d->in[j];
       if (t >= k) continue;

@@ -142,6 +142,12 @@ struct st_layer {
                                    BatchNorm): every replica must run them, even
                                    on an empty slice */
   struct st_node *call_nodes;   /* its st_layer_call outputs, owned (a list) */
+  struct st_layer *tied;        /* NULL, or the layer whose variables this one
+                                   reads as its own (ReversibleEmbedding: the
+                                   Embedding's table): it declares none; its
+                                   calls get tied's w/dw, the gradients of
+                                   both summed as for a shared layer. tied is
+                                   called first, in the same model (borrowed) */
   void *config;                 /* layer-kind options, owned */
   bool in_model;                /* owned by a model (st_model_add): only the
                                    model frees it (st__layer_free) */
@@ -162,6 +168,11 @@ struct st_node {
 /* Whether the call's buffers are host memory (a backend without to_device:
  * cpu, reference), so host loops may touch them. */
 static inline bool st__args_host(const st_layer_args *c) { return c->be->to_device == NULL; }
+
+/* The layer whose variables l's calls use: l->tied, or l itself. */
+static inline const st_layer *st__layer_vars(const st_layer *l) {
+  return l->tied ? l->tied : l;
+}
 
 /* Frees l whoever owns it (st_layer_destroy ignores a layer in a model),
  * its call nodes with it (st__layer_free_nodes: node.c). */

@@ -4,6 +4,8 @@
 #include "nn/net.h"
 
 #include <math.h>
+#include <stdlib.h>
+#include <stdio.h>
 
 st_shape st__net_output_shape(const st_net *m) {
   return m->nnodes ? st__net_tensor_shape(m, m->output) : m->input_shape;
@@ -13,26 +15,68 @@ size_t st__net_output_size(const st_net *m) {
   return st_shape_size(st__net_output_shape(m));
 }
 
+size_t st__net_loss_positions(const st_net *m) {
+  if (!st_loss_is_sparse(m->loss)) return 1;
+  st_shape o = st__net_output_shape(m);
+  return o.rank > 1 ? st_shape_size(o) / (size_t)o.dims[o.rank - 1] : 1;
+}
+
+int st__net_loss_cols(const st_net *m) {
+  return (int)(st__net_output_size(m) / st__net_loss_positions(m));
+}
+
+size_t st__net_label_size(const st_net *m) {
+  return st_loss_is_sparse(m->loss) ? st__net_loss_positions(m) : st__net_output_size(m);
+}
+
+void st__net_loss(const st_net *m, st_backend_ctx *ctx, int n, const float *out, const float *y,
+                  float scale, float *loss_rows, float *dy) {
+  size_t P = st__net_loss_positions(m);
+  ctx->be->loss(ctx, m->loss, (int)((size_t)n * P), st__net_loss_cols(m), out, y,
+                scale / (float)P, loss_rows, dy);
+  if (P == 1) return;
+  bool host = st__be_is_host(ctx->be);
+  float *rows = host ? loss_rows : malloc((size_t)n * P * sizeof(float) + sizeof(float));
+  if (!rows) { /* out of host memory: the device's rows stay per position */
+    ctx->be->fill(ctx, (size_t)n, NAN, loss_rows);
+    return;
+  }
+  if (!host) st__be_to_host(ctx, rows, loss_rows, (size_t)n * P * sizeof(float));
+  for (int i = 0; i < n; i++) { /* in place: row i reads [i*P, i*P + P), all >= i */
+    double s = 0.0;
+    for (size_t p = 0; p < P; p++) s += rows[(size_t)i * P + p];
+    rows[i] = (float)(s / (double)P);
+  }
+  if (!host) {
+    st__be_to_device(ctx, loss_rows, rows, (size_t)n * sizeof(float));
+    st__be_synchronize(ctx);
+    free(rows);
+  }
+}
+
 st_status st__net_check_labels(const st_net *m, const float *y, int n, int64_t first) {
   if (!st_loss_is_sparse(m->loss)) return ST_OK;
-  int64_t classes = (int64_t)st__net_output_size(m);
-  for (int i = 0; i < n; i++) {
+  int64_t classes = st__net_loss_cols(m);
+  size_t P = st__net_loss_positions(m);
+  for (size_t i = 0; i < (size_t)n * P; i++) {
     float v = y[i];
-    if (!(v >= 0.0f && v < (float)classes) || v != (float)(int64_t)v)
-      return st_error(ST_ERR_INVALID, "label %g of example %lld is not a class index in "
+    if (!(v >= 0.0f && v < (float)classes) || v != (float)(int64_t)v) {
+      char pos[48] = "";
+      if (P > 1) snprintf(pos, sizeof pos, " at position %zu", i % P);
+      return st_error(ST_ERR_INVALID, "label %g of example %lld%s is not a class index in "
                       "[0, %lld) for a model with %lld outputs", (double)v,
-                      (long long)(first + i), (long long)classes, (long long)classes);
+                      (long long)(first + (int64_t)(i / P)), pos, (long long)classes,
+                      (long long)classes);
+    }
   }
   return ST_OK;
 }
 
-/* Floats per example label: 1 for sparse losses, the outputs otherwise. */
-size_t st__net_label_width(const st_net *m) {
-  return st_loss_is_sparse(m->loss) ? 1 : st__net_output_size(m);
-}
+/* Floats per example label: the positions for sparse losses, the outputs otherwise. */
+static size_t label_width(const st_net *m) { return st__net_label_size(m); }
 
 int64_t st__net_example_class(const st_net *m, const float *y) {
-  size_t w = st__net_label_width(m);
+  size_t w = label_width(m);
   if (w == 1) return (int64_t)nearbyintf(y[0]); /* tf.round: half to even */
   size_t best = 0;
   for (size_t j = 1; j < w; j++)
@@ -42,7 +86,7 @@ int64_t st__net_example_class(const st_net *m, const float *y) {
 
 st_status st__net_check_classes(const st_net *m, const float *y, int n, int64_t first) {
   if (!m->class_weight) return ST_OK;
-  size_t w = st__net_label_width(m);
+  size_t w = label_width(m);
   for (int i = 0; i < n; i++) {
     const float *row = y + (size_t)i * w;
     double cls = w > 1 ? (double)st__net_example_class(m, row) : (double)nearbyint(row[0]);
@@ -57,7 +101,7 @@ st_status st__net_check_classes(const st_net *m, const float *y, int n, int64_t 
 void st__net_apply_example_weights(const st_net *m, st_replica *r, const float *y, int n,
                                  int cols, float *loss, float *dpred) {
   if (!m->class_weight && !m->sample_weights) return;
-  size_t w = st__net_label_width(m);
+  size_t w = label_width(m);
   size_t first = m->sample_weights ? (size_t)(y - m->sample_labels) / w : 0;
   for (int i = 0; i < n; i++) {
     float cw = m->sample_weights ? m->sample_weights[first + (size_t)i]

@@ -168,10 +168,9 @@ int st__net_grad_slots(const st_net *m, int lo, int hi);
 size_t st__net_max_layer_params(const st_net *m, int lo, int hi);
 /* True for Sequential's shape: node i calls layer i on node i-1's output. */
 bool st__net_is_chain(const st_net *m);
-/* True if some layer of the net is called by several nodes. */
+/* True if some layer of the net is called by several nodes, or reads
+ * another layer's variables (st_layer.tied: gradients summed as well). */
 bool st__net_shares_layers(const st_net *m);
-/* Floats per example of the labels (1 for sparse losses, else the output). */
-size_t st__net_label_width(const st_net *m);
 /* Per-example shape of tensor t. */
 st_shape st__net_tensor_shape(const st_net *m, int t);
 /* A cut before node k (a pipeline stage starting there): the number of
@@ -228,6 +227,20 @@ static inline float *st__var_ptr(const st_layer *l, int p, float *params,
  * its size in floats. */
 st_shape st__net_output_shape(const st_net *m);
 size_t st__net_output_size(const st_net *m);
+/* Labels per example: for sparse losses the output's positions (its size
+ * over its last axis: 1 for [classes], T for a language model's [T, vocab],
+ * Keras's sparse cross-entropy over the last axis), else the output size. */
+size_t st__net_label_size(const st_net *m);
+/* Loss rows per example (sparse: the positions, else 1) and their width
+ * (sparse: the last axis, else the output size). */
+size_t st__net_loss_positions(const st_net *m);
+int st__net_loss_cols(const st_net *m);
+/* The loss of n examples' outputs out [n, out] against y [n, label size]
+ * through be->loss: loss_rows[i] (i < n) = example i's loss (the mean over
+ * its positions), dy (may be NULL) its gradient times scale / positions.
+ * loss_rows holds n * st__net_loss_positions(m) floats (host-readable). */
+void st__net_loss(const st_net *m, st_backend_ctx *ctx, int n, const float *out, const float *y,
+                  float scale, float *loss_rows, float *dy);
 /* Sparse losses: each of y[0..n) must be a class index in [0, outputs)
  * (checked before a kernel uses it as an index); ST_ERR_INVALID naming the
  * label and its example (first + i) otherwise. OK for the other losses. */

@@ -16,6 +16,7 @@
 #include "backend/impl.h"
 
 #include <assert.h>
+#include <math.h>
 #include <stdio.h>
 #include <strings.h>
 
@@ -66,6 +67,13 @@ st_status st_optimizer_parse(const char *name, st_optimizer_kind *out) {
                   name ? name : "(null)");
 }
 
+float st_optimizer_clip_factor(const st_optimizer_options *o, double sum_squares) {
+  if (!o || !(o->global_clipnorm > 0.0f)) return 1.0f;
+  double norm = sqrt(sum_squares);
+  return norm > (double)o->global_clipnorm ? (float)((double)o->global_clipnorm / (norm + 1e-6))
+                                           : 1.0f;
+}
+
 int st_optimizer_slot_count(const st_optimizer_options *o) {
   if (!o) return 0;
   switch (o->kind) {
@@ -101,10 +109,15 @@ void st_optimizer_apply(const st_optimizer_options *o, st_backend_ctx *ctx,
         be->axpy(ctx, n, -lr, grads, params);
       break;
     case ST_OPT_ADAM:
-    case ST_OPT_ADAMW:
-      be->adam_update(ctx, n, lr, o->beta1, o->beta2, o->epsilon, o->weight_decay,
+    case ST_OPT_ADAMW: {
+      /* torch's eps on sqrt(v_hat) is Keras's kernel with eps * sqrt(1 - beta2^t) */
+      float eps = o->torch_form ? (float)((double)o->epsilon *
+                                          sqrt(1.0 - pow((double)o->beta2, (double)(step + 1))))
+                                : o->epsilon;
+      be->adam_update(ctx, n, lr, o->beta1, o->beta2, eps, o->weight_decay,
                       step + 1, params, grads, slots[0], slots[1]);
       break;
+    }
     case ST_OPT_RMSPROP:
       decay_weights(ctx, n, lr, o->weight_decay, params);
       be->rmsprop_update(ctx, n, lr, o->rho, o->momentum, o->epsilon, params, grads,

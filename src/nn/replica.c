@@ -47,7 +47,7 @@ static st_status alloc_staging(const st_net *m, st_replica *r, int n) {
   for (int j = 0; j < m->n_inputs; j++)
     if (st_shape_size(m->inputs[j]) > mx) mx = st_shape_size(m->inputs[j]);
   if (alloc_floats(r->ctx, in, n, &r->xdev) ||
-      alloc_floats(r->ctx, st__net_label_width(m), n, &r->ydev))
+      alloc_floats(r->ctx, st__net_label_size(m), n, &r->ydev))
     return ST_ERR_NOMEM;
   r->hout = calloc(rows * (out ? out : 1), sizeof(float));
   r->hloss = calloc(rows, sizeof(float));
@@ -74,7 +74,7 @@ static st_status alloc_buffers(const st_net *m, st_replica *r, int n) {
   if (st__net_shares_layers(m) &&
       alloc_floats(ctx, st__net_max_layer_params(m, 0, m->nnodes), 1, &r->gscratch))
     return ST_ERR_NOMEM;
-  if (alloc_floats(ctx, ws, 1, &r->workspace) || alloc_floats(ctx, 1, n, &r->loss_rows))
+  if (alloc_floats(ctx, ws, 1, &r->workspace) || alloc_floats(ctx, st__net_loss_positions(m), n, &r->loss_rows))
     return ST_ERR_NOMEM;
   if (!st__be_is_host(r->be) && alloc_staging(m, r, n) != ST_OK) return ST_ERR_NOMEM;
   r->max_batch = n;
@@ -196,7 +196,7 @@ static st_exec replica_exec(const st_net *m, st_replica *r, const float *x, int 
  * device backend). */
 static const float *labels_on_device(const st_net *m, st_replica *r, const float *y, int n) {
   if (st__be_is_host(r->be) || !y) return y;
-  st__be_to_device(r->ctx, r->ydev, y, (size_t)n * st__net_label_width(m) * sizeof(float));
+  st__be_to_device(r->ctx, r->ydev, y, (size_t)n * st__net_label_size(m) * sizeof(float));
   return r->ydev;
 }
 
@@ -226,9 +226,7 @@ const float *st__replica_forward(const st_net *m, st_replica *r,
 double st__replica_loss(const st_net *m, st_replica *r, const float *y, int n) {
   if (n == 0) return 0.0;
   const float *out = m->nnodes ? r->acts[m->output] : NULL;
-  int cols = (int)st__net_output_size(m);
-  r->be->loss(r->ctx, m->loss, n, cols, out, labels_on_device(m, r, y, n), 1.0f, r->loss_rows,
-              NULL);
+  st__net_loss(m, r->ctx, n, out, labels_on_device(m, r, y, n), 1.0f, r->loss_rows, NULL);
   const float *rows = losses_on_host(r, n);
   double sum = 0.0;
   for (int i = 0; i < n; i++) sum += rows[i];
@@ -265,8 +263,8 @@ double st__replica_loss_backward(const st_net *m, st_replica *r,
   const float *out = r->acts[m->output];
   float *dy = r->gslots[0];
   if (n == 0) be->fill(r->ctx, m->n_params, 0.0f, r->grads); /* runs only for the collectives */
-  be->loss(r->ctx, m->loss, n, cols, out, labels_on_device(m, r, y, n),
-           1.0f / (float)global_batch, r->loss_rows, dy);
+  st__net_loss(m, r->ctx, n, out, labels_on_device(m, r, y, n), 1.0f / (float)global_batch,
+               r->loss_rows, dy);
   float *rows = (float *)losses_on_host(r, n); /* the replica's own buffer */
   st__net_apply_example_weights(m, r, y, n, cols, rows, dy);
   st_exec e = replica_exec(m, r, x, n, false);

@@ -31,6 +31,11 @@ st_status st_schedule_check(const st_schedule *s) {
   if (s->kind == ST_SCHEDULE_EXPONENTIAL && (!isfinite(s->decay_rate) || !(s->decay_rate > 0.0f)))
     return st_error(ST_ERR_INVALID, "%s: exponential decay_rate %g (must be finite and > 0: "
                     "the learning rate would not stay positive)", fn, (double)s->decay_rate);
+  if (s->kind == ST_SCHEDULE_COSINE && s->warmup_steps &&
+      (s->warmup_steps < 0 || !isfinite(s->warmup_target) || !(s->warmup_target > 0.0f)))
+    return st_error(ST_ERR_INVALID, "%s: cosine warmup_steps %lld / warmup_target %g (steps >= 0, "
+                    "target finite and > 0)", fn, (long long)s->warmup_steps,
+                    (double)s->warmup_target);
   if (s->kind == ST_SCHEDULE_COSINE && !(s->alpha >= 0.0f && s->alpha <= 1.0f))
     return st_error(ST_ERR_INVALID, "%s: cosine alpha %g (must be in [0, 1]: the final "
                     "fraction of the initial learning rate)", fn, (double)s->alpha);
@@ -50,12 +55,20 @@ float st_schedule_lr(const st_schedule *s, int64_t step) {
       return (float)((double)s->initial * pow((double)s->decay_rate, p));
     }
     case ST_SCHEDULE_COSINE: {
-      if (s->decay_steps <= 0) return s->initial;
+      double top = s->initial;
+      if (s->warmup_steps > 0) { /* Keras CosineDecay's _warmup_function */
+        if (step < s->warmup_steps)
+          return (float)(top + ((double)s->warmup_target - top) * (double)step /
+                                   (double)s->warmup_steps);
+        top = s->warmup_target;
+        step -= s->warmup_steps;
+      }
+      if (s->decay_steps <= 0) return (float)top;
       int64_t t = step < s->decay_steps ? step : s->decay_steps;
       double frac = (double)t / (double)s->decay_steps;
       double cosine = 0.5 * (1.0 + cos(3.14159265358979323846 * frac));
       double decayed = (1.0 - (double)s->alpha) * cosine + (double)s->alpha;
-      return (float)((double)s->initial * decayed);
+      return (float)(top * decayed);
     }
     case ST_SCHEDULE_CONSTANT:
     default:

@@ -1,12 +1,13 @@
 /* The built-in named models. mlp and cnn match the PyTorch peer's models in
  * ../shared/peers/fmnist.py layer for layer, so results compare directly;
- * resnet20 and mobilenet-tiny are graphs (builtin_graphs.c). */
+ * resnet20 and mobilenet-tiny are graphs (builtin_graphs.c), gpt GPT-2's
+ * small default (builtin_gpt.c). */
 #include <string.h>
 
 #include "strata/train.h"
 #include "train/builtin.h"
 
-static const char *const names[] = {"mlp", "cnn", "resnet20", "mobilenet-tiny", NULL};
+static const char *const names[] = {"mlp", "cnn", "resnet20", "mobilenet-tiny", "gpt", NULL};
 
 const char *const *st_builtin_model_names(void) { return names; }
 
@@ -24,12 +25,16 @@ st_status st_builtin_model_create(const char *name, const st_model_options *o,
     return st_error(ST_ERR_INVALID, "st_builtin_model_create: %s is NULL", name ? "o" : "name");
   if (!strcmp(name, "resnet20") || !strcmp(name, "mobilenet-tiny"))
     return st__builtin_graph_create(name, o, out);
+  if (!strcmp(name, "gpt")) { /* the small default (builtin_gpt.c; st_gpt_create for others) */
+    st_gpt_config c = st_gpt_default_config();
+    return st_gpt_create(&c, o, out);
+  }
   st_model_options mo = *o;
   mo.input_shape = st_shape3(28, 28, 1);
   bool mlp = strcmp(name, "mlp") == 0, cnn = strcmp(name, "cnn") == 0;
   if (!mlp && !cnn)
     return st_error(ST_ERR_INVALID, "unknown model '%s' (built-in models: mlp, cnn, resnet20, "
-                    "mobilenet-tiny)", name);
+                    "mobilenet-tiny, gpt)", name);
   st_model *m = NULL;
   st_status s = st_sequential_create(&mo, &m);
   if (s != ST_OK) return s;

@@ -79,7 +79,7 @@ static st_status check_data(const st_model *m, st_dataset *ds, const char *what,
   size_t ys = st_dataset_y_size(ds), out = st__net_output_size(&m->net);
   if (ys == 0)
     return no_labels ? st_error(ST_ERR_INVALID, "%s", no_labels) : ST_OK;
-  size_t want = (st_loss_is_sparse(m->net.loss) ? 1 : out) + extra;
+  size_t want = st__net_label_size(&m->net) + extra;
   if (ys != want)
     return st_error(ST_ERR_INVALID, "%s: dataset labels have %zu values per example; loss %s "
                     "on a model with %zu outputs needs %zu", what, ys,
@@ -257,7 +257,7 @@ static st_status next_batch(lookahead *la, st_batch *b, bool *end) {
  * fs->sw_labels, that value to fs->sw_weights (the net's sample weights);
  * *b then points at the labels. */
 static st_status split_sample_weights(st_model *m, fit_state *fs, st_batch *b, int64_t first) {
-  size_t w = st_loss_is_sparse(m->net.loss) ? 1 : st__net_output_size(&m->net);
+  size_t w = st__net_label_size(&m->net);
   if (b->size > fs->sw_cap) {
     float *l = realloc(fs->sw_labels, (size_t)b->size * w * sizeof(float));
     if (l) fs->sw_labels = l;

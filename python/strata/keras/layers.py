@@ -733,6 +733,7 @@ class LayerNormalization(Layer):
 # The merge layers and attention (several inputs; called on tensors of a
 # functional model): _merge.py.
 from ._merge import Add, Concatenate, MultiHeadAttention, Multiply, Subtract, _Merge  # noqa: E402,F401
+from ._gpt import PositionEmbedding, ReversibleEmbedding  # noqa: E402,F401
 
 
 _NOT_YET = ("Conv3D", "LSTM", "GRU", "SimpleRNN", "Lambda",

@@ -129,6 +129,11 @@ class Model:
             return self._out_shape
         return self._engine_layers[-1].output_shape if self._engine_layers else None
 
+    def _label_positions(self):
+        """Sparse labels per example: the output's size over its last axis."""
+        out = self.output_shape if self._cap is not None else None
+        return int(np.prod(out[1:-1])) if out and len(out) > 2 else 1
+
     @property
     def distribute_strategy(self):
         return self._strategy or _distribute.get_strategy()
@@ -228,7 +233,7 @@ class Model:
         if labelled:
             if y is None:
                 raise ValueError("%s: y is required with array inputs" % where)
-            ya = labels(y, sparse, where + ": y")
+            ya = labels(y, sparse, where + ": y", self._label_positions())
             if len(ya) != len(xa):
                 raise ValueError("%s: x has %d examples and y has %d; they must match" % (where, len(xa), len(ya)))
         if len(xa) == 0:
@@ -538,7 +543,7 @@ class Model:
         if tuple(xa.shape[1:]) != tuple(self._input_shape):
             raise ValueError("train_on_batch: x has examples of shape %s, the model takes %s"
                              % (tuple(xa.shape[1:]), tuple(self._input_shape)))
-        ya = labels(y, self._sparse, "train_on_batch: y")
+        ya = labels(y, self._sparse, "train_on_batch: y", self._label_positions())
         if len(ya) != len(xa):
             raise ValueError("train_on_batch: x has %d examples and y has %d; they must match" % (len(xa), len(ya)))
         x32 = xa if xa.dtype == np.float32 else xa.astype(np.float32)

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# strata train --model gpt end to end: the small default config trains on the
+# generated corpus and the loss falls; --save-llmc writes an llm.c checkpoint
+# that --init-from reads back (a run from it starts where the first ended);
+# --save-hf's safetensors (Hugging Face names) read back by --init-from the
+# same; --text trains on a file's bytes; bad flags exit 2 naming the flag.
+set -u
+cli=${STRATA_CLI:?set by CTest}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+fail=0
+check() { if eval "$2"; then echo "ok - $1"; else echo "not ok - $1"; fail=1; fi; }
+first_loss() { sed -n 's/^step [0-9]*: loss \([0-9.]*\).*/\1/p' "$1" | head -1; }
+last_loss() { sed -n 's/^step [0-9]*: loss \([0-9.]*\).*/\1/p' "$1" | tail -1; }
+
+small="--gpt-layers 2 --gpt-heads 2 --gpt-width 32 --seq-len 32"
+"$cli" train --model gpt $small --steps 60 --eval-every 20 --batch-size 8 --lr 3e-3 \
+  --warmup-steps 5 --clip-norm 1 --save-llmc "$tmp/a.bin" --save-hf "$tmp/a.safetensors" \
+  >"$tmp/a.out" 2>"$tmp/a.err"
+check "gpt trains (exit 0)" "[ $? -eq 0 ]"
+cat "$tmp/a.out" "$tmp/a.err"
+a0=$(first_loss "$tmp/a.out"); a1=$(last_loss "$tmp/a.out")
+check "the loss falls ($a0 -> $a1) below ln(256) - 1" "awk 'BEGIN{exit !($a1 < $a0 && $a1 < 4.55)}'"
+check "--save-llmc wrote the llm.c header" \
+  "[ \"\$(od -An -tx4 -N8 $tmp/a.bin | tr -s ' ')\" = ' 0134d7c6 00000003' ]"
+"$cli" train --model gpt $small --steps 20 --eval-every 20 --batch-size 8 --lr 1e-4 \
+  --init-from "$tmp/a.bin" >"$tmp/b.out" 2>&1
+check "--init-from exits 0" "[ $? -eq 0 ]"
+b0=$(first_loss "$tmp/b.out")
+"$cli" train --model gpt $small --steps 20 --eval-every 20 --batch-size 8 --lr 1e-4 \
+  --init-from "$tmp/a.safetensors" >"$tmp/h.out" 2>&1
+check "--init-from FILE.safetensors (Hugging Face names) trains as the llm.c file does" \
+  "[ \"\$(grep ^step $tmp/h.out | sed 's/ - [0-9]* ms.*//')\" = \"\$(grep ^step $tmp/b.out | sed 's/ - [0-9]* ms.*//')\" ]"
+check "--init-from starts where the first run ended ($b0 < $a0)" "awk 'BEGIN{exit !($b0 < $a0 - 0.3)}'"
+head -c 20000 "$0" >"$tmp/text.txt"; cat "$tmp/text.txt" "$tmp/text.txt" "$tmp/text.txt" >"$tmp/t3.txt"
+"$cli" train --model gpt $small --text "$tmp/t3.txt" --steps 20 --eval-every 10 --quiet >"$tmp/c.out" 2>&1
+check "--text trains (exit 0)" "[ $? -eq 0 ]"
+
+bad() { # $1 what, $2 needle, rest: the arguments
+  local what=$1 needle=$2; shift 2
+  "$cli" train --model gpt "$@" >"$tmp/bad.out" 2>&1; local rc=$?
+  check "$what: exit 2 naming $needle (got $rc)" "[ $rc -eq 2 ] && grep -q -- '$needle' $tmp/bad.out"
+}
+bad "heads not dividing the width" "--gpt-heads" --gpt-heads 3
+bad "zero layers" "--gpt-layers" --gpt-layers 0
+bad "unknown preset" "--gpt-preset" --gpt-preset gpt5
+bad "unknown option" "--bogus" --bogus 1
+bad "negative clip" "--clip-norm" --clip-norm -1
+bad "warmup beyond the steps" "--warmup-steps" --steps 10 --warmup-steps 10
+bad "missing --text" "--text" --text "$tmp/none.txt"
+bad "--text with a small vocabulary" "--vocab" --text "$tmp/t3.txt" --vocab 100
+bad "checkpoint of another width" "field C (width" --gpt-layers 2 --gpt-heads 2 --seq-len 32 --gpt-width 64 --init-from "$tmp/a.bin" --steps 1
+bad "strategy not supported" "--strategy" --strategy pipeline
+exit $fail

@@ -1,0 +1,299 @@
+/* strata train --model gpt: GPT-2 (src/train/builtin_gpt.c) trained on a
+ * token corpus with AdamW as torch.optim.AdamW, global gradient-norm
+ * clipping and warmup + cosine learning rate; llm.c checkpoints in and out.
+ * The corpus comes from gpt_corpus (one function: the token-shard dataset
+ * plugs in there): the bytes of --text FILE, or a generated text. Examples
+ * are consecutive windows as llm.c's loader takes them: example k is x =
+ * tokens [k T, k T + T), y = tokens [k T + 1, k T + T + 1) (ids as floats);
+ * the last tenth of the windows is the validation set. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+typedef struct gpt_cfg {
+  const char *model, *preset, *text, *init_from, *save_llmc, *save_hf, *save;
+  long layers, heads, width, seq_len, vocab;
+  long steps, eval_every, batch, seed, threads, warmup, replicas;
+  double lr, wd, clip, min_lr_frac;
+  st_strategy_kind strategy;
+  bool quiet;
+} gpt_cfg;
+
+static bool store_strategy(const char *cmd, const char *name, const char *v, void *f) {
+  return cli_lib_ok(cmd, name, st_strategy_kind_parse(v, f));
+}
+
+#define STR(n, m, f, h) CLI_OPT_STR(n, m, gpt_cfg, f, h)
+#define INT(n, m, f, lo, hi, h) CLI_OPT_INT(n, m, gpt_cfg, f, lo, hi, h)
+#define FLOAT(n, m, f, lo, hi, h) CLI_OPT_FLOAT(n, m, gpt_cfg, f, lo, hi, h)
+static cli_opt gpt_opts[] = {
+    STR("--model", "gpt", model, "gpt: GPT-2 (these options; other models: 'strata train --help')"),
+    STR("--gpt-preset", "NAME", preset, "small (default: 4 layers, 4 heads, width 128, T 64, vocab 256) or gpt2-124m (12, 12, 768, T 1024, vocab 50257); the flags below override it"),
+    INT("--gpt-layers", "L", layers, 1, 1000, "transformer blocks"),
+    INT("--gpt-heads", "H", heads, 1, 4096, "attention heads (a divisor of the width)"),
+    INT("--gpt-width", "C", width, 1, 1 << 16, "embedding width"),
+    INT("--seq-len", "T", seq_len, 1, 1 << 20, "tokens per example (and positions of the model)"),
+    INT("--vocab", "V", vocab, 2, 1 << 24, "vocabulary size (256 for bytes)"),
+    STR("--text", "FILE", text, "train on the bytes of FILE (needs --vocab >= 256; default: a generated text)"),
+    INT("--steps", "N", steps, 1, 1L << 40, "optimizer steps (default 200)"),
+    INT("--eval-every", "N", eval_every, 1, 1L << 40, "validation loss and a progress line every N steps (default 20)"),
+    INT("--batch-size", "B", batch, 1, 1 << 20, "global batch size in sequences (default 8)"),
+    FLOAT("--lr", "X", lr, 1e-12, 1e6, "peak learning rate (default 3e-4)"),
+    FLOAT("--weight-decay", "X", wd, 0.0, 1e6, "AdamW's decoupled weight decay, as torch.optim.AdamW (default 0, as llm.c)"),
+    FLOAT("--clip-norm", "X", clip, 1e-12, 1e12, "clip the gradients to global L2 norm X (torch clip_grad_norm_, Keras global_clipnorm; default off)"),
+    INT("--warmup-steps", "N", warmup, 0, 1L << 40, "learning rate: linear warmup over N steps, then cosine decay to --min-lr-fraction of --lr at --steps (Keras CosineDecay with warmup; default 0: constant --lr)"),
+    FLOAT("--min-lr-fraction", "F", min_lr_frac, 0.0, 1.0, "with --warmup-steps: the final learning rate as a fraction of --lr (default 0.1)"),
+    INT("--seed", "S", seed, 0, 0x7fffffffL, "weights, shuffling (default 0)"),
+    INT("--threads", "N", threads, 1, 1024, "one_device: compute threads (default: all cores)"),
+    CLI_OPT_FN("--strategy", "NAME", gpt_cfg, strategy, store_strategy, "one_device (default) or mirrored"),
+    INT("--replicas", "N", replicas, 1, ST_MAX_REPLICAS, "mirrored: replicas (default: one per core)"),
+    STR("--init-from", "FILE", init_from, "start from an llm.c checkpoint (gpt2_124M.bin format; its header must match the config) or, for a FILE.safetensors, Hugging Face GPT-2 weights (transformer.h.0.attn.c_attn.weight, ...)"),
+    STR("--save-llmc", "FILE.bin", save_llmc, "write the trained weights as an llm.c checkpoint"),
+    STR("--save-hf", "FILE", save_hf, "write the trained weights as safetensors with Hugging Face GPT-2 names and layouts"),
+    STR("--save", "FILE", save, "write the trained weights as safetensors (strata's names)"),
+    CLI_OPT_FLAG("--quiet", gpt_cfg, quiet, "no progress output"),
+};
+#undef STR
+#undef INT
+#undef FLOAT
+#define NGPT ((int)(sizeof gpt_opts / sizeof *gpt_opts))
+
+/* The corpus: tokens [*n] (malloc'd floats). The token-shard dataset plugs in
+ * here. Without --text: a generated text of short sentences (seeded), so the
+ * model has something to learn. */
+static int gpt_corpus(const gpt_cfg *c, int vocab, float **out, size_t *n) {
+  unsigned char *bytes = NULL;
+  size_t len = 0;
+  if (c->text) {
+    FILE *f = fopen(c->text, "rb");
+    if (!f) {
+      fprintf(stderr, "strata train: --text %s: cannot open\n", c->text);
+      return EXIT_USAGE;
+    }
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    bytes = malloc(sz > 0 ? (size_t)sz : 1);
+    len = bytes && sz > 0 ? fread(bytes, 1, (size_t)sz, f) : 0;
+    fclose(f);
+  } else {
+    static const char *const w[] = {"the", "a", "cat", "dog", "bird", "sat", "ran", "flew",
+                                    "on", "under", "over", "mat", "tree", "house", "red",
+                                    "small", "big", "and", "then", "slept"};
+    len = 1 << 20;
+    bytes = malloc(len);
+    st_rng r = st_rng_make((uint64_t)c->seed, 7);
+    size_t at = 0;
+    while (bytes && at + 16 < len) {
+      const char *s = w[st_rng_below(&r, 20)];
+      at += (size_t)snprintf((char *)bytes + at, len - at, "%s%s", s, st_rng_below(&r, 8) ? " " : ". ");
+    }
+    len = at;
+  }
+  if (!bytes) return cli_fail("train", st_error(ST_ERR_NOMEM, "corpus: out of memory"));
+  *out = malloc((len ? len : 1) * sizeof(float));
+  for (size_t i = 0; *out && i < len; i++) (*out)[i] = (float)(bytes[i] % (unsigned)vocab);
+  free(bytes);
+  *n = len;
+  return *out ? EXIT_OK : cli_fail("train", st_error(ST_ERR_NOMEM, "corpus: out of memory"));
+}
+
+/* The config: the preset, then the flags given. */
+static bool gpt_config(const gpt_cfg *c, st_gpt_config *g) {
+  st_status s = st_gpt_preset(c->preset ? c->preset : "small", g);
+  if (s != ST_OK) {
+    fprintf(stderr, "strata train: --gpt-preset: %s\n", st_last_error());
+    return false;
+  }
+  if (c->layers) g->n_layer = (int)c->layers;
+  if (c->heads) g->n_head = (int)c->heads;
+  if (c->width) g->n_embd = (int)c->width;
+  if (c->seq_len) g->seq_len = (int)c->seq_len;
+  if (c->vocab) g->vocab = (int)c->vocab;
+  if (st_gpt_check_config(g) != ST_OK) {
+    fprintf(stderr, "strata train: %s\n", st_last_error());
+    return false;
+  }
+  if (c->text && g->vocab < 256) {
+    fprintf(stderr, "strata train: --text: byte tokens need --vocab >= 256 (got %d)\n", g->vocab);
+    return false;
+  }
+  return true;
+}
+
+static bool parse_gpt(int argc, char **argv, gpt_cfg *c, int *rc) {
+  memset(c, 0, sizeof *c);
+  c->steps = 200, c->eval_every = 20, c->batch = 8, c->lr = 3e-4, c->min_lr_frac = 0.1;
+  c->strategy = ST_STRATEGY_ONE_DEVICE;
+  *rc = cli_parse("train", "--model gpt [--gpt-preset NAME] [--text FILE] [--steps N] ...", argc,
+                  argv, gpt_opts, NGPT);
+  if (*rc) {
+    if (*rc < 0) *rc = EXIT_OK;
+    return false;
+  }
+  *rc = EXIT_USAGE;
+  if (!cli_store("train", gpt_opts, NGPT, c)) return false;
+  if (c->strategy != ST_STRATEGY_ONE_DEVICE && c->strategy != ST_STRATEGY_MIRRORED) {
+    fprintf(stderr, "strata train: --strategy: --model gpt trains under one_device or mirrored "
+            "(for now)\n");
+    return false;
+  }
+  if (c->warmup && c->warmup >= c->steps) {
+    fprintf(stderr, "strata train: --warmup-steps %ld must be below --steps %ld\n", c->warmup, c->steps);
+    return false;
+  }
+  if ((c->text && !cli_check_readable("train", "--text", c->text)) ||
+      (c->init_from && !cli_check_readable("train", "--init-from", c->init_from)) ||
+      !cli_check_writable("train", "--save-llmc", c->save_llmc) ||
+      !cli_check_writable("train", "--save-hf", c->save_hf) ||
+      !cli_check_writable("train", "--save", c->save))
+    return false;
+  *rc = EXIT_OK;
+  return true;
+}
+
+/* Windows [first, first + count) of the corpus as a batched dataset. */
+static st_status windows(const float *tok, int T, int64_t first, int64_t count, int batch,
+                         uint64_t seed, bool train, st_dataset **out) {
+  st_tensor x = {ST_F32, 2, {count, T}, NULL}, y = {ST_F32, 2, {count, T}, NULL};
+  float *xs = malloc((size_t)(count * T) * sizeof(float)), *ys = malloc((size_t)(count * T) * sizeof(float));
+  st_status s = xs && ys ? ST_OK : st_error(ST_ERR_NOMEM, "corpus: out of memory");
+  for (int64_t k = 0; s == ST_OK && k < count; k++) {
+    memcpy(xs + k * T, tok + (first + k) * T, (size_t)T * sizeof(float));
+    memcpy(ys + k * T, tok + (first + k) * T + 1, (size_t)T * sizeof(float));
+  }
+  x.data = xs, y.data = ys;
+  st_dataset *d = NULL;
+  if (s == ST_OK) s = st_dataset_from_tensor_slices(&x, &y, 1.0f, true, &d);
+  free(xs);
+  free(ys);
+  if (s == ST_OK && train) s = st_dataset_shuffle(d, count, seed, true, &d);
+  if (s == ST_OK) s = st_dataset_batch(d, batch, train, &d);
+  if (s == ST_OK && train) s = st_dataset_repeat(d, -1, &d);
+  *out = s == ST_OK ? d : NULL;
+  return s;
+}
+
+/* AdamW as torch.optim.AdamW (eps 1e-8), --clip-norm, warmup + cosine. */
+static st_optimizer_options gpt_optimizer(const gpt_cfg *c) {
+  st_optimizer_options o = st_optimizer_default_options(ST_OPT_ADAMW);
+  o.torch_form = true;
+  o.epsilon = 1e-8f;
+  o.weight_decay = (float)c->wd;
+  o.global_clipnorm = (float)c->clip;
+  o.lr = st_schedule_constant((float)c->lr);
+  if (c->warmup > 0) {
+    o.lr.kind = ST_SCHEDULE_COSINE;
+    o.lr.initial = (float)(c->lr / (double)c->warmup);
+    o.lr.warmup_steps = c->warmup;
+    o.lr.warmup_target = (float)c->lr;
+    o.lr.decay_steps = c->steps - c->warmup;
+    o.lr.alpha = (float)c->min_lr_frac;
+  }
+  return o;
+}
+
+static st_status gpt_model(const gpt_cfg *c, const st_gpt_config *g, st_strategy **st,
+                           st_model **m) {
+  st_strategy_options so = st_strategy_default_options(c->strategy);
+  so.threads = (int)c->threads;
+  so.replicas = (int)c->replicas;
+  st_status s = st_strategy_create(&so, st);
+  st_model_options mo = st_model_default_options(st_shape1(g->seq_len));
+  mo.seed = (uint64_t)c->seed;
+  mo.strategy = *st;
+  if (s == ST_OK) s = st_gpt_create(g, &mo, m);
+  st_compile_options co = st_compile_default_options();
+  co.loss = ST_LOSS_SPARSE_CE_LOGITS;
+  co.optimizer = gpt_optimizer(c);
+  if (s == ST_OK) s = st_model_compile(*m, &co);
+  size_t n = c->init_from ? strlen(c->init_from) : 0;
+  bool hf = n > 12 && !strcmp(c->init_from + n - 12, ".safetensors");
+  if (s == ST_OK) s = !c->init_from ? st_gpt_init_weights(*m, (uint64_t)c->seed)
+                      : hf ? st_gpt_load_hf(*m, g, c->init_from)
+                           : st_gpt_load_llmc(*m, g, c->init_from);
+  return s;
+}
+
+static st_status print_epoch(void *user, st_model *m, const st_epoch_logs *l) {
+  (void)m;
+  const gpt_cfg *c = user;
+  printf("step %lld: loss %.4f - val_loss %.4f - lr %.3g - %.0f ms/step\n",
+         (long long)((l->epoch + 1) * c->eval_every), l->loss, l->val_loss, l->lr,
+         l->steps ? 1000.0 * l->seconds / (double)l->steps : 0.0);
+  fflush(stdout);
+  return ST_OK;
+}
+
+static int gpt_fit(const gpt_cfg *c, const st_gpt_config *g, st_model *m, const float *tok,
+                   size_t n) {
+  int64_t windows_n = n > 1 ? (int64_t)((n - 1) / (size_t)g->seq_len) : 0;
+  int64_t nval = windows_n / 10 > 0 ? windows_n / 10 : 0;
+  if (windows_n - nval < 1) {
+    fprintf(stderr, "strata train: the corpus has %zu tokens: fewer than one window of "
+            "--seq-len %d + 1\n", n, g->seq_len);
+    return EXIT_USAGE;
+  }
+  st_dataset *train = NULL, *val = NULL;
+  st_status s = windows(tok, g->seq_len, 0, windows_n - nval, (int)c->batch, (uint64_t)c->seed,
+                        true, &train);
+  if (s == ST_OK && nval) s = windows(tok, g->seq_len, windows_n - nval, nval, (int)c->batch, 0, false, &val);
+  st_callback cb = {.user = (void *)c, .on_epoch_end = c->quiet ? NULL : print_epoch};
+  st_fit_options fo = st_fit_default_options();
+  fo.epochs = (int)((c->steps + c->eval_every - 1) / c->eval_every);
+  fo.steps_per_epoch = c->eval_every;
+  fo.validation = val;
+  fo.validation_steps = 8;
+  fo.callbacks = &cb;
+  fo.ncallbacks = 1;
+  st_history h = {0};
+  if (s == ST_OK) s = st_model_fit(m, train, &fo, &h);
+  if (s == ST_OK && !c->quiet) {
+    printf("trained %lld steps on %lld windows of %d tokens", (long long)c->steps,
+           (long long)(windows_n - nval), g->seq_len);
+    if (h.samples_per_sec > 0) printf(": %.0f tokens/s", h.samples_per_sec * g->seq_len);
+    printf("\n"); /* (the first 20 steps are not timed) */
+  }
+  st_history_destroy(&h);
+  st_dataset_destroy(train);
+  st_dataset_destroy(val);
+  return s == ST_OK ? EXIT_OK : cli_fail("train", s);
+}
+
+int cmd_train_gpt(int argc, char **argv) {
+  gpt_cfg c;
+  int rc;
+  st_gpt_config g;
+  if (!parse_gpt(argc, argv, &c, &rc)) return rc;
+  if (strcmp(c.model, "gpt") != 0) return EXIT_USAGE; /* cmd_train dispatches only gpt */
+  if (!gpt_config(&c, &g)) return EXIT_USAGE;
+  float *tok = NULL;
+  size_t n = 0;
+  if ((rc = gpt_corpus(&c, g.vocab, &tok, &n)) != EXIT_OK) return rc;
+  st_strategy *st = NULL;
+  st_model *m = NULL;
+  st_status s = gpt_model(&c, &g, &st, &m);
+  rc = s == ST_OK ? gpt_fit(&c, &g, m, tok, n) : cli_fail("train", s);
+  if (rc == EXIT_OK && c.save_llmc && (s = st_gpt_save_llmc(m, &g, c.save_llmc)) != ST_OK)
+    rc = cli_fail("train", s);
+  if (rc == EXIT_OK && c.save_hf && (s = st_gpt_save_hf(m, &g, c.save_hf)) != ST_OK)
+    rc = cli_fail("train", s);
+  if (rc == EXIT_OK && c.save && (s = st_model_save_weights(m, c.save)) != ST_OK)
+    rc = cli_fail("train", s);
+  st_model_destroy(m);
+  st_strategy_destroy(st);
+  free(tok);
+  return rc;
+}
+
+/* "--model gpt" among argv: cmd_train hands the whole command here. */
+bool cli_wants_gpt(int argc, char **argv) {
+  for (int i = 1; i + 1 < argc; i++)
+    if (!strcmp(argv[i], "--model") && !strcmp(argv[i + 1], "gpt")) return true;
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--model=gpt")) return true;
+  return false;
+}
