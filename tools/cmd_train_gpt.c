@@ -1,20 +1,23 @@
 /* strata train --model gpt: GPT-2 (src/train/builtin_gpt.c) trained on a
  * token corpus with AdamW as torch.optim.AdamW, global gradient-norm
  * clipping and warmup + cosine learning rate; llm.c checkpoints in and out.
- * The corpus comes from gpt_corpus (one function: the token-shard dataset
- * plugs in there): the bytes of --text FILE, or a generated text. Examples
- * are consecutive windows as llm.c's loader takes them: example k is x =
- * tokens [k T, k T + T), y = tokens [k T + 1, k T + T + 1) (ids as floats);
- * the last tenth of the windows is the validation set. */
+ * The corpus: token shards (--data, llm.c's format: tools/data_tokens.c,
+ * shuffled windows of T + 1 tokens, the *_val* files validating), else the
+ * bytes of --text FILE, else the demo corpus (Debian's jargon-text) when it
+ * is installed, else a generated text. From --text and the generated text
+ * (gpt_corpus) examples are consecutive windows as llm.c's loader takes
+ * them: example k is x = tokens [k T, k T + T), y = tokens [k T + 1,
+ * k T + T + 1) (ids as floats); the last tenth of the windows validates. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
 typedef struct gpt_cfg {
-  const char *model, *preset, *text, *init_from, *save_llmc, *save_hf, *save;
+  const char *model, *preset, *text, *data, *init_from, *save_llmc, *save_hf, *save;
   long layers, heads, width, seq_len, vocab;
   long steps, eval_every, batch, seed, threads, warmup, replicas;
   double lr, wd, clip, min_lr_frac;
@@ -37,6 +40,7 @@ static cli_opt gpt_opts[] = {
     INT("--gpt-width", "C", width, 1, 1 << 16, "embedding width"),
     INT("--seq-len", "T", seq_len, 1, 1 << 20, "tokens per example (and positions of the model)"),
     INT("--vocab", "V", vocab, 2, 1 << 24, "vocabulary size (256 for bytes)"),
+    STR("--data", "SHARDS", data, "token shards in llm.c's format ('dir/name_*.bin', quoted; files named *_val* validate; strata tokenize makes them); default: --text, else the demo corpus (Debian's jargon-text) when installed, else a generated text"),
     STR("--text", "FILE", text, "train on the bytes of FILE (needs --vocab >= 256; default: a generated text)"),
     INT("--steps", "N", steps, 1, 1L << 40, "optimizer steps (default 200)"),
     INT("--eval-every", "N", eval_every, 1, 1L << 40, "validation loss and a progress line every N steps (default 20)"),
@@ -145,6 +149,15 @@ static bool parse_gpt(int argc, char **argv, gpt_cfg *c, int *rc) {
     fprintf(stderr, "strata train: --warmup-steps %ld must be below --steps %ld\n", c->warmup, c->steps);
     return false;
   }
+  if (c->data && c->text) {
+    fprintf(stderr, "strata train: --data and --text are two corpora: give one\n");
+    return false;
+  }
+  if (c->data && !cli_is_token_data(c->data)) {
+    fprintf(stderr, "strata train: --data %s: --model gpt reads token shards ('dir/name_*.bin', "
+            "made by strata tokenize)\n", c->data);
+    return false;
+  }
   if ((c->text && !cli_check_readable("train", "--text", c->text)) ||
       (c->init_from && !cli_check_readable("train", "--init-from", c->init_from)) ||
       !cli_check_writable("train", "--save-llmc", c->save_llmc) ||
@@ -228,8 +241,10 @@ static st_status print_epoch(void *user, st_model *m, const st_epoch_logs *l) {
   return ST_OK;
 }
 
-static int gpt_fit(const gpt_cfg *c, const st_gpt_config *g, st_model *m, const float *tok,
-                   size_t n) {
+/* The in-memory corpus's windows: the training set (shuffled, repeated) and
+ * the last tenth for validation. */
+static int corpus_sets(const gpt_cfg *c, const st_gpt_config *g, const float *tok, size_t n,
+                       st_dataset **train, st_dataset **val, int64_t *windows_train) {
   int64_t windows_n = n > 1 ? (int64_t)((n - 1) / (size_t)g->seq_len) : 0;
   int64_t nval = windows_n / 10 > 0 ? windows_n / 10 : 0;
   if (windows_n - nval < 1) {
@@ -237,10 +252,15 @@ static int gpt_fit(const gpt_cfg *c, const st_gpt_config *g, st_model *m, const 
             "--seq-len %d + 1\n", n, g->seq_len);
     return EXIT_USAGE;
   }
-  st_dataset *train = NULL, *val = NULL;
   st_status s = windows(tok, g->seq_len, 0, windows_n - nval, (int)c->batch, (uint64_t)c->seed,
-                        true, &train);
-  if (s == ST_OK && nval) s = windows(tok, g->seq_len, windows_n - nval, nval, (int)c->batch, 0, false, &val);
+                        true, train);
+  if (s == ST_OK && nval) s = windows(tok, g->seq_len, windows_n - nval, nval, (int)c->batch, 0, false, val);
+  *windows_train = windows_n - nval;
+  return s == ST_OK ? EXIT_OK : cli_fail("train", s);
+}
+
+static int gpt_fit(const gpt_cfg *c, const st_gpt_config *g, st_model *m, st_dataset *train,
+                   st_dataset *val, int64_t windows_train) {
   st_callback cb = {.user = (void *)c, .on_epoch_end = c->quiet ? NULL : print_epoch};
   st_fit_options fo = st_fit_default_options();
   fo.epochs = (int)((c->steps + c->eval_every - 1) / c->eval_every);
@@ -250,17 +270,40 @@ static int gpt_fit(const gpt_cfg *c, const st_gpt_config *g, st_model *m, const 
   fo.callbacks = &cb;
   fo.ncallbacks = 1;
   st_history h = {0};
-  if (s == ST_OK) s = st_model_fit(m, train, &fo, &h);
+  st_status s = st_model_fit(m, train, &fo, &h);
   if (s == ST_OK && !c->quiet) {
     printf("trained %lld steps on %lld windows of %d tokens", (long long)c->steps,
-           (long long)(windows_n - nval), g->seq_len);
+           (long long)windows_train, g->seq_len);
     if (h.samples_per_sec > 0) printf(": %.0f tokens/s", h.samples_per_sec * g->seq_len);
     printf("\n"); /* (the first 20 steps are not timed) */
   }
   st_history_destroy(&h);
-  st_dataset_destroy(train);
-  st_dataset_destroy(val);
   return s == ST_OK ? EXIT_OK : cli_fail("train", s);
+}
+
+/* Token shards (--data, or the demo corpus when neither --data nor --text
+ * is given and it is installed) or the in-memory corpus: the training set
+ * (endless) and the validation set (may be NULL). */
+static int gpt_data(const gpt_cfg *c, const st_gpt_config *g, cli_data *d, st_dataset **train,
+                    st_dataset **val, int64_t *windows_train) {
+  bool demo = !c->data && !c->text && access(CLI_GPT_DEMO_CORPUS, R_OK) == 0;
+  if (c->data || demo) {
+    cli_tokens_args a = {.pattern = c->data, .seq_len = g->seq_len, .vocab = g->vocab,
+                         .batch = (int)c->batch, .seed = (uint64_t)c->seed,
+                         .shard = ST_AUTO_SHARD_OFF, .worker = 0, .workers = 1};
+    int rc = demo ? cli_load_demo_tokens("train", &a, d) : cli_load_tokens("train", &a, d);
+    if (rc != EXIT_OK) return rc;
+    *windows_train = d->n_train * (int64_t)c->batch;
+    st_status s = st_dataset_repeat(d->train, -1, &d->train);
+    *train = d->train, *val = d->val;
+    return s == ST_OK ? EXIT_OK : cli_fail("train", s);
+  }
+  float *tok = NULL;
+  size_t n = 0;
+  int rc = gpt_corpus(c, g->vocab, &tok, &n);
+  if (rc == EXIT_OK) rc = corpus_sets(c, g, tok, n, train, val, windows_train);
+  free(tok);
+  return rc;
 }
 
 int cmd_train_gpt(int argc, char **argv) {
@@ -270,13 +313,15 @@ int cmd_train_gpt(int argc, char **argv) {
   if (!parse_gpt(argc, argv, &c, &rc)) return rc;
   if (strcmp(c.model, "gpt") != 0) return EXIT_USAGE; /* cmd_train dispatches only gpt */
   if (!gpt_config(&c, &g)) return EXIT_USAGE;
-  float *tok = NULL;
-  size_t n = 0;
-  if ((rc = gpt_corpus(&c, g.vocab, &tok, &n)) != EXIT_OK) return rc;
+  cli_data d;
+  memset(&d, 0, sizeof d);
+  st_dataset *train = NULL, *val = NULL;
+  int64_t windows_train = 0;
+  if ((rc = gpt_data(&c, &g, &d, &train, &val, &windows_train)) != EXIT_OK) return rc;
   st_strategy *st = NULL;
   st_model *m = NULL;
   st_status s = gpt_model(&c, &g, &st, &m);
-  rc = s == ST_OK ? gpt_fit(&c, &g, m, tok, n) : cli_fail("train", s);
+  rc = s == ST_OK ? gpt_fit(&c, &g, m, train, val, windows_train) : cli_fail("train", s);
   if (rc == EXIT_OK && c.save_llmc && (s = st_gpt_save_llmc(m, &g, c.save_llmc)) != ST_OK)
     rc = cli_fail("train", s);
   if (rc == EXIT_OK && c.save_hf && (s = st_gpt_save_hf(m, &g, c.save_hf)) != ST_OK)
@@ -285,7 +330,9 @@ int cmd_train_gpt(int argc, char **argv) {
     rc = cli_fail("train", s);
   st_model_destroy(m);
   st_strategy_destroy(st);
-  free(tok);
+  st_dataset_destroy(train);
+  st_dataset_destroy(val);
+  st_dataset_destroy(d.test);
   return rc;
 }
 
