@@ -34,6 +34,10 @@ check "--init-from starts where the first run ended ($b0 < $a0)" "awk 'BEGIN{exi
 head -c 20000 "$0" >"$tmp/text.txt"; cat "$tmp/text.txt" "$tmp/text.txt" "$tmp/text.txt" >"$tmp/t3.txt"
 "$cli" train --model gpt $small --text "$tmp/t3.txt" --steps 20 --eval-every 10 --quiet >"$tmp/c.out" 2>&1
 check "--text trains (exit 0)" "[ $? -eq 0 ]"
+"$cli" tokenize "$tmp/t3.txt" -o "$tmp/sh" --val-fraction 0.1 >/dev/null 2>&1
+"$cli" train --model gpt $small --data "$tmp/sh_*.bin" --steps 10 --eval-every 5 >"$tmp/d.out" 2>&1
+check "--data token shards train (exit 0, a validation loss)" \
+  "[ $? -eq 0 ] && grep -q 'val_loss' $tmp/d.out && grep -q '^trained 10 steps' $tmp/d.out"
 
 bad() { # $1 what, $2 needle, rest: the arguments
   local what=$1 needle=$2; shift 2
@@ -50,4 +54,7 @@ bad "missing --text" "--text" --text "$tmp/none.txt"
 bad "--text with a small vocabulary" "--vocab" --text "$tmp/t3.txt" --vocab 100
 bad "checkpoint of another width" "field C (width" --gpt-layers 2 --gpt-heads 2 --seq-len 32 --gpt-width 64 --init-from "$tmp/a.bin" --steps 1
 bad "strategy not supported" "--strategy" --strategy pipeline
+bad "--data that is not token shards" "strata tokenize" --data "$tmp/t3.txt"
+bad "--data and --text" "two corpora" --data "$tmp/sh_*.bin" --text "$tmp/t3.txt"
+bad "--data shards that do not exist" "none_" --data "$tmp/none_*.bin"
 exit $fail
