@@ -50,7 +50,18 @@ typedef struct st_net {
   st_net_node *nodes;         /* owned [node_cap] */
   int n_inputs;               /* >= 1 */
   st_shape inputs[ST_NET_MAX_IO];
-  int output;                 /* the output tensor (a node) */
+  int output;                 /* the output tensor (a node); with several
+                                 outputs, the last of them in node order */
+  /* Several outputs (Keras's Model(inputs, [a, b]); 1 otherwise): output j
+   * is node outputs[j], trained with loss out_loss[j] scaled by
+   * out_weight[j]. The model's output row is their concatenation (output
+   * 0's values, then output 1's, ...: what predict returns) and an
+   * example's label row the concatenation of each output's label (1 float
+   * for a sparse loss, the output's size otherwise). */
+  int n_outputs;
+  int outputs[ST_NET_MAX_IO];
+  st_loss_kind out_loss[ST_NET_MAX_IO];
+  float out_weight[ST_NET_MAX_IO];
   size_t n_params, n_state;   /* floats; fixed once compiled */
   /* set when compiled */
   const st_backend *be;
@@ -103,6 +114,10 @@ typedef struct st_replica {
                                  layer's second call's gradients (NULL: none) */
   float *inbuf[ST_NET_MAX_IO]; /* several inputs: input j [max_batch, size_j] */
   float *loss_rows;           /* [max_batch] per-example loss */
+  /* Several outputs: outcat [max_batch, sum of outputs] (their
+   * concatenation), ylab [max_batch, max output size] (one output's labels),
+   * out_rows [max_batch] (one output's per-example loss); NULL otherwise. */
+  float *outcat, *ylab, *out_rows;
   /* Sum n floats across the replicas of the strategy (synchronized
    * BatchNorm); NULL when the replica runs alone. */
   void (*all_reduce_sum)(void *ctx, float *buf, size_t n);
@@ -137,6 +152,12 @@ typedef struct st_exec {
   /* Tensors from outside the range: n_ext of them, ext[i] holding tensor
    * ext_id[i] (model inputs; a stage's input), ext_dx[i] its gradient (NULL =
    * not needed; the backward pass writes it, summing over its consumers). */
+  /* Gradients given at the start of backward (several model outputs): the
+   * tensors seed_id[0..n_seed) take their gradient from gslots[0..n_seed)
+   * (in that order; seed_id[i] in [lo, hi)). n_seed 0: node hi-1's, from
+   * dy or gslots[0]. */
+  int n_seed;
+  int seed_id[ST_NET_MAX_IO];
   int n_ext;
   int ext_id[ST_NET_MAX_IO];
   const float *ext[ST_NET_MAX_IO];
@@ -245,6 +266,33 @@ void st__net_init_variables(const st_net *m, float *params, float *state);
 void st__net_init_layers(const st_net *m, int lo, int hi, float *params, float *state);
 /* The largest per-example activation size over input and all layers. */
 size_t st__net_max_activation(const st_net *m);
+
+/* ---- several outputs (net_outputs.c; m->n_outputs > 1, host memory) ---- */
+/* Floats of output j, of its label (1 for a sparse loss), of a whole label
+ * row (every output's; also for one output: 1 or the output size). */
+size_t st__net_out_size(const st_net *m, int j);
+size_t st__net_out_label_width(const st_net *m, int j);
+size_t st__net_label_width(const st_net *m);
+/* The replica's buffers for them (r->outcat, ylab, out_rows; a no-op for one
+ * output), and their release. */
+st_status st__replica_outputs_alloc(const st_net *m, st_replica *r, int n);
+void st__replica_outputs_free(st_replica *r);
+/* After forward: the outputs' concatenation [n, sum] (r->outcat). */
+const float *st__replica_outputs_gather(const st_net *m, st_replica *r, int n);
+/* Sum over examples of sum_j out_weight[j] * loss_j (labels y [n, label
+ * width]); per-example values in r->loss_rows. With grads, output j's
+ * gradient (scaled by scale * out_weight[j]) goes to r->gslots[j]. */
+double st__replica_outputs_loss(const st_net *m, st_replica *r, const float *y, int n,
+                                float scale, bool grads);
+/* A given gradient of the concatenated outputs dy [n, sum] into r->gslots[j]. */
+void st__replica_outputs_scatter_dy(const st_net *m, st_replica *r, const float *dy, int n);
+/* e's backward starts from the outputs' gradients in gslots[0..n_outputs). */
+void st__exec_seed_outputs(const st_net *m, st_exec *e);
+/* Per output j: loss[j] += the sum of its per-example losses (unweighted),
+ * correct[j] / count[j] += its metric's numerator / denominator, for rows
+ * of the concatenated pred against the label rows y (host memory). */
+void st__net_outputs_metrics(const st_net *m, const float *pred, const float *y, int rows,
+                             double *loss, int64_t *correct, int64_t *count);
 
 /* ---- activation memory report (memplan.c; figures only, the executor's
  * allocation is unchanged) ---- */

@@ -18,6 +18,7 @@ static void free_buffers(st_replica *r) {
   be->free(r->ctx, r->gscratch);
   be->free(r->ctx, r->loss_rows);
   r->workspace = r->gscratch = r->loss_rows = NULL;
+  st__replica_outputs_free(r);
   if (r->acts) memset(r->acts, 0, (size_t)r->nnodes * sizeof *r->acts);
   if (r->caches) memset(r->caches, 0, (size_t)r->nnodes * sizeof *r->caches);
   if (r->gslots) memset(r->gslots, 0, (size_t)r->n_gslots * sizeof *r->gslots);
@@ -52,7 +53,8 @@ static st_status alloc_buffers(const st_net *m, st_replica *r, int n) {
   if (st__net_shares_layers(m) &&
       alloc_floats(ctx, st__net_max_layer_params(m, 0, m->nnodes), 1, &r->gscratch))
     return ST_ERR_NOMEM;
-  if (alloc_floats(ctx, ws, 1, &r->workspace) || alloc_floats(ctx, 1, n, &r->loss_rows))
+  if (alloc_floats(ctx, ws, 1, &r->workspace) || alloc_floats(ctx, 1, n, &r->loss_rows) ||
+      st__replica_outputs_alloc(m, r, n))
     return ST_ERR_NOMEM;
   r->max_batch = n;
   return ST_OK;
@@ -138,6 +140,7 @@ static st_exec replica_exec(const st_net *m, st_replica *r, const float *x, int 
   e.stream_key = (uint64_t)r->index;
   e.all_reduce_sum = r->all_reduce_sum;
   e.all_reduce_ctx = r->all_reduce_ctx;
+  st__exec_seed_outputs(m, &e);
   e.n_ext = m->n_inputs;
   for (int j = 0; j < m->n_inputs; j++) {
     e.ext_id[j] = st__net_input_tensor(j);
@@ -161,11 +164,13 @@ const float *st__replica_forward(const st_net *m, st_replica *r,
   ST_ASSERT(n <= r->max_batch);
   if (m->nnodes == 0) return x;
   st_exec e = replica_exec(m, r, x, n, true);
-  return st__exec_forward(m, &e, n, training, step);
+  const float *out = st__exec_forward(m, &e, n, training, step);
+  return m->n_outputs > 1 ? st__replica_outputs_gather(m, r, n) : out;
 }
 
 double st__replica_loss(const st_net *m, st_replica *r, const float *y, int n) {
   if (n == 0) return 0.0;
+  if (m->n_outputs > 1) return st__replica_outputs_loss(m, r, y, n, 1.0f, false);
   const float *out = m->nnodes ? r->acts[m->output] : NULL;
   int cols = (int)st__net_output_size(m);
   r->be->loss(r->ctx, m->loss, n, cols, out, y, 1.0f, r->loss_rows, NULL);
@@ -182,7 +187,8 @@ void st__replica_backward_dy(const st_net *m, st_replica *r, const float *x, con
     return;
   }
   if (n == 0) r->be->fill(r->ctx, m->n_params, 0.0f, r->grads);
-  st__be_to_device(r->ctx, r->gslots[0], dy, (size_t)n * st__net_output_size(m) * sizeof(float));
+  if (m->n_outputs > 1) st__replica_outputs_scatter_dy(m, r, dy, n);
+  else st__be_to_device(r->ctx, r->gslots[0], dy, (size_t)n * st__net_output_size(m) * sizeof(float));
   st_exec e = replica_exec(m, r, x, n, false);
   e.ext_dx[0] = dx;
   st__exec_backward(m, &e, NULL, n, step, NULL, NULL);
@@ -204,6 +210,12 @@ double st__replica_loss_backward(const st_net *m, st_replica *r,
   const float *out = r->acts[m->output];
   float *dy = r->gslots[0];
   if (n == 0) be->fill(r->ctx, m->n_params, 0.0f, r->grads); /* runs only for the collectives */
+  if (m->n_outputs > 1) {
+    double sum = st__replica_outputs_loss(m, r, y, n, 1.0f / (float)global_batch, true);
+    st_exec e = replica_exec(m, r, x, n, false);
+    st__exec_backward(m, &e, NULL, n, step, ready, ready_ctx);
+    return sum;
+  }
   be->loss(r->ctx, m->loss, n, cols, out, y, 1.0f / (float)global_batch, r->loss_rows, dy);
   st__net_apply_example_weights(m, r, y, n, cols, r->loss_rows, dy);
   st_exec e = replica_exec(m, r, x, n, false);

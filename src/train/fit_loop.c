@@ -79,7 +79,8 @@ static st_status run_epoch(st_model *m, st__fit_loop *fl, const st__step_source 
   }
   double t0 = st_now_seconds();
   st_train_position *p = &fl->pos;
-  st_step_stats tot = {p->loss_sum, p->examples, p->correct, p->metric_count};
+  st_step_stats tot = {.loss_sum = p->loss_sum, .examples = p->examples, .correct = p->correct,
+                       .metric_count = p->metric_count};
   st_epoch_logs lg = {.epoch = fl->epoch};
   lg.lr = st_schedule_lr(&m->net.optimizer.lr, src->step(src->user, m, fl));
   if ((s = src->pass(src->user, m, fl, &tot)) != ST_OK || fl->rewound) return s;
