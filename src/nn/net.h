@@ -284,6 +284,9 @@ const float *st__replica_outputs_gather(const st_net *m, st_replica *r, int n);
  * gradient (scaled by scale * out_weight[j]) goes to r->gslots[j]. */
 double st__replica_outputs_loss(const st_net *m, st_replica *r, const float *y, int n,
                                 float scale, bool grads);
+/* The outputs' gradients in r->gslots[j] into dy [n, sum] (host memory),
+ * concatenated as the outputs are. */
+void st__replica_outputs_grads_out(const st_net *m, st_replica *r, float *dy, int n);
 /* A given gradient of the concatenated outputs dy [n, sum] into r->gslots[j]. */
 void st__replica_outputs_scatter_dy(const st_net *m, st_replica *r, const float *dy, int n);
 /* e's backward starts from the outputs' gradients in gslots[0..n_outputs). */

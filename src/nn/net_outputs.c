@@ -96,6 +96,16 @@ void st__replica_outputs_scatter_dy(const st_net *m, st_replica *r, const float 
   }
 }
 
+void st__replica_outputs_grads_out(const st_net *m, st_replica *r, float *dy, int n) {
+  size_t row = st__net_output_size(m);
+  for (int j = 0; j < m->n_outputs; j++) {
+    size_t col, lab, w = st__net_out_size(m, j);
+    out_offsets(m, j, &col, &lab);
+    for (int i = 0; i < n; i++)
+      memcpy(dy + (size_t)i * row + col, r->gslots[j] + (size_t)i * w, w * sizeof(float));
+  }
+}
+
 void st__exec_seed_outputs(const st_net *m, st_exec *e) {
   if (m->n_outputs <= 1) return;
   e->n_seed = m->n_outputs;
