@@ -117,7 +117,8 @@ void st__net_outputs_metrics(const st_net *m, const float *pred, const float *y,
   size_t row = st__net_output_size(m), lw = st__net_label_width(m), mx = 1;
   for (int j = 0; j < m->n_outputs; j++)
     if (st__net_out_size(m, j) > mx) mx = st__net_out_size(m, j);
-  float *p = malloc((size_t)rows * mx * sizeof(float)), *t = malloc((size_t)rows * mx * sizeof(float));
+  float *p = malloc((size_t)rows * mx * sizeof(float));
+  float *t = malloc((size_t)rows * mx * sizeof(float));
   float *l = malloc((size_t)rows * sizeof(float));
   ST_ASSERT(p && t && l);
   const st_backend *ref = st_backend_reference(); /* host loops: the ctx is not read */
