@@ -122,6 +122,10 @@ typedef struct st_replica {
    * BatchNorm); NULL when the replica runs alone. */
   void (*all_reduce_sum)(void *ctx, float *buf, size_t n);
   void *all_reduce_ctx;
+  /* Forward-only buffers for evaluate / predict batches larger than the
+   * training buffers (replica_infer.c; NULL: none); while active, acts,
+   * caches, workspace, inbuf and the loss rows point into them. */
+  struct st__infer *infer;
 } st_replica;
 
 /* Called after layer i's gradients are final (layers finish in reverse order),
@@ -203,6 +207,17 @@ st_status st__replica_create(const st_net *m, const st_backend *be, int index,
 void st__replica_destroy(st_replica *r); /* accepts NULL */
 /* Grow buffers so a batch of n fits (no-op when it already does). */
 st_status st__replica_reserve(const st_net *m, st_replica *r, int n);
+
+/* evaluate / predict: make room for a forward-only pass (training false) of
+ * n examples. Within the training buffers' batch nothing changes; beyond
+ * it, the replica switches to buffers of the forward-only plan
+ * (st__net_infer_offsets: activations freed after their last reader, one
+ * cache shared by the nodes) sized for n, not the whole training set of
+ * buffers. st__replica_reserve (any training use) switches back. */
+st_status st__replica_reserve_infer(const st_net *m, st_replica *r, int n);
+/* Back to the training buffers (a no-op when not switched), and release. */
+void st__replica_infer_leave(st_replica *r);
+void st__replica_infer_free(st_replica *r);
 
 /* Forward over n examples of x [n, input]; returns the output [n, out]
  * (a replica buffer). `step` keys the dropout RNG. */
@@ -297,8 +312,8 @@ void st__exec_seed_outputs(const st_net *m, st_exec *e);
 void st__net_outputs_metrics(const st_net *m, const float *pred, const float *y, int rows,
                              double *loss, int64_t *correct, int64_t *count);
 
-/* ---- activation memory report (memplan.c; figures only, the executor's
- * allocation is unchanged) ---- */
+/* ---- activation memory report (memplan.c): what the executor allocates
+ * for training, and the forward-only plan evaluate / predict use ---- */
 typedef struct st_memplan {
   int nnodes, batch;
   size_t activation_floats;      /* every node's output, [batch, out_k] summed:
@@ -311,7 +326,16 @@ typedef struct st_memplan {
   size_t inference_peak_floats;  /* forward only, each activation (inputs
                                     included) freed after its last reader in
                                     the topological order */
+  size_t infer_block_floats;     /* what evaluate / predict allocate beyond
+                                    the training batch (replica_infer.c): the
+                                    planned block of activations ... */
+  size_t infer_cache_floats;     /* ... and the one cache the nodes share */
 } st_memplan;
+/* Where each node's output lives in a forward-only pass that frees every
+ * activation after its last reader (the model's outputs kept to the end):
+ * node k's output at off[k] * n floats of one buffer of *total * n floats
+ * (off [nnodes], per example; first fit in node order). ST_ERR_NOMEM. */
+st_status st__net_infer_offsets(const st_net *m, size_t *off, size_t *total);
 /* The figures for net m at batch size `batch` into *out (zeroed first);
  * ST_ERR_INVALID for a NULL m, batch < 1 or a net without nodes. */
 st_status st__net_memplan(const st_net *m, int batch, st_memplan *out);

@@ -61,6 +61,7 @@ static st_status alloc_buffers(const st_net *m, st_replica *r, int n) {
 }
 
 st_status st__replica_reserve(const st_net *m, st_replica *r, int n) {
+  st__replica_infer_leave(r); /* the training buffers (replica_infer.c) */
   if (n <= r->max_batch) return ST_OK;
   free_buffers(r);
   st_status s = alloc_buffers(m, r, n);
@@ -111,6 +112,7 @@ fail:
 void st__replica_destroy(st_replica *r) {
   if (!r) return;
   const st_backend *be = r->be;
+  st__replica_infer_free(r);
   free_buffers(r);
   if (r->owns_vars) {
     if (!r->params_borrowed) be->free(r->ctx, r->params);
@@ -161,6 +163,7 @@ static st_exec replica_exec(const st_net *m, st_replica *r, const float *x, int 
 const float *st__replica_forward(const st_net *m, st_replica *r,
                                  const float *x, int n, bool training,
                                  int64_t step) {
+  if (training) st__replica_infer_leave(r);
   ST_ASSERT(n <= r->max_batch);
   if (m->nnodes == 0) return x;
   st_exec e = replica_exec(m, r, x, n, true);
