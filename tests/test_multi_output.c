@@ -3,7 +3,8 @@
  * models sharing the trunk give; one SGD step moves each weight by the
  * weighted sum of the single-head steps; the gradient matches finite
  * differences of the model's loss; mirrored x2 trains one device's bytes;
- * predict returns the outputs concatenated; and the refusals (a loss count
+ * predict returns the outputs concatenated; Keras JSON export and import;
+ * a custom loop trains fit's bytes; and the refusals (a loss count
  * that does not match, labels of the wrong width, the pipeline). */
 #include <math.h>
 #include <stdlib.h>
@@ -250,6 +251,45 @@ static void test_keras_and_summary(void) {
   st_model_destroy(m), st_model_destroy(back);
 }
 
+/* A custom loop with st_replica_loss_gradient (the outputs' gradients,
+ * concatenated) and st_replica_backward trains fit's bytes. */
+static st_status custom_step(st_replica_context *c, void *arg) {
+  const st_batch *b = arg;
+  st_batch local = st_replica_slice(c, b);
+  const float *out = NULL;
+  st_status s = st_replica_forward(c, &local, true, &out);
+  float dy[32 * (CA + CB)];
+  if (s == ST_OK) s = st_replica_loss_gradient(c, local.y, b->size, dy, NULL);
+  if (s == ST_OK) s = st_replica_backward(c, dy, NULL);
+  return s == ST_OK ? st_replica_apply_gradients(c) : s;
+}
+
+static void test_custom_loop(void) {
+  st_model *a = build(3, strategy_of(ST_STRATEGY_MIRRORED, 2));
+  st_model *b = build(3, strategy_of(ST_STRATEGY_MIRRORED, 2));
+  compile(a, 3, 0.05f), compile(b, 3, 0.05f);
+  st_dataset *ds = data(3, 32);
+  st_fit_options fo = st_fit_default_options();
+  st_history h;
+  CHECK_OK(st_model_fit(a, ds, &fo, &h));
+  st_history_destroy(&h);
+  st_iterator *it = NULL;
+  CHECK_OK(st_dataset_iterate(ds, &it));
+  for (bool end = false;;) {
+    st_batch bt;
+    CHECK_OK(st_iterator_next(it, &bt, &end));
+    if (end) break;
+    CHECK_OK(st_strategy_run(b->strategy, custom_step, &bt));
+  }
+  st_iterator_destroy(it);
+  CHECK_MSG(a->net.step == b->net.step && a->net.step == N / 32 &&
+                !memcmp(a->net.params, b->net.params, a->net.n_params * sizeof(float)),
+            "the custom loop trains other weights than fit (steps %lld, %lld)",
+            (long long)a->net.step, (long long)b->net.step);
+  st_dataset_destroy(ds);
+  st_model_destroy(a), st_model_destroy(b);
+}
+
 static void test_refusals(void) {
   st_model *m = build(3, NULL);
   st_compile_options co = st_compile_default_options();
@@ -287,7 +327,8 @@ int main(int argc, char **argv) {
   static const check_case cases[] = {
       CHECK_CASE(test_loss_is_weighted_sum), CHECK_CASE(test_one_step),
       CHECK_CASE(test_gradient_check), CHECK_CASE(test_mirrored_bytes),
-      CHECK_CASE(test_keras_and_summary), CHECK_CASE(test_refusals),
+      CHECK_CASE(test_keras_and_summary), CHECK_CASE(test_custom_loop),
+      CHECK_CASE(test_refusals),
   };
   return CHECK_MAIN(argc, argv, cases);
 }
