@@ -31,7 +31,7 @@ static st_layer *dense(int units, st_activation a) {
 }
 static st_strategy *strategy_of(st_strategy_kind k, int n) {
   st_strategy_options o = st_strategy_default_options(k);
-  if (k == ST_STRATEGY_MIRRORED) o.replicas = n, o.threads = 1;
+  if (k == ST_STRATEGY_MIRRORED || k == ST_STRATEGY_CENTRAL_STORAGE) o.replicas = n, o.threads = 1;
   else if (k == ST_STRATEGY_PIPELINE) o.pipeline_stages = 2;
   else o.threads = n;
   st_strategy *s = NULL;
@@ -200,9 +200,9 @@ static void test_gradient_check(void) {
   st_model_destroy(m);
 }
 
-static void test_mirrored_bytes(void) {
+static void same_bytes(st_strategy_kind kind) {
   st_model *one = build(3, strategy_of(ST_STRATEGY_ONE_DEVICE, 2));
-  st_model *mir = build(3, strategy_of(ST_STRATEGY_MIRRORED, 2));
+  st_model *mir = build(3, strategy_of(kind, 2));
   compile(one, 3, 0.05f), compile(mir, 3, 0.05f);
   st_dataset *ds = data(3, 32);
   st_fit_options fo = st_fit_default_options();
@@ -213,10 +213,16 @@ static void test_mirrored_bytes(void) {
   CHECK(h1.logs[1].loss < h1.logs[0].loss);
   CHECK_MSG(one->net.n_params == mir->net.n_params &&
                 !memcmp(one->net.params, mir->net.params, one->net.n_params * sizeof(float)),
-            "mirrored x2 trains other weights than one device");
+            "%s x2 trains other weights than one device", st_strategy_kind_name(kind));
   st_history_destroy(&h1), st_history_destroy(&h2);
   st_dataset_destroy(ds);
   st_model_destroy(one), st_model_destroy(mir);
+}
+
+/* mirrored x2 and central_storage x2 train one device's bytes. */
+static void test_strategy_bytes(void) {
+  same_bytes(ST_STRATEGY_MIRRORED);
+  same_bytes(ST_STRATEGY_CENTRAL_STORAGE);
 }
 
 /* Keras 3 JSON: two output_layers; read back, the model trains the same
@@ -326,7 +332,7 @@ int main(int argc, char **argv) {
   make_data();
   static const check_case cases[] = {
       CHECK_CASE(test_loss_is_weighted_sum), CHECK_CASE(test_one_step),
-      CHECK_CASE(test_gradient_check), CHECK_CASE(test_mirrored_bytes),
+      CHECK_CASE(test_gradient_check), CHECK_CASE(test_strategy_bytes),
       CHECK_CASE(test_keras_and_summary), CHECK_CASE(test_custom_loop),
       CHECK_CASE(test_refusals),
   };
