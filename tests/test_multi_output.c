@@ -7,6 +7,7 @@
  * a custom loop trains fit's bytes; and the refusals (a loss count
  * that does not match, labels of the wrong width, the pipeline). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,12 +40,12 @@ static st_strategy *strategy_of(st_strategy_kind k, int n) {
   return s;
 }
 
-/* heads: 1 = A only, 2 = B only, 3 = both (A then B): trunk Dense 16 relu,
+/* heads: 1 = A only, 2 = B only, 3 = both (A then B): trunk Dense 16 tanh,
  * head A Dense 10 (logits, sparse CE), head B Dense 3 (linear, MSE). */
 static st_model *build(int heads, st_strategy *s) {
   st_node *x = NULL, *outs[2];
   CHECK_OK(st_input(st_shape1(D), NULL, &x));
-  st_node *h = call1(dense(H, ST_ACT_RELU), x);
+  st_node *h = call1(dense(H, ST_ACT_TANH), x); /* smooth: no kinks for the gradient check */
   int n = 0;
   if (heads & 1) outs[n++] = call1(dense(CA, ST_ACT_LINEAR), h);
   if (heads & 2) outs[n++] = call1(dense(CB, ST_ACT_LINEAR), h);
@@ -171,8 +172,9 @@ static void test_one_step(void) {
   st_model_destroy(m), st_model_destroy(a), st_model_destroy(b);
 }
 
-/* The replica's gradient against central finite differences of the loss
- * (float: a step of 1e-2, a loose tolerance). */
+/* The replica's gradient of every weight against central finite
+ * differences of the loss (float weights, the loss summed in double; a step
+ * of 4e-3: float rounding of the loss against the curvature of tanh). */
 static void test_gradient_check(void) {
   st_model *m = build(3, NULL);
   compile(m, 3, 0.1f);
@@ -182,8 +184,8 @@ static void test_gradient_check(void) {
   st__replica_forward(net, r, X, N, true, 0);
   st__replica_loss_backward(net, r, X, Y2, N, N, 0, NULL, NULL);
   double worst = 0;
-  for (int i = 0; i < (int)net->n_params; i += 7) {
-    float keep = net->params[i], eps = 1e-2f;
+  for (int i = 0; i < (int)net->n_params; i++) {
+    float keep = net->params[i], eps = 4e-3f;
     net->params[i] = keep + eps;
     st__replica_forward(net, r, X, N, false, 0);
     double lp = st__replica_loss(net, r, Y2, N) / N;
@@ -192,10 +194,11 @@ static void test_gradient_check(void) {
     double lm = st__replica_loss(net, r, Y2, N) / N;
     net->params[i] = keep;
     double fd = (lp - lm) / (2 * eps), g = r->grads[i];
-    double err = fabs(fd - g) / (1e-2 + fabs(fd) + fabs(g));
+    double err = fabs(fd - g) / (1e-3 + fabs(fd) + fabs(g));
     if (err > worst) worst = err;
   }
-  CHECK_MSG(worst < 2e-2, "gradient vs finite differences: relative error %g", worst);
+  CHECK_MSG(worst < 1e-2, "gradient vs finite differences: relative error %g", worst);
+  printf("# gradient check: %zu weights, worst relative error %.2e\n", net->n_params, worst);
   st__replica_destroy(r);
   st_model_destroy(m);
 }
