@@ -154,6 +154,20 @@ static void test_inference_buffers(void) {
   compile(m);
   same_inference(m, x, N, "attention block");
   st_model_destroy(m);
+  /* two inputs (split into the replica's input buffers) and two outputs */
+  st_node *ins[2] = {NULL, NULL}, *outs[2];
+  CHECK_OK(st_input(st_shape1(5), NULL, &ins[0]));
+  CHECK_OK(st_input(st_shape1(3), NULL, &ins[1]));
+  CHECK_OK(st_concatenate(-1, &l));
+  st_node *cat = NULL;
+  CHECK_OK(st_layer_call(l, ins, 2, &cat));
+  st_node *h = dense(cat, 7);
+  outs[0] = dense(h, 4), outs[1] = dense(dense(h, 6), 2);
+  CHECK_OK(st_functional_create(ins, 2, outs, 2, NULL, &m));
+  if (!m) return;
+  compile(m);
+  same_inference(m, x, N, "two inputs, two outputs");
+  st_model_destroy(m);
   free(x);
 }
 
