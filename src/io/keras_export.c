@@ -254,7 +254,8 @@ static json_t *output_layers(const st_net *n) {
   for (int j = 0; j < (n->n_outputs > 1 ? n->n_outputs : 1); j++) {
     int t = n->n_outputs > 1 ? n->outputs[j] : n->output, call = 0;
     for (int k = 0; k < t; k++) call += n->nodes[k].layer == n->nodes[t].layer;
-    json_array_append_new(outs, json_pack("[s, i, i]", n->layers[n->nodes[t].layer]->name, call, 0));
+    const char *name = n->layers[n->nodes[t].layer]->name;
+    json_array_append_new(outs, json_pack("[s, i, i]", name, call, 0));
   }
   return outs;
 }

@@ -50,7 +50,8 @@ static st_status check_outputs(const st_model *m, const st_compile_options *o) {
     const st_layer *l = net->layers[net->nodes[net->outputs[j]].layer];
     if (sh.rank != 1)
       return st_error(ST_ERR_INVALID, "compile: output %d (layer '%s') is %s: each output must "
-                      "be rank 1 (add Flatten)", j, l->name, st_shape_format(sh, (char[64]){0}, 64));
+                      "be rank 1 (add Flatten)", j, l->name,
+                      st_shape_format(sh, (char[64]){0}, 64));
   }
   st_strategy_kind k = m->strategy ? m->strategy->opts.kind : ST_STRATEGY_ONE_DEVICE;
   if (k == ST_STRATEGY_MULTI_WORKER_MIRRORED || k == ST_STRATEGY_PARAMETER_SERVER ||

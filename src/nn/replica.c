@@ -190,8 +190,9 @@ void st__replica_backward_dy(const st_net *m, st_replica *r, const float *x, con
     return;
   }
   if (n == 0) r->be->fill(r->ctx, m->n_params, 0.0f, r->grads);
+  size_t bytes = (size_t)n * st__net_output_size(m) * sizeof(float);
   if (m->n_outputs > 1) st__replica_outputs_scatter_dy(m, r, dy, n);
-  else st__be_to_device(r->ctx, r->gslots[0], dy, (size_t)n * st__net_output_size(m) * sizeof(float));
+  else st__be_to_device(r->ctx, r->gslots[0], dy, bytes);
   st_exec e = replica_exec(m, r, x, n, false);
   e.ext_dx[0] = dx;
   st__exec_backward(m, &e, NULL, n, step, NULL, NULL);

@@ -385,9 +385,9 @@ static void keep_position(st_model *m, st_train_position *p) {
 static st_status check_fit_extras(const st_model *m, const st_fit_options *o, const char *fn) {
   if ((o->sample_weight_column || o->nclass_weight > 0) && m->net.n_outputs > 1)
     return st_error(ST_ERR_INVALID, "%s: o->%s with a model of %d outputs (not supported: "
-                    "Keras takes one per output)", fn, o->sample_weight_column ? "sample_weight_column"
-                    : "class_weight", m->net.n_outputs);
-
+                    "Keras takes one per output)", fn,
+                    o->sample_weight_column ? "sample_weight_column" : "class_weight",
+                    m->net.n_outputs);
   if (o->validation_freq < 0)
     return st_error(ST_ERR_INVALID, "%s: o->validation_freq %d is negative", fn, o->validation_freq);
   if (o->nvalidation_epochs < 0 || (o->nvalidation_epochs > 0 && !o->validation_epochs))
@@ -620,7 +620,8 @@ static st_status evaluate(st_model *m, st_dataset *ds, int64_t steps, st_eval_re
   out->noutputs = m->net.n_outputs > 1 ? m->net.n_outputs : 0;
   for (int j = 0; j < out->noutputs; j++) {
     out->output_loss[j] = tot.examples ? tot.out_loss[j] / (double)tot.examples : 0.0;
-    out->output_accuracy[j] = tot.out_count[j] ? (double)tot.out_correct[j] / (double)tot.out_count[j] : 0.0;
+    out->output_accuracy[j] =
+        tot.out_count[j] ? (double)tot.out_correct[j] / (double)tot.out_count[j] : 0.0;
   }
   return ST_OK;
 }
