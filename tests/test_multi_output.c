@@ -40,7 +40,8 @@ static st_strategy *strategy_of(st_strategy_kind k, int n) {
   return s;
 }
 
-/* heads: 1 = A only, 2 = B only, 3 = both (A then B): trunk Dense 16 tanh,
+/* heads: 1 = A only, 2 = B only, 3 = both (A then B), 4 = both with B reading
+ * A's output (Dense 3 tanh): trunk Dense 16 tanh,
  * head A Dense 10 (logits, sparse CE), head B Dense 3 (linear, MSE). */
 static st_model *build(int heads, st_strategy *s) {
   st_node *x = NULL, *outs[2];
@@ -49,6 +50,9 @@ static st_model *build(int heads, st_strategy *s) {
   int n = 0;
   if (heads & 1) outs[n++] = call1(dense(CA, ST_ACT_LINEAR), h);
   if (heads & 2) outs[n++] = call1(dense(CB, ST_ACT_LINEAR), h);
+  if (heads == 4) /* head B reads head A: output 0 also feeds a node */
+    outs[0] = call1(dense(CA, ST_ACT_LINEAR), h), outs[1] = call1(dense(CB, ST_ACT_TANH), outs[0]),
+    n = 2;
   st_model_options o = st_model_default_options(st_shape1(D));
   o.seed = 5;
   o.strategy = s;
@@ -63,7 +67,7 @@ static void compile(st_model *m, int heads, float lr) {
   co.optimizer = st_optimizer_default_options(ST_OPT_SGD);
   co.optimizer.lr = st_schedule_constant(lr);
   co.loss = heads == 2 ? ST_LOSS_MSE : ST_LOSS_SPARSE_CE_LOGITS;
-  if (heads == 3) {
+  if (heads >= 3) {
     co.nlosses = 2, co.losses[0] = ST_LOSS_SPARSE_CE_LOGITS, co.losses[1] = ST_LOSS_MSE;
     co.nloss_weights = 2, co.loss_weights[0] = WA, co.loss_weights[1] = WB;
   }
@@ -71,7 +75,7 @@ static void compile(st_model *m, int heads, float lr) {
 }
 
 static st_dataset *data(int heads, int batch) {
-  int w = heads == 1 ? 1 : heads == 2 ? CB : 1 + CB;
+  int w = heads == 1 ? 1 : heads == 2 ? CB : 1 + CB; /* 3, 4: both */
   float *y = heads == 1 ? YA : heads == 2 ? YB : Y2;
   st_tensor xt = {ST_F32, 2, {N, D}, X}, yt = {ST_F32, 2, {N, w}, y};
   st_dataset *ds = NULL;
@@ -175,9 +179,9 @@ static void test_one_step(void) {
 /* The replica's gradient of every weight against central finite
  * differences of the loss (float weights, the loss summed in double; a step
  * of 4e-3: float rounding of the loss against the curvature of tanh). */
-static void test_gradient_check(void) {
-  st_model *m = build(3, NULL);
-  compile(m, 3, 0.1f);
+static void gradient_check(int heads) {
+  st_model *m = build(heads, NULL);
+  compile(m, heads, 0.1f);
   st_net *net = &m->net;
   st_replica *r = NULL;
   CHECK_OK(st__replica_create(net, net->be, 0, N, net->params, net->state, &r));
@@ -198,9 +202,15 @@ static void test_gradient_check(void) {
     if (err > worst) worst = err;
   }
   CHECK_MSG(worst < 1e-2, "gradient vs finite differences: relative error %g", worst);
-  printf("# gradient check: %zu weights, worst relative error %.2e\n", net->n_params, worst);
+  printf("# gradient check (%s): %zu weights, worst relative error %.2e\n",
+         heads == 4 ? "head B on head A" : "two heads", net->n_params, worst);
   st__replica_destroy(r);
   st_model_destroy(m);
+}
+
+static void test_gradient_check(void) {
+  gradient_check(3);
+  gradient_check(4); /* output 0's gradient: its loss's plus what head B sends back */
 }
 
 static void same_bytes(st_strategy_kind kind) {
