@@ -143,7 +143,8 @@ static void test_loss_is_weighted_sum(void) {
 
 /* One SGD step on the whole set (one batch): each weight of the two-head
  * model moves by WA x head A's step + WB x head B's step (its gradient is
- * the weighted sum). */
+ * the weighted sum); fit's logs give each output's loss and accuracy, on the
+ * training and the validation data. */
 static void test_one_step(void) {
   st_model *m = build(3, NULL), *a = build(1, NULL), *b = build(2, NULL);
   compile(m, 3, 0.1f), compile(a, 1, 0.1f), compile(b, 2, 0.1f);
@@ -152,13 +153,23 @@ static void test_one_step(void) {
   CHECK_OK(st_model_get_weights(m, w0));
   st_dataset *d2 = data(3, N), *da = data(1, N), *db = data(2, N);
   st_fit_options fo = st_fit_default_options();
-  st_history h;
+  st_history h, ha, hb;
+  fo.validation = d2;
   CHECK_OK(st_model_fit(m, d2, &fo, &h));
-  st_history_destroy(&h);
-  CHECK_OK(st_model_fit(a, da, &fo, &h));
-  st_history_destroy(&h);
-  CHECK_OK(st_model_fit(b, db, &fo, &h));
-  st_history_destroy(&h);
+  fo.validation = NULL;
+  CHECK_OK(st_model_fit(a, da, &fo, &ha));
+  CHECK_OK(st_model_fit(b, db, &fo, &hb));
+  /* the epoch's logs per output (the loss before the step: the single heads') */
+  CHECK_EQ(h.logs[0].noutputs, 2);
+  CHECK_NEAR(h.logs[0].output_loss[0], ha.logs[0].loss, 1e-5 * (1 + ha.logs[0].loss));
+  CHECK_NEAR(h.logs[0].output_loss[1], hb.logs[0].loss, 1e-5 * (1 + hb.logs[0].loss));
+  CHECK_NEAR(h.logs[0].output_accuracy[0], ha.logs[0].accuracy, 1e-12);
+  CHECK_NEAR(h.logs[0].loss, WA * ha.logs[0].loss + WB * hb.logs[0].loss, 1e-5 * (1 + h.logs[0].loss));
+  st_eval_result ev;
+  CHECK_OK(st_model_evaluate(m, d2, &ev));
+  CHECK_NEAR(h.logs[0].val_output_loss[1], ev.output_loss[1], 1e-12);
+  CHECK_NEAR(h.logs[0].val_output_accuracy[0], ev.output_accuracy[0], 1e-12);
+  st_history_destroy(&h), st_history_destroy(&ha), st_history_destroy(&hb);
   CHECK_OK(st_model_get_weights(m, w));
   CHECK_OK(st_model_get_weights(a, wa));
   CHECK_OK(st_model_get_weights(b, wb));

@@ -123,6 +123,14 @@ typedef struct st_epoch_logs {
   double seconds;
   int64_t steps;
   int64_t examples;   /* training examples in the epoch */
+  /* Several outputs (0 otherwise): output j's mean loss (unweighted) and
+   * metric over the epoch, and on the validation data (Keras's
+   * "<output layer>_loss", "<output layer>_accuracy" and their val_ forms;
+   * loss is their weighted sum). Not kept in checkpoints: an epoch resumed
+   * from a backup counts the steps run since, earlier epochs' logs read 0. */
+  int noutputs;
+  double output_loss[ST_MAX_OUTPUTS], output_accuracy[ST_MAX_OUTPUTS];
+  double val_output_loss[ST_MAX_OUTPUTS], val_output_accuracy[ST_MAX_OUTPUTS];
 } st_epoch_logs;
 typedef struct st_batch_logs {
   int epoch;

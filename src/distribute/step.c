@@ -9,6 +9,7 @@ void st__step_metrics(const st_net *m, const float *pred, const float *y,
   if (rows > 0 && y && m->n_outputs > 1) {
     int64_t c[ST_NET_MAX_IO] = {0}, k[ST_NET_MAX_IO] = {0};
     st__net_outputs_metrics(m, pred, y, rows, out->out_loss, c, k);
+    out->out_rows += rows;
     for (int j = 0; j < m->n_outputs; j++) {
       out->out_correct[j] += c[j], out->out_count[j] += k[j];
       out->correct += c[j], out->metric_count += k[j];

@@ -23,6 +23,7 @@ typedef struct st_step_stats {
    * such models. */
   double out_loss[ST_NET_MAX_IO];
   int64_t out_correct[ST_NET_MAX_IO], out_count[ST_NET_MAX_IO];
+  int64_t out_rows;      /* the examples out_loss sums over */
 } st_step_stats;
 
 /* Work fit gives a training step to run beside the optimizer update, once
@@ -42,6 +43,7 @@ static inline void st__step_stats_add(st_step_stats *out, const st_step_stats *i
   out->examples += in->examples;
   out->correct += in->correct;
   out->metric_count += in->metric_count;
+  out->out_rows += in->out_rows;
   for (int j = 0; j < ST_NET_MAX_IO; j++) {
     out->out_loss[j] += in->out_loss[j];
     out->out_correct[j] += in->out_correct[j];

@@ -244,7 +244,8 @@ static st_status recompile(st_model *m, const st_compile_options *o) {
 st_status st_model_compile(st_model *m, const st_compile_options *o) {
   st_status s = check_compile(m, o);
   if (s != ST_OK) return s;
-  warn_loss_activation(m, o->loss);
+  if (m->net.n_outputs <= 1) /* several outputs: each its own loss, no one last layer */
+    warn_loss_activation(m, o->nlosses == 1 ? o->losses[0] : o->loss);
   if (m->compiled) return recompile(m, o);
   m->compile = *o;
   m->net.optimizer = o->optimizer;

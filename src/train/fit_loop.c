@@ -58,6 +58,11 @@ static st_status epoch_logs(st_model *m, const st__fit_loop *fl, const st_step_s
   lg->examples = tot->examples;
   lg->loss = tot->loss_sum / (double)tot->examples;
   lg->accuracy = ratio(tot->correct, tot->metric_count);
+  lg->noutputs = m->net.n_outputs > 1 ? m->net.n_outputs : 0;
+  for (int j = 0; j < lg->noutputs; j++) { /* the epoch's steps since it (re)started */
+    lg->output_loss[j] = tot->out_rows ? tot->out_loss[j] / (double)tot->out_rows : 0.0;
+    lg->output_accuracy[j] = ratio(tot->out_correct[j], tot->out_count[j]);
+  }
   if (o->validation && should_validate(o, fl->epoch)) {
     st_eval_result ev;
     st_status s = st_model_evaluate_steps(m, o->validation, o->validation_steps, &ev);
@@ -65,6 +70,8 @@ static st_status epoch_logs(st_model *m, const st__fit_loop *fl, const st_step_s
     lg->has_validation = true;
     lg->val_loss = ev.loss;
     lg->val_accuracy = ev.accuracy;
+    for (int j = 0; j < ev.noutputs; j++)
+      lg->val_output_loss[j] = ev.output_loss[j], lg->val_output_accuracy[j] = ev.output_accuracy[j];
   }
   return ST_OK;
 }
