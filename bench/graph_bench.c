@@ -98,11 +98,13 @@ static void report(const cfg *c, st_model *m, const st_history *h) {
          "\"samples_per_sec\": %.2f, \"train_seconds\": %.3f, \"nodes\": %d, "
          "\"activations_mib\": %.2f, \"caches_mib\": %.2f, \"grad_slots\": %d, "
          "\"grad_buffers_mib\": %.2f, \"grad_per_tensor_mib\": %.2f, "
-         "\"inference_peak_mib\": %.2f}\n",
+         "\"inference_peak_mib\": %.2f, \"forward_block_mib\": %.2f, "
+         "\"forward_cache_mib\": %.2f}\n",
          c->model, c->batch, c->steps, c->threads, c->replicas, c->opt,
          st_model_param_count(m, true), h->samples_per_sec, h->train_seconds, p.nnodes,
          p.activation_floats * mib, p.cache_floats * mib, p.grad_slots, p.grad_floats * mib,
-         p.grad_per_tensor_floats * mib, p.inference_peak_floats * mib);
+         p.grad_per_tensor_floats * mib, p.inference_peak_floats * mib,
+         p.infer_block_floats * mib, p.infer_cache_floats * mib);
 }
 
 static st_dataset *synthetic(const cfg *c, st_shape in) {

@@ -3,6 +3,7 @@
  * inference peak of two neighbours), a residual (the skipped tensor stays
  * live across the branch), resnet20 (peak below the sum; the executor's
  * gradient buffers a fraction of one per tensor) and the bad arguments. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -88,6 +89,88 @@ static void test_resnet20(void) {
   st_model_destroy(m);
 }
 
+/* A forward-only pass beyond the training buffers' batch (evaluate /
+ * predict, replica_infer.c) gives the bytes a replica whose training
+ * buffers hold the batch gives, in a block of the planned size (activations
+ * freed after their last reader; the caches shared). */
+static void same_inference(st_model *m, const float *x, int n, const char *what) {
+  st_net *net = &m->net;
+  st_replica *a = NULL, *b = NULL;
+  CHECK_OK(st__replica_create(net, net->be, 0, 2, net->params, net->state, &a));
+  CHECK_OK(st__replica_create(net, net->be, 0, n, net->params, net->state, &b));
+  if (!a || !b) return;
+  CHECK_OK(st__replica_reserve_infer(net, a, n));
+  CHECK(a->infer != NULL && a->max_batch == n);
+  size_t cols = st__net_output_size(net);
+  const float *pa = st__replica_forward(net, a, x, n, false, 0);
+  const float *pb = st__replica_forward(net, b, x, n, false, 0);
+  CHECK_MSG(!memcmp(pa, pb, (size_t)n * cols * sizeof(float)),
+            "%s: the forward-only buffers give other outputs", what);
+  st__replica_infer_leave(a);
+  CHECK_EQ(a->max_batch, 2); /* back to the training buffers */
+  CHECK_OK(st__replica_reserve(net, a, 2));
+  st__replica_forward(net, a, x, 2, true, 0); /* training runs on them again */
+  size_t *off = calloc((size_t)net->nnodes, sizeof *off), total = 0, sum = 0;
+  CHECK_OK(st__net_infer_offsets(net, off, &total));
+  for (int k = 0; k < net->nnodes; k++) sum += st_shape_size(st__net_tensor_shape(net, k));
+  st_memplan p;
+  CHECK_OK(st__net_memplan(net, 1, &p));
+  printf("# %s: forward-only block %zu floats per example (liveness peak %zu, all "
+         "activations %zu)\n", what, total, p.inference_peak_floats, sum);
+  CHECK_LT(total, sum);
+  free(off);
+  st__replica_destroy(a), st__replica_destroy(b);
+}
+
+static void test_inference_buffers(void) {
+  st_model_options o = st_model_default_options(st_shape3(28, 28, 1));
+  st_model *m = NULL;
+  CHECK_OK(st_builtin_model_create("resnet20", &o, &m));
+  if (!m) return;
+  compile(m);
+  enum { N = 5 };
+  float *x = malloc(N * 784 * sizeof(float));
+  for (int i = 0; i < N * 784; i++) x[i] = (float)((i * 37) % 101) / 101.0f;
+  same_inference(m, x, N, "resnet20");
+  st_model_destroy(m);
+  /* attention block: MHA (its cache: Q, K, V, probabilities), Add, LayerNorm */
+  st_node *in = NULL, *att = NULL, *sum = NULL, *ln = NULL, *pool = NULL, *out = NULL;
+  st_layer *l = NULL;
+  st_shape s68 = {.rank = 2, .dims = {6, 8}};
+  CHECK_OK(st_input(s68, NULL, &in));
+  CHECK_OK(st_multi_head_attention(2, 4, &l));
+  st_node *qv[2] = {in, in};
+  CHECK_OK(st_layer_call(l, qv, 2, &att));
+  CHECK_OK(st_add(&l));
+  st_node *pair[2] = {in, att};
+  CHECK_OK(st_layer_call(l, pair, 2, &sum));
+  CHECK_OK(st_layernorm(&l));
+  CHECK_OK(st_layer_call(l, &sum, 1, &ln));
+  CHECK_OK(st_global_avgpool1d(&l));
+  CHECK_OK(st_layer_call(l, &ln, 1, &pool));
+  out = dense(pool, 3);
+  CHECK_OK(st_functional_create(&in, 1, &out, 1, NULL, &m));
+  if (!m) return;
+  compile(m);
+  same_inference(m, x, N, "attention block");
+  st_model_destroy(m);
+  /* two inputs (split into the replica's input buffers) and two outputs */
+  st_node *ins[2] = {NULL, NULL}, *outs[2];
+  CHECK_OK(st_input(st_shape1(5), NULL, &ins[0]));
+  CHECK_OK(st_input(st_shape1(3), NULL, &ins[1]));
+  CHECK_OK(st_concatenate(-1, &l));
+  st_node *cat = NULL;
+  CHECK_OK(st_layer_call(l, ins, 2, &cat));
+  st_node *h = dense(cat, 7);
+  outs[0] = dense(h, 4), outs[1] = dense(dense(h, 6), 2);
+  CHECK_OK(st_functional_create(ins, 2, outs, 2, NULL, &m));
+  if (!m) return;
+  compile(m);
+  same_inference(m, x, N, "two inputs, two outputs");
+  st_model_destroy(m);
+  free(x);
+}
+
 static void test_bad_arguments(void) {
   st_memplan p;
   CHECK_EQ(st__net_memplan(NULL, 4, &p), ST_ERR_INVALID);
@@ -98,6 +181,7 @@ static void test_bad_arguments(void) {
 }
 
 static const check_case cases[] = {CHECK_CASE(test_chain), CHECK_CASE(test_residual),
-                                   CHECK_CASE(test_resnet20), CHECK_CASE(test_bad_arguments)};
+                                   CHECK_CASE(test_resnet20), CHECK_CASE(test_inference_buffers),
+                                   CHECK_CASE(test_bad_arguments)};
 
 int main(int argc, char **argv) { return CHECK_MAIN(argc, argv, cases); }

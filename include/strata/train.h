@@ -48,9 +48,16 @@ st_status st_model_add(st_model *m, st_layer *layer);
  * success the model owns every layer between them and the input nodes;
  * on failure nothing is taken. With several inputs an example's row holds
  * input 0's values, then input 1's, ... (a dataset's features are that
- * row). ST_ERR_INVALID naming the tensor when an output depends on an input
- * not in inputs, an input is not an st_input node, a layer belongs to
- * another model, or a count is out of range (1..8 inputs; 1 output). */
+ * row). With several outputs the model's output row is their
+ * concatenation (output 0's values, then output 1's, ...: what predict
+ * returns) and a label row the concatenation of each output's label (one
+ * class index for a sparse loss, the output's size otherwise), each output
+ * with its own loss and weight (st_compile_options.losses); they train
+ * under one_device, mirrored and central_storage on the cpu backend, not
+ * with class_weight or sample_weight. ST_ERR_INVALID naming the tensor
+ * when an output depends on an input not in inputs, an input is not an
+ * st_input node, a layer belongs to another model, an output is given
+ * twice, or a count is out of range (1..8 inputs, 1..8 outputs). */
 st_status st_functional_create(st_node *const *inputs, int n_in, st_node *const *outputs,
                                int n_out, const st_model_options *o, st_model **out);
 /* True for a model made by st_functional_create (false for Sequential or NULL). */
@@ -63,11 +70,24 @@ size_t st_model_param_count(const st_model *m, bool trainable_only);
 st_shape st_model_output_shape(const st_model *m);
 st_shape st_model_input_shape(const st_model *m);
 
+/* Outputs of one model at most (st_functional_create's n_out). */
+#define ST_MAX_OUTPUTS 8
+
 typedef struct st_compile_options {
   st_optimizer_options optimizer;
   st_loss_kind loss;
   int nmetrics;
   st_metric_kind metrics[4];
+  /* Several outputs (Keras's loss=[...], loss_weights=[...]): nlosses 0 =
+   * `loss` for every output, else one per output (nlosses = the model's
+   * outputs); nloss_weights 0 = weight 1 each, else one per output. The
+   * loss fit minimises and reports is sum_j loss_weights[j] * loss_j; the
+   * metrics apply to every output. With one output, nlosses may be 0 or 1
+   * (losses[0] then replaces `loss`) and nloss_weights must be 0. */
+  int nlosses;
+  st_loss_kind losses[ST_MAX_OUTPUTS];
+  int nloss_weights;
+  float loss_weights[ST_MAX_OUTPUTS];
 } st_compile_options;
 /* Adam defaults, metric accuracy, loss ST_LOSS_SPARSE_CE: sparse CE on
  * probabilities, as Keras's string losses (from_logits=False), for a model
@@ -103,6 +123,14 @@ typedef struct st_epoch_logs {
   double seconds;
   int64_t steps;
   int64_t examples;   /* training examples in the epoch */
+  /* Several outputs (0 otherwise): output j's mean loss (unweighted) and
+   * metric over the epoch, and on the validation data (Keras's
+   * "<output layer>_loss", "<output layer>_accuracy" and their val_ forms;
+   * loss is their weighted sum). Not kept in checkpoints: an epoch resumed
+   * from a backup counts the steps run since, earlier epochs' logs read 0. */
+  int noutputs;
+  double output_loss[ST_MAX_OUTPUTS], output_accuracy[ST_MAX_OUTPUTS];
+  double val_output_loss[ST_MAX_OUTPUTS], val_output_accuracy[ST_MAX_OUTPUTS];
 } st_epoch_logs;
 typedef struct st_batch_logs {
   int epoch;
@@ -245,6 +273,13 @@ st_status st_model_fit(st_model *m, st_dataset *train, st_fit_options *o,
 typedef struct st_eval_result {
   double loss, accuracy;
   int64_t examples;
+  /* Several outputs: noutputs of them (0 for a model of one output), with
+   * output j's mean loss (unweighted) and metric (Keras's "<name>_loss",
+   * "<name>_accuracy" with the output layer's name); loss is the weighted
+   * sum of the outputs' losses, accuracy the metric over all outputs'
+   * predictions together. */
+  int noutputs;
+  double output_loss[ST_MAX_OUTPUTS], output_accuracy[ST_MAX_OUTPUTS];
 } st_eval_result;
 /* Mean loss and metric over every example of ds (batched, labelled) into
  * *out. m (compiled), ds and out may not be NULL (ST_ERR_INVALID); a dataset

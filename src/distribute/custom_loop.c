@@ -346,7 +346,10 @@ st_status st_replica_loss_gradient(st_replica_context *c, const float *y, int64_
     return st_error_prefix(s, "%s: replica %d: ", fn, c->rank);
   st_replica *r = c->s->group->reps[c->rank];
   double sum = 0.0;
-  if (n) {
+  if (n && c->m->n_outputs > 1) { /* each output's gradient, concatenated */
+    sum = st__replica_outputs_loss(c->m, r, y, n, 1.0f / (float)global_batch, true);
+    st__replica_outputs_grads_out(c->m, r, dy, n);
+  } else if (n) {
     int cols = (int)st__net_output_size(c->m);
     st__net_loss(c->m, r->ctx, n, r->acts[c->m->output], y, 1.0f / (float)global_batch,
                  r->loss_rows, r->gslots[0]); /* sparse over [T, classes]: every position */

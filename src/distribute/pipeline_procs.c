@@ -512,7 +512,7 @@ static st_status share_stats(procs *p, const st_net *m, const st_batch *b, st_st
   for (int r = 0; s == ST_OK && r < p->S * p->D; r++) {
     const float *q = all + (size_t)r * REC;
     if (r / p->D == p->S - 1) {
-      st_step_stats x;
+      st_step_stats x = {0};
       get(q, 0, &x.loss_sum), get(q, 2, &x.examples), get(q, 4, &x.correct), get(q, 6, &x.metric_count);
       st__step_stats_add(out, &x);
     }

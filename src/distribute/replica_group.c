@@ -147,7 +147,8 @@ static st_status run_pass(pass *p, st_step_stats *out) {
   for (int i = 0; i < g->n; i++) {
     int start, count;
     st__split(p->b->size, g->n, i, &start, &count);
-    st_status s = st__replica_reserve(p->m, g->reps[i], count);
+    st_status s = p->train ? st__replica_reserve(p->m, g->reps[i], count)
+                           : st__replica_reserve_infer(p->m, g->reps[i], count);
     if (s != ST_OK) return s;
   }
   memset(p->stats, 0, sizeof p->stats);

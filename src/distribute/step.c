@@ -8,6 +8,16 @@
 
 void st__step_metrics(const st_net *m, const float *pred, const float *y,
                       int rows, st_step_stats *out) {
+  if (rows > 0 && y && m->n_outputs > 1) {
+    int64_t c[ST_NET_MAX_IO] = {0}, k[ST_NET_MAX_IO] = {0};
+    st__net_outputs_metrics(m, pred, y, rows, out->out_loss, c, k);
+    out->out_rows += rows;
+    for (int j = 0; j < m->n_outputs; j++) {
+      out->out_correct[j] += c[j], out->out_count[j] += k[j];
+      out->correct += c[j], out->metric_count += k[j];
+    }
+    return;
+  }
   if (rows <= 0 || m->nmetrics == 0 || !y) return; /* y NULL: no labels (predict) */
   int cols = st__net_loss_cols(m);
   rows *= (int)st__net_loss_positions(m); /* sparse over [T, classes]: every position */
@@ -21,7 +31,7 @@ void st__step_metrics(const st_net *m, const float *pred, const float *y,
 
 st_batch st__batch_rows(const st_net *m, const st_batch *b, int start, int count) {
   size_t xs = st_shape_size(m->input_shape);
-  size_t ys = st__net_label_size(m);
+  size_t ys = st__net_label_width(m);
   return (st_batch){count, b->x ? b->x + (size_t)start * xs : NULL,
                     b->y ? b->y + (size_t)start * ys : NULL};
 }

@@ -16,6 +16,14 @@ typedef struct st_step_stats {
   int64_t examples;      /* examples in the batch */
   int64_t correct;       /* metric numerator */
   int64_t metric_count;  /* metric denominator */
+  /* Several outputs (st_net.n_outputs > 1): per output, the sum of its
+   * per-example losses (unweighted) and its metric's numerator and
+   * denominator (correct / metric_count are their sums). Summed by
+   * st__step_stats_add; strategies that reduce across processes refuse
+   * such models. */
+  double out_loss[ST_NET_MAX_IO];
+  int64_t out_correct[ST_NET_MAX_IO], out_count[ST_NET_MAX_IO];
+  int64_t out_rows;      /* the examples out_loss sums over */
 } st_step_stats;
 
 /* Work fit gives a training step to run beside the optimizer update, once
@@ -35,6 +43,12 @@ static inline void st__step_stats_add(st_step_stats *out, const st_step_stats *i
   out->examples += in->examples;
   out->correct += in->correct;
   out->metric_count += in->metric_count;
+  out->out_rows += in->out_rows;
+  for (int j = 0; j < ST_NET_MAX_IO; j++) {
+    out->out_loss[j] += in->out_loss[j];
+    out->out_correct[j] += in->out_correct[j];
+    out->out_count[j] += in->out_count[j];
+  }
 }
 
 /* global_clipnorm: scale grads [n_params] (host memory) so that their L2 norm

@@ -252,6 +252,19 @@ static json_t *functional_layers(const st_model *m) {
   return layers;
 }
 
+/* output_layers: [[layer name, call index, 0], ...], one per model output
+ * (Keras's node index is the layer's call). */
+static json_t *output_layers(const st_net *n) {
+  json_t *outs = json_array();
+  for (int j = 0; j < (n->n_outputs > 1 ? n->n_outputs : 1); j++) {
+    int t = n->n_outputs > 1 ? n->outputs[j] : n->output, call = 0;
+    for (int k = 0; k < t; k++) call += n->nodes[k].layer == n->nodes[t].layer;
+    const char *name = n->layers[n->nodes[t].layer]->name;
+    json_array_append_new(outs, json_pack("[s, i, i]", name, call, 0));
+  }
+  return outs;
+}
+
 static json_t *document(const st_model *m) {
   json_t *layers;
   if (m->functional) {
@@ -273,11 +286,8 @@ static json_t *document(const st_model *m) {
     json_t *ins = json_array();
     for (int j = 0; j < m->net.n_inputs; j++)
       json_array_append_new(ins, json_pack("[s, i, i]", m->input_nodes[j]->name, 0, 0));
-    const st_layer *out = m->net.layers[m->net.nodes[m->net.output].layer];
-    int call = 0;
-    for (int k = 0; k < m->net.output; k++) call += m->net.nodes[k].layer == m->net.nodes[m->net.output].layer;
     json_object_set_new(cfg, "input_layers", ins);
-    json_object_set_new(cfg, "output_layers", json_pack("[[s, i, i]]", out->name, call, 0));
+    json_object_set_new(cfg, "output_layers", output_layers(&m->net));
   }
   return json_pack("{s:s, s:s, s:o, s:s}", "module", "keras", "class_name",
                    m->functional ? "Functional" : "Sequential", "config", cfg, "registered_name",

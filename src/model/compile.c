@@ -21,6 +21,56 @@ st_compile_options st_compile_default_options(void) {
   return o;
 }
 
+
+/* Several outputs: one loss and weight per output, each output rank 1, and
+ * a strategy that runs them (the reductions across processes and the
+ * pipeline's stages carry one output). */
+static st_status check_outputs(const st_model *m, const st_compile_options *o) {
+  int n = m->net.n_outputs > 1 ? m->net.n_outputs : 1;
+  if (o->nlosses != 0 && o->nlosses != n)
+    return st_error(ST_ERR_INVALID, "st_model_compile: o->nlosses is %d; the model has %d "
+                    "output%s (give one loss per output, or 0: o->loss for each)", o->nlosses, n,
+                    n > 1 ? "s" : "");
+  if (o->nloss_weights != 0 && (o->nloss_weights != n || n == 1))
+    return st_error(ST_ERR_INVALID, "st_model_compile: o->nloss_weights is %d; the model has %d "
+                    "output%s (%s)", o->nloss_weights, n, n > 1 ? "s" : "",
+                    n > 1 ? "give one weight per output, or 0: 1 each" : "weights need several");
+  for (int j = 0; j < o->nlosses; j++)
+    if ((unsigned)o->losses[j] >= ST_LOSS_COUNT)
+      return st_error(ST_ERR_INVALID, "st_model_compile: o->losses[%d] = %d out of range", j,
+                      (int)o->losses[j]);
+  for (int j = 0; j < o->nloss_weights; j++)
+    if (!(o->loss_weights[j] >= 0.0f) || o->loss_weights[j] > 1e30f)
+      return st_error(ST_ERR_INVALID, "st_model_compile: o->loss_weights[%d] = %g (must be "
+                      "finite and >= 0)", j, (double)o->loss_weights[j]);
+  if (n == 1) return ST_OK;
+  for (int j = 0; j < n; j++) {
+    const st_net *net = &m->net;
+    st_shape sh = st__net_tensor_shape(net, net->outputs[j]);
+    const st_layer *l = net->layers[net->nodes[net->outputs[j]].layer];
+    if (sh.rank != 1)
+      return st_error(ST_ERR_INVALID, "compile: output %d (layer '%s') is %s: each output must "
+                      "be rank 1 (add Flatten)", j, l->name,
+                      st_shape_format(sh, (char[64]){0}, 64));
+  }
+  st_strategy_kind k = m->strategy ? m->strategy->opts.kind : ST_STRATEGY_ONE_DEVICE;
+  if (k == ST_STRATEGY_MULTI_WORKER_MIRRORED || k == ST_STRATEGY_PARAMETER_SERVER ||
+      k == ST_STRATEGY_PIPELINE)
+    return st_error(ST_ERR_INVALID, "st_model_compile: a model of %d outputs does not run under "
+                    "the %s strategy (one_device, mirrored and central_storage run it)", n,
+                    st_strategy_kind_name(k));
+  return ST_OK;
+}
+
+/* The net's per-output losses and weights from o (several outputs). */
+static void set_output_losses(st_net *n, const st_compile_options *o) {
+  if (o->nlosses == 1 && n->n_outputs <= 1) n->loss = o->losses[0];
+  for (int j = 0; j < n->n_outputs; j++) {
+    n->out_loss[j] = o->nlosses ? o->losses[j] : o->loss;
+    n->out_weight[j] = o->nloss_weights ? o->loss_weights[j] : 1.0f;
+  }
+  if (n->n_outputs > 1) n->loss = n->out_loss[0];
+}
 static st_status check_compile(const st_model *m, const st_compile_options *o) {
   st_status s = st__model_check(m, "st_model_compile", false);
   if (s != ST_OK) return s;
@@ -44,6 +94,7 @@ static st_status check_compile(const st_model *m, const st_compile_options *o) {
     if ((unsigned)o->metrics[i] >= ST_METRIC_COUNT)
       return st_error(ST_ERR_INVALID, "st_model_compile: o->metrics[%d] = %d out of range", i,
                       (int)o->metrics[i]);
+  if ((s = check_outputs(m, o)) != ST_OK) return s;
   st_shape out = st_model_output_shape(m);
   /* sparse losses take any rank: one class index per position of the last
    * axis (a language model's [T, vocab] with [T] labels), as Keras */
@@ -140,6 +191,7 @@ static void adopt_compile_options(st_model *m, const st_compile_options *o) {
   m->compile = *o;
   n->optimizer = o->optimizer;
   n->loss = o->loss;
+  set_output_losses(n, o);
   n->nmetrics = o->nmetrics;
   memcpy(n->metrics, o->metrics, sizeof n->metrics);
   n->step = 0;
@@ -216,14 +268,19 @@ static st_status check_strategy_fits(const st_model *m) {
 st_status st_model_compile(st_model *m, const st_compile_options *o) {
   st_status s = check_compile(m, o);
   if (s != ST_OK) return s;
-  warn_loss_activation(m, o->loss);
+  if (m->net.n_outputs <= 1) /* several outputs: each its own loss, no one last layer */
+    warn_loss_activation(m, o->nlosses == 1 ? o->losses[0] : o->loss);
   if (m->compiled) return recompile(m, o);
   m->compile = *o;
   m->net.optimizer = o->optimizer;
   m->net.loss = o->loss;
+  set_output_losses(&m->net, o);
   m->net.nmetrics = o->nmetrics;
   memcpy(m->net.metrics, o->metrics, sizeof m->net.metrics);
   if ((s = pick_backend(&m->net, m->strategy)) != ST_OK) return s;
+  if (m->net.n_outputs > 1 && m->net.be->to_device)
+    return st_error(ST_ERR_INVALID, "st_model_compile: a model of several outputs runs on the "
+                    "cpu backend only (backend %s)", m->net.be->name);
   bool placed = false; /* by the strategy (a pipeline stage: its share) */
   if ((s = st__vars_place(m->strategy, &m->net, &placed)) != ST_OK) return s;
   if (!placed && (s = alloc_vars(&m->net, m->strategy && m->strategy->opts.shard_optimizer)) != ST_OK &&

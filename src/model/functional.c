@@ -66,9 +66,9 @@ static st_status check_args(st_node *const *inputs, int n_in, st_node *const *ou
   if (n_in < 1 || n_in > ST_NET_MAX_IO)
     return st_error(ST_ERR_INVALID, "st_functional_create: n_in is %d (expected 1..%d)", n_in,
                     ST_NET_MAX_IO);
-  if (n_out != 1)
-    return st_error(ST_ERR_INVALID, "st_functional_create: n_out is %d (a model has one output "
-                    "tensor; concatenate several)", n_out);
+  if (n_out < 1 || n_out > ST_NET_MAX_IO)
+    return st_error(ST_ERR_INVALID, "st_functional_create: n_out is %d (expected 1..%d)", n_out,
+                    ST_NET_MAX_IO);
   for (int j = 0; j < n_in; j++) {
     if (!inputs[j])
       return st_error(ST_ERR_INVALID, "st_functional_create: inputs[%d] is NULL", j);
@@ -90,6 +90,10 @@ static st_status check_args(st_node *const *inputs, int n_in, st_node *const *ou
     if (!outputs[j]->layer)
       return st_error(ST_ERR_INVALID, "st_functional_create: outputs[%d] is a model input: a "
                       "model needs at least one layer", j);
+    for (int i = 0; i < j; i++)
+      if (outputs[i] == outputs[j])
+        return st_error(ST_ERR_INVALID, "st_functional_create: outputs[%d] and outputs[%d] are "
+                        "the same tensor", i, j);
   }
   return ST_OK;
 }
@@ -244,6 +248,8 @@ st_status st_functional_create(st_node *const *inputs, int n_in, st_node *const 
   m->functional = true;
   set_inputs(m, inputs, n_in);
   s = fill_net(&m->net, &g);
+  m->net.n_outputs = n_out;
+  for (int j = 0; j < n_out; j++) m->net.outputs[j] = outputs[j]->mark; /* node ids */
   clear_marks(&g);
   free(g.order);
   if (s == ST_OK) {

@@ -254,9 +254,12 @@ static int run_backward(const st_net *m, st_exec *e, float *dy, int n, int64_t s
   mark_needs(&w);
   if (dy) {
     w.gbuf[len - 1] = dy;
-  } else { /* dy is in slot 0 (or counting) */
-    w.gslot[len - 1] = slot_get(&w);
-    w.gbuf[len - 1] = e->gslots ? e->gslots[0] : (float *)&w;
+  } else { /* dy is in slot 0 (or counting); several seeds in slots 0.. */
+    for (int j = 0; j < (e->n_seed ? e->n_seed : 1); j++) {
+      int i = e->n_seed ? e->seed_id[j] - e->lo : len - 1;
+      w.gslot[i] = slot_get(&w); /* j: the free list is empty so far */
+      w.gbuf[i] = e->gslots ? e->gslots[w.gslot[i]] : (float *)&w;
+    }
   }
   for (int k = e->hi - 1; k >= e->lo; k--) {
     int i = k - e->lo, layer = m->nodes[k].layer;
@@ -297,6 +300,10 @@ int st__net_grad_slots(const st_net *m, int lo, int hi) {
         e.ext_dx[e.n_ext++] = (float *)&e;
       }
     }
+  if (lo == 0 && hi == m->nnodes && m->n_outputs > 1) { /* the replica's seeds */
+    e.n_seed = m->n_outputs;
+    for (int j = 0; j < m->n_outputs; j++) e.seed_id[j] = m->outputs[j];
+  }
   return run_backward(m, &e, NULL, 0, 0, NULL, NULL);
 }
 

@@ -1,9 +1,9 @@
-/* The activation memory of a net, as figures (issue 28: peak activation
- * memory vs the sum of all activations): what the replica executor
- * (replica.c, graph.c) allocates for a batch, and what a planner that frees
- * every activation after its last reader would need for inference. A report
- * only: nothing here changes how the executor allocates. Any thread; reads
- * the net only. */
+/* The activation memory of a net (issue 28: peak activation memory vs the
+ * sum of all activations): what the replica executor (replica.c, graph.c)
+ * allocates for a training batch, the inference peak when every activation
+ * is freed after its last reader, and the plan that does it for evaluate /
+ * predict (st__net_infer_offsets, used by replica_infer.c). Any thread;
+ * reads the net only. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,7 +11,7 @@
 
 /* The last node reading tensor t (node outputs t >= 0; model inputs t < 0 at
  * index nnodes + (-1 - t)); the model's output is read "after" the last
- * node (nnodes). */
+ * node (nnodes), as are the outputs of a model of several. */
 static void last_readers(const st_net *m, int *last) {
   for (int t = 0; t < m->nnodes + m->n_inputs; t++) last[t] = -1;
   for (int k = 0; k < m->nnodes; k++)
@@ -20,6 +20,43 @@ static void last_readers(const st_net *m, int *last) {
       last[t >= 0 ? t : m->nnodes + (-1 - t)] = k;
     }
   last[m->output] = m->nnodes;
+  for (int j = 0; j < m->n_outputs; j++) last[m->outputs[j]] = m->nnodes;
+}
+
+/* First fit: the lowest offset where `size` floats overlap none of the live
+ * blocks (off[q], size of node q for q < k with live[q]). */
+static size_t first_fit(const st_net *m, const size_t *off, const bool *live, int k,
+                        size_t size) {
+  size_t at = 0;
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int q = 0; q < k; q++) {
+      size_t qs = st_shape_size(st__net_tensor_shape(m, q));
+      if (live[q] && at < off[q] + qs && off[q] < at + size) at = off[q] + qs, moved = true;
+    }
+  }
+  return at;
+}
+
+st_status st__net_infer_offsets(const st_net *m, size_t *off, size_t *total) {
+  int *last = malloc((size_t)(m->nnodes + m->n_inputs) * sizeof *last);
+  bool *live = calloc((size_t)m->nnodes + 1, sizeof *live);
+  if (!last || !live) {
+    free(last), free(live);
+    return st_error(ST_ERR_NOMEM, "inference plan: out of memory");
+  }
+  last_readers(m, last);
+  *total = 0;
+  for (int k = 0; k < m->nnodes; k++) {
+    size_t size = st_shape_size(st__net_tensor_shape(m, k));
+    off[k] = first_fit(m, off, live, k, size);
+    if (off[k] + size > *total) *total = off[k] + size;
+    live[k] = true;
+    for (int q = 0; q <= k; q++) /* read for the last time by k, or by no node */
+      if (last[q] == k || (q == k && last[q] < 0)) live[q] = false;
+  }
+  free(last), free(live);
+  return ST_OK;
 }
 
 /* Inference peak in floats per example: the inputs live until their last
@@ -64,5 +101,16 @@ st_status st__net_memplan(const st_net *m, int batch, st_memplan *out) {
   out->grad_per_tensor_floats = n * acts;
   out->inference_peak_floats = n * inference_peak(m, last);
   free(last);
+  size_t *off = malloc((size_t)m->nnodes * sizeof *off), total = 0, cmax = 0;
+  if (!off || st__net_infer_offsets(m, off, &total) != ST_OK) {
+    free(off);
+    return st_error(ST_ERR_NOMEM, "st__net_memplan: out of memory");
+  }
+  free(off);
+  for (int k = 0; k < m->nnodes; k++)
+    if (m->layers[m->nodes[k].layer]->cache_per_example > cmax)
+      cmax = m->layers[m->nodes[k].layer]->cache_per_example;
+  out->infer_block_floats = n * total;
+  out->infer_cache_floats = n * cmax;
   return ST_OK;
 }

@@ -8,6 +8,11 @@
 #include <stdio.h>
 
 st_shape st__net_output_shape(const st_net *m) {
+  if (m->n_outputs > 1) { /* the outputs' concatenation */
+    size_t w = 0;
+    for (int j = 0; j < m->n_outputs; j++) w += st__net_out_size(m, j);
+    return st_shape1((int64_t)w);
+  }
   return m->nnodes ? st__net_tensor_shape(m, m->output) : m->input_shape;
 }
 
@@ -53,8 +58,10 @@ void st__net_loss(const st_net *m, st_backend_ctx *ctx, int n, const float *out,
     free(rows);
   }
 }
+static st_status check_output_labels(const st_net *m, const float *y, int n, int64_t first);
 
 st_status st__net_check_labels(const st_net *m, const float *y, int n, int64_t first) {
+  if (m->n_outputs > 1) return check_output_labels(m, y, n, first);
   if (!st_loss_is_sparse(m->loss)) return ST_OK;
   int64_t classes = st__net_loss_cols(m);
   size_t P = st__net_loss_positions(m);
@@ -72,8 +79,26 @@ st_status st__net_check_labels(const st_net *m, const float *y, int n, int64_t f
   return ST_OK;
 }
 
-/* Floats per example label: the positions for sparse losses, the outputs otherwise. */
-static size_t label_width(const st_net *m) { return st__net_label_size(m); }
+/* Several outputs: each sparse output's labels are class indices. */
+static st_status check_output_labels(const st_net *m, const float *y, int n, int64_t first) {
+  size_t lw = st__net_label_width(m), at = 0;
+  for (int j = 0; j < m->n_outputs; j++) {
+    int64_t classes = (int64_t)st__net_out_size(m, j);
+    for (int i = 0; st_loss_is_sparse(m->out_loss[j]) && i < n; i++) {
+      float v = y[(size_t)i * lw + at];
+      if (!(v >= 0.0f && v < (float)classes) || v != (float)(int64_t)v)
+        return st_error(ST_ERR_INVALID, "label %g of output %d of example %lld is not a class "
+                        "index in [0, %lld)", (double)v, j, (long long)(first + i),
+                        (long long)classes);
+    }
+    at += st__net_out_label_width(m, j);
+  }
+  return ST_OK;
+}
+
+/* Floats per example label: the positions for sparse losses, the outputs
+ * otherwise; several outputs: their labels side by side. */
+static size_t label_width(const st_net *m) { return st__net_label_width(m); }
 
 int64_t st__net_example_class(const st_net *m, const float *y) {
   size_t w = label_width(m);

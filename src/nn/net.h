@@ -51,7 +51,18 @@ typedef struct st_net {
   st_net_node *nodes;         /* owned [node_cap] */
   int n_inputs;               /* >= 1 */
   st_shape inputs[ST_NET_MAX_IO];
-  int output;                 /* the output tensor (a node) */
+  int output;                 /* the output tensor (a node); with several
+                                 outputs, the last of them in node order */
+  /* Several outputs (Keras's Model(inputs, [a, b]); 1 otherwise): output j
+   * is node outputs[j], trained with loss out_loss[j] scaled by
+   * out_weight[j]. The model's output row is their concatenation (output
+   * 0's values, then output 1's, ...: what predict returns) and an
+   * example's label row the concatenation of each output's label (1 float
+   * for a sparse loss, the output's size otherwise). */
+  int n_outputs;
+  int outputs[ST_NET_MAX_IO];
+  st_loss_kind out_loss[ST_NET_MAX_IO];
+  float out_weight[ST_NET_MAX_IO];
   size_t n_params, n_state;   /* floats; fixed once compiled */
   /* set when compiled */
   const st_backend *be;
@@ -112,10 +123,18 @@ typedef struct st_replica {
   float *xdev, *ydev;         /* [max_batch * input], [max_batch * label width] */
   float *hout, *hloss;        /* host: [max_batch * output], [max_batch] */
   float *hsplit;              /* host: several inputs, one input's rows */
+  /* Several outputs: outcat [max_batch, sum of outputs] (their
+   * concatenation), ylab [max_batch, max output size] (one output's labels),
+   * out_rows [max_batch] (one output's per-example loss); NULL otherwise. */
+  float *outcat, *ylab, *out_rows;
   /* Sum n floats across the replicas of the strategy (synchronized
    * BatchNorm); NULL when the replica runs alone. */
   void (*all_reduce_sum)(void *ctx, float *buf, size_t n);
   void *all_reduce_ctx;
+  /* Forward-only buffers for evaluate / predict batches larger than the
+   * training buffers (replica_infer.c; NULL: none); while active, acts,
+   * caches, workspace, inbuf and the loss rows point into them. */
+  struct st__infer *infer;
 } st_replica;
 
 /* Called after layer i's gradients are final (layers finish in reverse order),
@@ -146,6 +165,12 @@ typedef struct st_exec {
   /* Tensors from outside the range: n_ext of them, ext[i] holding tensor
    * ext_id[i] (model inputs; a stage's input), ext_dx[i] its gradient (NULL =
    * not needed; the backward pass writes it, summing over its consumers). */
+  /* Gradients given at the start of backward (several model outputs): the
+   * tensors seed_id[0..n_seed) take their gradient from gslots[0..n_seed)
+   * (in that order; seed_id[i] in [lo, hi)). n_seed 0: node hi-1's, from
+   * dy or gslots[0]. */
+  int n_seed;
+  int seed_id[ST_NET_MAX_IO];
   int n_ext;
   int ext_id[ST_NET_MAX_IO];
   const float *ext[ST_NET_MAX_IO];
@@ -192,6 +217,17 @@ st_status st__replica_create(const st_net *m, const st_backend *be, int index,
 void st__replica_destroy(st_replica *r); /* accepts NULL */
 /* Grow buffers so a batch of n fits (no-op when it already does). */
 st_status st__replica_reserve(const st_net *m, st_replica *r, int n);
+
+/* evaluate / predict: make room for a forward-only pass (training false) of
+ * n examples. Within the training buffers' batch nothing changes; beyond
+ * it, the replica switches to buffers of the forward-only plan
+ * (st__net_infer_offsets: activations freed after their last reader, one
+ * cache shared by the nodes) sized for n, not the whole training set of
+ * buffers. st__replica_reserve (any training use) switches back. */
+st_status st__replica_reserve_infer(const st_net *m, st_replica *r, int n);
+/* Back to the training buffers (a no-op when not switched), and release. */
+void st__replica_infer_leave(st_replica *r);
+void st__replica_infer_free(st_replica *r);
 
 /* Forward over n examples of x [n, input]; returns the output [n, out]
  * (a replica buffer). `step` keys the dropout RNG. */
@@ -273,8 +309,38 @@ void st__net_init_layers(const st_net *m, int lo, int hi, float *params, float *
 /* The largest per-example activation size over input and all layers. */
 size_t st__net_max_activation(const st_net *m);
 
-/* ---- activation memory report (memplan.c; figures only, the executor's
- * allocation is unchanged) ---- */
+/* ---- several outputs (net_outputs.c; m->n_outputs > 1, host memory) ---- */
+/* Floats of output j, of its label (1 for a sparse loss), of a whole label
+ * row (every output's; also for one output: 1 or the output size). */
+size_t st__net_out_size(const st_net *m, int j);
+size_t st__net_out_label_width(const st_net *m, int j);
+size_t st__net_label_width(const st_net *m);
+/* The replica's buffers for them (r->outcat, ylab, out_rows; a no-op for one
+ * output), and their release. */
+st_status st__replica_outputs_alloc(const st_net *m, st_replica *r, int n);
+void st__replica_outputs_free(st_replica *r);
+/* After forward: the outputs' concatenation [n, sum] (r->outcat). */
+const float *st__replica_outputs_gather(const st_net *m, st_replica *r, int n);
+/* Sum over examples of sum_j out_weight[j] * loss_j (labels y [n, label
+ * width]); per-example values in r->loss_rows. With grads, output j's
+ * gradient (scaled by scale * out_weight[j]) goes to r->gslots[j]. */
+double st__replica_outputs_loss(const st_net *m, st_replica *r, const float *y, int n,
+                                float scale, bool grads);
+/* The outputs' gradients in r->gslots[j] into dy [n, sum] (host memory),
+ * concatenated as the outputs are. */
+void st__replica_outputs_grads_out(const st_net *m, st_replica *r, float *dy, int n);
+/* A given gradient of the concatenated outputs dy [n, sum] into r->gslots[j]. */
+void st__replica_outputs_scatter_dy(const st_net *m, st_replica *r, const float *dy, int n);
+/* e's backward starts from the outputs' gradients in gslots[0..n_outputs). */
+void st__exec_seed_outputs(const st_net *m, st_exec *e);
+/* Per output j: loss[j] += the sum of its per-example losses (unweighted),
+ * correct[j] / count[j] += its metric's numerator / denominator, for rows
+ * of the concatenated pred against the label rows y (host memory). */
+void st__net_outputs_metrics(const st_net *m, const float *pred, const float *y, int rows,
+                             double *loss, int64_t *correct, int64_t *count);
+
+/* ---- activation memory report (memplan.c): what the executor allocates
+ * for training, and the forward-only plan evaluate / predict use ---- */
 typedef struct st_memplan {
   int nnodes, batch;
   size_t activation_floats;      /* every node's output, [batch, out_k] summed:
@@ -287,7 +353,16 @@ typedef struct st_memplan {
   size_t inference_peak_floats;  /* forward only, each activation (inputs
                                     included) freed after its last reader in
                                     the topological order */
+  size_t infer_block_floats;     /* what evaluate / predict allocate beyond
+                                    the training batch (replica_infer.c): the
+                                    planned block of activations ... */
+  size_t infer_cache_floats;     /* ... and the one cache the nodes share */
 } st_memplan;
+/* Where each node's output lives in a forward-only pass that frees every
+ * activation after its last reader (the model's outputs kept to the end):
+ * node k's output at off[k] * n floats of one buffer of *total * n floats
+ * (off [nnodes], per example; first fit in node order). ST_ERR_NOMEM. */
+st_status st__net_infer_offsets(const st_net *m, size_t *off, size_t *total);
 /* The figures for net m at batch size `batch` into *out (zeroed first);
  * ST_ERR_INVALID for a NULL m, batch < 1 or a net without nodes. */
 st_status st__net_memplan(const st_net *m, int batch, st_memplan *out);

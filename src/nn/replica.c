@@ -24,6 +24,7 @@ static void free_buffers(st_replica *r) {
   free(r->hsplit);
   r->workspace = r->gscratch = r->loss_rows = r->xdev = r->ydev = NULL;
   r->hout = r->hloss = r->hsplit = NULL;
+  st__replica_outputs_free(r);
   if (r->acts) memset(r->acts, 0, (size_t)r->nnodes * sizeof *r->acts);
   if (r->caches) memset(r->caches, 0, (size_t)r->nnodes * sizeof *r->caches);
   if (r->gslots) memset(r->gslots, 0, (size_t)r->n_gslots * sizeof *r->gslots);
@@ -74,7 +75,9 @@ static st_status alloc_buffers(const st_net *m, st_replica *r, int n) {
   if (st__net_shares_layers(m) &&
       alloc_floats(ctx, st__net_max_layer_params(m, 0, m->nnodes), 1, &r->gscratch))
     return ST_ERR_NOMEM;
-  if (alloc_floats(ctx, ws, 1, &r->workspace) || alloc_floats(ctx, st__net_loss_positions(m), n, &r->loss_rows))
+  if (alloc_floats(ctx, ws, 1, &r->workspace) ||
+      alloc_floats(ctx, st__net_loss_positions(m), n, &r->loss_rows) ||
+      st__replica_outputs_alloc(m, r, n))
     return ST_ERR_NOMEM;
   if (!st__be_is_host(r->be) && alloc_staging(m, r, n) != ST_OK) return ST_ERR_NOMEM;
   r->max_batch = n;
@@ -82,6 +85,7 @@ static st_status alloc_buffers(const st_net *m, st_replica *r, int n) {
 }
 
 st_status st__replica_reserve(const st_net *m, st_replica *r, int n) {
+  st__replica_infer_leave(r); /* the training buffers (replica_infer.c) */
   if (n <= r->max_batch) return ST_OK;
   free_buffers(r);
   st_status s = alloc_buffers(m, r, n);
@@ -135,6 +139,7 @@ fail:
 void st__replica_destroy(st_replica *r) {
   if (!r) return;
   const st_backend *be = r->be;
+  st__replica_infer_free(r);
   free_buffers(r);
   if (r->owns_vars) {
     if (!r->params_borrowed) be->free(r->ctx, r->params);
@@ -180,6 +185,7 @@ static st_exec replica_exec(const st_net *m, st_replica *r, const float *x, int 
   e.stream_key = (uint64_t)r->index;
   e.all_reduce_sum = r->all_reduce_sum;
   e.all_reduce_ctx = r->all_reduce_ctx;
+  st__exec_seed_outputs(m, &e);
   bool host = st__be_is_host(r->be);
   e.n_ext = m->n_inputs;
   for (int j = 0; j < m->n_inputs; j++) {
@@ -217,14 +223,17 @@ const float *st__replica_output_host(const st_net *m, st_replica *r, int n) {
 const float *st__replica_forward(const st_net *m, st_replica *r,
                                  const float *x, int n, bool training,
                                  int64_t step) {
+  if (training) st__replica_infer_leave(r);
   ST_ASSERT(n <= r->max_batch);
   if (m->nnodes == 0) return x;
   st_exec e = replica_exec(m, r, x, n, true);
-  return st__exec_forward(m, &e, n, training, step);
+  const float *out = st__exec_forward(m, &e, n, training, step);
+  return m->n_outputs > 1 ? st__replica_outputs_gather(m, r, n) : out;
 }
 
 double st__replica_loss(const st_net *m, st_replica *r, const float *y, int n) {
   if (n == 0) return 0.0;
+  if (m->n_outputs > 1) return st__replica_outputs_loss(m, r, y, n, 1.0f, false);
   const float *out = m->nnodes ? r->acts[m->output] : NULL;
   st__net_loss(m, r->ctx, n, out, labels_on_device(m, r, y, n), 1.0f, r->loss_rows, NULL);
   const float *rows = losses_on_host(r, n);
@@ -241,7 +250,9 @@ void st__replica_backward_dy(const st_net *m, st_replica *r, const float *x, con
     return;
   }
   if (n == 0) r->be->fill(r->ctx, m->n_params, 0.0f, r->grads);
-  st__be_to_device(r->ctx, r->gslots[0], dy, (size_t)n * st__net_output_size(m) * sizeof(float));
+  size_t bytes = (size_t)n * st__net_output_size(m) * sizeof(float);
+  if (m->n_outputs > 1) st__replica_outputs_scatter_dy(m, r, dy, n);
+  else st__be_to_device(r->ctx, r->gslots[0], dy, bytes);
   st_exec e = replica_exec(m, r, x, n, false);
   e.ext_dx[0] = dx;
   st__exec_backward(m, &e, NULL, n, step, NULL, NULL);
@@ -263,6 +274,12 @@ double st__replica_loss_backward(const st_net *m, st_replica *r,
   const float *out = r->acts[m->output];
   float *dy = r->gslots[0];
   if (n == 0) be->fill(r->ctx, m->n_params, 0.0f, r->grads); /* runs only for the collectives */
+  if (m->n_outputs > 1) {
+    double sum = st__replica_outputs_loss(m, r, y, n, 1.0f / (float)global_batch, true);
+    st_exec e = replica_exec(m, r, x, n, false);
+    st__exec_backward(m, &e, NULL, n, step, ready, ready_ctx);
+    return sum;
+  }
   st__net_loss(m, r->ctx, n, out, labels_on_device(m, r, y, n), 1.0f / (float)global_batch,
                r->loss_rows, dy);
   float *rows = (float *)losses_on_host(r, n); /* the replica's own buffer */

@@ -79,7 +79,12 @@ static st_status check_data(const st_model *m, st_dataset *ds, const char *what,
   size_t ys = st_dataset_y_size(ds), out = st__net_output_size(&m->net);
   if (ys == 0)
     return no_labels ? st_error(ST_ERR_INVALID, "%s", no_labels) : ST_OK;
-  size_t want = st__net_label_size(&m->net) + extra;
+  size_t want = st__net_label_width(&m->net) + extra;
+  if (ys != want && m->net.n_outputs > 1)
+    return st_error(ST_ERR_INVALID, "%s: dataset labels have %zu values per example; the "
+                    "model's %d outputs need %zu (each output's label, concatenated: 1 value "
+                    "for a sparse loss, the output's size otherwise)", what, ys,
+                    m->net.n_outputs, want);
   if (ys != want)
     return st_error(ST_ERR_INVALID, "%s: dataset labels have %zu values per example; loss %s "
                     "on a model with %zu outputs needs %zu", what, ys,
@@ -125,7 +130,8 @@ static st_status check_label_row(const float *y, int64_t row, void *user) {
 /* Every sparse label of an in-memory source (st__ds_scan_labels), before the
  * first step, naming its source row; other pipelines are checked per batch. */
 static st_status check_source_labels(const st_model *m, const st_dataset *ds, const char *what) {
-  if (!st_loss_is_sparse(m->net.loss) || st_dataset_y_size(ds) != 1) return ST_OK;
+  if (!st_loss_is_sparse(m->net.loss) || st_dataset_y_size(ds) != 1 || m->net.n_outputs > 1)
+    return ST_OK; /* several outputs: checked per batch */
   label_scan ls = {(int64_t)st__net_output_size(&m->net), what};
   bool scanned;
   return st__ds_scan_labels(ds, check_label_row, &ls, &scanned);
@@ -376,7 +382,12 @@ static void keep_position(st_model *m, st_train_position *p) {
 
 /* validation_freq / validation_epochs and class_weight of o (fn names the
  * function). */
-static st_status check_fit_extras(const st_fit_options *o, const char *fn) {
+static st_status check_fit_extras(const st_model *m, const st_fit_options *o, const char *fn) {
+  if ((o->sample_weight_column || o->nclass_weight > 0) && m->net.n_outputs > 1)
+    return st_error(ST_ERR_INVALID, "%s: o->%s with a model of %d outputs (not supported: "
+                    "Keras takes one per output)", fn,
+                    o->sample_weight_column ? "sample_weight_column" : "class_weight",
+                    m->net.n_outputs);
   if (o->validation_freq < 0)
     return st_error(ST_ERR_INVALID, "%s: o->validation_freq %d is negative", fn, o->validation_freq);
   if (o->nvalidation_epochs < 0 || (o->nvalidation_epochs > 0 && !o->validation_epochs))
@@ -429,7 +440,7 @@ static st_status check_fit_args(const st_model *m, const st_dataset *train,
   if (o->ncallbacks > 0 && !o->callbacks)
     return st_error(ST_ERR_INVALID, "%s: o->callbacks is NULL with o->ncallbacks = %d", fn,
                     o->ncallbacks);
-  return check_fit_extras(o, fn);
+  return check_fit_extras(m, o, fn);
 }
 
 static st_status fit_checked(st_model *m, st_dataset *train, st_fit_options *o,
@@ -606,6 +617,12 @@ static st_status evaluate(st_model *m, st_dataset *ds, int64_t steps, st_eval_re
   out->examples = tot.examples;
   out->loss = tot.examples ? tot.loss_sum / (double)tot.examples : 0.0;
   out->accuracy = tot.metric_count ? (double)tot.correct / (double)tot.metric_count : 0.0;
+  out->noutputs = m->net.n_outputs > 1 ? m->net.n_outputs : 0;
+  for (int j = 0; j < out->noutputs; j++) {
+    out->output_loss[j] = tot.examples ? tot.out_loss[j] / (double)tot.examples : 0.0;
+    out->output_accuracy[j] =
+        tot.out_count[j] ? (double)tot.out_correct[j] / (double)tot.out_count[j] : 0.0;
+  }
   return ST_OK;
 }
 

@@ -58,6 +58,11 @@ static st_status epoch_logs(st_model *m, const st__fit_loop *fl, const st_step_s
   lg->examples = tot->examples;
   lg->loss = tot->loss_sum / (double)tot->examples;
   lg->accuracy = ratio(tot->correct, tot->metric_count);
+  lg->noutputs = m->net.n_outputs > 1 ? m->net.n_outputs : 0;
+  for (int j = 0; j < lg->noutputs; j++) { /* the epoch's steps since it (re)started */
+    lg->output_loss[j] = tot->out_rows ? tot->out_loss[j] / (double)tot->out_rows : 0.0;
+    lg->output_accuracy[j] = ratio(tot->out_correct[j], tot->out_count[j]);
+  }
   if (o->validation && should_validate(o, fl->epoch)) {
     st_eval_result ev;
     st_status s = st_model_evaluate_steps(m, o->validation, o->validation_steps, &ev);
@@ -65,6 +70,8 @@ static st_status epoch_logs(st_model *m, const st__fit_loop *fl, const st_step_s
     lg->has_validation = true;
     lg->val_loss = ev.loss;
     lg->val_accuracy = ev.accuracy;
+    for (int j = 0; j < ev.noutputs; j++)
+      lg->val_output_loss[j] = ev.output_loss[j], lg->val_output_accuracy[j] = ev.output_accuracy[j];
   }
   return ST_OK;
 }
@@ -79,7 +86,8 @@ static st_status run_epoch(st_model *m, st__fit_loop *fl, const st__step_source 
   }
   double t0 = st_now_seconds();
   st_train_position *p = &fl->pos;
-  st_step_stats tot = {p->loss_sum, p->examples, p->correct, p->metric_count};
+  st_step_stats tot = {.loss_sum = p->loss_sum, .examples = p->examples, .correct = p->correct,
+                       .metric_count = p->metric_count};
   st_epoch_logs lg = {.epoch = fl->epoch};
   lg.lr = st_schedule_lr(&m->net.optimizer.lr, src->step(src->user, m, fl));
   if ((s = src->pass(src->user, m, fl, &tot)) != ST_OK || fl->rewound) return s;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/args.h"
+#include "model/model.h"
 #include "strata/train.h"
 
 typedef struct progress {
@@ -57,17 +58,29 @@ static st_status on_batch_end(void *user, st_model *m, const st_batch_logs *l) {
   return ST_OK;
 }
 
+/* Several outputs: " - <layer>_loss: x - <layer>_accuracy: y" per output
+ * (val_ prefixed for the validation figures), as Keras names them. */
+static void print_outputs(FILE *f, const st_model *m, const st_epoch_logs *l, bool val) {
+  for (int j = 0; j < l->noutputs && j < m->net.n_outputs; j++) {
+    const char *name = m->net.layers[m->net.nodes[m->net.outputs[j]].layer]->name;
+    fprintf(f, " - %s%s_loss: %.4f - %s%s_accuracy: %.4f", val ? "val_" : "", name,
+            val ? l->val_output_loss[j] : l->output_loss[j], val ? "val_" : "", name,
+            val ? l->val_output_accuracy[j] : l->output_accuracy[j]);
+  }
+}
+
 static st_status on_epoch_end(void *user, st_model *m, const st_epoch_logs *l) {
   progress *p = user;
-  (void)m;
   if (p->tty)
     fprintf(p->f, "\r\033[K%lld/%lld [==============================] - %.0fs - loss: %.4f - accuracy: %.4f",
             (long long)l->steps, (long long)l->steps, l->seconds, l->loss, l->accuracy);
   else
     fprintf(p->f, "Epoch %d/%d: %lld steps - %.1fs - loss: %.4f - accuracy: %.4f", l->epoch + 1,
             p->epochs_hint, (long long)l->steps, l->seconds, l->loss, l->accuracy);
+  print_outputs(p->f, m, l, false);
   if (l->has_validation)
     fprintf(p->f, " - val_loss: %.4f - val_accuracy: %.4f", l->val_loss, l->val_accuracy);
+  if (l->has_validation) print_outputs(p->f, m, l, true);
   fprintf(p->f, "\n");
   fflush(p->f);
   return ST_OK;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/model.h"
 #include "train/ps_model.h"
 
 static st_status build(const st__ps_job *j, st_strategy **strategy, st_model **model) {
@@ -22,6 +23,11 @@ static st_status build(const st__ps_job *j, st_strategy **strategy, st_model **m
     s = st_builtin_model_create(j->model, &mo, model);
   }
   if (s != ST_OK) return s;
+  if ((*model)->net.n_outputs > 1)
+    return st_error(ST_ERR_INVALID, "parameter_server: model %s has %d outputs: a model of "
+                    "several outputs does not run under the parameter_server strategy "
+                    "(one_device, mirrored and central_storage run it)", j->model,
+                    (*model)->net.n_outputs);
   st_compile_options co = st_compile_default_options();
   int nl = st_model_layer_count(*model);
   bool softmax = nl && st_layer_output_activation(st_model_layer(*model, nl - 1)) == ST_ACT_SOFTMAX;
