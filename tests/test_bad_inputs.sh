@@ -193,8 +193,10 @@ row D5 "a --model FILE.json that does not exist" 2 "--model $tmp/nowhere.json: N
 # ---- D7: CLI misuse -----------------------------------------------------------
 row D7 "--threads with --strategy mirrored" 2 "--threads is for --strategy one_device" \
   -- "${T[@]}" --data "$tmp/good" --strategy mirrored --threads 2 "${O[@]}"
-row D7 "--devices without a multi-device strategy" 2 "--devices, --replicas and --cross-device-ops need" \
+row D7 "two --devices for one_device" 2 "one_device runs on one device: give one" \
   -- "${T[@]}" --data "$tmp/good" --devices cpu:0,cpu:1 "${O[@]}"
+row D7 "--replicas without a multi-device strategy" 2 "--devices, --replicas and --cross-device-ops need" \
+  -- "${T[@]}" --data "$tmp/good" --replicas 2 "${O[@]}"
 row D7 "--bytes-per-pack with central_storage" 2 "--bytes-per-pack and --no-overlap need --strategy mirrored" \
   -- "${T[@]}" --data "$tmp/good" --strategy central_storage --bytes-per-pack 0 "${O[@]}"
 row D7 "--backup-every without --backup-dir" 2 "--backup-every needs --backup-dir" \

@@ -121,7 +121,7 @@ static void slice_task(void *arg, int i) {
   size_t outs = st__net_output_size(p->m);
   const float *pred = st__replica_forward(p->m, r, sl.x, sl.size, false, p->m->step);
   if (sl.y) {
-    if (p->m->nmetrics) st__step_metrics(p->m, st__replica_output_host(p->m, r, sl.size), sl.y, sl.size, s);
+    if (p->m->nmetrics) st__step_metrics(p->m, st__replica_output_host(p->m, r, pred, sl.size), sl.y, sl.size, s);
     s->loss_sum = st__replica_loss(p->m, r, sl.y, sl.size);
   }
   if (p->pred)

@@ -47,9 +47,9 @@ void st__replica_step(const st_net *m, st_replica *r, const st_batch *slice, int
                       bool must_run, st_grads_ready_fn ready, void *ready_ctx,
                       st_step_stats *out) {
   if (slice->size || must_run) {
-    st__replica_forward(m, r, slice->x, slice->size, true, m->step);
+    const float *pred = st__replica_forward(m, r, slice->x, slice->size, true, m->step);
     if (m->nmetrics && slice->y && slice->size)
-      st__step_metrics(m, st__replica_output_host(m, r, slice->size), slice->y, slice->size, out);
+      st__step_metrics(m, st__replica_output_host(m, r, pred, slice->size), slice->y, slice->size, out);
   }
   out->loss_sum += st__replica_loss_backward(m, r, slice->x, slice->y, slice->size, global,
                                              m->step, ready, ready_ctx);

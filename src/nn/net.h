@@ -234,9 +234,9 @@ void st__replica_infer_free(st_replica *r);
 const float *st__replica_forward(const st_net *m, st_replica *r,
                                  const float *x, int n, bool training,
                                  int64_t step);
-/* The last forward output [n, out] in host memory (the replica's buffer on
- * host backends, a copy on device backends). */
-const float *st__replica_output_host(const st_net *m, st_replica *r, int n);
+/* out [n, outputs] (what st__replica_forward returned) in host memory:
+ * out itself on host backends, a copy on device backends. */
+const float *st__replica_output_host(const st_net *m, st_replica *r, const float *out, int n);
 /* Loss on the last forward output against y, scaled by 1/global_batch, then
  * backward through every layer, writing r->grads. Returns the sum of the
  * per-example losses (unscaled). With n == 0 the gradients are zero. */

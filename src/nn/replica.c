@@ -213,8 +213,7 @@ static const float *losses_on_host(st_replica *r, int n) {
   return r->hloss;
 }
 
-const float *st__replica_output_host(const st_net *m, st_replica *r, int n) {
-  const float *out = m->nnodes ? r->acts[m->output] : NULL;
+const float *st__replica_output_host(const st_net *m, st_replica *r, const float *out, int n) {
   if (st__be_is_host(r->be) || !out) return out;
   st__be_to_host(r->ctx, r->hout, out, (size_t)n * st__net_output_size(m) * sizeof(float));
   return r->hout;
