@@ -189,6 +189,7 @@ int cmd_evaluate(int argc, char **argv);
 int cmd_summary(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
 
 /* tools/watchdog.c: unless disarmed within `seconds`, print `what` on stderr
  * and _exit(EXIT_PEER) (MPI's start-up, which has no timeout of its own). One

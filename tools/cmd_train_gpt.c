@@ -15,9 +15,10 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "report.h"
 
 typedef struct gpt_cfg {
-  const char *model, *preset, *text, *data, *init_from, *save_llmc, *save_hf, *save;
+  const char *model, *preset, *text, *data, *init_from, *save_llmc, *save_hf, *save, *report;
   long layers, heads, width, seq_len, vocab;
   long steps, eval_every, batch, seed, threads, warmup, replicas;
   double lr, wd, clip, min_lr_frac;
@@ -57,6 +58,7 @@ static cli_opt gpt_opts[] = {
     STR("--init-from", "FILE", init_from, "start from an llm.c checkpoint (gpt2_124M.bin format; its header must match the config) or, for a FILE.safetensors, Hugging Face GPT-2 weights (transformer.h.0.attn.c_attn.weight, ...)"),
     STR("--save-llmc", "FILE.bin", save_llmc, "write the trained weights as an llm.c checkpoint"),
     STR("--save-hf", "FILE", save_hf, "write the trained weights as safetensors with Hugging Face GPT-2 names and layouts"),
+    STR("--report", "FILE", report, "write a JSON report of the run (per-stretch loss, token accuracy, val_loss, lr; 'strata plot' draws it)"),
     STR("--save", "FILE", save, "write the trained weights as safetensors (strata's names)"),
     CLI_OPT_FLAG("--quiet", gpt_cfg, quiet, "no progress output"),
 };
@@ -162,7 +164,8 @@ static bool parse_gpt(int argc, char **argv, gpt_cfg *c, int *rc) {
       (c->init_from && !cli_check_readable("train", "--init-from", c->init_from)) ||
       !cli_check_writable("train", "--save-llmc", c->save_llmc) ||
       !cli_check_writable("train", "--save-hf", c->save_hf) ||
-      !cli_check_writable("train", "--save", c->save))
+      !cli_check_writable("train", "--save", c->save) ||
+      !cli_check_writable("train", "--report", c->report))
     return false;
   *rc = EXIT_OK;
   return true;
@@ -270,7 +273,16 @@ static int gpt_fit(const gpt_cfg *c, const st_gpt_config *g, st_model *m, st_dat
   fo.callbacks = &cb;
   fo.ncallbacks = 1;
   st_history h = {0};
+  double t0 = st_now_seconds();
   st_status s = st_model_fit(m, train, &fo, &h);
+  if (s == ST_OK && c->report) {
+    report_info r = {.model = "gpt", .strategy = st_strategy_kind_name(c->strategy),
+                     .optimizer = "adamw", .replicas = 1, .batch = (int)c->batch,
+                     .seed = (uint64_t)c->seed, .lr = c->lr, .n_train = windows_train,
+                     .history = &h, .wall_seconds = st_now_seconds() - t0};
+    r.test.loss = r.test.accuracy = NAN;
+    if (report_write(c->report, &r) != 0) s = st_error(ST_ERR_IO, "--report %s: %s", c->report, st_last_error());
+  }
   if (s == ST_OK && !c->quiet) {
     printf("trained %lld steps on %lld windows of %d tokens", (long long)c->steps,
            (long long)windows_train, g->seq_len);

@@ -22,6 +22,7 @@ static void usage(FILE *f) {
           "  plot       draw loss and accuracy curves of a --report JSON as an SVG\n"
           "  convert    write IDX or CSV data as TFRecord shards (tf.train.Example)\n"
           "  tokenize   write text files as token shards (llm.c's .bin), byte-level or GPT-2 BPE\n"
+          "  generate   continue a prompt with a GPT trained by train --model gpt (its --save-llmc file)\n"
           "  server     run a worker or ps task of a parameter-server job (TF_CONFIG)\n"
           "  launch     start a parameter-server cluster on this machine: launch -- train ...\n"
           "  keygen     write CURVE keys for a parameter-server cluster\n"
@@ -65,6 +66,7 @@ static int dispatch(int argc, char **argv) {
   if (!strcmp(cmd, "plot")) return cmd_plot(argc, argv);
   if (!strcmp(cmd, "convert")) return cmd_convert(argc, argv);
   if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc, argv);
+  if (!strcmp(cmd, "generate")) return cmd_generate(argc, argv);
   if (!strcmp(cmd, "server")) return cmd_server(argc, argv);
   if (!strcmp(cmd, "launch")) return cmd_launch(argc, argv);
   if (!strcmp(cmd, "keygen")) return cmd_keygen(argc, argv);
