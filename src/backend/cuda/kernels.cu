@@ -135,43 +135,10 @@ extern "C" void st__cuda_act_backward(cudaStream_t s, int act, int rows, int col
 
 /* ---- convolution helpers -------------------------------------------------- */
 
-/* col[oh*ow, kh*kw*c]: one thread per element. */
-__global__ void k_im2col(st_conv_geom g, const float *x, float *col) {
-  size_t kc = (size_t)g.kh * g.kw * g.c;
-  GRID_STRIDE(i, (size_t)g.oh * g.ow * kc) {
-    size_t row = i / kc, rest = i % kc;
-    int oy = (int)(row / g.ow), ox = (int)(row % g.ow);
-    int ky = (int)(rest / ((size_t)g.kw * g.c)), kx = (int)(rest / g.c % g.kw),
-        ci = (int)(rest % g.c);
-    int iy = oy * g.sh - g.pad_top + ky, ix = ox * g.sw - g.pad_left + kx;
-    bool in = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
-    col[i] = in ? x[((size_t)iy * g.w + ix) * g.c + ci] : 0.0f;
-  }
-}
-/* dx[h,w,c] += the col entries that im2col read from it: one thread per dx
- * element gathers them in (oy, ox) order (no scatter, no atomics). */
-__global__ void k_col2im(st_conv_geom g, const float *col, float *dx) {
-  size_t kc = (size_t)g.kh * g.kw * g.c;
-  GRID_STRIDE(i, (size_t)g.h * g.w * g.c) {
-    int ci = (int)(i % g.c), ix = (int)(i / g.c % g.w), iy = (int)(i / g.c / g.w);
-    float acc = 0.0f;
-    for (int ky = g.kh - 1; ky >= 0; ky--) {
-      int ty = iy + g.pad_top - ky;
-      if (ty < 0 || ty % g.sh || ty / g.sh >= g.oh) continue;
-      for (int kx = g.kw - 1; kx >= 0; kx--) {
-        int tx = ix + g.pad_left - kx;
-        if (tx < 0 || tx % g.sw || tx / g.sw >= g.ow) continue;
-        size_t row = (size_t)(ty / g.sh) * g.ow + tx / g.sw;
-        acc += col[row * kc + ((size_t)ky * g.kw + kx) * g.c + ci];
-      }
-    }
-    dx[i] += acc;
-  }
-}
-
-/* n images at once: one thread per col element of every image (im2col), one
- * per dx element of every image (col2im), each image's per-element code as
- * above. */
+/* im2col of n images: col[img][oh*ow, kh*kw*c], one thread per element of
+ * every image. col2im: dx[img][h,w,c] += the col entries that im2col read
+ * from it, one thread per dx element gathering them in (oy, ox) order (no
+ * scatter, no atomics). */
 __global__ void k_im2col_n(st_conv_geom g, int n, size_t per_col, size_t per_x, const float *x,
                            float *col) {
   size_t kc = (size_t)g.kh * g.kw * g.c;
@@ -218,10 +185,10 @@ extern "C" void st__cuda_col2im_n(cudaStream_t s, st_conv_geom g, int n, const f
   LAUNCH(k_col2im_n, per_x * (size_t)n, s, g, n, per_col, per_x, col, dx);
 }
 extern "C" void st__cuda_im2col(cudaStream_t s, st_conv_geom g, const float *x, float *col) {
-  LAUNCH(k_im2col, (size_t)g.oh * g.ow * g.kh * g.kw * g.c, s, g, x, col);
+  st__cuda_im2col_n(s, g, 1, x, col);
 }
 extern "C" void st__cuda_col2im(cudaStream_t s, st_conv_geom g, const float *col, float *dx) {
-  LAUNCH(k_col2im, (size_t)g.h * g.w * g.c, s, g, col, dx);
+  st__cuda_col2im_n(s, g, 1, col, dx);
 }
 
 /* ---- pooling -------------------------------------------------------------- */
