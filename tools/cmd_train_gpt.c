@@ -24,6 +24,7 @@ typedef struct gpt_cfg {
   double lr, wd, clip, min_lr_frac;
   st_strategy_kind strategy;
   bool quiet;
+  bool chief; /* this process prints and writes (multi_worker_mirrored: worker 0) */
 } gpt_cfg;
 
 static bool store_strategy(const char *cmd, const char *name, const char *v, void *f) {
@@ -53,7 +54,7 @@ static cli_opt gpt_opts[] = {
     FLOAT("--min-lr-fraction", "F", min_lr_frac, 0.0, 1.0, "with --warmup-steps: the final learning rate as a fraction of --lr (default 0.1)"),
     INT("--seed", "S", seed, 0, 0x7fffffffL, "weights, shuffling (default 0)"),
     INT("--threads", "N", threads, 1, 1024, "one_device: compute threads (default: all cores)"),
-    CLI_OPT_FN("--strategy", "NAME", gpt_cfg, strategy, store_strategy, "one_device (default) or mirrored"),
+    CLI_OPT_FN("--strategy", "NAME", gpt_cfg, strategy, store_strategy, "one_device (default), mirrored or multi_worker_mirrored (under mpirun: token shards split by file, else each worker its slice of every batch)"),
     INT("--replicas", "N", replicas, 1, ST_MAX_REPLICAS, "mirrored: replicas (default: one per core)"),
     STR("--init-from", "FILE", init_from, "start from an llm.c checkpoint (gpt2_124M.bin format; its header must match the config) or, for a FILE.safetensors, Hugging Face GPT-2 weights (transformer.h.0.attn.c_attn.weight, ...)"),
     STR("--save-llmc", "FILE.bin", save_llmc, "write the trained weights as an llm.c checkpoint"),
@@ -142,9 +143,10 @@ static bool parse_gpt(int argc, char **argv, gpt_cfg *c, int *rc) {
   }
   *rc = EXIT_USAGE;
   if (!cli_store("train", gpt_opts, NGPT, c)) return false;
-  if (c->strategy != ST_STRATEGY_ONE_DEVICE && c->strategy != ST_STRATEGY_MIRRORED) {
-    fprintf(stderr, "strata train: --strategy: --model gpt trains under one_device or mirrored "
-            "(for now)\n");
+  if (c->strategy != ST_STRATEGY_ONE_DEVICE && c->strategy != ST_STRATEGY_MIRRORED &&
+      c->strategy != ST_STRATEGY_MULTI_WORKER_MIRRORED) {
+    fprintf(stderr, "strata train: --strategy: --model gpt trains under one_device, mirrored or "
+            "multi_worker_mirrored (for now)\n");
     return false;
   }
   if (c->warmup && c->warmup >= c->steps) {
@@ -212,16 +214,19 @@ static st_optimizer_options gpt_optimizer(const gpt_cfg *c) {
   return o;
 }
 
-static st_status gpt_model(const gpt_cfg *c, const st_gpt_config *g, st_strategy **st,
-                           st_model **m) {
+static st_status gpt_strategy(const gpt_cfg *c, st_strategy **st) {
   st_strategy_options so = st_strategy_default_options(c->strategy);
   so.threads = (int)c->threads;
   so.replicas = (int)c->replicas;
-  st_status s = st_strategy_create(&so, st);
+  return st_strategy_create(&so, st);
+}
+
+static st_status gpt_model(const gpt_cfg *c, const st_gpt_config *g, st_strategy *st,
+                           st_model **m) {
   st_model_options mo = st_model_default_options(st_shape1(g->seq_len));
   mo.seed = (uint64_t)c->seed;
-  mo.strategy = *st;
-  if (s == ST_OK) s = st_gpt_create(g, &mo, m);
+  mo.strategy = st;
+  st_status s = st_gpt_create(g, &mo, m);
   st_compile_options co = st_compile_default_options();
   co.loss = ST_LOSS_SPARSE_CE_LOGITS;
   co.optimizer = gpt_optimizer(c);
@@ -264,7 +269,7 @@ static int corpus_sets(const gpt_cfg *c, const st_gpt_config *g, const float *to
 
 static int gpt_fit(const gpt_cfg *c, const st_gpt_config *g, st_model *m, st_dataset *train,
                    st_dataset *val, int64_t windows_train) {
-  st_callback cb = {.user = (void *)c, .on_epoch_end = c->quiet ? NULL : print_epoch};
+  st_callback cb = {.user = (void *)c, .on_epoch_end = c->quiet || !c->chief ? NULL : print_epoch};
   st_fit_options fo = st_fit_default_options();
   fo.epochs = (int)((c->steps + c->eval_every - 1) / c->eval_every);
   fo.steps_per_epoch = c->eval_every;
@@ -275,7 +280,7 @@ static int gpt_fit(const gpt_cfg *c, const st_gpt_config *g, st_model *m, st_dat
   st_history h = {0};
   double t0 = st_now_seconds();
   st_status s = st_model_fit(m, train, &fo, &h);
-  if (s == ST_OK && c->report) {
+  if (s == ST_OK && c->report && c->chief) {
     report_info r = {.model = "gpt", .strategy = st_strategy_kind_name(c->strategy),
                      .optimizer = "adamw", .replicas = 1, .batch = (int)c->batch,
                      .seed = (uint64_t)c->seed, .lr = c->lr, .n_train = windows_train,
@@ -283,7 +288,7 @@ static int gpt_fit(const gpt_cfg *c, const st_gpt_config *g, st_model *m, st_dat
     r.test.loss = r.test.accuracy = NAN;
     if (report_write(c->report, &r) != 0) s = st_error(ST_ERR_IO, "--report %s: %s", c->report, st_last_error());
   }
-  if (s == ST_OK && !c->quiet) {
+  if (s == ST_OK && !c->quiet && c->chief) {
     printf("trained %lld steps on %lld windows of %d tokens", (long long)c->steps,
            (long long)windows_train, g->seq_len);
     if (h.samples_per_sec > 0) printf(": %.0f tokens/s", h.samples_per_sec * g->seq_len);
@@ -296,13 +301,15 @@ static int gpt_fit(const gpt_cfg *c, const st_gpt_config *g, st_model *m, st_dat
 /* Token shards (--data, or the demo corpus when neither --data nor --text
  * is given and it is installed) or the in-memory corpus: the training set
  * (endless) and the validation set (may be NULL). */
-static int gpt_data(const gpt_cfg *c, const st_gpt_config *g, cli_data *d, st_dataset **train,
-                    st_dataset **val, int64_t *windows_train) {
+static int gpt_data(const gpt_cfg *c, const st_gpt_config *g, const st_strategy *st,
+                    cli_data *d, st_dataset **train, st_dataset **val, int64_t *windows_train) {
   bool demo = !c->data && !c->text && access(CLI_GPT_DEMO_CORPUS, R_OK) == 0;
   if (c->data || demo) {
+    int workers = st_strategy_worker_count(st);
     cli_tokens_args a = {.pattern = c->data, .seq_len = g->seq_len, .vocab = g->vocab,
                          .batch = (int)c->batch, .seed = (uint64_t)c->seed,
-                         .shard = ST_AUTO_SHARD_OFF, .worker = 0, .workers = 1};
+                         .shard = workers > 1 ? ST_AUTO_SHARD_FILE : ST_AUTO_SHARD_OFF,
+                         .worker = st_strategy_worker_rank(st), .workers = workers};
     int rc = demo ? cli_load_demo_tokens("train", &a, d) : cli_load_tokens("train", &a, d);
     if (rc != EXIT_OK) return rc;
     *windows_train = d->n_train * (int64_t)c->batch;
@@ -325,20 +332,25 @@ int cmd_train_gpt(int argc, char **argv) {
   if (!parse_gpt(argc, argv, &c, &rc)) return rc;
   if (strcmp(c.model, "gpt") != 0) return EXIT_USAGE; /* cmd_train dispatches only gpt */
   if (!gpt_config(&c, &g)) return EXIT_USAGE;
+  st_strategy *st = NULL;
+  st_status s = gpt_strategy(&c, &st);
+  if (s != ST_OK) return cli_fail("train", s);
+  c.chief = st_strategy_is_chief(st);
   cli_data d;
   memset(&d, 0, sizeof d);
   st_dataset *train = NULL, *val = NULL;
   int64_t windows_train = 0;
-  if ((rc = gpt_data(&c, &g, &d, &train, &val, &windows_train)) != EXIT_OK) return rc;
-  st_strategy *st = NULL;
   st_model *m = NULL;
-  st_status s = gpt_model(&c, &g, &st, &m);
-  rc = s == ST_OK ? gpt_fit(&c, &g, m, train, val, windows_train) : cli_fail("train", s);
-  if (rc == EXIT_OK && c.save_llmc && (s = st_gpt_save_llmc(m, &g, c.save_llmc)) != ST_OK)
+  rc = gpt_data(&c, &g, st, &d, &train, &val, &windows_train);
+  if (rc == EXIT_OK) {
+    s = gpt_model(&c, &g, st, &m);
+    rc = s == ST_OK ? gpt_fit(&c, &g, m, train, val, windows_train) : cli_fail("train", s);
+  }
+  if (rc == EXIT_OK && c.chief && c.save_llmc && (s = st_gpt_save_llmc(m, &g, c.save_llmc)) != ST_OK)
     rc = cli_fail("train", s);
-  if (rc == EXIT_OK && c.save_hf && (s = st_gpt_save_hf(m, &g, c.save_hf)) != ST_OK)
+  if (rc == EXIT_OK && c.chief && c.save_hf && (s = st_gpt_save_hf(m, &g, c.save_hf)) != ST_OK)
     rc = cli_fail("train", s);
-  if (rc == EXIT_OK && c.save && (s = st_model_save_weights(m, c.save)) != ST_OK)
+  if (rc == EXIT_OK && c.chief && c.save && (s = st_model_save_weights(m, c.save)) != ST_OK)
     rc = cli_fail("train", s);
   st_model_destroy(m);
   st_strategy_destroy(st);
