@@ -38,6 +38,14 @@ check "--text trains (exit 0)" "[ $? -eq 0 ]"
 "$cli" train --model gpt $small --data "$tmp/sh_*.bin" --steps 10 --eval-every 5 >"$tmp/d.out" 2>&1
 check "--data token shards train (exit 0, a validation loss)" \
   "[ $? -eq 0 ] && grep -q 'val_loss' $tmp/d.out && grep -q '^trained 10 steps' $tmp/d.out"
+"$cli" train --model gpt $small --data "$tmp/sh_*.bin" --steps 6 --eval-every 3 --log-every 1 \
+  --no-shuffle --report "$tmp/st.json" >"$tmp/st.out" 2>&1
+check "--log-every 1: each step's own loss, their mean the stretch's loss" "python3 -c \"
+import json, sys
+r = json.load(open('$tmp/st.json')); s = r['steps']; h = r['history']
+ok = [k for k, _ in s] == [1, 2, 3, 4, 5, 6] and abs(sum(v for _, v in s[:3]) / 3 - h[0]['loss']) < 1e-4 \\
+     and abs(sum(v for _, v in s[3:]) / 3 - h[1]['loss']) < 1e-4
+sys.exit(0 if ok else 1)\""
 
 bad() { # $1 what, $2 needle, rest: the arguments
   local what=$1 needle=$2; shift 2

@@ -20,10 +20,10 @@
 typedef struct gpt_cfg {
   const char *model, *preset, *text, *data, *init_from, *save_llmc, *save_hf, *save, *report;
   long layers, heads, width, seq_len, vocab;
-  long steps, eval_every, batch, seed, threads, warmup, replicas;
+  long steps, eval_every, batch, seed, threads, warmup, replicas, log_every;
   double lr, wd, clip, min_lr_frac;
   st_strategy_kind strategy;
-  bool quiet;
+  bool quiet, no_shuffle;
   bool chief; /* this process prints and writes (multi_worker_mirrored: worker 0) */
 } gpt_cfg;
 
@@ -46,6 +46,7 @@ static cli_opt gpt_opts[] = {
     STR("--text", "FILE", text, "train on the bytes of FILE (needs --vocab >= 256; default: a generated text)"),
     INT("--steps", "N", steps, 1, 1L << 40, "optimizer steps (default 200)"),
     INT("--eval-every", "N", eval_every, 1, 1L << 40, "validation loss and a progress line every N steps (default 20)"),
+    INT("--log-every", "N", log_every, 1, 1L << 40, "every N-th step's own loss (not the running mean) on a line 'step K: step_loss X' and in --report's \"steps\" (default off)"),
     INT("--batch-size", "B", batch, 1, 1 << 20, "global batch size in sequences (default 8)"),
     FLOAT("--lr", "X", lr, 1e-12, 1e6, "peak learning rate (default 3e-4)"),
     FLOAT("--weight-decay", "X", wd, 0.0, 1e6, "AdamW's decoupled weight decay, as torch.optim.AdamW (default 0, as llm.c)"),
@@ -61,6 +62,7 @@ static cli_opt gpt_opts[] = {
     STR("--save-hf", "FILE", save_hf, "write the trained weights as safetensors with Hugging Face GPT-2 names and layouts"),
     STR("--report", "FILE", report, "write a JSON report of the run (per-stretch loss, token accuracy, val_loss, lr; 'strata plot' draws it)"),
     STR("--save", "FILE", save, "write the trained weights as safetensors (strata's names)"),
+    CLI_OPT_FLAG("--no-shuffle", gpt_cfg, no_shuffle, "token shards in llm.c's order (file after file, window after window; row b of step k = tokens [k B T + b T, ... + T])"),
     CLI_OPT_FLAG("--quiet", gpt_cfg, quiet, "no progress output"),
 };
 #undef STR
@@ -249,6 +251,37 @@ static st_status print_epoch(void *user, st_model *m, const st_epoch_logs *l) {
   return ST_OK;
 }
 
+/* --log-every: each step's own loss, recovered from fit's running mean over
+ * the stretch (the stretch's batches are all full: mean_k (k + 1) -
+ * mean_(k-1) k), printed and kept for the report as "[[step, loss], ...]". */
+typedef struct step_log {
+  const gpt_cfg *c;
+  double prev_mean;
+  char *json;
+  size_t len, cap;
+} step_log;
+
+static st_status log_step(void *user, st_model *m, const st_batch_logs *l) {
+  (void)m;
+  step_log *sl = user;
+  double own = l->step == 0 ? l->loss : l->loss * (double)(l->step + 1) - sl->prev_mean * (double)l->step;
+  sl->prev_mean = l->loss;
+  long long k = (long long)l->epoch * sl->c->eval_every + l->step + 1;
+  if (k % sl->c->log_every) return ST_OK;
+  if (!sl->c->quiet) printf("step %lld: step_loss %.6f\n", k, own);
+  char item[64];
+  int n = snprintf(item, sizeof item, "%s[%lld, %.9g]", sl->len > 1 ? ", " : "", k, own);
+  if (sl->len + (size_t)n + 2 > sl->cap) {
+    size_t cap = 2 * sl->cap + (size_t)n + 4096;
+    char *p = realloc(sl->json, cap);
+    if (!p) return st_error(ST_ERR_NOMEM, "--log-every: out of memory");
+    sl->json = p, sl->cap = cap;
+  }
+  memcpy(sl->json + sl->len, item, (size_t)n + 1);
+  sl->len += (size_t)n;
+  return ST_OK;
+}
+
 /* The in-memory corpus's windows: the training set (shuffled, repeated) and
  * the last tenth for validation. */
 static int corpus_sets(const gpt_cfg *c, const st_gpt_config *g, const float *tok, size_t n,
@@ -269,14 +302,18 @@ static int corpus_sets(const gpt_cfg *c, const st_gpt_config *g, const float *to
 
 static int gpt_fit(const gpt_cfg *c, const st_gpt_config *g, st_model *m, st_dataset *train,
                    st_dataset *val, int64_t windows_train) {
-  st_callback cb = {.user = (void *)c, .on_epoch_end = c->quiet || !c->chief ? NULL : print_epoch};
+  step_log sl = {.c = c, .json = malloc(2), .len = 1, .cap = 2};
+  if (!sl.json) return cli_fail("train", st_error(ST_ERR_NOMEM, "train: out of memory"));
+  memcpy(sl.json, "[", 2);
+  st_callback cb[2] = {{.user = (void *)c, .on_epoch_end = c->quiet || !c->chief ? NULL : print_epoch},
+                       {.user = &sl, .on_batch_end = log_step}};
   st_fit_options fo = st_fit_default_options();
   fo.epochs = (int)((c->steps + c->eval_every - 1) / c->eval_every);
   fo.steps_per_epoch = c->eval_every;
   fo.validation = val;
   fo.validation_steps = 8;
-  fo.callbacks = &cb;
-  fo.ncallbacks = 1;
+  fo.callbacks = cb;
+  fo.ncallbacks = c->log_every && c->chief ? 2 : 1;
   st_history h = {0};
   double t0 = st_now_seconds();
   st_status s = st_model_fit(m, train, &fo, &h);
@@ -286,7 +323,9 @@ static int gpt_fit(const gpt_cfg *c, const st_gpt_config *g, st_model *m, st_dat
                      .seed = (uint64_t)c->seed, .lr = c->lr, .n_train = windows_train,
                      .history = &h, .wall_seconds = st_now_seconds() - t0};
     r.test.loss = r.test.accuracy = NAN;
-    if (report_write(c->report, &r) != 0) s = st_error(ST_ERR_IO, "--report %s: %s", c->report, st_last_error());
+    memcpy(sl.json + sl.len, "]", 2); /* cap keeps room for it */
+    if (report_write_extra(c->report, &r, c->log_every ? "steps" : NULL, sl.json) != 0)
+      s = st_error(ST_ERR_IO, "--report %s: %s", c->report, st_last_error());
   }
   if (s == ST_OK && !c->quiet && c->chief) {
     printf("trained %lld steps on %lld windows of %d tokens", (long long)c->steps,
@@ -295,6 +334,7 @@ static int gpt_fit(const gpt_cfg *c, const st_gpt_config *g, st_model *m, st_dat
     printf("\n"); /* (the first 20 steps are not timed) */
   }
   st_history_destroy(&h);
+  free(sl.json);
   return s == ST_OK ? EXIT_OK : cli_fail("train", s);
 }
 
@@ -308,7 +348,7 @@ static int gpt_data(const gpt_cfg *c, const st_gpt_config *g, const st_strategy 
     int workers = st_strategy_worker_count(st);
     cli_tokens_args a = {.pattern = c->data, .seq_len = g->seq_len, .vocab = g->vocab,
                          .batch = (int)c->batch, .seed = (uint64_t)c->seed,
-                         .shard = workers > 1 ? ST_AUTO_SHARD_FILE : ST_AUTO_SHARD_OFF,
+                         .no_shuffle = c->no_shuffle, .shard = workers > 1 ? ST_AUTO_SHARD_FILE : ST_AUTO_SHARD_OFF,
                          .worker = st_strategy_worker_rank(st), .workers = workers};
     int rc = demo ? cli_load_demo_tokens("train", &a, d) : cli_load_tokens("train", &a, d);
     if (rc != EXIT_OK) return rc;
