@@ -46,6 +46,21 @@ r = json.load(open('$tmp/st.json')); s = r['steps']; h = r['history']
 ok = [k for k, _ in s] == [1, 2, 3, 4, 5, 6] and abs(sum(v for _, v in s[:3]) / 3 - h[0]['loss']) < 1e-4 \\
      and abs(sum(v for _, v in s[3:]) / 3 - h[1]['loss']) < 1e-4
 sys.exit(0 if ok else 1)\""
+# --backup-dir: killed with -9 after its first backup, started again: it
+# resumes there (its first steps not run again) to an uninterrupted run's bytes.
+B=(--model gpt $small --text "$tmp/t3.txt" --steps 300 --eval-every 100 --batch-size 4)
+"$cli" train "${B[@]}" --quiet --save "$tmp/whole.st" >/dev/null 2>&1
+"$cli" train "${B[@]}" --quiet --backup-dir "$tmp/bk" --backup-every 3 --save "$tmp/res.st" >/dev/null 2>&1 &
+pid=$!
+for i in $(seq 500); do [ -e "$tmp/bk/latest" ] && break; sleep 0.01; done
+kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
+check "the killed run left a backup" "[ -e $tmp/bk/latest ]"
+"$cli" train "${B[@]}" --backup-dir "$tmp/bk" --backup-every 3 --log-every 1 --save "$tmp/res.st" \
+  >"$tmp/res.out" 2>&1
+check "resumed after kill -9 (exit 0, its first steps not run again)" \
+  "[ $? -eq 0 ] && ! grep -q '^step 1: step_loss' $tmp/res.out && grep -q '^step 300: step_loss' $tmp/res.out"
+check "resumed = uninterrupted, byte for byte" "cmp -s $tmp/whole.st $tmp/res.st"
+check "the backup is removed once training completes" "[ ! -e $tmp/bk/latest ]"
 
 bad() { # $1 what, $2 needle, rest: the arguments
   local what=$1 needle=$2; shift 2

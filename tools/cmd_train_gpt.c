@@ -19,8 +19,9 @@
 
 typedef struct gpt_cfg {
   const char *model, *preset, *text, *data, *init_from, *save_llmc, *save_hf, *save, *report;
+  const char *backup_dir;
   long layers, heads, width, seq_len, vocab;
-  long steps, eval_every, batch, seed, threads, warmup, replicas, log_every;
+  long steps, eval_every, batch, seed, threads, warmup, replicas, log_every, backup_every;
   double lr, wd, clip, min_lr_frac;
   st_strategy_kind strategy;
   bool quiet, no_shuffle;
@@ -60,6 +61,8 @@ static cli_opt gpt_opts[] = {
     STR("--init-from", "FILE", init_from, "start from an llm.c checkpoint (gpt2_124M.bin format; its header must match the config) or, for a FILE.safetensors, Hugging Face GPT-2 weights (transformer.h.0.attn.c_attn.weight, ...)"),
     STR("--save-llmc", "FILE.bin", save_llmc, "write the trained weights as an llm.c checkpoint"),
     STR("--save-hf", "FILE", save_hf, "write the trained weights as safetensors with Hugging Face GPT-2 names and layouts"),
+    STR("--backup-dir", "DIR", backup_dir, "BackupAndRestore: back up every --eval-every steps (and --backup-every N) into DIR; a run killed (even with kill -9) and started again with the same flags resumes there, to the bytes of an uninterrupted run; removed when training completes"),
+    INT("--backup-every", "N", backup_every, 1, 1L << 40, "with --backup-dir: also back up every N steps"),
     STR("--report", "FILE", report, "write a JSON report of the run (per-stretch loss, token accuracy, val_loss, lr; 'strata plot' draws it)"),
     STR("--save", "FILE", save, "write the trained weights as safetensors (strata's names)"),
     CLI_OPT_FLAG("--no-shuffle", gpt_cfg, no_shuffle, "token shards in llm.c's order (file after file, window after window; row b of step k = tokens [k B T + b T, ... + T])"),
@@ -153,6 +156,10 @@ static bool parse_gpt(int argc, char **argv, gpt_cfg *c, int *rc) {
   }
   if (c->warmup && c->warmup >= c->steps) {
     fprintf(stderr, "strata train: --warmup-steps %ld must be below --steps %ld\n", c->warmup, c->steps);
+    return false;
+  }
+  if (c->backup_every && !c->backup_dir) {
+    fprintf(stderr, "strata train: --backup-every needs --backup-dir\n");
     return false;
   }
   if (c->data && c->text) {
@@ -314,6 +321,8 @@ static int gpt_fit(const gpt_cfg *c, const st_gpt_config *g, st_model *m, st_dat
   fo.validation_steps = 8;
   fo.callbacks = cb;
   fo.ncallbacks = c->log_every && c->chief ? 2 : 1;
+  fo.backup_dir = c->backup_dir;
+  fo.backup_every_steps = c->backup_every;
   st_history h = {0};
   double t0 = st_now_seconds();
   st_status s = st_model_fit(m, train, &fo, &h);
