@@ -139,6 +139,10 @@ typedef struct cli_tfrecord_args {
 int cli_load_tfrecord(const char *cmd, const cli_tfrecord_args *a, cli_data *d);
 /* "worker W of N read F of T files ...: E examples, S damaged records skipped" on stderr. */
 void cli_tfrecord_report(const char *cmd, const cli_tfrecord_args *a, const cli_data *d);
+/* fit found no training example (s): when a's tally read none, the error
+ * names the files the pattern matches (they hold no records), what this
+ * worker read of them and the damaged records skipped; else s as it is. */
+st_status cli_tfrecord_no_examples(const cli_tfrecord_args *a, const cli_data *d, st_status s);
 /* --shuffle-buffer for IDX data: n elements (-1 = no shuffle); rebuilds d's pipelines. */
 int cli_set_shuffle_buffer(const char *cmd, cli_data *d, long long n);
 
