@@ -98,6 +98,10 @@ static st_status read_key(const char *dir, const st_ps_task *task, const char *e
     /* a secret others can read is no secret (issue 29 D20; ssh refuses them too) */
     return st_error(ST_ERR_INVALID, "CURVE key %s: mode %04o: readable or writable by others than "
                     "its owner (chmod 600 %s)", path, (unsigned)(sb.st_mode & 07777), path);
+  if (!strcmp(ext, "pub") && stat(path, &sb) == 0 && (sb.st_mode & 022))
+    /* a public key others can rewrite puts their key in the allow-list */
+    return st_error(ST_ERR_INVALID, "CURVE key %s: mode %04o: writable by others than its owner "
+                    "(chmod 644 %s)", path, (unsigned)(sb.st_mode & 07777), path);
   char *text = NULL;
   size_t len = 0;
   st_status s = st__read_all(path, 4096, &text, &len);
@@ -116,9 +120,21 @@ static st_status read_key(const char *dir, const st_ps_task *task, const char *e
   return ok ? ST_OK : st_error(ST_ERR_INVALID, "CURVE key %s: not a 40-character Z85 key", path);
 }
 
+/* A key directory others may write to lets them replace the allow-list's
+ * public keys (issue 29 D20; ssh refuses such a ~/.ssh too). */
+static st_status check_key_dir(const char *dir) {
+  struct stat sb;
+  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode) || !(sb.st_mode & 022)) return ST_OK;
+  return st_error(ST_ERR_INVALID, "CURVE key directory %s: mode %04o: writable by others than its "
+                  "owner, who could replace the cluster's keys (chmod 700 %s)", dir,
+                  (unsigned)(sb.st_mode & 07777), dir);
+}
+
 /* Every task's public key (the ZAP allow-list) and this task's key pair. */
 static st_status load_keys(st_ps_transport *t, const char *dir) {
   const st_ps_cluster *c = t->cluster;
+  st_status st = check_key_dir(dir);
+  if (st != ST_OK) return st;
   int n = c->count[0] + c->count[1] + c->count[2];
   t->allow = calloc((size_t)n, sizeof *t->allow);
   if (!t->allow) return st_error(ST_ERR_NOMEM, "out of memory");
@@ -742,6 +758,8 @@ static st_status write_key(const char *dir, const char *name, const char *key, m
 st_status st__ps_keygen(const st_ps_cluster *c, const char *dir) {
   if (mkdir(dir, 0700) != 0 && errno != EEXIST)
     return st_error(ST_ERR_IO, "%s: cannot create the directory: %s", dir, strerror(errno));
+  st_status st = check_key_dir(dir);
+  if (st != ST_OK) return st;
   for (int r = 0; r < ST_PS_ROLE_COUNT; r++)
     for (int i = 0; i < c->count[r]; i++) {
       char pub[KEY_Z85 + 1], sec[KEY_Z85 + 1], name[64];
