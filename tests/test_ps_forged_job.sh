@@ -12,7 +12,8 @@
 #  - Python Server without keys: a RuntimeWarning says it runs insecure, and
 #    the forged JOB ends join() with an error, the interpreter alive;
 #  - strata server --keys DIR --insecure: exit 2 (the contradiction), and
-#    a .secret key of mode 0644 is refused (D20);
+#    a .secret key of mode 0644, a .pub of 0666 and a key directory of 0777
+#    (server and keygen) are refused (D20), 700/644/600 accepted;
 #  - strata train --heartbeat-interval 10 --coordinator-timeout 5 (D10): exit 2
 #    at once instead of servers that take the live chief for lost.
 . "$(dirname "$0")/ps_common.bash"
@@ -71,6 +72,19 @@ chmod 644 "$tmp/keys/worker-0.secret"
 "$cli" server --keys "$tmp/keys" --job-timeout 1 > /dev/null 2> "$tmp/km"; rc=$?
 check "[ $rc = 2 ] && grep -q 'worker-0.secret: mode 0644: readable or writable by others' $tmp/km" \
   "D20: a .secret key readable by others is refused (rc $rc: $(cat "$tmp/km"))"
+chmod 600 "$tmp/keys/worker-0.secret"; chmod 666 "$tmp/keys/ps-0.pub"
+"$cli" server --keys "$tmp/keys" --job-timeout 1 > /dev/null 2> "$tmp/km"; rc=$?
+check "[ $rc = 2 ] && grep -q 'ps-0.pub: mode 0666: writable by others than its owner (chmod 644 .*ps-0.pub)' $tmp/km" \
+  "D20: a .pub key writable by others is refused (rc $rc: $(cat "$tmp/km"))"
+chmod 644 "$tmp/keys/ps-0.pub"; chmod 777 "$tmp/keys"
+"$cli" server --keys "$tmp/keys" --job-timeout 1 > /dev/null 2> "$tmp/km"; rc=$?
+check "[ $rc = 2 ] && grep -q 'key directory .*keys: mode 0777: writable by others than its owner, who could replace the cluster.s keys (chmod 700 .*keys)' $tmp/km" \
+  "D20: a key directory writable by others is refused (rc $rc: $(cat "$tmp/km"))"
+"$cli" keygen "$tmp/keys" --cluster "$tmp/k.json" > /dev/null 2> "$tmp/km"; rc=$?
+check "[ $rc = 2 ] && grep -q 'mode 0777' $tmp/km" "D20: keygen into it too (rc $rc: $(cat "$tmp/km"))"
+chmod 700 "$tmp/keys"
+"$cli" server --keys "$tmp/keys" --job-timeout 1 > /dev/null 2> "$tmp/km"; rc=$?
+check "! grep -q 'mode 0' $tmp/km" "D20: mode 700 with 644 public and 600 secret keys is accepted (rc $rc: $(cat "$tmp/km"))"
 unset TF_CONFIG
 timeout 60 "$cli" train --strategy parameter_server --model mlp --heartbeat-interval 10 --coordinator-timeout 5 \
   > /dev/null 2> "$tmp/hb"; rc=$?

@@ -147,6 +147,19 @@ echo '{"x": {"name": "image", "dtype": "uint8", "var_len": true}}' >"$tmp/varlen
 check "a VarLen spec: exit 2 saying it is not supported" "[ \$? -eq 2 ] && grep -q 'VarLenFeature is not supported' $tmp/err"
 "$cli" train --data "tfrecord:$tmp/none-*" --features "$tmp/spec.json" --quiet >/dev/null 2>"$tmp/err"
 check "a pattern matching nothing: exit 2" "[ \$? -eq 2 ] && grep -q 'no files match' $tmp/err"
+# issue 29 D18: files without a record are named, not "the dataset yielded no examples"
+: > "$tmp/empty-a.tfrecord"; : > "$tmp/empty-b.tfrecord"
+"$cli" train --data "tfrecord:$tmp/empty-*.tfrecord" --features "$tmp/spec.json" \
+  --test-data "tfrecord:$tmp/fm-*" --quiet >/dev/null 2>"$tmp/err"
+rc=$?
+check "files of zero records: exit 2 naming them ($(cat "$tmp/err"))" \
+  "[ $rc -eq 2 ] && grep -q 'no training examples: the 2 files it matches hold no records ($tmp/empty-a.tfrecord, $tmp/empty-b.tfrecord)' $tmp/err"
+head -c 100 "$(ls "$tmp"/fm-*.tfrecord | head -1)" > "$tmp/cut.tfrecord"
+"$cli" train --data "tfrecord:$tmp/cut.tfrecord" --features "$tmp/spec.json" --skip-corrupt-records \
+  --test-data "tfrecord:$tmp/fm-*" --quiet >/dev/null 2>"$tmp/err"
+rc=$?
+check "a file of one damaged record, skipped: exit 2 saying so ($(cat "$tmp/err"))" \
+  "[ $rc -eq 2 ] && grep -q 'the 1 file it matches holds no records but 1 damaged one (skipped: --skip-corrupt-records) ($tmp/cut.tfrecord)' $tmp/err"
 "$cli" train --strategy multi_worker_mirrored --auto-shard file --train-examples 64 --quiet >/dev/null 2>"$tmp/err"
 check "--auto-shard file on IDX data: exit 2" "[ \$? -eq 2 ] && grep -q 'needs a file dataset' $tmp/err"
 exit $fail

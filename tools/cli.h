@@ -176,6 +176,10 @@ int cli_load_demo_tokens(const char *cmd, const cli_tokens_args *a, cli_data *d)
 /* `strata tokenize FILE... -o prefix --val-fraction F` (byte-level, nothing
  * on stdout; errors on stderr as tokenize prints them): an exit code. */
 int cli_tokenize_bytes(const char *const *files, int n, const char *prefix, double val_fraction);
+/* fit found no training example (s): when a's tally read none, the error
+ * names the files the pattern matches (they hold no records), what this
+ * worker read of them and the damaged records skipped; else s as it is. */
+st_status cli_tfrecord_no_examples(const cli_tfrecord_args *a, const cli_data *d, st_status s);
 /* --shuffle-buffer for IDX data: n elements (-1 = no shuffle); rebuilds d's pipelines. */
 int cli_set_shuffle_buffer(const char *cmd, cli_data *d, long long n);
 

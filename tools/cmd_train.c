@@ -633,6 +633,7 @@ static int fit(const train_cfg *c, bool chief, st_model *model, const st_strateg
   fo.validation_freq = (int)c->val_freq;
   s = st_model_fit(model, d->train, &fo, h);
   free_callbacks(&cbs);
+  if (cli_is_tfrecord(c->data)) s = cli_tfrecord_no_examples(ta, d, s); /* issue 29 D18 */
   if (cli_is_tfrecord(c->data) && !c->quiet) cli_tfrecord_report("train", ta, d);
   return s == ST_OK ? EXIT_OK : train_fail(s);
 }

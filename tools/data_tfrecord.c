@@ -200,3 +200,27 @@ void cli_tfrecord_report(const char *cmd, const cli_tfrecord_args *a, const cli_
           a->tally ? (unsigned long long)a->tally->checksum : 0ULL,
           (long long)st_dataset_tfrecord_skipped(d->train));
 }
+
+st_status cli_tfrecord_no_examples(const cli_tfrecord_args *a, const cli_data *d, st_status s) {
+  if (s != ST_ERR_INVALID || !a->tally || a->tally->examples != 0 ||
+      !strstr(st_last_error(), "yielded no examples"))
+    return s;
+  int n = 0;
+  char **files = NULL, names[1024] = "";
+  if (st_list_files(a->pattern, false, 0, &files, &n) != ST_OK) n = 0;
+  size_t len = 0;
+  for (int i = 0; i < n && len < 600; i++)
+    len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", i ? ", " : "", files[i]);
+  if (n && len >= 600) snprintf(names + len, sizeof names - len, ", ...");
+  st_list_files_free(files, n);
+  int read = st_dataset_tfrecord_file_count(d->train);
+  long long skipped = (long long)st_dataset_tfrecord_skipped(d->train);
+  char share[128] = "", damaged[96] = "";
+  if (read != n) snprintf(share, sizeof share, "; this worker (%d of %d) read %d of them",
+                          a->worker, a->workers, read);
+  if (skipped) snprintf(damaged, sizeof damaged, " but %lld damaged one%s (skipped: "
+                        "--skip-corrupt-records)", skipped, skipped == 1 ? "" : "s");
+  return st_error(ST_ERR_INVALID, "--data tfrecord:%s: no training examples: the %d file%s it "
+                  "matches hold%s no records%s (%s)%s", a->pattern, n, n == 1 ? "" : "s",
+                  n == 1 ? "s" : "", damaged, names, share);
+}

@@ -20,6 +20,17 @@ void st__ps_chief_say(const st__ps_chief *c, const char *fmt, ...) {
   else st_log(ST_LOG_INFO, "%s", line);
 }
 
+/* A warning line (refused connections): on_message, or st_log at warning. */
+static void warn(void *user, const char *line) {
+  const st__ps_chief *c = user;
+  if (c->cfg.on_message) c->cfg.on_message(c->cfg.user, line);
+  else st_log(ST_LOG_WARN, "%s", line);
+}
+
+void st__ps_chief_log_refusals(st__ps_chief *c) {
+  if (c->t) st__ps_transport_report_refusals(c->t, "chief:0", warn, c); /* issue 29 D13 */
+}
+
 bool st__ps_chief_stop_asked(const st__ps_chief *c) { return c->cfg.should_stop && c->cfg.should_stop(c->cfg.user); }
 
 st_status st__ps_chief_send(st__ps_chief *c, st_ps_socket *s, int type, uint64_t closure, const void *p, size_t n) {
@@ -159,12 +170,7 @@ void st__ps_chief_ping(st__ps_chief *c) {
   double now = st_now_seconds();
   if (now - c->last_ping < c->job.heartbeat_interval) return;
   c->last_ping = now;
-  int64_t refused = c->t ? st__ps_transport_refused(c->t) : 0;
-  if (refused > c->refused_logged) { /* as the servers do (issue 29 D13) */
-    st__ps_chief_say(c, "chief:0: refused %lld connection(s) whose CURVE key is not in the "
-                     "cluster's allow-list", (long long)(refused - c->refused_logged));
-    c->refused_logged = refused;
-  }
+  st__ps_chief_log_refusals(c);
   for (int p = 0; p < c->nps; p++) st__ps_chief_send(c, c->ps[p], ST_PS_MSG_HEARTBEAT, 0, NULL, 0);
   for (int i = 0; i < c->nw; i++) {
     st__ps_wstate *w = &c->w[i];

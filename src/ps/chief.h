@@ -62,7 +62,6 @@ typedef struct st__ps_chief {
   char *job_text;            /* the JOB payload, kept to re-send to lost workers */
   uint32_t *perm;            /* [n_train] this epoch's order */
   double last_ping;
-  int64_t refused_logged;    /* connections refused at the chief's port, logged so far */
   /* BackupAndRestore */
   uint64_t generation;       /* bumped by every rollback to a backup (closure ids carry it) */
   bool rewind;               /* a ps was lost and every ps reloaded the backup: go to it */
@@ -93,6 +92,9 @@ void st__ps_chief_check_workers(st__ps_chief *c, st__ps_closure *cls);
 void st__ps_chief_drain_heartbeats(st__ps_chief *c);
 int st__ps_chief_lost_ps(const st__ps_chief *c);
 void st__ps_chief_ping(st__ps_chief *c);
+/* Log the connections refused at the chief's port since the last call
+ * (st__ps_transport_report_refusals; ping calls it). */
+void st__ps_chief_log_refusals(st__ps_chief *c);
 /* JOB_OK from lost worker i: a new process of the task rejoins. */
 void st__ps_chief_rejoin(st__ps_chief *c, int i, const st_ps_msg *m);
 /* DONE or ERROR from worker i (epoch's closure ids); sums += the closure's figures. */

@@ -69,6 +69,13 @@ static void say(server *sv, const char *fmt, ...) {
   else st_log(ST_LOG_INFO, "%s", line);
 }
 
+/* A warning line (refused connections): on_message, or st_log at warning. */
+static void warn(void *user, const char *line) {
+  server *sv = user;
+  if (sv->o->on_message) sv->o->on_message(sv->o->user, line);
+  else st_log(ST_LOG_WARN, "%s", line);
+}
+
 static bool stopped(server *sv) {
   return sv->stop_code || (sv->o->should_stop && sv->o->should_stop(sv->o->user));
 }
@@ -558,15 +565,10 @@ static st_status serve(server *sv, double job_timeout) {
   double start = st_now_seconds();
   st_status rc = ST_OK;
   char why[512] = "";
-  int64_t refused_logged = 0;
+  char who[32];
+  snprintf(who, sizeof who, "%s:%d", st__ps_role_name(sv->cluster.self_role), sv->cluster.self_index);
   while (!stopped(sv)) {
-    int64_t refused = st__ps_transport_refused(sv->t);
-    if (refused > refused_logged) { /* N3: refused peers are logged */
-      say(sv, "%s:%d: refused %lld connection(s) whose CURVE key is not in "
-              "the cluster's allow-list", st__ps_role_name(sv->cluster.self_role),
-              sv->cluster.self_index, (long long)(refused - refused_logged));
-      refused_logged = refused;
-    }
+    st__ps_transport_report_refusals(sv->t, who, warn, sv); /* N3, issue 29 D13 */
     st_ps_msg m;
     if (st__ps_recv(sv->sock, sv->have_job ? sv->job.job_id : 0, 200, &m) == ST_OK) {
       handle(sv, &m, &hb);
@@ -595,6 +597,7 @@ static st_status serve(server *sv, double job_timeout) {
   if (why[0]) say(sv, "%s", why);
   if (sv->stop_code == 2 && !why[0]) snprintf(why, sizeof why, "%s", sv->failure); /* said when it happened */
   log_drops(sv);
+  st__ps_transport_report_refusals(sv->t, who, warn, sv);
   if (hb.running) {
     atomic_store(&hb.stop, true);
     pthread_join(hb.th, NULL);

@@ -53,8 +53,17 @@ typedef struct st_ps_counters {
 bool st__ps_transport_built(void);
 st_status st__ps_transport_create(const st_ps_transport_options *o, st_ps_transport **out);
 void st__ps_transport_destroy(st_ps_transport *t); /* accepts NULL */
-/* Connections the ZAP handler refused (not in the allow-list). */
+/* Connections refused at this transport's listening sockets: by the ZAP
+ * handler (a key not in the allow-list) and handshakes that failed before it
+ * (another mechanism than CURVE, a wrong server key or secret, not ZeroMQ).
+ * Any thread. */
 int64_t st__ps_transport_refused(st_ps_transport *t);
+/* Say (say(user, line)) the refusals since the last call, each naming the
+ * peer's address and why ("<who>: refused a connection from 127.0.0.1:40312:
+ * its CURVE handshake did not decrypt ..."); rate-limited: 10 lines a minute,
+ * the rest summed in one line when the minute is over. Owner thread. */
+void st__ps_transport_report_refusals(st_ps_transport *t, const char *who,
+                                      void (*say)(void *user, const char *line), void *user);
 
 /* A ROUTER bound at host:port (server side). */
 st_status st__ps_listen(st_ps_transport *t, const st_ps_task *self, st_ps_socket **out);

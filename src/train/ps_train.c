@@ -234,6 +234,7 @@ static char *ps_report_json(st__ps_run *r, uint64_t (*st)[9], const st_history *
     *exact &= h->logs[e].examples == c->n_train;
   }
   char why[512];
+  st__ps_chief_log_refusals(c); /* those after the last heartbeat */
   int64_t dropped = st__ps_drops_text(st__ps_socket_counters(c->hb), why, sizeof why);
   if (dropped) st__ps_chief_say(c, "chief:0: %lld frames dropped (%s)", (long long)dropped, why);
   fprintf(f, "], \"chief_frames_dropped\": %lld, \"chief_connections_refused\": %lld", (long long)dropped,

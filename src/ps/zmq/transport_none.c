@@ -21,6 +21,10 @@ st_status st__ps_transport_create(const st_ps_transport_options *o, st_ps_transp
 
 void st__ps_transport_destroy(st_ps_transport *t) { (void)t; }
 int64_t st__ps_transport_refused(st_ps_transport *t) { return (void)t, 0; }
+void st__ps_transport_report_refusals(st_ps_transport *t, const char *who,
+                                      void (*say)(void *user, const char *line), void *user) {
+  (void)t, (void)who, (void)say, (void)user;
+}
 
 st_status st__ps_listen(st_ps_transport *t, const st_ps_task *self, st_ps_socket **out) {
   (void)t, (void)self;

@@ -66,66 +66,8 @@
 #include "distribute/collective/collective.h"
 #include "distribute/collective/mpi/mpi_fault.h"
 #include "distribute/collective/mpi/mpi_lost.h"
+#include "distribute/collective/mpi/mpi_world.h"
 #include "distribute/collective/shm.h"
-
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static st_status g_init_status = ST_OK;
-static char g_init_error[256];
-static int g_rank, g_size, g_node_size = 1;
-static atomic_bool g_broken; /* a collective failed: do not finalise */
-/* LOST messages travel on a communicator of their own (a duplicate of the
- * world), with world ranks, so that a worker waiting on one transport (e.g.
- * the step agreement's all-gather) sees the report a peer sent when its wait
- * on another transport (the gradients' all-reduce) timed out. */
-
-static void finalize_at_exit(void) {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized && !atomic_load(&g_broken)) MPI_Finalize();
-}
-
-static void init_once(void) {
-  int inited = 0, provided = 0;
-  MPI_Initialized(&inited);
-  if (!inited) {
-    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
-      g_init_status = ST_ERR_PEER;
-      snprintf(g_init_error, sizeof g_init_error, "MPI_Init_thread failed");
-      return;
-    }
-    atexit(finalize_at_exit);
-  } else {
-    MPI_Query_thread(&provided);
-  }
-  if (provided < MPI_THREAD_MULTIPLE) {
-    g_init_status = ST_ERR_NOT_BUILT;
-    snprintf(g_init_error, sizeof g_init_error,
-             "this MPI library provides thread level %d, Strata needs MPI_THREAD_MULTIPLE (%d)",
-             provided, MPI_THREAD_MULTIPLE);
-    return;
-  }
-  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &g_size);
-  MPI_Comm node;
-  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) ==
-      MPI_SUCCESS) {
-    MPI_Comm_size(node, &g_node_size);
-    MPI_Comm_free(&node);
-  }
-  st__mpi_lost_init();
-}
-
-bool st__mpi_built(void) { return true; }
-
-int st__mpi_node_size(void) { return g_node_size > 0 ? g_node_size : 1; }
-
-st_status st__mpi_world(int *rank, int *size) {
-  pthread_once(&g_once, init_once);
-  if (g_init_status != ST_OK) return st_error(g_init_status, "MPI: %s", g_init_error);
-  *rank = g_rank;
-  *size = g_size;
-  return ST_OK;
-}
 
 /* The LEAVE message (TAG_LEAVE, MPI_BYTE, why's length + 1 bytes after done):
  * the sender will post no message of an operation after its `done`-th. */
@@ -167,6 +109,7 @@ typedef struct mpi_coll {
   int *done_idx;          /* [nreq] */
   st__shm *shm;       /* all ranks on one machine: all-reduces through it */
   double wait_t0;         /* the start of the current wait on shm */
+  int wrank, wsize;       /* this process's world rank, the world's size */
 } mpi_coll;
 
 /* Pipelined all-reduce: segments of SEG_FLOATS (128 KiB), WINDOW of them in
@@ -239,7 +182,7 @@ static void abandon(mpi_coll *c) {
   for (int i = 0; i < n; i++)
     if (c->req[i] != MPI_REQUEST_NULL) {
       c->requests_lost = true;
-      atomic_store(&g_broken, true);
+      st__mpi_mark_broken();
     }
 }
 
@@ -289,7 +232,7 @@ static uint64_t to_world(const mpi_coll *c, uint64_t mask) {
  * transport timed out waiting for the world ranks of `missing`. */
 static void report_lost(mpi_coll *c, uint64_t missing) {
   c->lost = (st__lost_msg){c->ops, missing};
-  st__mpi_lost_report(&c->lost, g_rank, g_size, to_world(c, c->cut), c->lost_req);
+  st__mpi_lost_report(&c->lost, c->wrank, c->wsize, to_world(c, c->cut), c->lost_req);
 }
 
 /* c's rank of a world rank (-1: not in c's group). */
@@ -305,17 +248,17 @@ static st_status fail_timeout(mpi_coll *c, uint64_t waiting, int op) {
   uint64_t waited = to_world(c, waiting), from = 0, missing[ST_MAX_WORKERS];
   c->broken = true;
   c->requests_lost = true;
-  atomic_store(&g_broken, true);
+  st__mpi_mark_broken();
   report_lost(c, waited);
   /* with two processes the one waited for is the only candidate */
-  double grace = g_size > 2 ? GRACE_S : 0.0;
+  double grace = c->wsize > 2 ? GRACE_S : 0.0;
   double t0 = MPI_Wtime();
   for (int spins = 0;; spins++) {
     from = st__mpi_lost_receive(missing);
     if (!(waited & ~from) || MPI_Wtime() - t0 >= grace) break;
     st__shm_pause(spins, MPI_Wtime() - t0);
   }
-  int via_w = -1, who_w = st__mpi_lost_name(waited, from, missing, g_rank, &via_w);
+  int via_w = -1, who_w = st__mpi_lost_name(waited, from, missing, c->wrank, &via_w);
   int who = from_world(c, who_w), via = via_w >= 0 ? from_world(c, via_w) : -1;
   if (who < 0) who = who_w; /* (a group transport: the lost process is not in it) */
   char how[96] = "";
@@ -329,6 +272,18 @@ static st_status fail_timeout(mpi_coll *c, uint64_t waiting, int op) {
                   c->step ? (long long)*c->step : -1LL, c->timeout, how);
 }
 
+/* An MPI call of operation op failed with rc: the transport is broken. */
+static st_status fail_mpi(mpi_coll *c, int rc, int op) {
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  c->broken = true;
+  c->requests_lost = true;
+  st__mpi_mark_broken();
+  return st_error(ST_ERR_PEER, "%s #%llu at step %lld: MPI error: %s", g_op_names[op],
+                  (unsigned long long)c->ops, c->step ? (long long)*c->step : -1LL, msg);
+}
+
 /* Wait for the requests of slots [first, first + n); on the deadline name the
  * missing peer (fail_timeout). */
 static st_status wait_range(mpi_coll *c, int first, int n, int op) {
@@ -338,16 +293,7 @@ static st_status wait_range(mpi_coll *c, int first, int n, int op) {
   for (int spins = 0; left > 0; spins++) {
     int got = 0;
     int rc = MPI_Testsome(n, c->req + first, &got, c->done_idx, MPI_STATUSES_IGNORE);
-    if (rc != MPI_SUCCESS) {
-      char msg[MPI_MAX_ERROR_STRING];
-      int len = 0;
-      MPI_Error_string(rc, msg, &len);
-      c->broken = true;
-      c->requests_lost = true;
-      atomic_store(&g_broken, true);
-      return st_error(ST_ERR_PEER, "%s #%llu at step %lld: MPI error: %s", g_op_names[op],
-                      (unsigned long long)c->ops, c->step ? (long long)*c->step : -1LL, msg);
-    }
+    if (rc != MPI_SUCCESS) return fail_mpi(c, rc, op);
     if (got != MPI_UNDEFINED) left -= got;
     if (left == 0) break;
     st_status s = (spins & 63) == 63 ? check_leaves_of(c, pending_peers(c, first, n), op) : ST_OK;
@@ -598,7 +544,7 @@ static st_status mpi_barrier(st_collective *cc, int rank) {
 void st__collective_mpi_leave(st_collective *cc, const char *why) {
   mpi_coll *c = (mpi_coll *)cc;
   int me = c->base.self, size = c->base.size, k = 0;
-  if (c->left || c->requests_lost || atomic_load(&g_broken) || size == 1) return;
+  if (c->left || c->requests_lost || st__mpi_broken() || size == 1) return;
   c->left = true;
   c->leave.done = c->broken ? c->ops - 1 : c->ops;
   snprintf(c->leave.why, sizeof c->leave.why, "%s", why ? why : "");
@@ -624,7 +570,7 @@ static void mpi_destroy(st_collective *cc) {
     MPI_Comm_free(&c->comm);
   }
   bool keep = c->left && c->requests_lost;
-  for (int j = 0; j < g_size; j++) {
+  for (int j = 0; j < c->wsize; j++) {
     int done = 1;
     if (c->lost_req[j] != MPI_REQUEST_NULL) MPI_Test(&c->lost_req[j], &done, MPI_STATUS_IGNORE);
     keep = keep || !done;
@@ -672,6 +618,51 @@ static st_status mpi_wait(st_collective *cc, int handle) {
   return s;
 }
 
+/* Poll for peer's next point-to-point message against the deadline (as
+ * wait_range does) and take it off the queue: *msg, its size in *bytes. */
+static st_status probe_from(mpi_coll *c, int peer, MPI_Message *msg, MPI_Count *bytes) {
+  double t0 = MPI_Wtime();
+  for (int spins = 0;; spins++) {
+    int flag = 0, rc;
+    MPI_Status st;
+    if ((rc = MPI_Improbe(peer, TAG_P2P, c->comm, &flag, msg, &st)) != MPI_SUCCESS)
+      return fail_mpi(c, rc, OP_RECV);
+    if (flag) return MPI_Get_elements_x(&st, MPI_BYTE, bytes), ST_OK;
+    st_status s = (spins & 63) == 63 ? check_leaves_of(c, 1ull << peer, OP_RECV) : ST_OK;
+    if (s != ST_OK) return s;
+    if (MPI_Wtime() - t0 > c->timeout) return fail_timeout(c, 1ull << peer, OP_RECV);
+    st__shm_pause(spins, MPI_Wtime() - t0);
+  }
+}
+
+/* A message of `bytes` from peer where n floats were expected: drained into
+ * a scratch buffer of its own size (OpenMPI's shared-memory single copy
+ * writes a whole message even into a smaller receive), so that the sender's
+ * wait completes; one over DRAIN_MAX stays undrained. The transport is broken. */
+enum { DRAIN_MAX = 256 << 20 };
+static st_status mismatched(mpi_coll *c, int k, MPI_Message *msg, MPI_Count bytes, size_t n,
+                            int peer) {
+  void *scratch = bytes <= DRAIN_MAX ? malloc(bytes ? (size_t)bytes : 1) : NULL;
+  if (scratch && MPI_Imrecv(scratch, (int)bytes, MPI_BYTE, msg, &c->req[k]) == MPI_SUCCESS) {
+    c->peer[k] = peer;
+    double t0 = MPI_Wtime();
+    for (int spins = 0, done = 0; !done && MPI_Wtime() - t0 < c->timeout; spins++)
+      if (MPI_Test(&c->req[k], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) done = 1;
+      else if (!done) st__shm_pause(spins, MPI_Wtime() - t0);
+  }
+  abandon(c); /* broken; a drain that did not finish keeps MPI from finalising */
+  if (c->req[k] == MPI_REQUEST_NULL) free(scratch); /* else MPI may still write it */
+  return st_error(ST_ERR_INVALID,
+                  "receive #%llu at step %lld: rank %d sent %lld bytes (%lld floats), this rank "
+                  "expected %zu floats (%zu bytes): the ranks sized the message differently "
+                  "(their settings or data differ); nothing was written to the buffer",
+                  (unsigned long long)c->ops, c->step ? (long long)*c->step : -1LL, peer,
+                  (long long)bytes, (long long)(bytes / 4), n, n * sizeof(float));
+}
+
+/* Receive n floats from peer into buf: the message is probed first and its
+ * size compared with n before anything is written (a peer that sized it from
+ * other settings is an error naming both counts, never a write past buf). */
 static st_status mpi_recv(st_collective *cc, float *buf, size_t n, int peer) {
   mpi_coll *c = (mpi_coll *)cc;
   if (c->broken) return fail_broken(c, OP_RECV);
@@ -681,9 +672,18 @@ static st_status mpi_recv(st_collective *cc, float *buf, size_t n, int peer) {
   int k = free_slot(c);
   if (k < 0)
     return st_error(ST_ERR_INTERNAL, "receive: more than %d messages pending", c->nreq);
-  post_recv(c, k, buf, n, peer, TAG_P2P);
   c->ops++;
-  st_status s = wait_range(c, k, 1, OP_RECV);
+  if (c->cut >> peer & 1) return memset(buf, 0, n * sizeof(float)), ST_OK;
+  MPI_Message msg;
+  MPI_Count bytes = 0;
+  st_status s = probe_from(c, peer, &msg, &bytes);
+  if (s == ST_OK && bytes != (MPI_Count)(n * sizeof(float)))
+    return mismatched(c, k, &msg, bytes, n, peer);
+  if (s == ST_OK) {
+    c->peer[k] = peer;
+    int rc = MPI_Imrecv(buf, (int)n, MPI_FLOAT, &msg, &c->req[k]);
+    s = rc == MPI_SUCCESS ? wait_range(c, k, 1, OP_RECV) : fail_mpi(c, rc, OP_RECV);
+  }
   if (s != ST_OK) abandon(c);
   return s;
 }
@@ -791,6 +791,7 @@ static st_status create_on(double timeout_s, const int64_t *step, bool split, in
   st__shm_setup setup = {c->comm, shm_all_min, shm_bcast};
   c->shm = st__shm_open(&setup, rank, size, all_on_one_machine(c->comm, size));
   c->base = (st_collective){&mpi_vtable, size, ST_CROSS_ALL_REDUCE, rank};
+  st__mpi_world(&c->wrank, &c->wsize);
   c->timeout = timeout_s;
   c->step = step;
   *out = &c->base;
