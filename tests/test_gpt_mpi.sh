@@ -22,5 +22,6 @@ head -c 30000 "$src/README.md" | tail -c 20000 >"$tmp/u.txt"
 mpirun -np 2 "$cli" train "${S[@]}" --data "$tmp/[ab]_*.bin" --strategy multi_worker_mirrored \
   --report "$tmp/r.json" >"$tmp/sh.out" 2>&1
 check "token shards split by file between 2 workers (exit 0)" "[ $? -eq 0 ]"
+check "fit does not shard them again" "! grep -q 'sharding by data' $tmp/sh.out"
 check "worker 0 alone wrote the report" "[ -s $tmp/r.json ] && [ \$(grep -c '\"history\"' $tmp/r.json) -eq 1 ]"
 exit $fail

@@ -12,6 +12,10 @@ src=${STRATA_SOURCE_DIR:?set by CTest}
 bin=$(dirname "$cli")
 [ -f "$bin/cuda_emu/libstrata_cuda_emu.so" ] || { echo "skip: no emulated CUDA module in $bin"; exit 77; }
 out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+# its mpirun step under the sanitizers: OpenMPI's own leaks suppressed, as in
+# tests/mpi_common.bash
+export LSAN_OPTIONS="suppressions=$src/tests/lsan-mpi.supp:fast_unwind_on_malloc=0"
+export TSAN_OPTIONS="${TSAN_OPTIONS:-} suppressions=$src/tests/tsan-mpi.supp"
 OUT=$out bash "$src/scripts/gpu-check.sh" --emulated --prebuilt "$bin" --only "${GPU_CHECK_ONLY:-}" >"$out/log" 2>&1
 rc=$?
 cat "$out/gpu-report.md"

@@ -223,10 +223,19 @@ static st_optimizer_options gpt_optimizer(const gpt_cfg *c) {
   return o;
 }
 
+/* Token shards are read from the files (--data, or the demo corpus). */
+static bool reads_shards(const gpt_cfg *c) {
+  return c->data || (!c->text && access(CLI_GPT_DEMO_CORPUS, R_OK) == 0);
+}
+
+/* Token shards are split by file when loaded (each worker batches its own
+ * files), so fit must not shard them again: auto-shard off. An in-memory
+ * corpus keeps AUTO (fit gives each worker its slice of every batch). */
 static st_status gpt_strategy(const gpt_cfg *c, st_strategy **st) {
   st_strategy_options so = st_strategy_default_options(c->strategy);
   so.threads = (int)c->threads;
   so.replicas = (int)c->replicas;
+  if (reads_shards(c)) so.auto_shard = ST_AUTO_SHARD_OFF;
   return st_strategy_create(&so, st);
 }
 
@@ -309,7 +318,7 @@ static int corpus_sets(const gpt_cfg *c, const st_gpt_config *g, const float *to
 
 static int gpt_fit(const gpt_cfg *c, const st_gpt_config *g, st_model *m, st_dataset *train,
                    st_dataset *val, int64_t windows_train) {
-  step_log sl = {.c = c, .json = malloc(2), .len = 1, .cap = 2};
+  step_log sl = {.c = c, .json = malloc(3), .len = 1, .cap = 3}; /* "[" + "]" + NUL */
   if (!sl.json) return cli_fail("train", st_error(ST_ERR_NOMEM, "train: out of memory"));
   memcpy(sl.json, "[", 2);
   st_callback cb[2] = {{.user = (void *)c, .on_epoch_end = c->quiet || !c->chief ? NULL : print_epoch},
@@ -352,12 +361,14 @@ static int gpt_fit(const gpt_cfg *c, const st_gpt_config *g, st_model *m, st_dat
  * (endless) and the validation set (may be NULL). */
 static int gpt_data(const gpt_cfg *c, const st_gpt_config *g, const st_strategy *st,
                     cli_data *d, st_dataset **train, st_dataset **val, int64_t *windows_train) {
-  bool demo = !c->data && !c->text && access(CLI_GPT_DEMO_CORPUS, R_OK) == 0;
-  if (c->data || demo) {
+  bool demo = !c->data && reads_shards(c);
+  if (reads_shards(c)) {
     int workers = st_strategy_worker_count(st);
     cli_tokens_args a = {.pattern = c->data, .seq_len = g->seq_len, .vocab = g->vocab,
                          .batch = (int)c->batch, .seed = (uint64_t)c->seed,
-                         .no_shuffle = c->no_shuffle, .shard = workers > 1 ? ST_AUTO_SHARD_FILE : ST_AUTO_SHARD_OFF,
+                         .no_shuffle = c->no_shuffle, /* each worker its files (the
+                                                         strategy's auto-shard is off) */
+                         .shard = workers > 1 ? ST_AUTO_SHARD_FILE : ST_AUTO_SHARD_OFF,
                          .worker = st_strategy_worker_rank(st), .workers = workers};
     int rc = demo ? cli_load_demo_tokens("train", &a, d) : cli_load_tokens("train", &a, d);
     if (rc != EXIT_OK) return rc;
