@@ -361,7 +361,6 @@ static int gpt_fit(const gpt_cfg *c, const st_gpt_config *g, st_model *m, st_dat
  * (endless) and the validation set (may be NULL). */
 static int gpt_data(const gpt_cfg *c, const st_gpt_config *g, const st_strategy *st,
                     cli_data *d, st_dataset **train, st_dataset **val, int64_t *windows_train) {
-  bool demo = !c->data && reads_shards(c);
   if (reads_shards(c)) {
     int workers = st_strategy_worker_count(st);
     cli_tokens_args a = {.pattern = c->data, .seq_len = g->seq_len, .vocab = g->vocab,
@@ -370,7 +369,7 @@ static int gpt_data(const gpt_cfg *c, const st_gpt_config *g, const st_strategy 
                                                          strategy's auto-shard is off) */
                          .shard = workers > 1 ? ST_AUTO_SHARD_FILE : ST_AUTO_SHARD_OFF,
                          .worker = st_strategy_worker_rank(st), .workers = workers};
-    int rc = demo ? cli_load_demo_tokens("train", &a, d) : cli_load_tokens("train", &a, d);
+    int rc = c->data ? cli_load_tokens("train", &a, d) : cli_load_demo_tokens("train", &a, d);
     if (rc != EXIT_OK) return rc;
     *windows_train = d->n_train * (int64_t)c->batch;
     st_status s = st_dataset_repeat(d->train, -1, &d->train);

@@ -98,7 +98,7 @@ static st_status check_gpus(const st_strategy_options *o, const st__device_plan_
 static bool default_to_gpus(const st_strategy_options *o, st_strategy_options *out, char *list,
                             size_t cap) {
   if ((o->kind != ST_STRATEGY_MIRRORED && o->kind != ST_STRATEGY_CENTRAL_STORAGE) ||
-      o->devices || o->replicas || getenv("STRATA_NO_GPU_DEFAULT"))
+      o->devices || o->replicas)
     return false;
   int count = 0;
   if (st__cuda_device_count(&count) != ST_OK || count <= 0) {
