@@ -204,7 +204,8 @@ class Variable:
         return self._value[()] if self._value.ndim == 0 else self._value.copy()
 
     def value(self):
-        return tensor(self._value.copy())
+        from . import _tape  # inside a GradientTape that watches it: a recorded read
+        return _tape.variable_read(self, tensor(self._value.copy()))
 
     read_value = value
 

@@ -160,6 +160,8 @@ class Model:
         if loss is None:
             raise ValueError("compile: a loss is required (Strata trains with the engine's losses)")
         self._placeholder_loss = False  # set after compiles made for a GradientTape or a Checkpoint
+        from .. import _eager
+        _eager.close(self)
         opt = _optimizers.get(optimizer)
         lossobj = _losses.get(loss)
         if getattr(lossobj, "reduction", "auto") not in ("auto", "sum_over_batch_size"):
@@ -191,6 +193,8 @@ class Model:
 
     def _ensure_compiled(self, what):
         self._require_built(what)
+        from .. import _eager
+        _eager.close(self)  # an eager custom loop's open run ends before another verb
         if not self._compiled:
             if self._compile_args is not None:
                 self._engine_compile()
@@ -447,19 +451,39 @@ class Model:
             raise NotImplementedError("calling a model on KerasTensors (a nested model) is not supported by "
                                       "Strata yet: call its layers on the tensors instead")
         ctx = _distribute._current_replica()
-        if training and (ctx is None or ctx._handle is None):
-            raise NotImplementedError("calling a model with training=True is supported by Strata inside "
-                                      "strategy.run only (a GradientTape step)")
         if ctx is not None and ctx._handle is not None:
             return self._replica_call(ctx, x, training)
         from .. import _tape
-        if _tape.recording() is not None:
-            raise NotImplementedError("GradientTape: Strata differentiates a model call inside strategy.run (the "
-                                      "engine's replicas): run the step with strategy.run(step, args=(...)) "
-                                      "(tf.distribute.get_strategy() when there is no other), the model compiled "
-                                      "or its optimizer made in the strategy's scope")
+        if training or _tape.recording() is not None or _tape.recorded(x):
+            return self._eager_call(x, training)
         from .._tensor import tensor
         return tensor(self.predict(x, verbose=0))  # an eager tensor, as TF (predict stays NumPy)
+
+    def _eager_call(self, x, training):
+        """model(x) outside strategy.run with training=True or under a
+        GradientTape: the forward of the model's open engine run
+        (strata/_eager.py), recorded by the tape."""
+        from .. import _eager, _tape
+        xin = self._flatten_inputs(x, "model call")
+        xa = features(xin, "model call: x")
+        if self._cap is None:
+            self._build(xa.shape[1:])
+        if tuple(xa.shape[1:]) != tuple(self._input_shape):
+            raise ValueError("model call: x has examples of shape %s, the model takes %s"
+                             % (tuple(xa.shape[1:]), tuple(self._input_shape)))
+        x32 = xa if xa.dtype == np.float32 else xa.astype(np.float32)
+        if self._scale != 1.0:
+            x32 = x32 * np.float32(self._scale)
+        s = _eager.session(self)
+        out = s.forward(np.ascontiguousarray(x32), training)
+        src = x if _tape.recorded(x) and xin is x else None
+        if src is not None and not isinstance(src, _tape.Tensor):
+            src = _tape.live(src)
+        return _tape.eager_output(self, s, out, src, int(np.prod(self._input_shape)), self._scale)
+
+    def _trainable_offsets(self):
+        """[(offset into the gradients, shape)] of model.trainable_variables."""
+        return [(o, s) for _, ws in self._weight_layout() for s, t, o in ws if t]
 
     def _replica_call(self, ctx, x, training):
         """model(x) inside strategy.run: this replica's forward in the
@@ -488,7 +512,7 @@ class Model:
             for l, ws in self._weight_layout():
                 for j, (s, t, _o) in enumerate(ws):
                     if t:
-                        out.append(_tape.ModelVariable(self, i, "%s/%d" % (l.name, j), s))
+                        out.append(_tape.ModelVariable(self, i, "%s/%d" % (l.name, j), s, len(out)))
                     i += 1
             self._tvars = out
         return list(self._tvars)
