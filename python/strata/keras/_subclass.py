@@ -19,7 +19,8 @@ _DERIVED = {}
 
 def default_name(cls):
     """Keras's name for an instance: the class name in snake_case."""
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()
+    name = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", cls.__name__)  # Keras's to_snake_case
+    return re.sub(r"([a-z])([A-Z])", r"\1_\2", name).lower()
 
 
 def init_state(model, name):

@@ -89,6 +89,17 @@ class Model:
         from . import _subclass
         _subclass.init_state(self, kwargs.get("name"))
 
+    def __setattr__(self, name, value):
+        object.__setattr__(self, name, value)
+        if not name.startswith("_") and self.__dict__.get("_subclass_pending"):
+            from . import _custom  # a custom layer: the model runs eagerly (keras/_eager_model.py)
+            items = value.values() if isinstance(value, dict) else (
+                value if isinstance(value, (list, tuple)) else [value])
+            if any(isinstance(v, _layers.Layer) and (_custom.is_custom(v) or _custom.contains_custom(v))
+                   for v in items):
+                from . import _eager_model
+                object.__setattr__(self, "__class__", _eager_model.derived(type(self)))
+
     @property
     def built(self):
         return self._cap is not None
