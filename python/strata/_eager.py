@@ -111,7 +111,7 @@ class Session:
 
     def forward(self, x32, training):
         """The model's outputs for x32 [B, ...] (each replica its slice)."""
-        cols = int(np.prod(self.model.output_shape[1:]))
+        cols = int(np.prod(self.model._flat_out()[1:]))
         parts = self._parts(len(x32))
         slices = [np.ascontiguousarray(x32[lo:hi]) for lo, hi in parts]
         self.keep = slices
@@ -121,7 +121,7 @@ class Session:
         outs = self.do([fwd(i) for i in range(self.n)])
         self.seq += 1
         rows = [np.frombuffer(b, dtype=np.float32).reshape(-1, cols) for b in outs]
-        return np.concatenate(rows).reshape((len(x32),) + tuple(self.model.output_shape[1:]))
+        return np.concatenate(rows).reshape((len(x32),) + tuple(self.model._flat_out()[1:]))
 
     def backward(self, dy, dx_cols=0):
         """Gradients of the variables (kept per replica) from dy [B, ...];

@@ -761,6 +761,24 @@ from ._merge import Add, Concatenate, MultiHeadAttention, Multiply, Subtract, _M
 from ._gpt import PositionEmbedding, ReversibleEmbedding  # noqa: E402,F401
 
 
+def add(inputs, **kwargs):
+    """layers.add([a, b]): Add()([a, b])."""
+    return Add(**kwargs)(inputs)
+
+
+def subtract(inputs, **kwargs):
+    return Subtract(**kwargs)(inputs)
+
+
+def multiply(inputs, **kwargs):
+    return Multiply(**kwargs)(inputs)
+
+
+def concatenate(inputs, axis=-1, **kwargs):
+    """layers.concatenate([a, b], axis=-1): Concatenate(axis)([a, b])."""
+    return Concatenate(axis=axis, **kwargs)(inputs)
+
+
 _NOT_YET = ("Conv3D", "LSTM", "GRU", "SimpleRNN", "Lambda",
             "SeparableConv2D", "Conv2DTranspose", "UpSampling2D",
             "PReLU", "GaussianNoise", "SpatialDropout2D", "RandomFlip", "RandomRotation",
