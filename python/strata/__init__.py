@@ -142,6 +142,27 @@ from ._tape import GradientTape  # noqa: E402  (inside strategy.run: _tape.py)
 from ._function import function  # noqa: E402  (runs the function eagerly: _function.py)
 
 
+class _CompatV1:
+    """tf.compat.v1: TensorFlow 1's graph API (sessions, placeholders,
+    variable scopes) is not Strata's; the few switches TF2 programs call are
+    accepted (eager execution is always on)."""
+
+    def enable_eager_execution(self, *args, **kwargs):
+        pass
+
+    def enable_v2_behavior(self):
+        pass
+
+    def __getattr__(self, name):
+        raise NotImplementedError("tf.compat.v1.%s: TensorFlow 1's graph API (Session, placeholder, "
+                                  "variable_scope, ...) is not provided by Strata, which runs TF2's eager API: "
+                                  "write the TF2 form (tf.function, tf.keras, tf.GradientTape)" % name)
+
+
+compat = _types.SimpleNamespace(v1=_CompatV1(), v2=_sys.modules[__name__],
+                                forward_compatible=lambda year, month, day: True)
+
+
 def __getattr__(name):
     raise _missing("tf", name)
 
