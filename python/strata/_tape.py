@@ -60,6 +60,9 @@ class _Untracked:
     Strata applied to a recorded tensor): harmless unless the loss uses it."""
     parents = ()
 
+    def __init__(self, op=None):
+        self.op = op
+
 
 class _Leaf:
     """A source the tape differentiates with respect to: a tf.Variable read
@@ -207,12 +210,12 @@ _UFUNC_VJP = {
 def ufunc(uf, inputs):
     """A recorded result of a NumPy ufunc (+ - * / ** @, exp, log, tanh,
     maximum, ...) on recorded tensors."""
-    if uf.__name__ not in _UFUNC_VJP:
-        raise NotImplementedError("GradientTape: np.%s on a recorded tensor has no gradient in Strata (it "
-                                  "records the Keras losses, compute_average_loss, reduce_sum / reduce_mean, "
-                                  "tf.matmul, tf.nn.relu / sigmoid / tanh / softmax, tf.reshape and %s)"
-                                  % (uf.__name__, ", ".join(sorted(_UFUNC_VJP))))
     inputs = [live(x) for x in inputs]
+    if uf.__name__ not in _UFUNC_VJP:  # no gradient in Strata: harmless unless the loss uses it
+        arrs = [x.view(np.ndarray) if isinstance(x, Tensor) else x for x in inputs]
+        t = np.asarray(uf(*arrs)).view(Tensor)
+        t._tape_node = _Untracked("np.%s" % uf.__name__)
+        return t
     dt = next((x.dtype for x in inputs if isinstance(x, Tensor)), None)
     arrs = [x.view(np.ndarray) if isinstance(x, Tensor) else
             np.asarray(x, dtype=dt) if dt is not None and dt.kind == "f" and isinstance(x, (int, float))
@@ -364,9 +367,10 @@ def _backprop(target, seed):
         node = t._tape_node
         if isinstance(node, _Untracked):
             raise NotImplementedError("GradientTape: the loss depends on an op Strata's tape does not "
-                                      "differentiate (it records the Keras losses, tf.nn.compute_average_loss, "
+                                      "differentiate%s (it records the Keras losses, tf.nn.compute_average_loss, "
                                       "tf.reduce_sum / reduce_mean, tf.matmul, tf.nn.relu / sigmoid / tanh / "
-                                      "softmax, tf.reshape and + - * / ** @ exp log of tensors)")
+                                      "softmax, tf.reshape and + - * / ** @ exp log of tensors)"
+                                      % (" (%s)" % node.op if node.op else ""))
         if isinstance(node, _Leaf):
             k = id(node.source)
             leaves[k] = leaves.get(k, 0) + g
