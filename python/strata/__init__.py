@@ -78,7 +78,7 @@ random = _namespace("tf.random", "strata.random", dict(
     set_seed=_ops.set_seed, uniform=_ops.uniform, normal=_ops.normal, truncated_normal=_ops.truncated_normal,
     shuffle=_ops.shuffle, categorical=_ops.categorical))
 nn = _namespace("tf.nn", "strata.nn", dict(
-    relu=_ops.relu, relu6=_ops.relu6, leaky_relu=_ops.leaky_relu, elu=_ops.elu, gelu=_ops.gelu,
+    relu=_ops.relu, relu6=_ops.relu6, dropout=_ops.dropout, leaky_relu=_ops.leaky_relu, elu=_ops.elu, gelu=_ops.gelu,
     softmax=_ops.softmax, log_softmax=_ops.log_softmax, sigmoid=_ops.UNARY["sigmoid"], tanh=_ops.UNARY["tanh"],
     softplus=_ops.UNARY["softplus"], sparse_softmax_cross_entropy_with_logits=_ops.sparse_softmax_cross_entropy_with_logits,
     softmax_cross_entropy_with_logits=_ops.softmax_cross_entropy_with_logits,

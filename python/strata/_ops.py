@@ -503,6 +503,18 @@ def log_softmax(logits, axis=None, name=None):
     return tensor((z - np.log(np.exp(z).sum(axis=ax, keepdims=True))).astype(a.dtype))
 
 
+def dropout(x, rate, noise_shape=None, seed=None, name=None):
+    """Zero each element with probability rate, scale the rest by 1 / (1 - rate)
+    (recorded by a GradientTape: the mask is a constant)."""
+    rate = float(rate)
+    if not 0 <= rate < 1:
+        raise ValueError("tf.nn.dropout: rate=%r must be in [0, 1)" % (rate,))
+    lx = _live(x) if _recorded(x) else convert(x) if not isinstance(x, np.ndarray) else x
+    shape = np.shape(lx) if noise_shape is None else tuple(int(d) for d in _raw(noise_shape))
+    keep = (_gen(seed).random(shape) >= rate).astype(np.float32) / np.float32(1.0 - rate)
+    return lx * keep.astype(np.asarray(lx).dtype)
+
+
 def relu(features, name=None):
     if _recorded(features):
         lx = _live(features)

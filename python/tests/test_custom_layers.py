@@ -142,7 +142,7 @@ class CustomDropout(keras.layers.Layer):
 
     def call(self, inputs, training=None):
         if training:
-            return tf.nn.dropout(inputs, rate=self.rate) if hasattr(tf.nn, "dropout") else inputs
+            return tf.nn.dropout(inputs, rate=self.rate)
         return inputs
 
 
@@ -197,6 +197,19 @@ def test_model_of_custom_layers_fit_equals_tape_loop():
         ref.save("m.keras")
 
 
+def test_training_argument():
+    drop = CustomDropout(0.5)
+    x = tf.ones((4, 100))
+    assert (drop(x).numpy() == 1).all() and (drop(x, training=False).numpy() == 1).all()
+    y = drop(x, training=True).numpy()
+    assert set(np.unique(y)) == {0.0, 2.0} and 100 < (y == 0).sum() < 300
+    v = tf.Variable(np.ones((4, 100), np.float32))
+    with tf.GradientTape() as tape:
+        out = tf.reduce_sum(drop(v * 3.0, training=True))
+    g = tape.gradient(out, v).numpy()
+    assert set(np.unique(g)) == {0.0, 6.0}
+
+
 def test_custom_layer_refused_in_the_engine_graph():
     with pytest.raises(NotImplementedError, match="custom layer Linear.*runs eagerly"):
         keras.Sequential([keras.layers.Dense(3, input_shape=(4,)), Linear(2)])
@@ -204,3 +217,97 @@ def test_custom_layer_refused_in_the_engine_graph():
         Linear(2)(keras.Input(shape=(4,)))
     with pytest.raises(NotImplementedError, match="Conv2D called on tensors"):
         keras.layers.Conv2D(2, 3)(tf.ones((1, 5, 5, 1)))
+
+
+class Sampling(keras.layers.Layer):
+    """Uses (z_mean, z_log_var) to sample z, the vector encoding a digit."""
+
+    def call(self, inputs):
+        z_mean, z_log_var = inputs
+        batch = tf.shape(z_mean)[0]
+        dim = tf.shape(z_mean)[1]
+        epsilon = tf.keras.backend.random_normal(shape=(batch, dim))
+        return z_mean + tf.exp(0.5 * z_log_var) * epsilon
+
+
+class Encoder(keras.layers.Layer):
+    """Maps MNIST digits to a triplet (z_mean, z_log_var, z)."""
+
+    def __init__(self, latent_dim=32, intermediate_dim=64, name="encoder", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.dense_proj = keras.layers.Dense(intermediate_dim, activation="relu")
+        self.dense_mean = keras.layers.Dense(latent_dim)
+        self.dense_log_var = keras.layers.Dense(latent_dim)
+        self.sampling = Sampling()
+
+    def call(self, inputs):
+        x = self.dense_proj(inputs)
+        z_mean = self.dense_mean(x)
+        z_log_var = self.dense_log_var(x)
+        z = self.sampling((z_mean, z_log_var))
+        return z_mean, z_log_var, z
+
+
+class Decoder(keras.layers.Layer):
+    """Converts z, the encoded digit vector, back into a readable digit."""
+
+    def __init__(self, original_dim, intermediate_dim=64, name="decoder", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.dense_proj = keras.layers.Dense(intermediate_dim, activation="relu")
+        self.dense_output = keras.layers.Dense(original_dim, activation="sigmoid")
+
+    def call(self, inputs):
+        x = self.dense_proj(inputs)
+        return self.dense_output(x)
+
+
+class VariationalAutoEncoder(keras.Model):
+    """Combines the encoder and decoder into an end-to-end model for training."""
+
+    def __init__(self, original_dim, intermediate_dim=64, latent_dim=32, name="autoencoder", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.original_dim = original_dim
+        self.encoder = Encoder(latent_dim=latent_dim, intermediate_dim=intermediate_dim)
+        self.decoder = Decoder(original_dim, intermediate_dim=intermediate_dim)
+
+    def call(self, inputs):
+        z_mean, z_log_var, z = self.encoder(inputs)
+        reconstructed = self.decoder(z)
+        # Add KL divergence regularization loss.
+        kl_loss = -0.5 * tf.reduce_mean(z_log_var - tf.square(z_mean) - tf.exp(z_log_var) + 1)
+        self.add_loss(kl_loss)
+        return reconstructed
+
+
+def test_guide_vae_end_to_end():
+    original_dim = 49  # 7x7 "digits" (the guide: 784)
+    rng = np.random.default_rng(5)
+    x_train = (rng.random((256, original_dim)) < 0.3).astype("float32")
+    tf.random.set_seed(11)
+    vae = VariationalAutoEncoder(original_dim, 16, 4)
+    optimizer = tf.keras.optimizers.Adam(learning_rate=1e-2)
+    mse_loss_fn = tf.keras.losses.MeanSquaredError()
+    loss_metric = tf.keras.metrics.Mean()
+    train_dataset = tf.data.Dataset.from_tensor_slices(x_train)
+    train_dataset = train_dataset.shuffle(buffer_size=1024).batch(64)
+    epochs = 3
+    firsts = []
+    for epoch in range(epochs):
+        for step, x_batch_train in enumerate(train_dataset):
+            with tf.GradientTape() as tape:
+                reconstructed = vae(x_batch_train)
+                # Compute reconstruction loss
+                loss = mse_loss_fn(x_batch_train, reconstructed)
+                loss += sum(vae.losses)  # Add KLD regularization loss
+            grads = tape.gradient(loss, vae.trainable_weights)
+            optimizer.apply_gradients(zip(grads, vae.trainable_weights))
+            loss_metric(loss)
+            if step == 0:
+                firsts.append(float(loss_metric.result()))
+    assert len(vae.trainable_weights) == 10 and len(vae.losses) == 1
+    assert float(loss_metric.result()) < firsts[0]
+
+    vae = VariationalAutoEncoder(original_dim, 16, 4)
+    vae.compile(tf.keras.optimizers.Adam(learning_rate=1e-2), loss=tf.keras.losses.MeanSquaredError())
+    hist = vae.fit(x_train, x_train, epochs=3, batch_size=64, verbose=0).history
+    assert hist["loss"][-1] < hist["loss"][0]
