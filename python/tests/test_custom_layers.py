@@ -210,9 +210,21 @@ def test_training_argument():
     assert set(np.unique(g)) == {0.0, 6.0}
 
 
+def test_sequential_of_custom_layers_runs_eagerly():
+    x, y = _data(64)
+    tf.random.set_seed(4)
+    model = keras.Sequential([keras.layers.Dense(8, activation="relu", input_shape=(6,)), Linear(3)])
+    assert isinstance(model, keras.Sequential) and len(model.layers) == 2
+    model.compile(keras.optimizers.SGD(0.1), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    hist = model.fit(x, y, batch_size=16, epochs=3, verbose=0).history
+    assert hist["loss"][-1] < hist["loss"][0]
+    assert model.predict(x[:5]).shape == (5, 3) and len(model.trainable_weights) == 4
+    model.add(keras.layers.Activation("softmax"))
+    np.testing.assert_allclose(model.predict(x[:5]).sum(1), 1.0, rtol=1e-6)
+
+
 def test_custom_layer_refused_in_the_engine_graph():
-    with pytest.raises(NotImplementedError, match="custom layer Linear.*runs eagerly"):
-        keras.Sequential([keras.layers.Dense(3, input_shape=(4,)), Linear(2)])
     with pytest.raises(NotImplementedError, match="custom layer Linear"):
         Linear(2)(keras.Input(shape=(4,)))
     with pytest.raises(NotImplementedError, match="Conv2D called on tensors"):

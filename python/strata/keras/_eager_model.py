@@ -14,7 +14,7 @@ from . import callbacks as _callbacks
 from . import losses as _losses
 from . import metrics as _metrics
 from . import optimizers as _optimizers
-from .models import Model
+from .models import Model, Sequential
 
 _DERIVED = {}
 
@@ -253,3 +253,27 @@ class EagerModel(Model):
     def predict(self, x, batch_size=None, verbose="auto", **kwargs):
         outs = [np.asarray(self(xb, training=False)) for xb, _ in _batches(x, None, batch_size, False, "predict")]
         return np.concatenate(outs) if outs else np.zeros((0,), np.float32)
+
+
+class EagerSequential(EagerModel, Sequential):
+    """A Sequential holding a custom layer: its layers called in order,
+    eagerly (the verbs of EagerModel)."""
+
+    def call(self, inputs, training=None):
+        x = inputs
+        for layer in self._layers:
+            x = layer(x, training=training)
+        return x
+
+
+def sequential_add(model, layer):
+    """Sequential.add of a custom layer (or any layer once the model runs
+    eagerly): the model becomes an EagerSequential; layers already added to
+    the engine's model leave it (their weights are made again, eagerly)."""
+    if not isinstance(model, EagerSequential):
+        model.__class__ = EagerSequential
+        model._eager_seq = True
+        model._cap, model._engine_layers = None, []
+        for l in model._layers:
+            l._model = None
+    model._layers.append(layer)

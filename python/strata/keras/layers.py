@@ -77,8 +77,8 @@ def _float32_dtype(dt):
 
 _CUSTOM = ("custom layer %s: a tf.keras.layers.Layer subclass with its own build / add_weight / call runs "
            "eagerly in Strata (keras/_custom.py), not in the engine's graph: call it on tensors, inside a "
-           "GradientTape loop or in a subclassed tf.keras.Model (trained by fit eagerly), not in Sequential "
-           "or on tf.keras.Input tensors")
+           "GradientTape loop, in a subclassed tf.keras.Model or a Sequential (trained by fit eagerly), not "
+           "on tf.keras.Input tensors")
 
 
 class Layer(_EagerLayer):

@@ -777,6 +777,10 @@ class Sequential(Model):
                 raise ValueError("Sequential: an Input / InputLayer must come first")
             self._input_shape = layer._input_shape
             return
+        from . import _custom
+        if getattr(self, "_eager_seq", False) or _custom.is_custom(layer) or _custom.contains_custom(layer):
+            from . import _eager_model  # custom layers: the model runs eagerly
+            return _eager_model.sequential_add(self, layer)
         if layer._input_shape is not None and not self._layers and self._input_shape is None:
             self._input_shape = layer._input_shape
         if isinstance(layer, _layers.Rescaling):
