@@ -79,15 +79,22 @@ class Session:
         for q, fn in zip(self.cmd, fns):
             q.put(fn)
         out, err = [None] * self.n, None
-        for _ in range(self.n):
-            kind, rid, v = self.res.get()
-            if kind == "dead":
-                err = err or self.error or RuntimeError("the model's eager run ended")
-                break
-            if kind == "err":
-                err = err or v
-            else:
-                out[rid] = v
+        try:
+            for _ in range(self.n):
+                kind, rid, v = self.res.get()
+                if kind == "dead":
+                    err = err or self.error or RuntimeError("the model's eager run ended")
+                    break
+                if kind == "err":
+                    err = err or v
+                else:
+                    out[rid] = v
+        except BaseException:  # Ctrl-C while the replicas work: end the run once they are done
+            try:
+                self.close()
+            except Exception:  # noqa: BLE001 (the interrupt is the news)
+                pass
+            raise
         if err is not None:
             self.close()
             raise err
