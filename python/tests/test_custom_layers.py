@@ -220,6 +220,8 @@ def test_sequential_of_custom_layers_runs_eagerly():
     hist = model.fit(x, y, batch_size=16, epochs=3, verbose=0).history
     assert hist["loss"][-1] < hist["loss"][0]
     assert model.predict(x[:5]).shape == (5, 3) and len(model.trainable_weights) == 4
+    with pytest.raises(NotImplementedError, match="argument class_weight, validation_split is not supported"):
+        model.fit(x, y, validation_split=0.2, class_weight={0: 1.0}, verbose=0)
     model.add(keras.layers.Activation("softmax"))
     np.testing.assert_allclose(model.predict(x[:5]).sum(1), 1.0, rtol=1e-6)
 

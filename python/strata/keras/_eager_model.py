@@ -60,6 +60,29 @@ def _batches(x, y, batch_size, shuffle, where, seed=0):
         yield xa[idx], (None if ya is None else ya[idx])
 
 
+_HARMLESS = ("max_queue_size", "workers", "use_multiprocessing", "steps", "callbacks", "validation_steps",
+             "validation_batch_size", "validation_freq")
+
+
+def _refuse(where, kwargs, validation_split=0.0):
+    """The arguments an eager model's loop does not implement, named."""
+    bad = [k for k, v in kwargs.items() if k not in _HARMLESS and v not in (None, False)]
+    if validation_split:
+        bad.append("validation_split")
+    if bad:
+        raise NotImplementedError("%s of a model with custom layers (run eagerly): argument %s is not supported "
+                                  "by Strata (pass validation_data, or use a tape loop)" % (where, ", ".join(bad)))
+
+
+def _one_device_note(model):
+    strategy = getattr(model, "_strategy", None)
+    if strategy is not None and strategy.num_replicas_in_sync > 1 and not getattr(model, "_warned_eager", False):
+        import warnings
+        model._warned_eager = True
+        warnings.warn("model %s holds custom layers and runs eagerly on one device: the strategy's %d replicas "
+                      "are not used" % (model.name, strategy.num_replicas_in_sync), RuntimeWarning, stacklevel=3)
+
+
 class EagerModel(Model):
     """The verbs of a subclassed model with custom layers (module comment)."""
 
@@ -206,7 +229,9 @@ class EagerModel(Model):
             m.reset_state()
 
     def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None,
-            validation_data=None, shuffle=True, initial_epoch=0, **kwargs):
+            validation_data=None, shuffle=True, initial_epoch=0, validation_split=0.0, **kwargs):
+        _refuse("fit", kwargs, validation_split=validation_split)
+        _one_device_note(self)
         if getattr(self, "optimizer", None) is None:
             raise RuntimeError("You must compile your model before training/testing. Use `model.compile(optimizer, loss)`.")
         history = _callbacks.History()
@@ -242,6 +267,7 @@ class EagerModel(Model):
         return history
 
     def evaluate(self, x=None, y=None, batch_size=None, verbose="auto", return_dict=False, **kwargs):
+        _refuse("evaluate", kwargs)
         self._reset()
         logs = {}
         for xb, yb in _batches(x, y, batch_size, False, "evaluate"):
@@ -251,6 +277,7 @@ class EagerModel(Model):
         return logs["loss"] if len(logs) == 1 else list(logs.values())
 
     def predict(self, x, batch_size=None, verbose="auto", **kwargs):
+        _refuse("predict", kwargs)
         outs = [np.asarray(self(xb, training=False)) for xb, _ in _batches(x, None, batch_size, False, "predict")]
         return np.concatenate(outs) if outs else np.zeros((0,), np.float32)
 
