@@ -152,6 +152,13 @@ def transpose(a, perm=None, conjugate=False, name="transpose"):
 
 
 def concat(values, axis, name="concat"):
+    values = list(values)
+    if _recorded(*values):
+        lives = [_live(v) for v in values]
+        arrs = [v.view(np.ndarray) for v in lives]
+        ax = int(axis)
+        cuts = np.cumsum([a.shape[ax] for a in arrs])[:-1]
+        return _tape.track(np.concatenate(arrs, axis=ax), lives, lambda g: np.split(g, cuts, axis=ax))
     return tensor(np.concatenate([_a(v) for v in values], axis=int(axis)))
 
 

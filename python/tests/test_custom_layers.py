@@ -226,9 +226,7 @@ def test_sequential_of_custom_layers_runs_eagerly():
     np.testing.assert_allclose(model.predict(x[:5]).sum(1), 1.0, rtol=1e-6)
 
 
-def test_custom_layer_refused_in_the_engine_graph():
-    with pytest.raises(NotImplementedError, match="custom layer Linear"):
-        Linear(2)(keras.Input(shape=(4,)))
+def test_layers_without_an_eager_form_are_refused():
     with pytest.raises(NotImplementedError, match="Conv2D called on tensors"):
         keras.layers.Conv2D(2, 3)(tf.ones((1, 5, 5, 1)))
 
@@ -325,3 +323,43 @@ def test_guide_vae_end_to_end():
     vae.compile(tf.keras.optimizers.Adam(learning_rate=1e-2), loss=tf.keras.losses.MeanSquaredError())
     hist = vae.fit(x_train, x_train, epochs=3, batch_size=64, verbose=0).history
     assert hist["loss"][-1] < hist["loss"][0]
+
+
+def test_functional_guide_custom_layer():
+    """The functional API guide's "Extend the API using custom layers": a
+    custom layer called on tf.keras.Input tensors; the model runs eagerly."""
+    class CustomDense(keras.layers.Layer):
+        def __init__(self, units=32):
+            super().__init__()
+            self.units = units
+
+        def build(self, input_shape):
+            self.w = self.add_weight(shape=(input_shape[-1], self.units), initializer="random_normal",
+                                     trainable=True)
+            self.b = self.add_weight(shape=(self.units,), initializer="random_normal", trainable=True)
+
+        def call(self, inputs):
+            return tf.matmul(inputs, self.w) + self.b
+
+    inputs = keras.Input((4,))
+    outputs = CustomDense(10)(inputs)
+    model = keras.Model(inputs, outputs)
+    assert outputs.shape == (None, 10) and len(model.trainable_weights) == 2
+
+    x, y = _data(64)
+    tf.random.set_seed(6)
+    inp = keras.Input((6,))
+    h = keras.layers.Dense(8, activation="relu")(inp)
+    c = CustomDense(8)(h)
+    merged = keras.layers.concatenate([keras.layers.add([h, c]), inp])
+    out = keras.layers.Dense(3)(merged)
+    model = keras.Model(inp, out)
+    assert len(model.trainable_weights) == 6
+    model.compile(keras.optimizers.Adam(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    hist = model.fit(x, y, batch_size=16, epochs=3, verbose=0).history
+    assert hist["loss"][-1] < hist["loss"][0]
+    logits = model(x[:4])
+    w = [v.numpy() for v in model.trainable_weights]  # Dense, CustomDense, Dense in call order
+    h_np = np.maximum(x[:4] @ w[0] + w[1], 0)
+    expect = np.concatenate([h_np + h_np @ w[2] + w[3], x[:4]], 1) @ w[4] + w[5]
+    np.testing.assert_allclose(logits.numpy(), expect, rtol=1e-5, atol=1e-6)

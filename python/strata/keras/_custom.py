@@ -196,13 +196,21 @@ def call_builtin(layer, inputs, kwargs):
             return inputs
         keep = (_ops._gen(None).random(np.shape(inputs)) >= layer.rate).astype(np.float32)
         return inputs * (keep / np.float32(1.0 - layer.rate))
+    if kind in ("Add", "Subtract", "Multiply", "Concatenate"):
+        xs = list(inputs)
+        if kind == "Concatenate":
+            return _ops.concat(xs, axis=layer.axis)
+        out = xs[0]
+        for x in xs[1:]:
+            out = out - x if kind == "Subtract" else (out * x if kind == "Multiply" else out + x)
+        return out
     if kind == "Rescaling":
         return inputs * np.float32(layer.scale) + np.float32(getattr(layer, "offset", 0.0))
     if kind in ("Activation", "ReLU") and (kind == "Activation" or layer._plain()):
         return _act(getattr(layer, "activation", "relu"), inputs)
     raise NotImplementedError("%s called on tensors (inside a custom layer or a model with custom layers, run "
                               "eagerly) is not supported by Strata (Dense, Flatten, Dropout, Activation, ReLU, "
-                              "Rescaling are); "
+                              "Rescaling, Add, Subtract, Multiply, Concatenate are); "
                               "use it in a model of Strata's layers only" % kind)
 
 

@@ -68,6 +68,9 @@ class Functional(Model):
                 raise ValueError("Model: the inputs must be tf.keras.Input tensors, got the output of %s"
                                  % t._layer._where())
         self._init_state(name)
+        from . import _eager_graph
+        if _eager_graph.graph_is_eager(outs):  # custom layers: the graph runs eagerly
+            return _eager_graph.make(self, ins, outs, name)
         strategy = self._strategy or _distribute.get_strategy()
         layers = _graph_layers(outs)
         cap, idx = _strata.functional_create([t._node for t in ins], [t._node for t in outs],

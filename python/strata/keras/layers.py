@@ -76,9 +76,7 @@ def _float32_dtype(dt):
 
 
 _CUSTOM = ("custom layer %s: a tf.keras.layers.Layer subclass with its own build / add_weight / call runs "
-           "eagerly in Strata (keras/_custom.py), not in the engine's graph: call it on tensors, inside a "
-           "GradientTape loop, in a subclassed tf.keras.Model or a Sequential (trained by fit eagerly), not "
-           "on tf.keras.Input tensors")
+           "eagerly in Strata (keras/_custom.py), not in the engine's graph")
 
 
 class Layer(_EagerLayer):
@@ -159,10 +157,14 @@ class Layer(_EagerLayer):
         from . import _custom
         if hasattr(type(self), "call"):  # Strata's layers have none: a user's Layer subclass
             if symbolic:
-                raise NotImplementedError(_CUSTOM % type(self).__name__)
+                from . import _eager_graph  # recorded: the model runs eagerly
+                return _eager_graph.symbolic_call(self, inputs, args, kwargs)
             return _custom.call_custom(self, inputs, args, kwargs)
         if not symbolic:
             return _custom.call_builtin(self, inputs, kwargs)
+        from . import _eager_graph
+        if _eager_graph.any_eager(inputs):
+            return _eager_graph.symbolic_call(self, inputs, args, kwargs)
         if args:
             raise NotImplementedError("%s: positional call arguments %r are not supported by Strata" % (where, args))
         for k, v in kwargs.items():
