@@ -177,6 +177,11 @@ class EagerModel(Model):
 
     # ---- compile / fit / evaluate / predict ----
     def compile(self, optimizer="rmsprop", loss=None, metrics=None, loss_weights=None, **kwargs):
+        _refuse("compile", {k: v for k, v in kwargs.items() if k not in ("run_eagerly", "jit_compile",
+                                                                         "steps_per_execution")})
+        if loss_weights is not None:
+            raise NotImplementedError("compile: loss_weights for a model with custom layers (one output) is not "
+                                      "supported by Strata")
         self.optimizer = _optimizers.get(optimizer)
         self.loss = None if loss is None else _losses.get(loss)
         mets = []
@@ -186,7 +191,8 @@ class EagerModel(Model):
             elif isinstance(m, _metrics.Metric):
                 mets.append(m)
             else:
-                mets.append(_metrics.get(m) if hasattr(_metrics, "get") else m)
+                raise NotImplementedError("compile: metric %r for a model with custom layers (run eagerly): "
+                                          "Strata takes 'accuracy' or tf.keras.metrics objects there" % (m,))
         self._eager_metrics = mets
         self._compile_args = (self.optimizer, self.loss, [])
 
