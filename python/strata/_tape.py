@@ -19,8 +19,10 @@ replicas: fit's step when the loss is fit's; gradients the loop changed,
 e.g. clipped, are written back first); tf.Variables' with the optimizer's
 NumPy update (keras/_pyopt.py).
 What it does not do: other ops on recorded tensors (NotImplementedError
-naming the op when the loss depends on them), several calls of one model in
-one gradient (the engine keeps the activations of the last call), a subset
+naming the op when the loss depends on them), several calls of a model with
+BatchNormalization in one tape in training (the engine keeps the last call's
+activations: an earlier call is run again for its backward, which would
+move the statistics twice; without it that is what happens), a subset
 of a model's variables in apply_gradients."""
 import threading
 
@@ -78,10 +80,11 @@ class _EagerOutput:
     the engine's open session; x: the call's input when it is recorded (the
     engine then gives its gradient, dx_cols values per example)."""
 
-    def __init__(self, model, session, x, dx_cols, scale):
+    def __init__(self, model, session, x, dx_cols, scale, x32, training):
         self.model, self.session, self.seq = model, session, session.seq
         self.parents = (x,) if x is not None else ()
         self.dx_cols, self.scale = dx_cols, scale
+        self.x32, self.training = x32, training  # to run the call again (another call came after it)
 
 
 def note_untracked():
@@ -140,12 +143,12 @@ def model_output(model, ctx, out):
     return t
 
 
-def eager_output(model, session, out, x, dx_cols, scale):
+def eager_output(model, session, out, x, dx_cols, scale, x32, training):
     """A model call's output outside strategy.run (x: its input when
-    recorded)."""
+    recorded; x32, training: what the engine's forward took)."""
     t = np.asarray(out).view(Tensor)
     if recording() is not None:
-        t._tape_node = _EagerOutput(model, session, x, dx_cols, scale)
+        t._tape_node = _EagerOutput(model, session, x, dx_cols, scale, x32, training)
     return t
 
 
@@ -383,11 +386,8 @@ def _backprop(target, seed):
             engine[id(node.model)] = _replica_backward(node, g)
             continue
         if isinstance(node, _EagerOutput):
-            if id(node.model) in engine:
-                raise NotImplementedError("GradientTape: the loss depends on several calls of model %s; "
-                                          "Strata's engine keeps the activations of the last call only"
-                                          % node.model.name)
-            engine[id(node.model)], dx = _eager_backward(node, g)
+            acc = engine.setdefault(id(node.model), _EagerGrads(node.model))
+            dx = acc.add(node, g)
             if dx is not None:
                 p = node.parents[0]
                 grads[id(p)] = grads.get(id(p), 0) + dx.reshape(np.shape(p))
@@ -411,30 +411,45 @@ def _replica_backward(node, dy):
     return lambda v: EngineGradient(node.model, node.handle, v._index_t)
 
 
-def _eager_backward(node, dy):
-    """A model call outside strategy.run: the engine's backward in the
-    model's open session; the gradients read back as Tensors (marked as the
-    engine's own, so apply_gradients applies them in the engine)."""
-    from . import _eager
-    s = node.session
-    if _eager.current(node.model) is not s or s.seq != node.seq:
-        raise NotImplementedError("GradientTape.gradient: model %s was called again (or used by another verb: "
-                                  "fit, predict, get_weights ...) after the call the loss comes from; Strata's "
-                                  "engine keeps the activations of the last call only: take the gradient "
-                                  "before using the model again" % node.model.name)
-    dy = np.asarray(dy)
-    dx = s.backward(dy, node.dx_cols if node.parents else 0)
-    if dx is not None and node.scale != 1.0:
-        dx = dx * np.float32(node.scale)
-    flat, gen = s.gradients(), s.grad_gen
-    offsets = node.model._trainable_offsets()
+class _EagerGrads:
+    """A model's variables' gradients over its calls in the tape (outside
+    strategy.run): each call's engine backward in the model's open session,
+    read back and summed. One call: the Tensors are marked as the engine's
+    own, so apply_gradients applies them in the engine (fit's bytes)."""
 
-    def grad_of(v):
-        o, shape = offsets[v._index_t]
-        t = flat[o:o + int(np.prod(shape))].reshape(shape).copy().view(Tensor)
-        t._engine = (s, gen, v._index_t)
+    def __init__(self, model):
+        self.model, self.flat, self.calls, self.mark = model, None, 0, None
+
+    def add(self, node, dy):
+        from . import _eager
+        s, model = node.session, node.model
+        if _eager.current(model) is not s:
+            raise NotImplementedError("GradientTape.gradient: model %s was used by another verb (fit, predict, "
+                                      "get_weights, apply_gradients ...) after the call the loss comes from; "
+                                      "take the gradient before using the model again" % model.name)
+        if s.seq != node.seq:  # another call came after this one: run this one again (same step, same masks)
+            if node.training and any(type(l).__name__ == "BatchNormalization" for l in model._engine_layers):
+                raise NotImplementedError(
+                    "GradientTape.gradient: model %s was called again after the call the loss comes from, and "
+                    "running that call again in training would update its BatchNormalization statistics twice; "
+                    "take the gradient before calling the model again, or call it once on the concatenated "
+                    "batch" % model.name)
+            s.forward(node.x32, node.training)
+        dx = s.backward(np.asarray(dy), node.dx_cols if node.parents else 0)
+        if dx is not None and node.scale != 1.0:
+            dx = dx * np.float32(node.scale)
+        flat = s.gradients()
+        self.flat = flat if self.flat is None else self.flat + flat
+        self.calls += 1
+        self.mark = (s, s.grad_gen)
+        return dx
+
+    def __call__(self, v):
+        o, shape = self.model._trainable_offsets()[v._index_t]
+        t = self.flat[o:o + int(np.prod(shape))].reshape(shape).copy().view(Tensor)
+        if self.calls == 1:
+            t._engine = self.mark + (v._index_t,)
         return t
-    return grad_of, dx
 
 
 class ModelVariable:

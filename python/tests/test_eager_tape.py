@@ -210,8 +210,23 @@ def test_refusals_and_ordering():
     loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     with tf.GradientTape() as tape:
         loss_value = loss_fn(y, model(x, training=True))
-        model(x, training=True)  # a second forward: the activations of the first are gone
-    with pytest.raises(NotImplementedError, match="called again"):
+    alone = [g.numpy() for g in tape.gradient(loss_value, model.trainable_variables)]
+    with tf.GradientTape() as tape:
+        loss_value = loss_fn(y, model(x, training=True))
+        model(x[:7], training=True)  # a second forward: the first call is run again for its backward
+    again = tape.gradient(loss_value, model.trainable_variables)
+    for a, b in zip(alone, again):
+        np.testing.assert_array_equal(a, b.numpy())
+    bn = tf.keras.Sequential([tf.keras.layers.BatchNormalization(input_shape=(20,)), tf.keras.layers.Dense(10)])
+    with tf.GradientTape() as tape:
+        loss_value = loss_fn(y, bn(x, training=True))
+        bn(x[:7], training=True)
+    with pytest.raises(NotImplementedError, match="BatchNormalization statistics twice"):
+        tape.gradient(loss_value, bn.trainable_variables)
+    with tf.GradientTape() as tape:
+        loss_value = loss_fn(y, model(x, training=True))
+    model.get_weights()  # another verb ends the model's run
+    with pytest.raises(NotImplementedError, match="used by another verb"):
         tape.gradient(loss_value, model.trainable_variables)
     with tf.GradientTape() as tape:
         loss_value = loss_fn(y, model(x, training=True))
@@ -315,7 +330,8 @@ def test_gradient_through_two_models():
     the discriminator's backward gives the gradient with respect to its input
     (the generator's output) and the generator's backward continues from it;
     checked against finite differences. Both models train by their own
-    optimizers."""
+    optimizers; the discriminator's step calls it twice (the earlier call is
+    run again for its backward, the two calls' gradients summed)."""
     tf.random.set_seed(3)
     generator = tf.keras.Sequential([tf.keras.layers.Dense(6, activation="tanh", input_shape=(3,)),
                                      tf.keras.layers.Dense(4)])
@@ -356,10 +372,24 @@ def test_gradient_through_two_models():
     discriminator_optimizer.apply_gradients(zip(g_disc, discriminator.trainable_variables))
     assert all((a != b).any() for a, b in zip(w, generator.get_weights()))
     assert all((a != b).any() for a, b in zip(d_before, discriminator.get_weights()))
-    with tf.GradientTape() as disc_tape:  # the tutorial calls the discriminator twice: refused by name
-        real_output = discriminator(noise[:, :1] * np.ones((1, 4), np.float32), training=True)
+    images = noise[:, :1] * np.ones((1, 4), np.float32)
+
+    def discriminator_loss(real_output, fake_output):
+        real_loss = cross_entropy(tf.ones_like(real_output), real_output)
+        fake_loss = cross_entropy(tf.zeros_like(fake_output), fake_output)
+        return real_loss + fake_loss
+    with tf.GradientTape() as disc_tape:  # the tutorial's step: the discriminator called twice
+        real_output = discriminator(images, training=True)
         fake_output = discriminator(generator(noise, training=True), training=True)
-        disc_loss = cross_entropy(tf.ones_like(real_output), real_output) + \
-            cross_entropy(tf.zeros_like(fake_output), fake_output)
-    with pytest.raises(NotImplementedError, match="was called again"):
-        disc_tape.gradient(disc_loss, discriminator.trainable_variables)
+        disc_loss = discriminator_loss(real_output, fake_output)
+    g_disc = disc_tape.gradient(disc_loss, discriminator.trainable_variables)
+    wd, fake = discriminator.get_weights(), generator(noise)
+
+    def disc_loss_at(kernel):  # the first layer's: its gradient depends on each call's activations
+        discriminator.set_weights([kernel] + wd[1:])
+        return float(discriminator_loss(discriminator(images), discriminator(fake)))
+    for i, j in ((0, 0), (2, 3), (3, 1)):
+        e = np.zeros_like(wd[0])
+        e[i, j] = 1e-2
+        np.testing.assert_allclose((disc_loss_at(wd[0] + e) - disc_loss_at(wd[0] - e)) / 2e-2,
+                                   g_disc[0].numpy()[i, j], rtol=5e-3, atol=1e-4)

@@ -519,11 +519,13 @@ class Model:
         if self._scale != 1.0:
             x32 = x32 * np.float32(self._scale)
         s = _eager.session(self)
-        out = s.forward(np.ascontiguousarray(x32), training)
+        x32 = np.ascontiguousarray(x32)
+        out = s.forward(x32, training)
         src = x if _tape.recorded(x) and xin is x else None
         if src is not None and not isinstance(src, _tape.Tensor):
             src = _tape.live(src)
-        return _tape.eager_output(self, s, out, src, int(np.prod(self._input_shape)), self._scale)
+        return _tape.eager_output(self, s, out, src, int(np.prod(self._input_shape)), self._scale,
+                                  np.ascontiguousarray(x32), training)
 
     def _trainable_offsets(self):
         """[(offset into the gradients, shape)] of model.trainable_variables."""
