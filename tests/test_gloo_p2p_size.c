@@ -12,9 +12,11 @@
  *    fails as a lost peer (the receiver closed the pairs), not by its
  *    timeout (an empty message's sender is done when its header went);
  *    nobody dies of a signal. The matching message arrives intact.
- *  - all-reduce with other counts on the two workers (STRATA_MPI_SHM=0: over
- *    Gloo's messages): both fail within the timeout naming the other worker
- *    and their own count; no signal; buffers unchanged.
+ *  - all-reduce with other counts on the two workers, over Gloo's messages
+ *    (STRATA_MPI_SHM=0): both fail within the timeout naming the other
+ *    worker and their own count; through shared memory (the default on one
+ *    host, shm.c): both fail at once with ST_ERR_INVALID naming the other
+ *    rank and both counts; no signal; buffers unchanged.
  * Skips (77) in a build without Gloo. */
 #define _GNU_SOURCE
 #include <signal.h>
@@ -29,12 +31,13 @@
 #include "free_port.h"
 #include "distribute/collective/collective.h"
 
-enum { CASES = 5, MSG = 1024 };
-/* per case: floats worker 0 sends, floats worker 1 expects (case 4: the
- * counts each passes to an all-reduce) */
-static const size_t g_sizes[CASES][2] = {{16, 8}, {4, 8}, {0, 8}, {1000, 1000}, {16, 8}};
+enum { CASES = 6, MSG = 1024 };
+/* per case: floats worker 0 sends, floats worker 1 expects (cases 4, 5: the
+ * counts each passes to an all-reduce, over messages / shared memory) */
+static const size_t g_sizes[CASES][2] = {{16, 8}, {4, 8}, {0, 8}, {1000, 1000}, {16, 8}, {16, 8}};
 static const char *g_names[CASES] = {"larger message", "smaller message", "empty message",
-                                     "matching message", "all-reduce of other counts"};
+                                     "matching message", "all-reduce of other counts",
+                                     "all-reduce of other counts through shared memory"};
 
 static char g_addr[2][32];
 static const char *g_addrs[2];
@@ -54,17 +57,17 @@ static void worker(int k, int rank, int fd) {
   }
   size_t n = g_sizes[k][rank], sent = g_sizes[k][0];
   float *buf = malloc((n ? n : 1) * sizeof *buf);
-  for (size_t i = 0; i < n; i++) buf[i] = k == 4 || rank == 0 ? (float)i : -1.0f;
+  for (size_t i = 0; i < n; i++) buf[i] = k >= 4 || rank == 0 ? (float)i : -1.0f;
   time_t t0 = time(NULL);
   int h = -1, kept = 1, right = 1;
-  if (k == 4)
+  if (k >= 4)
     s = c->vt->all_reduce(c, rank, buf, n, ST_REDUCE_SUM);
   else if (rank == 0 && (s = c->vt->send(c, buf, n, 1, &h)) == ST_OK)
     s = c->vt->wait(c, h);
   else if (rank == 1)
     s = c->vt->recv(c, buf, n, 0);
   for (size_t i = 0; i < n; i++) {
-    float was = k == 4 || rank == 0 ? (float)i : -1.0f;
+    float was = k >= 4 || rank == 0 ? (float)i : -1.0f;
     kept &= buf[i] == was;
     right &= buf[i] == (float)i && n == sent;
   }
@@ -132,6 +135,23 @@ static void test_p2p(void) {
   }
 }
 
+static void test_all_reduce_counts_shm(void) {
+  char got[2][MSG];
+  int rc[2];
+  unsetenv("STRATA_MPI_SHM");
+  run_case(5, got, rc);
+  for (int r = 0; r < 2; r++) {
+    char want[160];
+    const char *inval = st_status_string(ST_ERR_INVALID);
+    CHECK_EQ(rc[r], 0);
+    CHECK_MSG(strncmp(got[r], inval, strlen(inval)) == 0, "worker %d: %s", r, got[r]);
+    snprintf(want, sizeof want, "all-reduce through shared memory: rank %d passed %zu floats, this "
+             "rank %zu", 1 - r, g_sizes[5][1 - r], g_sizes[5][r]);
+    CHECK_MSG(strstr(got[r], want) != NULL, "worker %d: %s", r, got[r]);
+    CHECK_MSG(strstr(got[r], "kept=1") != NULL, "worker %d: %s", r, got[r]);
+  }
+}
+
 static void test_all_reduce_counts(void) {
   char got[2][MSG];
   int rc[2];
@@ -151,6 +171,7 @@ static void test_all_reduce_counts(void) {
 int main(int argc, char **argv) {
   if (!st__gloo_built()) check_skip("this build has no Gloo transport (libgloo-dev not found)");
   signal(SIGPIPE, SIG_IGN);
-  static const check_case cases[] = {CHECK_CASE(test_p2p), CHECK_CASE(test_all_reduce_counts)};
+  static const check_case cases[] = {CHECK_CASE(test_p2p), CHECK_CASE(test_all_reduce_counts),
+                                     CHECK_CASE(test_all_reduce_counts_shm)};
   return check_main(argc, argv, cases, sizeof cases / sizeof *cases);
 }

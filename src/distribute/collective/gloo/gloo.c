@@ -19,7 +19,8 @@
  * be matched by a message of another size: every slot carries the element
  * count (collectives: the operation's count, which every worker must pass
  * alike; a worker that passes another never pairs, and the wait ends at the
- * timeout naming it and this worker's count), and a point-to-point message
+ * timeout naming it and this worker's count; through shared memory shm.c
+ * compares the counts at once), and a point-to-point message
  * is preceded by a header with its count, checked before its data can land
  * (a mismatch: ST_ERR_INVALID naming the peer and both counts). */
 #include <pthread.h>
@@ -77,7 +78,7 @@ static st_status fail(gloo_coll *c, st_status s, op_kind op, int peer, const cha
   st__gloo_close_pairs(c->g);
   char at[48] = "";
   if (c->step) snprintf(at, sizeof at, " at step %lld", (long long)*c->step);
-  if (s == ST_ERR_TIMEOUT && op < OP_SEND) /* a worker that passed another count never pairs */
+  if (s == ST_ERR_TIMEOUT && op < OP_SEND && !c->shm) /* another count never pairs (shm.c names it) */
     return st_error(s, "gloo transport: worker %d did not join %s #%llu%s within %.0f s (%s; "
                     "this worker's count: %zu, a worker that passed another waits too)", peer,
                     op_names[op], (unsigned long long)c->ops, at, c->timeout, why, c->cur_n);
