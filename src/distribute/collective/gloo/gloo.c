@@ -10,7 +10,19 @@
  * sums and bits; STRATA_MPI_SHM=0 keeps them on messages); after a
  * failure every pair is closed (the peers then fail at once) and every later
  * operation fails with ST_ERR_PEER. Called by the one thread that owns it
- * (rank = c->self). */
+ * (rank = c->self).
+ *
+ * Sizes (issue 29, D1's Gloo twin): Gloo's unbound-buffer receive aborts the
+ * process (an exception in its device thread: std::terminate) when the
+ * message is larger than the posted receive, and completes silently, the
+ * rest of the buffer unwritten, when it is smaller. So no receive here can
+ * be matched by a message of another size: every slot carries the element
+ * count (collectives: the operation's count, which every worker must pass
+ * alike; a worker that passes another never pairs, and the wait ends at the
+ * timeout naming it and this worker's count; through shared memory shm.c
+ * compares the counts at once), and a point-to-point message
+ * is preceded by a header with its count, checked before its data can land
+ * (a mismatch: ST_ERR_INVALID naming the peer and both counts). */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -25,11 +37,17 @@
 #include "distribute/collective/shm.h"
 
 enum { MAX_PENDING = 64 };
+/* Slots (uint64): collectives: count (26 bits) << 36 | op number << 4 |
+ * phase; point to point: P2P_SLOT | P2P_HEADER for the header | count (29
+ * bits) << 32 | message number (16 bits) << 16 | sender. */
 #define P2P_SLOT ((uint64_t)1 << 62)
+#define P2P_HEADER ((uint64_t)1 << 61)
+#define COUNT_BITS(n, bits, shift) (((uint64_t)(n) & (((uint64_t)1 << (bits)) - 1)) << (shift))
 
 typedef struct pending {
-  st__gloo_buf *buf;
+  st__gloo_buf *buf, *hbuf; /* the data, the header (hdr) */
   int peer;
+  uint64_t hdr;             /* the count sent */
 } pending;
 
 typedef struct gloo_coll {
@@ -39,6 +57,7 @@ typedef struct gloo_coll {
   const int64_t *step;   /* for messages; may be NULL */
   uint64_t ops;          /* collective operations started */
   int cur_op;            /* the operation under way (op_kind), for messages */
+  size_t cur_n;          /* its element count (in its slots and messages) */
   bool broken;
   st__shm *shm;          /* every worker on this machine: all-reduces through it */
   double wait_t0;        /* the start of the current wait on shm */
@@ -59,6 +78,10 @@ static st_status fail(gloo_coll *c, st_status s, op_kind op, int peer, const cha
   st__gloo_close_pairs(c->g);
   char at[48] = "";
   if (c->step) snprintf(at, sizeof at, " at step %lld", (long long)*c->step);
+  if (s == ST_ERR_TIMEOUT && op < OP_SEND && !c->shm) /* another count never pairs (shm.c names it) */
+    return st_error(s, "gloo transport: worker %d did not join %s #%llu%s within %.0f s (%s; "
+                    "this worker's count: %zu, a worker that passed another waits too)", peer,
+                    op_names[op], (unsigned long long)c->ops, at, c->timeout, why, c->cur_n);
   if (s == ST_ERR_TIMEOUT)
     return st_error(s, "gloo transport: worker %d did not join %s #%llu%s within %.0f s (%s)",
                     peer, op_names[op], (unsigned long long)c->ops, at, c->timeout, why);
@@ -150,7 +173,7 @@ static st_status exchange(gloo_coll *c, const float *send, size_t send_n, float 
   xfer x;
   st_status s = open_bufs(c, &x, send, send_n, recv, recv_n, op);
   bool expect[ST_MAX_WORKERS] = {false};
-  uint64_t slot = c->ops << 4 | phase;
+  uint64_t slot = COUNT_BITS(c->cur_n, 26, 36) | COUNT_BITS(c->ops, 32, 4) | phase;
   for (int j = 0; s == ST_OK && j < c->base.size; j++) {
     if (j == c->base.self) continue;
     expect[j] = p->rn[j] > 0;
@@ -199,6 +222,7 @@ static st_status gloo_all_reduce(st_collective *cc, int rank, float *buf, size_t
   if (c->broken) return fail_broken(c, OP_ALL_REDUCE);
   c->ops++;
   c->cur_op = OP_ALL_REDUCE;
+  c->cur_n = n;
   int size = c->base.size, me = c->base.self;
   if (size == 1 || n == 0) return ST_OK;
   if (c->shm) return shm_done(c, st__shm_all_reduce(c->shm, buf, n, op, shm_wait, c));
@@ -230,6 +254,7 @@ static st_status gloo_broadcast(st_collective *cc, int rank, float *buf, size_t 
   if (c->broken) return fail_broken(c, OP_BROADCAST);
   c->ops++;
   c->cur_op = OP_BROADCAST;
+  c->cur_n = n;
   int size = c->base.size, me = c->base.self;
   if (size == 1 || n == 0) return ST_OK;
   if (c->shm) return shm_done(c, st__shm_broadcast(c->shm, buf, n, root, shm_wait, c));
@@ -250,6 +275,7 @@ static st_status gloo_all_gather(st_collective *cc, int rank, const float *send,
   if (c->broken) return fail_broken(c, OP_ALL_GATHER);
   c->ops++;
   c->cur_op = OP_ALL_GATHER;
+  c->cur_n = n;
   int size = c->base.size, me = c->base.self;
   if (c->shm && n <= ST__SHM_GATHER_MAX)
     return shm_done(c, st__shm_all_gather(c->shm, send, n, recv, shm_wait, c));
@@ -270,6 +296,7 @@ static st_status gloo_reduce_scatter(st_collective *cc, int rank, const float *s
   if (c->broken) return fail_broken(c, OP_REDUCE_SCATTER);
   c->ops++;
   c->cur_op = OP_REDUCE_SCATTER;
+  c->cur_n = n;
   int size = c->base.size, me = c->base.self;
   const float *src[ST_MAX_WORKERS];
   st_status s = reserve_tmp(c, (size_t)size * n + 1);
@@ -294,6 +321,7 @@ static st_status gloo_barrier(st_collective *cc, int rank) {
   if (c->broken) return fail_broken(c, OP_BARRIER);
   c->ops++;
   c->cur_op = OP_BARRIER;
+  c->cur_n = 1;
   int size = c->base.size;
   if (size == 1) return ST_OK;
   if (c->shm) return shm_done(c, st__shm_all_gather(c->shm, NULL, 0, NULL, shm_wait, c));
@@ -307,6 +335,33 @@ static st_status gloo_barrier(st_collective *cc, int rank) {
 
 /* ---- point to point ---- */
 
+/* The slots of message number seq from `from` (the data's carries count). */
+static uint64_t p2p_slot(uint64_t seq, int from, bool header, size_t count) {
+  return P2P_SLOT | (header ? P2P_HEADER : COUNT_BITS(count, 29, 32)) | COUNT_BITS(seq, 16, 16) |
+         (uint64_t)from;
+}
+
+/* Post the header (n) and the data of one message to peer (h: a free entry). */
+static int post_send(gloo_coll *c, pending *h, const float *buf, size_t n, int peer, char *err,
+                     size_t errlen) {
+  uint64_t seq = c->sent[peer]++;
+  h->hdr = n;
+  int rc = st__gloo_buf_create(c->g, &h->hdr, sizeof h->hdr, &h->hbuf, err, errlen);
+  if (rc == 0)
+    rc = st__gloo_send(h->hbuf, peer, p2p_slot(seq, c->base.self, true, 0), 0, sizeof h->hdr, err,
+                       errlen);
+  if (rc == 0) rc = st__gloo_buf_create(c->g, (void *)buf, n * 4 + 1, &h->buf, err, errlen);
+  if (rc == 0 && n)
+    rc = st__gloo_send(h->buf, peer, p2p_slot(seq, c->base.self, false, n), 0, n * 4, err, errlen);
+  return rc;
+}
+
+static void free_pending(pending *p) {
+  st__gloo_buf_destroy(p->hbuf);
+  st__gloo_buf_destroy(p->buf);
+  p->hbuf = p->buf = NULL;
+}
+
 static st_status gloo_send(st_collective *cc, const float *buf, size_t n, int peer, int *handle) {
   gloo_coll *c = (gloo_coll *)cc;
   if (c->broken) return fail_broken(c, OP_SEND);
@@ -315,11 +370,12 @@ static st_status gloo_send(st_collective *cc, const float *buf, size_t n, int pe
   if (h == MAX_PENDING)
     return st_error(ST_ERR_INTERNAL, "gloo transport: more than %d sends pending", MAX_PENDING);
   char err[256];
-  uint64_t slot = P2P_SLOT | c->sent[peer]++ << 16 | (uint64_t)c->base.self;
-  if (st__gloo_buf_create(c->g, (void *)buf, n * 4 + 1, &c->p2p[h].buf, err, sizeof err) != 0 ||
-      (n && st__gloo_send(c->p2p[h].buf, peer, slot, 0, n * 4, err, sizeof err) != 0))
-    return fail(c, ST_ERR_PEER, OP_SEND, peer, err);
-  c->p2p[h].peer = n ? peer : -1; /* nothing to wait for when empty */
+  c->p2p[h].peer = peer;
+  if (post_send(c, &c->p2p[h], buf, n, peer, err, sizeof err) != 0) {
+    st_status s = fail(c, ST_ERR_PEER, OP_SEND, peer, err);
+    free_pending(&c->p2p[h]);
+    return s;
+  }
   *handle = h;
   return ST_OK;
 }
@@ -331,35 +387,55 @@ static st_status gloo_wait(st_collective *cc, int handle) {
                     handle);
   pending *p = &c->p2p[handle];
   char err[256];
-  int peer = p->peer, rc = 0;
-  if (peer >= 0) rc = st__gloo_wait_send(p->buf, (int)(c->timeout * 1000.0), &peer, err, sizeof err);
+  int peer = p->peer, ms = (int)(c->timeout * 1000.0);
+  int rc = st__gloo_wait_send(p->hbuf, ms, &peer, err, sizeof err); /* the header */
+  if (rc == 0 && p->hdr) rc = st__gloo_wait_send(p->buf, ms, &peer, err, sizeof err);
   st_status s = ST_OK;
   if (rc != 0) s = fail(c, rc == ST__GLOO_TIMEOUT ? ST_ERR_TIMEOUT : ST_ERR_PEER, OP_SEND, p->peer, err);
-  st__gloo_buf_destroy(p->buf);
-  p->buf = NULL;
+  free_pending(p);
   return s;
+}
+
+/* The header of the next message from peer came with `got` floats, this
+ * receive expects n: a mismatch is refused before its data can land (its
+ * receive, posted under the slot of n, cannot pair with the other count). */
+static st_status size_mismatch(gloo_coll *c, int peer, uint64_t seq, uint64_t got, size_t n) {
+  c->broken = true;
+  st__gloo_close_pairs(c->g);
+  char at[48] = "";
+  if (c->step) snprintf(at, sizeof at, " at step %lld", (long long)*c->step);
+  return st_error(ST_ERR_INVALID, "gloo transport: receive #%llu from worker %d%s: it sent %llu "
+                  "floats (%llu bytes), this worker expects %zu (%zu bytes): the workers disagree "
+                  "on what shapes the message (a flag or the data differs between them)",
+                  (unsigned long long)seq + 1, peer, at, (unsigned long long)got,
+                  (unsigned long long)got * 4, n, n * 4);
 }
 
 static st_status gloo_recv(st_collective *cc, float *buf, size_t n, int peer) {
   gloo_coll *c = (gloo_coll *)cc;
   if (c->broken) return fail_broken(c, OP_RECV);
-  uint64_t slot = P2P_SLOT | c->recvd[peer]++ << 16 | (uint64_t)peer;
-  if (n == 0) return ST_OK;
+  uint64_t seq = c->recvd[peer]++, got = UINT64_MAX;
   char err[256];
-  st__gloo_buf *b = NULL;
-  int rc = st__gloo_buf_create(c->g, buf, n * 4, &b, err, sizeof err), from = -1;
-  if (rc == 0) rc = st__gloo_recv(b, peer, slot, 0, n * 4, err, sizeof err);
-  if (rc == 0) rc = st__gloo_wait_recv(b, (int)(c->timeout * 1000.0), &from, err, sizeof err);
+  st__gloo_buf *hb = NULL, *b = NULL;
+  int ms = (int)(c->timeout * 1000.0), from = -1;
+  int rc = st__gloo_buf_create(c->g, &got, sizeof got, &hb, err, sizeof err);
+  if (rc == 0) rc = st__gloo_recv(hb, peer, p2p_slot(seq, peer, true, 0), 0, sizeof got, err, sizeof err);
+  if (rc == 0 && n) rc = st__gloo_buf_create(c->g, buf, n * 4, &b, err, sizeof err);
+  if (rc == 0 && n) rc = st__gloo_recv(b, peer, p2p_slot(seq, peer, false, n), 0, n * 4, err, sizeof err);
+  if (rc == 0) rc = st__gloo_wait_recv(hb, ms, &from, err, sizeof err);
   st_status s = ST_OK;
+  if (rc == 0 && got != n) s = size_mismatch(c, peer, seq, got, n);
+  else if (rc == 0 && n) rc = st__gloo_wait_recv(b, ms, &from, err, sizeof err);
   if (rc != 0) s = fail(c, rc == ST__GLOO_TIMEOUT ? ST_ERR_TIMEOUT : ST_ERR_PEER, OP_RECV, peer, err);
   st__gloo_buf_destroy(b);
+  st__gloo_buf_destroy(hb);
   return s;
 }
 
 static void gloo_destroy(st_collective *cc) {
   gloo_coll *c = (gloo_coll *)cc;
   if (c->broken) st__gloo_close_pairs(c->g);
-  for (int h = 0; h < MAX_PENDING; h++) st__gloo_buf_destroy(c->p2p[h].buf);
+  for (int h = 0; h < MAX_PENDING; h++) free_pending(&c->p2p[h]);
   st__shm_close(c->shm);
   st__gloo_destroy(c->g);
   free(c->tmp);
