@@ -17,10 +17,11 @@
 static double layer_cost(const st_layer *l) {
   size_t outs = st_shape_size(l->out_shape), w = 0, bytes = 0;
   int last = l->out_shape.rank > 0 ? l->out_shape.dims[l->out_shape.rank - 1] : 1;
-  for (int p = 0; p < l->nparams; p++) {
-    size_t sz = st_shape_size(l->params[p].shape);
+  const st_layer *v = st__layer_vars(l); /* a tied head: the table it reads */
+  for (int p = 0; p < v->nparams; p++) {
+    size_t sz = st_shape_size(v->params[p].shape);
     bytes += sz * sizeof(float);
-    if (l->params[p].trainable) w += sz;
+    if (v->params[p].trainable) w += sz;
   }
   double positions = last > 0 ? (double)outs / last : 1.0;
   double flops = w ? 2.0 * (double)w * positions : (double)outs;
@@ -128,6 +129,34 @@ st_status st__pipe_partition(const st_net *m, int stages, const int *bounds, int
   return s;
 }
 
+static int stage_of(const st_net *m, int S, const int *first, int node) {
+  int s = 0;
+  while (s + 1 < S && m->layers[first[s + 1]]->first_node <= node) s++;
+  return s;
+}
+
+st_status st__pipe_tie_find(const st_net *m, int S, const int *first, st_pipe_tie *out) {
+  memset(out, 0, sizeof *out);
+  out->layer = -1;
+  for (int i = 0; i < m->nlayers; i++) {
+    const st_layer *h = m->layers[i], *t = h->tied;
+    if (!t) continue;
+    int tl = m->nodes[t->first_node].layer;
+    int src = stage_of(m, S, first, t->first_node), dst = stage_of(m, S, first, h->first_node);
+    if (src == dst) continue;
+    if (out->layer >= 0 || t->calls > 1 || h->calls > 1 || first[src] != tl)
+      return st_error(ST_ERR_INVALID, "pipeline: layer '%s' reads the variables of layer '%s' "
+                      "(tied) from stage %d: the pipeline runs a tied table only when it is "
+                      "called once, by the first layer of its stage, and read by one layer of "
+                      "a later stage", h->name, t->name, src);
+    size_t off, n;
+    st__pipe_var_range(m, tl, tl + 1, true, &off, &n);
+    *out = (st_pipe_tie){.layer = tl, .node = t->first_node, .src = src, .dst = dst, .off = off,
+                         .n = n, .dy = st_shape_size(t->out_shape)};
+  }
+  return ST_OK;
+}
+
 /* ---- buffers ------------------------------------------------------------ */
 
 static float *alloc_floats(st_pipe_stage *st, size_t n) {
@@ -146,7 +175,10 @@ static void free_slots(st_pipe_stage *st) {
     if (st->recv) be->free(st->ctx, st->recv[i]);
     if (st->in) be->free(st->ctx, st->in[i]);
     if (st->dxs) be->free(st->ctx, st->dxs[i]);
+    if (st->tdy) be->free(st->ctx, st->tdy[i]);
   }
+  be->free(st->ctx, st->tdyin);
+  st->tdyin = NULL;
   for (int i = 0; st->gslots && i < st->n_gslots; i++) be->free(st->ctx, st->gslots[i]);
   be->free(st->ctx, st->workspace);
   be->free(st->ctx, st->loss_rows);
@@ -155,6 +187,7 @@ static void free_slots(st_pipe_stage *st) {
   if (st->recv) memset(st->recv, 0, (size_t)st->nslots * sizeof *st->recv);
   if (st->in) memset(st->in, 0, (size_t)st->nslots * sizeof *st->in);
   if (st->dxs) memset(st->dxs, 0, (size_t)st->nslots * sizeof *st->dxs);
+  if (st->tdy) memset(st->tdy, 0, (size_t)st->nslots * sizeof *st->tdy);
   if (st->gslots) memset(st->gslots, 0, (size_t)st->n_gslots * sizeof *st->gslots);
   st->workspace = st->loss_rows = NULL;
   st->cap = 0;
@@ -181,21 +214,26 @@ static st_status alloc_slots(const st_net *m, st_pipe_stage *st, int cap) {
   for (int s = 0; s < st->nslots; s++)
     if ((st->recv && !(st->recv[s] = alloc_floats(st, out))) ||
         (st->in && !(st->in[s] = alloc_floats(st, in * (size_t)cap))) ||
-        (st->dxs && !(st->dxs[s] = alloc_floats(st, in * (size_t)cap))))
+        (st->dxs && !(st->dxs[s] = alloc_floats(st, in * (size_t)cap))) ||
+        (st->tdy && !(st->tdy[s] = alloc_floats(st, st->tie.dy * (size_t)cap))))
       return ST_ERR_NOMEM;
+  if (st->tie_dst && st->in && !(st->tdyin = alloc_floats(st, st->tie.dy * (size_t)cap)))
+    return ST_ERR_NOMEM;
   for (int i = 0; i < st->n_gslots; i++)
     if (!(st->gslots[i] = alloc_floats(st, mx * (size_t)cap))) return ST_ERR_NOMEM;
   if (!(st->workspace = alloc_floats(st, ws)) ||
-      !(st->loss_rows = alloc_floats(st, (size_t)cap)))
+      !(st->loss_rows = alloc_floats(st, (size_t)cap * st__net_loss_positions(m))))
     return ST_ERR_NOMEM;
   st->cap = cap;
   return ST_OK;
 }
 
-/* The most trainable floats of one layer among [lo, hi): the size of dw. */
-static size_t largest_layer(const st_net *m, int lo, int hi) {
+/* The most trainable floats of one layer among [lo, hi): the size of dw
+ * (skip: a tied table whose gradient the stage does not hold, or -1). */
+static size_t largest_layer(const st_net *m, int lo, int hi, int skip) {
   size_t mx = 0, off, n;
   for (int i = lo; i < hi; i++) {
+    if (i == skip) continue;
     st__pipe_var_range(m, i, i + 1, true, &off, &n);
     if (n > mx) mx = n;
   }
@@ -209,15 +247,19 @@ static void stage_nodes(const st_net *m, st_pipe_stage *st) {
   if (st->nlo > 0) (void)st__net_cut(m, st->nlo, &st->in_tensor);
 }
 
-/* Bytes of the variables, slots and gradients: fixed for the stage's life. */
+/* Bytes of the variables, slots and gradients: fixed for the stage's life
+ * (a tie's src: the table's values; dst: values, slots and three buffers). */
 static size_t fixed_bytes(const st_net *m, const st_pipe_stage *st) {
-  return (st->np * (size_t)(1 + m->n_slots) + st->ns) * sizeof(float);
+  size_t tie = st->tie_src ? st->tie.n : st->tie_dst ? st->tie.n * (size_t)(4 + m->n_slots) : 0;
+  return (st->np * (size_t)(1 + m->n_slots) + st->ns + tie) * sizeof(float);
 }
+
+static int skip_layer(const st_pipe_stage *st) { return st->tie_src ? st->tie.layer : -1; }
 
 st_status st__pipe_stage_reserve(const st_net *m, st_pipe_stage *st, int cap) {
   if (cap <= st->cap) return ST_OK;
   free_slots(st);
-  size_t dw = largest_layer(m, st->lo, st->hi);
+  size_t dw = largest_layer(m, st->lo, st->hi, skip_layer(st));
   st->buffer_bytes = fixed_bytes(m, st) + ((st->np ? st->np : 1) + (dw ? dw : 1)) * sizeof(float);
   st_status s = alloc_slots(m, st, cap);
   if (s != ST_OK) {
@@ -244,8 +286,26 @@ void st__pipe_var_range(const st_net *m, int lo, int hi, bool trainable, size_t 
   *n = seen ? b - a : 0;
 }
 
+/* The tie's share of stage st: src holds the table's values only (its
+ * trainable range starts after the table), dst the three buffers. */
+static bool tie_setup(const st_net *m, st_pipe_stage *st, const st_pipe_tie *tie) {
+  st->tie.layer = -1;
+  if (!tie || tie->layer < 0) return true;
+  st->tie = *tie;
+  st->tie_src = tie->src == st->index, st->tie_dst = tie->dst == st->index;
+  if (st->tie_src) {
+    st->poff += tie->n, st->np -= tie->n; /* the table is the stage's first variable */
+    st->tdy = calloc((size_t)st->nslots, sizeof *st->tdy);
+    if (!st->tdy) return false;
+  }
+  (void)m; /* the sizes are the tie's */
+  return !st->tie_dst || ((st->tgrad = alloc_floats(st, tie->n)) && (st->tsum = alloc_floats(st, tie->n)) &&
+                          (st->trecv = alloc_floats(st, tie->n)));
+}
+
 st_status st__pipe_stage_create(const st_net *m, int index, int lo, int hi, int nslots,
-                                bool last, bool procs, st_pipe_stage **out) {
+                                bool last, bool procs, const st_pipe_tie *tie,
+                                st_pipe_stage **out) {
   *out = NULL;
   st_pipe_stage *st = calloc(1, sizeof *st);
   if (!st) return st_error(ST_ERR_NOMEM, "pipeline: out of memory");
@@ -267,14 +327,23 @@ st_status st__pipe_stage_create(const st_net *m, int index, int lo, int hi, int 
   bool extra = procs && lo > 0;
   st->in = extra ? calloc((size_t)nslots, sizeof *st->in) : NULL;
   st->dxs = extra ? calloc((size_t)nslots, sizeof *st->dxs) : NULL;
+  if (!tie_setup(m, st, tie)) goto fail;
+  if (st->tie_src) { /* its backward skips the lookup: its range's slots may differ */
+    int n = st__net_grad_slots(m, st->nlo + 1, st->nhi) + 1;
+    if (n > st->n_gslots) {
+      free(st->gslots);
+      st->n_gslots = n;
+      st->gslots = calloc((size_t)n + 1, sizeof *st->gslots);
+    }
+  }
   if (!st->gslots || !st->acts || !st->caches || (!last && !st->recv) || (extra && (!st->in || !st->dxs)) || !(st->grads = alloc_floats(st, st->np)) ||
-      !(st->dw = alloc_floats(st, largest_layer(m, lo, hi))))
+      !(st->dw = alloc_floats(st, largest_layer(m, lo, hi, skip_layer(st)))))
     goto fail;
   if (st__pipe_stage_reserve(m, st, 1) != ST_OK) goto fail;
   *out = st;
   return ST_OK;
 fail:;
-  size_t bytes = (st->np + largest_layer(m, lo, hi)) * sizeof(float);
+  size_t bytes = (st->np + largest_layer(m, lo, hi, skip_layer(st))) * sizeof(float);
   st__pipe_stage_destroy(m, st);
   return st_error(ST_ERR_NOMEM, "pipeline stage %d (layers %d..%d): out of memory for its "
                   "gradients and buffers (%zu bytes and more)", index, lo, hi - 1, bytes);
@@ -287,6 +356,9 @@ void st__pipe_stage_destroy(const st_net *m, st_pipe_stage *st) {
     free_slots(st);
     st->ctx->be->free(st->ctx, st->grads);
     st->ctx->be->free(st->ctx, st->dw);
+    st->ctx->be->free(st->ctx, st->tgrad);
+    st->ctx->be->free(st->ctx, st->tsum);
+    st->ctx->be->free(st->ctx, st->trecv);
     st_backend_ctx_destroy(st->ctx);
   }
   free(st->acts);
@@ -295,6 +367,7 @@ void st__pipe_stage_destroy(const st_net *m, st_pipe_stage *st) {
   free(st->recv);
   free(st->in);
   free(st->dxs);
+  free(st->tdy);
   free(st);
 }
 
@@ -338,10 +411,52 @@ void st__pipe_stage_backward(const st_net *m, st_pipe_stage *st, int slot, int m
   st_exec e = stage_exec(m, st, slot, mb, to_dw);
   e.ext[0] = x;
   e.ext_dx[0] = st->lo > first ? dx : NULL;
+  if (st->tie_src) { /* not the lookup: the gradient of its output to tdy (for dst) */
+    ST_ASSERT(st->nlo == st->tie.node);
+    e.lo++, e.acts++, e.caches++;
+    e.n_ext = 2;
+    e.ext_id[1] = st->tie.node;
+    e.ext[1] = st->acts[(size_t)slot * (size_t)(st->nhi - st->nlo)];
+    e.ext_dx[1] = st->tdy[slot];
+  }
+  if (st->tie_dst) { /* the head's part of the table's gradient */
+    e.tied_off = st->tie.off, e.tied_n = st->tie.n;
+    e.tied_dw = to_dw ? st->tsum : st->tgrad;
+  }
   st__exec_backward(m, &e, dy == st->gslots[0] ? NULL : dy, n, step, NULL, NULL);
 }
 
+void st__pipe_tie_fold(const st_net *m, st_pipe_stage *st, int k, const float *ids, float *dy,
+                       int n, int64_t step) {
+  float *target = k ? st->tsum : st->tgrad;
+  if (n) { /* the lookup's backward on its own: e_k into trecv */
+    float *none[1] = {NULL};
+    st_exec e;
+    memset(&e, 0, sizeof e);
+    e.be = st->ctx->be, e.ctx = st->ctx;
+    e.lo = st->tie.node, e.hi = st->tie.node + 1;
+    e.acts = none, e.caches = none;
+    e.workspace = st->workspace, e.gslots = st->gslots, e.gscratch = st->dw;
+    e.params = m->params, e.state = m->state;
+    e.tied_off = st->tie.off, e.tied_n = st->tie.n, e.tied_dw = st->trecv;
+    e.n_ext = 1;
+    e.ext_id[0] = m->nodes[st->tie.node].in[0];
+    e.ext[0] = ids;
+    st__exec_backward(m, &e, dy, n, step, NULL, NULL);
+    m->be->axpy(st->ctx, st->tie.n, 1.0f, st->trecv, target); /* h_k + e_k */
+  } else if (k) {
+    m->be->fill(st->ctx, st->tie.n, 0.0f, st->tsum);
+  }
+  if (k) m->be->axpy(st->ctx, st->tie.n, 1.0f, st->tsum, st->tgrad);
+}
+
+void st__pipe_tie_apply(const st_net *m, st_pipe_stage *st) {
+  st__apply_range(m, st->ctx, m->params + st->tie.off, st->tgrad, m->slots, st->tie.off,
+                  st->tie.n);
+}
+
 void st__pipe_stage_no_examples(const st_net *m, st_pipe_stage *st, int k) {
+  if (st->tie_dst && !k) m->be->fill(st->ctx, st->tie.n, 0.0f, st->tgrad);
   if (!k) {
     if (st->np) m->be->fill(st->ctx, st->np, 0.0f, st->grads);
     return;

@@ -254,7 +254,7 @@ static st_status recompile(st_model *m, const st_compile_options *o) {
 static st_status check_strategy_fits(const st_model *m) {
   st_strategy_kind k = m->strategy->opts.kind;
   bool pipe_ps = k == ST_STRATEGY_PIPELINE || k == ST_STRATEGY_PARAMETER_SERVER;
-  if (pipe_ps && st__net_loss_positions(&m->net) > 1)
+  if (k == ST_STRATEGY_PARAMETER_SERVER && st__net_loss_positions(&m->net) > 1)
     return st_error(ST_ERR_INVALID, "compile: a sparse loss over positions (output [%d, %d]) is "
                     "not supported by the %s strategy yet", (int)st__net_loss_positions(&m->net),
                     st__net_loss_cols(&m->net), st_strategy_kind_name(k));
