@@ -408,6 +408,8 @@ static st_status procs_place_vars(st_strategy *s, st_net *m) {
   st__net_init_layers(m, lo, hi, m->params, m->state);
   if (tie.layer >= 0 && stage == tie.dst) /* its copy of the table: the same values */
     st__net_init_layers(m, tie.layer, tie.layer + 1, m->params, m->state);
+  bool tied = tie.layer >= 0 && (stage == tie.src || stage == tie.dst);
+  m->tie_p = tie.off, m->tie_np = tied ? tie.n : 0, m->tie_slots = stage == tie.dst;
   return ST_OK;
 }
 

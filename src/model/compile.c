@@ -294,6 +294,8 @@ st_status st_model_compile(st_model *m, const st_compile_options *o) {
   if (m->pending_vars && m->net.reserved) { /* only the stage's share */
     st__be_to_device(m->net.be_ctx, m->net.params + m->net.own_p,
                      m->pending_vars + m->net.own_p, m->net.own_np * sizeof(float));
+    st__be_to_device(m->net.be_ctx, m->net.params + m->net.tie_p, /* a tied table (net.h) */
+                     m->pending_vars + m->net.tie_p, m->net.tie_np * sizeof(float));
     st__be_to_device(m->net.be_ctx, m->net.state + m->net.own_s,
                      m->pending_vars + m->net.n_params + m->net.own_s,
                      m->net.own_ns * sizeof(float));

@@ -95,6 +95,13 @@ typedef struct st_net {
    * memory (its layers' share); false: backend allocations, all memory. */
   bool reserved;
   size_t own_p, own_np, own_s, own_ns;
+  /* A table tied across stages (distribute/pipeline.h) in such a net: the
+   * trainable floats [tie_p, tie_p + tie_np) are held as values only
+   * (tie_slots false: the lookup's stage, within its own range) or as values
+   * and optimizer slots (true: the head's stage, outside its range);
+   * tie_np 0: none. */
+  size_t tie_p, tie_np;
+  bool tie_slots;
 } st_net;
 
 /* ---- per-replica executor ---- */
