@@ -40,6 +40,7 @@ typedef struct pp_state {
   int bwd_done[ST_MAX_REPLICAS]; /* backwards stage s finished this step */
   int first;               /* the net's first layer with a trainable variable */
   st_pipe_tie tie;         /* a table tied across stages (pipeline.h), or layer -1 */
+  st_status tie_err;       /* the tie's fold this step (its dst's thread) */
   st_net *m;
   const st_batch *b;       /* the current step's batch */
   st_step_stats stats;     /* written by the last stage */
@@ -216,7 +217,9 @@ static void fold_tie(pp_state *p, int k) {
   st_pipe_stage *src = p->stages[p->tie.src], *dst = p->stages[p->tie.dst];
   wait_for(p, &p->bwd_done[p->tie.src], k);
   st_batch mb = st__batch_slice(p->m, p->b, p->M, k, NULL);
-  st__pipe_tie_fold(p->m, dst, k, mb.x, src->tdy[k % src->nslots], mb.size, p->m->step);
+  st_status s = st__pipe_tie_fold(p->m, dst, k, mb.x, src->tdy[k % src->nslots], mb.size,
+                                  p->m->step);
+  if (s != ST_OK && p->tie_err == ST_OK) p->tie_err = s;
 }
 
 /* Backward of micro-batch k on stage s (after stage s+1's), its gradient
@@ -285,11 +288,15 @@ static st_status pp_train_step(st_strategy *s, st_net *m, const st_batch *b,
   memset(p->bwd_done, 0, sizeof p->bwd_done);
   memset(p->nlog, 0, sizeof p->nlog);
   p->b = b;
+  p->tie_err = ST_OK;
   double t0 = st_now_seconds();
   unsigned fp = st__ftz_enter();
   if (p->pool) st_threadpool_run(p->pool, p->S, stage_task, p);
   else stage_task(p, 0);
   st__ftz_leave(fp);
+  if (p->tie_err != ST_OK) /* (its message stayed with the stage's thread) */
+    return st_error(p->tie_err, "pipeline stage %d: the tied table's gradient: out of memory",
+                    p->tie.dst);
   p->step_seconds += st_now_seconds() - t0;
   st_status rs = st__pipe_replay(p->S, p->M, p->log, p->idle, p->in_flight);
   if (rs != ST_OK) return rs;

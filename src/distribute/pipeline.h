@@ -21,9 +21,10 @@
  * table's owner) holds values, gradient and slots. Per micro-batch k, dst's
  * head writes its part of the gradient h_k into tsum (k = 0: tgrad), src
  * hands dst the gradient of the lookup's output (tdy: [n, dy]; a message
- * across processes) and dst runs the lookup's backward on it (e_k, into
- * trecv), so that tgrad = sum over k of (h_k + e_k), the sums one device's
- * threads make (bit-identical to one_device --threads M). dst applies the
+ * across processes) and dst runs the lookup's backward on it (e_k, on the
+ * rows of the micro-batch's ids only: pipeline_tie.c), so that tgrad = sum
+ * over k of (h_k + e_k), the sums one device's threads make (bit-identical
+ * to one_device --threads M). dst applies the
  * optimizer to the table and (across processes) sends the new values to src
  * before src's next forward. Checkpoints and --save write the table once. */
 typedef struct st_pipe_tie {
@@ -68,7 +69,11 @@ typedef struct st_pipe_stage {
   st_pipe_tie tie;         /* the net's (layer -1: none) */
   bool tie_src, tie_dst;   /* this stage is the tie's src or dst */
   float **tdy;             /* src: [nslots]: [cap, tie.dy] */
-  float *tgrad, *tsum, *trecv; /* dst: [tie.n] each */
+  float *tgrad, *tsum;     /* dst: [tie.n] each */
+  int *tmap;               /* dst: [rows of the table]: -1, or a row's compact index */
+  int *trow;               /* dst: [cap * ids per example]: the rows of the compact table */
+  float *tids, *tcompact;  /* dst: [cap * ids per example], [cap, tie.dy] (pipeline_tie.c) */
+  int tcap;                /* examples they hold */
   float *tdyin;            /* dst across processes: [cap, tie.dy] received */
   size_t buffer_bytes;     /* bytes of the buffers above */
   double busy;             /* seconds in passes, over all steps */
@@ -121,11 +126,13 @@ void st__pipe_stage_backward(const st_net *m, st_pipe_stage *st, int slot, int m
 /* The tie's dst, once src ran backward k: the table's gradient of
  * micro-batch k (ids: its model input [n, ...], dy: the lookup output's
  * gradient [n, tie.dy], clobbered) added to the head's, and that sum to
- * tgrad (k > 0). */
-void st__pipe_tie_fold(const st_net *m, st_pipe_stage *st, int k, const float *ids,
-                       float *dy, int n, int64_t step);
+ * tgrad (k > 0). ST_ERR_NOMEM (the compact table's layer). */
+st_status st__pipe_tie_fold(const st_net *m, st_pipe_stage *st, int k, const float *ids,
+                            float *dy, int n, int64_t step);
 /* The tie's dst: the optimizer update of the table. */
 void st__pipe_tie_apply(const st_net *m, st_pipe_stage *st);
+/* The tie's dst: its fold buffers for micro-batches of cap examples. */
+bool st__pipe_tie_reserve(const st_net *m, st_pipe_stage *st, int cap);
 
 /* Micro-batch k had no examples: zero gradients (k == 0) or zeros added. */
 void st__pipe_stage_no_examples(const st_net *m, st_pipe_stage *st, int k);

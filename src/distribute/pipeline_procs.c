@@ -229,7 +229,7 @@ static st_status fold_tie(procs *p, st_net *m, int k) {
   st_pipe_stage *st = p->st;
   st_batch mb = st__batch_slice(m, &p->mine, p->M, k, NULL);
   st_status s = recv_from(p, st->tdyin, (size_t)mb.size * st->tie.dy, p->tie_peer);
-  if (s == ST_OK) st__pipe_tie_fold(m, st, k, mb.x, st->tdyin, mb.size, m->step);
+  if (s == ST_OK) s = st__pipe_tie_fold(m, st, k, mb.x, st->tdyin, mb.size, m->step);
   return s;
 }
 

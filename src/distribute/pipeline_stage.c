@@ -12,8 +12,9 @@
 
 /* Estimated cost of layer l per example: 2 FLOPs per trainable weight per
  * output position (a Dense kernel is applied once, a Conv2D kernel at every
- * output pixel), one per output element for layers without weights, plus
- * the bytes of its parameters (the memory the stage must hold). */
+ * output pixel; a tied head: the table it reads), one per output element for
+ * layers without weights and for Embedding lookups, plus the bytes of its
+ * parameters (the memory the stage must hold). */
 static double layer_cost(const st_layer *l) {
   size_t outs = st_shape_size(l->out_shape), w = 0, bytes = 0;
   int last = l->out_shape.rank > 0 ? l->out_shape.dims[l->out_shape.rank - 1] : 1;
@@ -24,7 +25,8 @@ static double layer_cost(const st_layer *l) {
     if (v->params[p].trainable) w += sz;
   }
   double positions = last > 0 ? (double)outs / last : 1.0;
-  double flops = w ? 2.0 * (double)w * positions : (double)outs;
+  bool lookup = !strcmp(l->vt->class_name, "Embedding"); /* reads one row per position */
+  double flops = w && !lookup ? 2.0 * (double)w * positions : (double)outs;
   return flops + (double)bytes;
 }
 
@@ -129,34 +131,6 @@ st_status st__pipe_partition(const st_net *m, int stages, const int *bounds, int
   return s;
 }
 
-static int stage_of(const st_net *m, int S, const int *first, int node) {
-  int s = 0;
-  while (s + 1 < S && m->layers[first[s + 1]]->first_node <= node) s++;
-  return s;
-}
-
-st_status st__pipe_tie_find(const st_net *m, int S, const int *first, st_pipe_tie *out) {
-  memset(out, 0, sizeof *out);
-  out->layer = -1;
-  for (int i = 0; i < m->nlayers; i++) {
-    const st_layer *h = m->layers[i], *t = h->tied;
-    if (!t) continue;
-    int tl = m->nodes[t->first_node].layer;
-    int src = stage_of(m, S, first, t->first_node), dst = stage_of(m, S, first, h->first_node);
-    if (src == dst) continue;
-    if (out->layer >= 0 || t->calls > 1 || h->calls > 1 || first[src] != tl)
-      return st_error(ST_ERR_INVALID, "pipeline: layer '%s' reads the variables of layer '%s' "
-                      "(tied) from stage %d: the pipeline runs a tied table only when it is "
-                      "called once, by the first layer of its stage, and read by one layer of "
-                      "a later stage", h->name, t->name, src);
-    size_t off, n;
-    st__pipe_var_range(m, tl, tl + 1, true, &off, &n);
-    *out = (st_pipe_tie){.layer = tl, .node = t->first_node, .src = src, .dst = dst, .off = off,
-                         .n = n, .dy = st_shape_size(t->out_shape)};
-  }
-  return ST_OK;
-}
-
 /* ---- buffers ------------------------------------------------------------ */
 
 static float *alloc_floats(st_pipe_stage *st, size_t n) {
@@ -178,7 +152,12 @@ static void free_slots(st_pipe_stage *st) {
     if (st->tdy) be->free(st->ctx, st->tdy[i]);
   }
   be->free(st->ctx, st->tdyin);
-  st->tdyin = NULL;
+  be->free(st->ctx, st->tids);
+  be->free(st->ctx, st->tcompact);
+  free(st->trow);
+  st->tdyin = st->tids = st->tcompact = NULL;
+  st->trow = NULL;
+  st->tcap = 0;
   for (int i = 0; st->gslots && i < st->n_gslots; i++) be->free(st->ctx, st->gslots[i]);
   be->free(st->ctx, st->workspace);
   be->free(st->ctx, st->loss_rows);
@@ -219,6 +198,7 @@ static st_status alloc_slots(const st_net *m, st_pipe_stage *st, int cap) {
       return ST_ERR_NOMEM;
   if (st->tie_dst && st->in && !(st->tdyin = alloc_floats(st, st->tie.dy * (size_t)cap)))
     return ST_ERR_NOMEM;
+  if (st->tie_dst && !st__pipe_tie_reserve(m, st, cap)) return ST_ERR_NOMEM;
   for (int i = 0; i < st->n_gslots; i++)
     if (!(st->gslots[i] = alloc_floats(st, mx * (size_t)cap))) return ST_ERR_NOMEM;
   if (!(st->workspace = alloc_floats(st, ws)) ||
@@ -298,9 +278,9 @@ static bool tie_setup(const st_net *m, st_pipe_stage *st, const st_pipe_tie *tie
     st->tdy = calloc((size_t)st->nslots, sizeof *st->tdy);
     if (!st->tdy) return false;
   }
-  (void)m; /* the sizes are the tie's */
+  size_t V = (size_t)m->layers[tie->layer]->params[0].shape.dims[0];
   return !st->tie_dst || ((st->tgrad = alloc_floats(st, tie->n)) && (st->tsum = alloc_floats(st, tie->n)) &&
-                          (st->trecv = alloc_floats(st, tie->n)));
+                          (st->tmap = malloc(V * sizeof(int) + 1)) && memset(st->tmap, 0xff, V * sizeof(int)));
 }
 
 st_status st__pipe_stage_create(const st_net *m, int index, int lo, int hi, int nslots,
@@ -358,7 +338,6 @@ void st__pipe_stage_destroy(const st_net *m, st_pipe_stage *st) {
     st->ctx->be->free(st->ctx, st->dw);
     st->ctx->be->free(st->ctx, st->tgrad);
     st->ctx->be->free(st->ctx, st->tsum);
-    st->ctx->be->free(st->ctx, st->trecv);
     st_backend_ctx_destroy(st->ctx);
   }
   free(st->acts);
@@ -368,6 +347,7 @@ void st__pipe_stage_destroy(const st_net *m, st_pipe_stage *st) {
   free(st->in);
   free(st->dxs);
   free(st->tdy);
+  free(st->tmap);
   free(st);
 }
 
@@ -424,35 +404,6 @@ void st__pipe_stage_backward(const st_net *m, st_pipe_stage *st, int slot, int m
     e.tied_dw = to_dw ? st->tsum : st->tgrad;
   }
   st__exec_backward(m, &e, dy == st->gslots[0] ? NULL : dy, n, step, NULL, NULL);
-}
-
-void st__pipe_tie_fold(const st_net *m, st_pipe_stage *st, int k, const float *ids, float *dy,
-                       int n, int64_t step) {
-  float *target = k ? st->tsum : st->tgrad;
-  if (n) { /* the lookup's backward on its own: e_k into trecv */
-    float *none[1] = {NULL};
-    st_exec e;
-    memset(&e, 0, sizeof e);
-    e.be = st->ctx->be, e.ctx = st->ctx;
-    e.lo = st->tie.node, e.hi = st->tie.node + 1;
-    e.acts = none, e.caches = none;
-    e.workspace = st->workspace, e.gslots = st->gslots, e.gscratch = st->dw;
-    e.params = m->params, e.state = m->state;
-    e.tied_off = st->tie.off, e.tied_n = st->tie.n, e.tied_dw = st->trecv;
-    e.n_ext = 1;
-    e.ext_id[0] = m->nodes[st->tie.node].in[0];
-    e.ext[0] = ids;
-    st__exec_backward(m, &e, dy, n, step, NULL, NULL);
-    m->be->axpy(st->ctx, st->tie.n, 1.0f, st->trecv, target); /* h_k + e_k */
-  } else if (k) {
-    m->be->fill(st->ctx, st->tie.n, 0.0f, st->tsum);
-  }
-  if (k) m->be->axpy(st->ctx, st->tie.n, 1.0f, st->tsum, st->tgrad);
-}
-
-void st__pipe_tie_apply(const st_net *m, st_pipe_stage *st) {
-  st__apply_range(m, st->ctx, m->params + st->tie.off, st->tgrad, m->slots, st->tie.off,
-                  st->tie.n);
 }
 
 void st__pipe_stage_no_examples(const st_net *m, st_pipe_stage *st, int k) {
