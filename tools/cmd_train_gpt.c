@@ -28,6 +28,7 @@ typedef struct gpt_cfg {
   st_strategy_kind strategy;
   bool quiet, no_shuffle;
   bool chief; /* this process prints and writes (multi_worker_mirrored: worker 0) */
+  const st_strategy *st; /* the run's (--report: the pipeline's stages) */
 } gpt_cfg;
 
 static bool store_strategy(const char *cmd, const char *name, const char *v, void *f) {
@@ -358,7 +359,8 @@ static int gpt_fit(const gpt_cfg *c, const st_gpt_config *g, st_model *m, st_dat
     report_info r = {.model = "gpt", .strategy = st_strategy_kind_name(c->strategy),
                      .optimizer = "adamw", .replicas = 1, .batch = (int)c->batch,
                      .seed = (uint64_t)c->seed, .lr = c->lr, .n_train = windows_train,
-                     .history = &h, .wall_seconds = st_now_seconds() - t0};
+                     .history = &h, .wall_seconds = st_now_seconds() - t0,
+                     .pipeline = c->strategy == ST_STRATEGY_PIPELINE ? c->st : NULL};
     r.test.loss = r.test.accuracy = NAN;
     memcpy(sl.json + sl.len, "]", 2); /* cap keeps room for it */
     if (report_write_extra(c->report, &r, c->log_every ? "steps" : NULL, sl.json) != 0)
@@ -434,6 +436,7 @@ int cmd_train_gpt(int argc, char **argv) {
   st_status s = gpt_strategy(&c, &st);
   if (s != ST_OK) return cli_fail("train", s);
   c.chief = st_strategy_is_chief(st);
+  c.st = st;
   cli_data d;
   memset(&d, 0, sizeof d);
   st_dataset *train = NULL, *val = NULL;

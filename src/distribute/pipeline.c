@@ -385,7 +385,7 @@ st_status st_strategy_pipeline_stage_stats(const st_strategy *s, int i,
   memset(out, 0, sizeof *out);
   out->first_layer = st->lo;
   out->end_layer = st->hi;
-  out->params = (int64_t)(st->np + st->ns);
+  out->params = (int64_t)(st->np + st->ns + (st->tie_dst ? st->tie.n : 0)); /* it trains the table */
   out->peak_bytes = st->buffer_bytes;
   out->busy_seconds = st->busy;
   out->step_seconds = p->step_seconds;

@@ -131,8 +131,6 @@ st_status st__pipe_tie_fold(const st_net *m, st_pipe_stage *st, int k, const flo
                             float *dy, int n, int64_t step);
 /* The tie's dst: the optimizer update of the table. */
 void st__pipe_tie_apply(const st_net *m, st_pipe_stage *st);
-/* The tie's dst: its fold buffers for micro-batches of cap examples. */
-bool st__pipe_tie_reserve(const st_net *m, st_pipe_stage *st, int cap);
 
 /* Micro-batch k had no examples: zero gradients (k == 0) or zeros added. */
 void st__pipe_stage_no_examples(const st_net *m, st_pipe_stage *st, int k);

@@ -584,6 +584,7 @@ static st_status share_stats(procs *p, const st_net *m, const st_batch *b, st_st
   float rec[REC] = {0}, *all = malloc(sizeof(float) * REC * (size_t)(p->S * p->D));
   if (!all) return st_error(ST_ERR_NOMEM, "pipeline: out of memory");
   int64_t bytes = (int64_t)p->st->buffer_bytes, params = (int64_t)(p->st->np + p->st->ns);
+  if (p->st->tie_dst) params += (int64_t)p->st->tie.n; /* it trains the tied table */
   put(rec, 0, &p->stats.loss_sum), put(rec, 2, &p->stats.examples);
   put(rec, 4, &p->stats.correct), put(rec, 6, &p->stats.metric_count);
   put(rec, 8, &p->st->busy), put(rec, 10, &bytes), put(rec, 12, &params);

@@ -172,6 +172,20 @@ static void free_slots(st_pipe_stage *st) {
   st->cap = 0;
 }
 
+/* The tie's dst: its fold buffers for micro-batches of cap examples
+ * (pipeline_tie.c). */
+static bool tie_reserve(const st_net *m, st_pipe_stage *st, int cap) {
+  size_t ids = st_shape_size(m->layers[st->tie.layer]->in_shape) * (size_t)cap;
+  const st_backend *be = st->ctx->be;
+  st->trow = malloc(ids * sizeof(int) + 1);
+  st->tids = be->alloc(st->ctx, ids * sizeof(float) + 1);
+  st->tcompact = be->alloc(st->ctx, st->tie.dy * (size_t)cap * sizeof(float) + 1);
+  if (!st->trow || !st->tids || !st->tcompact) return false;
+  st->buffer_bytes += ids * (sizeof(int) + sizeof(float)) + st->tie.dy * (size_t)cap * sizeof(float);
+  st->tcap = cap;
+  return true;
+}
+
 static st_status alloc_slots(const st_net *m, st_pipe_stage *st, int cap) {
   size_t nl = (size_t)(st->nhi - st->nlo), ws = 1;
   size_t in = st__pipe_stage_in_size(m, st), mx = in;
@@ -198,7 +212,7 @@ static st_status alloc_slots(const st_net *m, st_pipe_stage *st, int cap) {
       return ST_ERR_NOMEM;
   if (st->tie_dst && st->in && !(st->tdyin = alloc_floats(st, st->tie.dy * (size_t)cap)))
     return ST_ERR_NOMEM;
-  if (st->tie_dst && !st__pipe_tie_reserve(m, st, cap)) return ST_ERR_NOMEM;
+  if (st->tie_dst && !tie_reserve(m, st, cap)) return ST_ERR_NOMEM;
   for (int i = 0; i < st->n_gslots; i++)
     if (!(st->gslots[i] = alloc_floats(st, mx * (size_t)cap))) return ST_ERR_NOMEM;
   if (!(st->workspace = alloc_floats(st, ws)) ||
@@ -228,9 +242,9 @@ static void stage_nodes(const st_net *m, st_pipe_stage *st) {
 }
 
 /* Bytes of the variables, slots and gradients: fixed for the stage's life
- * (a tie's src: the table's values; dst: values, slots and three buffers). */
+ * (a tie's src: the table's values; dst: values, slots, tgrad and tsum). */
 static size_t fixed_bytes(const st_net *m, const st_pipe_stage *st) {
-  size_t tie = st->tie_src ? st->tie.n : st->tie_dst ? st->tie.n * (size_t)(4 + m->n_slots) : 0;
+  size_t tie = st->tie_src ? st->tie.n : st->tie_dst ? st->tie.n * (size_t)(3 + m->n_slots) : 0;
   return (st->np * (size_t)(1 + m->n_slots) + st->ns + tie) * sizeof(float);
 }
 
@@ -267,7 +281,7 @@ void st__pipe_var_range(const st_net *m, int lo, int hi, bool trainable, size_t 
 }
 
 /* The tie's share of stage st: src holds the table's values only (its
- * trainable range starts after the table), dst the three buffers. */
+ * trainable range starts after the table), dst tgrad, tsum and tmap. */
 static bool tie_setup(const st_net *m, st_pipe_stage *st, const st_pipe_tie *tie) {
   st->tie.layer = -1;
   if (!tie || tie->layer < 0) return true;

@@ -46,18 +46,6 @@ st_status st__pipe_tie_find(const st_net *m, int S, const int *first, st_pipe_ti
   return ST_OK;
 }
 
-bool st__pipe_tie_reserve(const st_net *m, st_pipe_stage *st, int cap) {
-  size_t ids = st_shape_size(m->layers[st->tie.layer]->in_shape) * (size_t)cap;
-  const st_backend *be = st->ctx->be;
-  st->trow = malloc(ids * sizeof(int) + 1);
-  st->tids = be->alloc(st->ctx, ids * sizeof(float) + 1);
-  st->tcompact = be->alloc(st->ctx, st->tie.dy * (size_t)cap * sizeof(float) + 1);
-  if (!st->trow || !st->tids || !st->tcompact) return false;
-  st->buffer_bytes += ids * (sizeof(int) + sizeof(float)) + st->tie.dy * (size_t)cap * sizeof(float);
-  st->tcap = cap;
-  return true;
-}
-
 /* The row of id value v in a table of V rows, or -1 (the Embedding's rule:
  * an integer in [0, V); its backward skips the others). */
 static long row_of(float v, int V) {
