@@ -18,7 +18,9 @@
  * (--threads 1) the weight-gradient sums over the batch are grouped
  * differently: equal within float rounding. BatchNormalization uses each
  * micro-batch's statistics (as GPipe) and updates its moving statistics once
- * per micro-batch. */
+ * per micro-batch. A table tied across stages (GPT's token embedding read
+ * by its output head) is owned by the head's stage (pipeline.h, st_pipe_tie;
+ * its gradient summed as one device's threads sum it). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>

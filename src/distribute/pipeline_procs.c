@@ -28,7 +28,15 @@
  * layout on every process (expose) and publish keeps the share.
  * The loss and metric sums of the last stage's replicas and every stage's
  * figures are all-gathered, so fit and its callbacks see the same numbers on
- * every process. */
+ * every process.
+ *
+ * A table tied across stages (pipeline.h, GPT's wte and its head): the
+ * lookup's stage (src) keeps the table's values, not its slots; the head's
+ * stage (dst) commits values and slots of the table beside its own range,
+ * serves them in a save and restores them from a checkpoint (st_net tie_p).
+ * Per micro-batch src sends dst the gradient of the lookup's output (after
+ * its input gradient, in the order dst receives them: the messages of a
+ * pair keep their order); after the step dst sends src the new values. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
