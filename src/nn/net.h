@@ -95,6 +95,13 @@ typedef struct st_net {
    * memory (its layers' share); false: backend allocations, all memory. */
   bool reserved;
   size_t own_p, own_np, own_s, own_ns;
+  /* A table tied across stages (distribute/pipeline.h) in such a net: the
+   * trainable floats [tie_p, tie_p + tie_np) are held as values only
+   * (tie_slots false: the lookup's stage, within its own range) or as values
+   * and optimizer slots (true: the head's stage, outside its range);
+   * tie_np 0: none. */
+  size_t tie_p, tie_np;
+  bool tie_slots;
 } st_net;
 
 /* ---- per-replica executor ---- */
@@ -173,6 +180,12 @@ typedef struct st_exec {
   int seed_id[ST_NET_MAX_IO];
   int n_ext;
   int ext_id[ST_NET_MAX_IO];
+  /* A table tied across pipeline stages (pipeline.h): the gradient of the
+   * trainable floats [tied_off, tied_off + tied_n) goes to tied_dw +
+   * (offset - tied_off), always overwritten (never accumulated, whatever
+   * accumulate says); tied_dw NULL: none. */
+  size_t tied_off, tied_n;
+  float *tied_dw;
   const float *ext[ST_NET_MAX_IO];
   float *ext_dx[ST_NET_MAX_IO];
 } st_exec;
@@ -200,7 +213,9 @@ bool st__net_shares_layers(const st_net *m);
 st_shape st__net_tensor_shape(const st_net *m, int t);
 /* A cut before node k (a pipeline stage starting there): the number of
  * distinct tensors made before k and read from k on (*crossing: one of them,
- * the last found), or -1 when a layer has calls on both sides. */
+ * the last found), or -1 when a layer has calls on both sides (a layer
+ * reading a tied layer's variables, st_layer.tied, may sit on the other
+ * side: the pipeline keeps the table in both stages, pipeline.h). */
 int st__net_cut(const st_net *m, int k, int *crossing);
 /* The nodes of layers [llo, hi): [*nlo, *nhi) (valid where st__net_cut at
  * the first node of llo and of lhi is 1). */
