@@ -117,6 +117,10 @@ typedef struct st_replica {
   float *grads;               /* [n_params] */
   float **acts;               /* acts[k]: output of node k [max_batch, out_k] */
   float **caches;             /* caches[k]: [max_batch * cache_per_example of k's layer] */
+  int n_tslots;               /* st__net_transient_slots */
+  float **tslots;             /* [n_tslots]: shared outputs [max_batch * slot floats];
+                                 acts[k] points into one when tslot_of[k] >= 0 */
+  int *tslot_of;              /* [nnodes] */
   float *workspace;           /* max over layers of workspace_floats(max_batch) */
   int n_gslots;               /* st__net_grad_slots */
   float **gslots;             /* gradient slots [max_batch * max activation size] */
@@ -358,8 +362,10 @@ void st__net_outputs_metrics(const st_net *m, const float *pred, const float *y,
  * for training, and the forward-only plan evaluate / predict use ---- */
 typedef struct st_memplan {
   int nnodes, batch;
-  size_t activation_floats;      /* every node's output, [batch, out_k] summed:
-                                    what the replica keeps for backward */
+  size_t activation_floats;      /* every node's output, [batch, out_k] summed */
+  size_t train_activation_floats; /* what the replica allocates for them: own
+                                    buffers for outputs some backward reads,
+                                    shared slots for the others (memplan_train.c) */
   size_t cache_floats;           /* the layers' forward caches (BN's x-hat, ...) */
   int grad_slots;                /* st__net_grad_slots over every node */
   size_t grad_floats;            /* the executor's gradient buffers: grad_slots
@@ -378,6 +384,14 @@ typedef struct st_memplan {
  * node k's output at off[k] * n floats of one buffer of *total * n floats
  * (off [nnodes], per example; first fit in node order). ST_ERR_NOMEM. */
 st_status st__net_infer_offsets(const st_net *m, size_t *off, size_t *total);
+/* Training: slot_of[k] (nnodes) = the shared slot holding node k's output,
+ * or -1 for a buffer of its own (an output some backward reads, or a model
+ * output); *nslots slots of *slot_floats floats per example
+ * (memplan_train.c). ST_ERR_NOMEM. */
+st_status st__net_transient_slots(const st_net *m, int *slot_of, int *nslots,
+                                  size_t *slot_floats);
+/* *floats = per example, the own buffers plus the slots. ST_ERR_NOMEM. */
+st_status st__net_train_activation_floats(const st_net *m, size_t *floats);
 /* The figures for net m at batch size `batch` into *out (zeroed first);
  * ST_ERR_INVALID for a NULL m, batch < 1 or a net without nodes. */
 st_status st__net_memplan(const st_net *m, int batch, st_memplan *out);
