@@ -374,19 +374,20 @@ st_status st_replica_backward(st_replica_context *c, const float *dy, float *dx)
   return ST_OK;
 }
 
-/* The replica's gradient buffer's size check (n floats, buf non-NULL). */
-static st_status check_grads(const st_replica_context *c, const void *buf, size_t n,
-                             const char *fn) {
-  if (!c) return st_error(ST_ERR_INVALID, "%s: c is NULL", fn);
+/* The replica's gradient buffer's size check (n floats; the callers check
+ * their pointers). */
+static st_status check_grads(const st_replica_context *c, size_t n, const char *fn) {
   if (n != c->m->n_params)
     return st_error(ST_ERR_INVALID, "%s: n = %zu, the model has %zu trainable parameters", fn, n,
                     c->m->n_params);
-  if (n && !buf) return st_error(ST_ERR_INVALID, "%s: the buffer is NULL (n = %zu)", fn, n);
   return ST_OK;
 }
 
 st_status st_replica_gradients(st_replica_context *c, float *out, size_t n) {
-  st_status s = check_grads(c, out, n, "st_replica_gradients");
+  const char *fn = "st_replica_gradients";
+  ST_REQUIRE(c);
+  ST_REQUIRE(out);
+  st_status s = check_grads(c, n, fn);
   if (s != ST_OK) return s;
   st_replica *r = c->s->group->reps[c->rank];
   st__be_to_host(r->ctx, out, r->grads, n * sizeof(float));
@@ -394,7 +395,10 @@ st_status st_replica_gradients(st_replica_context *c, float *out, size_t n) {
 }
 
 st_status st_replica_set_gradients(st_replica_context *c, const float *g, size_t n) {
-  st_status s = check_grads(c, g, n, "st_replica_set_gradients");
+  const char *fn = "st_replica_set_gradients";
+  ST_REQUIRE(c);
+  ST_REQUIRE(g);
+  st_status s = check_grads(c, n, fn);
   if (s != ST_OK) return s;
   st_replica *r = c->s->group->reps[c->rank];
   st__be_to_device(r->ctx, r->grads, g, n * sizeof(float));
