@@ -16,18 +16,20 @@
 # (attention's two batched products, forward and backward) = 191.6 GFLOP.
 #
 # Usage: bench/gpt_bench.sh [--reps R] [--steps N] [--work DIR] [--strata BIN]
-#                           [--peers DIR] [--only strata,llmc,torch]
+#                           [--before BIN] [--peers DIR] [--only strata,llmc,torch]
+# --before BIN adds a second Strata binary (an earlier build: 'before') to
+# every round, so a change is measured side by side with the peers.
 # Defaults: 3 rounds of 6 timed steps, DIR /tmp/gpt-bench, BIN build/strata,
 # peers ../shared/peers (from the repository root). PyTorch is skipped (with a
 # line saying so) when /usr/bin/python3 cannot import torch.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 reps=3 steps=6 work=/tmp/gpt-bench strata=$here/build/strata peers=$here/../shared/peers
-only=strata,llmc,torch
+only=strata,llmc,torch before=
 while [ $# -gt 0 ]; do
   case $1 in
     --reps) reps=$2; shift 2;; --steps) steps=$2; shift 2;; --work) work=$2; shift 2;;
-    --strata) strata=$2; shift 2;; --peers) peers=$2; shift 2;; --only) only=$2; shift 2;;
+    --strata) strata=$2; shift 2;; --before) before=$2; only=$only,before; shift 2;; --peers) peers=$2; shift 2;; --only) only=$2; shift 2;;
     *) echo "gpt_bench.sh: unknown argument $1" >&2; exit 2;;
   esac
 done
@@ -53,11 +55,12 @@ shard=$work/dev/data/tinyshakespeare/tiny_shakespeare_train.bin
 
 # Each runner writes one step time (ms) per line, the first step left out.
 run_strata() { # the train shard only: no validation set, no validation pass
-  "$strata" train --model gpt --gpt-preset gpt2-124m --seq-len 64 --batch-size 4 \
+  "${1:-$strata}" train --model gpt --gpt-preset gpt2-124m --seq-len 64 --batch-size 4 \
     --init-from "$work/gpt2_124M.bin" --data "$shard" --no-shuffle --lr 1e-4 \
-    --steps $((steps + 1)) --eval-every $((steps + 1)) --log-every 1 >"$work/out/strata.log" 2>&1
-  awk '/step_loss/ && $2 != "1:" {print $(NF-1)}' "$work/out/strata.log"
+    --steps $((steps + 1)) --eval-every $((steps + 1)) --log-every 1 >"$work/out/${2:-strata}.log" 2>&1
+  awk '/step_loss/ && $2 != "1:" {print $(NF-1)}' "$work/out/${2:-strata}.log"
 }
+run_before() { run_strata "$before" before; }
 run_llmc() { # its 41 steps (with generation) are cut after step N
   (cd "$work" && exec stdbuf -oL ./train_gpt2 >"$work/out/llmc.log" 2>&1) & local pid=$!
   while kill -0 $pid 2>/dev/null && ! grep -q "^step $steps: " "$work/out/llmc.log" 2>/dev/null; do
@@ -74,9 +77,9 @@ run_torch() {
 peak() { "$work/sgemm_bench" fix "$(nproc)" | awk '/512/ {print $(NF-1)}'; }
 
 : >"$work/out/peak.txt"
-for p in strata llmc torch; do : >"$work/out/$p.all"; : >"$work/out/$p.rounds"; done
+for p in strata before llmc torch; do : >"$work/out/$p.all"; : >"$work/out/$p.rounds"; done
 for r in $(seq 1 "$reps"); do
-  for p in strata llmc torch; do
+  for p in strata before llmc torch; do
     want $p || continue
     run_$p >"$work/out/$p.r"
     cat "$work/out/$p.r" >>"$work/out/$p.all"
@@ -88,9 +91,9 @@ done
 
 # The same inputs give the same losses: the first three steps of the last round.
 losses() { case $1 in
-  strata) awk '/step_loss/ {printf " %s", $4}' "$work/out/strata.log";;
+  strata|before) awk '/step_loss/ {printf " %s", $4}' "$work/out/$1.log";;
   *) grep -o 'train loss [0-9.]*' "$work/out/$1.log" | awk '{printf " %s", $3}';; esac | cut -d' ' -f2-4; }
-for p in strata llmc torch; do
+for p in strata before llmc torch; do
   if [ -s "$work/out/$p.all" ]; then echo "$p losses, steps 1-3: $(losses $p)"; fi
 done
 med() { sort -g "$1" | awk '{a[NR]=$1} END{if (NR) print a[int((NR+1)/2)]; else print 0}'; }
@@ -101,7 +104,7 @@ echo
 echo "GPT-2 124M, B=4, T=64, AdamW, $(nproc) cores; $reps alternating rounds of $steps timed steps;"
 echo "$gflop GFLOP/step; sgemm 512^3 peak on $(nproc) threads (median of rounds): $pk GFLOP/s"
 printf "%-8s %12s %16s %10s %9s %8s %10s\n" program "ms/step" "rounds' range" tokens/s GFLOP/s "of peak" "vs Strata"
-for p in strata llmc torch; do
+for p in strata before llmc torch; do
   [ -s "$work/out/$p.all" ] || continue
   m=$(med "$work/out/$p.all")
   lo=$(sort -g "$work/out/$p.rounds" | head -1) hi=$(sort -g "$work/out/$p.rounds" | tail -1)

@@ -211,9 +211,11 @@ static void node_backward(walk *w, int k, int64_t step) {
   const st_layer *vl = st__layer_vars(l);
   int vi = l->tied ? m->nodes[vl->first_node].layer : d->layer; /* whose gradients */
   size_t base, nt = layer_trainable(vl, &base);
-  bool scratch = nt && (e->accumulate || w->layer_done[vi]);
+  bool adds = nt && (e->accumulate || w->layer_done[vi]);
+  bool scratch = adds && !l->vt->accumulates_dw; /* else it adds in place */
   if (e->gslots) {
     st_layer_args c = node_args(m, e, k, w->n, true, step);
+    c.dw_accumulate = adds && !scratch;
     if (scratch)
       for (int p = 0; p < vl->nparams; p++)
         if (c.dw[p]) c.dw[p] = e->gscratch + (vl->params[p].offset - base);
