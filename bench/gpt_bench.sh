@@ -49,8 +49,9 @@ if want torch && ! $py -c 'import torch' 2>/dev/null; then
   echo "PyTorch: not installed for $py (apt-get install python3-torch): skipped"
   only=${only//torch/}
 fi
+lib=$(dirname "$strata")/libstrata.a; [ -f "$lib" ] || lib=$here/build/libstrata.a
 gcc -O2 -std=c11 -I"$here/include" -I"$here/src" "$here/bench/sgemm_bench.c" \
-    "$(dirname "$strata")/libstrata.a" -ldl -lm -lpthread -lz -ljansson -o "$work/sgemm_bench"
+    "$lib" -ldl -lm -lpthread -lz -ljansson -o "$work/sgemm_bench"
 shard=$work/dev/data/tinyshakespeare/tiny_shakespeare_train.bin
 
 # Each runner writes one step time (ms) per line, the first step left out.
