@@ -82,7 +82,8 @@ for p in strata before llmc torch; do : >"$work/out/$p.all"; : >"$work/out/$p.ro
 for r in $(seq 1 "$reps"); do
   for p in strata before llmc torch; do
     want $p || continue
-    run_$p >"$work/out/$p.r"
+    run_$p >"$work/out/$p.r" || true # a run that timed no step (killed, failed) adds none
+    [ -s "$work/out/$p.r" ] || echo "round $r $p: no step timed (see $work/out/$p.log)"
     cat "$work/out/$p.r" >>"$work/out/$p.all"
     sort -g "$work/out/$p.r" | awk '{a[NR]=$1} END{if (NR) print a[int((NR+1)/2)]}' >>"$work/out/$p.rounds"
     echo "round $r $p: $(tr '\n' ' ' <"$work/out/$p.r")ms"
