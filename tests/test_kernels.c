@@ -558,6 +558,7 @@ static void case_loss(ctx *c) {
   for (int k = 0; k < ST_LOSS_COUNT; k++) {
     loss_one(c, (st_loss_kind)k, 9, 5);
     loss_one(c, (st_loss_kind)k, 4, 1000);
+    loss_one(c, (st_loss_kind)k, 3, 50257); /* a vocabulary: cpu's wide-row path */
     loss_one(c, (st_loss_kind)k, 1, 1);
     release(c);
   }

@@ -53,7 +53,7 @@ static cli_opt gpt_opts[] = {
     STR("--text", "FILE", text, "train on the bytes of FILE (needs --vocab >= 256; default: a generated text)"),
     INT("--steps", "N", steps, 1, 1L << 40, "optimizer steps (default 200)"),
     INT("--eval-every", "N", eval_every, 1, 1L << 40, "validation loss and a progress line every N steps (default 20)"),
-    INT("--log-every", "N", log_every, 1, 1L << 40, "every N-th step's own loss (not the running mean) on a line 'step K: step_loss X' and in --report's \"steps\" (default off)"),
+    INT("--log-every", "N", log_every, 1, 1L << 40, "every N-th step's own loss (not the running mean) on a line 'step K: step_loss X - T ms' (T: the step's wall time) and in --report's \"steps\" (default off)"),
     INT("--batch-size", "B", batch, 1, 1 << 20, "global batch size in sequences (default 8)"),
     FLOAT("--lr", "X", lr, 1e-12, 1e6, "peak learning rate (default 3e-4)"),
     FLOAT("--weight-decay", "X", wd, 0.0, 1e6, "AdamW's decoupled weight decay, as torch.optim.AdamW (default 0, as llm.c)"),
@@ -293,18 +293,29 @@ static st_status print_epoch(void *user, st_model *m, const st_epoch_logs *l) {
 typedef struct step_log {
   const gpt_cfg *c;
   double prev_mean;
+  double t_prev; /* when the previous step ended (or the stretch began) */
   char *json;
   size_t len, cap;
 } step_log;
+
+/* The clock restarts at each stretch so a step's time leaves out the
+ * validation that ended the stretch before it. */
+static st_status log_stretch_begin(void *user, st_model *m, int epoch) {
+  (void)m, (void)epoch;
+  ((step_log *)user)->t_prev = st_now_seconds();
+  return ST_OK;
+}
 
 static st_status log_step(void *user, st_model *m, const st_batch_logs *l) {
   (void)m;
   step_log *sl = user;
   double own = l->step == 0 ? l->loss : l->loss * (double)(l->step + 1) - sl->prev_mean * (double)l->step;
   sl->prev_mean = l->loss;
+  double now = st_now_seconds(), ms = 1000.0 * (now - sl->t_prev);
+  sl->t_prev = now;
   long long k = (long long)l->epoch * sl->c->eval_every + l->step + 1;
   if (k % sl->c->log_every) return ST_OK;
-  if (!sl->c->quiet) printf("step %lld: step_loss %.6f\n", k, own);
+  if (!sl->c->quiet) printf("step %lld: step_loss %.6f - %.1f ms\n", k, own, ms);
   char item[64];
   int n = snprintf(item, sizeof item, "%s[%lld, %.9g]", sl->len > 1 ? ", " : "", k, own);
   if (sl->len + (size_t)n + 2 > sl->cap) {
@@ -342,7 +353,7 @@ static int gpt_fit(const gpt_cfg *c, const st_gpt_config *g, st_model *m, st_dat
   if (!sl.json) return cli_fail("train", st_error(ST_ERR_NOMEM, "train: out of memory"));
   memcpy(sl.json, "[", 2);
   st_callback cb[2] = {{.user = (void *)c, .on_epoch_end = c->quiet || !c->chief ? NULL : print_epoch},
-                       {.user = &sl, .on_batch_end = log_step}};
+                       {.user = &sl, .on_epoch_begin = log_stretch_begin, .on_batch_end = log_step}};
   st_fit_options fo = st_fit_default_options();
   fo.epochs = (int)((c->steps + c->eval_every - 1) / c->eval_every);
   fo.steps_per_epoch = c->eval_every;

@@ -74,6 +74,11 @@ void st__cpu_dropout_backward(st_backend_ctx *ctx, size_t n, float rate, uint64_
                               uint64_t stream, const float *dy, float *dx);
 void st__cpu_loss(st_backend_ctx *ctx, st_loss_kind kind, int rows, int cols, const float *pred,
                   const float *y, float scale, float *loss, float *dpred);
+/* Classes from which a row of sparse softmax cross-entropy takes the
+ * vectorised path (cpu_loss_wide.c): loss of one row of logits z[cols] with a
+ * valid label, d[cols] = scale * (softmax - onehot) unless d is NULL. */
+#define ST__CPU_WIDE_ROW 4096
+float st__cpu_sparse_ce_wide_row(int cols, const float *z, int label, float scale, float *d);
 void st__cpu_sgd(st_backend_ctx *ctx, size_t n, float lr, float momentum, bool nesterov, float *p,
                  const float *g, float *v);
 void st__cpu_adam(st_backend_ctx *ctx, size_t n, float lr, float beta1, float beta2, float eps,

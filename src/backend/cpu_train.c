@@ -236,6 +236,7 @@ static float sparse_ce_logits_row(int cols, const float *restrict z,
     return NAN;
   }
   int label = (int)label_f;
+  if (cols >= ST__CPU_WIDE_ROW) return st__cpu_sparse_ce_wide_row(cols, z, label, scale, d);
   float mx = -INFINITY, se = 0.0f;
   for (int j = 0; j < cols; j++) mx = z[j] > mx ? z[j] : mx;
   for (int j = 0; j < cols; j++) {

@@ -102,8 +102,6 @@ st_status st__pipe_tie_fold(const st_net *m, st_pipe_stage *st, int k, const flo
   float *target = k ? st->tsum : st->tgrad;
   st_status s = ST_OK;
   if (n) {
-    if (st__be_is_host(m->be)) /* e's zero rows: h + 0.0f, as one device adds them */
-      for (size_t i = 0; i < st->tie.n; i++) target[i] += 0.0f;
     s = add_lookup_grad(m, st, ids, dy, n, target);
   } else if (k) {
     m->be->fill(st->ctx, st->tie.n, 0.0f, st->tsum);

@@ -215,9 +215,11 @@ static void node_backward(walk *w, int k, int64_t step) {
   int vi = l->tied ? m->nodes[vl->first_node].layer : d->layer; /* whose gradients */
   size_t base, nt = layer_trainable(vl, &base);
   bool tied = e->tied_dw && nt && base >= e->tied_off && base < e->tied_off + e->tied_n;
-  bool scratch = nt && !tied && (e->accumulate || w->layer_done[vi]);
+  bool adds = nt && !tied && (e->accumulate || w->layer_done[vi]); /* tied: written whole */
+  bool scratch = adds && !l->vt->accumulates_dw; /* else it adds in place */
   if (e->gslots) {
     st_layer_args c = node_args(m, e, k, w->n, true, step);
+    c.dw_accumulate = adds && !scratch;
     if (scratch)
       for (int p = 0; p < vl->nparams; p++)
         if (c.dw[p]) c.dw[p] = e->gscratch + (vl->params[p].offset - base);

@@ -73,6 +73,9 @@ typedef struct st_layer_args {
   float *dxs[ST_LAYER_MAX_INPUTS];
   float *w[ST_LAYER_MAX_PARAMS];   /* parameter i (trainable or state) */
   float *dw[ST_LAYER_MAX_PARAMS];  /* gradient of trainable param i (overwrite) */
+  bool dw_accumulate;  /* only for a vtable with accumulates_dw: add the
+                          gradients to dw instead (the executor's sum over a
+                          shared layer's calls or micro-batches) */
   float *cache;        /* [batch * cache_per_example] kept from forward */
   float *workspace;    /* scratch of workspace_floats(batch) floats */
   uint64_t seed;       /* RNG key for this call (dropout): the model derives it */
@@ -120,6 +123,11 @@ typedef struct st_layer_vtable {
    * others in training (memplan_train.c), so a wrong false corrupts
    * gradients: answer true when unsure. */
   bool (*backward_reads)(const st_layer *l, bool output);
+  /* backward honours c->dw_accumulate: it adds to dw[p] exactly the floats it
+   * would have written (each of its own sums formed first, from 0), so the
+   * executor need not give it a scratch copy of the gradients and add that
+   * (Embedding: a sparse gradient, a few rows of a large table). */
+  bool accumulates_dw;
 } st_layer_vtable;
 
 struct st_layer {

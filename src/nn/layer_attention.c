@@ -19,7 +19,7 @@
  * workspace: dO [batch, Tq, H*V] | dQ [batch, Tq, H*K] | dKp [batch, Tv, H*K]
  *   | dV [batch, Tv, H*V] | dP [batch, H, Tq, Tv] | Pd [batch, H, Tq, Tv]
  *   (Pd, the dropped-out P, only with dropout) | mask [Tq, Tv] (causal only)
- *   | wcat, bcat, dwcat (self-attention shapes only: see bufs). */
+ *   | bcat (self-attention shapes only: see bufs). */
 #include <math.h>
 #include <stdio.h>
 
@@ -92,16 +92,17 @@ static size_t mha_workspace(const st_layer *l, int batch) {
   size_t hk = (size_t)m->heads * m->kd, hv = (size_t)m->heads * m->vd;
   size_t p = (size_t)m->heads * m->tq * m->tv;
   size_t per = m->tq * hv + m->tq * hk + m->tv * hk + m->tv * hv + p;
-  size_t w = (size_t)2 * hk + hv; /* fused: wcat [dq, w], bcat [w], dwcat [dq, w] */
+  size_t w = (size_t)2 * hk + hv; /* fused: bcat [w] */
   return (size_t)batch * (per + (m->o.dropout > 0.0f ? p : 0)) +
-         (m->o.use_causal_mask ? (size_t)m->tq * m->tv : 0) +
-         (m->fusable ? (size_t)m->dq * w * 2 + w : 0);
+         (m->o.use_causal_mask ? (size_t)m->tq * m->tv : 0) + (m->fusable ? w : 0);
 }
 
 /* Pointers into the cache and workspace (see the file comment). Self-
  * attention (the inputs one buffer, fused): Q, Kp and V side by side in one
  * block [batch*T, 2*H*K + H*V] (row stride ldq = ldk = ldv), dQ, dKp, dV the
- * same; otherwise three blocks of strides H*K, H*K, H*V. */
+ * same (each projection's GEMM writes its columns of the block in place, so
+ * the weights are never copied); otherwise three blocks of strides H*K, H*K,
+ * H*V. */
 typedef struct bufs {
   bool fused;
   int ldq, ldk, ldv;             /* row strides of q, k, v and of dq, dk, dv */
@@ -109,7 +110,7 @@ typedef struct bufs {
   float *dO, *dq, *dk, *dv, *dp; /* workspace (backward) */
   float *pd;                     /* dropped-out P (== p without dropout) */
   float *mask;                   /* causal: [Tq, Tv], 0 or -inf (forward) */
-  float *wcat, *bcat, *dwcat;    /* fused: [dq, ldq], [ldq], [dq, ldq] */
+  float *bcat;                   /* fused: [ldq] the three biases side by side */
 } bufs;
 
 /* The inputs are one buffer (query == value (== key)) of one shape. */
@@ -136,8 +137,7 @@ static bufs carve(const st_layer *l, const st_layer_args *c, bool dropout) {
   u.pd = dropout ? u.dp + np : u.p;
   u.mask = c->workspace + b * (m->tq * hv + m->tq * hk + m->tv * hk + m->tv * hv) + np +
            (m->o.dropout > 0.0f ? np : 0);
-  u.wcat = u.mask + (m->o.use_causal_mask ? (size_t)m->tq * m->tv : 0);
-  u.bcat = u.wcat + (size_t)m->dq * u.ldq, u.dwcat = u.bcat + u.ldq;
+  u.bcat = u.mask + (m->o.use_causal_mask ? (size_t)m->tq * m->tv : 0);
   return u;
 }
 
@@ -187,16 +187,21 @@ static void scores(const st__mha_config *m, const st_layer_args *c, const bufs *
 
 #define PARAM(c, i) ((i) >= 0 ? (c)->w[i] : NULL)
 
-/* Fused: wcat [dq, 2HK+HV] = [Wq Wk Wv] side by side, bcat = [bq bk bv]. */
-static void concat_weights(const st__mha_config *m, const st_layer_args *c, const bufs *u) {
+/* Fused: [Q Kp V] [rows, ldq] = x [Wq Wk Wv] + [bq bk bv]: each kernel's
+ * GEMM writes its columns of the block, then one bias pass (bcat = the
+ * three biases side by side). */
+static void fused_project(const st__mha_config *m, const st_layer_args *c, const bufs *u,
+                          int rows) {
+  const st_backend *be = c->be;
   int hk = m->heads * m->kd, hv = m->heads * m->vd;
-  copy_cols(c, m->dq, hk, c->w[m->qk], hk, u->wcat, u->ldq);
-  copy_cols(c, m->dq, hk, c->w[m->kk], hk, u->wcat + hk, u->ldq);
-  copy_cols(c, m->dq, hv, c->w[m->vk], hv, u->wcat + 2 * hk, u->ldq);
+  const int wi[3] = {m->qk, m->kk, m->vk}, bi[3] = {m->qb, m->kb, m->vb};
+  const int off[3] = {0, hk, 2 * hk}, nc[3] = {hk, hk, hv};
+  for (int j = 0; j < 3; j++)
+    be->gemm(c->ctx, false, false, rows, nc[j], m->dq, 1.0f, c->xs[0], m->dq, c->w[wi[j]],
+             nc[j], 0.0f, u->q + off[j], u->ldq);
   if (!m->o.use_bias) return;
-  copy_cols(c, 1, hk, c->w[m->qb], hk, u->bcat, u->ldq);
-  copy_cols(c, 1, hk, c->w[m->kb], hk, u->bcat + hk, u->ldq);
-  copy_cols(c, 1, hv, c->w[m->vb], hv, u->bcat + 2 * hk, u->ldq);
+  for (int j = 0; j < 3; j++) copy_cols(c, 1, nc[j], c->w[bi[j]], nc[j], u->bcat + off[j], u->ldq);
+  be->bias_add(c->ctx, rows, u->ldq, u->bcat, u->q);
 }
 
 static void mha_forward(const st_layer *l, st_layer_args *c) {
@@ -206,9 +211,8 @@ static void mha_forward(const st_layer *l, st_layer_args *c) {
   int hk = m->heads * m->kd, hv = m->heads * m->vd, B = c->batch;
   bool dr = drops(m, c);
   bufs u = carve(l, c, dr);
-  if (u.fused) { /* one GEMM: [Q Kp V] = x [Wq Wk Wv] + [bq bk bv] */
-    concat_weights(m, c, &u);
-    project(c, B * m->tq, m->dq, u.ldq, c->xs[0], u.wcat, m->o.use_bias ? u.bcat : NULL, u.q);
+  if (u.fused) { /* [Q Kp V] = x [Wq Wk Wv] + [bq bk bv] in one block */
+    fused_project(m, c, &u, B * m->tq);
   } else {
     project(c, B * m->tq, m->dq, hk, c->xs[0], c->w[m->qk], PARAM(c, m->qb), u.q);
     project(c, B * m->tv, m->dk, hk, c->xs[st__mha_key_input(l)], c->w[m->kk], PARAM(c, m->kb),
@@ -288,10 +292,13 @@ static void fused_input_grads(const st_layer *l, st_layer_args *c, const bufs *u
   int hk = m->heads * m->kd, hv = m->heads * m->vd, rows = c->batch * m->tq, w = u->ldq;
   bool all = true;
   for (int j = 0; j < l->n_inputs; j++) all = all && c->dxs[j];
-  if (all) {
-    concat_weights(m, c, u); /* the workspace does not keep forward's copy */
-    be->gemm(c->ctx, false, true, rows, m->dq, w, 1.0f, u->dq, w, u->wcat, w, 0.0f, c->dxs[0],
-             m->dq);
+  if (all) { /* dx = dQ Wq^T + dKp Wk^T + dV Wv^T */
+    be->gemm(c->ctx, false, true, rows, m->dq, hk, 1.0f, u->dq, w, c->w[m->qk], hk, 0.0f,
+             c->dxs[0], m->dq);
+    be->gemm(c->ctx, false, true, rows, m->dq, hk, 1.0f, u->dk, w, c->w[m->kk], hk, 1.0f,
+             c->dxs[0], m->dq);
+    be->gemm(c->ctx, false, true, rows, m->dq, hv, 1.0f, u->dv, w, c->w[m->vk], hv, 1.0f,
+             c->dxs[0], m->dq);
     for (int j = 1; j < l->n_inputs; j++)
       be->fill(c->ctx, (size_t)rows * m->dq, 0.0f, c->dxs[j]);
     return;
@@ -309,18 +316,19 @@ static void fused_input_grads(const st_layer *l, st_layer_args *c, const bufs *u
 }
 
 /* Fused backward of the three projections from [dQ dKp dV] (u->dq, stride
- * ldq): one GEMM for the weights' gradient (split into the three kernels'),
- * then the inputs' (fused_input_grads). key/bias's gradient is 0 (see
- * mha_backward). */
+ * ldq): each kernel's gradient by its own GEMM over its columns, the biases'
+ * in one pass, then the inputs' (fused_input_grads). key/bias's gradient is
+ * 0 (see mha_backward). */
 static void fused_backward(const st_layer *l, st_layer_args *c, const bufs *u) {
   const st__mha_config *m = l->config;
   const st_backend *be = c->be;
   int hk = m->heads * m->kd, hv = m->heads * m->vd, rows = c->batch * m->tq, w = u->ldq;
-  be->gemm(c->ctx, true, false, m->dq, w, rows, 1.0f, c->xs[0], m->dq, u->dq, w, 0.0f, u->dwcat,
-           w);
-  copy_cols(c, m->dq, hk, u->dwcat, w, c->dw[m->qk], hk);
-  copy_cols(c, m->dq, hk, u->dwcat + hk, w, c->dw[m->kk], hk);
-  copy_cols(c, m->dq, hv, u->dwcat + 2 * hk, w, c->dw[m->vk], hv);
+  be->gemm(c->ctx, true, false, m->dq, hk, rows, 1.0f, c->xs[0], m->dq, u->dq, w, 0.0f,
+           c->dw[m->qk], hk);
+  be->gemm(c->ctx, true, false, m->dq, hk, rows, 1.0f, c->xs[0], m->dq, u->dk, w, 0.0f,
+           c->dw[m->kk], hk);
+  be->gemm(c->ctx, true, false, m->dq, hv, rows, 1.0f, c->xs[0], m->dq, u->dv, w, 0.0f,
+           c->dw[m->vk], hv);
   if (m->o.use_bias) {
     be->bias_grad(c->ctx, rows, w, u->dq, u->bcat);
     copy_cols(c, 1, hk, u->bcat, w, c->dw[m->qb], hk);

@@ -10,11 +10,15 @@
  *
  * The gradient is sparse: dembeddings is zeroed, then each (example,
  * position) adds its dy row to its id's row; nothing else touches the
- * [input_dim, output_dim] table. dx (when asked for) is zeroed: the ids have
+ * [input_dim, output_dim] table. When the executor sums the table's gradient
+ * over several uses (a tied ReversibleEmbedding head, a shared call) the rows
+ * are added in place (dw_accumulate), so a 50257-row table is not zeroed and
+ * added whole for the few rows a batch reads. dx (when asked for) is zeroed: the ids have
  * no gradient. Host-memory loops (valid for the host backends cpu and
  * reference; a device backend needs a gather/scatter-add kernel). */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/args.h"
@@ -23,6 +27,10 @@
 typedef struct emb_config {
   st_embedding_options o;
 } emb_config;
+
+typedef struct emb_pair {
+  long id, i; /* a table row and the position that reads it */
+} emb_pair;
 
 static st_status emb_build(st_layer *l) {
   const emb_config *cf = l->config;
@@ -76,7 +84,45 @@ static void emb_forward(const st_layer *l, st_layer_args *c) {
   }
 }
 
-/* dembeddings = 0, then scatter-add of the dy rows; dx (if any) = 0. */
+/* Workspace (dw_accumulate only): pairs [n] (id, position), then one row [D]. */
+static size_t emb_workspace(const st_layer *l, int batch) {
+  const emb_config *cf = l->config;
+  size_t n = (size_t)batch * st_shape_size(l->in_shape);
+  return n * (sizeof(emb_pair) / sizeof(float)) + (size_t)cf->o.output_dim;
+}
+
+static int pair_cmp(const void *a, const void *b) {
+  const emb_pair *p = a, *q = b;
+  return p->id != q->id ? (p->id < q->id ? -1 : 1) : (p->i > q->i) - (p->i < q->i);
+}
+
+/* dembeddings += the scatter-add of the dy rows, each id's rows summed from 0
+ * in position order first (the floats emb_backward writes, then added): the
+ * positions sorted by (id, position), one row of sums at a time. Touches only
+ * the rows of the ids present, not the whole table. */
+static void emb_backward_add(const emb_config *cf, st_layer_args *c, size_t n) {
+  const size_t D = (size_t)cf->o.output_dim;
+  emb_pair *pairs = (emb_pair *)c->workspace;
+  float *restrict sum = c->workspace + n * (sizeof(emb_pair) / sizeof(float));
+  size_t np = 0;
+  for (size_t i = 0; i < n; i++) {
+    long id = emb_row(cf, c->x[i]);
+    if (id >= 0) pairs[np++] = (emb_pair){.id = id, .i = (long)i};
+  }
+  qsort(pairs, np, sizeof *pairs, pair_cmp);
+  for (size_t a = 0, b; a < np; a = b) {
+    memset(sum, 0, D * sizeof(float));
+    for (b = a; b < np && pairs[b].id == pairs[a].id; b++) {
+      const float *restrict g = c->dy + (size_t)pairs[b].i * D;
+      for (size_t j = 0; j < D; j++) sum[j] += g[j];
+    }
+    float *restrict dr = c->dw[0] + (size_t)pairs[a].id * D;
+    for (size_t j = 0; j < D; j++) dr[j] += sum[j];
+  }
+}
+
+/* dembeddings = 0, then scatter-add of the dy rows (with dw_accumulate:
+ * added to dembeddings); dx (if any) = 0. */
 static void emb_backward(const st_layer *l, st_layer_args *c) {
   const emb_config *cf = l->config;
   const size_t D = (size_t)cf->o.output_dim, n = (size_t)c->batch * st_shape_size(l->in_shape);
@@ -84,6 +130,11 @@ static void emb_backward(const st_layer *l, st_layer_args *c) {
   if (!st__args_host(c)) { /* host loops only (see layer.h host_loops) */
     c->be->fill(c->ctx, (size_t)cf->o.input_dim * D, NAN, dt);
     if (c->dx) c->be->fill(c->ctx, n, 0.0f, c->dx);
+    return;
+  }
+  if (c->dw_accumulate) {
+    emb_backward_add(cf, c, n);
+    if (c->dx) memset(c->dx, 0, n * sizeof(float));
     return;
   }
   memset(dt, 0, (size_t)cf->o.input_dim * D * sizeof(float));
@@ -108,9 +159,11 @@ static const st_layer_vtable emb_vtable = {
     .build = emb_build,
     .forward = emb_forward,
     .backward = emb_backward,
+    .workspace_floats = emb_workspace,
     .get_options = emb_options,
     .check_input = emb_check_input,
     .host_loops = true,
+    .accumulates_dw = true,
 };
 
 st_embedding_options st_embedding_default_options(int input_dim, int output_dim) {
