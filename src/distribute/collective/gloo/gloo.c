@@ -40,10 +40,11 @@ typedef struct gloo_coll {
   uint64_t ops;          /* collective operations started */
   int cur_op;            /* the operation under way (op_kind), for messages */
   bool broken;
+  bool ready;            /* connected; false again once leaving with an error */
   st__shm *shm;          /* every worker on this machine: all-reduces through it */
   double wait_t0;        /* the start of the current wait on shm */
-  float *tmp;            /* scratch of tmp_n floats */
-  size_t tmp_n;
+  size_t chunk;          /* floats: the most one message of a collective carries */
+  uint64_t *seq;         /* [size] messages so far each way with each peer */
   uint64_t *sent, *recvd; /* [size] point-to-point messages per peer */
   pending p2p[MAX_PENDING];
 } gloo_coll;
@@ -71,94 +72,85 @@ static st_status fail_broken(const gloo_coll *c, op_kind op) {
                   "collectives (a worker was lost)", op_names[op]);
 }
 
-static st_status reserve_tmp(gloo_coll *c, size_t n) {
-  if (n <= c->tmp_n) return ST_OK;
-  float *t = realloc(c->tmp, n * sizeof *t);
-  if (!t) return st_error(ST_ERR_NOMEM, "gloo transport: %zu floats of scratch", n);
-  c->tmp = t;
-  c->tmp_n = n;
-  return ST_OK;
-}
-
-/* One exchange: the transfers posted on up to two buffers, then waited for
- * (nsend sends on the send buffer, nrecv receives on the receive buffer). */
-typedef struct xfer {
-  st__gloo_buf *sb, *rb;
-  int nsend, nrecv;
-  char err[256];
-} xfer;
-
-static st_status post(gloo_coll *c, xfer *x, bool sending, int peer, uint64_t slot,
-                      size_t off_floats, size_t n, op_kind op) {
-  if (n == 0) return ST_OK;
-  int rc = sending ? st__gloo_send(x->sb, peer, slot, off_floats * 4, n * 4, x->err, sizeof x->err)
-                   : st__gloo_recv(x->rb, peer, slot, off_floats * 4, n * 4, x->err, sizeof x->err);
-  if (rc != 0) return fail(c, ST_ERR_PEER, op, peer, x->err);
-  if (sending) x->nsend++;
-  else x->nrecv++;
-  return ST_OK;
-}
-
-/* Wait for every posted transfer of x; a missing one names its peer. */
-static st_status wait_all(gloo_coll *c, xfer *x, op_kind op, const bool *expect_from) {
-  double deadline = st_now_seconds() + c->timeout;
-  bool got[ST_MAX_WORKERS] = {false};
-  for (int k = 0; k < x->nrecv + x->nsend; k++) {
-    bool recv = k < x->nrecv;
-    int ms = (int)((deadline - st_now_seconds()) * 1000.0), peer = -1;
-    if (ms < 1) ms = 1;
-    int rc = recv ? st__gloo_wait_recv(x->rb, ms, &peer, x->err, sizeof x->err)
-                  : st__gloo_wait_send(x->sb, ms, &peer, x->err, sizeof x->err);
-    if (rc == 0) {
-      if (recv && peer >= 0 && peer < ST_MAX_WORKERS) got[peer] = true;
-      continue;
-    }
-    int missing = peer;
-    for (int j = 0; recv && j < c->base.size; j++)
-      if (expect_from[j] && !got[j]) {
-        missing = j;
-        break;
-      }
-    return fail(c, rc == ST__GLOO_TIMEOUT ? ST_ERR_TIMEOUT : ST_ERR_PEER, op, missing, x->err);
-  }
-  return ST_OK;
-}
-
-static st_status open_bufs(gloo_coll *c, xfer *x, const void *s, size_t sn, void *r, size_t rn,
-                           op_kind op) {
-  memset(x, 0, sizeof *x);
-  if ((s && st__gloo_buf_create(c->g, (void *)s, sn * 4, &x->sb, x->err, sizeof x->err) != 0) ||
-      (r && st__gloo_buf_create(c->g, r, rn * 4, &x->rb, x->err, sizeof x->err) != 0))
-    return fail(c, ST_ERR_INTERNAL, op, c->base.self, x->err);
-  return ST_OK;
-}
-
-static void close_bufs(xfer *x) {
-  st__gloo_buf_destroy(x->sb);
-  st__gloo_buf_destroy(x->rb);
-}
-
-/* Send part j of a split (lo[j], len[j]) ... the exchanges of every
- * operation: to each peer j send send[soff(j) .. +sn(j)) and receive into
- * recv[roff(j) .. +rn(j)). */
+/* The exchanges of every collective: to each peer j send
+ * send[soff[j] .. +sn[j]) and receive rn[j] floats from it, either into
+ * recv[roff[j] ..) or (a reduction, every rn[j] the same m) summed in rank
+ * order with mine[0, m) into recv[0, m). In floats. */
 typedef struct plan {
   size_t soff[ST_MAX_WORKERS], sn[ST_MAX_WORKERS], roff[ST_MAX_WORKERS], rn[ST_MAX_WORKERS];
+  const float *mine; /* a reduction: this worker's part; NULL: copy into recv */
+  st_reduce_op rop;
 } plan;
 
-static st_status exchange(gloo_coll *c, const float *send, size_t send_n, float *recv,
-                          size_t recv_n, const plan *p, uint64_t phase, op_kind op) {
-  xfer x;
-  st_status s = open_bufs(c, &x, send, send_n, recv, recv_n, op);
-  bool expect[ST_MAX_WORKERS] = {false};
-  uint64_t slot = c->ops << 4 | phase;
-  for (int j = 0; s == ST_OK && j < c->base.size; j++) {
-    if (j == c->base.self) continue;
-    expect[j] = p->rn[j] > 0;
-    if (send) s = post(c, &x, true, j, slot, p->soff[j], p->sn[j], op);
-    if (s == ST_OK && recv) s = post(c, &x, false, j, slot, p->roff[j], p->rn[j], op);
+static size_t piece(size_t n, size_t i, size_t chunk) {
+  return i * chunk >= n ? 0 : n - i * chunk < chunk ? n - i * chunk : chunk;
+}
+
+/* Steps with peer j: every message at most one chunk, one message each way
+ * a step (possibly empty); none when nothing goes either way. The same count
+ * on both ends of the pair (my sn is its rn). */
+static size_t steps_with(const plan *p, int j, size_t chunk) {
+  size_t a = (p->sn[j] + chunk - 1) / chunk, b = (p->rn[j] + chunk - 1) / chunk;
+  return p->sn[j] || p->rn[j] ? (a > b ? a : b) : 0;
+}
+
+/* Step i's puts, one to every peer still in the exchange, each into the
+ * half of the peer's staging area this pair's step count picks. */
+static st_status put_step(gloo_coll *c, const float *send, const plan *p, const size_t *steps,
+                          size_t i, op_kind op) {
+  char err[256];
+  size_t ch = c->chunk;
+  for (int j = 0; j < c->base.size; j++) {
+    if (j == c->base.self || i >= steps[j]) continue;
+    size_t n = piece(p->sn[j], i, ch), roff = (size_t)(c->seq[j] & 1) * ch * sizeof(float);
+    const float *src = n ? send + p->soff[j] + i * ch : NULL;
+    if (st__gloo_put(c->g, j, src, n * sizeof(float), roff, err, sizeof err) != 0)
+      return fail(c, ST_ERR_PEER, op, j, err);
   }
-  if (s == ST_OK) s = wait_all(c, &x, op, expect);
-  close_bufs(&x);
+  return ST_OK;
+}
+
+/* Step i's takes from every peer still in the exchange, then their pieces
+ * consumed (copied out or reduced), then the step's puts waited for. */
+static st_status take_step(gloo_coll *c, float *recv, const plan *p, const size_t *steps,
+                           size_t i, op_kind op) {
+  char err[256];
+  int size = c->base.size, me = c->base.self, peer = -1;
+  size_t ch = c->chunk;
+  const float *src[ST_MAX_WORKERS];
+  for (int j = 0; j < size; j++) {
+    if (j == me || i >= steps[j]) continue;
+    int rc = st__gloo_take(c->g, j, err, sizeof err);
+    if (rc != 0) return fail(c, rc == ST__GLOO_TIMEOUT ? ST_ERR_TIMEOUT : ST_ERR_PEER, op, j, err);
+    src[j] = (const float *)st__gloo_stage(c->g, j) + (c->seq[j]++ & 1) * ch;
+    size_t n = piece(p->rn[j], i, ch);
+    if (!p->mine && n) memcpy(recv + p->roff[j] + i * ch, src[j], n * sizeof(float));
+  }
+  size_t m = piece(p->rn[me == 0 ? 1 : 0], i, ch);
+  if (p->mine && m) {
+    src[me] = p->mine + i * ch;
+    st__sum_in_rank_order(recv + i * ch, NULL, src, size, m, p->rop);
+  }
+  int rc = st__gloo_puts_wait(c->g, &peer, err, sizeof err);
+  if (rc != 0) return fail(c, rc == ST__GLOO_TIMEOUT ? ST_ERR_TIMEOUT : ST_ERR_PEER, op, peer, err);
+  return ST_OK;
+}
+
+/* One exchange in lockstep steps: my step i+1 puts go out only after I
+ * consumed the peers' step i, so a peer's step i+2, into the half of its
+ * step i, never overwrites what I have not read (two halves suffice). */
+static st_status exchange(gloo_coll *c, const float *send, float *recv, const plan *p,
+                          op_kind op) {
+  size_t steps[ST_MAX_WORKERS] = {0}, all = 0;
+  for (int j = 0; j < c->base.size; j++) {
+    if (j != c->base.self) steps[j] = steps_with(p, j, c->chunk);
+    all = steps[j] > all ? steps[j] : all;
+  }
+  st_status s = ST_OK;
+  for (size_t i = 0; s == ST_OK && i < all; i++) {
+    s = put_step(c, send, p, steps, i, op);
+    if (s == ST_OK) s = take_step(c, recv, p, steps, i, op);
+  }
   return s;
 }
 
@@ -204,26 +196,25 @@ static st_status gloo_all_reduce(st_collective *cc, int rank, float *buf, size_t
   if (c->shm) return shm_done(c, st__shm_all_reduce(c->shm, buf, n, op, shm_wait, c));
   size_t lo[ST_MAX_WORKERS] = {0}, len[ST_MAX_WORKERS] = {0};
   chunks(n, size, lo, len);
-  st_status s = reserve_tmp(c, (size_t)size * len[me] + 1);
-  if (s != ST_OK) return s;
-  plan p; /* reduce-scatter: my chunk of every peer into tmp[j] */
+  plan p; /* reduce-scatter: my part of every peer, summed into mine */
   memset(&p, 0, sizeof p);
   for (int j = 0; j < size; j++) {
     p.soff[j] = lo[j], p.sn[j] = len[j];
-    p.roff[j] = (size_t)j * len[me], p.rn[j] = len[me];
+    p.rn[j] = len[me];
   }
-  if ((s = exchange(c, buf, n, c->tmp, (size_t)size * len[me] + 1, &p, 0, OP_ALL_REDUCE)) != ST_OK)
-    return s;
-  const float *src[ST_MAX_WORKERS];
-  for (int j = 0; j < size; j++) src[j] = j == me ? buf + lo[me] : c->tmp + (size_t)j * len[me];
-  st__sum_in_rank_order(buf + lo[me], NULL, src, size, len[me], op);
-  for (int j = 0; j < size; j++) { /* all-gather: my sum to every peer, theirs back */
+  p.mine = buf + lo[me], p.rop = op;
+  st_status s = exchange(c, buf, buf + lo[me], &p, OP_ALL_REDUCE);
+  if (s != ST_OK) return s;
+  p.mine = NULL; /* all-gather: my sum to every peer, theirs back */
+  for (int j = 0; j < size; j++) {
     p.soff[j] = lo[me], p.sn[j] = len[me];
     p.roff[j] = lo[j], p.rn[j] = len[j];
   }
-  return exchange(c, buf, n, buf, n, &p, 1, OP_ALL_REDUCE);
+  return exchange(c, buf, buf, &p, OP_ALL_REDUCE);
 }
 
+/* Every worker sends the root an empty message a step: the root never gets
+ * ahead of a worker's staging area. */
 static st_status gloo_broadcast(st_collective *cc, int rank, float *buf, size_t n, int root) {
   (void)rank;
   gloo_coll *c = (gloo_coll *)cc;
@@ -235,12 +226,11 @@ static st_status gloo_broadcast(st_collective *cc, int rank, float *buf, size_t 
   if (c->shm) return shm_done(c, st__shm_broadcast(c->shm, buf, n, root, shm_wait, c));
   plan p;
   memset(&p, 0, sizeof p);
-  if (me == root) {
-    for (int j = 0; j < size; j++) p.sn[j] = n;
-    return exchange(c, buf, n, NULL, 0, &p, 0, OP_BROADCAST);
+  for (int j = 0; j < size; j++) {
+    if (me == root) p.sn[j] = n;
+    else if (j == root) p.rn[j] = n;
   }
-  for (int j = 0; j < size; j++) p.rn[j] = j == root ? n : 0;
-  return exchange(c, NULL, 0, buf, n, &p, 0, OP_BROADCAST);
+  return exchange(c, buf, buf, &p, OP_BROADCAST);
 }
 
 static st_status gloo_all_gather(st_collective *cc, int rank, const float *send, size_t n,
@@ -256,11 +246,12 @@ static st_status gloo_all_gather(st_collective *cc, int rank, const float *send,
   if (n) memmove(recv + (size_t)me * n, send, n * sizeof *send);
   if (size == 1 || n == 0) return ST_OK;
   plan p;
+  memset(&p, 0, sizeof p);
   for (int j = 0; j < size; j++) {
     p.soff[j] = 0, p.sn[j] = n;
     p.roff[j] = (size_t)j * n, p.rn[j] = n;
   }
-  return exchange(c, recv + (size_t)me * n, n, recv, (size_t)size * n, &p, 0, OP_ALL_GATHER);
+  return exchange(c, recv + (size_t)me * n, recv, &p, OP_ALL_GATHER);
 }
 
 static st_status gloo_reduce_scatter(st_collective *cc, int rank, const float *send, float *recv,
@@ -271,21 +262,19 @@ static st_status gloo_reduce_scatter(st_collective *cc, int rank, const float *s
   c->ops++;
   c->cur_op = OP_REDUCE_SCATTER;
   int size = c->base.size, me = c->base.self;
-  const float *src[ST_MAX_WORKERS];
-  st_status s = reserve_tmp(c, (size_t)size * n + 1);
-  if (s != ST_OK) return s;
-  if (size > 1 && n) {
-    plan p;
-    for (int j = 0; j < size; j++) {
-      p.soff[j] = (size_t)j * n, p.sn[j] = n;
-      p.roff[j] = (size_t)j * n, p.rn[j] = n;
-    }
-    s = exchange(c, send, (size_t)size * n, c->tmp, (size_t)size * n + 1, &p, 0, OP_REDUCE_SCATTER);
-    if (s != ST_OK) return s;
+  const float *src[1] = {send};
+  if (size == 1 || n == 0) {
+    if (n) st__sum_in_rank_order(recv, NULL, src, 1, n, op);
+    return ST_OK;
   }
-  for (int j = 0; j < size; j++) src[j] = j == me ? send + (size_t)me * n : c->tmp + (size_t)j * n;
-  st__sum_in_rank_order(recv, NULL, src, size, n, op);
-  return ST_OK;
+  plan p; /* part j of my send to worker j; theirs summed with mine */
+  memset(&p, 0, sizeof p);
+  for (int j = 0; j < size; j++) {
+    p.soff[j] = (size_t)j * n, p.sn[j] = n;
+    p.rn[j] = n;
+  }
+  p.mine = send + (size_t)me * n, p.rop = op;
+  return exchange(c, send, recv, &p, OP_REDUCE_SCATTER);
 }
 
 static st_status gloo_barrier(st_collective *cc, int rank) {
@@ -297,12 +286,11 @@ static st_status gloo_barrier(st_collective *cc, int rank) {
   int size = c->base.size;
   if (size == 1) return ST_OK;
   if (c->shm) return shm_done(c, st__shm_all_gather(c->shm, NULL, 0, NULL, shm_wait, c));
-  float one = 0.0f;
-  st_status s = reserve_tmp(c, (size_t)size);
-  if (s != ST_OK) return s;
+  float one = 0.0f, got[ST_MAX_WORKERS];
   plan p;
-  for (int j = 0; j < size; j++) p.soff[j] = 0, p.sn[j] = 1, p.roff[j] = (size_t)j, p.rn[j] = 1;
-  return exchange(c, &one, 1, c->tmp, (size_t)size, &p, 0, OP_BARRIER);
+  memset(&p, 0, sizeof p);
+  for (int j = 0; j < size; j++) p.sn[j] = 1, p.roff[j] = (size_t)j, p.rn[j] = 1;
+  return exchange(c, &one, got, &p, OP_BARRIER);
 }
 
 /* ---- point to point ---- */
@@ -356,13 +344,17 @@ static st_status gloo_recv(st_collective *cc, float *buf, size_t n, int peer) {
   return s;
 }
 
+/* A transport that worked and is left without an error says farewell to
+ * its peers first (gloo_shim.h); otherwise its pairs close at once, which
+ * fails the peers still waiting on it at once. */
 static void gloo_destroy(st_collective *cc) {
   gloo_coll *c = (gloo_coll *)cc;
-  if (c->broken) st__gloo_close_pairs(c->g);
+  if (c->broken || !c->ready) st__gloo_close_pairs(c->g);
+  else if (c->g) st__gloo_farewell(c->g, c->timeout);
   for (int h = 0; h < MAX_PENDING; h++) st__gloo_buf_destroy(c->p2p[h].buf);
   st__shm_close(c->shm);
   st__gloo_destroy(c->g);
-  free(c->tmp);
+  free(c->seq);
   free(c->sent);
   free(c->recvd);
   free(c);
@@ -480,6 +472,13 @@ static void open_shm(gloo_coll *c) {
   c->shm = st__shm_open(&setup, c->base.self, c->base.size, same);
 }
 
+/* A collective's messages: at most 512 KiB (fewer steps, each a wake-up of
+ * the reader), less with many peers (the staging areas hold two each). */
+static size_t chunk_floats(int size) {
+  size_t bytes = size <= 9 ? (size_t)512 << 10 : ((size_t)4 << 20) / (size_t)(size - 1);
+  return (bytes < (64 << 10) ? 64 << 10 : bytes) / sizeof(float);
+}
+
 /* Connect a new mesh (key prefix "t<n>/"), then a barrier: every worker has
  * connected it before any uses it. */
 static st_status connect_job(gloo_coll *c, uint64_t seq) {
@@ -488,8 +487,8 @@ static st_status connect_job(gloo_coll *c, uint64_t seq) {
   st__kv_split_address(g_world.addr[rank], host, sizeof host, port, sizeof port);
   snprintf(prefix, sizeof prefix, "t%llu/", (unsigned long long)seq);
   st__gloo_store store = {(void *)g_world.addr[0], st__kv_set, st__kv_get};
-  int rc = st__gloo_connect(rank, c->base.size, host, &store, prefix, c->timeout, &c->g, err,
-                            sizeof err);
+  int rc = st__gloo_connect(rank, c->base.size, host, &store, prefix, c->timeout,
+                            2 * c->chunk * sizeof(float), &c->g, err, sizeof err);
   const char *key = strstr(err, prefix); /* Gloo's key of worker N is "N" */
   int missing = key && key[strlen(prefix)] >= '0' && key[strlen(prefix)] <= '9'
                     ? atoi(key + strlen(prefix)) : -1;
@@ -521,19 +520,26 @@ st_status st__collective_gloo_create(double timeout_s, const int64_t *step, st_c
   int size = g_world.size;
   gloo_coll *c = calloc(1, sizeof *c);
   if (!c || !(c->sent = calloc((size_t)size, sizeof *c->sent)) ||
-      !(c->recvd = calloc((size_t)size, sizeof *c->recvd))) {
-    if (c) free(c->sent);
+      !(c->recvd = calloc((size_t)size, sizeof *c->recvd)) ||
+      !(c->seq = calloc((size_t)size, sizeof *c->seq))) {
+    if (c) free(c->sent), free(c->recvd);
     free(c);
     return st_error(ST_ERR_NOMEM, "gloo transport: out of memory");
   }
   c->base = (st_collective){.vt = &gloo_vtable, .size = size, .self = g_world.rank};
   c->timeout = timeout_s > 0 ? timeout_s : ST_DEFAULT_COLLECTIVE_TIMEOUT;
   c->step = step;
+  c->chunk = chunk_floats(size);
   st_status s = size > 1 ? connect_job(c, seq) : ST_OK;
   if (s != ST_OK) {
     gloo_destroy(&c->base);
     return s;
   }
+  c->ready = true;
   *out = &c->base;
   return ST_OK;
+}
+
+void st__collective_gloo_leave(st_collective *cc, const char *why) {
+  if (cc && why && *why) ((gloo_coll *)cc)->ready = false;
 }
