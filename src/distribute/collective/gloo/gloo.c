@@ -1,16 +1,20 @@
 /* The Gloo transport: the processes of a job launched the TensorFlow way (one
  * process per worker, each with its TF_CONFIG; no mpirun) joined by Gloo's
  * TCP pairs (gloo_shim.cc) after a rendezvous through worker 0's key-value
- * store (kvstore.c). Every operation is built from posted point-to-point
- * transfers between every pair, and every reduction ends with the same
- * rank-order sum as the MPI transport (rank_sum.h), so a job gives the same
- * bytes under mpirun and under TF_CONFIG. Each wait is bounded by the
- * transport's timeout and names the worker that did not take part (workers
- * that share one host all-reduce through shared memory, shm.c, with the same
- * sums and bits; STRATA_MPI_SHM=0 keeps them on messages); after a
- * failure every pair is closed (the peers then fail at once) and every later
- * operation fails with ST_ERR_PEER. Called by the one thread that owns it
- * (rank = c->self). */
+ * store (kvstore.c). Every collective is built from puts between every pair
+ * into buffers the receiver registered once (a staging area per peer) or
+ * before it could be sent (the all-reduce's all-gather, straight into the
+ * result): no ready-to-receive handshake per message, which on one core per
+ * host cost a few context switches each (1.5-6.5 ms an operation however
+ * small). Every reduction ends with the same rank-order sum as the MPI
+ * transport (rank_sum.h), so a job gives the same bytes under mpirun and
+ * under TF_CONFIG. Each wait is bounded by the transport's timeout and names
+ * the worker that did not take part (workers that share one host all-reduce
+ * through shared memory, shm.c, with the same sums and bits;
+ * STRATA_MPI_SHM=0 keeps them on messages); after a failure every pair is
+ * closed (the peers then fail at once) and every later operation fails with
+ * ST_ERR_PEER. Point to point (send / recv / wait) uses Gloo's unbound
+ * buffers. Called by the one thread that owns it (rank = c->self). */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -40,6 +44,7 @@ typedef struct gloo_coll {
   uint64_t ops;          /* collective operations started */
   int cur_op;            /* the operation under way (op_kind), for messages */
   bool broken;
+  char first_failure[320]; /* the failure that broke it */
   bool ready;            /* connected; false again once leaving with an error */
   st__shm *shm;          /* every worker on this machine: all-reduces through it */
   double wait_t0;        /* the start of the current wait on shm */
@@ -54,22 +59,30 @@ typedef enum op_kind { OP_ALL_REDUCE, OP_BROADCAST, OP_ALL_GATHER, OP_REDUCE_SCA
 static const char *const op_names[] = {"all-reduce", "broadcast", "all-gather",
                                        "reduce-scatter", "barrier", "send", "receive"};
 
+/* The transport broken by the failure st_last_error() describes (kept for
+ * the later operations' reports). */
+static st_status broke(gloo_coll *c, st_status s) {
+  if (!c->broken) snprintf(c->first_failure, sizeof c->first_failure, "%s", st_last_error());
+  c->broken = true;
+  return s;
+}
+
 /* After a failure: close the pairs so the peers fail at once. */
 static st_status fail(gloo_coll *c, st_status s, op_kind op, int peer, const char *why) {
-  c->broken = true;
   st__gloo_close_pairs(c->g);
   char at[48] = "";
   if (c->step) snprintf(at, sizeof at, " at step %lld", (long long)*c->step);
   if (s == ST_ERR_TIMEOUT)
-    return st_error(s, "gloo transport: worker %d did not join %s #%llu%s within %.0f s (%s)",
-                    peer, op_names[op], (unsigned long long)c->ops, at, c->timeout, why);
-  return st_error(s, "gloo transport: %s #%llu%s with worker %d failed: %s", op_names[op],
-                  (unsigned long long)c->ops, at, peer, why);
+    return broke(c, st_error(s, "gloo transport: worker %d did not join %s #%llu%s within %.0f s "
+                             "(%s)", peer, op_names[op], (unsigned long long)c->ops, at,
+                             c->timeout, why));
+  return broke(c, st_error(s, "gloo transport: %s #%llu%s with worker %d failed: %s",
+                           op_names[op], (unsigned long long)c->ops, at, peer, why));
 }
 
 static st_status fail_broken(const gloo_coll *c, op_kind op) {
   return st_error(ST_ERR_PEER, "gloo transport: %s after an earlier failure of this job's "
-                  "collectives (a worker was lost)", op_names[op]);
+                  "collectives (a worker was lost: %s)", op_names[op], c->first_failure);
 }
 
 /* The exchanges of every collective: to each peer j send
@@ -104,7 +117,7 @@ static st_status put_step(gloo_coll *c, const float *send, const plan *p, const 
     if (j == c->base.self || i >= steps[j]) continue;
     size_t n = piece(p->sn[j], i, ch), roff = (size_t)(c->seq[j] & 1) * ch * sizeof(float);
     const float *src = n ? send + p->soff[j] + i * ch : NULL;
-    if (st__gloo_put(c->g, j, src, n * sizeof(float), roff, err, sizeof err) != 0)
+    if (st__gloo_put(c->g, j, 0, src, n * sizeof(float), roff, err, sizeof err) != 0)
       return fail(c, ST_ERR_PEER, op, j, err);
   }
   return ST_OK;
@@ -120,7 +133,7 @@ static st_status take_step(gloo_coll *c, float *recv, const plan *p, const size_
   const float *src[ST_MAX_WORKERS];
   for (int j = 0; j < size; j++) {
     if (j == me || i >= steps[j]) continue;
-    int rc = st__gloo_take(c->g, j, err, sizeof err);
+    int rc = st__gloo_take(c->g, j, 0, err, sizeof err);
     if (rc != 0) return fail(c, rc == ST__GLOO_TIMEOUT ? ST_ERR_TIMEOUT : ST_ERR_PEER, op, j, err);
     src[j] = (const float *)st__gloo_stage(c->g, j) + (c->seq[j]++ & 1) * ch;
     size_t n = piece(p->rn[j], i, ch);
@@ -179,11 +192,29 @@ static st_status shm_wait(void *ctx, uint64_t missing, int spins) {
   return ST_OK;
 }
 
-static st_status shm_done(gloo_coll *c, st_status s) {
-  if (s != ST_OK) c->broken = true;
-  return s;
+static st_status shm_done(gloo_coll *c, st_status s) { return s != ST_OK ? broke(c, s) : s; }
+
+/* The all-reduce's all-gather, straight into buf: my sum buf[lo[me],
+ * +len[me]) to every peer, each peer's into the part of buf expected from
+ * it before the reduce-scatter (a peer sends this only after it has my
+ * part of that: its buffer is registered by then, no staging needed). */
+static st_status gather_direct(gloo_coll *c, const float *buf, const size_t *lo,
+                               const size_t *len) {
+  char err[256];
+  int size = c->base.size, me = c->base.self, peer = -1, rc = 0;
+  for (int j = 0; rc == 0 && j < size; j++)
+    if (j != me && len[me]) peer = j, rc = st__gloo_put(c->g, j, 1, buf + lo[me],
+                                                        len[me] * sizeof(float), 0, err, sizeof err);
+  for (int j = 0; rc == 0 && j < size; j++)
+    if (j != me && len[j]) peer = j, rc = st__gloo_take(c->g, j, 1, err, sizeof err);
+  if (rc == 0) rc = st__gloo_puts_wait(c->g, &peer, err, sizeof err);
+  if (rc != 0)
+    return fail(c, rc == ST__GLOO_TIMEOUT ? ST_ERR_TIMEOUT : ST_ERR_PEER, OP_ALL_REDUCE, peer, err);
+  return ST_OK;
 }
 
+/* Reduce-scatter (over the staging areas, each worker's part summed in rank
+ * order), then all-gather (gather_direct). */
 static st_status gloo_all_reduce(st_collective *cc, int rank, float *buf, size_t n,
                                  st_reduce_op op) {
   (void)rank;
@@ -196,7 +227,12 @@ static st_status gloo_all_reduce(st_collective *cc, int rank, float *buf, size_t
   if (c->shm) return shm_done(c, st__shm_all_reduce(c->shm, buf, n, op, shm_wait, c));
   size_t lo[ST_MAX_WORKERS] = {0}, len[ST_MAX_WORKERS] = {0};
   chunks(n, size, lo, len);
-  plan p; /* reduce-scatter: my part of every peer, summed into mine */
+  char err[256];
+  for (int j = 0; j < size; j++)
+    if (j != me && len[j] && st__gloo_expect(c->g, j, buf + lo[j], len[j] * sizeof(float), err,
+                                             sizeof err) != 0)
+      return fail(c, ST_ERR_PEER, OP_ALL_REDUCE, j, err);
+  plan p; /* my part of every peer, summed with mine */
   memset(&p, 0, sizeof p);
   for (int j = 0; j < size; j++) {
     p.soff[j] = lo[j], p.sn[j] = len[j];
@@ -204,13 +240,7 @@ static st_status gloo_all_reduce(st_collective *cc, int rank, float *buf, size_t
   }
   p.mine = buf + lo[me], p.rop = op;
   st_status s = exchange(c, buf, buf + lo[me], &p, OP_ALL_REDUCE);
-  if (s != ST_OK) return s;
-  p.mine = NULL; /* all-gather: my sum to every peer, theirs back */
-  for (int j = 0; j < size; j++) {
-    p.soff[j] = lo[me], p.sn[j] = len[me];
-    p.roff[j] = lo[j], p.rn[j] = len[j];
-  }
-  return exchange(c, buf, buf, &p, OP_ALL_REDUCE);
+  return s == ST_OK ? gather_direct(c, buf, lo, len) : s;
 }
 
 /* Every worker sends the root an empty message a step: the root never gets
