@@ -50,6 +50,8 @@ typedef struct gloo_coll {
   double wait_t0;        /* the start of the current wait on shm */
   size_t chunk;          /* floats: the most one message of a collective carries */
   uint64_t *seq;         /* [size] messages so far each way with each peer */
+  float *tmp;            /* scratch of tmp_n floats: the all-reduce's parts */
+  size_t tmp_n;
   uint64_t *sent, *recvd; /* [size] point-to-point messages per peer */
   pending p2p[MAX_PENDING];
 } gloo_coll;
@@ -194,27 +196,55 @@ static st_status shm_wait(void *ctx, uint64_t missing, int spins) {
 
 static st_status shm_done(gloo_coll *c, st_status s) { return s != ST_OK ? broke(c, s) : s; }
 
-/* The all-reduce's all-gather, straight into buf: my sum buf[lo[me],
- * +len[me]) to every peer, each peer's into the part of buf expected from
- * it before the reduce-scatter (a peer sends this only after it has my
- * part of that: its buffer is registered by then, no staging needed). */
-static st_status gather_direct(gloo_coll *c, const float *buf, const size_t *lo,
-                               const size_t *len) {
+/* One round of puts of kind 1 or 2 into buffers every peer expected
+ * (st__gloo_expect) before it sent what this answers: src[j][0, sn[j]) to
+ * every peer j, and rn[j] floats taken from it. */
+static st_status direct_round(gloo_coll *c, int kind, const float *const *src, const size_t *sn,
+                              const size_t *rn) {
   char err[256];
   int size = c->base.size, me = c->base.self, peer = -1, rc = 0;
   for (int j = 0; rc == 0 && j < size; j++)
-    if (j != me && len[me]) peer = j, rc = st__gloo_put(c->g, j, 1, buf + lo[me],
-                                                        len[me] * sizeof(float), 0, err, sizeof err);
+    if (j != me && sn[j])
+      peer = j, rc = st__gloo_put(c->g, j, kind, src[j], sn[j] * sizeof(float), 0, err, sizeof err);
   for (int j = 0; rc == 0 && j < size; j++)
-    if (j != me && len[j]) peer = j, rc = st__gloo_take(c->g, j, 1, err, sizeof err);
+    if (j != me && rn[j]) peer = j, rc = st__gloo_take(c->g, j, kind, err, sizeof err);
   if (rc == 0) rc = st__gloo_puts_wait(c->g, &peer, err, sizeof err);
   if (rc != 0)
     return fail(c, rc == ST__GLOO_TIMEOUT ? ST_ERR_TIMEOUT : ST_ERR_PEER, OP_ALL_REDUCE, peer, err);
   return ST_OK;
 }
 
-/* Reduce-scatter (over the staging areas, each worker's part summed in rank
- * order), then all-gather (gather_direct). */
+/* What the all-reduce expects from every peer before its first message:
+ * the rest of the peer's part of my sum beyond the first chunk (kind 1,
+ * into tmp[j * rest]) and the peer's sum (kind 2, into buf). A peer sends
+ * either only after it took my first message, which goes out after this. */
+static st_status expect_parts(gloo_coll *c, float *buf, const size_t *lo, const size_t *len,
+                              size_t rest) {
+  char err[256];
+  int size = c->base.size, me = c->base.self, rc = 0, j = 0;
+  for (; rc == 0 && j < size; j++) {
+    if (j == me) continue;
+    if (rest) rc = st__gloo_expect(c->g, j, 1, c->tmp + (size_t)j * rest, rest * sizeof(float),
+                                   err, sizeof err);
+    if (rc == 0 && len[j])
+      rc = st__gloo_expect(c->g, j, 2, buf + lo[j], len[j] * sizeof(float), err, sizeof err);
+  }
+  return rc == 0 ? ST_OK : fail(c, ST_ERR_PEER, OP_ALL_REDUCE, j - 1, err);
+}
+
+static st_status reserve_tmp(gloo_coll *c, size_t n) {
+  if (n <= c->tmp_n) return ST_OK;
+  float *t = realloc(c->tmp, n * sizeof *t);
+  if (!t) return st_error(ST_ERR_NOMEM, "gloo transport: %zu floats of scratch", n);
+  c->tmp = t;
+  c->tmp_n = n;
+  return ST_OK;
+}
+
+/* Reduce-scatter, then all-gather; every worker's part summed in rank order.
+ * The first chunk of each part goes through the staging areas (no buffer
+ * of the peer's needs to exist yet); the rest of it, and the sums, straight
+ * into buffers expected before (one message each, however large). */
 static st_status gloo_all_reduce(st_collective *cc, int rank, float *buf, size_t n,
                                  st_reduce_op op) {
   (void)rank;
@@ -225,22 +255,30 @@ static st_status gloo_all_reduce(st_collective *cc, int rank, float *buf, size_t
   int size = c->base.size, me = c->base.self;
   if (size == 1 || n == 0) return ST_OK;
   if (c->shm) return shm_done(c, st__shm_all_reduce(c->shm, buf, n, op, shm_wait, c));
-  size_t lo[ST_MAX_WORKERS] = {0}, len[ST_MAX_WORKERS] = {0};
+  size_t lo[ST_MAX_WORKERS] = {0}, len[ST_MAX_WORKERS] = {0}, ch = c->chunk;
   chunks(n, size, lo, len);
-  char err[256];
-  for (int j = 0; j < size; j++)
-    if (j != me && len[j] && st__gloo_expect(c->g, j, buf + lo[j], len[j] * sizeof(float), err,
-                                             sizeof err) != 0)
-      return fail(c, ST_ERR_PEER, OP_ALL_REDUCE, j, err);
-  plan p; /* my part of every peer, summed with mine */
+  size_t rest = len[me] > ch ? len[me] - ch : 0;
+  size_t sn[ST_MAX_WORKERS] = {0}, rn[ST_MAX_WORKERS] = {0};
+  st_status s = reserve_tmp(c, (size_t)size * rest);
+  if (s == ST_OK) s = expect_parts(c, buf, lo, len, rest);
+  plan p; /* the first chunks: my part of every peer, summed with mine */
   memset(&p, 0, sizeof p);
   for (int j = 0; j < size; j++) {
-    p.soff[j] = lo[j], p.sn[j] = len[j];
-    p.rn[j] = len[me];
+    p.soff[j] = lo[j], p.sn[j] = len[j] < ch ? len[j] : ch;
+    p.rn[j] = len[me] - rest;
   }
   p.mine = buf + lo[me], p.rop = op;
-  st_status s = exchange(c, buf, buf + lo[me], &p, OP_ALL_REDUCE);
-  return s == ST_OK ? gather_direct(c, buf, lo, len) : s;
+  if (s == ST_OK) s = exchange(c, buf, buf + lo[me], &p, OP_ALL_REDUCE);
+  const float *src[ST_MAX_WORKERS];
+  for (int j = 0; j < size; j++) {
+    src[j] = buf + lo[j] + ch, sn[j] = len[j] > ch ? len[j] - ch : 0, rn[j] = rest;
+  }
+  if (s == ST_OK && (s = direct_round(c, 1, src, sn, rn)) == ST_OK && rest) {
+    for (int j = 0; j < size; j++) src[j] = j == me ? buf + lo[me] + ch : c->tmp + (size_t)j * rest;
+    st__sum_in_rank_order(buf + lo[me] + ch, NULL, src, size, rest, op);
+  }
+  for (int j = 0; j < size; j++) src[j] = buf + lo[me], sn[j] = len[me], rn[j] = len[j];
+  return s == ST_OK ? direct_round(c, 2, src, sn, rn) : s;
 }
 
 /* Every worker sends the root an empty message a step: the root never gets
@@ -385,6 +423,7 @@ static void gloo_destroy(st_collective *cc) {
   st__shm_close(c->shm);
   st__gloo_destroy(c->g);
   free(c->seq);
+  free(c->tmp);
   free(c->sent);
   free(c->recvd);
   free(c);
@@ -502,8 +541,9 @@ static void open_shm(gloo_coll *c) {
   c->shm = st__shm_open(&setup, c->base.self, c->base.size, same);
 }
 
-/* A collective's messages: at most 512 KiB (fewer steps, each a wake-up of
- * the reader), less with many peers (the staging areas hold two each). */
+/* A message into a staging area: at most 512 KiB (the all-reduce's first
+ * chunk per peer; the other collectives' steps, each a wake-up of the
+ * reader), less with many peers (the staging areas hold two each). */
 static size_t chunk_floats(int size) {
   size_t bytes = size <= 9 ? (size_t)512 << 10 : ((size_t)4 << 20) / (size_t)(size - 1);
   return (bytes < (64 << 10) ? 64 << 10 : bytes) / sizeof(float);

@@ -27,7 +27,7 @@ struct st__gloo {
   std::vector<char> stage;  // [size][stage_bytes]: what each peer put here
   size_t stage_bytes = 0;
   std::vector<std::unique_ptr<gloo::transport::Buffer>> in;  // [size] over stage
-  std::vector<std::unique_ptr<gloo::transport::Buffer>> direct;  // [size] st__gloo_expect's
+  std::vector<std::unique_ptr<gloo::transport::Buffer>> direct[2];  // [kind-1][size] expected
   std::vector<std::pair<int, std::unique_ptr<gloo::transport::Buffer>>> out;  // posted puts
 };
 
@@ -82,11 +82,11 @@ class Store : public gloo::rendezvous::Store {
   double timeout_s_;
 };
 
-// The bound-buffer slot of `owner`'s staging area (direct 0) or expected
-// buffer (direct 1) for messages from `from`: the two ends of a pair use
+// The bound-buffer slot of `owner`'s staging area (kind 0) or expected
+// buffer (kinds 1, 2) for messages from `from`: the two ends of a pair use
 // different slots, since a send buffer leaving a pair unregisters whatever
 // buffer of its slot that side has.
-int slot_of(int direct, int owner, int from) { return 1 + 2 * direct + (owner < from ? 0 : 1); }
+int slot_of(int kind, int owner, int from) { return 1 + 2 * kind + (owner < from ? 0 : 1); }
 
 // Register the staging areas, then meet every peer once (unbound buffers:
 // they wait for the receiver), so no put reaches an unregistered area.
@@ -95,7 +95,8 @@ void open_stage(st__gloo &g, size_t bytes, std::chrono::milliseconds timeout) {
   g.stage_bytes = bytes;
   g.stage.assign(static_cast<size_t>(size) * bytes, 0);
   g.in.resize(static_cast<size_t>(size));
-  g.direct.resize(static_cast<size_t>(size));
+  g.direct[0].resize(static_cast<size_t>(size));
+  g.direct[1].resize(static_cast<size_t>(size));
   for (int j = 0; j < size; j++)
     if (j != g.rank)
       g.in[j] = g.ctx->getPair(j)->createRecvBuffer(slot_of(0, g.rank, j),
@@ -146,7 +147,8 @@ extern "C" void st__gloo_close_pairs(st__gloo *g) {
   } catch (...) {
   }
   g->out.clear();  // the pairs are closed: nothing reads or writes them any more
-  for (auto &d : g->direct) d.reset();
+  for (auto &kind : g->direct)
+    for (auto &d : kind) d.reset();
 }
 
 extern "C" void st__gloo_farewell(st__gloo *g, double timeout_s) {
@@ -179,22 +181,22 @@ extern "C" const void *st__gloo_stage(st__gloo *g, int peer) {
   return &g->stage[static_cast<size_t>(peer) * g->stage_bytes];
 }
 
-extern "C" int st__gloo_expect(st__gloo *g, int peer, void *dst, size_t n, char *err,
+extern "C" int st__gloo_expect(st__gloo *g, int peer, int kind, void *dst, size_t n, char *err,
                                size_t errlen) {
   try {
-    auto &d = g->direct[static_cast<size_t>(peer)];
+    auto &d = g->direct[kind - 1][static_cast<size_t>(peer)];
     d.reset();
-    d = g->ctx->getPair(peer)->createRecvBuffer(slot_of(1, g->rank, peer), dst, n);
+    d = g->ctx->getPair(peer)->createRecvBuffer(slot_of(kind, g->rank, peer), dst, n);
     return 0;
   } catch (const std::exception &e) {
     return failed(e, err, errlen);
   }
 }
 
-extern "C" int st__gloo_put(st__gloo *g, int peer, int direct, const void *src, size_t n,
+extern "C" int st__gloo_put(st__gloo *g, int peer, int kind, const void *src, size_t n,
                             size_t roff, char *err, size_t errlen) {
   try {
-    auto b = g->ctx->getPair(peer)->createSendBuffer(slot_of(direct, peer, g->rank),
+    auto b = g->ctx->getPair(peer)->createSendBuffer(slot_of(kind, peer, g->rank),
                                                      const_cast<void *>(src), n);
     b->send(0, n, roff);
     g->out.emplace_back(peer, std::move(b));
@@ -220,11 +222,11 @@ extern "C" int st__gloo_puts_wait(st__gloo *g, int *peer, char *err, size_t errl
   return rc;
 }
 
-extern "C" int st__gloo_take(st__gloo *g, int peer, int direct, char *err, size_t errlen) {
+extern "C" int st__gloo_take(st__gloo *g, int peer, int kind, char *err, size_t errlen) {
   try {
     size_t j = static_cast<size_t>(peer);
-    if (!direct) g->in[j]->waitRecv();
-    if (direct) g->direct[j]->waitRecv(), g->direct[j].reset();
+    if (!kind) g->in[j]->waitRecv();
+    if (kind) g->direct[kind - 1][j]->waitRecv(), g->direct[kind - 1][j].reset();
     return 0;
   } catch (const std::exception &e) {
     return failed(e, err, errlen);

@@ -48,28 +48,30 @@ int st__gloo_connect(int rank, int size, const char *host, const st__gloo_store 
  * kind). A put writes straight into a buffer the peer registered, with no
  * handshake, from the calling thread where the socket takes it (Gloo's loop
  * thread finishes the rest); the peer's loop thread reads it there and the
- * peer's take returns. Two kinds of target: the peer's staging area (direct
- * 0), registered at connect, and (direct 1) the buffer the peer last
- * expected from this process. The caller keeps the flow control: a put
+ * peer's take returns. Three kinds of target: the peer's staging area (kind
+ * 0), registered at connect, and (kinds 1, 2) the buffer of that kind the
+ * peer last expected from this process. The caller keeps the flow control: a put
  * never overwrites staging bytes the peer has not consumed (gloo.c: lockstep
- * steps, two halves), and a direct put goes out only after the peer's
+ * steps, two halves), and a put of kind 1 or 2 goes out only after the peer's
  * expect (it answers something the peer sent after it). Waits are bounded
  * by the connect's timeout. */
 /* Staging area for messages from peer (stage_bytes; read after a take). */
 const void *st__gloo_stage(st__gloo *g, int peer);
-/* The next direct put from peer lands in dst[0, n) (until its take). */
-int st__gloo_expect(st__gloo *g, int peer, void *dst, size_t n, char *err, size_t errlen);
+/* The next put of kind (1 or 2) from peer lands in dst[0, n) (until its
+ * take). */
+int st__gloo_expect(st__gloo *g, int peer, int kind, void *dst, size_t n, char *err,
+                    size_t errlen);
 /* Post a put of src[0, n) bytes to peer: into its staging area at byte roff
- * (direct 0) or at byte roff of its expected buffer (direct 1); src must
- * stay unchanged until st__gloo_puts_wait. */
-int st__gloo_put(st__gloo *g, int peer, int direct, const void *src, size_t n, size_t roff,
+ * (kind 0) or at byte roff of the buffer of that kind it expects (1, 2);
+ * src must stay unchanged until st__gloo_puts_wait. */
+int st__gloo_put(st__gloo *g, int peer, int kind, const void *src, size_t n, size_t roff,
                  char *err, size_t errlen);
 /* Wait until every posted put has left this process; on failure *peer =
  * the peer of the one that failed. */
 int st__gloo_puts_wait(st__gloo *g, int *peer, char *err, size_t errlen);
-/* Wait for the next put from peer to land in its staging area (direct 0)
- * or in the buffer expected from it (direct 1, which it then forgets). */
-int st__gloo_take(st__gloo *g, int peer, int direct, char *err, size_t errlen);
+/* Wait for the next put from peer to land in its staging area (kind 0) or
+ * in the buffer of that kind expected from it (which it then forgets). */
+int st__gloo_take(st__gloo *g, int peer, int kind, char *err, size_t errlen);
 
 /* The end of a job's use of the mesh, every process in turn: a message to
  * every peer and, up to timeout_s, one from each (errors ignored), so that
