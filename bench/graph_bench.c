@@ -96,13 +96,13 @@ static void report(const cfg *c, st_model *m, const st_history *h) {
   printf("RESULT {\"impl\": \"strata\", \"model\": \"%s\", \"batch\": %d, \"steps\": %d, "
          "\"threads\": %d, \"replicas\": %d, \"opt\": \"%s\", \"params\": %zu, "
          "\"samples_per_sec\": %.2f, \"train_seconds\": %.3f, \"nodes\": %d, "
-         "\"activations_mib\": %.2f, \"caches_mib\": %.2f, \"grad_slots\": %d, "
+         "\"activations_mib\": %.2f, \"train_activations_mib\": %.2f, \"caches_mib\": %.2f, \"grad_slots\": %d, "
          "\"grad_buffers_mib\": %.2f, \"grad_per_tensor_mib\": %.2f, "
          "\"inference_peak_mib\": %.2f, \"forward_block_mib\": %.2f, "
          "\"forward_cache_mib\": %.2f}\n",
          c->model, c->batch, c->steps, c->threads, c->replicas, c->opt,
          st_model_param_count(m, true), h->samples_per_sec, h->train_seconds, p.nnodes,
-         p.activation_floats * mib, p.cache_floats * mib, p.grad_slots, p.grad_floats * mib,
+         p.activation_floats * mib, p.train_activation_floats * mib, p.cache_floats * mib, p.grad_slots, p.grad_floats * mib,
          p.grad_per_tensor_floats * mib, p.inference_peak_floats * mib,
          p.infer_block_floats * mib, p.infer_cache_floats * mib);
 }

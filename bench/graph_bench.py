@@ -14,7 +14,9 @@ best (ratios of medians) and Strata's activation memory report
 (src/nn/memplan.c).
 
 Usage: /usr/bin/python3 bench/graph_bench.py [--reps 3] [--models resnet20,transformer]
-         [--opt sgd|adam] [--json raw.jsonl] [--quick]
+         [--opt sgd|adam] [--json raw.jsonl] [--quick] [--before OLD/build/graph_bench]
+--before adds the Strata configurations of an older build to the same
+alternation ("before: ..." rows, not counted as Strata's best).
 Exit: 0 all runs ok; 1 a run failed; 2 a prerequisite is missing.
 """
 import argparse
@@ -80,6 +82,7 @@ def main():
     ap.add_argument("--bench", default=os.path.join(REPO, "build", "graph_bench"))
     ap.add_argument("--json", metavar="FILE", help="append one JSON line per run")
     ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--before", metavar="GRAPH_BENCH", help="an older build's graph_bench, run too")
     a = ap.parse_args()
     reps = 1 if a.quick else a.reps
     if not os.access(a.bench, os.X_OK):
@@ -97,6 +100,9 @@ def main():
         for m in models:
             common = SIZES[m] + ["--opt", a.opt]
             jobs = [(k, [a.bench, "--model", m] + common + v, {}) for k, v in STRATA.items()]
+            if a.before:
+                jobs += [("before: " + k, [a.before, "--model", m] + common + v, {})
+                         for k, v in STRATA.items()]
             jobs += [(k, [PY, os.path.join(REPO, "bench", "graph_torch.py"), "--model", m] + common + v, e)
                      for k, (v, e) in TORCH.items()]
             if r % 2:
@@ -118,12 +124,13 @@ def main():
     print("|---|---|---|---|---|")
     best = {}
     for m in models:
-        for key in list(STRATA) + list(TORCH):
+        before = ["before: " + k for k in STRATA] if a.before else []
+        for key in list(STRATA) + before + list(TORCH):
             rs = runs.get((m, key), [])
             sps = [x["samples_per_sec"] for x in rs]
             rss = [x["peak_rss_mib"] for x in rs]
             print("| %s | %s | %s | %s | %d/%d |" % (m, key, med(sps), med(rss), len(rs), reps))
-            if sps:
+            if sps and not key.startswith("before"):
                 side = "strata" if key.startswith("strata") else "torch"
                 cur = best.get((m, side))
                 s_med = statistics.median(sps)

@@ -1,5 +1,6 @@
 /* The model as a differentiable step in a custom loop (st_replica_forward,
- * st_replica_loss_gradient, st_replica_backward, then
+ * st_replica_loss_gradient, st_replica_backward (st_replica_gradients /
+ * st_replica_set_gradients read and replace the gradients), then
  * st_replica_apply_gradients), on a graph with a residual Add:
  *  - with fit's own loss gradient it trains fit's bytes, on one device and
  *    on mirrored x2;
@@ -185,6 +186,62 @@ static void test_input_gradient(void) {
   st_model_destroy(m);
 }
 
+/* Each replica's gradients read (st_replica_gradients), summed on replica 0
+ * in replica order and written back there, zeros on the others
+ * (st_replica_set_gradients): the update is fit's (the sum plus zeros). */
+typedef struct grads_args {
+  const st_batch *b;
+  size_t n;
+  float *g[2]; /* [n] per replica */
+} grads_args;
+
+static st_status grads_step(st_replica_context *c, void *arg) {
+  grads_args *a = arg;
+  int r = st_replica_id(c);
+  st_batch local = st_replica_slice(c, a->b);
+  const float *out = NULL;
+  float dy[B * C], token = 0.0f;
+  st_status s = st_replica_forward(c, &local, true, &out);
+  if (s == ST_OK) s = st_replica_loss_gradient(c, local.y, a->b->size, dy, NULL);
+  if (s == ST_OK) s = st_replica_backward(c, dy, NULL);
+  if (s == ST_OK) s = st_replica_gradients(c, a->g[r], a->n);
+  if (s == ST_OK) s = st_replica_all_reduce(c, ST_REDUCE_SUM, &token, 1); /* both are read */
+  if (s == ST_OK && r == 0)
+    for (size_t i = 0; i < a->n; i++) a->g[0][i] += a->g[1][i];
+  if (s == ST_OK) s = st_replica_all_reduce(c, ST_REDUCE_SUM, &token, 1); /* summed */
+  if (s == ST_OK && r == 1) memset(a->g[1], 0, a->n * sizeof(float));
+  if (s == ST_OK) s = st_replica_set_gradients(c, a->g[r], a->n);
+  if (s == ST_OK) CHECK(st_replica_set_gradients(c, a->g[r], a->n + 1) == ST_ERR_INVALID);
+  if (s == ST_OK) CHECK(st_replica_gradients(c, NULL, a->n) == ST_ERR_INVALID);
+  return s == ST_OK ? st_replica_apply_gradients(c) : s;
+}
+
+static void test_gradients_read_and_set(void) {
+  st_model *a = model(ST_STRATEGY_MIRRORED, 2, ST_LOSS_SPARSE_CE_LOGITS);
+  st_model *b = model(ST_STRATEGY_MIRRORED, 2, ST_LOSS_SPARSE_CE_LOGITS);
+  if (!a || !b) return;
+  fit(a, Y, 1);
+  size_t n = b->net.n_params;
+  grads_args ga = {NULL, n, {calloc(n, sizeof(float)), calloc(n, sizeof(float))}};
+  CHECK(ga.g[0] && ga.g[1]);
+  st_dataset *ds = dataset(Y, 1);
+  st_iterator *it = NULL;
+  CHECK_OK(st_dataset_iterate(ds, &it));
+  for (bool end = false;;) {
+    st_batch batch;
+    CHECK_OK(st_iterator_next(it, &batch, &end));
+    if (end) break;
+    ga.b = &batch;
+    CHECK_OK(st_strategy_run(b->strategy, grads_step, &ga));
+  }
+  CHECK_MSG(memcmp(a->net.params, b->net.params, n * sizeof(float)) == 0,
+            "gradients read, summed and set: the bytes differ from fit's");
+  st_iterator_destroy(it);
+  st_dataset_destroy(ds);
+  free(ga.g[0]), free(ga.g[1]);
+  st_model_destroy(a), st_model_destroy(b);
+}
+
 static st_status misuse_step(st_replica_context *c, void *arg) {
   (void)arg;
   float dy[C] = {0};
@@ -210,7 +267,8 @@ static void test_misuse(void) {
 
 static const check_case cases[] = {
     CHECK_CASE(test_fit_bytes_one_device), CHECK_CASE(test_fit_bytes_mirrored),
-    CHECK_CASE(test_own_loss), CHECK_CASE(test_input_gradient), CHECK_CASE(test_misuse)};
+    CHECK_CASE(test_own_loss), CHECK_CASE(test_input_gradient), CHECK_CASE(test_gradients_read_and_set),
+    CHECK_CASE(test_misuse)};
 
 int main(int argc, char **argv) {
   fixture_argmax_data(21, N, D, C, X, Y);

@@ -76,7 +76,7 @@ bad "warmup beyond the steps" "--warmup-steps" --steps 10 --warmup-steps 10
 bad "missing --text" "--text" --text "$tmp/none.txt"
 bad "--text with a small vocabulary" "--vocab" --text "$tmp/t3.txt" --vocab 100
 bad "checkpoint of another width" "field C (width" --gpt-layers 2 --gpt-heads 2 --seq-len 32 --gpt-width 64 --init-from "$tmp/a.bin" --steps 1
-bad "strategy not supported" "--strategy" --strategy pipeline
+bad "strategy not supported" "--strategy" --strategy central_storage
 bad "--data that is not token shards" "strata tokenize" --data "$tmp/t3.txt"
 bad "--data and --text" "two corpora" --data "$tmp/sh_*.bin" --text "$tmp/t3.txt"
 bad "--data shards that do not exist" "none_" --data "$tmp/none_*.bin"

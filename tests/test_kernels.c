@@ -329,6 +329,60 @@ static void case_col2im(ctx *c) {
   }
 }
 
+/* The optional direct convolution (conv_direct_*) against the reference's
+ * lowering: y = im2col(x) . w, dw = im2col(x)^T . dy (+ dw0 when
+ * accumulating), dx = col2im(dy . w^T). A backend may decline a geometry
+ * (the layer then lowers itself); the cpu backend must take every one of
+ * these where the CPU has AVX-512F (dx: stride 1 only). */
+static const struct { int h, w, c, f, k, s, n; bool same; } k_direct[] = {
+    {28, 28, 1, 16, 3, 1, 3, true}, {28, 28, 16, 16, 3, 1, 2, true},
+    {14, 14, 16, 32, 3, 2, 2, true}, {7, 7, 64, 64, 3, 1, 3, true},
+    {14, 14, 32, 64, 1, 2, 2, true}, {9, 8, 16, 32, 3, 1, 2, false},
+    {6, 7, 32, 16, 5, 1, 1, true},   {5, 5, 3, 64, 3, 2, 2, false},
+};
+
+static int direct_one(ctx *c, size_t s) {
+  st_conv_geom g = conv_geom(k_direct[s].h, k_direct[s].w, k_direct[s].c, k_direct[s].k,
+                             k_direct[s].k, k_direct[s].s, k_direct[s].s, k_direct[s].same);
+  int n = k_direct[s].n, f = k_direct[s].f, taken = 0;
+  size_t P = (size_t)g.oh * g.ow, K = (size_t)g.kh * g.kw * g.c, X = (size_t)g.h * g.w * g.c;
+  float *x = rnd(c, n * X, -1, 1), *w = rnd(c, K * f, -1, 1), *dy = rnd(c, n * P * f, -1, 1);
+  float *dw0 = rnd(c, K * f, -1, 1), *col = filled(c, n * P * K, 0.0f);
+  float *y = filled(c, n * P * f, NAN), *dw = dup(c, dw0, K * f), *dx = filled(c, n * X, 0.0f);
+  for (int i = 0; i < n; i++) c->ref->im2col(ref_ctx(c), &g, x + i * X, col + i * P * K);
+  c->ref->gemm(ref_ctx(c), false, false, n * P, f, K, 1.0f, col, K, w, f, 0.0f, y, f);
+  c->ref->gemm(ref_ctx(c), true, false, K, f, n * P, 1.0f, col, K, dy, f, 1.0f, dw, f);
+  c->ref->gemm(ref_ctx(c), false, true, n * P, K, f, 1.0f, dy, f, w, f, 0.0f, col, K);
+  for (int i = 0; i < n; i++) c->ref->col2im(ref_ctx(c), &g, col + i * P * K, dx + i * X);
+  float *ws = up(c, filled(c, st__conv_direct_ws_floats(&g, n, f), NAN),
+                 st__conv_direct_ws_floats(&g, n, f));
+  float *dx_d = up(c, filled(c, n * X, NAN), n * X), *y_d = up(c, filled(c, n * P * f, NAN), n * P * f);
+  float *dw_d = up(c, dw0, K * f), *x_d = up(c, x, n * X), *w_d = up(c, w, K * f);
+  float *dy_d = up(c, dy, n * P * f);
+  if (st__be_conv_direct_forward(be_ctx(c), &g, n, f, x_d, w_d, y_d, ws))
+    taken++, cmp(c, "conv_direct_forward", down(c, y_d, n * P * f), y, n * P * f, TOL_GEMM);
+  if (st__be_conv_direct_dw(be_ctx(c), &g, n, f, x_d, dy_d, true, dw_d, ws))
+    taken++, cmp(c, "conv_direct_dw", down(c, dw_d, K * f), dw, K * f, TOL_GEMM);
+  if (st__be_conv_direct_dx(be_ctx(c), &g, n, f, dy_d, w_d, dx_d, ws))
+    taken++, cmp(c, "conv_direct_dx", down(c, dx_d, n * X), dx, n * X, TOL_GEMM);
+  bool want_dx = g.sh == 1 && g.c % 16 == 0 && g.c <= 64;
+  return taken == 2 + want_dx ? 1 : 0;
+}
+
+static void case_conv_direct(ctx *c) {
+  int full = 0, cases = (int)(sizeof k_direct / sizeof k_direct[0]);
+  for (int s = 0; s < cases; s++) {
+    full += direct_one(c, (size_t)s);
+    release(c);
+  }
+  bool must = !strcmp(c->be->name, "cpu") && __builtin_cpu_supports("avx512f") &&
+              __builtin_cpu_supports("fma");
+  if (must && full != cases && c->ok) {
+    c->ok = false;
+    snprintf(c->note, sizeof c->note, "cpu took %d of %d direct geometries", full, cases);
+  }
+}
+
 /* ---- pooling ----------------------------------------------------------------- */
 
 static const struct { int h, w, c, p, s; bool same; } k_pool[] = {
@@ -605,6 +659,7 @@ static const struct {
     {"act_backward", case_act_backward},
     {"im2col", case_im2col},
     {"col2im", case_col2im},
+    {"conv_direct", case_conv_direct},
     {"maxpool", case_maxpool},
     {"avgpool", case_avgpool},
     {"batchnorm", case_batchnorm},

@@ -70,6 +70,8 @@ static void test_residual(void) {
   /* x stays live until the Add: x, a, b (12) at the second Dense 4, then x, b, sum */
   CHECK_EQ(p.inference_peak_floats, (size_t)5 * 12);
   CHECK_GE(p.grad_slots, 2);
+  /* the Add's output feeds a Dense (whose backward reads it): nothing shared */
+  CHECK_EQ(p.train_activation_floats, p.activation_floats);
   st_model_destroy(m);
 }
 
@@ -86,6 +88,20 @@ static void test_resnet20(void) {
   CHECK_LE(p.inference_peak_floats, 4 * biggest);    /* a block's input, two of its tensors */
   CHECK_GE(p.inference_peak_floats, 2 * biggest);
   CHECK_LT(p.grad_floats, p.grad_per_tensor_floats / 4);
+  /* training: BatchNormalization's and Add's outputs (read by no backward:
+   * ReLU's reads its own output) share a few slots; the rest keep their own */
+  int *slot_of = calloc((size_t)p.nnodes, sizeof *slot_of), ns = 0;
+  size_t per = 0;
+  CHECK_OK(st__net_transient_slots(&m->net, slot_of, &ns, &per));
+  for (int k = 0; slot_of && k < p.nnodes; k++) {
+    const char *cls = m->net.layers[m->net.nodes[k].layer]->vt->class_name;
+    bool shared = !strcmp(cls, "BatchNormalization") || !strcmp(cls, "Add");
+    CHECK_MSG(shared == (slot_of[k] >= 0), "node %d (%s): slot %d", k, cls, slot_of[k]);
+  }
+  free(slot_of);
+  CHECK_LE(ns, 4);
+  CHECK_EQ(per, (size_t)28 * 28 * 16);
+  CHECK_LT(p.train_activation_floats, p.activation_floats * 2 / 3);
   st_model_destroy(m);
 }
 

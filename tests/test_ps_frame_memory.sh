@@ -8,6 +8,11 @@
 # payload + header): checked from /proc (VmHWM) and by running it under
 # `ulimit -v` = a control run's address space + 2 x 256 MiB + 64 MiB, where an
 # allocation driven by the announced sizes would fail (libzmq aborts).
+# libzmq drops the senders of oversized frames without a word: the server
+# logs one warning per dropped connection naming the client's address and
+# port (watch_zmq.c), rate-limited: a flood of 12 more such connections adds
+# lines up to 10 in the minute, not one each; the 100 MiB sender, which
+# closes its connection itself, is not named.
 . "$(dirname "$0")/ps_common.bash"
 [ -r /proc/self/status ] || { echo "SKIP: no /proc"; exit 77; }
 if [ "${STRATA_SANITIZED:-0}" = 1 ]; then
@@ -30,7 +35,7 @@ pid=$!
 listening
 sleep 0.3
 before=$(kb $pid VmHWM)
-python3 "$(dirname "$0")/ps_big_frames.py" "127.0.0.1:$p3" 100 > "$tmp/f" 2>&1
+python3 "$(dirname "$0")/ps_big_frames.py" "127.0.0.1:$p3" 100 12 > "$tmp/f" 2>&1
 frc=$?
 sleep 0.5
 alive=0; kill -0 $pid 2>/dev/null && alive=1
@@ -43,4 +48,14 @@ check "[ -n '$after' ] && [ \$(( ${after:-0} - ${before:-0} )) -lt $((2 * max)) 
 check "grep -q 'ps:0: [0-9]* frames dropped (.*bad magic' $tmp/s.err" \
   "the 100 MiB frame is dropped and counted ($(grep -o 'ps:0: [0-9]* frames dropped.*' "$tmp/s.err"))"
 check "! grep -qiE 'sanitizer|assert|abort' $tmp/s.err" "no abort"
+drop="ps:0: dropped a connection from 127.0.0.1:%s: it sent a frame over the 268435520-byte limit"
+for port in $(awk '$1 == "announced" {print $2}' "$tmp/f" | head -2); do
+  check "grep -q \"$(printf "$drop" "$port")\" $tmp/s.err" "the sender of an oversized frame (port $port) is named"
+done
+big=$(awk '$1 == "sent" {print $5}' "$tmp/f")
+check "[ -n '$big' ] && ! grep -q \"$(printf "$drop" "$big")\" $tmp/s.err" \
+  "the 100 MiB sender (port $big), which closed its connection itself, is not named"
+lines=$(grep -c 'ps:0: dropped a connection from' "$tmp/s.err")
+check "[ $lines = 10 ] && grep -q 'dropped a connection.*(more in the next minute are only counted)' $tmp/s.err" \
+  "14 oversized senders, $lines lines: 10 a minute at most ($(grep -c announced "$tmp/f") announced)"
 exit $fail

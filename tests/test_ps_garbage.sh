@@ -4,7 +4,8 @@
 # sends every server port (the chief's, each worker's, each ps's) raw bytes
 # with no handshake, Strata frames that are garbage, short, truncated, of an
 # unknown type or of another job, and a frame over ZMQ_MAXMSGSIZE. No process
-# crashes, every task counts and logs the frames it dropped, and the job
+# crashes, every task counts and logs the frames it dropped and names the
+# client libzmq dropped for the oversized frame (watch_zmq.c), and the job
 # finishes with applied == scheduled on every ps and each example once per
 # epoch. --insecure: the NULL mechanism lets a test client reach the frame
 # parser (with CURVE, tests/test_ps_transport.c shows an unknown key never
@@ -31,5 +32,7 @@ check "json $tmp/r.json 'all(x[\"frames_dropped\"] >= 15 for x in p[\"per_ps\"])
   "each ps and the chief counted the 15 bad frames (report)"
 for t in ps:0 ps:1 worker:0 worker:1 chief:0; do
     check "grep -q '$t: [0-9]* frames dropped (.*bad magic' $tmp/l" "$t logged its drops: $(grep -o "$t: [0-9]* frames dropped.*" "$tmp/l")"
+    check "grep -q '$t: dropped a connection from 127.0.0.1:[0-9]*: it sent a frame over the' $tmp/l" \
+      "$t named a sender of an oversized frame ($(grep -c "$t: dropped a connection" "$tmp/l") lines)"
 done
 exit $fail

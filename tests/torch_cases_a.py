@@ -52,6 +52,17 @@ CASES = [
                      use_bias=False),
          inputs=[[7, 6, 3]], batch=2,
          torch=lambda xs, ws: tf_conv2d(xs[0], ws[0], (2, 2), "same")),
+    # 16/32 filters without bias: the cpu backend's direct convolution (stride 1
+    # also its direct input gradient; 16 input channels)
+    dict(name="Conv2D 16 filters same no bias (direct)",
+         layer=layer("Conv2D", filters=16, kernel_size=[3, 3], padding="same", use_bias=False),
+         inputs=[[6, 5, 16]], batch=2,
+         torch=lambda xs, ws: tf_conv2d(xs[0], ws[0], (1, 1), "same")),
+    dict(name="Conv2D 32 filters strides 2 no bias (direct)",
+         layer=layer("Conv2D", filters=32, kernel_size=[3, 3], strides=[2, 2], padding="same",
+                     use_bias=False),
+         inputs=[[7, 6, 3]], batch=2,
+         torch=lambda xs, ws: tf_conv2d(xs[0], ws[0], (2, 2), "same")),
     dict(name="Conv2D valid strides (2,1) relu6",
          layer=layer("Conv2D", filters=3, kernel_size=[2, 3], strides=[2, 1], padding="valid",
                      activation="relu6"),

@@ -19,17 +19,23 @@
 
 typedef struct gpt_cfg {
   const char *model, *preset, *text, *data, *init_from, *save_llmc, *save_hf, *save, *report;
-  const char *backup_dir;
+  const char *backup_dir, *stage_boundaries;
+  long pipeline_stages, micro_batches;
+  st_pipeline_schedule schedule;
   long layers, heads, width, seq_len, vocab;
   long steps, eval_every, batch, seed, threads, warmup, replicas, log_every, backup_every;
   double lr, wd, clip, min_lr_frac;
   st_strategy_kind strategy;
   bool quiet, no_shuffle;
   bool chief; /* this process prints and writes (multi_worker_mirrored: worker 0) */
+  const st_strategy *st; /* the run's (--report: the pipeline's stages) */
 } gpt_cfg;
 
 static bool store_strategy(const char *cmd, const char *name, const char *v, void *f) {
   return cli_lib_ok(cmd, name, st_strategy_kind_parse(v, f));
+}
+static bool store_schedule(const char *cmd, const char *name, const char *v, void *f) {
+  return cli_lib_ok(cmd, name, st_pipeline_schedule_parse(v, f));
 }
 
 #define STR(n, m, f, h) CLI_OPT_STR(n, m, gpt_cfg, f, h)
@@ -56,7 +62,11 @@ static cli_opt gpt_opts[] = {
     FLOAT("--min-lr-fraction", "F", min_lr_frac, 0.0, 1.0, "with --warmup-steps: the final learning rate as a fraction of --lr (default 0.1)"),
     INT("--seed", "S", seed, 0, 0x7fffffffL, "weights, shuffling (default 0)"),
     INT("--threads", "N", threads, 1, 1024, "one_device: compute threads (default: all cores)"),
-    CLI_OPT_FN("--strategy", "NAME", gpt_cfg, strategy, store_strategy, "one_device (default), mirrored or multi_worker_mirrored (under mpirun: token shards split by file, else each worker its slice of every batch)"),
+    CLI_OPT_FN("--strategy", "NAME", gpt_cfg, strategy, store_strategy, "one_device (default), mirrored, multi_worker_mirrored (under mpirun: token shards split by file, else each worker its slice of every batch) or pipeline (stages in threads, or one per process under mpirun: every process reads every batch; the output head's table, tied to wte, kept by the first and last stages)"),
+    INT("--pipeline-stages", "S", pipeline_stages, 1, ST_MAX_REPLICAS, "pipeline: stages in one process (default 2; under mpirun: one per process)"),
+    STR("--stage-boundaries", "LIST", stage_boundaries, "pipeline: layer indices where stages 1.. start (default: balanced by FLOPs + parameter bytes; 'strata summary --model gpt' numbers the layers)"),
+    INT("--micro-batches", "M", micro_batches, 1, 1 << 20, "pipeline: micro-batches per global batch (default: one per stage)"),
+    CLI_OPT_FN("--pipeline-schedule", "NAME", gpt_cfg, schedule, store_schedule, "pipeline: gpipe (default) or 1f1b"),
     INT("--replicas", "N", replicas, 1, ST_MAX_REPLICAS, "mirrored: replicas (default: one per core)"),
     STR("--init-from", "FILE", init_from, "start from an llm.c checkpoint (gpt2_124M.bin format; its header must match the config) or, for a FILE.safetensors, Hugging Face GPT-2 weights (transformer.h.0.attn.c_attn.weight, ...)"),
     STR("--save-llmc", "FILE.bin", save_llmc, "write the trained weights as an llm.c checkpoint"),
@@ -149,9 +159,15 @@ static bool parse_gpt(int argc, char **argv, gpt_cfg *c, int *rc) {
   *rc = EXIT_USAGE;
   if (!cli_store("train", gpt_opts, NGPT, c)) return false;
   if (c->strategy != ST_STRATEGY_ONE_DEVICE && c->strategy != ST_STRATEGY_MIRRORED &&
-      c->strategy != ST_STRATEGY_MULTI_WORKER_MIRRORED) {
-    fprintf(stderr, "strata train: --strategy: --model gpt trains under one_device, mirrored or "
-            "multi_worker_mirrored (for now)\n");
+      c->strategy != ST_STRATEGY_MULTI_WORKER_MIRRORED && c->strategy != ST_STRATEGY_PIPELINE) {
+    fprintf(stderr, "strata train: --strategy: --model gpt trains under one_device, mirrored, "
+            "multi_worker_mirrored or pipeline (for now)\n");
+    return false;
+  }
+  if ((c->pipeline_stages || c->micro_batches || c->stage_boundaries || c->schedule) &&
+      c->strategy != ST_STRATEGY_PIPELINE) {
+    fprintf(stderr, "strata train: --pipeline-stages, --stage-boundaries, --micro-batches and "
+            "--pipeline-schedule need --strategy pipeline\n");
     return false;
   }
   if (c->warmup && c->warmup >= c->steps) {
@@ -235,6 +251,10 @@ static st_status gpt_strategy(const gpt_cfg *c, st_strategy **st) {
   st_strategy_options so = st_strategy_default_options(c->strategy);
   so.threads = (int)c->threads;
   so.replicas = (int)c->replicas;
+  so.pipeline_stages = (int)c->pipeline_stages;
+  so.stage_boundaries = c->stage_boundaries;
+  so.micro_batches = (int)c->micro_batches;
+  so.pipeline_schedule = c->schedule;
   if (reads_shards(c)) so.auto_shard = ST_AUTO_SHARD_OFF;
   return st_strategy_create(&so, st);
 }
@@ -339,7 +359,8 @@ static int gpt_fit(const gpt_cfg *c, const st_gpt_config *g, st_model *m, st_dat
     report_info r = {.model = "gpt", .strategy = st_strategy_kind_name(c->strategy),
                      .optimizer = "adamw", .replicas = 1, .batch = (int)c->batch,
                      .seed = (uint64_t)c->seed, .lr = c->lr, .n_train = windows_train,
-                     .history = &h, .wall_seconds = st_now_seconds() - t0};
+                     .history = &h, .wall_seconds = st_now_seconds() - t0,
+                     .pipeline = c->strategy == ST_STRATEGY_PIPELINE ? c->st : NULL};
     r.test.loss = r.test.accuracy = NAN;
     memcpy(sl.json + sl.len, "]", 2); /* cap keeps room for it */
     if (report_write_extra(c->report, &r, c->log_every ? "steps" : NULL, sl.json) != 0)
@@ -362,7 +383,8 @@ static int gpt_fit(const gpt_cfg *c, const st_gpt_config *g, st_model *m, st_dat
 static int gpt_data(const gpt_cfg *c, const st_gpt_config *g, const st_strategy *st,
                     cli_data *d, st_dataset **train, st_dataset **val, int64_t *windows_train) {
   if (reads_shards(c)) {
-    int workers = st_strategy_worker_count(st);
+    /* the pipeline's processes read the same batches */
+    int workers = c->strategy == ST_STRATEGY_PIPELINE ? 1 : st_strategy_worker_count(st);
     cli_tokens_args a = {.pattern = c->data, .seq_len = g->seq_len, .vocab = g->vocab,
                          .batch = (int)c->batch, .seed = (uint64_t)c->seed,
                          .no_shuffle = c->no_shuffle, /* each worker its files (the
@@ -384,6 +406,25 @@ static int gpt_data(const gpt_cfg *c, const st_gpt_config *g, const st_strategy 
   return rc;
 }
 
+/* --save-llmc, --save-hf, --save: the chief writes; a pipeline's other
+ * processes take part (their stages' tensors: a gather, or streamed). */
+static int gpt_save(const gpt_cfg *c, const st_gpt_config *g, const st_strategy *st,
+                    st_model *m) {
+  bool all = st_strategy_pipeline_stages(st) > 0 && st_strategy_worker_count(st) > 1;
+  st_status s = ST_OK;
+  float *w = all && !c->chief && (c->save_llmc || c->save_hf)
+                 ? malloc(st_model_weights_size(m) * sizeof(float) + 1) : NULL;
+  if (all && !c->chief && (c->save_llmc || c->save_hf) && !w)
+    s = st_error(ST_ERR_NOMEM, "train: out of memory");
+  if (s == ST_OK && c->save_llmc)
+    s = c->chief ? st_gpt_save_llmc(m, g, c->save_llmc) : all ? st_model_get_weights(m, w) : ST_OK;
+  if (s == ST_OK && c->save_hf)
+    s = c->chief ? st_gpt_save_hf(m, g, c->save_hf) : all ? st_model_get_weights(m, w) : ST_OK;
+  free(w);
+  if (s == ST_OK && c->save && (c->chief || all)) s = st_model_save_weights(m, c->save);
+  return s == ST_OK ? EXIT_OK : cli_fail("train", s);
+}
+
 int cmd_train_gpt(int argc, char **argv) {
   gpt_cfg c;
   int rc;
@@ -395,6 +436,7 @@ int cmd_train_gpt(int argc, char **argv) {
   st_status s = gpt_strategy(&c, &st);
   if (s != ST_OK) return cli_fail("train", s);
   c.chief = st_strategy_is_chief(st);
+  c.st = st;
   cli_data d;
   memset(&d, 0, sizeof d);
   st_dataset *train = NULL, *val = NULL;
@@ -405,12 +447,7 @@ int cmd_train_gpt(int argc, char **argv) {
     s = gpt_model(&c, &g, st, &m);
     rc = s == ST_OK ? gpt_fit(&c, &g, m, train, val, windows_train) : cli_fail("train", s);
   }
-  if (rc == EXIT_OK && c.chief && c.save_llmc && (s = st_gpt_save_llmc(m, &g, c.save_llmc)) != ST_OK)
-    rc = cli_fail("train", s);
-  if (rc == EXIT_OK && c.chief && c.save_hf && (s = st_gpt_save_hf(m, &g, c.save_hf)) != ST_OK)
-    rc = cli_fail("train", s);
-  if (rc == EXIT_OK && c.chief && c.save && (s = st_model_save_weights(m, c.save)) != ST_OK)
-    rc = cli_fail("train", s);
+  if (rc == EXIT_OK) rc = gpt_save(&c, &g, st, m);
   st_model_destroy(m);
   st_strategy_destroy(st);
   st_dataset_destroy(train);

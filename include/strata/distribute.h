@@ -296,6 +296,17 @@ st_status st_replica_forward(st_replica_context *c, const st_batch *local, bool 
 st_status st_replica_loss_gradient(st_replica_context *c, const float *y, int64_t global_batch,
                                    float *dy, double *loss_sum);
 st_status st_replica_backward(st_replica_context *c, const float *dy, float *dx);
+/* This replica's gradients of the trainable variables (what
+ * st_replica_backward or st_replica_compute_gradients left there, before
+ * st_replica_apply_gradients sums them): st_replica_gradients copies the n
+ * floats (n = the model's trainable parameter count, in the order of its
+ * weights file) into out; st_replica_set_gradients replaces them by g (a
+ * custom loop's changed gradients, e.g. clipped: give the total on one
+ * replica and zeros on the others, as apply sums the replicas). Host
+ * memory. ST_ERR_INVALID for a NULL c, out or g (n > 0), or n not the
+ * trainable parameter count. */
+st_status st_replica_gradients(st_replica_context *c, float *out, size_t n);
+st_status st_replica_set_gradients(st_replica_context *c, const float *g, size_t n);
 
 #ifdef __cplusplus
 }

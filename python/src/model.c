@@ -260,15 +260,48 @@ static PyObject *py_model_summary(PyObject *self, PyObject *cap) {
 /* compile(model, optimizer, schedule(kind, initial, decay_steps, decay_rate,
  * staircase, alpha), momentum, nesterov, beta1, beta2, epsilon, rho,
  * weight_decay, loss, metrics list) */
+/* Several outputs: o->losses from a list of loss names, o->loss_weights from
+ * a list of floats (None: not given); -1 with the Python error. */
+static int compile_outputs(st_compile_options *o, PyObject *losses, PyObject *weights) {
+  if (losses != Py_None) {
+    if (!PyList_Check(losses) || PyList_Size(losses) > ST_MAX_OUTPUTS) {
+      PyErr_SetString(PyExc_ValueError, "compile: losses must be a list of at most 8 names");
+      return -1;
+    }
+    o->nlosses = (int)PyList_Size(losses);
+    for (int i = 0; i < o->nlosses; i++) {
+      const char *name = NULL;
+      if (!PyArg_Parse(PyList_GetItem(losses, i), "s", &name)) return -1;
+      if (st_loss_parse(name, &o->losses[i]) != ST_OK) {
+        st__py_raise(ST_ERR_INVALID, "loss");
+        return -1;
+      }
+    }
+  }
+  if (weights != Py_None) {
+    if (!PyList_Check(weights) || PyList_Size(weights) > ST_MAX_OUTPUTS) {
+      PyErr_SetString(PyExc_ValueError, "compile: loss_weights must be a list of at most 8 numbers");
+      return -1;
+    }
+    o->nloss_weights = (int)PyList_Size(weights);
+    for (int i = 0; i < o->nloss_weights; i++) {
+      double w = PyFloat_AsDouble(PyList_GetItem(weights, i));
+      if (w == -1.0 && PyErr_Occurred()) return -1;
+      o->loss_weights[i] = (float)w;
+    }
+  }
+  return 0;
+}
+
 static PyObject *py_model_compile(PyObject *self, PyObject *args) {
-  PyObject *cap, *metrics;
+  PyObject *cap, *metrics, *losses = Py_None, *weights = Py_None;
   const char *opt, *loss, *sched;
   double lr, rate, alpha, mom, b1, b2, eps, rho, wd;
   long long decay_steps;
   int staircase, nesterov;
-  if (!PyArg_ParseTuple(args, "Os(sdLdpd)dpdddddsO", &cap, &opt, &sched, &lr, &decay_steps, &rate,
+  if (!PyArg_ParseTuple(args, "Os(sdLdpd)dpdddddsO|OO", &cap, &opt, &sched, &lr, &decay_steps, &rate,
                         &staircase, &alpha, &mom, &nesterov, &b1, &b2, &eps, &rho, &wd, &loss,
-                        &metrics))
+                        &metrics, &losses, &weights))
     return NULL;
   st_model *m = st__py_model_of(cap);
   if (!m) return NULL;
@@ -300,6 +333,7 @@ static PyObject *py_model_compile(PyObject *self, PyObject *args) {
     }
     o.metrics[i] = (st_metric_kind)k;
   }
+  if (compile_outputs(&o, losses, weights)) return NULL;
   st_status rc = st_model_compile(m, &o);
   if (rc != ST_OK) return st__py_raise(rc, "compile");
   Py_RETURN_NONE;

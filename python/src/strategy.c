@@ -257,19 +257,30 @@ static PyObject *py_replica_forward(PyObject *self, PyObject *args) {
   return PyByteArray_FromStringAndSize((const char *)out, (Py_ssize_t)((size_t)b.size * (size_t)cols * 4));
 }
 
-/* replica_backward(ctx, dy float32 [n, cols]): st_replica_backward, the
- * variables' gradients kept in the replica (GradientTape.gradient). */
+/* replica_backward(ctx, dy float32 [n, cols], dx_cols=0): st_replica_backward,
+ * the variables' gradients kept in the replica (GradientTape.gradient); with
+ * dx_cols > 0, returns a bytearray of the input's gradient [n, dx_cols]
+ * (None otherwise). */
 static PyObject *py_replica_backward(PyObject *self, PyObject *args) {
   PyObject *ccap, *dya;
-  if (!PyArg_ParseTuple(args, "OO", &ccap, &dya)) return NULL;
+  Py_ssize_t dx_cols = 0;
+  if (!PyArg_ParseTuple(args, "OO|n", &ccap, &dya, &dx_cols)) return NULL;
   st_replica_context *c = replica_of(ccap);
   st_tensor dy;
   if (!c || replica_array(dya, "dy", &dy)) return NULL;
+  PyObject *dxb = NULL;
+  if (dx_cols > 0 && !(dxb = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)dy.dims[0] * dx_cols * 4)))
+    return NULL;
+  float *dx = dxb ? (float *)PyByteArray_AsString(dxb) : NULL;
   st_status s;
   Py_BEGIN_ALLOW_THREADS
-  s = st_replica_backward(c, dy.data, NULL);
+  s = st_replica_backward(c, dy.data, dx);
   Py_END_ALLOW_THREADS
-  if (s != ST_OK) return st__py_raise(s, "GradientTape.gradient");
+  if (s != ST_OK) {
+    Py_XDECREF(dxb);
+    return st__py_raise(s, "GradientTape.gradient");
+  }
+  if (dxb) return dxb;
   Py_RETURN_NONE;
 }
 
@@ -285,9 +296,42 @@ static PyObject *py_replica_apply(PyObject *self, PyObject *ccap) {
   Py_RETURN_NONE;
 }
 
+/* replica_grads(ctx, n) -> bytearray of this replica's n gradient floats
+ * (st_replica_gradients: what a GradientTape's gradient reads). */
+static PyObject *py_replica_grads(PyObject *self, PyObject *args) {
+  PyObject *ccap;
+  Py_ssize_t n;
+  if (!PyArg_ParseTuple(args, "On", &ccap, &n)) return NULL;
+  st_replica_context *c = replica_of(ccap);
+  if (!c) return NULL;
+  PyObject *buf = PyByteArray_FromStringAndSize(NULL, n * 4);
+  if (!buf) return NULL;
+  st_status s = st_replica_gradients(c, (float *)PyByteArray_AsString(buf), (size_t)n);
+  if (s != ST_OK) {
+    Py_DECREF(buf);
+    return st__py_raise(s, "GradientTape.gradient");
+  }
+  return buf;
+}
+
+/* replica_set_grads(ctx, g float32 [n]): st_replica_set_gradients
+ * (apply_gradients of gradients the loop changed). */
+static PyObject *py_replica_set_grads(PyObject *self, PyObject *args) {
+  PyObject *ccap, *ga;
+  if (!PyArg_ParseTuple(args, "OO", &ccap, &ga)) return NULL;
+  st_replica_context *c = replica_of(ccap);
+  st_tensor g;
+  if (!c || replica_array(ga, "gradients", &g)) return NULL;
+  st_status s = st_replica_set_gradients(c, g.data, st_tensor_count(&g));
+  if (s != ST_OK) return st__py_raise(s, "apply_gradients");
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"replica_forward", py_replica_forward, METH_VARARGS, "the model's outputs on this replica's x"},
     {"replica_backward", py_replica_backward, METH_VARARGS, "gradients from dy of the outputs"},
+    {"replica_grads", py_replica_grads, METH_VARARGS, "this replica's gradients"},
+    {"replica_set_grads", py_replica_set_grads, METH_VARARGS, "replace this replica's gradients"},
     {"replica_apply", py_replica_apply, METH_O, "sum the replicas' gradients and apply them"},
     {"strategy_create", py_strategy_create, METH_VARARGS,
      "strategy_create(kind, devices=None, replicas=0, cross_device_ops=None, device=None, threads=0)"},

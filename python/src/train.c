@@ -55,10 +55,22 @@ static st_status cb_batch_end(void *user, st_model *m, const st_batch_logs *l) {
   return s;
 }
 
+/* A list of the first n values of v (several outputs' figures). */
+static PyObject *doubles(const double *v, int n) {
+  PyObject *out = PyList_New(n);
+  for (int i = 0; out && i < n; i++) PyList_SetItem(out, i, PyFloat_FromDouble(v[i]));
+  return out;
+}
+
+/* (epoch, loss, accuracy, has_val, val_loss, val_accuracy, lr, seconds,
+ * steps, examples, (each output's loss, accuracy, val loss, val accuracy)) */
 static PyObject *epoch_logs_tuple(const st_epoch_logs *l, int offset) {
-  return Py_BuildValue("(iddidddd LL)", l->epoch + offset, l->loss, l->accuracy,
+  int n = l->noutputs > 1 ? l->noutputs : 0;
+  return Py_BuildValue("(iddidddd LL(NNNN))", l->epoch + offset, l->loss, l->accuracy,
                        (int)l->has_validation, l->val_loss, l->val_accuracy, l->lr, l->seconds,
-                       (long long)l->steps, (long long)l->examples);
+                       (long long)l->steps, (long long)l->examples, doubles(l->output_loss, n),
+                       doubles(l->output_accuracy, n), doubles(l->val_output_loss, n),
+                       doubles(l->val_output_accuracy, n));
 }
 
 static st_status cb_epoch_end(void *user, st_model *m, const st_epoch_logs *l) {
@@ -204,7 +216,9 @@ static PyObject *py_model_evaluate(PyObject *self, PyObject *args) {
   Py_END_ALLOW_THREADS
   st__py_release(mcap, dcap, NULL);
   if (s != ST_OK) return st__py_raise(s, "evaluate");
-  return Py_BuildValue("(ddL)", r.loss, r.accuracy, (long long)r.examples);
+  int n = r.noutputs > 1 ? r.noutputs : 0;
+  return Py_BuildValue("(ddLNN)", r.loss, r.accuracy, (long long)r.examples, doubles(r.output_loss, n),
+                       doubles(r.output_accuracy, n));
 }
 
 /* predict(model, ds) -> (bytearray of float32, rows, cols) */

@@ -51,7 +51,7 @@ _TOP = ("constant", "convert_to_tensor", "zeros", "ones", "fill", "zeros_like", 
         "shape", "size", "rank", "reshape", "expand_dims", "squeeze", "transpose", "concat", "stack", "unstack",
         "split", "tile", "broadcast_to", "gather", "boolean_mask", "where", "reverse", "identity", "cast", "one_hot", "argmax",
         "argmin", "matmul", "tensordot", "einsum", "norm", "clip_by_value", "add_n", "sort", "argsort",
-        "cumsum", "TensorSpec", "is_tensor")
+        "cumsum", "TensorSpec", "is_tensor", "clip_by_global_norm", "clip_by_norm")
 globals().update({n: getattr(_ops, n) for n in _TOP})
 globals().update(_ops.REDUCE)
 globals().update({n: _ops.UNARY[n] for n in ("exp", "sqrt", "square", "abs", "sign", "round", "sigmoid", "tanh",
@@ -70,7 +70,7 @@ math = _namespace("tf.math", "strata.math", dict(
     log_softmax=_ops.log_softmax, scalar_mul=lambda scalar, x, name=None: _ops.BINARY["multiply"](scalar, x)))
 log = _ops.UNARY["log"]
 linalg = _namespace("tf.linalg", "strata.linalg", dict(
-    matmul=_ops.matmul, norm=_ops.norm, transpose=_ops.transpose, eye=_ops.eye, einsum=_ops.einsum,
+    matmul=_ops.matmul, norm=_ops.norm, global_norm=_ops.global_norm, transpose=_ops.transpose, eye=_ops.eye, einsum=_ops.einsum,
     tensordot=_ops.tensordot, l2_normalize=_ops.l2_normalize,
     inv=lambda input, adjoint=False, name=None: _ops.tensor(_np.linalg.inv(_np.asarray(input))),
     det=lambda input, name=None: _ops.tensor(_np.linalg.det(_np.asarray(input)))))
@@ -78,7 +78,7 @@ random = _namespace("tf.random", "strata.random", dict(
     set_seed=_ops.set_seed, uniform=_ops.uniform, normal=_ops.normal, truncated_normal=_ops.truncated_normal,
     shuffle=_ops.shuffle, categorical=_ops.categorical))
 nn = _namespace("tf.nn", "strata.nn", dict(
-    relu=_ops.relu, relu6=_ops.relu6, leaky_relu=_ops.leaky_relu, elu=_ops.elu, gelu=_ops.gelu,
+    relu=_ops.relu, relu6=_ops.relu6, dropout=_ops.dropout, leaky_relu=_ops.leaky_relu, elu=_ops.elu, gelu=_ops.gelu,
     softmax=_ops.softmax, log_softmax=_ops.log_softmax, sigmoid=_ops.UNARY["sigmoid"], tanh=_ops.UNARY["tanh"],
     softplus=_ops.UNARY["softplus"], sparse_softmax_cross_entropy_with_logits=_ops.sparse_softmax_cross_entropy_with_logits,
     softmax_cross_entropy_with_logits=_ops.softmax_cross_entropy_with_logits,
@@ -139,9 +139,28 @@ def executing_eagerly():
 from ._tape import GradientTape  # noqa: E402  (inside strategy.run: _tape.py)
 
 
-def function(fn=None, **kwargs):
-    """tf.function: returns the Python function unchanged."""
-    return fn if fn is not None else (lambda f: f)
+from ._function import function  # noqa: E402  (runs the function eagerly: _function.py)
+
+
+class _CompatV1:
+    """tf.compat.v1: TensorFlow 1's graph API (sessions, placeholders,
+    variable scopes) is not Strata's; the few switches TF2 programs call are
+    accepted (eager execution is always on)."""
+
+    def enable_eager_execution(self, *args, **kwargs):
+        pass
+
+    def enable_v2_behavior(self):
+        pass
+
+    def __getattr__(self, name):
+        raise NotImplementedError("tf.compat.v1.%s: TensorFlow 1's graph API (Session, placeholder, "
+                                  "variable_scope, ...) is not provided by Strata, which runs TF2's eager API: "
+                                  "write the TF2 form (tf.function, tf.keras, tf.GradientTape)" % name)
+
+
+compat = _types.SimpleNamespace(v1=_CompatV1(), v2=_sys.modules[__name__],
+                                forward_compatible=lambda year, month, day: True)
 
 
 def __getattr__(name):

@@ -18,7 +18,7 @@ def _a(x, what="op"):
     """x as a NumPy array (TF's conversion rules for Python values). A
     tensor a GradientTape records marks the op's result as one the tape
     cannot differentiate (tensor() below)."""
-    if getattr(x, "_tape_node", None) is not None:
+    if getattr(x, "_tape_node", None) is not None or _tape._watched_var(x):
         _tape.note_untracked()
     return _raw(x, what)
 
@@ -117,9 +117,23 @@ def _sym(x):
     return isinstance(x, Sym)
 
 
+def _recorded(*xs):
+    return _tape.recording() is not None and _tape.recorded(*xs)
+
+
+def _live(x):
+    """x for a recorded op: a Tensor (a watched Variable's recorded read)."""
+    x = _tape.live(x)
+    return x if isinstance(x, Tensor) else convert(x)
+
+
 def reshape(tensor_, shape, name=None):
     if _sym(tensor_):
         return tensor_._reshape(shape)
+    if _recorded(tensor_):
+        x = _live(tensor_)
+        a = x.view(np.ndarray)
+        return _tape.track(np.reshape(a, _shape(shape)), [x], lambda g: [np.reshape(g, a.shape)])
     return tensor(np.reshape(_a(tensor_), _shape(shape)))
 
 
@@ -138,6 +152,13 @@ def transpose(a, perm=None, conjugate=False, name="transpose"):
 
 
 def concat(values, axis, name="concat"):
+    values = list(values)
+    if _recorded(*values):
+        lives = [_live(v) for v in values]
+        arrs = [v.view(np.ndarray) for v in lives]
+        ax = int(axis)
+        cuts = np.cumsum([a.shape[ax] for a in arrs])[:-1]
+        return _tape.track(np.concatenate(arrs, axis=ax), lives, lambda g: np.split(g, cuts, axis=ax))
     return tensor(np.concatenate([_a(v) for v in values], axis=int(axis)))
 
 
@@ -216,14 +237,21 @@ def one_hot(indices, depth, on_value=None, off_value=None, axis=None, dtype=np.f
 
 
 # ---- math ----
+_RECORDED_UNARY = {"exp", "log", "sqrt", "square", "tanh", "sigmoid", "abs", "negative", "softplus", "log1p",
+                   "rsqrt", "reciprocal"}
+
+
 def _unary(fn, name):
     def op(x, name=None):
+        if name_ in _RECORDED_UNARY and _recorded(x):
+            return fn(_live(x))  # NumPy's ufuncs on a recorded Tensor: the tape records them
         a = _a(x)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             r = fn(a)
         if a.dtype.kind == "f" and r.dtype != a.dtype and np.asarray(r).dtype.kind == "f":
             r = np.asarray(r).astype(a.dtype)
         return tensor(r)
+    name_ = name
     op.__name__ = name
     return op
 
@@ -232,8 +260,17 @@ def _python(x):
     return not isinstance(x, (np.ndarray, np.generic, Variable))
 
 
+_RECORDED_BINARY = {"add", "subtract", "multiply", "divide", "truediv", "pow", "maximum", "minimum",
+                    "squared_difference"}
+
+
 def _binary(fn, name):
     def op(x, y, name=None):
+        if name_ in _RECORDED_BINARY and _recorded(x, y):
+            lx, ly = _tape.live(x), _tape.live(y)
+            if not isinstance(lx, Tensor) and not isinstance(ly, Tensor):
+                lx = convert(lx)
+            return fn(lx, ly)
         a, b = _a(x), _a(y)
         if a.dtype != b.dtype:  # a Python value takes the tensor's dtype; two tensors must agree
             if _python(x) and not _python(y):
@@ -245,6 +282,7 @@ def _binary(fn, name):
                                 "(TensorFlow does not convert between dtypes)" % (name, a.dtype.name, b.dtype.name))
         with np.errstate(divide="ignore", invalid="ignore"):
             return tensor(fn(a, b))
+    name_ = name
     op.__name__ = name
     return op
 
@@ -276,8 +314,8 @@ BINARY = {k: _binary(f, k) for k, f in _BINARY.items()}
 
 def _reduce(fn, name):
     def op(input_tensor, axis=None, keepdims=False, name=None):
-        if fn in (np.sum, np.mean) and _tape.recorded(input_tensor):
-            return _recorded_reduce(fn, input_tensor, axis, keepdims)
+        if fn in (np.sum, np.mean) and _recorded(input_tensor):
+            return _recorded_reduce(fn, _live(input_tensor), axis, keepdims)
         a = _a(input_tensor)
         if fn in (np.sum, np.prod) and a.dtype.kind in "iub":
             r = fn(a, axis=_axis(axis), keepdims=keepdims, dtype=a.dtype if a.dtype.kind != "b" else np.int32)
@@ -349,11 +387,19 @@ def clip_by_value(t, clip_value_min, clip_value_max, name=None):
 
 
 def add_n(inputs, name=None):
+    inputs = list(inputs)
+    if _recorded(*inputs):
+        total = _live(inputs[0])
+        for i in inputs[1:]:
+            total = total + _tape.live(i)
+        return total
     return tensor(sum(_a(i) for i in inputs))
 
 
 def matmul(a, b, transpose_a=False, transpose_b=False, adjoint_a=False, adjoint_b=False, a_is_sparse=False,
            b_is_sparse=False, output_type=None, name=None):
+    if _recorded(a, b):
+        return _recorded_matmul(_live(a), _live(b), transpose_a or adjoint_a, transpose_b or adjoint_b)
     x, y = _a(a), _a(b)
     if x.ndim < 2 or y.ndim < 2:
         raise ValueError("tf.matmul: both arguments must have rank >= 2 (got shapes %s and %s)"
@@ -365,6 +411,20 @@ def matmul(a, b, transpose_a=False, transpose_b=False, adjoint_a=False, adjoint_
     if x.dtype != y.dtype:
         raise TypeError("tf.matmul: a has dtype %s and b has dtype %s" % (x.dtype.name, y.dtype.name))
     return tensor(np.matmul(x, y))
+
+
+def _recorded_matmul(la, lb, ta, tb):
+    x, y = la.view(np.ndarray), lb.view(np.ndarray)
+    if x.ndim < 2 or y.ndim < 2:
+        raise ValueError("tf.matmul: both arguments must have rank >= 2 (got shapes %s and %s)"
+                         % (x.shape, y.shape))
+    xt = np.swapaxes(x, -1, -2) if ta else x
+    yt = np.swapaxes(y, -1, -2) if tb else y
+
+    def vjp(g):
+        da, db = _tape._matmul_vjp(g, xt, yt)
+        return [np.swapaxes(da, -1, -2) if ta else da, np.swapaxes(db, -1, -2) if tb else db]
+    return _tape.track(np.matmul(xt, yt), [la, lb], vjp)
 
 
 def tensordot(a, b, axes, name=None):
@@ -381,6 +441,29 @@ def norm(tensor_, ord="euclidean", axis=None, keepdims=None, name=None):
     if axis is None:
         return tensor(np.asarray(np.linalg.norm(a.reshape(-1), o), dtype=a.dtype))
     return tensor(np.asarray(np.linalg.norm(a, o, axis=_axis(axis), keepdims=bool(keepdims)), dtype=a.dtype))
+
+
+def global_norm(t_list, name=None):
+    """sqrt of the sum of the squares of every tensor in t_list (None skipped)."""
+    total = sum(float(np.sum(np.square(_raw(t).astype(np.float64)))) for t in t_list if t is not None)
+    return tensor(np.float32(np.sqrt(total)))
+
+
+def clip_by_global_norm(t_list, clip_norm, use_norm=None, name=None):
+    """(t_list scaled by clip_norm / max(global_norm, clip_norm), global_norm), as TensorFlow."""
+    t_list = list(t_list)
+    gn = np.float32(global_norm(t_list) if use_norm is None else _raw(use_norm))
+    c = np.float32(_raw(clip_norm))
+    scale = c * min(np.float32(1.0) / gn, np.float32(1.0) / c) if gn > 0 else np.float32(1.0)
+    out = [None if t is None else tensor((_raw(t) * scale).astype(_raw(t).dtype)) for t in t_list]
+    return out, tensor(gn)
+
+
+def clip_by_norm(t, clip_norm, axes=None, name=None):
+    a = _raw(t)
+    n = np.sqrt(np.sum(np.square(a), axis=_axis(axes), keepdims=True))
+    c = np.float32(_raw(clip_norm))
+    return tensor((a * c / np.maximum(n, c)).astype(a.dtype))
 
 
 def l2_normalize(x, axis=None, epsilon=1e-12, name=None):
@@ -409,10 +492,15 @@ def argsort(values, axis=-1, direction="ASCENDING", stable=False, name=None):
 
 # ---- nn ----
 def softmax(logits, axis=None, name=None):
-    a = _a(logits)
+    rec = _recorded(logits)
+    lx = _live(logits) if rec else None
+    a = lx.view(np.ndarray) if rec else _a(logits)
     ax = -1 if axis is None else int(axis)
     e = np.exp(a - a.max(axis=ax, keepdims=True))
-    return tensor((e / e.sum(axis=ax, keepdims=True)).astype(a.dtype))
+    out = (e / e.sum(axis=ax, keepdims=True)).astype(a.dtype)
+    if rec:
+        return _tape.track(out, [lx], lambda g: [out * (g - (g * out).sum(axis=ax, keepdims=True))])
+    return tensor(out)
 
 
 def log_softmax(logits, axis=None, name=None):
@@ -422,7 +510,23 @@ def log_softmax(logits, axis=None, name=None):
     return tensor((z - np.log(np.exp(z).sum(axis=ax, keepdims=True))).astype(a.dtype))
 
 
+def dropout(x, rate, noise_shape=None, seed=None, name=None):
+    """Zero each element with probability rate, scale the rest by 1 / (1 - rate)
+    (recorded by a GradientTape: the mask is a constant)."""
+    rate = float(rate)
+    if not 0 <= rate < 1:
+        raise ValueError("tf.nn.dropout: rate=%r must be in [0, 1)" % (rate,))
+    lx = _live(x) if _recorded(x) else convert(x) if not isinstance(x, np.ndarray) else x
+    shape = np.shape(lx) if noise_shape is None else tuple(int(d) for d in _raw(noise_shape))
+    keep = (_gen(seed).random(shape) >= rate).astype(np.float32) / np.float32(1.0 - rate)
+    return lx * keep.astype(np.asarray(lx).dtype)
+
+
 def relu(features, name=None):
+    if _recorded(features):
+        lx = _live(features)
+        a = lx.view(np.ndarray)
+        return _tape.track(np.maximum(a, 0).astype(a.dtype), [lx], lambda g: [g * (a > 0)])
     a = _a(features)
     return tensor(np.maximum(a, 0).astype(a.dtype))
 

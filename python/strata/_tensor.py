@@ -76,7 +76,8 @@ class Tensor(np.ndarray):
         stays float32, where NumPy 1.x would widen it); results are Tensors."""
         if method == "__call__" and any(getattr(x, "_tape_node", None) is not None for x in inputs):
             from . import _tape  # a GradientTape records this op
-            return _tape.ufunc(ufunc, inputs)
+            if _tape.recording() is not None:
+                return _tape.ufunc(ufunc, inputs)
         dt = next((x.dtype for x in inputs if isinstance(x, Tensor)), None)  # None: a Tensor only in out=
         args = []
         for x in inputs:
@@ -204,7 +205,8 @@ class Variable:
         return self._value[()] if self._value.ndim == 0 else self._value.copy()
 
     def value(self):
-        return tensor(self._value.copy())
+        from . import _tape  # inside a GradientTape that watches it: a recorded read
+        return _tape.variable_read(self, tensor(self._value.copy()))
 
     read_value = value
 

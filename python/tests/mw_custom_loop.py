@@ -42,6 +42,12 @@ elif mode == "tape":  # the tutorial's GradientTape step (issue 32), fit's loss 
     for epoch in range(2):
         for images, labels in dist:
             s.run(step, args=(images, labels))
+    try:  # a tape loop outside strategy.run across workers: refused by name (each worker's share differs)
+        with tf.GradientTape():
+            m(x[:4], training=True)
+        out.write("eager accepted\n")
+    except NotImplementedError as e:
+        out.write("eager refused %s\n" % ("strategy.run" in str(e) and "2 workers" in str(e)))
 else:
     dist = s.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices((x, y)).batch(64))
     sizes = []

@@ -61,6 +61,7 @@ def test_gradient_tape_loop_across_workers():
     finally:
         shutil.rmtree(outdir)
     assert tape[0]["weights"] == tape[1]["weights"]
+    assert tape[0]["eager"] == tape[1]["eager"] == "refused True"
     got = np.frombuffer(bytes.fromhex(tape[0]["weights"]), dtype=np.float32)
     want = np.frombuffer(bytes.fromhex(fit[0]["weights"]), dtype=np.float32)
     np.testing.assert_allclose(got, want, atol=1e-6, rtol=0)

@@ -237,6 +237,9 @@ static const st_backend cpu_backend = {
     .ctx_destroy = cpu_ctx_destroy,
     /* to_device, to_host, synchronize: NULL (host memory, memcpy; kernels
      * are synchronous). */
+    .conv_direct_forward = st__cpu_conv_direct_forward,
+    .conv_direct_dw = st__cpu_conv_direct_dw,
+    .conv_direct_dx = st__cpu_conv_direct_dx,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .gemm = cpu_gemm,

@@ -44,6 +44,13 @@ typedef struct st__cpu_state {
 
 void st__cpu_im2col(st_backend_ctx *ctx, const st_conv_geom *g, const float *x, float *col);
 void st__cpu_col2im(st_backend_ctx *ctx, const st_conv_geom *g, const float *col, float *dx);
+bool st__cpu_conv_direct_forward(st_backend_ctx *ctx, const st_conv_geom *g, int n, int f,
+                                 const float *x, const float *w, float *y, float *ws);
+bool st__cpu_conv_direct_dw(st_backend_ctx *ctx, const st_conv_geom *g, int n, int f,
+                            const float *x, const float *dy, bool accumulate, float *dw,
+                            float *ws);
+bool st__cpu_conv_direct_dx(st_backend_ctx *ctx, const st_conv_geom *g, int n, int f,
+                            const float *dy, const float *w, float *dx, float *ws);
 void st__cpu_maxpool_forward(st_backend_ctx *ctx, const st_pool_geom *g, const float *x, float *y);
 void st__cpu_maxpool_backward(st_backend_ctx *ctx, const st_pool_geom *g, const float *x,
                               const float *y, const float *dy, float *dx);

@@ -1,5 +1,6 @@
 /* Fast CPU kernels for training: batch normalization (per-channel sums in
- * double, vectorised over channel chunks), dropout (one Philox block per 4
+ * double, vectorised over channel chunks; AVX-512/AVX2 clones, the same
+ * sums in the same order as the baseline's), dropout (one Philox block per 4
  * elements), the fused softmax + sparse cross-entropy loss (other loss kinds
  * use the reference kernels: they are rare and cheap) and one-pass optimizer
  * updates. Any thread, disjoint buffers. */
@@ -10,21 +11,59 @@
 
 /* ---- batch normalization -------------------------------------------------- */
 
+/* Groups of 16 channels keep their double sums in registers (a runtime
+ * channel count leaves them in memory: a load and a store per row); the sums
+ * and their order are those of the plain loops below, so the bits are too. */
+#define BN_G 16
+#define BN_AI static inline __attribute__((always_inline))
+
+/* out[j] = sum over rows of x[r*c + j], j < 16 (x at the group's channel). */
+BN_AI void bn_sum_g(int rows, int c, const float *x, double *out) {
+  double a[BN_G] = {0};
+  for (int r = 0; r < rows; r++) {
+    const float *restrict xr = x + (size_t)r * c;
+    for (int j = 0; j < BN_G; j++) a[j] += xr[j];
+  }
+  for (int j = 0; j < BN_G; j++) out[j] = a[j];
+}
+
+/* out[j] = sum over rows of (x - m[j])^2 in double. */
+BN_AI void bn_ssd_g(int rows, int c, const float *x, const double *m, double *out) {
+  double a[BN_G] = {0}, mm[BN_G];
+  for (int j = 0; j < BN_G; j++) mm[j] = m[j];
+  for (int r = 0; r < rows; r++) {
+    const float *restrict xr = x + (size_t)r * c;
+    for (int j = 0; j < BN_G; j++) {
+      double d = xr[j] - mm[j];
+      a[j] += d * d;
+    }
+  }
+  for (int j = 0; j < BN_G; j++) out[j] = a[j];
+}
+
 /* Channels [c0, c0+nc) of x[rows, c]: mean and 1/sqrt(biased var + eps). */
-static void bn_stats(int rows, int c, int c0, int nc, const float *x,
+static inline __attribute__((always_inline)) void bn_stats(int rows, int c, int c0, int nc, const float *x,
                      float eps, float *mean, float *invstd) {
   double s[ST__CPU_CHUNK], ss[ST__CPU_CHUNK];
   for (int j = 0; j < nc; j++) s[j] = ss[j] = 0.0;
-  for (int r = 0; r < rows; r++) {
-    const float *restrict xr = x + (size_t)r * c + c0;
-    for (int j = 0; j < nc; j++) s[j] += xr[j];
+  if (nc % BN_G == 0) {
+    for (int g = 0; g < nc; g += BN_G) bn_sum_g(rows, c, x + c0 + g, s + g);
+  } else {
+    for (int r = 0; r < rows; r++) {
+      const float *restrict xr = x + (size_t)r * c + c0;
+      for (int j = 0; j < nc; j++) s[j] += xr[j];
+    }
   }
   for (int j = 0; j < nc; j++) s[j] = rows ? s[j] / rows : 0.0;
-  for (int r = 0; r < rows; r++) {
-    const float *restrict xr = x + (size_t)r * c + c0;
-    for (int j = 0; j < nc; j++) {
-      double d = xr[j] - s[j];
-      ss[j] += d * d;
+  if (nc % BN_G == 0) {
+    for (int g = 0; g < nc; g += BN_G) bn_ssd_g(rows, c, x + c0 + g, s + g, ss + g);
+  } else {
+    for (int r = 0; r < rows; r++) {
+      const float *restrict xr = x + (size_t)r * c + c0;
+      for (int j = 0; j < nc; j++) {
+        double d = xr[j] - s[j];
+        ss[j] += d * d;
+      }
     }
   }
   for (int j = 0; j < nc; j++) {
@@ -35,7 +74,7 @@ static void bn_stats(int rows, int c, int c0, int nc, const float *x,
 }
 
 /* Channels [c0, c0+nc) of y = (x - mean) * scl + beta over x[rows, c]. */
-static void bn_apply(int rows, int c, int c0, int nc, const float *x,
+static inline __attribute__((always_inline)) void bn_apply(int rows, int c, int c0, int nc, const float *x,
                      const float *restrict mean, const float *restrict scl,
                      const float *restrict beta, float *y) {
   for (int r = 0; r < rows; r++) {
@@ -45,6 +84,7 @@ static void bn_apply(int rows, int c, int c0, int nc, const float *x,
   }
 }
 
+ST__SIMD_CLONES
 void st__cpu_bn_train(st_backend_ctx *ctx, int rows, int c, const float *x, const float *gamma,
                       const float *beta, float eps, float *mean, float *invstd,
                       float *y) {
@@ -57,6 +97,7 @@ void st__cpu_bn_train(st_backend_ctx *ctx, int rows, int c, const float *x, cons
   }
 }
 
+ST__SIMD_CLONES
 void st__cpu_bn_infer(st_backend_ctx *ctx, int rows, int c, const float *x, const float *gamma,
                       const float *beta, const float *moving_mean,
                       const float *moving_var, float eps, float *y) {
@@ -71,7 +112,7 @@ void st__cpu_bn_infer(st_backend_ctx *ctx, int rows, int c, const float *x, cons
 
 /* Channels [c0, c0+nc): dbeta = sum dy, dgamma = sum dy*xhat, then
  * dx = gamma*invstd/N * (N*dy - dbeta - xhat*dgamma). */
-static void bn_backward_chunk(int rows, int c, int c0, int nc,
+static inline __attribute__((always_inline)) void bn_backward_chunk(int rows, int c, int c0, int nc,
                               const float *x, const float *gamma,
                               const float *mean, const float *invstd,
                               const float *dy, float *dx, float *dgamma,
@@ -103,6 +144,7 @@ static void bn_backward_chunk(int rows, int c, int c0, int nc,
   }
 }
 
+ST__SIMD_CLONES
 void st__cpu_bn_backward(st_backend_ctx *ctx, int rows, int c, const float *x, const float *gamma,
                          const float *mean, const float *invstd,
                          const float *dy, float *dx, float *dgamma,

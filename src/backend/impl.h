@@ -100,6 +100,22 @@ struct st_backend {
                    float *col);
   void (*col2im_n)(st_backend_ctx *ctx, const struct st_conv_geom *g, int n, const float *col,
                    float *dx);
+  /* optional: NULL (or a false return: geometry not handled) = the caller
+   * lowers to im2col + gemm. Direct convolution without an im2col buffer, for
+   * callers whose summation order may differ from the gemm's (Conv2D without
+   * bias: the cnn's convolutions keep the gemm's bytes). ws: at least
+   * st__conv_direct_ws_floats(g, n, f) floats of this backend's memory.
+   *   forward: y[n*oh*ow, f] = conv(x[n,h,w,c], w[kh,kw,c,f]) (overwrites)
+   *   dw:      dw[kh*kw*c, f] (+)= sum over the n images' output cells of
+   *            patch(x) (x) dy[n*oh*ow, f]; accumulate: add to dw
+   *   dx:      dx[n,h,w,c] = the input gradient of forward (overwrites) */
+  bool (*conv_direct_forward)(st_backend_ctx *ctx, const struct st_conv_geom *g, int n, int f,
+                              const float *x, const float *w, float *y, float *ws);
+  bool (*conv_direct_dw)(st_backend_ctx *ctx, const struct st_conv_geom *g, int n, int f,
+                         const float *x, const float *dy, bool accumulate, float *dw,
+                         float *ws);
+  bool (*conv_direct_dx)(st_backend_ctx *ctx, const struct st_conv_geom *g, int n, int f,
+                         const float *dy, const float *w, float *dx, float *ws);
   /* optional: NULL = its slots cannot fail. The first failure a slot of this
    * context met since it was created (a device error: the call and the
    * device named), as st_error sets it; ST_OK when none. Synchronizes. */
@@ -269,6 +285,47 @@ static inline void st__be_col2im_n(st_backend_ctx *ctx, const st_conv_geom *g, i
   else
     for (int i = 0; i < n; i++) ctx->be->col2im(ctx, g, col + (size_t)i * cs, dx + (size_t)i * xs);
 }
+/* The direct convolution's padded input: rows x cols of one image holding
+ * every cell a kernel window reads (the image at (pad_top, pad_left), zeros
+ * around it). */
+static inline int st__conv_padded_rows(const st_conv_geom *g) {
+  int need = (g->oh - 1) * g->sh + g->kh, have = g->pad_top + g->h;
+  return g->oh > 0 && need > have ? need : have;
+}
+static inline int st__conv_padded_cols(const st_conv_geom *g) {
+  int need = (g->ow - 1) * g->sw + g->kw, have = g->pad_left + g->w;
+  return g->ow > 0 && need > have ? need : have;
+}
+/* The input gradient of a stride-1 convolution as a convolution of dy
+ * (channels f) with the flipped kernel. */
+static inline st_conv_geom st__conv_transposed_geom(const st_conv_geom *g, int f) {
+  return (st_conv_geom){.h = g->oh, .w = g->ow, .c = f, .kh = g->kh, .kw = g->kw, .sh = 1,
+                        .sw = 1, .pad_top = g->kh - 1 - g->pad_top,
+                        .pad_left = g->kw - 1 - g->pad_left, .oh = g->h, .ow = g->w};
+}
+/* Workspace floats of the conv_direct_* slots for n images, f filters. */
+static inline size_t st__conv_direct_ws_floats(const st_conv_geom *g, int n, int f) {
+  size_t fwd = (size_t)n * st__conv_padded_rows(g) * st__conv_padded_cols(g) * g->c;
+  st_conv_geom t = st__conv_transposed_geom(g, f);
+  size_t dx = (size_t)n * st__conv_padded_rows(&t) * st__conv_padded_cols(&t) * f +
+              (size_t)g->kh * g->kw * g->c * f;
+  return (fwd > dx ? fwd : dx) + 32;
+}
+static inline bool st__be_conv_direct_forward(st_backend_ctx *ctx, const st_conv_geom *g, int n,
+                                              int f, const float *x, const float *w, float *y,
+                                              float *ws) {
+  return ctx->be->conv_direct_forward && ctx->be->conv_direct_forward(ctx, g, n, f, x, w, y, ws);
+}
+static inline bool st__be_conv_direct_dw(st_backend_ctx *ctx, const st_conv_geom *g, int n, int f,
+                                         const float *x, const float *dy, bool accumulate,
+                                         float *dw, float *ws) {
+  return ctx->be->conv_direct_dw && ctx->be->conv_direct_dw(ctx, g, n, f, x, dy, accumulate, dw, ws);
+}
+static inline bool st__be_conv_direct_dx(st_backend_ctx *ctx, const st_conv_geom *g, int n, int f,
+                                         const float *dy, const float *w, float *dx, float *ws) {
+  return ctx->be->conv_direct_dx && ctx->be->conv_direct_dx(ctx, g, n, f, dy, w, dx, ws);
+}
+
 /* True when the backend's buffers are host memory (no transfer slots):
  * the host may read and write them directly. */
 static inline bool st__be_is_host(const st_backend *be) { return be->to_device == NULL; }

@@ -60,6 +60,23 @@ void st__vm_keep_only(float *p, size_t n, size_t lo, size_t len) {
   give_back((char *)p, b < end ? b : end, end);
 }
 
+void st__vm_keep_two(float *p, size_t n, size_t lo1, size_t len1, size_t lo2, size_t len2) {
+  if (!len2 || !len1) {
+    st__vm_keep_only(p, n, len1 ? lo1 : lo2, len1 ? len1 : len2);
+    return;
+  }
+  if (lo2 < lo1) { /* in address order */
+    size_t t = lo1, u = len1;
+    lo1 = lo2, len1 = len2, lo2 = t, len2 = u;
+  }
+  size_t pg = page_size(), end = total_bytes(n);
+  size_t a1 = lo1 * sizeof(float) / pg * pg, b1 = ((lo1 + len1) * sizeof(float) + pg - 1) / pg * pg;
+  size_t a2 = lo2 * sizeof(float) / pg * pg, b2 = ((lo2 + len2) * sizeof(float) + pg - 1) / pg * pg;
+  give_back((char *)p, 0, a1);
+  give_back((char *)p, b1, a2);
+  give_back((char *)p, b2 < end ? b2 : end, end);
+}
+
 void st__vm_release(float *p, size_t n) {
   if (p) munmap(p, total_bytes(n));
 }

@@ -20,6 +20,8 @@ st_status st__vm_commit(float *p, size_t n, size_t lo, size_t len, const char *w
 /* Give back the pages of p (n floats) that hold nothing of [lo, lo + len):
  * their contents are lost, reading them faults until committed again. */
 void st__vm_keep_only(float *p, size_t n, size_t lo, size_t len);
+/* The same keeping two ranges (either may be empty). */
+void st__vm_keep_two(float *p, size_t n, size_t lo1, size_t len1, size_t lo2, size_t len2);
 void st__vm_release(float *p, size_t n); /* accepts NULL */
 
 #endif

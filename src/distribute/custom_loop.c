@@ -373,3 +373,34 @@ st_status st_replica_backward(st_replica_context *c, const float *dy, float *dx)
   st__replica_backward_dy(c->m, r, c->fwd_x, dy, c->fwd_n, c->m->step, dx);
   return ST_OK;
 }
+
+/* The replica's gradient buffer's size check (n floats; the callers check
+ * their pointers). */
+static st_status check_grads(const st_replica_context *c, size_t n, const char *fn) {
+  if (n != c->m->n_params)
+    return st_error(ST_ERR_INVALID, "%s: n = %zu, the model has %zu trainable parameters", fn, n,
+                    c->m->n_params);
+  return ST_OK;
+}
+
+st_status st_replica_gradients(st_replica_context *c, float *out, size_t n) {
+  const char *fn = "st_replica_gradients";
+  ST_REQUIRE(c);
+  ST_REQUIRE(out);
+  st_status s = check_grads(c, n, fn);
+  if (s != ST_OK) return s;
+  st_replica *r = c->s->group->reps[c->rank];
+  st__be_to_host(r->ctx, out, r->grads, n * sizeof(float));
+  return ST_OK;
+}
+
+st_status st_replica_set_gradients(st_replica_context *c, const float *g, size_t n) {
+  const char *fn = "st_replica_set_gradients";
+  ST_REQUIRE(c);
+  ST_REQUIRE(g);
+  st_status s = check_grads(c, n, fn);
+  if (s != ST_OK) return s;
+  st_replica *r = c->s->group->reps[c->rank];
+  st__be_to_device(r->ctx, r->grads, g, n * sizeof(float));
+  return ST_OK;
+}

@@ -18,7 +18,9 @@
  * (--threads 1) the weight-gradient sums over the batch are grouped
  * differently: equal within float rounding. BatchNormalization uses each
  * micro-batch's statistics (as GPipe) and updates its moving statistics once
- * per micro-batch. */
+ * per micro-batch. A table tied across stages (GPT's token embedding read
+ * by its output head) is owned by the head's stage (pipeline.h, st_pipe_tie;
+ * its gradient summed as one device's threads sum it). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +41,8 @@ typedef struct pp_state {
   int fwd_done[ST_MAX_REPLICAS]; /* forwards stage s finished this step */
   int bwd_done[ST_MAX_REPLICAS]; /* backwards stage s finished this step */
   int first;               /* the net's first layer with a trainable variable */
+  st_pipe_tie tie;         /* a table tied across stages (pipeline.h), or layer -1 */
+  st_status tie_err;       /* the tie's fold this step (its dst's thread) */
   st_net *m;
   const st_batch *b;       /* the current step's batch */
   st_step_stats stats;     /* written by the last stage */
@@ -148,10 +152,11 @@ static st_status pp_attach(st_strategy *s, st_net *m) {
   p->first = st__pipe_first_trainable(m);
   p->log = malloc(sizeof(int) * 2 * (size_t)S * (size_t)p->M);
   if (!p->log) st = st_error(ST_ERR_NOMEM, "pipeline: out of memory");
+  if (st == ST_OK) st = st__pipe_tie_find(m, S, first, &p->tie);
   for (int i = 0; i < S && st == ST_OK; i++) {
     int slots = p->sched == ST_PIPELINE_GPIPE ? p->M : (S - i < p->M ? S - i : p->M);
     st = st__pipe_stage_create(m, i, first[i], i + 1 < S ? first[i + 1] : m->nlayers, slots,
-                               i == S - 1, false, &p->stages[i]);
+                               i == S - 1, false, &p->tie, &p->stages[i]);
     p->S = i + 1; /* stages made so far, for free_pipe */
   }
   if (st == ST_OK && S > 1) st = st_threadpool_create(S - 1, &p->pool);
@@ -209,8 +214,19 @@ static void run_forward(pp_state *p, int s, int k) {
   mark_done(p, &p->fwd_done[s]);
 }
 
+/* The tie's dst: micro-batch k's table gradient, once src's backward k ran. */
+static void fold_tie(pp_state *p, int k) {
+  st_pipe_stage *src = p->stages[p->tie.src], *dst = p->stages[p->tie.dst];
+  wait_for(p, &p->bwd_done[p->tie.src], k);
+  st_batch mb = st__batch_slice(p->m, p->b, p->M, k, NULL);
+  st_status s = st__pipe_tie_fold(p->m, dst, k, mb.x, src->tdy[k % src->nslots], mb.size,
+                                  p->m->step);
+  if (s != ST_OK && p->tie_err == ST_OK) p->tie_err = s;
+}
+
 /* Backward of micro-batch k on stage s (after stage s+1's), its gradient
- * added to the stage's sum. The last stage starts from the loss. */
+ * added to the stage's sum. The last stage starts from the loss; the tie's
+ * dst first folds micro-batch k-1's table gradient. */
 static void run_backward(pp_state *p, int s, int k) {
   st_net *m = p->m;
   st_pipe_stage *st = p->stages[s];
@@ -218,11 +234,12 @@ static void run_backward(pp_state *p, int s, int k) {
   st_batch mb = st__batch_slice(m, p->b, p->M, k, NULL);
   int n = mb.size;
   if (s < p->S - 1) wait_for(p, &p->bwd_done[s + 1], k);
+  if (st->tie_dst && k > 0) fold_tie(p, k - 1);
   double t0 = st_now_seconds();
   float *dy = s < p->S - 1 ? st->recv[slot] : st->gslots[0];
   if (n && s == p->S - 1) {
-    m->be->loss(st->ctx, m->loss, n, (int)st__net_output_size(m), st__pipe_stage_out(st, slot),
-                mb.y, 1.0f / (float)p->b->size, st->loss_rows, dy);
+    st__net_loss(m, st->ctx, n, st__pipe_stage_out(st, slot), mb.y, 1.0f / (float)p->b->size,
+                 st->loss_rows, dy);
     for (int i = 0; i < n; i++) p->stats.loss_sum += st->loss_rows[i];
     p->stats.examples += n;
   }
@@ -250,9 +267,11 @@ static void stage_task(void *arg, int s) {
     if (k + warm < M) run_forward(p, s, k + warm);
     run_backward(p, s, k);
   }
+  if (st->tie_dst) fold_tie(p, M - 1);
   double t0 = st_now_seconds();
   if (st->np)
     st__apply_range(m, st->ctx, m->params + st->poff, st->grads, m->slots, st->poff, st->np);
+  if (st->tie_dst) st__pipe_tie_apply(m, st);
   st->busy += st_now_seconds() - t0;
 }
 
@@ -271,11 +290,15 @@ static st_status pp_train_step(st_strategy *s, st_net *m, const st_batch *b,
   memset(p->bwd_done, 0, sizeof p->bwd_done);
   memset(p->nlog, 0, sizeof p->nlog);
   p->b = b;
+  p->tie_err = ST_OK;
   double t0 = st_now_seconds();
   unsigned fp = st__ftz_enter();
   if (p->pool) st_threadpool_run(p->pool, p->S, stage_task, p);
   else stage_task(p, 0);
   st__ftz_leave(fp);
+  if (p->tie_err != ST_OK) /* (its message stayed with the stage's thread) */
+    return st_error(p->tie_err, "pipeline stage %d: the tied table's gradient: out of memory",
+                    p->tie.dst);
   p->step_seconds += st_now_seconds() - t0;
   st_status rs = st__pipe_replay(p->S, p->M, p->log, p->idle, p->in_flight);
   if (rs != ST_OK) return rs;
@@ -296,7 +319,7 @@ static st_status pp_eval_step(st_strategy *s, st_net *m, const st_batch *b,
     if (st != ST_OK) return st;
   }
   size_t xs = st_shape_size(m->input_shape), outs = st__net_output_size(m);
-  size_t ys = st_loss_is_sparse(m->loss) ? 1 : outs;
+  size_t ys = st__net_label_width(m);
   st_pipe_stage *last = p->stages[p->S - 1];
   unsigned fp = st__ftz_enter();
   for (int start = 0; start < b->size; start += cap) {
@@ -307,7 +330,7 @@ static st_status pp_eval_step(st_strategy *s, st_net *m, const st_batch *b,
     const float *y = b->y ? b->y + (size_t)start * ys : NULL;
     if (y) {
       st__step_metrics(m, x, y, n, out);
-      m->be->loss(last->ctx, m->loss, n, (int)outs, x, y, 1.0f, last->loss_rows, NULL);
+      st__net_loss(m, last->ctx, n, x, y, 1.0f, last->loss_rows, NULL);
       for (int i = 0; i < n; i++) out->loss_sum += last->loss_rows[i];
     }
     if (pred) st__be_to_host(last->ctx, pred + (size_t)start * outs, x, (size_t)n * outs * sizeof(float));
@@ -364,7 +387,7 @@ st_status st_strategy_pipeline_stage_stats(const st_strategy *s, int i,
   memset(out, 0, sizeof *out);
   out->first_layer = st->lo;
   out->end_layer = st->hi;
-  out->params = (int64_t)(st->np + st->ns);
+  out->params = (int64_t)(st->np + st->ns + (st->tie_dst ? st->tie.n : 0)); /* it trains the table */
   out->peak_bytes = st->buffer_bytes;
   out->busy_seconds = st->busy;
   out->step_seconds = p->step_seconds;

@@ -13,6 +13,34 @@
 
 #include "distribute/strategy.h"
 
+/* A table tied across stages: a layer's variables (GPT's token embedding,
+ * wte) read again by a later stage's layer (st_layer.tied: the output head,
+ * ReversibleEmbedding). The stage of the lookup (src: the table's only call
+ * is its first node) keeps the table's values for its forward, but neither
+ * its gradient nor its optimizer slots; the stage of the head (dst: the
+ * table's owner) holds values, gradient and slots. Per micro-batch k, dst's
+ * head writes its part of the gradient h_k into tsum (k = 0: tgrad), src
+ * hands dst the gradient of the lookup's output (tdy: [n, dy]; a message
+ * across processes) and dst runs the lookup's backward on it (e_k, on the
+ * rows of the micro-batch's ids only: pipeline_tie.c), so that tgrad = sum
+ * over k of (h_k + e_k), the sums one device's threads make (bit-identical
+ * to one_device --threads M). dst applies the
+ * optimizer to the table and (across processes) sends the new values to src
+ * before src's next forward. Checkpoints and --save write the table once. */
+typedef struct st_pipe_tie {
+  int layer;            /* the table's layer; -1: no table crosses a cut */
+  int node;             /* its call (the first node of stage src) */
+  int src, dst;         /* stages */
+  size_t off, n;        /* its trainable floats [off, off + n) */
+  size_t dy;            /* floats per example of the lookup's output */
+} st_pipe_tie;
+
+/* The tie of a net cut at first[0..S) (first[S] = nlayers not needed):
+ * out->layer = -1 when none crosses a cut; ST_ERR_INVALID naming the layers
+ * when one does in a way the pipeline cannot run (the table's call must be
+ * the first node of its stage, its variables the first of that stage's). */
+st_status st__pipe_tie_find(const st_net *m, int S, const int *first, st_pipe_tie *out);
+
 typedef struct st_pipe_stage {
   int index, lo, hi;       /* layers [lo, hi) */
   int nlo, nhi;            /* their nodes [nlo, nhi) (a chain: the same) */
@@ -38,6 +66,15 @@ typedef struct st_pipe_stage {
   float **gslots;          /* [n_gslots]: [cap * largest activation]; the
                               last stage's loss writes dy into gslots[0] */
   float *loss_rows;        /* [cap] (last stage) */
+  st_pipe_tie tie;         /* the net's (layer -1: none) */
+  bool tie_src, tie_dst;   /* this stage is the tie's src or dst */
+  float **tdy;             /* src: [nslots]: [cap, tie.dy] */
+  float *tgrad, *tsum;     /* dst: [tie.n] each */
+  int *tmap;               /* dst: [rows of the table]: -1, or a row's compact index */
+  int *trow;               /* dst: [cap * ids per example]: the rows of the compact table */
+  float *tids, *tcompact;  /* dst: [cap * ids per example], [cap, tie.dy] (pipeline_tie.c) */
+  int tcap;                /* examples they hold */
+  float *tdyin;            /* dst across processes: [cap, tie.dy] received */
   size_t buffer_bytes;     /* bytes of the buffers above */
   double busy;             /* seconds in passes, over all steps */
 } st_pipe_stage;
@@ -54,7 +91,8 @@ st_status st__pipe_partition(const st_net *m, int stages, const int *bounds, int
 void st__pipe_var_range(const st_net *m, int lo, int hi, bool trainable, size_t *off, size_t *n);
 /* procs: the stage runs in a process of its own (in[] and dxs[] too). */
 st_status st__pipe_stage_create(const st_net *m, int index, int lo, int hi, int nslots,
-                                bool last, bool procs, st_pipe_stage **out);
+                                bool last, bool procs, const st_pipe_tie *tie,
+                                st_pipe_stage **out);
 void st__pipe_stage_destroy(const st_net *m, st_pipe_stage *st); /* accepts NULL */
 /* Grow the slot buffers to hold cap examples each (no-op when they do). */
 st_status st__pipe_stage_reserve(const st_net *m, st_pipe_stage *st, int cap);
@@ -84,6 +122,15 @@ const float *st__pipe_stage_forward(const st_net *m, st_pipe_stage *st, int slot
 void st__pipe_stage_backward(const st_net *m, st_pipe_stage *st, int slot, int mb,
                              bool to_dw, const float *x, float *dy, int n, float *dx, int first,
                              int64_t step);
+
+/* The tie's dst, once src ran backward k: the table's gradient of
+ * micro-batch k (ids: its model input [n, ...], dy: the lookup output's
+ * gradient [n, tie.dy], clobbered) added to the head's, and that sum to
+ * tgrad (k > 0). ST_ERR_NOMEM (the compact table's layer). */
+st_status st__pipe_tie_fold(const st_net *m, st_pipe_stage *st, int k, const float *ids,
+                            float *dy, int n, int64_t step);
+/* The tie's dst: the optimizer update of the table. */
+void st__pipe_tie_apply(const st_net *m, st_pipe_stage *st);
 
 /* Micro-batch k had no examples: zero gradients (k == 0) or zeros added. */
 void st__pipe_stage_no_examples(const st_net *m, st_pipe_stage *st, int k);

@@ -28,7 +28,15 @@
  * layout on every process (expose) and publish keeps the share.
  * The loss and metric sums of the last stage's replicas and every stage's
  * figures are all-gathered, so fit and its callbacks see the same numbers on
- * every process. */
+ * every process.
+ *
+ * A table tied across stages (pipeline.h, GPT's wte and its head): the
+ * lookup's stage (src) keeps the table's values, not its slots; the head's
+ * stage (dst) commits values and slots of the table beside its own range,
+ * serves them in a save and restores them from a checkpoint (st_net tie_p).
+ * Per micro-batch src sends dst the gradient of the lookup's output (after
+ * its input gradient, in the order dst receives them: the messages of a
+ * pair keep their order); after the step dst sends src the new values. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,9 +52,12 @@ typedef struct procs {
   st_pipeline_schedule sched;
   int first_layer[ST_MAX_REPLICAS + 1];      /* stage i: [first_layer[i], first_layer[i+1]) */
   int first;                                 /* the net's first trainable layer */
+  st_pipe_tie tie;                           /* a table tied across stages, or layer -1 */
+  int tie_peer;                              /* the tie's other stage's rank (this replica's) */
   st_pipe_stage *st;
   st_collective *p2p, *world, *group;        /* group: this stage's replicas, or NULL */
   int act_send[ST_MAX_REPLICAS * 64], dx_send[ST_MAX_REPLICAS * 64]; /* [nslots] handles */
+  int tdy_send[ST_MAX_REPLICAS * 64];        /* the tie's src: its tdy messages */
   double step_seconds;
   st_pipeline_stage_stats table[ST_MAX_REPLICAS];
   bool gathered;                             /* the whole layout is memory */
@@ -106,6 +117,9 @@ st_status st__pipeline_procs_attach(st_strategy *s, st_net *m) {
   p->first = st__pipe_first_trainable(m);
   if ((st = st__pipe_partition(m, S, s->pipeline_bounds, p->first_layer)) != ST_OK) goto fail;
   p->first_layer[S] = m->nlayers;
+  if ((st = st__pipe_tie_find(m, S, p->first_layer, &p->tie)) != ST_OK) goto fail;
+  p->tie_peer = p->tie.layer < 0 ? -1
+                : (p->stage == p->tie.src ? p->tie.dst : p->tie.src) * p->D + p->rep;
   /* the flags that size every message agree before any buffer is sized */
   if ((st = st__pipe_procs_agree(s->cluster, S, p->M, p->sched, p->first_layer)) != ST_OK) goto fail;
   int slots = p->sched == ST_PIPELINE_GPIPE ? p->M : (S - p->stage < p->M ? S - p->stage : p->M);
@@ -114,7 +128,7 @@ st_status st__pipeline_procs_attach(st_strategy *s, st_net *m) {
                   "most %d)", slots, MAX_SLOTS);
     goto fail;
   }
-  for (int i = 0; i < MAX_SLOTS; i++) p->act_send[i] = p->dx_send[i] = -1;
+  for (int i = 0; i < MAX_SLOTS; i++) p->act_send[i] = p->dx_send[i] = p->tdy_send[i] = -1;
   p->log = malloc(sizeof(int) * 2 * (size_t)p->M);
   p->all_log = p->M <= MAX_LOGGED ? malloc(sizeof(float) * 2 * (size_t)p->M * (size_t)P) : NULL;
   if (!p->log || (p->M <= MAX_LOGGED && !p->all_log)) {
@@ -122,7 +136,7 @@ st_status st__pipeline_procs_attach(st_strategy *s, st_net *m) {
     goto fail;
   }
   st = st__pipe_stage_create(m, p->stage, p->first_layer[p->stage], p->first_layer[p->stage + 1],
-                             slots, p->stage == S - 1, true, &p->st);
+                             slots, p->stage == S - 1, true, &p->tie, &p->st);
   if (st == ST_OK) st = make_transports(p, s, m);
   if (st != ST_OK) goto fail;
   st_blas_set_threads(1);
@@ -168,7 +182,7 @@ static st_status recv_from(procs *p, float *buf, size_t n, int peer) {
  * transport has given their requests up (waiting again would time out once
  * per message and overwrite the first error's message). */
 static void forget_sends(procs *p) {
-  for (int i = 0; i < p->st->nslots; i++) p->act_send[i] = p->dx_send[i] = -1;
+  for (int i = 0; i < p->st->nslots; i++) p->act_send[i] = p->dx_send[i] = p->tdy_send[i] = -1;
 }
 
 /* Wait for every pending send; the first failure stops the wait. */
@@ -179,6 +193,8 @@ static st_status wait_sends(procs *p) {
       s = exchange_failed(p, s, p->next, "sending to");
     else if ((s = p->p2p->vt->wait(p->p2p, p->dx_send[i])) != ST_OK)
       s = exchange_failed(p, s, p->prev, "sending to");
+    else if ((s = p->p2p->vt->wait(p->p2p, p->tdy_send[i])) != ST_OK)
+      s = exchange_failed(p, s, p->tie_peer, "sending to");
   }
   forget_sends(p);
   return s;
@@ -216,6 +232,15 @@ static st_status forward(procs *p, st_net *m, int k) {
   return s;
 }
 
+/* The tie's dst: micro-batch k's table gradient (src's tdy message). */
+static st_status fold_tie(procs *p, st_net *m, int k) {
+  st_pipe_stage *st = p->st;
+  st_batch mb = st__batch_slice(m, &p->mine, p->M, k, NULL);
+  st_status s = recv_from(p, st->tdyin, (size_t)mb.size * st->tie.dy, p->tie_peer);
+  if (s == ST_OK) s = st__pipe_tie_fold(m, st, k, mb.x, st->tdyin, mb.size, m->step);
+  return s;
+}
+
 static st_status backward(procs *p, st_net *m, int k) {
   st_pipe_stage *st = p->st;
   int slot = k % st->nslots;
@@ -226,10 +251,16 @@ static st_status backward(procs *p, st_net *m, int k) {
   st_status s = ST_OK;
   if (p->next >= 0 && st->hi > p->first && (s = recv_from(p, dy, (size_t)n * outs, p->next)) != ST_OK)
     return s;
+  if (st->tie_dst && k > 0 && (s = fold_tie(p, m, k - 1)) != ST_OK) return s;
+  if (st->tie_src) { /* tdy[slot]'s previous message has left */
+    if ((s = p->p2p->vt->wait(p->p2p, p->tdy_send[slot])) != ST_OK)
+      return exchange_failed(p, s, p->tie_peer, "sending to");
+    p->tdy_send[slot] = -1;
+  }
   double t0 = st_now_seconds();
   if (p->next < 0 && n) {
-    m->be->loss(st->ctx, m->loss, n, (int)outs, st__pipe_stage_out(st, slot), mb.y,
-                1.0f / (float)p->b->size, st->loss_rows, dy);
+    st__net_loss(m, st->ctx, n, st__pipe_stage_out(st, slot), mb.y, 1.0f / (float)p->b->size,
+                 st->loss_rows, dy);
     for (int i = 0; i < n; i++) p->stats.loss_sum += st->loss_rows[i];
     p->stats.examples += n;
   }
@@ -247,6 +278,8 @@ static st_status backward(procs *p, st_net *m, int k) {
   st->busy += st_now_seconds() - t0;
   p->log[p->nlog++] = -(k + 1);
   if (dx) s = send_to(p, dx, (size_t)n * in_size(m, st), p->prev, &p->dx_send[slot]);
+  if (s == ST_OK && st->tie_src)
+    s = send_to(p, st->tdy[slot], (size_t)n * st->tie.dy, p->tie_peer, &p->tdy_send[slot]);
   return s;
 }
 
@@ -260,11 +293,30 @@ static st_status run_schedule(procs *p, st_net *m) {
     if (k + warm < M) s = forward(p, m, k + warm);
     if (s == ST_OK) s = backward(p, m, k);
   }
+  if (s == ST_OK && p->st->tie_dst) s = fold_tie(p, m, M - 1);
   if (s != ST_OK) {
     forget_sends(p);
     return s;
   }
   return wait_sends(p);
+}
+
+/* The tie's dst updates the table and sends its new values to src, which
+ * takes them before its next forward. */
+static st_status share_table(procs *p, st_net *m) {
+  st_pipe_stage *st = p->st;
+  float *table = m->params + st->tie.off;
+  int h = -1;
+  st_status s = ST_OK;
+  if (st->tie_dst) {
+    st__pipe_tie_apply(m, st);
+    if ((s = send_to(p, table, st->tie.n, p->tie_peer, &h)) == ST_OK &&
+        (s = p->p2p->vt->wait(p->p2p, h)) != ST_OK)
+      s = exchange_failed(p, s, p->tie_peer, "sending to");
+  } else if (st->tie_src) {
+    s = recv_from(p, table, st->tie.n, p->tie_peer);
+  }
+  return s;
 }
 
 /* The replicas' gradient sum and state mean, then the update of the stage. */
@@ -273,13 +325,15 @@ static st_status reduce_apply(procs *p, st_net *m) {
   st_status s = ST_OK;
   double t0 = st_now_seconds();
   if (p->group && st->np) s = p->group->vt->all_reduce(p->group, p->group->self, st->grads, st->np, ST_REDUCE_SUM);
+  if (s == ST_OK && p->group && st->tie_dst)
+    s = p->group->vt->all_reduce(p->group, p->group->self, st->tgrad, st->tie.n, ST_REDUCE_SUM);
   if (s == ST_OK && p->group && st->ns)
     s = p->group->vt->all_reduce(p->group, p->group->self, m->state + st->soff, st->ns, ST_REDUCE_MEAN);
   if (s != ST_OK) return st_error_prefix(s, "pipeline stage %d (rank %d), replicas: ", p->stage, p->rank);
   if (st->np)
     st__apply_range(m, st->ctx, m->params + st->poff, st->grads, m->slots, st->poff, st->np);
   st->busy += st_now_seconds() - t0;
-  return ST_OK;
+  return share_table(p, m);
 }
 
 /* Stage i's variables and state: the ranges gather_vars broadcasts. */
@@ -302,14 +356,28 @@ static st_status commit_all(procs *p, st_net *m, bool with_slots) {
   return s;
 }
 
+/* The trainable floats a process of stage `stage` keeps: values pr[0..1]
+ * (offset, length) and pr[2..3], slots sr[] alike: its stage's range, plus
+ * the tied table's values and slots on the tie's dst, less the table's
+ * slots on its src (which holds the table's values only). */
+static void share_of(const st_net *m, const st_pipe_tie *t, int stage, size_t pr[4], size_t sr[4]) {
+  pr[0] = sr[0] = m->own_p, pr[1] = sr[1] = m->own_np, pr[2] = sr[2] = 0, pr[3] = sr[3] = 0;
+  if (t->layer < 0) return;
+  if (stage == t->src) sr[0] += t->n, sr[1] -= t->n;
+  if (stage == t->dst) pr[2] = sr[2] = t->off, pr[3] = sr[3] = t->n;
+}
+
 /* A net whose whole layout was committed (gather, expose): give back all
  * but the stage's share (base/vmem.h). */
 static void keep_share(st_strategy *s, st_net *m) {
   procs *p = s->impl;
   if (!p || !p->gathered || !m->reserved) return;
-  st__vm_keep_only(m->params, m->n_params, m->own_p, m->own_np);
+  size_t pr[4], sr[4];
+  share_of(m, &p->tie, p->stage, pr, sr);
+  st__vm_keep_two(m->params, m->n_params, pr[0], pr[1], pr[2], pr[3]);
   st__vm_keep_only(m->state, m->n_state, m->own_s, m->own_ns);
-  for (int j = 0; j < m->n_slots; j++) st__vm_keep_only(m->slots[j], m->n_params, m->own_p, m->own_np);
+  for (int j = 0; j < m->n_slots; j++)
+    st__vm_keep_two(m->slots[j], m->n_params, sr[0], sr[1], sr[2], sr[3]);
   p->gathered = false;
 }
 
@@ -322,6 +390,8 @@ static st_status procs_place_vars(st_strategy *s, st_net *m) {
   if (st != ST_OK) return st;
   first[S] = m->nlayers;
   int lo = first[stage], hi = first[stage + 1];
+  st_pipe_tie tie;
+  if ((st = st__pipe_tie_find(m, S, first, &tie)) != ST_OK) return st;
   st__pipe_var_range(m, lo, hi, true, &m->own_p, &m->own_np);
   st__pipe_var_range(m, lo, hi, false, &m->own_s, &m->own_ns);
   m->reserved = true;
@@ -334,12 +404,20 @@ static st_status procs_place_vars(st_strategy *s, st_net *m) {
   char what[160];
   snprintf(what, sizeof what, "pipeline stage %d's variables (layers %d..%d, %zu parameters, "
            "%d optimizer slots)", stage, lo, hi - 1, m->own_np, m->n_slots);
-  st = st__vm_commit(m->params, m->n_params, m->own_p, m->own_np, what);
+  size_t pr[4], sr[4];
+  share_of(m, &tie, stage, pr, sr);
+  st = st__vm_commit(m->params, m->n_params, pr[0], pr[1], what);
+  if (st == ST_OK) st = st__vm_commit(m->params, m->n_params, pr[2], pr[3], what);
   if (st == ST_OK) st = st__vm_commit(m->state, m->n_state, m->own_s, m->own_ns, what);
   for (int j = 0; st == ST_OK && j < m->n_slots; j++)
-    st = st__vm_commit(m->slots[j], m->n_params, m->own_p, m->own_np, what);
+    if ((st = st__vm_commit(m->slots[j], m->n_params, sr[0], sr[1], what)) == ST_OK)
+      st = st__vm_commit(m->slots[j], m->n_params, sr[2], sr[3], what);
   if (st != ST_OK) return st_error_prefix(st, "compile: ");
   st__net_init_layers(m, lo, hi, m->params, m->state);
+  if (tie.layer >= 0 && stage == tie.dst) /* its copy of the table: the same values */
+    st__net_init_layers(m, tie.layer, tie.layer + 1, m->params, m->state);
+  bool tied = tie.layer >= 0 && (stage == tie.src || stage == tie.dst);
+  m->tie_p = tie.off, m->tie_np = tied ? tie.n : 0, m->tie_slots = stage == tie.dst;
   return ST_OK;
 }
 
@@ -378,13 +456,42 @@ static float *var_of(st_net *m, int layer, int param, int slot) {
 #define ASK_NEXT 1.0f
 #define ASK_STOP -1.0f
 
+/* The stage that serves layer l's tensors in a save: its own, or for the
+ * tied table the tie's dst (which holds its slots). */
+static int serving_stage(const procs *p, int l) {
+  if (l == p->tie.layer) return p->tie.dst;
+  int stage = 0;
+  while (l >= p->first_layer[stage + 1]) stage++;
+  return stage;
+}
+
 /* The tensors stage i sends in a streamed save. */
 static int stage_tensors(const procs *p, const st_net *m, int i, bool with_slots) {
   int n = 0;
-  for (int l = p->first_layer[i]; l < p->first_layer[i + 1]; l++)
-    for (int q = 0; q < m->layers[l]->nparams; q++)
+  for (int l = 0; l < m->nlayers; l++)
+    for (int q = 0; q < m->layers[l]->nparams && serving_stage(p, l) == i; q++)
       n += 1 + (with_slots && m->layers[l]->params[q].trainable ? m->n_slots : 0);
   return n;
+}
+
+/* Serve layer i's tensors of pass k (-1: the variables, else slot k). */
+static st_status serve_layer(procs *p, st_net *m, int i, int k) {
+  st_status st = ST_OK;
+  for (int q = 0; q < m->layers[i]->nparams && st == ST_OK; q++) {
+    const st_layer *l = m->layers[i];
+    if (k >= 0 && !l->params[q].trainable) continue;
+    int h = -1;
+    float ask = 0;
+    if ((st = recv_from(p, &ask, 1, 0)) != ST_OK) break;
+    if (ask != ASK_NEXT)
+      return st_error(ST_ERR_PEER, "pipeline stage %d (rank %d): the chief (rank 0) stopped "
+                      "the save: it could not write the file (its error is on its stderr)",
+                      p->stage, p->rank);
+    st = send_to(p, var_of(m, i, q, k), st_shape_size(l->params[q].shape), 0, &h);
+    if (st == ST_OK && (st = p->p2p->vt->wait(p->p2p, h)) != ST_OK)
+      st = exchange_failed(p, st, 0, "sending to");
+  }
+  return st;
 }
 
 /* serve (placement.h): every process but the chief serves (the first
@@ -398,22 +505,11 @@ static st_status procs_serve(st_strategy *s, st_net *m, bool with_slots, bool *s
   *served = p->rank != 0;
   if (p->rank == 0 || p->rep) return ST_OK;
   st_status st = ST_OK;
-  for (int k = -1; k < (with_slots ? m->n_slots : 0); k++)
+  for (int k = -1; k < (with_slots ? m->n_slots : 0) && st == ST_OK; k++) {
+    if (p->st->tie_dst) st = serve_layer(p, m, p->tie.layer, k); /* file order: it comes first */
     for (int i = p->st->lo; i < p->st->hi && st == ST_OK; i++)
-      for (int q = 0; q < m->layers[i]->nparams && st == ST_OK; q++) {
-        const st_layer *l = m->layers[i];
-        if (k >= 0 && !l->params[q].trainable) continue;
-        int h = -1;
-        float ask = 0;
-        if ((st = recv_from(p, &ask, 1, 0)) != ST_OK) break;
-        if (ask != ASK_NEXT)
-          return st_error(ST_ERR_PEER, "pipeline stage %d (rank %d): the chief (rank 0) stopped "
-                          "the save: it could not write the file (its error is on its stderr)",
-                          p->stage, p->rank);
-        st = send_to(p, var_of(m, i, q, k), st_shape_size(l->params[q].shape), 0, &h);
-        if (st == ST_OK && (st = p->p2p->vt->wait(p->p2p, h)) != ST_OK)
-          st = exchange_failed(p, st, 0, "sending to");
-      }
+      if (serving_stage(p, i) == p->stage) st = serve_layer(p, m, i, k);
+  }
   return st;
 }
 
@@ -423,12 +519,11 @@ static st_status procs_read(st_strategy *s, st_net *m, int layer, int param, int
                                 float *buf, const float **data) {
   procs *p = s->impl;
   if (!p) return st_error(ST_ERR_INVALID, "pipeline: the strategy is not attached");
-  if (layer < p->st->hi) { /* the chief's own stage */
+  int stage = serving_stage(p, layer), h = -1;
+  if (stage == p->stage) { /* the chief's own stage */
     *data = var_of(m, layer, param, slot);
     return ST_OK;
   }
-  int stage = 0, h = -1;
-  while (layer >= p->first_layer[stage + 1]) stage++;
   *data = buf;
   const float ask = ASK_NEXT;
   st_status st = send_to(p, &ask, 1, stage * p->D, &h);
@@ -497,6 +592,7 @@ static st_status share_stats(procs *p, const st_net *m, const st_batch *b, st_st
   float rec[REC] = {0}, *all = malloc(sizeof(float) * REC * (size_t)(p->S * p->D));
   if (!all) return st_error(ST_ERR_NOMEM, "pipeline: out of memory");
   int64_t bytes = (int64_t)p->st->buffer_bytes, params = (int64_t)(p->st->np + p->st->ns);
+  if (p->st->tie_dst) params += (int64_t)p->st->tie.n; /* it trains the tied table */
   put(rec, 0, &p->stats.loss_sum), put(rec, 2, &p->stats.examples);
   put(rec, 4, &p->stats.correct), put(rec, 6, &p->stats.metric_count);
   put(rec, 8, &p->st->busy), put(rec, 10, &bytes), put(rec, 12, &params);
@@ -590,7 +686,7 @@ st_status st__pipeline_procs_eval_step(st_strategy *s, st_net *m, const st_batch
   int cap = st->cap > 1 ? st->cap : (share < 256 ? (share > 0 ? share : 1) : 256);
   st_status r = st__pipe_stage_reserve(m, st, cap);
   size_t xs = st_shape_size(m->input_shape), outs = st__net_output_size(m);
-  size_t ys = st_loss_is_sparse(m->loss) ? 1 : outs, ins = in_size(m, st);
+  size_t ys = st__net_label_width(m), ins = in_size(m, st);
   size_t os = st__pipe_stage_out_size(m, st);
   memset(&p->stats, 0, sizeof p->stats);
   unsigned fp = st__ftz_enter();
@@ -609,7 +705,7 @@ st_status st__pipeline_procs_eval_step(st_strategy *s, st_net *m, const st_batch
     const float *y = b->y ? b->y + (size_t)start * ys : NULL;
     if (y) {
       st__step_metrics(m, o, y, n, &p->stats);
-      m->be->loss(st->ctx, m->loss, n, (int)outs, o, y, 1.0f, st->loss_rows, NULL);
+      st__net_loss(m, st->ctx, n, o, y, 1.0f, st->loss_rows, NULL);
       for (int i = 0; i < n; i++) p->stats.loss_sum += st->loss_rows[i];
     }
     p->stats.examples += n;

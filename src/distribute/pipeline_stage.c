@@ -12,18 +12,21 @@
 
 /* Estimated cost of layer l per example: 2 FLOPs per trainable weight per
  * output position (a Dense kernel is applied once, a Conv2D kernel at every
- * output pixel), one per output element for layers without weights, plus
- * the bytes of its parameters (the memory the stage must hold). */
+ * output pixel; a tied head: the table it reads), one per output element for
+ * layers without weights and for Embedding lookups, plus the bytes of its
+ * parameters (the memory the stage must hold). */
 static double layer_cost(const st_layer *l) {
   size_t outs = st_shape_size(l->out_shape), w = 0, bytes = 0;
   int last = l->out_shape.rank > 0 ? l->out_shape.dims[l->out_shape.rank - 1] : 1;
-  for (int p = 0; p < l->nparams; p++) {
-    size_t sz = st_shape_size(l->params[p].shape);
+  const st_layer *v = st__layer_vars(l); /* a tied head: the table it reads */
+  for (int p = 0; p < v->nparams; p++) {
+    size_t sz = st_shape_size(v->params[p].shape);
     bytes += sz * sizeof(float);
-    if (l->params[p].trainable) w += sz;
+    if (v->params[p].trainable) w += sz;
   }
   double positions = last > 0 ? (double)outs / last : 1.0;
-  double flops = w ? 2.0 * (double)w * positions : (double)outs;
+  bool lookup = !strcmp(l->vt->class_name, "Embedding"); /* reads one row per position */
+  double flops = w && !lookup ? 2.0 * (double)w * positions : (double)outs;
   return flops + (double)bytes;
 }
 
@@ -146,7 +149,15 @@ static void free_slots(st_pipe_stage *st) {
     if (st->recv) be->free(st->ctx, st->recv[i]);
     if (st->in) be->free(st->ctx, st->in[i]);
     if (st->dxs) be->free(st->ctx, st->dxs[i]);
+    if (st->tdy) be->free(st->ctx, st->tdy[i]);
   }
+  be->free(st->ctx, st->tdyin);
+  be->free(st->ctx, st->tids);
+  be->free(st->ctx, st->tcompact);
+  free(st->trow);
+  st->tdyin = st->tids = st->tcompact = NULL;
+  st->trow = NULL;
+  st->tcap = 0;
   for (int i = 0; st->gslots && i < st->n_gslots; i++) be->free(st->ctx, st->gslots[i]);
   be->free(st->ctx, st->workspace);
   be->free(st->ctx, st->loss_rows);
@@ -155,9 +166,24 @@ static void free_slots(st_pipe_stage *st) {
   if (st->recv) memset(st->recv, 0, (size_t)st->nslots * sizeof *st->recv);
   if (st->in) memset(st->in, 0, (size_t)st->nslots * sizeof *st->in);
   if (st->dxs) memset(st->dxs, 0, (size_t)st->nslots * sizeof *st->dxs);
+  if (st->tdy) memset(st->tdy, 0, (size_t)st->nslots * sizeof *st->tdy);
   if (st->gslots) memset(st->gslots, 0, (size_t)st->n_gslots * sizeof *st->gslots);
   st->workspace = st->loss_rows = NULL;
   st->cap = 0;
+}
+
+/* The tie's dst: its fold buffers for micro-batches of cap examples
+ * (pipeline_tie.c). */
+static bool tie_reserve(const st_net *m, st_pipe_stage *st, int cap) {
+  size_t ids = st_shape_size(m->layers[st->tie.layer]->in_shape) * (size_t)cap;
+  const st_backend *be = st->ctx->be;
+  st->trow = malloc(ids * sizeof(int) + 1);
+  st->tids = be->alloc(st->ctx, ids * sizeof(float) + 1);
+  st->tcompact = be->alloc(st->ctx, st->tie.dy * (size_t)cap * sizeof(float) + 1);
+  if (!st->trow || !st->tids || !st->tcompact) return false;
+  st->buffer_bytes += ids * (sizeof(int) + sizeof(float)) + st->tie.dy * (size_t)cap * sizeof(float);
+  st->tcap = cap;
+  return true;
 }
 
 static st_status alloc_slots(const st_net *m, st_pipe_stage *st, int cap) {
@@ -181,21 +207,27 @@ static st_status alloc_slots(const st_net *m, st_pipe_stage *st, int cap) {
   for (int s = 0; s < st->nslots; s++)
     if ((st->recv && !(st->recv[s] = alloc_floats(st, out))) ||
         (st->in && !(st->in[s] = alloc_floats(st, in * (size_t)cap))) ||
-        (st->dxs && !(st->dxs[s] = alloc_floats(st, in * (size_t)cap))))
+        (st->dxs && !(st->dxs[s] = alloc_floats(st, in * (size_t)cap))) ||
+        (st->tdy && !(st->tdy[s] = alloc_floats(st, st->tie.dy * (size_t)cap))))
       return ST_ERR_NOMEM;
+  if (st->tie_dst && st->in && !(st->tdyin = alloc_floats(st, st->tie.dy * (size_t)cap)))
+    return ST_ERR_NOMEM;
+  if (st->tie_dst && !tie_reserve(m, st, cap)) return ST_ERR_NOMEM;
   for (int i = 0; i < st->n_gslots; i++)
     if (!(st->gslots[i] = alloc_floats(st, mx * (size_t)cap))) return ST_ERR_NOMEM;
   if (!(st->workspace = alloc_floats(st, ws)) ||
-      !(st->loss_rows = alloc_floats(st, (size_t)cap)))
+      !(st->loss_rows = alloc_floats(st, (size_t)cap * st__net_loss_positions(m))))
     return ST_ERR_NOMEM;
   st->cap = cap;
   return ST_OK;
 }
 
-/* The most trainable floats of one layer among [lo, hi): the size of dw. */
-static size_t largest_layer(const st_net *m, int lo, int hi) {
+/* The most trainable floats of one layer among [lo, hi): the size of dw
+ * (skip: a tied table whose gradient the stage does not hold, or -1). */
+static size_t largest_layer(const st_net *m, int lo, int hi, int skip) {
   size_t mx = 0, off, n;
   for (int i = lo; i < hi; i++) {
+    if (i == skip) continue;
     st__pipe_var_range(m, i, i + 1, true, &off, &n);
     if (n > mx) mx = n;
   }
@@ -209,15 +241,19 @@ static void stage_nodes(const st_net *m, st_pipe_stage *st) {
   if (st->nlo > 0) (void)st__net_cut(m, st->nlo, &st->in_tensor);
 }
 
-/* Bytes of the variables, slots and gradients: fixed for the stage's life. */
+/* Bytes of the variables, slots and gradients: fixed for the stage's life
+ * (a tie's src: the table's values; dst: values, slots, tgrad and tsum). */
 static size_t fixed_bytes(const st_net *m, const st_pipe_stage *st) {
-  return (st->np * (size_t)(1 + m->n_slots) + st->ns) * sizeof(float);
+  size_t tie = st->tie_src ? st->tie.n : st->tie_dst ? st->tie.n * (size_t)(3 + m->n_slots) : 0;
+  return (st->np * (size_t)(1 + m->n_slots) + st->ns + tie) * sizeof(float);
 }
+
+static int skip_layer(const st_pipe_stage *st) { return st->tie_src ? st->tie.layer : -1; }
 
 st_status st__pipe_stage_reserve(const st_net *m, st_pipe_stage *st, int cap) {
   if (cap <= st->cap) return ST_OK;
   free_slots(st);
-  size_t dw = largest_layer(m, st->lo, st->hi);
+  size_t dw = largest_layer(m, st->lo, st->hi, skip_layer(st));
   st->buffer_bytes = fixed_bytes(m, st) + ((st->np ? st->np : 1) + (dw ? dw : 1)) * sizeof(float);
   st_status s = alloc_slots(m, st, cap);
   if (s != ST_OK) {
@@ -244,8 +280,26 @@ void st__pipe_var_range(const st_net *m, int lo, int hi, bool trainable, size_t 
   *n = seen ? b - a : 0;
 }
 
+/* The tie's share of stage st: src holds the table's values only (its
+ * trainable range starts after the table), dst tgrad, tsum and tmap. */
+static bool tie_setup(const st_net *m, st_pipe_stage *st, const st_pipe_tie *tie) {
+  st->tie.layer = -1;
+  if (!tie || tie->layer < 0) return true;
+  st->tie = *tie;
+  st->tie_src = tie->src == st->index, st->tie_dst = tie->dst == st->index;
+  if (st->tie_src) {
+    st->poff += tie->n, st->np -= tie->n; /* the table is the stage's first variable */
+    st->tdy = calloc((size_t)st->nslots, sizeof *st->tdy);
+    if (!st->tdy) return false;
+  }
+  size_t V = (size_t)m->layers[tie->layer]->params[0].shape.dims[0];
+  return !st->tie_dst || ((st->tgrad = alloc_floats(st, tie->n)) && (st->tsum = alloc_floats(st, tie->n)) &&
+                          (st->tmap = malloc(V * sizeof(int) + 1)) && memset(st->tmap, 0xff, V * sizeof(int)));
+}
+
 st_status st__pipe_stage_create(const st_net *m, int index, int lo, int hi, int nslots,
-                                bool last, bool procs, st_pipe_stage **out) {
+                                bool last, bool procs, const st_pipe_tie *tie,
+                                st_pipe_stage **out) {
   *out = NULL;
   st_pipe_stage *st = calloc(1, sizeof *st);
   if (!st) return st_error(ST_ERR_NOMEM, "pipeline: out of memory");
@@ -267,14 +321,23 @@ st_status st__pipe_stage_create(const st_net *m, int index, int lo, int hi, int 
   bool extra = procs && lo > 0;
   st->in = extra ? calloc((size_t)nslots, sizeof *st->in) : NULL;
   st->dxs = extra ? calloc((size_t)nslots, sizeof *st->dxs) : NULL;
+  if (!tie_setup(m, st, tie)) goto fail;
+  if (st->tie_src) { /* its backward skips the lookup: its range's slots may differ */
+    int n = st__net_grad_slots(m, st->nlo + 1, st->nhi) + 1;
+    if (n > st->n_gslots) {
+      free(st->gslots);
+      st->n_gslots = n;
+      st->gslots = calloc((size_t)n + 1, sizeof *st->gslots);
+    }
+  }
   if (!st->gslots || !st->acts || !st->caches || (!last && !st->recv) || (extra && (!st->in || !st->dxs)) || !(st->grads = alloc_floats(st, st->np)) ||
-      !(st->dw = alloc_floats(st, largest_layer(m, lo, hi))))
+      !(st->dw = alloc_floats(st, largest_layer(m, lo, hi, skip_layer(st)))))
     goto fail;
   if (st__pipe_stage_reserve(m, st, 1) != ST_OK) goto fail;
   *out = st;
   return ST_OK;
 fail:;
-  size_t bytes = (st->np + largest_layer(m, lo, hi)) * sizeof(float);
+  size_t bytes = (st->np + largest_layer(m, lo, hi, skip_layer(st))) * sizeof(float);
   st__pipe_stage_destroy(m, st);
   return st_error(ST_ERR_NOMEM, "pipeline stage %d (layers %d..%d): out of memory for its "
                   "gradients and buffers (%zu bytes and more)", index, lo, hi - 1, bytes);
@@ -287,6 +350,8 @@ void st__pipe_stage_destroy(const st_net *m, st_pipe_stage *st) {
     free_slots(st);
     st->ctx->be->free(st->ctx, st->grads);
     st->ctx->be->free(st->ctx, st->dw);
+    st->ctx->be->free(st->ctx, st->tgrad);
+    st->ctx->be->free(st->ctx, st->tsum);
     st_backend_ctx_destroy(st->ctx);
   }
   free(st->acts);
@@ -295,6 +360,8 @@ void st__pipe_stage_destroy(const st_net *m, st_pipe_stage *st) {
   free(st->recv);
   free(st->in);
   free(st->dxs);
+  free(st->tdy);
+  free(st->tmap);
   free(st);
 }
 
@@ -338,10 +405,23 @@ void st__pipe_stage_backward(const st_net *m, st_pipe_stage *st, int slot, int m
   st_exec e = stage_exec(m, st, slot, mb, to_dw);
   e.ext[0] = x;
   e.ext_dx[0] = st->lo > first ? dx : NULL;
+  if (st->tie_src) { /* not the lookup: the gradient of its output to tdy (for dst) */
+    ST_ASSERT(st->nlo == st->tie.node);
+    e.lo++, e.acts++, e.caches++;
+    e.n_ext = 2;
+    e.ext_id[1] = st->tie.node;
+    e.ext[1] = st->acts[(size_t)slot * (size_t)(st->nhi - st->nlo)];
+    e.ext_dx[1] = st->tdy[slot];
+  }
+  if (st->tie_dst) { /* the head's part of the table's gradient */
+    e.tied_off = st->tie.off, e.tied_n = st->tie.n;
+    e.tied_dw = to_dw ? st->tsum : st->tgrad;
+  }
   st__exec_backward(m, &e, dy == st->gslots[0] ? NULL : dy, n, step, NULL, NULL);
 }
 
 void st__pipe_stage_no_examples(const st_net *m, st_pipe_stage *st, int k) {
+  if (st->tie_dst && !k) m->be->fill(st->ctx, st->tie.n, 0.0f, st->tgrad);
   if (!k) {
     if (st->np) m->be->fill(st->ctx, st->np, 0.0f, st->grads);
     return;

@@ -40,6 +40,9 @@ void st__describe_var(const st_layer *l, int p, st_named_tensor *t);
 /* Whether parameter p of layer l is held by this process: always, but for a
  * pipeline stage across processes (n->reserved) only its layers' share. */
 bool st__var_is_local(const st_net *n, const st_layer *l, int p);
+/* The same for its optimizer slots (a pipeline's tied table, net.h tie_p:
+ * held with its slots by the head's stage only). */
+bool st__slots_are_local(const st_net *n, const st_layer *l, int p);
 /* got must exist and have want's shape; errors name path and tensor. */
 st_status st__check_tensor(const char *path, const st_named_tensor *want,
                            const st_named_tensor *got);

@@ -217,7 +217,8 @@ static st_status apply_local(const loaded *L, st_model *m) {
       if (mine) s = read_local(L, "weights.safetensors", "weights", &L->w, w,
                                st__var_ptr(l, p, n->params, n->state));
       if (!l->params[p].trainable) continue;
-      for (int k = 0; mine && s == ST_OK && k < n->n_slots; k++)
+      bool slots = st__slots_are_local(n, l, p);
+      for (int k = 0; slots && s == ST_OK && k < n->n_slots; k++)
         s = read_local(L, "optimizer.safetensors", "optimizer", &L->o, k * per + t,
                        n->slots[k] + l->params[p].offset);
       t++;

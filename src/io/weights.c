@@ -24,11 +24,22 @@ void st__describe_var(const st_layer *l, int p, st_named_tensor *t) {
   for (int d = 0; d < t->rank; d++) t->dims[d] = l->params[p].shape.dims[d];
 }
 
+static bool in_tie(const st_net *n, const st_layer *l, int p) {
+  size_t off = l->params[p].offset;
+  return l->params[p].trainable && n->tie_np && off >= n->tie_p && off - n->tie_p < n->tie_np;
+}
+
 bool st__var_is_local(const st_net *n, const st_layer *l, int p) {
   if (!n->reserved) return true;
   size_t off = l->params[p].offset;
+  if (in_tie(n, l, p)) return true;
   return l->params[p].trainable ? off >= n->own_p && off - n->own_p < n->own_np
                                 : off >= n->own_s && off - n->own_s < n->own_ns;
+}
+
+bool st__slots_are_local(const st_net *n, const st_layer *l, int p) {
+  if (n->reserved && in_tie(n, l, p)) return n->tie_slots;
+  return st__var_is_local(n, l, p);
 }
 
 /* m (compiled, strategy alive) and path of the weights functions. */

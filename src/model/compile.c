@@ -254,7 +254,7 @@ static st_status recompile(st_model *m, const st_compile_options *o) {
 static st_status check_strategy_fits(const st_model *m) {
   st_strategy_kind k = m->strategy->opts.kind;
   bool pipe_ps = k == ST_STRATEGY_PIPELINE || k == ST_STRATEGY_PARAMETER_SERVER;
-  if (pipe_ps && st__net_loss_positions(&m->net) > 1)
+  if (k == ST_STRATEGY_PARAMETER_SERVER && st__net_loss_positions(&m->net) > 1)
     return st_error(ST_ERR_INVALID, "compile: a sparse loss over positions (output [%d, %d]) is "
                     "not supported by the %s strategy yet", (int)st__net_loss_positions(&m->net),
                     st__net_loss_cols(&m->net), st_strategy_kind_name(k));
@@ -294,6 +294,8 @@ st_status st_model_compile(st_model *m, const st_compile_options *o) {
   if (m->pending_vars && m->net.reserved) { /* only the stage's share */
     st__be_to_device(m->net.be_ctx, m->net.params + m->net.own_p,
                      m->pending_vars + m->net.own_p, m->net.own_np * sizeof(float));
+    st__be_to_device(m->net.be_ctx, m->net.params + m->net.tie_p, /* a tied table (net.h) */
+                     m->pending_vars + m->net.tie_p, m->net.tie_np * sizeof(float));
     st__be_to_device(m->net.be_ctx, m->net.state + m->net.own_s,
                      m->pending_vars + m->net.n_params + m->net.own_s,
                      m->net.own_ns * sizeof(float));

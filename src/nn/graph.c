@@ -104,7 +104,10 @@ static st_layer_args node_args(const st_net *m, const st_exec *e, int k, int n, 
   c.all_reduce_ctx = e->all_reduce_ctx;
   for (int p = 0; p < l->nparams; p++) {
     c.w[p] = st__var_ptr(l, p, e->params, e->state);
-    c.dw[p] = l->params[p].trainable ? e->grads + (l->params[p].offset - e->grads_base) : NULL;
+    size_t o = l->params[p].offset;
+    bool tied = e->tied_dw && o >= e->tied_off && o < e->tied_off + e->tied_n;
+    c.dw[p] = !l->params[p].trainable ? NULL
+              : tied ? e->tied_dw + (o - e->tied_off) : e->grads + (o - e->grads_base);
   }
   for (int j = 0; j < m->nodes[k].n_in; j++) c.xs[j] = tensor(e, m->nodes[k].in[j]);
   c.x = c.xs[0];
@@ -211,7 +214,8 @@ static void node_backward(walk *w, int k, int64_t step) {
   const st_layer *vl = st__layer_vars(l);
   int vi = l->tied ? m->nodes[vl->first_node].layer : d->layer; /* whose gradients */
   size_t base, nt = layer_trainable(vl, &base);
-  bool scratch = nt && (e->accumulate || w->layer_done[vi]);
+  bool tied = e->tied_dw && nt && base >= e->tied_off && base < e->tied_off + e->tied_n;
+  bool scratch = nt && !tied && (e->accumulate || w->layer_done[vi]);
   if (e->gslots) {
     st_layer_args c = node_args(m, e, k, w->n, true, step);
     if (scratch)
@@ -315,7 +319,7 @@ int st__net_cut(const st_net *m, int k, int *crossing) {
   for (int q = k; q < m->nnodes; q++) {
     const st_net_node *d = &m->nodes[q];
     const st_layer *l = m->layers[d->layer];
-    if (l->first_node < k || st__layer_vars(l)->first_node < k) return -1; /* a shared layer split */
+    if (l->first_node < k) return -1; /* a shared layer split (a tied one may be) */
     for (int j = 0; j < d->n_in; j++) {
       int t = d->in[j];
       if (t >= k) continue;

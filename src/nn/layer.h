@@ -115,6 +115,11 @@ typedef struct st_layer_vtable {
    * device backend they write NaN through be->fill instead of touching
    * device memory; compile should refuse such a model with a message. */
   bool host_loops;
+  /* Does backward read the call's output (output true) or any of its inputs
+   * (false)? NULL = both. An output no backward reads shares a buffer with
+   * others in training (memplan_train.c), so a wrong false corrupts
+   * gradients: answer true when unsure. */
+  bool (*backward_reads)(const st_layer *l, bool output);
 } st_layer_vtable;
 
 struct st_layer {
@@ -168,6 +173,11 @@ struct st_node {
 /* Whether the call's buffers are host memory (a backend without to_device:
  * cpu, reference), so host loops may touch them. */
 static inline bool st__args_host(const st_layer_args *c) { return c->be->to_device == NULL; }
+
+/* st_layer_vtable.backward_reads with its default (true). */
+static inline bool st__layer_backward_reads(const st_layer *l, bool output) {
+  return !l->vt->backward_reads || l->vt->backward_reads(l, output);
+}
 
 /* The layer whose variables l's calls use: l->tied, or l itself. */
 static inline const st_layer *st__layer_vars(const st_layer *l) {

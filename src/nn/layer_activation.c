@@ -40,6 +40,12 @@ static void activation_options(const st_layer *l, st_layer_options *out) {
   out->activation = ((const activation_config *)l->config)->act;
 }
 
+/* act_backward reads x only for activations that need their input (GELU,
+ * ...); ReLU, sigmoid, tanh, softmax read y. */
+static bool activation_backward_reads(const st_layer *l, bool output) {
+  return output || st_activation_needs_input(((const activation_config *)l->config)->act);
+}
+
 static const st_layer_vtable activation_vtable = {
     .class_name = "Activation",
     .base_name = "activation",
@@ -47,6 +53,7 @@ static const st_layer_vtable activation_vtable = {
     .forward = activation_forward,
     .backward = activation_backward,
     .get_options = activation_options,
+    .backward_reads = activation_backward_reads,
 };
 
 /* New unbuilt layer (caller owns it until st_model_add), or NULL + error. */

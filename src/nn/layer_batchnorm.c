@@ -237,6 +237,12 @@ static void bn_options(const st_layer *l, st_layer_options *out) {
   out->batchnorm.name = NULL;
 }
 
+/* Backward reads x and the cached statistics, never y. */
+static bool bn_backward_reads(const st_layer *l, bool output) {
+  (void)l;
+  return !output;
+}
+
 static const st_layer_vtable bn_vtable = {
     .class_name = "BatchNormalization",
     .base_name = "batch_normalization",
@@ -245,6 +251,7 @@ static const st_layer_vtable bn_vtable = {
     .forward = bn_forward,
     .backward = bn_backward,
     .get_options = bn_options,
+    .backward_reads = bn_backward_reads,
 };
 
 st_batchnorm_options st_batchnorm_default_options(void) {

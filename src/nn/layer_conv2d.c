@@ -95,14 +95,33 @@ static int block_images(const conv_config *cf, int batch) {
   return nb < (size_t)batch ? (int)nb : batch;
 }
 
+/* Without a bias the backend's direct convolution (conv_direct_* slots) may
+ * replace im2col + gemm: its sums run in another order, and the biased
+ * convolutions (the cnn's) keep the gemm's bytes. */
+static bool may_go_direct(const conv_config *cf) { return !cf->o.use_bias; }
+
 /* Workspace: col[nb*P, K], then dz[batch*P, F] when the activation is not
- * linear (used when dy is read-only), then one block's dbias[F]. */
+ * linear (used when dy is read-only), then one block's dbias[F], then (no
+ * bias) the direct convolution's scratch for nb images. */
 static size_t conv_workspace(const st_layer *l, int batch) {
   const conv_config *cf = l->config;
   conv_sizes s = sizes_of(cf);
-  size_t n = (size_t)block_images(cf, batch) * s.P * s.K;
+  int nb = block_images(cf, batch);
+  size_t n = (size_t)nb * s.P * s.K;
   if (cf->o.activation != ST_ACT_LINEAR) n += (size_t)batch * s.P * s.F;
-  return n + s.F;
+  n += s.F;
+  if (may_go_direct(cf)) n += st__conv_direct_ws_floats(&cf->g, nb, (int)s.F);
+  return n;
+}
+
+/* The direct convolution's scratch (after everything conv_workspace lists
+ * before it), or NULL when the layer must use im2col + gemm. */
+static float *direct_ws(const st_layer *l, const st_layer_args *c) {
+  const conv_config *cf = l->config;
+  if (!may_go_direct(cf)) return NULL;
+  conv_sizes s = sizes_of(cf);
+  return c->workspace + conv_workspace(l, c->batch) -
+         st__conv_direct_ws_floats(&cf->g, block_images(cf, c->batch), (int)s.F);
 }
 
 /* col[cnt*P, K] = im2col of images b0 .. b0+cnt-1 of x. */
@@ -119,13 +138,17 @@ static void conv_forward(const st_layer *l, st_layer_args *c) {
   st_activation act = cf->o.activation;
   float *z = st_activation_needs_input(act) ? c->cache : c->y; /* [b*P, F] */
   float *col = c->workspace; /* [nb*P, K] */
+  float *dws = direct_ws(l, c);
   int nb = block_images(cf, c->batch);
   for (int b0 = 0; b0 < c->batch; b0 += nb) {
     int cnt = c->batch - b0 < nb ? c->batch - b0 : nb, rows = (int)(cnt * s.P);
     size_t off = (size_t)b0 * s.P * s.F; /* block start in z and y */
-    unroll_block(cf, c, b0, cnt, col);
-    be->gemm(c->ctx, false, false, rows, (int)s.F, (int)s.K, 1.0f, col, (int)s.K,
-             c->w[KERNEL], (int)s.F, 0.0f, z + off, (int)s.F);
+    if (!dws || !st__be_conv_direct_forward(c->ctx, &cf->g, cnt, (int)s.F,
+                                            c->x + (size_t)b0 * s.X, c->w[KERNEL], z + off, dws)) {
+      unroll_block(cf, c, b0, cnt, col);
+      be->gemm(c->ctx, false, false, rows, (int)s.F, (int)s.K, 1.0f, col, (int)s.K,
+               c->w[KERNEL], (int)s.F, 0.0f, z + off, (int)s.F);
+    }
     /* bias and activation while the block is still in cache */
     if (cf->o.use_bias) be->bias_add(c->ctx, rows, (int)s.F, c->w[BIAS], z + off);
     if (act != ST_ACT_LINEAR)
@@ -157,11 +180,15 @@ static void conv_dz_block(const st_layer *l, st_layer_args *c, int b0,
                       c->dy + off, dz + off);
 }
 
-/* dx for images b0 .. b0+cnt-1 from dz, using col[cnt*P, K] as dcol. */
+/* dx for images b0 .. b0+cnt-1 from dz: direct (dws not NULL, when the
+ * backend takes it), else using col[cnt*P, K] as dcol. */
 static void conv_dx_block(const conv_config *cf, st_layer_args *c, int b0,
-                          int cnt, const float *dz, float *col) {
+                          int cnt, const float *dz, float *col, float *dws) {
   const st_backend *be = c->be;
   conv_sizes s = sizes_of(cf);
+  if (dws && st__be_conv_direct_dx(c->ctx, &cf->g, cnt, (int)s.F, dz + (size_t)b0 * s.P * s.F,
+                                   c->w[KERNEL], c->dx + (size_t)b0 * s.X, dws))
+    return;
   be->gemm(c->ctx, false, true, (int)(cnt * s.P), (int)s.K, (int)s.F, 1.0f,
            dz + (size_t)b0 * s.P * s.F, (int)s.F, c->w[KERNEL], (int)s.F, 0.0f,
            col, (int)s.K);
@@ -178,6 +205,7 @@ static void conv_backward(const st_layer *l, st_layer_args *c) {
   conv_sizes s = sizes_of(cf);
   float *dz = conv_dz_buffer(l, c); /* [batch*P, F] */
   float *col = c->workspace;        /* [nb*P, K] */
+  float *dws = direct_ws(l, c);
   int nb = block_images(cf, c->batch);
   float *dbias_block = c->workspace + conv_workspace(l, c->batch) - s.F;
   if (c->batch == 0) {
@@ -188,15 +216,18 @@ static void conv_backward(const st_layer *l, st_layer_args *c) {
     int cnt = c->batch - b0 < nb ? c->batch - b0 : nb;
     const float *dzb = dz + (size_t)b0 * s.P * s.F;
     conv_dz_block(l, c, b0, cnt, dz);
-    unroll_block(cf, c, b0, cnt, col);
-    be->gemm(c->ctx, true, false, (int)s.K, (int)s.F, (int)(cnt * s.P), 1.0f, col,
-             (int)s.K, dzb, (int)s.F, b0 == 0 ? 0.0f : 1.0f, c->dw[KERNEL],
-             (int)s.F);
+    if (!dws || !st__be_conv_direct_dw(c->ctx, &cf->g, cnt, (int)s.F, c->x + (size_t)b0 * s.X,
+                                       dzb, b0 > 0, c->dw[KERNEL], dws)) {
+      unroll_block(cf, c, b0, cnt, col);
+      be->gemm(c->ctx, true, false, (int)s.K, (int)s.F, (int)(cnt * s.P), 1.0f, col,
+               (int)s.K, dzb, (int)s.F, b0 == 0 ? 0.0f : 1.0f, c->dw[KERNEL],
+               (int)s.F);
+    }
     if (cf->o.use_bias) {
       be->bias_grad(c->ctx, (int)(cnt * s.P), (int)s.F, dzb, b0 == 0 ? c->dw[BIAS] : dbias_block);
       if (b0 > 0) be->axpy(c->ctx, s.F, 1.0f, dbias_block, c->dw[BIAS]);
     }
-    if (c->dx) conv_dx_block(cf, c, b0, cnt, dz, col);
+    if (c->dx) conv_dx_block(cf, c, b0, cnt, dz, col, dws);
   }
 }
 

@@ -149,13 +149,22 @@ static void concat_options(const st_layer *l, st_layer_options *out) {
   out->concat_axis = ((const merge_config *)l->config)->axis;
 }
 
+/* Add and Subtract: backward copies dy (and negates it): reads no input and
+ * not the output. */
+static bool sum_backward_reads(const st_layer *l, bool output) {
+  (void)l, (void)output;
+  return false;
+}
+
 static const st_layer_vtable add_vtable = {
     .class_name = "Add", .base_name = "add", .min_inputs = 2, .max_inputs = ST_LAYER_MAX_INPUTS,
     .build = same_build, .forward = sum_forward, .backward = sum_backward,
+    .backward_reads = sum_backward_reads,
 };
 static const st_layer_vtable subtract_vtable = {
     .class_name = "Subtract", .base_name = "subtract", .min_inputs = 2, .max_inputs = 2,
     .build = same_build, .forward = sum_forward, .backward = sum_backward,
+    .backward_reads = sum_backward_reads,
 };
 static const st_layer_vtable multiply_vtable = {
     .class_name = "Multiply", .base_name = "multiply", .min_inputs = 2,

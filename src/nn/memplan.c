@@ -110,6 +110,9 @@ st_status st__net_memplan(const st_net *m, int batch, st_memplan *out) {
   for (int k = 0; k < m->nnodes; k++)
     if (m->layers[m->nodes[k].layer]->cache_per_example > cmax)
       cmax = m->layers[m->nodes[k].layer]->cache_per_example;
+  size_t train = 0;
+  if (st__net_train_activation_floats(m, &train) != ST_OK) return ST_ERR_NOMEM;
+  out->train_activation_floats = n * train;
   out->infer_block_floats = n * total;
   out->infer_cache_floats = n * cmax;
   return ST_OK;

@@ -95,6 +95,13 @@ typedef struct st_net {
    * memory (its layers' share); false: backend allocations, all memory. */
   bool reserved;
   size_t own_p, own_np, own_s, own_ns;
+  /* A table tied across stages (distribute/pipeline.h) in such a net: the
+   * trainable floats [tie_p, tie_p + tie_np) are held as values only
+   * (tie_slots false: the lookup's stage, within its own range) or as values
+   * and optimizer slots (true: the head's stage, outside its range);
+   * tie_np 0: none. */
+  size_t tie_p, tie_np;
+  bool tie_slots;
 } st_net;
 
 /* ---- per-replica executor ---- */
@@ -110,6 +117,10 @@ typedef struct st_replica {
   float *grads;               /* [n_params] */
   float **acts;               /* acts[k]: output of node k [max_batch, out_k] */
   float **caches;             /* caches[k]: [max_batch * cache_per_example of k's layer] */
+  int n_tslots;               /* st__net_transient_slots */
+  float **tslots;             /* [n_tslots]: shared outputs [max_batch * slot floats];
+                                 acts[k] points into one when tslot_of[k] >= 0 */
+  int *tslot_of;              /* [nnodes] */
   float *workspace;           /* max over layers of workspace_floats(max_batch) */
   int n_gslots;               /* st__net_grad_slots */
   float **gslots;             /* gradient slots [max_batch * max activation size] */
@@ -173,6 +184,12 @@ typedef struct st_exec {
   int seed_id[ST_NET_MAX_IO];
   int n_ext;
   int ext_id[ST_NET_MAX_IO];
+  /* A table tied across pipeline stages (pipeline.h): the gradient of the
+   * trainable floats [tied_off, tied_off + tied_n) goes to tied_dw +
+   * (offset - tied_off), always overwritten (never accumulated, whatever
+   * accumulate says); tied_dw NULL: none. */
+  size_t tied_off, tied_n;
+  float *tied_dw;
   const float *ext[ST_NET_MAX_IO];
   float *ext_dx[ST_NET_MAX_IO];
 } st_exec;
@@ -200,7 +217,9 @@ bool st__net_shares_layers(const st_net *m);
 st_shape st__net_tensor_shape(const st_net *m, int t);
 /* A cut before node k (a pipeline stage starting there): the number of
  * distinct tensors made before k and read from k on (*crossing: one of them,
- * the last found), or -1 when a layer has calls on both sides. */
+ * the last found), or -1 when a layer has calls on both sides (a layer
+ * reading a tied layer's variables, st_layer.tied, may sit on the other
+ * side: the pipeline keeps the table in both stages, pipeline.h). */
 int st__net_cut(const st_net *m, int k, int *crossing);
 /* The nodes of layers [llo, hi): [*nlo, *nhi) (valid where st__net_cut at
  * the first node of llo and of lhi is 1). */
@@ -343,8 +362,10 @@ void st__net_outputs_metrics(const st_net *m, const float *pred, const float *y,
  * for training, and the forward-only plan evaluate / predict use ---- */
 typedef struct st_memplan {
   int nnodes, batch;
-  size_t activation_floats;      /* every node's output, [batch, out_k] summed:
-                                    what the replica keeps for backward */
+  size_t activation_floats;      /* every node's output, [batch, out_k] summed */
+  size_t train_activation_floats; /* what the replica allocates for them: own
+                                    buffers for outputs some backward reads,
+                                    shared slots for the others (memplan_train.c) */
   size_t cache_floats;           /* the layers' forward caches (BN's x-hat, ...) */
   int grad_slots;                /* st__net_grad_slots over every node */
   size_t grad_floats;            /* the executor's gradient buffers: grad_slots
@@ -363,6 +384,14 @@ typedef struct st_memplan {
  * node k's output at off[k] * n floats of one buffer of *total * n floats
  * (off [nnodes], per example; first fit in node order). ST_ERR_NOMEM. */
 st_status st__net_infer_offsets(const st_net *m, size_t *off, size_t *total);
+/* Training: slot_of[k] (nnodes) = the shared slot holding node k's output,
+ * or -1 for a buffer of its own (an output some backward reads, or a model
+ * output); *nslots slots of *slot_floats floats per example
+ * (memplan_train.c). ST_ERR_NOMEM. */
+st_status st__net_transient_slots(const st_net *m, int *slot_of, int *nslots,
+                                  size_t *slot_floats);
+/* *floats = per example, the own buffers plus the slots. ST_ERR_NOMEM. */
+st_status st__net_train_activation_floats(const st_net *m, size_t *floats);
 /* The figures for net m at batch size `batch` into *out (zeroed first);
  * ST_ERR_INVALID for a NULL m, batch < 1 or a net without nodes. */
 st_status st__net_memplan(const st_net *m, int batch, st_memplan *out);

@@ -10,7 +10,11 @@
 
 static void free_buffers(st_replica *r) {
   const st_backend *be = r->be;
-  for (int i = 0; r->acts && i < r->nnodes; i++) be->free(r->ctx, r->acts[i]);
+  for (int i = 0; r->acts && i < r->nnodes; i++)
+    if (!r->tslot_of || r->tslot_of[i] < 0) be->free(r->ctx, r->acts[i]);
+  for (int i = 0; r->tslots && i < r->n_tslots; i++) be->free(r->ctx, r->tslots[i]);
+  free(r->tslots);
+  r->tslots = NULL, r->n_tslots = 0;
   for (int i = 0; r->caches && i < r->nnodes; i++) be->free(r->ctx, r->caches[i]);
   for (int i = 0; r->gslots && i < r->n_gslots; i++) be->free(r->ctx, r->gslots[i]);
   for (int j = 0; j < ST_NET_MAX_IO; j++) be->free(r->ctx, r->inbuf[j]), r->inbuf[j] = NULL;
@@ -56,12 +60,28 @@ static st_status alloc_staging(const st_net *m, st_replica *r, int n) {
   return r->hout && r->hloss && (m->n_inputs == 1 || r->hsplit) ? ST_OK : ST_ERR_NOMEM;
 }
 
+/* The shared slots of the outputs no backward reads (memplan_train.c). */
+static st_status alloc_transient(const st_net *m, st_replica *r, int n) {
+  size_t floats;
+  int ns;
+  if (st__net_transient_slots(m, r->tslot_of, &ns, &floats) != ST_OK) return ST_ERR_NOMEM;
+  r->tslots = calloc((size_t)ns + 1, sizeof *r->tslots);
+  if (!r->tslots) return ST_ERR_NOMEM;
+  r->n_tslots = ns;
+  for (int s = 0; s < ns; s++)
+    if (alloc_floats(r->ctx, floats, n, &r->tslots[s])) return ST_ERR_NOMEM;
+  for (int k = 0; k < m->nnodes; k++)
+    if (r->tslot_of[k] >= 0) r->acts[k] = r->tslots[r->tslot_of[k]];
+  return ST_OK;
+}
+
 static st_status alloc_buffers(const st_net *m, st_replica *r, int n) {
   st_backend_ctx *ctx = r->ctx;
   size_t ws = 1;
+  if (alloc_transient(m, r, n) != ST_OK) return ST_ERR_NOMEM;
   for (int k = 0; k < m->nnodes; k++) {
     const st_layer *l = m->layers[m->nodes[k].layer];
-    if (alloc_floats(ctx, st_shape_size(l->out_shape), n, &r->acts[k]) ||
+    if ((r->tslot_of[k] < 0 && alloc_floats(ctx, st_shape_size(l->out_shape), n, &r->acts[k])) ||
         alloc_floats(ctx, l->cache_per_example, n, &r->caches[k]))
       return ST_ERR_NOMEM;
     size_t w = l->vt->workspace_floats ? l->vt->workspace_floats(l, n) : 0;
@@ -117,7 +137,9 @@ st_status st__replica_create(const st_net *m, const st_backend *be, int index,
   r->acts = calloc((size_t)m->nnodes + 1, sizeof *r->acts);
   r->caches = calloc((size_t)m->nnodes + 1, sizeof *r->caches);
   r->gslots = calloc((size_t)r->n_gslots + 1, sizeof *r->gslots);
-  if (!r->acts || !r->caches || !r->gslots) goto fail;
+  r->tslot_of = malloc(((size_t)m->nnodes + 1) * sizeof *r->tslot_of);
+  if (!r->acts || !r->caches || !r->gslots || !r->tslot_of) goto fail;
+  for (int k = 0; k < m->nnodes; k++) r->tslot_of[k] = -1;
   r->owns_vars = params == NULL;
   if (r->owns_vars) {
     if (alloc_floats(r->ctx, m->n_params, 1, &r->params) ||
@@ -149,6 +171,7 @@ void st__replica_destroy(st_replica *r) {
   free(r->acts);
   free(r->caches);
   free(r->gslots);
+  free(r->tslot_of);
   st_backend_ctx_destroy(r->ctx);
   free(r);
 }

@@ -8,9 +8,10 @@
  * the transport) that accepts only the cluster's public keys and names the
  * peer by its task ("worker:1"), so a received frame's sender is the
  * authenticated task, never the one its header claims (a mismatch is dropped
- * and counted). insecure turns CURVE off (the caller warns). Every socket has
- * ZMQ_MAXMSGSIZE = header + max_payload, so libzmq disconnects a peer that
- * announces a larger frame; received frames go through st__ps_frame_parse and
+ * and counted). insecure turns CURVE off (the caller warns; the ZAP handler
+ * then accepts every NULL client). Every socket has ZMQ_MAXMSGSIZE = header +
+ * max_payload, so libzmq disconnects a peer that announces a larger frame
+ * (logged: st__ps_transport_report_refusals); received frames go through st__ps_frame_parse and
  * a frame that fails is dropped and counted, never returned.
  * A transport and its sockets belong to one thread, except that the transport
  * may be shared by threads that each own their sockets. */
@@ -27,7 +28,7 @@ typedef struct st_ps_socket st_ps_socket;
 typedef struct st_ps_transport_options {
   const st_ps_cluster *cluster; /* borrowed for the transport's life */
   const char *keys_dir;         /* CURVE keys (ignored when insecure) */
-  bool insecure;                /* no CURVE, no ZAP */
+  bool insecure;                /* no CURVE (ZAP accepts every NULL client) */
   uint64_t max_payload;         /* bytes per frame after the header */
   /* Tests only (RELIABILITY.md P5): "drop=P,dup=P,reorder=P,seed=S" makes
    * every socket drop, duplicate or delay past the next one a fraction P of
@@ -60,7 +61,9 @@ void st__ps_transport_destroy(st_ps_transport *t); /* accepts NULL */
 int64_t st__ps_transport_refused(st_ps_transport *t);
 /* Say (say(user, line)) the refusals since the last call, each naming the
  * peer's address and why ("<who>: refused a connection from 127.0.0.1:40312:
- * its CURVE handshake did not decrypt ..."); rate-limited: 10 lines a minute,
+ * its CURVE handshake did not decrypt ..."), and the established connections
+ * libzmq dropped ("<who>: dropped a connection from ...: it sent a frame over
+ * the N-byte limit ..."; RELIABILITY.md N1); rate-limited: 10 lines a minute,
  * the rest summed in one line when the minute is over. Owner thread. */
 void st__ps_transport_report_refusals(st_ps_transport *t, const char *who,
                                       void (*say)(void *user, const char *line), void *user);

@@ -10,7 +10,12 @@
  *                   DepthwiseConv2D 3x3, ReLU6, project 1x1, residual Add
  *                   when shapes allow), five blocks up to 32 channels, a 1x1
  *                   convolution to 128, GlobalAveragePooling2D, Dense 10.
- * Both take any [h, w, c] input (28x28x1 Fashion-MNIST, 32x32x3 CIFAR). */
+ * Both take any [h, w, c] input (28x28x1 Fashion-MNIST, 32x32x3 CIFAR).
+ * Their BatchNormalization layers keep moving statistics with momentum 0.9,
+ * as the papers' reference code (Torch and PyTorch, momentum 0.1), not
+ * Keras's 0.99: the moving average then trails the weights by ~10 steps
+ * instead of ~100, which is what a run of a few epochs needs for inference
+ * to see the trained model (docs/BENCHMARKS.md, "resnet20's test accuracy"). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,6 +70,7 @@ static st_node *bn(gb *g, st_node *x) {
   st_layer *l = NULL;
   st_batchnorm_options o = st_batchnorm_default_options();
   o.synchronized = g->sync_bn;
+  o.momentum = 0.9f;
   st_status s = st_batchnorm_ex(o, &l);
   return call(g, s, l, &x, 1);
 }

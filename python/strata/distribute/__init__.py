@@ -381,6 +381,8 @@ class Strategy:
             raise TypeError("strategy.run: fn %r is not callable" % (fn,))
         n = self._local_replicas()
         rank = self._workers()[0]
+        from .. import _eager
+        _eager.close_strategy(self)  # an eager loop's open run (strata/_eager.py) ends first
         model = self._run_model()
 
         def call(rid, handle):

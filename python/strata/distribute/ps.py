@@ -62,6 +62,27 @@ def _load_npz(spec, val_split, train_examples, batch, seed, input_shape):
     return x, y, len(y)
 
 
+_MADE = []  # every Server made in this process (TF's keep serving when dropped)
+
+
+def _idle_servers(what, spec):
+    """TF's Server(start=True) serves at once, so the parameter-server
+    tutorial makes its cluster in the chief's process and never calls join();
+    Strata's serves inside join() only: refuse the job instead of waiting
+    for servers that never answer."""
+    mine = {(job, i, a) for job in ("worker", "ps") for i, a in enumerate(spec.as_dict().get(job, []))}
+    idle = sorted("%s:%d" % (s._resolver.task_type, s._resolver.task_id) for s in _MADE
+                  if not s._serving and (s._resolver.task_type, s._resolver.task_id,
+                                                     s._resolver.cluster_spec().task_address(
+                                                         s._resolver.task_type, s._resolver.task_id)) in mine)
+    if idle:
+        raise NotImplementedError(
+            "%s: tf.distribute.Server objects made in this process (%s) are not serving: Strata's Server "
+            "serves inside server.join() only (an in-process cluster that is never joined is not supported); "
+            "run each with threading.Thread(target=server.join, daemon=True).start(), or in its own process"
+            % (what, ", ".join(idle)))
+
+
 class Server:
     """tf.distribute.Server for a 'worker' or 'ps' task: join() serves the
     chief's job until it sends STOP (returns), Ctrl-C (KeyboardInterrupt) or
@@ -96,6 +117,8 @@ class Server:
         self._on_message = on_message
         self._stop = False
         self._started = bool(start)
+        self._serving = False
+        _MADE.append(self)  # the chief refuses a job while one of these never serves (_idle_servers)
 
     @property
     def target(self):
@@ -111,7 +134,7 @@ class Server:
     def join(self):
         """Serve until the chief's STOP; ConnectionError when the chief was
         lost or never sent a job within job_timeout seconds."""
-        self._started = True
+        self._started = self._serving = True
         _strata.ps_server_run(self._tf_config, self._keys, self._keys is None, self._timeout, self._data,
                               lambda: self._stop, self._on_message)
 
@@ -184,6 +207,7 @@ class ParameterServerStrategy(Strategy):
         if r.task_type not in (None, "chief") or (r.task_type is None and r.task_id not in (None, 0)):
             raise ValueError("%s: this process is task %s:%s; only the chief trains (workers and ps run "
                              "tf.distribute.Server(...).join())" % (what, r.task_type, r.task_id))
+        _idle_servers(what, r.cluster_spec())
         return SimpleClusterResolver(r.cluster_spec(), task_type="chief", task_id=0)._tf_config(what)
 
     def _job_files(self, model, x, y, what):
@@ -409,7 +433,9 @@ class ClusterCoordinator:
         model = getattr(fn, "__self__", None)
         if not isinstance(model, Sequential) or getattr(fn, "__func__", None) is not Sequential.train_on_batch:
             raise NotImplementedError("ClusterCoordinator.schedule: fn must be model.train_on_batch (Strata's "
-                                      "workers run C training steps, not Python functions)")
+                                      "workers run C training steps, not Python functions: a tf.function step "
+                                      "with a GradientTape is not supported there; use model.train_on_batch, "
+                                      "or model.fit in the strategy's scope)")
         if kwargs or not args or len(args) != 1 or not isinstance(args[0], PerWorkerIterator) or args[0] is not self._it:
             raise ValueError("ClusterCoordinator.schedule: args must be (iterator,), the iterator of "
                              "create_per_worker_dataset")

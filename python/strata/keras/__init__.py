@@ -8,8 +8,20 @@ from .models import Model, Sequential
 
 from .._util import missing as _missing, namespace as _namespace  # noqa: E402
 
+def _random_normal(shape, mean=0.0, stddev=1.0, dtype=None, seed=None):
+    from .. import _ops
+    return _ops.normal(tuple(int(d) for d in shape), mean, stddev, dtype or "float32", seed)
+
+
+def _random_uniform(shape, minval=0.0, maxval=1.0, dtype=None, seed=None):
+    from .. import _ops
+    return _ops.uniform(tuple(int(d) for d in shape), minval, maxval, dtype or "float32", seed)
+
+
 backend = _namespace("tf.keras.backend", "strata.keras.backend",
-                     dict(clear_session=lambda *a, **k: None, floatx=lambda: "float32"))
+                     dict(clear_session=lambda *a, **k: None, floatx=lambda: "float32",
+                          random_normal=_random_normal, random_uniform=_random_uniform,
+                          epsilon=lambda: 1e-7))
 
 
 class _Initializer:

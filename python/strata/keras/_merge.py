@@ -3,7 +3,7 @@ Multiply, Concatenate and MultiHeadAttention, layers of several inputs
 called on KerasTensors of a functional model (a Sequential cannot hold
 them). layers.py exports them."""
 from .._util import unsupported
-from .layers import Layer, _init, _tensors
+from .layers import KerasTensor, Layer, _init, _tensors
 
 
 # ---- merge layers and attention (several inputs, issue 28) ----------------
@@ -30,6 +30,11 @@ class _Merge(Layer):
         for k, v in kwargs.items():
             if k not in ("training", "mask") or v not in (None, False, True):
                 raise NotImplementedError("%s: call argument %s=%r is not supported by Strata" % (where, k, v))
+        from . import _custom, _eager_graph
+        if isinstance(inputs, (list, tuple)) and not any(isinstance(t, KerasTensor) for t in inputs):
+            return _custom.call_builtin(self, list(inputs), kwargs)  # on tensors: eagerly
+        if _eager_graph.any_eager(inputs):
+            return _eager_graph.symbolic_call(self, list(inputs), (), kwargs)
         return self._call_engine(_tensors(where, inputs, True), {})
 
 

@@ -8,9 +8,10 @@ call() runs with training=True when it takes a `training` argument, so a
 layer used only in training (Dropout) is in the graph; the engine applies
 it only when training, as Keras does. What a traced call() cannot do: NumPy
 or tf.* ops on its tensors, Python branches on their values, several
-outputs: those raise NotImplementedError naming the operation. Custom
-layers (a tf.keras.layers.Layer subclass with build / add_weight / call)
-are refused, as they would need the engine's graph to run Python."""
+outputs: those raise NotImplementedError naming the operation. A model
+holding custom layers (a tf.keras.layers.Layer subclass with build /
+add_weight / call) is not traced: it runs eagerly (keras/_eager_model.py;
+Model.__setattr__ switches it when such a layer is assigned)."""
 import inspect
 import re
 
@@ -19,7 +20,8 @@ _DERIVED = {}
 
 def default_name(cls):
     """Keras's name for an instance: the class name in snake_case."""
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()
+    name = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", cls.__name__)  # Keras's to_snake_case
+    return re.sub(r"([a-z])([A-Z])", r"\1_\2", name).lower()
 
 
 def init_state(model, name):

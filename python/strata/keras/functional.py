@@ -61,24 +61,29 @@ class Functional(Model):
             raise NotImplementedError("Model: arguments %s are not supported by Strata" % ", ".join(sorted(kwargs)))
         ins = _as_list("Model", "inputs", inputs)
         outs = _as_list("Model", "outputs", outputs)
-        if len(outs) > 1:
-            raise NotImplementedError("Model: %d outputs: models of several outputs are not supported by "
-                                      "Strata yet (the C API st_functional_create takes one output)" % len(outs))
+        if len({id(t) for t in outs}) != len(outs):
+            raise ValueError("Model: an output tensor is given twice")
         for t in ins:
             if not t._is_input:
                 raise ValueError("Model: the inputs must be tf.keras.Input tensors, got the output of %s"
                                  % t._layer._where())
         self._init_state(name)
+        from . import _eager_graph
+        if _eager_graph.graph_is_eager(outs):  # custom layers: the graph runs eagerly
+            return _eager_graph.make(self, ins, outs, name)
         strategy = self._strategy or _distribute.get_strategy()
         layers = _graph_layers(outs)
-        cap, idx = _strata.functional_create([t._node for t in ins], [outs[0]._node],
+        cap, idx = _strata.functional_create([t._node for t in ins], [t._node for t in outs],
                                              [l._handle for l in layers], global_seed(),
                                              strategy._create(), name, False)
         self._strategy, self._cap = strategy, cap
         strategy._register(self)
         order = sorted((i, k) for k, i in enumerate(idx) if i >= 0)
-        self._attach([layers[k] for _, k in order],
-                     [(t._layer, tuple(t.shape[1:])) for t in ins], tuple(outs[0].shape))
+        total = sum(int(np.prod(t.shape[1:])) for t in outs)  # several outputs: one row (keras/_multi.py)
+        self._attach([layers[k] for _, k in order], [(t._layer, tuple(t.shape[1:])) for t in ins],
+                     tuple(outs[0].shape) if len(outs) == 1 else (None, total))
+        self._out_shapes = [tuple(t.shape) for t in outs]
+        self._output_names = [t._layer.name for t in outs]
         self.inputs, self.outputs = ins, outs
 
     def _init_state(self, name):

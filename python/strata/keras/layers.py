@@ -5,6 +5,7 @@ NotImplementedError naming them."""
 import numpy as _np
 
 from .._util import unsupported, reject_kwargs
+from ._custom import EagerLayer as _EagerLayer
 
 _COMMON = ("name", "dtype", "trainable", "input_shape", "batch_input_shape", "input_dim")
 _ACTS = ("linear", "relu", "sigmoid", "tanh", "softmax", "elu", "gelu",
@@ -74,12 +75,11 @@ def _float32_dtype(dt):
         return False
 
 
-_CUSTOM = ("custom layer %s: a tf.keras.layers.Layer subclass with its own build / add_weight / call is "
-           "not supported by Strata yet (the engine runs only its own layers); compose Strata's layers in a "
-           "subclassed tf.keras.Model or a functional model instead")
+_CUSTOM = ("custom layer %s: a tf.keras.layers.Layer subclass with its own build / add_weight / call runs "
+           "eagerly in Strata (keras/_custom.py), not in the engine's graph")
 
 
-class Layer:
+class Layer(_EagerLayer):
     """Base of the layers: name, input_shape= (the Keras shortcut for a first
     layer), and after the model is built output_shape and count_params()."""
 
@@ -89,6 +89,9 @@ class Layer:
         reject_kwargs(where, kwargs, _COMMON)
         self.name = kwargs.get("name")
         self._given_name = self.name
+        if self.name is None and hasattr(type(self), "call"):  # a custom layer: Keras's default name
+            from ._subclass import default_name
+            self.name = default_name(type(self))
         shape = kwargs.get("input_shape")
         if shape is None and kwargs.get("batch_input_shape") is not None:
             shape = tuple(kwargs["batch_input_shape"])[1:]
@@ -116,12 +119,19 @@ class Layer:
 
     def get_weights(self):
         if self._model is None:
-            return []
+            return [v.numpy() for v in self.weights]
         return self._model._layer_weights(self)
 
     def set_weights(self, weights):
         if self._model is None:
-            raise ValueError("%s: the layer is not built yet" % self.name)
+            ws = self.weights
+            if not ws:
+                raise ValueError("%s: the layer is not built yet" % self.name)
+            if len(weights) != len(ws):
+                raise ValueError("set_weights: %d arrays given, layer %s has %d" % (len(weights), self.name, len(ws)))
+            for v, w in zip(ws, weights):
+                v.assign(w)
+            return
         self._model._set_layer_weights(self, weights)
 
     def __repr__(self):
@@ -129,15 +139,32 @@ class Layer:
 
     # ---- the functional API: calling the layer on KerasTensors ----
     def add_weight(self, *args, **kwargs):
-        raise NotImplementedError(_CUSTOM % type(self).__name__)
+        """A tf.Variable of the layer (Keras 3's positional order: shape,
+        initializer, dtype, trainable; Keras 2's: name first)."""
+        from . import _custom
+        keys = ("name", "shape", "dtype", "initializer") if args and isinstance(args[0], str) else \
+            ("shape", "initializer", "dtype", "trainable")
+        kwargs.update(zip(keys, args))
+        return _custom.add_weight(self, **kwargs)
 
     def __call__(self, inputs, *args, **kwargs):
         """Record a call on KerasTensor(s): the engine builds the layer on
         its first call (st_layer_call) and shares its weights on later ones;
-        returns the output KerasTensor."""
+        returns the output KerasTensor. On tensors (a custom layer, or one
+        of Strata's inside one): runs eagerly (keras/_custom.py)."""
         where = self._where()
+        symbolic = any(isinstance(t, KerasTensor) for t in (inputs if isinstance(inputs, (list, tuple)) else [inputs]))
+        from . import _custom
         if hasattr(type(self), "call"):  # Strata's layers have none: a user's Layer subclass
-            raise NotImplementedError(_CUSTOM % type(self).__name__)
+            if symbolic:
+                from . import _eager_graph  # recorded: the model runs eagerly
+                return _eager_graph.symbolic_call(self, inputs, args, kwargs)
+            return _custom.call_custom(self, inputs, args, kwargs)
+        if not symbolic:
+            return _custom.call_builtin(self, inputs, kwargs)
+        from . import _eager_graph
+        if _eager_graph.any_eager(inputs):
+            return _eager_graph.symbolic_call(self, inputs, args, kwargs)
         if args:
             raise NotImplementedError("%s: positional call arguments %r are not supported by Strata" % (where, args))
         for k, v in kwargs.items():
@@ -734,6 +761,24 @@ class LayerNormalization(Layer):
 # functional model): _merge.py.
 from ._merge import Add, Concatenate, MultiHeadAttention, Multiply, Subtract, _Merge  # noqa: E402,F401
 from ._gpt import PositionEmbedding, ReversibleEmbedding  # noqa: E402,F401
+
+
+def add(inputs, **kwargs):
+    """layers.add([a, b]): Add()([a, b])."""
+    return Add(**kwargs)(inputs)
+
+
+def subtract(inputs, **kwargs):
+    return Subtract(**kwargs)(inputs)
+
+
+def multiply(inputs, **kwargs):
+    return Multiply(**kwargs)(inputs)
+
+
+def concatenate(inputs, axis=-1, **kwargs):
+    """layers.concatenate([a, b], axis=-1): Concatenate(axis)([a, b])."""
+    return Concatenate(axis=axis, **kwargs)(inputs)
 
 
 _NOT_YET = ("Conv3D", "LSTM", "GRU", "SimpleRNN", "Lambda",

@@ -10,7 +10,7 @@ import numpy as np
 from .. import _strata
 from .. import distribute as _distribute
 from .._util import features, global_seed, labels, reject_kwargs, unsupported
-from . import _nested
+from . import _multi, _nested
 from . import callbacks as _callbacks
 from . import layers as _layers
 from . import losses as _losses
@@ -89,6 +89,17 @@ class Model:
         from . import _subclass
         _subclass.init_state(self, kwargs.get("name"))
 
+    def __setattr__(self, name, value):
+        object.__setattr__(self, name, value)
+        if not name.startswith("_") and self.__dict__.get("_subclass_pending"):
+            from . import _custom  # a custom layer: the model runs eagerly (keras/_eager_model.py)
+            items = value.values() if isinstance(value, dict) else (
+                value if isinstance(value, (list, tuple)) else [value])
+            if any(isinstance(v, _layers.Layer) and (_custom.is_custom(v) or _custom.contains_custom(v))
+                   for v in items):
+                from . import _eager_model
+                object.__setattr__(self, "__class__", _eager_model.derived(type(self)))
+
     @property
     def built(self):
         return self._cap is not None
@@ -125,13 +136,20 @@ class Model:
 
     @property
     def output_shape(self):
+        shapes = getattr(self, "_out_shapes", None)
+        if shapes and len(shapes) > 1:  # several outputs (keras/_multi.py): one shape each
+            return list(shapes)
+        return self._flat_out()
+
+    def _flat_out(self):
+        """The engine's output row shape (several outputs: concatenated)."""
         if getattr(self, "_out_shape", None) is not None:
             return self._out_shape
         return self._engine_layers[-1].output_shape if self._engine_layers else None
 
     def _label_positions(self):
         """Sparse labels per example: the output's size over its last axis."""
-        out = self.output_shape if self._cap is not None else None
+        out = self._flat_out() if self._cap is not None else None
         return int(np.prod(out[1:-1])) if out and len(out) > 2 else 1
 
     @property
@@ -155,13 +173,22 @@ class Model:
         """optimizer: a name or tf.keras.optimizers object; loss: a name or
         tf.keras.losses object (from_logits as Keras); metrics: at most one
         accuracy metric."""
-        unsupported("compile", loss_weights=(loss_weights, None), weighted_metrics=(weighted_metrics, None))
+        unsupported("compile", weighted_metrics=(weighted_metrics, None))
         reject_kwargs("compile", kwargs, ("auto_scale_loss",))
         if loss is None:
             raise ValueError("compile: a loss is required (Strata trains with the engine's losses)")
         self._placeholder_loss = False  # set after compiles made for a GradientTape or a Checkpoint
+        from .. import _eager
+        _eager.close(self)
         opt = _optimizers.get(optimizer)
-        lossobj = _losses.get(loss)
+        multi = None
+        if _multi.is_multi(self):
+            objs, engine_names, weights = _multi.compile_losses(self, loss, loss_weights)
+            multi, lossobj = (engine_names, weights), objs[0]
+            self._sparse_per_output = [n.startswith("sparse") for n in engine_names]
+        else:
+            unsupported("compile", loss_weights=(loss_weights, None))
+            lossobj = _losses.get(loss)
         if getattr(lossobj, "reduction", "auto") not in ("auto", "sum_over_batch_size"):
             raise NotImplementedError("compile: a loss with reduction=%r is not supported by Strata's "
                                       "engine (it averages over the batch); reduction 'none' / 'sum' work in "
@@ -173,7 +200,8 @@ class Model:
         if len(resolved) > 1:
             raise NotImplementedError("compile: metrics=%r: Strata reports one accuracy metric per model"
                                       % (mets,))
-        self.optimizer, self.loss = opt, lossobj
+        self.optimizer, self.loss = opt, (objs if multi else lossobj)
+        self._multi_losses = multi
         self._compile_metrics = mets
         opt._model = self
         self._metric_key = resolved[0][1] if resolved else None
@@ -184,13 +212,17 @@ class Model:
 
     def _engine_compile(self):
         opt, lossobj, codes = self._compile_args
-        _strata.model_compile(self._cap, *opt._args(), lossobj._engine_name, codes or [0])
+        multi = getattr(self, "_multi_losses", None)
+        _strata.model_compile(self._cap, *opt._args(), lossobj._engine_name, codes or [0],
+                              *(multi if multi else ()))
         self._compiled = True
         self._compile_order = next(_compile_counter)
         self._compiled_at = next(_distribute._ORDER)
 
     def _ensure_compiled(self, what):
         self._require_built(what)
+        from .. import _eager
+        _eager.close(self)  # an eager custom loop's open run ends before another verb
         if not self._compiled:
             if self._compile_args is not None:
                 self._engine_compile()
@@ -202,6 +234,8 @@ class Model:
 
     @property
     def metrics_names(self):
+        if _multi.is_multi(self):
+            return _multi.metrics_names(self, getattr(self, "_metric_key", None))
         return ["loss"] + ([self._metric_key] if getattr(self, "_metric_key", None) else [])
 
     # ---- data ----
@@ -218,6 +252,8 @@ class Model:
         if isinstance(x, _data.Dataset):
             if y is not None:
                 raise ValueError("%s: `y` must be None when x is a dataset" % where)
+            if _multi.is_multi(self) and labelled:
+                _multi.label_rows(self, x, where)  # refused: arrays only
             _data._more.check_options(x, self.distribute_strategy, where)
             if self._cap is None:
                 first = next(iter(x.as_numpy_iterator()))
@@ -233,7 +269,8 @@ class Model:
         if labelled:
             if y is None:
                 raise ValueError("%s: y is required with array inputs" % where)
-            ya = labels(y, sparse, where + ": y", self._label_positions())
+            ya = _multi.label_rows(self, y, where) if _multi.is_multi(self) else \
+                labels(y, sparse, where + ": y", self._label_positions())
             if len(ya) != len(xa):
                 raise ValueError("%s: x has %d examples and y has %d; they must match" % (where, len(xa), len(ya)))
         if len(xa) == 0:
@@ -298,6 +335,9 @@ class Model:
         if weighted is not None and cweights is not None:
             raise ValueError("fit: you cannot use class_weight and sample_weight at the same time")
         if validation_split and validation_data is None:
+            if _multi.is_multi(self):
+                raise NotImplementedError("fit: validation_split with several outputs is not supported by "
+                                          "Strata; split the arrays and pass validation_data=(x_val, [y1, ...])")
             if sample_weight is not None:
                 raise NotImplementedError("fit: sample_weight with validation_split is not supported "
                                           "by Strata (validation sample weights); split the arrays "
@@ -315,7 +355,7 @@ class Model:
         train, batch = self._arrays(x, y, batch_size, "fit", bool(shuffle), steps_per_epoch,
                                     epoch=int(initial_epoch), weights=weighted)
         self._ensure_compiled("fit")
-        _check_class_keys("fit", cweights, self.output_shape)
+        _check_class_keys("fit", cweights, self._flat_out())
         val = None
         if validation_data is not None:
             if isinstance(validation_data, _data.Dataset):
@@ -391,6 +431,8 @@ class Model:
         return history
 
     def _epoch_logs(self, t, key):
+        if _multi.is_multi(self):
+            return _multi.epoch_logs(self, t, key)
         _, loss, acc, has_val, vloss, vacc = t[:6]
         logs = {"loss": loss}
         if key:
@@ -422,9 +464,11 @@ class Model:
             raise RuntimeError("You must compile your model before training/testing. Use `model.compile(optimizer, loss)`.")
         ds, _ = self._arrays(x, y, batch_size, "evaluate", steps=steps)
         self._ensure_compiled("evaluate")
-        loss, acc, _n = _strata.model_evaluate(self._cap, ds)
+        loss, acc, _n, out_losses, out_accs = _strata.model_evaluate(self._cap, ds)
         logs = {"loss": loss}
-        if self._metric_key:
+        if _multi.is_multi(self):
+            logs = _multi.eval_logs(self, loss, out_losses, out_accs, self._metric_key)
+        elif self._metric_key:
             logs[self._metric_key] = acc
         if verbose not in (0, False):
             print(" - ".join("%s: %.4f" % kv for kv in logs.items()))
@@ -439,7 +483,8 @@ class Model:
         self._ensure_compiled("predict")
         buf, rows = _strata.model_predict(self._cap, ds)
         out = np.frombuffer(buf, dtype=np.float32)
-        return out.reshape((rows,) + tuple(self.output_shape[1:]))
+        out = out.reshape((rows,) + tuple(self._flat_out()[1:]))
+        return _multi.split(self, out) if _multi.is_multi(self) else out
 
     def __call__(self, x, training=False):
         if isinstance(x, (_layers.KerasTensor, list, tuple)) and any(
@@ -447,19 +492,44 @@ class Model:
             raise NotImplementedError("calling a model on KerasTensors (a nested model) is not supported by "
                                       "Strata yet: call its layers on the tensors instead")
         ctx = _distribute._current_replica()
-        if training and (ctx is None or ctx._handle is None):
-            raise NotImplementedError("calling a model with training=True is supported by Strata inside "
-                                      "strategy.run only (a GradientTape step)")
         if ctx is not None and ctx._handle is not None:
             return self._replica_call(ctx, x, training)
         from .. import _tape
-        if _tape.recording() is not None:
-            raise NotImplementedError("GradientTape: Strata differentiates a model call inside strategy.run (the "
-                                      "engine's replicas): run the step with strategy.run(step, args=(...)) "
-                                      "(tf.distribute.get_strategy() when there is no other), the model compiled "
-                                      "or its optimizer made in the strategy's scope")
+        if training or _tape.recording() is not None or _tape.recorded(x):
+            return self._eager_call(x, training)
         from .._tensor import tensor
-        return tensor(self.predict(x, verbose=0))  # an eager tensor, as TF (predict stays NumPy)
+        out = self.predict(x, verbose=0)
+        if isinstance(out, list):  # several outputs
+            return [tensor(o) for o in out]
+        return tensor(out)  # an eager tensor, as TF (predict stays NumPy)
+
+    def _eager_call(self, x, training):
+        """model(x) outside strategy.run with training=True or under a
+        GradientTape: the forward of the model's open engine run
+        (strata/_eager.py), recorded by the tape."""
+        from .. import _eager, _tape
+        xin = self._flatten_inputs(x, "model call")
+        xa = features(xin, "model call: x")
+        if self._cap is None:
+            self._build(xa.shape[1:])
+        if tuple(xa.shape[1:]) != tuple(self._input_shape):
+            raise ValueError("model call: x has examples of shape %s, the model takes %s"
+                             % (tuple(xa.shape[1:]), tuple(self._input_shape)))
+        x32 = xa if xa.dtype == np.float32 else xa.astype(np.float32)
+        if self._scale != 1.0:
+            x32 = x32 * np.float32(self._scale)
+        s = _eager.session(self)
+        x32 = np.ascontiguousarray(x32)
+        out = s.forward(x32, training)
+        src = x if _tape.recorded(x) and xin is x else None
+        if src is not None and not isinstance(src, _tape.Tensor):
+            src = _tape.live(src)
+        return _tape.eager_output(self, s, out, src, int(np.prod(self._input_shape)), self._scale,
+                                  np.ascontiguousarray(x32), training)
+
+    def _trainable_offsets(self):
+        """[(offset into the gradients, shape)] of model.trainable_variables."""
+        return [(o, s) for _, ws in self._weight_layout() for s, t, o in ws if t]
 
     def _replica_call(self, ctx, x, training):
         """model(x) inside strategy.run: this replica's forward in the
@@ -472,9 +542,9 @@ class Model:
         x32 = xa if xa.dtype == np.float32 else xa.astype(np.float32)
         if self._scale != 1.0:
             x32 = x32 * np.float32(self._scale)
-        cols = int(np.prod(self.output_shape[1:]))
+        cols = int(np.prod(self._flat_out()[1:]))
         buf = _strata.replica_forward(ctx._handle, np.ascontiguousarray(x32), bool(training), cols)
-        out = np.frombuffer(buf, dtype=np.float32).reshape((len(xa),) + tuple(self.output_shape[1:])).copy()
+        out = np.frombuffer(buf, dtype=np.float32).reshape((len(xa),) + tuple(self._flat_out()[1:])).copy()
         return _tape.model_output(self, ctx, out)
 
     @property
@@ -488,7 +558,7 @@ class Model:
             for l, ws in self._weight_layout():
                 for j, (s, t, _o) in enumerate(ws):
                     if t:
-                        out.append(_tape.ModelVariable(self, i, "%s/%d" % (l.name, j), s))
+                        out.append(_tape.ModelVariable(self, i, "%s/%d" % (l.name, j), s, len(out)))
                     i += 1
             self._tvars = out
         return list(self._tvars)
@@ -550,7 +620,7 @@ class Model:
         if self._scale != 1.0:  # as the engine's source: float(x) * float32(scale)
             x32 = x32 * np.float32(self._scale)
         y32 = np.ascontiguousarray(ya.astype(np.float32).reshape(len(ya), -1))
-        want = 1 if self._sparse else int(np.prod(self.output_shape[1:]))
+        want = 1 if self._sparse else int(np.prod(self._flat_out()[1:]))
         if y32.shape[1] != want:
             raise ValueError("train_on_batch: labels of %d values per example, the model's loss takes %d"
                              % (y32.shape[1], want))
@@ -709,6 +779,10 @@ class Sequential(Model):
                 raise ValueError("Sequential: an Input / InputLayer must come first")
             self._input_shape = layer._input_shape
             return
+        from . import _custom
+        if getattr(self, "_eager_seq", False) or _custom.is_custom(layer) or _custom.contains_custom(layer):
+            from . import _eager_model  # custom layers: the model runs eagerly
+            return _eager_model.sequential_add(self, layer)
         if layer._input_shape is not None and not self._layers and self._input_shape is None:
             self._input_shape = layer._input_shape
         if isinstance(layer, _layers.Rescaling):

@@ -24,6 +24,14 @@
  * waiting, in round e-1, for every peer's arrive >= e-1, which each peer
  * published after it had finished reading round e-2 (the same slot).
  *
+ * Counts: beside its arrive counter each rank publishes the operation's
+ * element count (two of them, by round parity, like the slots); after the
+ * arrive wait every rank compares its peers' with its own, so ranks that
+ * pass different counts to one collective stop with ST_ERR_INVALID naming
+ * the rank and both counts, before anything is summed or copied (a peer's
+ * shorter part would otherwise be read as stale slot contents, and
+ * different numbers of rounds would pair one operation with the next).
+ *
  * Waiting is the caller's (st__shm_wait_fn): it names a missing rank
  * after the transport's timeout and sees a peer that left, as for messages.
  * A rank that dies leaves its counters behind; the others time out on them.
@@ -64,7 +72,9 @@ _Static_assert(SPAN >= ST__SHM_GATHER_MAX, "an all-gather's part fits a slot");
 
 typedef struct counter {
   _Atomic uint64_t v;
-  char pad[LINE - sizeof(uint64_t)];
+  uint64_t count[2]; /* arrive only: the operation's count in rounds of parity 0 / 1,
+                        written before v is published (release), read after (acquire) */
+  char pad[LINE - 3 * sizeof(uint64_t)];
 } counter;
 
 struct st__shm {
@@ -183,13 +193,28 @@ static st_status wait_all(st__shm *s, counter *c, uint64_t e, st__shm_wait_fn wa
 
 static void publish(counter *c, uint64_t e) { atomic_store_explicit(&c->v, e, memory_order_release); }
 
+/* Publish arrive = e with this operation's count; wait for every peer's;
+ * refuse a peer that passed another count (see the top). */
+static st_status arrive(st__shm *s, uint64_t e, uint64_t count, const char *what,
+                        st__shm_wait_fn wait, void *ctx) {
+  s->arrive[s->me].count[e & 1] = count;
+  publish(&s->arrive[s->me], e);
+  st_status st = wait_all(s, s->arrive, e, wait, ctx);
+  for (int j = 0; st == ST_OK && j < s->size; j++)
+    if (j != s->me && s->arrive[j].count[e & 1] != count)
+      st = st_error(ST_ERR_INVALID, "%s through shared memory: rank %d passed %llu floats, this "
+                    "rank %llu: the processes disagree on what the collective holds (a flag, the "
+                    "model or the data differs between them)", what, j,
+                    (unsigned long long)s->arrive[j].count[e & 1], (unsigned long long)count);
+  return st;
+}
+
 /* One round over x[0, len): every rank sums the whole span itself. */
-static st_status one_phase(st__shm *s, float *x, size_t len, st_reduce_op op,
+static st_status one_phase(st__shm *s, float *x, size_t len, size_t count, st_reduce_op op,
                            st__shm_wait_fn wait, void *ctx) {
   uint64_t e = ++s->round;
   memcpy(slot(s, s->me, e), x, len * sizeof(float));
-  publish(&s->arrive[s->me], e);
-  st_status st = wait_all(s, s->arrive, e, wait, ctx);
+  st_status st = arrive(s, e, count, "all-reduce", wait, ctx);
   if (st != ST_OK) return st;
   const float *src[ST_MAX_WORKERS];
   for (int j = 0; j < s->size; j++) src[j] = j == s->me ? x : slot(s, j, e);
@@ -199,7 +224,7 @@ static st_status one_phase(st__shm *s, float *x, size_t len, st_reduce_op op,
 }
 
 /* One round over x[0, len): each rank reduces its chunk, then gathers. */
-static st_status two_phase(st__shm *s, float *x, size_t len, st_reduce_op op,
+static st_status two_phase(st__shm *s, float *x, size_t len, size_t count, st_reduce_op op,
                            st__shm_wait_fn wait, void *ctx) {
   uint64_t e = ++s->round;
   int me = s->me, size = s->size;
@@ -212,8 +237,7 @@ static st_status two_phase(st__shm *s, float *x, size_t len, st_reduce_op op,
   float *mine = slot(s, me, e);
   for (int j = 0; j < size; j++)
     if (j != me) memcpy(mine + lo[j], x + lo[j], n[j] * sizeof(float));
-  publish(&s->arrive[me], e);
-  st_status st = wait_all(s, s->arrive, e, wait, ctx);
+  st_status st = arrive(s, e, count, "all-reduce", wait, ctx);
   if (st != ST_OK) return st;
   const float *src[ST_MAX_WORKERS];
   for (int j = 0; j < size; j++) src[j] = (j == me ? x : slot(s, j, e)) + lo[me];
@@ -230,8 +254,8 @@ st_status st__shm_all_reduce(st__shm *s, float *buf, size_t n, st_reduce_op op,
   for (size_t lo = 0; lo < n; lo += SPAN) {
     size_t len = n - lo < SPAN ? n - lo : SPAN;
     st_status st = len * sizeof(float) <= ONE_PHASE_BYTES
-                       ? one_phase(s, buf + lo, len, op, wait, ctx)
-                       : two_phase(s, buf + lo, len, op, wait, ctx);
+                       ? one_phase(s, buf + lo, len, n, op, wait, ctx)
+                       : two_phase(s, buf + lo, len, n, op, wait, ctx);
     if (st != ST_OK) return st;
   }
   return ST_OK;
@@ -241,14 +265,14 @@ st_status st__shm_all_reduce(st__shm *s, float *buf, size_t n, st_reduce_op op,
 
 /* One round in which every rank copies n floats (mine, may be NULL when n
  * is 0) into its slot; on return every peer's slot of this round holds its
- * part (read them with slot(); then call end_round). */
-static st_status begin_round(st__shm *s, const float *mine, size_t n, st__shm_wait_fn wait,
-                             void *ctx, uint64_t *round) {
+ * part (read them with slot(); then call end_round). count: the operation's
+ * (what: its name), the same on every rank. */
+static st_status begin_round(st__shm *s, const float *mine, size_t n, size_t count,
+                             const char *what, st__shm_wait_fn wait, void *ctx, uint64_t *round) {
   uint64_t e = ++s->round;
   if (n) memcpy(slot(s, s->me, e), mine, n * sizeof(float));
-  publish(&s->arrive[s->me], e);
   *round = e;
-  return wait_all(s, s->arrive, e, wait, ctx);
+  return arrive(s, e, count, what, wait, ctx);
 }
 
 static void end_round(st__shm *s, uint64_t e) { publish(&s->reduced[s->me], e); }
@@ -259,7 +283,7 @@ st_status st__shm_all_gather(st__shm *s, const float *send, size_t n, float *rec
     return st_error(ST_ERR_INTERNAL, "shared-memory all-gather of %zu floats (at most %d)", n,
                     SPAN);
   uint64_t e;
-  st_status st = begin_round(s, send, n, wait, ctx, &e);
+  st_status st = begin_round(s, send, n, n, send || recv ? "all-gather" : "barrier", wait, ctx, &e);
   if (st != ST_OK) return st;
   for (int j = 0; n && j < s->size; j++) /* n 0: a barrier, recv may be NULL */
     memmove(recv + (size_t)j * n, j == s->me ? send : slot(s, j, e), n * sizeof(float));
@@ -272,8 +296,8 @@ st_status st__shm_broadcast(st__shm *s, float *buf, size_t n, int root, st__shm_
   for (size_t lo = 0; lo < n; lo += SPAN) {
     size_t len = n - lo < SPAN ? n - lo : SPAN;
     uint64_t e;
-    st_status st = begin_round(s, s->me == root ? buf + lo : NULL, s->me == root ? len : 0,
-                               wait, ctx, &e);
+    st_status st = begin_round(s, s->me == root ? buf + lo : NULL, s->me == root ? len : 0, n,
+                               "broadcast", wait, ctx, &e);
     if (st != ST_OK) return st;
     if (s->me != root && len) memcpy(buf + lo, slot(s, root, e), len * sizeof(float));
     end_round(s, e);

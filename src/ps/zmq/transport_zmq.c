@@ -2,12 +2,10 @@
  * (transport.h says what it guarantees). Selected by CMake when libzmq is
  * found (pkg-config libzmq); transport_none.c otherwise. */
 #define _GNU_SOURCE
-#include "ps/transport.h"
+#include "ps/zmq/zmq_private.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,69 +17,6 @@
 #include <netdb.h>
 
 #include "base/fileio.h"
-
-#define KEY_Z85 40 /* a CURVE key in Z85 */
-
-/* Refusals the ZAP thread saw, for the owner to log (report_refusals). */
-enum { REFUSAL_RING = 16, MAX_MONITORS = 4, CONN_SLOTS = 64, LOG_BURST = 10 };
-#define LOG_WINDOW_S 60.0
-typedef struct refusal {
-  char addr[64];
-  char why[160];
-} refusal;
-
-typedef struct allowed_key {
-  uint8_t key[32];
-  char user[32]; /* "worker:1" */
-} allowed_key;
-
-struct st_ps_transport {
-  void *ctx;
-  const st_ps_cluster *cluster;
-  bool insecure;
-  uint64_t max_payload;
-  char public_key[KEY_Z85 + 1], secret_key[KEY_Z85 + 1];
-  allowed_key *allow; /* [nallow] */
-  int nallow;
-  pthread_t zap;
-  bool zap_running;
-  atomic_bool zap_stop;
-  atomic_int zap_state; /* 0 starting, 1 bound, -1 could not bind */
-  atomic_llong refused;
-  /* handshake monitoring (ZAP thread): the listening sockets' monitors, the
-   * peer address of each accepted fd, the failure awaiting its disconnect */
-  _Atomic(void *) monitor[MAX_MONITORS];
-  struct { int fd; bool shaking; uint64_t order; char addr[64]; } conn[CONN_SLOTS];
-  uint64_t accepted;         /* connections accepted (conn[].order) */
-  char pending_why[160];     /* a failed handshake, refused at its disconnect */
-  bool pending_auth;         /* ZAP refused it (counted there) */
-  pthread_mutex_t ring_mu;
-  refusal ring[REFUSAL_RING];
-  int ring_n;
-  int64_t ring_lost;         /* refusals that did not fit the ring */
-  /* rate limit (owner thread): lines logged in the window that began at */
-  double window_start;
-  int window_lines;
-  int64_t window_quiet;      /* refusals counted but not logged one by one */
-  char keys_dir[1024];
-  double drop, dup, reorder; /* test_faults */
-  uint64_t fault_seed;
-  atomic_int sockets;        /* RNG stream per socket */
-};
-
-struct st_ps_socket {
-  st_ps_transport *t;
-  void *z;
-  bool router;
-  uint64_t seq;
-  st_ps_counters n;
-  st_rng rng;            /* test faults */
-  uint8_t *held;         /* a frame held back to be sent after the next (reorder) */
-  size_t held_len;
-  uint8_t held_route[256];
-  size_t held_route_len;
-  bool monitored;        /* watch_handshakes */
-};
 
 bool st__ps_transport_built(void) { return true; }
 
@@ -143,7 +78,7 @@ static st_status load_keys(st_ps_transport *t, const char *dir) {
       char z[KEY_Z85 + 1];
       st_status s = read_key(dir, &c->tasks[r][i], "pub", z);
       if (s != ST_OK) return s;
-      allowed_key *a = &t->allow[t->nallow++];
+      st__ps_allowed_key *a = &t->allow[t->nallow++];
       zmq_z85_decode(a->key, z);
       snprintf(a->user, sizeof a->user, "%s:%d", st__ps_role_name((st_ps_role)r), i);
     }
@@ -153,181 +88,6 @@ static st_status load_keys(st_ps_transport *t, const char *dir) {
   return s;
 }
 
-/* Count a refused connection and keep its address and why for the owner's
- * log (st__ps_transport_report_refusals). ZAP thread. */
-static void refuse(st_ps_transport *t, const char *addr, const char *why) {
-  atomic_fetch_add(&t->refused, 1);
-  pthread_mutex_lock(&t->ring_mu);
-  if (t->ring_n < REFUSAL_RING) {
-    refusal *r = &t->ring[t->ring_n++];
-    snprintf(r->addr, sizeof r->addr, "%s", addr && *addr ? addr : "an unknown address (gone at once)");
-    snprintf(r->why, sizeof r->why, "%s", why);
-  } else {
-    t->ring_lost++;
-  }
-  pthread_mutex_unlock(&t->ring_mu);
-}
-
-/* One ZAP request (RFC 27) on rep: 200 with the task as user id when the
- * client's CURVE key is allowed, 400 otherwise. */
-static void zap_answer(st_ps_transport *t, void *rep) {
-  zmq_msg_t parts[8];
-  int n = 0, more = 1;
-  while (more && n < 8) {
-    zmq_msg_init(&parts[n]);
-    if (zmq_msg_recv(&parts[n], rep, 0) < 0) {
-      zmq_msg_close(&parts[n]);
-      break;
-    }
-    more = zmq_msg_more(&parts[n]);
-    n++;
-  }
-  const char *user = NULL;
-  if (n >= 7 && zmq_msg_size(&parts[5]) == 5 && !memcmp(zmq_msg_data(&parts[5]), "CURVE", 5) &&
-      zmq_msg_size(&parts[6]) == 32)
-    for (int i = 0; i < t->nallow && !user; i++)
-      if (!memcmp(t->allow[i].key, zmq_msg_data(&parts[6]), 32)) user = t->allow[i].user;
-  if (!user) { /* parts[3]: the client's IP address */
-    char addr[64] = "";
-    if (n >= 4 && zmq_msg_size(&parts[3]) < sizeof addr)
-      memcpy(addr, zmq_msg_data(&parts[3]), zmq_msg_size(&parts[3]));
-    refuse(t, addr, "its CURVE key is not in the cluster's allow-list");
-  }
-  const char *reply[6] = {"1.0", "", user ? "200" : "400", user ? "OK" : "key not in the cluster",
-                          user ? user : "", ""};
-  for (int i = 0; i < 6; i++) {
-    int flags = i < 5 ? ZMQ_SNDMORE : 0;
-    if (i == 1 && n >= 2)
-      zmq_send(rep, zmq_msg_data(&parts[1]), zmq_msg_size(&parts[1]), flags);
-    else
-      zmq_send(rep, reply[i], strlen(reply[i]), flags);
-  }
-  for (int i = 0; i < n; i++) zmq_msg_close(&parts[i]);
-}
-
-/* The peer address of an accepted connection (ZMQ_EVENT_ACCEPTED: its fd),
- * read at once: a handshake that fails is reported with the fd only. */
-static void remember_peer(st_ps_transport *t, int fd) {
-  __typeof__(t->conn[0]) *c = &t->conn[(unsigned)fd % CONN_SLOTS];
-  struct sockaddr_storage ss;
-  socklen_t len = sizeof ss;
-  char ip[INET6_ADDRSTRLEN] = "";
-  c->fd = fd;
-  c->shaking = true;
-  c->order = ++t->accepted;
-  c->addr[0] = '\0';
-  if (getpeername(fd, (struct sockaddr *)&ss, &len) != 0) return;
-  if (ss.ss_family == AF_INET) {
-    const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
-    inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
-    snprintf(c->addr, sizeof c->addr, "%s:%u", ip, (unsigned)ntohs(a->sin_port));
-  } else if (ss.ss_family == AF_INET6) {
-    const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&ss;
-    inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof ip);
-    snprintf(c->addr, sizeof c->addr, "[%s]:%u", ip, (unsigned)ntohs(a->sin6_port));
-  }
-}
-
-static void handshake_why(uint16_t ev, uint32_t v, char *out, size_t cap) {
-  if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
-    snprintf(out, cap, "the handshake did not complete (it closed the connection or sent "
-             "something that is not ZeroMQ)");
-  else if (v == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
-    snprintf(out, cap, "it does not use CURVE (a NULL or PLAIN client, or one run --insecure)");
-  else if (v == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC)
-    snprintf(out, cap, "its CURVE handshake did not decrypt (a wrong server key, or a secret key "
-             "that does not match its public key: another cluster's keys?)");
-  else
-    snprintf(out, cap, "malformed handshake (ZMTP protocol error 0x%08x)", (unsigned)v);
-}
-
-/* A handshake succeeded: the events do not say whose; the connection
- * accepted first of those still in their handshake (they finish in order
- * but for a slow peer; a wrong guess names a garbage connection late). */
-static void handshake_done(st_ps_transport *t) {
-  int first = -1;
-  for (int i = 0; i < CONN_SLOTS; i++)
-    if (t->conn[i].fd >= 0 && t->conn[i].shaking &&
-        (first < 0 || t->conn[i].order < t->conn[first].order))
-      first = i;
-  if (first >= 0) t->conn[first].shaking = false;
-}
-
-/* One event of a listening socket's monitor: a failed handshake (the ZAP
- * refusals are counted by zap_answer) is refused when its connection closes,
- * which comes next from the same I/O thread, naming the address of that fd;
- * so is one that closes still in its handshake without an event (libzmq
- * drops bytes that are not ZMTP 3 silently). */
-static void monitor_event(st_ps_transport *t, void *pair) {
-  zmq_msg_t ev, ep;
-  zmq_msg_init(&ev);
-  zmq_msg_init(&ep);
-  uint16_t e = 0;
-  uint32_t v = 0;
-  if (zmq_msg_recv(&ev, pair, ZMQ_DONTWAIT) >= 0 && zmq_msg_size(&ev) >= 6) {
-    memcpy(&e, zmq_msg_data(&ev), 2);
-    memcpy(&v, (uint8_t *)zmq_msg_data(&ev) + 2, 4);
-  }
-  if (zmq_msg_more(&ev)) zmq_msg_recv(&ep, pair, ZMQ_DONTWAIT); /* the local endpoint */
-  if (e == ZMQ_EVENT_ACCEPTED) {
-    remember_peer(t, (int)v);
-  } else if (e == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL || e == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
-    handshake_why(e, v, t->pending_why, sizeof t->pending_why);
-  } else if (e == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
-    handshake_done(t);
-  } else if (e == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
-    t->pending_auth = true;
-  } else if (e == ZMQ_EVENT_DISCONNECTED) {
-    __typeof__(t->conn[0]) *c = &t->conn[v % CONN_SLOTS];
-    bool known = c->fd == (int)v;
-    if (!t->pending_auth && !t->pending_why[0] && known && c->shaking)
-      snprintf(t->pending_why, sizeof t->pending_why, "it closed the connection during the "
-               "handshake or sent bytes that are not ZeroMQ 3 (a port scanner, HTTP, old ZeroMQ)");
-    if (!t->pending_auth && t->pending_why[0]) refuse(t, known ? c->addr : "", t->pending_why);
-    t->pending_why[0] = '\0';
-    t->pending_auth = false;
-    if (known) c->fd = -1;
-  }
-  zmq_msg_close(&ev);
-  zmq_msg_close(&ep);
-}
-
-/* Close the monitors' sockets (the ZAP thread at its end; destroy after it). */
-static void close_monitors(st_ps_transport *t) {
-  for (int i = 0; i < MAX_MONITORS; i++) {
-    void *m = atomic_exchange(&t->monitor[i], NULL);
-    if (m) zmq_close(m);
-  }
-}
-
-static void *zap_thread(void *arg) {
-  st_ps_transport *t = arg;
-  void *rep = zmq_socket(t->ctx, ZMQ_REP);
-  int linger = 0;
-  zmq_setsockopt(rep, ZMQ_LINGER, &linger, sizeof linger);
-  if (zmq_bind(rep, "inproc://zeromq.zap.01") != 0) {
-    zmq_close(rep);
-    atomic_store(&t->zap_state, -1);
-    return NULL;
-  }
-  atomic_store(&t->zap_state, 1);
-  while (!atomic_load(&t->zap_stop)) {
-    zmq_pollitem_t it[1 + MAX_MONITORS] = {{rep, 0, ZMQ_POLLIN, 0}};
-    int n = 1;
-    for (int i = 0; i < MAX_MONITORS; i++) {
-      void *m = atomic_load(&t->monitor[i]);
-      if (m) it[n++] = (zmq_pollitem_t){m, 0, ZMQ_POLLIN, 0};
-    }
-    if (zmq_poll(it, n, 50) <= 0) continue;
-    if (it[0].revents & ZMQ_POLLIN) zap_answer(t, rep);
-    for (int i = 1; i < n; i++)
-      if (it[i].revents & ZMQ_POLLIN) monitor_event(t, it[i].socket);
-  }
-  close_monitors(t);
-  zmq_close(rep);
-  return NULL;
-}
-
 st_status st__ps_transport_create(const st_ps_transport_options *o, st_ps_transport **out) {
   *out = NULL;
   st_ps_transport *t = calloc(1, sizeof *t);
@@ -335,7 +95,7 @@ st_status st__ps_transport_create(const st_ps_transport_options *o, st_ps_transp
   t->cluster = o->cluster;
   t->insecure = o->insecure;
   pthread_mutex_init(&t->ring_mu, NULL);
-  for (int i = 0; i < CONN_SLOTS; i++) t->conn[i].fd = -1;
+  for (int i = 0; i < CONN_SLOTS; i++) t->conn[i].fd = t->conn[i].dup = -1;
   t->max_payload = o->max_payload ? o->max_payload : (256u << 20);
   if (o->keys_dir) snprintf(t->keys_dir, sizeof t->keys_dir, "%s", o->keys_dir);
   if (o->test_faults) {
@@ -364,20 +124,9 @@ st_status st__ps_transport_create(const st_ps_transport_options *o, st_ps_transp
     s = zerr("zmq_ctx_new");
     goto fail;
   }
-  if (!t->insecure) {
-    if (pthread_create(&t->zap, NULL, zap_thread, t) != 0) {
-      s = st_error(ST_ERR_INTERNAL, "cannot start the ZAP handler thread");
-      goto fail;
-    }
-    t->zap_running = true;
-    /* libzmq accepts every CURVE client when no ZAP handler is bound: a
-     * handler that did not start is a start-up error. */
-    for (int i = 0; i < 2000 && atomic_load(&t->zap_state) == 0; i++) usleep(1000);
-    if (atomic_load(&t->zap_state) != 1) {
-      s = st_error(ST_ERR_INTERNAL, "the ZAP handler (CURVE allow-list) did not start");
-      goto fail;
-    }
-  }
+  /* the ZAP handler also orders insecure handshakes after the monitors'
+   * events (watch_zmq.c), so it runs in both modes */
+  if ((s = st__ps_zmq_watch_start(t)) != ST_OK) goto fail;
   *out = t;
   return ST_OK;
 fail:
@@ -387,74 +136,12 @@ fail:
 
 void st__ps_transport_destroy(st_ps_transport *t) {
   if (!t) return;
-  if (t->zap_running) {
-    atomic_store(&t->zap_stop, true);
-    pthread_join(t->zap, NULL);
-  }
-  close_monitors(t); /* registered after the ZAP thread ended */
+  st__ps_zmq_watch_stop(t);
   if (t->ctx) zmq_ctx_term(t->ctx);
   pthread_mutex_destroy(&t->ring_mu);
   free(t->allow);
   memset(t->secret_key, 0, sizeof t->secret_key);
   free(t);
-}
-
-int64_t st__ps_transport_refused(st_ps_transport *t) { return atomic_load(&t->refused); }
-
-void st__ps_transport_report_refusals(st_ps_transport *t, const char *who,
-                                      void (*say)(void *user, const char *line), void *user) {
-  refusal got[REFUSAL_RING];
-  char line[512];
-  pthread_mutex_lock(&t->ring_mu);
-  int n = t->ring_n;
-  memcpy(got, t->ring, (size_t)n * sizeof *got);
-  t->window_quiet += t->ring_lost;
-  t->ring_n = 0, t->ring_lost = 0;
-  pthread_mutex_unlock(&t->ring_mu);
-  double now = st_now_seconds();
-  if (now - t->window_start >= LOG_WINDOW_S) {
-    if (t->window_quiet) {
-      snprintf(line, sizeof line, "%.40s: refused %lld more connection(s) in the last %g s (counted, "
-               "not logged one by one)", who, (long long)t->window_quiet, LOG_WINDOW_S);
-      say(user, line);
-    }
-    t->window_start = now, t->window_lines = 0, t->window_quiet = 0;
-  }
-  for (int i = 0; i < n; i++) {
-    if (t->window_lines >= LOG_BURST) {
-      t->window_quiet++;
-      continue;
-    }
-    snprintf(line, sizeof line, "%.40s: refused a connection from %.63s: %.159s%s", who, got[i].addr,
-             got[i].why, ++t->window_lines == LOG_BURST ? " (more in the next minute are only "
-             "counted)" : "");
-    say(user, line);
-  }
-}
-
-/* Report the handshakes of s (a listening CURVE socket) that fail before ZAP
- * (another mechanism, wrong keys, not ZeroMQ): a monitor whose PAIR end the
- * ZAP thread reads. Without a free slot, s goes unmonitored. */
-static void watch_handshakes(st_ps_transport *t, st_ps_socket *s) {
-  static atomic_int serial;
-  char ep[64];
-  snprintf(ep, sizeof ep, "inproc://strata-monitor-%d", atomic_fetch_add(&serial, 1));
-  int events = ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
-               ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
-               ZMQ_EVENT_HANDSHAKE_SUCCEEDED, linger = 0;
-  if (zmq_socket_monitor(s->z, ep, events) != 0) return;
-  void *pair = zmq_socket(t->ctx, ZMQ_PAIR);
-  if (pair) zmq_setsockopt(pair, ZMQ_LINGER, &linger, sizeof linger);
-  bool connected = pair && zmq_connect(pair, ep) == 0;
-  for (int i = 0; connected && i < MAX_MONITORS; i++) {
-    void *none = NULL;
-    if (atomic_compare_exchange_strong(&t->monitor[i], &none, pair)) {
-      s->monitored = true;
-      return;
-    }
-  }
-  if (pair) zmq_close(pair);
-  zmq_socket_monitor(s->z, NULL, 0);
 }
 
 static st_status new_socket(st_ps_transport *t, int type, st_ps_socket **out) {
@@ -528,9 +215,11 @@ st_status st__ps_listen(st_ps_transport *t, const st_ps_task *self, st_ps_socket
     int one = 1;
     zmq_setsockopt(s->z, ZMQ_CURVE_SERVER, &one, sizeof one);
     zmq_setsockopt(s->z, ZMQ_CURVE_SECRETKEY, t->secret_key, KEY_Z85);
-    zmq_setsockopt(s->z, ZMQ_ZAP_DOMAIN, "strata", 6);
-    watch_handshakes(t, s);
   }
+  /* ZAP for NULL clients too (they are all accepted): their handshake then
+   * waits for the ZAP thread, which has seen the ACCEPTED event first */
+  zmq_setsockopt(s->z, ZMQ_ZAP_DOMAIN, "strata", 6);
+  st__ps_zmq_watch_socket(t, s);
   if ((st = bind_task(s->z, self)) != ST_OK) {
     st__ps_socket_close(s);
     return st;

@@ -14,7 +14,22 @@
  * STRATA_MPI_SHM=0 keeps them on messages); after a failure every pair is
  * closed (the peers then fail at once) and every later operation fails with
  * ST_ERR_PEER. Point to point (send / recv / wait) uses Gloo's unbound
- * buffers. Called by the one thread that owns it (rank = c->self). */
+ * buffers. Called by the one thread that owns it (rank = c->self).
+ *
+ * Sizes (issue 29, D1's Gloo twin): Gloo trusts the sender's size (a message
+ * larger than the receiving buffer aborts the process: an exception in its
+ * device thread; a smaller one leaves the rest stale without a word), so no
+ * message lands unchecked. A collective's every staged message is preceded,
+ * in the same half of the staging area, by a header with the operation's
+ * number, kind and count, checked before its data is read: workers that
+ * passed other counts (or called another collective) fail at once with
+ * ST_ERR_INVALID naming the worker and both counts (a worker that sees the
+ * peer close first fails as lost, naming its own count). The direct puts
+ * (kinds 1, 2) go to a peer only after its header of the same operation
+ * was checked, so their sizes agree with the buffers it expected. Through
+ * shared memory shm.c compares the counts. A point-to-point message is
+ * preceded by a header with its count, checked before its data can land (a
+ * mismatch: ST_ERR_INVALID naming the peer and both counts). */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -29,11 +44,18 @@
 #include "distribute/collective/shm.h"
 
 enum { MAX_PENDING = 64 };
+/* A staged message's header: {operation number << 4 | kind, count}. */
+enum { HDR_BYTES = 2 * sizeof(uint64_t) };
+/* Point-to-point slots (uint64): P2P_SLOT | P2P_HEADER for the header |
+ * count (29 bits) << 32 | message number (16 bits) << 16 | sender. */
 #define P2P_SLOT ((uint64_t)1 << 62)
+#define P2P_HEADER ((uint64_t)1 << 61)
+#define COUNT_BITS(n, bits, shift) (((uint64_t)(n) & (((uint64_t)1 << (bits)) - 1)) << (shift))
 
 typedef struct pending {
-  st__gloo_buf *buf;
+  st__gloo_buf *buf, *hbuf; /* the data, the header (hdr) */
   int peer;
+  uint64_t hdr;             /* the count sent */
 } pending;
 
 typedef struct gloo_coll {
@@ -43,6 +65,8 @@ typedef struct gloo_coll {
   const int64_t *step;   /* for messages; may be NULL */
   uint64_t ops;          /* collective operations started */
   int cur_op;            /* the operation under way (op_kind), for messages */
+  size_t cur_n;          /* its element count (in its messages' headers) */
+  uint64_t hdr[2];       /* the header of the current exchange's puts */
   bool broken;
   char first_failure[320]; /* the failure that broke it */
   bool ready;            /* connected; false again once leaving with an error */
@@ -74,12 +98,15 @@ static st_status fail(gloo_coll *c, st_status s, op_kind op, int peer, const cha
   st__gloo_close_pairs(c->g);
   char at[48] = "";
   if (c->step) snprintf(at, sizeof at, " at step %lld", (long long)*c->step);
+  char n[64] = "";
+  if (op < OP_SEND) snprintf(n, sizeof n, "; this worker's count: %zu", c->cur_n);
   if (s == ST_ERR_TIMEOUT)
     return broke(c, st_error(s, "gloo transport: worker %d did not join %s #%llu%s within %.0f s "
-                             "(%s)", peer, op_names[op], (unsigned long long)c->ops, at,
-                             c->timeout, why));
-  return broke(c, st_error(s, "gloo transport: %s #%llu%s with worker %d failed: %s",
-                           op_names[op], (unsigned long long)c->ops, at, peer, why));
+                             "(%s%s)", peer, op_names[op], (unsigned long long)c->ops, at,
+                             c->timeout, why, n));
+  return broke(c, st_error(s, "gloo transport: %s #%llu%s with worker %d failed: %s%s%s%s",
+                           op_names[op], (unsigned long long)c->ops, at, peer, why,
+                           *n ? " (" : "", *n ? n + 2 : "", *n ? ")" : ""));
 }
 
 static st_status fail_broken(const gloo_coll *c, op_kind op) {
@@ -96,6 +123,26 @@ typedef struct plan {
   const float *mine; /* a reduction: this worker's part; NULL: copy into recv */
   st_reduce_op rop;
 } plan;
+
+/* Bytes of a half of a staging area: a header, then at most chunk floats. */
+static size_t half_bytes(size_t chunk) { return HDR_BYTES + chunk * sizeof(float); }
+
+/* A staged header h from peer j that is not this operation's (its number,
+ * kind or count differ): the workers called the collective alike up to
+ * here but not now; refused before its data is read. */
+static st_status header_mismatch(gloo_coll *c, int j, const uint64_t *h, op_kind op) {
+  st__gloo_close_pairs(c->g);
+  char at[48] = "";
+  if (c->step) snprintf(at, sizeof at, " at step %lld", (long long)*c->step);
+  unsigned kind = (unsigned)(h[0] & 15);
+  return broke(c, st_error(ST_ERR_INVALID, "gloo transport: %s #%llu%s: worker %d sent its %s "
+                           "#%llu with %llu floats, this worker's count: %zu: the workers "
+                           "disagree on what the collective holds (a flag, the model or the "
+                           "data differs between them)", op_names[op],
+                           (unsigned long long)c->ops, at, j,
+                           kind < OP_SEND ? op_names[kind] : "message",
+                           (unsigned long long)(h[0] >> 4), (unsigned long long)h[1], c->cur_n));
+}
 
 static size_t piece(size_t n, size_t i, size_t chunk) {
   return i * chunk >= n ? 0 : n - i * chunk < chunk ? n - i * chunk : chunk;
@@ -117,10 +164,12 @@ static st_status put_step(gloo_coll *c, const float *send, const plan *p, const 
   size_t ch = c->chunk;
   for (int j = 0; j < c->base.size; j++) {
     if (j == c->base.self || i >= steps[j]) continue;
-    size_t n = piece(p->sn[j], i, ch), roff = (size_t)(c->seq[j] & 1) * ch * sizeof(float);
-    const float *src = n ? send + p->soff[j] + i * ch : NULL;
-    if (st__gloo_put(c->g, j, 0, src, n * sizeof(float), roff, err, sizeof err) != 0)
-      return fail(c, ST_ERR_PEER, op, j, err);
+    size_t n = piece(p->sn[j], i, ch), roff = (size_t)(c->seq[j] & 1) * half_bytes(ch);
+    int rc = st__gloo_put(c->g, j, 0, c->hdr, HDR_BYTES, roff, err, sizeof err);
+    if (rc == 0 && n)
+      rc = st__gloo_put(c->g, j, 0, send + p->soff[j] + i * ch, n * sizeof(float),
+                        roff + HDR_BYTES, err, sizeof err);
+    if (rc != 0) return fail(c, ST_ERR_PEER, op, j, err);
   }
   return ST_OK;
 }
@@ -135,10 +184,15 @@ static st_status take_step(gloo_coll *c, float *recv, const plan *p, const size_
   const float *src[ST_MAX_WORKERS];
   for (int j = 0; j < size; j++) {
     if (j == me || i >= steps[j]) continue;
-    int rc = st__gloo_take(c->g, j, 0, err, sizeof err);
-    if (rc != 0) return fail(c, rc == ST__GLOO_TIMEOUT ? ST_ERR_TIMEOUT : ST_ERR_PEER, op, j, err);
-    src[j] = (const float *)st__gloo_stage(c->g, j) + (c->seq[j]++ & 1) * ch;
+    const char *half = (const char *)st__gloo_stage(c->g, j) + (c->seq[j]++ & 1) * half_bytes(ch);
+    uint64_t h[2];
     size_t n = piece(p->rn[j], i, ch);
+    int rc = st__gloo_take(c->g, j, 0, err, sizeof err); /* the header */
+    if (rc == 0) memcpy(h, half, sizeof h);
+    if (rc == 0 && (h[0] != c->hdr[0] || h[1] != c->hdr[1])) return header_mismatch(c, j, h, op);
+    if (rc == 0 && n) rc = st__gloo_take(c->g, j, 0, err, sizeof err); /* the data */
+    if (rc != 0) return fail(c, rc == ST__GLOO_TIMEOUT ? ST_ERR_TIMEOUT : ST_ERR_PEER, op, j, err);
+    src[j] = (const float *)(half + HDR_BYTES);
     if (!p->mine && n) memcpy(recv + p->roff[j] + i * ch, src[j], n * sizeof(float));
   }
   size_t m = piece(p->rn[me == 0 ? 1 : 0], i, ch);
@@ -157,6 +211,8 @@ static st_status take_step(gloo_coll *c, float *recv, const plan *p, const size_
 static st_status exchange(gloo_coll *c, const float *send, float *recv, const plan *p,
                           op_kind op) {
   size_t steps[ST_MAX_WORKERS] = {0}, all = 0;
+  c->hdr[0] = c->ops << 4 | (uint64_t)op;
+  c->hdr[1] = c->cur_n;
   for (int j = 0; j < c->base.size; j++) {
     if (j != c->base.self) steps[j] = steps_with(p, j, c->chunk);
     all = steps[j] > all ? steps[j] : all;
@@ -252,6 +308,7 @@ static st_status gloo_all_reduce(st_collective *cc, int rank, float *buf, size_t
   if (c->broken) return fail_broken(c, OP_ALL_REDUCE);
   c->ops++;
   c->cur_op = OP_ALL_REDUCE;
+  c->cur_n = n;
   int size = c->base.size, me = c->base.self;
   if (size == 1 || n == 0) return ST_OK;
   if (c->shm) return shm_done(c, st__shm_all_reduce(c->shm, buf, n, op, shm_wait, c));
@@ -289,6 +346,7 @@ static st_status gloo_broadcast(st_collective *cc, int rank, float *buf, size_t 
   if (c->broken) return fail_broken(c, OP_BROADCAST);
   c->ops++;
   c->cur_op = OP_BROADCAST;
+  c->cur_n = n;
   int size = c->base.size, me = c->base.self;
   if (size == 1 || n == 0) return ST_OK;
   if (c->shm) return shm_done(c, st__shm_broadcast(c->shm, buf, n, root, shm_wait, c));
@@ -308,6 +366,7 @@ static st_status gloo_all_gather(st_collective *cc, int rank, const float *send,
   if (c->broken) return fail_broken(c, OP_ALL_GATHER);
   c->ops++;
   c->cur_op = OP_ALL_GATHER;
+  c->cur_n = n;
   int size = c->base.size, me = c->base.self;
   if (c->shm && n <= ST__SHM_GATHER_MAX)
     return shm_done(c, st__shm_all_gather(c->shm, send, n, recv, shm_wait, c));
@@ -329,6 +388,7 @@ static st_status gloo_reduce_scatter(st_collective *cc, int rank, const float *s
   if (c->broken) return fail_broken(c, OP_REDUCE_SCATTER);
   c->ops++;
   c->cur_op = OP_REDUCE_SCATTER;
+  c->cur_n = n;
   int size = c->base.size, me = c->base.self;
   const float *src[1] = {send};
   if (size == 1 || n == 0) {
@@ -351,6 +411,7 @@ static st_status gloo_barrier(st_collective *cc, int rank) {
   if (c->broken) return fail_broken(c, OP_BARRIER);
   c->ops++;
   c->cur_op = OP_BARRIER;
+  c->cur_n = 1;
   int size = c->base.size;
   if (size == 1) return ST_OK;
   if (c->shm) return shm_done(c, st__shm_all_gather(c->shm, NULL, 0, NULL, shm_wait, c));
@@ -363,6 +424,33 @@ static st_status gloo_barrier(st_collective *cc, int rank) {
 
 /* ---- point to point ---- */
 
+/* The slots of message number seq from `from` (the data's carries count). */
+static uint64_t p2p_slot(uint64_t seq, int from, bool header, size_t count) {
+  return P2P_SLOT | (header ? P2P_HEADER : COUNT_BITS(count, 29, 32)) | COUNT_BITS(seq, 16, 16) |
+         (uint64_t)from;
+}
+
+/* Post the header (n) and the data of one message to peer (h: a free entry). */
+static int post_send(gloo_coll *c, pending *h, const float *buf, size_t n, int peer, char *err,
+                     size_t errlen) {
+  uint64_t seq = c->sent[peer]++;
+  h->hdr = n;
+  int rc = st__gloo_buf_create(c->g, &h->hdr, sizeof h->hdr, &h->hbuf, err, errlen);
+  if (rc == 0)
+    rc = st__gloo_send(h->hbuf, peer, p2p_slot(seq, c->base.self, true, 0), 0, sizeof h->hdr, err,
+                       errlen);
+  if (rc == 0) rc = st__gloo_buf_create(c->g, (void *)buf, n * 4 + 1, &h->buf, err, errlen);
+  if (rc == 0 && n)
+    rc = st__gloo_send(h->buf, peer, p2p_slot(seq, c->base.self, false, n), 0, n * 4, err, errlen);
+  return rc;
+}
+
+static void free_pending(pending *p) {
+  st__gloo_buf_destroy(p->hbuf);
+  st__gloo_buf_destroy(p->buf);
+  p->hbuf = p->buf = NULL;
+}
+
 static st_status gloo_send(st_collective *cc, const float *buf, size_t n, int peer, int *handle) {
   gloo_coll *c = (gloo_coll *)cc;
   if (c->broken) return fail_broken(c, OP_SEND);
@@ -371,11 +459,12 @@ static st_status gloo_send(st_collective *cc, const float *buf, size_t n, int pe
   if (h == MAX_PENDING)
     return st_error(ST_ERR_INTERNAL, "gloo transport: more than %d sends pending", MAX_PENDING);
   char err[256];
-  uint64_t slot = P2P_SLOT | c->sent[peer]++ << 16 | (uint64_t)c->base.self;
-  if (st__gloo_buf_create(c->g, (void *)buf, n * 4 + 1, &c->p2p[h].buf, err, sizeof err) != 0 ||
-      (n && st__gloo_send(c->p2p[h].buf, peer, slot, 0, n * 4, err, sizeof err) != 0))
-    return fail(c, ST_ERR_PEER, OP_SEND, peer, err);
-  c->p2p[h].peer = n ? peer : -1; /* nothing to wait for when empty */
+  c->p2p[h].peer = peer;
+  if (post_send(c, &c->p2p[h], buf, n, peer, err, sizeof err) != 0) {
+    st_status s = fail(c, ST_ERR_PEER, OP_SEND, peer, err);
+    free_pending(&c->p2p[h]);
+    return s;
+  }
   *handle = h;
   return ST_OK;
 }
@@ -387,28 +476,47 @@ static st_status gloo_wait(st_collective *cc, int handle) {
                     handle);
   pending *p = &c->p2p[handle];
   char err[256];
-  int peer = p->peer, rc = 0;
-  if (peer >= 0) rc = st__gloo_wait_send(p->buf, (int)(c->timeout * 1000.0), &peer, err, sizeof err);
+  int peer = p->peer, ms = (int)(c->timeout * 1000.0);
+  int rc = st__gloo_wait_send(p->hbuf, ms, &peer, err, sizeof err); /* the header */
+  if (rc == 0 && p->hdr) rc = st__gloo_wait_send(p->buf, ms, &peer, err, sizeof err);
   st_status s = ST_OK;
   if (rc != 0) s = fail(c, rc == ST__GLOO_TIMEOUT ? ST_ERR_TIMEOUT : ST_ERR_PEER, OP_SEND, p->peer, err);
-  st__gloo_buf_destroy(p->buf);
-  p->buf = NULL;
+  free_pending(p);
   return s;
+}
+
+/* The header of the next message from peer came with `got` floats, this
+ * receive expects n: a mismatch is refused before its data can land (its
+ * receive, posted under the slot of n, cannot pair with the other count). */
+static st_status size_mismatch(gloo_coll *c, int peer, uint64_t seq, uint64_t got, size_t n) {
+  st__gloo_close_pairs(c->g);
+  char at[48] = "";
+  if (c->step) snprintf(at, sizeof at, " at step %lld", (long long)*c->step);
+  return broke(c, st_error(ST_ERR_INVALID, "gloo transport: receive #%llu from worker %d%s: it sent %llu "
+                  "floats (%llu bytes), this worker expects %zu (%zu bytes): the workers disagree "
+                  "on what shapes the message (a flag or the data differs between them)",
+                  (unsigned long long)seq + 1, peer, at, (unsigned long long)got,
+                  (unsigned long long)got * 4, n, n * 4));
 }
 
 static st_status gloo_recv(st_collective *cc, float *buf, size_t n, int peer) {
   gloo_coll *c = (gloo_coll *)cc;
   if (c->broken) return fail_broken(c, OP_RECV);
-  uint64_t slot = P2P_SLOT | c->recvd[peer]++ << 16 | (uint64_t)peer;
-  if (n == 0) return ST_OK;
+  uint64_t seq = c->recvd[peer]++, got = UINT64_MAX;
   char err[256];
-  st__gloo_buf *b = NULL;
-  int rc = st__gloo_buf_create(c->g, buf, n * 4, &b, err, sizeof err), from = -1;
-  if (rc == 0) rc = st__gloo_recv(b, peer, slot, 0, n * 4, err, sizeof err);
-  if (rc == 0) rc = st__gloo_wait_recv(b, (int)(c->timeout * 1000.0), &from, err, sizeof err);
+  st__gloo_buf *hb = NULL, *b = NULL;
+  int ms = (int)(c->timeout * 1000.0), from = -1;
+  int rc = st__gloo_buf_create(c->g, &got, sizeof got, &hb, err, sizeof err);
+  if (rc == 0) rc = st__gloo_recv(hb, peer, p2p_slot(seq, peer, true, 0), 0, sizeof got, err, sizeof err);
+  if (rc == 0 && n) rc = st__gloo_buf_create(c->g, buf, n * 4, &b, err, sizeof err);
+  if (rc == 0 && n) rc = st__gloo_recv(b, peer, p2p_slot(seq, peer, false, n), 0, n * 4, err, sizeof err);
+  if (rc == 0) rc = st__gloo_wait_recv(hb, ms, &from, err, sizeof err);
   st_status s = ST_OK;
+  if (rc == 0 && got != n) s = size_mismatch(c, peer, seq, got, n);
+  else if (rc == 0 && n) rc = st__gloo_wait_recv(b, ms, &from, err, sizeof err);
   if (rc != 0) s = fail(c, rc == ST__GLOO_TIMEOUT ? ST_ERR_TIMEOUT : ST_ERR_PEER, OP_RECV, peer, err);
   st__gloo_buf_destroy(b);
+  st__gloo_buf_destroy(hb);
   return s;
 }
 
@@ -419,7 +527,7 @@ static void gloo_destroy(st_collective *cc) {
   gloo_coll *c = (gloo_coll *)cc;
   if (c->broken || !c->ready) st__gloo_close_pairs(c->g);
   else if (c->g) st__gloo_farewell(c->g, c->timeout);
-  for (int h = 0; h < MAX_PENDING; h++) st__gloo_buf_destroy(c->p2p[h].buf);
+  for (int h = 0; h < MAX_PENDING; h++) free_pending(&c->p2p[h]);
   st__shm_close(c->shm);
   st__gloo_destroy(c->g);
   free(c->seq);
@@ -558,7 +666,7 @@ static st_status connect_job(gloo_coll *c, uint64_t seq) {
   snprintf(prefix, sizeof prefix, "t%llu/", (unsigned long long)seq);
   st__gloo_store store = {(void *)g_world.addr[0], st__kv_set, st__kv_get};
   int rc = st__gloo_connect(rank, c->base.size, host, &store, prefix, c->timeout,
-                            2 * c->chunk * sizeof(float), &c->g, err, sizeof err);
+                            2 * half_bytes(c->chunk), &c->g, err, sizeof err);
   const char *key = strstr(err, prefix); /* Gloo's key of worker N is "N" */
   int missing = key && key[strlen(prefix)] >= '0' && key[strlen(prefix)] <= '9'
                     ? atoi(key + strlen(prefix)) : -1;
