@@ -44,8 +44,10 @@
 #include "distribute/collective/shm.h"
 
 enum { MAX_PENDING = 64 };
-/* A staged message's header: {operation number << 4 | kind, count}. */
-enum { HDR_BYTES = 2 * sizeof(uint64_t) };
+/* A staged message's header: {operation number << 4 | kind, count}. With at
+ * most SMALL_BYTES of data the two go as one put, copied together (a put
+ * more would cost the reader a wake-up), otherwise as two. */
+enum { HDR_BYTES = 2 * sizeof(uint64_t), SMALL_BYTES = 64 << 10 };
 /* Point-to-point slots (uint64): P2P_SLOT | P2P_HEADER for the header |
  * count (29 bits) << 32 | message number (16 bits) << 16 | sender. */
 #define P2P_SLOT ((uint64_t)1 << 62)
@@ -67,6 +69,7 @@ typedef struct gloo_coll {
   int cur_op;            /* the operation under way (op_kind), for messages */
   size_t cur_n;          /* its element count (in its messages' headers) */
   uint64_t hdr[2];       /* the header of the current exchange's puts */
+  char *out;             /* [size][HDR_BYTES + SMALL_BYTES]: small puts, header and data */
   bool broken;
   char first_failure[320]; /* the failure that broke it */
   bool ready;            /* connected; false again once leaving with an error */
@@ -164,11 +167,16 @@ static st_status put_step(gloo_coll *c, const float *send, const plan *p, const 
   size_t ch = c->chunk;
   for (int j = 0; j < c->base.size; j++) {
     if (j == c->base.self || i >= steps[j]) continue;
-    size_t n = piece(p->sn[j], i, ch), roff = (size_t)(c->seq[j] & 1) * half_bytes(ch);
-    int rc = st__gloo_put(c->g, j, 0, c->hdr, HDR_BYTES, roff, err, sizeof err);
-    if (rc == 0 && n)
-      rc = st__gloo_put(c->g, j, 0, send + p->soff[j] + i * ch, n * sizeof(float),
-                        roff + HDR_BYTES, err, sizeof err);
+    size_t nb = piece(p->sn[j], i, ch) * sizeof(float);
+    size_t roff = (size_t)(c->seq[j] & 1) * half_bytes(ch);
+    const float *data = nb ? send + p->soff[j] + i * ch : NULL;
+    char *o = c->out + (size_t)j * (HDR_BYTES + SMALL_BYTES);
+    memcpy(o, c->hdr, HDR_BYTES);
+    if (nb && nb <= SMALL_BYTES) memcpy(o + HDR_BYTES, data, nb);
+    int rc = st__gloo_put(c->g, j, 0, o, HDR_BYTES + (nb <= SMALL_BYTES ? nb : 0), roff, err,
+                          sizeof err);
+    if (rc == 0 && nb > SMALL_BYTES)
+      rc = st__gloo_put(c->g, j, 0, data, nb, roff + HDR_BYTES, err, sizeof err);
     if (rc != 0) return fail(c, ST_ERR_PEER, op, j, err);
   }
   return ST_OK;
@@ -187,10 +195,11 @@ static st_status take_step(gloo_coll *c, float *recv, const plan *p, const size_
     const char *half = (const char *)st__gloo_stage(c->g, j) + (c->seq[j]++ & 1) * half_bytes(ch);
     uint64_t h[2];
     size_t n = piece(p->rn[j], i, ch);
-    int rc = st__gloo_take(c->g, j, 0, err, sizeof err); /* the header */
+    int rc = st__gloo_take(c->g, j, 0, err, sizeof err); /* the header (and small data) */
     if (rc == 0) memcpy(h, half, sizeof h);
     if (rc == 0 && (h[0] != c->hdr[0] || h[1] != c->hdr[1])) return header_mismatch(c, j, h, op);
-    if (rc == 0 && n) rc = st__gloo_take(c->g, j, 0, err, sizeof err); /* the data */
+    if (rc == 0 && n * sizeof(float) > SMALL_BYTES) /* the data, a put of its own */
+      rc = st__gloo_take(c->g, j, 0, err, sizeof err);
     if (rc != 0) return fail(c, rc == ST__GLOO_TIMEOUT ? ST_ERR_TIMEOUT : ST_ERR_PEER, op, j, err);
     src[j] = (const float *)(half + HDR_BYTES);
     if (!p->mine && n) memcpy(recv + p->roff[j] + i * ch, src[j], n * sizeof(float));
@@ -492,11 +501,11 @@ static st_status size_mismatch(gloo_coll *c, int peer, uint64_t seq, uint64_t go
   st__gloo_close_pairs(c->g);
   char at[48] = "";
   if (c->step) snprintf(at, sizeof at, " at step %lld", (long long)*c->step);
-  return broke(c, st_error(ST_ERR_INVALID, "gloo transport: receive #%llu from worker %d%s: it sent %llu "
-                  "floats (%llu bytes), this worker expects %zu (%zu bytes): the workers disagree "
-                  "on what shapes the message (a flag or the data differs between them)",
-                  (unsigned long long)seq + 1, peer, at, (unsigned long long)got,
-                  (unsigned long long)got * 4, n, n * 4));
+  return broke(c, st_error(ST_ERR_INVALID, "gloo transport: receive #%llu from worker %d%s: it "
+                           "sent %llu floats (%llu bytes), this worker expects %zu (%zu bytes): "
+                           "the workers disagree on what shapes the message (a flag or the data "
+                           "differs between them)", (unsigned long long)seq + 1, peer, at,
+                           (unsigned long long)got, (unsigned long long)got * 4, n, n * 4));
 }
 
 static st_status gloo_recv(st_collective *cc, float *buf, size_t n, int peer) {
@@ -531,6 +540,7 @@ static void gloo_destroy(st_collective *cc) {
   st__shm_close(c->shm);
   st__gloo_destroy(c->g);
   free(c->seq);
+  free(c->out);
   free(c->tmp);
   free(c->sent);
   free(c->recvd);
@@ -699,8 +709,9 @@ st_status st__collective_gloo_create(double timeout_s, const int64_t *step, st_c
   gloo_coll *c = calloc(1, sizeof *c);
   if (!c || !(c->sent = calloc((size_t)size, sizeof *c->sent)) ||
       !(c->recvd = calloc((size_t)size, sizeof *c->recvd)) ||
-      !(c->seq = calloc((size_t)size, sizeof *c->seq))) {
-    if (c) free(c->sent), free(c->recvd);
+      !(c->seq = calloc((size_t)size, sizeof *c->seq)) ||
+      !(c->out = malloc((size_t)size * (HDR_BYTES + SMALL_BYTES)))) {
+    if (c) free(c->sent), free(c->recvd), free(c->seq);
     free(c);
     return st_error(ST_ERR_NOMEM, "gloo transport: out of memory");
   }
