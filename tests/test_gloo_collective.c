@@ -4,11 +4,15 @@
  * all_reduce (SUM, MEAN; 0, 1, fewer elements than workers, odd sizes, 1 Mi
  * floats), broadcast from every root, all_gather, reduce_scatter, barrier,
  * point-to-point send/recv/wait in order; results bit-identical to the
- * reference (the sums of the MPI transport) on every worker. Then the
- * faults: a worker that never starts (worker 0's connect fails within the
- * timeout naming the rendezvous), and a worker that leaves after connecting
- * (the other's all-reduce fails naming worker 1, within the timeout, and
- * later operations fail at once). Skips (77) in a build without Gloo. */
+ * reference (the sums of the MPI transport) on every worker, over messages
+ * (STRATA_MPI_SHM=0) and with the workers' shared memory; transports made,
+ * used once and destroyed in a row (no worker's close may fail a peer still
+ * finishing). Then the faults: a worker that never starts (worker 0's
+ * connect fails within the timeout naming the rendezvous), a worker that
+ * leaves after connecting (the other's all-reduce fails naming worker 1,
+ * within the timeout, and later operations fail at once), and one that
+ * leaves with an error (st__collective_gloo_leave: over messages its peer
+ * fails at once, long before the timeout). Skips (77) in a build without Gloo. */
 #define _GNU_SOURCE
 #include <signal.h>
 #include <stdio.h>
@@ -80,39 +84,57 @@ static int run_ops(st_collective *c, int rank, int size) {
   return bad;
 }
 
-/* Two transports of one job used in turn (each its own mesh, one store). */
-static int two_transports(st_collective *a, int rank, int size) {
-  st_collective *b = NULL;
-  if (st__collective_gloo_create(20.0, NULL, &b) != ST_OK) return 1;
-  float x[3] = {1, 2, 3}, y[3] = {10, 20, 30};
-  int bad = a->vt->all_reduce(a, rank, x, 3, ST_REDUCE_SUM) != ST_OK ||
-            b->vt->all_reduce(b, rank, y, 3, ST_REDUCE_SUM) != ST_OK;
-  bad += x[2] != 3.0f * (float)size || y[2] != 30.0f * (float)size;
-  st__collective_destroy(b);
+/* Two transports of one job used in turn (each its own mesh, one store),
+ * the second made and destroyed `rounds` times: a worker done with it
+ * closes while the others may still be reading its last message. */
+static int two_transports(st_collective *a, int rank, int size, int rounds) {
+  int bad = 0;
+  for (int k = 0; k < rounds; k++) {
+    st_collective *b = NULL;
+    if (st__collective_gloo_create(20.0, NULL, &b) != ST_OK) return bad + 1;
+    float x[3] = {1, 2, 3}, y[3] = {10, 20, 30};
+    bad += a->vt->all_reduce(a, rank, x, 3, ST_REDUCE_SUM) != ST_OK ||
+           b->vt->all_reduce(b, rank, y, 3, ST_REDUCE_SUM) != ST_OK;
+    bad += x[2] != 3.0f * (float)size || y[2] != 30.0f * (float)size;
+    st__collective_destroy(b);
+  }
   return bad;
 }
 
-/* A forked worker: join, connect, run, exit 0 when every result matched. */
+/* Worker 0 of a job whose worker 1 left (mode 1: gone without a word,
+ * mode 2: with an error, under a 30 s timeout): its all-reduce fails naming
+ * worker 1 within 10 s, later operations at once. */
+static int partner_left(st_collective *c, int rank) {
+  float b[64] = {0};
+  double t0 = (double)time(NULL);
+  st_status s = c->vt->all_reduce(c, rank, b, 64, ST_REDUCE_SUM);
+  const char *e = st_last_error();
+  double waited = (double)time(NULL) - t0;
+  int bad = s == ST_OK || !strstr(e, "worker 1") || waited > 10;
+  fprintf(stderr, "worker 0 after the other left (%.0f s): %s\n", waited, e);
+  st_status later = c->vt->barrier(c, rank);
+  if (later != ST_ERR_PEER) fprintf(stderr, "worker 0: a later barrier gave %d\n", (int)later);
+  return bad + (later != ST_ERR_PEER);
+}
+
+/* A forked worker: join, connect, run, exit 0 when every result matched.
+ * mode 0: every operation; 1, 2: worker 1 leaves (partner_left). */
 static void worker(int rank, int size, int mode) {
   alarm(60);
   st_collective *c = NULL;
   st_status s = st__gloo_world_join(rank, size, g_addrs);
-  if (s == ST_OK) s = st__collective_gloo_create(mode ? 3.0 : 20.0, NULL, &c);
+  if (s == ST_OK) s = st__collective_gloo_create(mode == 1 ? 3.0 : mode ? 30.0 : 20.0, NULL, &c);
   if (s != ST_OK) {
     fprintf(stderr, "worker %d: %s\n", rank, st_last_error());
     _exit(10);
   }
   if (mode == 1 && rank == 1) _exit(0); /* leaves without a word */
-  int bad = mode == 1 ? 0 : run_ops(c, rank, size) + two_transports(c, rank, size);
-  if (mode == 1) { /* worker 0: its partner is gone */
-    float b[64] = {0};
-    double t0 = (double)time(NULL);
-    s = c->vt->all_reduce(c, rank, b, 64, ST_REDUCE_SUM);
-    const char *e = st_last_error();
-    bad += s == ST_OK || !strstr(e, "worker 1") || (double)time(NULL) - t0 > 10;
-    fprintf(stderr, "worker 0 after the other left: %s\n", e);
-    bad += c->vt->barrier(c, rank) != ST_ERR_PEER;
+  if (mode == 2 && rank == 1) { /* leaves with an error (else the destroy waits 30 s) */
+    st__collective_gloo_leave(c, "worker 1 failed");
+    st__collective_destroy(c);
+    _exit(0);
   }
+  int bad = mode ? partner_left(c, rank) : run_ops(c, rank, size) + two_transports(c, rank, size, 8);
   st__collective_destroy(c);
   _exit(bad ? 1 : 0);
 }
@@ -143,9 +165,27 @@ static void test_three_workers(void) {
   for (int r = 0; r < 3; r++) CHECK_EQ(rc[r], 0);
 }
 
+/* The same over messages (as between hosts) */
+static void test_three_workers_messages(void) {
+  int rc[3];
+  setenv("STRATA_MPI_SHM", "0", 1);
+  run_job(3, 0, rc);
+  unsetenv("STRATA_MPI_SHM");
+  for (int r = 0; r < 3; r++) CHECK_EQ(rc[r], 0);
+}
+
 static void test_worker_leaves(void) {
   int rc[2];
   run_job(2, 1, rc);
+  CHECK_EQ(rc[0], 0);
+  CHECK_EQ(rc[1], 0);
+}
+
+static void test_worker_leaves_with_error(void) {
+  int rc[2];
+  setenv("STRATA_MPI_SHM", "0", 1); /* shared memory sees a lost worker only at the timeout */
+  run_job(2, 2, rc);
+  unsetenv("STRATA_MPI_SHM");
   CHECK_EQ(rc[0], 0);
   CHECK_EQ(rc[1], 0);
 }
@@ -200,7 +240,9 @@ static void test_bad_arguments(void) { CHECK_EQ(in_child(bad_arguments), 0); }
 int main(int argc, char **argv) {
   if (!st__gloo_built()) check_skip("this build has no Gloo transport (libgloo-dev not found)");
   static const check_case cases[] = {CHECK_CASE(test_two_workers), CHECK_CASE(test_three_workers),
+                                     CHECK_CASE(test_three_workers_messages),
                                      CHECK_CASE(test_worker_leaves),
+                                     CHECK_CASE(test_worker_leaves_with_error),
                                      CHECK_CASE(test_worker_never_starts),
                                      CHECK_CASE(test_bad_arguments)};
   return check_main(argc, argv, cases, sizeof cases / sizeof *cases);

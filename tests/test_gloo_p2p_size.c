@@ -13,8 +13,13 @@
  *    timeout (an empty message's sender is done when its header went);
  *    nobody dies of a signal. The matching message arrives intact.
  *  - all-reduce with other counts on the two workers, over Gloo's messages
- *    (STRATA_MPI_SHM=0): both fail within the timeout naming the other
- *    worker and their own count; through shared memory (the default on one
+ *    (STRATA_MPI_SHM=0; small, and large enough that most of each part goes
+ *    outside the staging areas): both fail naming the other worker and
+ *    their own count, at least one at once with ST_ERR_INVALID naming both
+ *    counts (the staged header; the other may first see the pairs closed);
+ *    a broadcast (worker 0, its root) against an all-reduce of the same
+ *    count (over messages): refused by at least one of them naming the
+ *    other's collective; through shared memory (the default on one
  *    host, shm.c): both fail at once with ST_ERR_INVALID naming the other
  *    rank and both counts; no signal; buffers unchanged.
  * Skips (77) in a build without Gloo. */
@@ -31,13 +36,18 @@
 #include "free_port.h"
 #include "distribute/collective/collective.h"
 
-enum { CASES = 6, MSG = 1024 };
-/* per case: floats worker 0 sends, floats worker 1 expects (cases 4, 5: the
- * counts each passes to an all-reduce, over messages / shared memory) */
-static const size_t g_sizes[CASES][2] = {{16, 8}, {4, 8}, {0, 8}, {1000, 1000}, {16, 8}, {16, 8}};
+enum { CASES = 8, MSG = 1024 };
+/* per case: floats worker 0 sends, floats worker 1 expects (cases 4-6: the
+ * counts each passes to an all-reduce, over messages / shared memory / over
+ * messages with parts larger than a staged message, whose rest goes straight
+ * into a buffer of the size the receiver expected) */
+static const size_t g_sizes[CASES][2] = {{16, 8},   {4, 8},  {0, 8},          {1000, 1000},
+                                         {16, 8},   {16, 8}, {600000, 400000}, {8, 8}};
 static const char *g_names[CASES] = {"larger message", "smaller message", "empty message",
                                      "matching message", "all-reduce of other counts",
-                                     "all-reduce of other counts through shared memory"};
+                                     "all-reduce of other counts through shared memory",
+                                     "large all-reduce of other counts",
+                                     "a broadcast against an all-reduce"};
 
 static char g_addr[2][32];
 static const char *g_addrs[2];
@@ -60,7 +70,9 @@ static void worker(int k, int rank, int fd) {
   for (size_t i = 0; i < n; i++) buf[i] = k >= 4 || rank == 0 ? (float)i : -1.0f;
   time_t t0 = time(NULL);
   int h = -1, kept = 1, right = 1;
-  if (k >= 4)
+  if (k == 7 && rank == 0)
+    s = c->vt->broadcast(c, rank, buf, n, 0);
+  else if (k >= 4)
     s = c->vt->all_reduce(c, rank, buf, n, ST_REDUCE_SUM);
   else if (rank == 0 && (s = c->vt->send(c, buf, n, 1, &h)) == ST_OK)
     s = c->vt->wait(c, h);
@@ -153,25 +165,50 @@ static void test_all_reduce_counts_shm(void) {
 }
 
 static void test_all_reduce_counts(void) {
-  char got[2][MSG];
-  int rc[2];
+  static const int ks[] = {4, 6};
   setenv("STRATA_MPI_SHM", "0", 1);
-  run_case(4, got, rc);
-  for (int r = 0; r < 2; r++) {
-    char want[96];
-    CHECK_EQ(rc[r], 0);
-    snprintf(want, sizeof want, "worker %d did not join all-reduce #1", 1 - r);
-    CHECK_MSG(strstr(got[r], want) != NULL, "worker %d: %s", r, got[r]);
-    snprintf(want, sizeof want, "this worker's count: %zu", g_sizes[4][r]);
-    CHECK_MSG(strstr(got[r], want) != NULL, "worker %d: %s", r, got[r]);
-    CHECK_MSG(strstr(got[r], "kept=1") != NULL, "worker %d: %s", r, got[r]);
+  for (int t = 0; t < 2; t++) {
+    int k = ks[t], rc[2], both = 0;
+    char got[2][MSG];
+    run_case(k, got, rc);
+    for (int r = 0; r < 2; r++) {
+      char want[160];
+      CHECK_EQ(rc[r], 0); /* no signal (Gloo's abort is 128 + SIGABRT) */
+      snprintf(want, sizeof want, "worker %d", 1 - r);
+      CHECK_MSG(strstr(got[r], want) != NULL, "%s: worker %d: %s", g_names[k], r, got[r]);
+      snprintf(want, sizeof want, "this worker's count: %zu", g_sizes[k][r]);
+      CHECK_MSG(strstr(got[r], want) != NULL, "%s: worker %d: %s", g_names[k], r, got[r]);
+      CHECK_MSG(strstr(got[r], "kept=1") != NULL, "%s: worker %d: %s", g_names[k], r, got[r]);
+      snprintf(want, sizeof want, "all-reduce #1: worker %d sent its all-reduce #1 with %zu "
+               "floats, this worker's count: %zu", 1 - r, g_sizes[k][1 - r], g_sizes[k][r]);
+      const char *inval = st_status_string(ST_ERR_INVALID);
+      both += strncmp(got[r], inval, strlen(inval)) == 0 && strstr(got[r], want) != NULL;
+    }
+    CHECK_MSG(both >= 1, "%s: neither worker named both counts", g_names[k]);
   }
+}
+
+static void test_other_collectives(void) {
+  char got[2][MSG];
+  int rc[2], named = 0;
+  setenv("STRATA_MPI_SHM", "0", 1);
+  run_case(7, got, rc);
+  static const char *const want[2] = {"broadcast #1: worker 1 sent its all-reduce #1 with 8",
+                                      "all-reduce #1: worker 0 sent its broadcast #1 with 8"};
+  for (int r = 0; r < 2; r++) {
+    CHECK_EQ(rc[r], 0);
+    CHECK_MSG(strstr(got[r], "kept=1") != NULL, "worker %d: %s", r, got[r]);
+    CHECK_MSG(strncmp(got[r], "ok", 2) != 0, "worker %d: %s", r, got[r]);
+    named += strstr(got[r], want[r]) != NULL;
+  }
+  CHECK_MSG(named >= 1, "neither worker named the other's collective");
 }
 
 int main(int argc, char **argv) {
   if (!st__gloo_built()) check_skip("this build has no Gloo transport (libgloo-dev not found)");
   signal(SIGPIPE, SIG_IGN);
   static const check_case cases[] = {CHECK_CASE(test_p2p), CHECK_CASE(test_all_reduce_counts),
+                                     CHECK_CASE(test_other_collectives),
                                      CHECK_CASE(test_all_reduce_counts_shm)};
   return check_main(argc, argv, cases, sizeof cases / sizeof *cases);
 }

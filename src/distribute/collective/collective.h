@@ -142,6 +142,11 @@ st_status st__gloo_world_join(int rank, int size, const char *const *addresses);
  * take part, every later operation failing at once after a failure.
  * Connecting is itself bounded by timeout_s. */
 st_status st__collective_gloo_create(double timeout_s, const int64_t *step, st_collective **out);
+/* Before destroying c: why, this worker's error ("" if none). Without one
+ * the destroy waits (up to the timeout) until every peer has come to its
+ * own, so none sees this worker's close before its last message; with one
+ * the destroy closes the pairs at once, which fails the peers at once. */
+void st__collective_gloo_leave(st_collective *c, const char *why);
 bool st__gloo_built(void);
 
 /* ---- the processes of a job, however launched (process.c) ----
@@ -169,8 +174,8 @@ st_status st__tf_config_job(const char *json, size_t len, st_tf_config_job *job)
 int st__process_node_size(void);
 /* A transport over every process of the job (st__collective_mpi_create or
  * st__collective_gloo_create, whichever world this process joined), and
- * leaving it (st__collective_mpi_leave's report under MPI; under Gloo the
- * destroy that follows closes the pairs, which fails the peers at once). */
+ * leaving it (st__collective_mpi_leave's report under MPI;
+ * st__collective_gloo_leave under Gloo). */
 st_status st__collective_process_create(double timeout_s, const int64_t *step,
                                         st_collective **out);
 void st__collective_process_leave(st_collective *c, const char *why);

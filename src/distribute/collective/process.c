@@ -121,5 +121,5 @@ st_status st__collective_process_create(double timeout_s, const int64_t *step,
 
 void st__collective_process_leave(st_collective *c, const char *why) {
   if (g_kind == WORLD_MPI) st__collective_mpi_leave(c, why);
-  /* Gloo: destroying the transport closes its pairs, so the peers fail at once */
+  else if (g_kind == WORLD_GLOO) st__collective_gloo_leave(c, why);
 }

@@ -1,28 +1,35 @@
 /* The Gloo transport: the processes of a job launched the TensorFlow way (one
  * process per worker, each with its TF_CONFIG; no mpirun) joined by Gloo's
  * TCP pairs (gloo_shim.cc) after a rendezvous through worker 0's key-value
- * store (kvstore.c). Every operation is built from posted point-to-point
- * transfers between every pair, and every reduction ends with the same
- * rank-order sum as the MPI transport (rank_sum.h), so a job gives the same
- * bytes under mpirun and under TF_CONFIG. Each wait is bounded by the
- * transport's timeout and names the worker that did not take part (workers
- * that share one host all-reduce through shared memory, shm.c, with the same
- * sums and bits; STRATA_MPI_SHM=0 keeps them on messages); after a
- * failure every pair is closed (the peers then fail at once) and every later
- * operation fails with ST_ERR_PEER. Called by the one thread that owns it
- * (rank = c->self).
+ * store (kvstore.c). Every collective is built from puts between every pair
+ * into buffers the receiver registered once (a staging area per peer) or
+ * before it could be sent (the all-reduce's all-gather, straight into the
+ * result): no ready-to-receive handshake per message, which on one core per
+ * host cost a few context switches each (1.5-6.5 ms an operation however
+ * small). Every reduction ends with the same rank-order sum as the MPI
+ * transport (rank_sum.h), so a job gives the same bytes under mpirun and
+ * under TF_CONFIG. Each wait is bounded by the transport's timeout and names
+ * the worker that did not take part (workers that share one host all-reduce
+ * through shared memory, shm.c, with the same sums and bits;
+ * STRATA_MPI_SHM=0 keeps them on messages); after a failure every pair is
+ * closed (the peers then fail at once) and every later operation fails with
+ * ST_ERR_PEER. Point to point (send / recv / wait) uses Gloo's unbound
+ * buffers. Called by the one thread that owns it (rank = c->self).
  *
- * Sizes (issue 29, D1's Gloo twin): Gloo's unbound-buffer receive aborts the
- * process (an exception in its device thread: std::terminate) when the
- * message is larger than the posted receive, and completes silently, the
- * rest of the buffer unwritten, when it is smaller. So no receive here can
- * be matched by a message of another size: every slot carries the element
- * count (collectives: the operation's count, which every worker must pass
- * alike; a worker that passes another never pairs, and the wait ends at the
- * timeout naming it and this worker's count; through shared memory shm.c
- * compares the counts at once), and a point-to-point message
- * is preceded by a header with its count, checked before its data can land
- * (a mismatch: ST_ERR_INVALID naming the peer and both counts). */
+ * Sizes (issue 29, D1's Gloo twin): Gloo trusts the sender's size (a message
+ * larger than the receiving buffer aborts the process: an exception in its
+ * device thread; a smaller one leaves the rest stale without a word), so no
+ * message lands unchecked. A collective's every staged message is preceded,
+ * in the same half of the staging area, by a header with the operation's
+ * number, kind and count, checked before its data is read: workers that
+ * passed other counts (or called another collective) fail at once with
+ * ST_ERR_INVALID naming the worker and both counts (a worker that sees the
+ * peer close first fails as lost, naming its own count). The direct puts
+ * (kinds 1, 2) go to a peer only after its header of the same operation
+ * was checked, so their sizes agree with the buffers it expected. Through
+ * shared memory shm.c compares the counts. A point-to-point message is
+ * preceded by a header with its count, checked before its data can land (a
+ * mismatch: ST_ERR_INVALID naming the peer and both counts). */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -37,9 +44,12 @@
 #include "distribute/collective/shm.h"
 
 enum { MAX_PENDING = 64 };
-/* Slots (uint64): collectives: count (26 bits) << 36 | op number << 4 |
- * phase; point to point: P2P_SLOT | P2P_HEADER for the header | count (29
- * bits) << 32 | message number (16 bits) << 16 | sender. */
+/* A staged message's header: {operation number << 4 | kind, count}. With at
+ * most SMALL_BYTES of data the two go as one put, copied together (a put
+ * more would cost the reader a wake-up), otherwise as two. */
+enum { HDR_BYTES = 2 * sizeof(uint64_t), SMALL_BYTES = 64 << 10 };
+/* Point-to-point slots (uint64): P2P_SLOT | P2P_HEADER for the header |
+ * count (29 bits) << 32 | message number (16 bits) << 16 | sender. */
 #define P2P_SLOT ((uint64_t)1 << 62)
 #define P2P_HEADER ((uint64_t)1 << 61)
 #define COUNT_BITS(n, bits, shift) (((uint64_t)(n) & (((uint64_t)1 << (bits)) - 1)) << (shift))
@@ -57,11 +67,17 @@ typedef struct gloo_coll {
   const int64_t *step;   /* for messages; may be NULL */
   uint64_t ops;          /* collective operations started */
   int cur_op;            /* the operation under way (op_kind), for messages */
-  size_t cur_n;          /* its element count (in its slots and messages) */
+  size_t cur_n;          /* its element count (in its messages' headers) */
+  uint64_t hdr[2];       /* the header of the current exchange's puts */
+  char *out;             /* [size][HDR_BYTES + SMALL_BYTES]: small puts, header and data */
   bool broken;
+  char first_failure[320]; /* the failure that broke it */
+  bool ready;            /* connected; false again once leaving with an error */
   st__shm *shm;          /* every worker on this machine: all-reduces through it */
   double wait_t0;        /* the start of the current wait on shm */
-  float *tmp;            /* scratch of tmp_n floats */
+  size_t chunk;          /* floats: the most one message of a collective carries */
+  uint64_t *seq;         /* [size] messages so far each way with each peer */
+  float *tmp;            /* scratch of tmp_n floats: the all-reduce's parts */
   size_t tmp_n;
   uint64_t *sent, *recvd; /* [size] point-to-point messages per peer */
   pending p2p[MAX_PENDING];
@@ -72,116 +88,149 @@ typedef enum op_kind { OP_ALL_REDUCE, OP_BROADCAST, OP_ALL_GATHER, OP_REDUCE_SCA
 static const char *const op_names[] = {"all-reduce", "broadcast", "all-gather",
                                        "reduce-scatter", "barrier", "send", "receive"};
 
+/* The transport broken by the failure st_last_error() describes (kept for
+ * the later operations' reports). */
+static st_status broke(gloo_coll *c, st_status s) {
+  if (!c->broken) snprintf(c->first_failure, sizeof c->first_failure, "%s", st_last_error());
+  c->broken = true;
+  return s;
+}
+
 /* After a failure: close the pairs so the peers fail at once. */
 static st_status fail(gloo_coll *c, st_status s, op_kind op, int peer, const char *why) {
-  c->broken = true;
   st__gloo_close_pairs(c->g);
   char at[48] = "";
   if (c->step) snprintf(at, sizeof at, " at step %lld", (long long)*c->step);
-  if (s == ST_ERR_TIMEOUT && op < OP_SEND && !c->shm) /* another count never pairs (shm.c names it) */
-    return st_error(s, "gloo transport: worker %d did not join %s #%llu%s within %.0f s (%s; "
-                    "this worker's count: %zu, a worker that passed another waits too)", peer,
-                    op_names[op], (unsigned long long)c->ops, at, c->timeout, why, c->cur_n);
+  char n[64] = "";
+  if (op < OP_SEND) snprintf(n, sizeof n, "; this worker's count: %zu", c->cur_n);
   if (s == ST_ERR_TIMEOUT)
-    return st_error(s, "gloo transport: worker %d did not join %s #%llu%s within %.0f s (%s)",
-                    peer, op_names[op], (unsigned long long)c->ops, at, c->timeout, why);
-  return st_error(s, "gloo transport: %s #%llu%s with worker %d failed: %s", op_names[op],
-                  (unsigned long long)c->ops, at, peer, why);
+    return broke(c, st_error(s, "gloo transport: worker %d did not join %s #%llu%s within %.0f s "
+                             "(%s%s)", peer, op_names[op], (unsigned long long)c->ops, at,
+                             c->timeout, why, n));
+  return broke(c, st_error(s, "gloo transport: %s #%llu%s with worker %d failed: %s%s%s%s",
+                           op_names[op], (unsigned long long)c->ops, at, peer, why,
+                           *n ? " (" : "", *n ? n + 2 : "", *n ? ")" : ""));
 }
 
 static st_status fail_broken(const gloo_coll *c, op_kind op) {
   return st_error(ST_ERR_PEER, "gloo transport: %s after an earlier failure of this job's "
-                  "collectives (a worker was lost)", op_names[op]);
+                  "collectives (a worker was lost: %s)", op_names[op], c->first_failure);
 }
 
-static st_status reserve_tmp(gloo_coll *c, size_t n) {
-  if (n <= c->tmp_n) return ST_OK;
-  float *t = realloc(c->tmp, n * sizeof *t);
-  if (!t) return st_error(ST_ERR_NOMEM, "gloo transport: %zu floats of scratch", n);
-  c->tmp = t;
-  c->tmp_n = n;
-  return ST_OK;
-}
-
-/* One exchange: the transfers posted on up to two buffers, then waited for
- * (nsend sends on the send buffer, nrecv receives on the receive buffer). */
-typedef struct xfer {
-  st__gloo_buf *sb, *rb;
-  int nsend, nrecv;
-  char err[256];
-} xfer;
-
-static st_status post(gloo_coll *c, xfer *x, bool sending, int peer, uint64_t slot,
-                      size_t off_floats, size_t n, op_kind op) {
-  if (n == 0) return ST_OK;
-  int rc = sending ? st__gloo_send(x->sb, peer, slot, off_floats * 4, n * 4, x->err, sizeof x->err)
-                   : st__gloo_recv(x->rb, peer, slot, off_floats * 4, n * 4, x->err, sizeof x->err);
-  if (rc != 0) return fail(c, ST_ERR_PEER, op, peer, x->err);
-  if (sending) x->nsend++;
-  else x->nrecv++;
-  return ST_OK;
-}
-
-/* Wait for every posted transfer of x; a missing one names its peer. */
-static st_status wait_all(gloo_coll *c, xfer *x, op_kind op, const bool *expect_from) {
-  double deadline = st_now_seconds() + c->timeout;
-  bool got[ST_MAX_WORKERS] = {false};
-  for (int k = 0; k < x->nrecv + x->nsend; k++) {
-    bool recv = k < x->nrecv;
-    int ms = (int)((deadline - st_now_seconds()) * 1000.0), peer = -1;
-    if (ms < 1) ms = 1;
-    int rc = recv ? st__gloo_wait_recv(x->rb, ms, &peer, x->err, sizeof x->err)
-                  : st__gloo_wait_send(x->sb, ms, &peer, x->err, sizeof x->err);
-    if (rc == 0) {
-      if (recv && peer >= 0 && peer < ST_MAX_WORKERS) got[peer] = true;
-      continue;
-    }
-    int missing = peer;
-    for (int j = 0; recv && j < c->base.size; j++)
-      if (expect_from[j] && !got[j]) {
-        missing = j;
-        break;
-      }
-    return fail(c, rc == ST__GLOO_TIMEOUT ? ST_ERR_TIMEOUT : ST_ERR_PEER, op, missing, x->err);
-  }
-  return ST_OK;
-}
-
-static st_status open_bufs(gloo_coll *c, xfer *x, const void *s, size_t sn, void *r, size_t rn,
-                           op_kind op) {
-  memset(x, 0, sizeof *x);
-  if ((s && st__gloo_buf_create(c->g, (void *)s, sn * 4, &x->sb, x->err, sizeof x->err) != 0) ||
-      (r && st__gloo_buf_create(c->g, r, rn * 4, &x->rb, x->err, sizeof x->err) != 0))
-    return fail(c, ST_ERR_INTERNAL, op, c->base.self, x->err);
-  return ST_OK;
-}
-
-static void close_bufs(xfer *x) {
-  st__gloo_buf_destroy(x->sb);
-  st__gloo_buf_destroy(x->rb);
-}
-
-/* Send part j of a split (lo[j], len[j]) ... the exchanges of every
- * operation: to each peer j send send[soff(j) .. +sn(j)) and receive into
- * recv[roff(j) .. +rn(j)). */
+/* The exchanges of every collective: to each peer j send
+ * send[soff[j] .. +sn[j]) and receive rn[j] floats from it, either into
+ * recv[roff[j] ..) or (a reduction, every rn[j] the same m) summed in rank
+ * order with mine[0, m) into recv[0, m). In floats. */
 typedef struct plan {
   size_t soff[ST_MAX_WORKERS], sn[ST_MAX_WORKERS], roff[ST_MAX_WORKERS], rn[ST_MAX_WORKERS];
+  const float *mine; /* a reduction: this worker's part; NULL: copy into recv */
+  st_reduce_op rop;
 } plan;
 
-static st_status exchange(gloo_coll *c, const float *send, size_t send_n, float *recv,
-                          size_t recv_n, const plan *p, uint64_t phase, op_kind op) {
-  xfer x;
-  st_status s = open_bufs(c, &x, send, send_n, recv, recv_n, op);
-  bool expect[ST_MAX_WORKERS] = {false};
-  uint64_t slot = COUNT_BITS(c->cur_n, 26, 36) | COUNT_BITS(c->ops, 32, 4) | phase;
-  for (int j = 0; s == ST_OK && j < c->base.size; j++) {
-    if (j == c->base.self) continue;
-    expect[j] = p->rn[j] > 0;
-    if (send) s = post(c, &x, true, j, slot, p->soff[j], p->sn[j], op);
-    if (s == ST_OK && recv) s = post(c, &x, false, j, slot, p->roff[j], p->rn[j], op);
+/* Bytes of a half of a staging area: a header, then at most chunk floats. */
+static size_t half_bytes(size_t chunk) { return HDR_BYTES + chunk * sizeof(float); }
+
+/* A staged header h from peer j that is not this operation's (its number,
+ * kind or count differ): the workers called the collective alike up to
+ * here but not now; refused before its data is read. */
+static st_status header_mismatch(gloo_coll *c, int j, const uint64_t *h, op_kind op) {
+  st__gloo_close_pairs(c->g);
+  char at[48] = "";
+  if (c->step) snprintf(at, sizeof at, " at step %lld", (long long)*c->step);
+  unsigned kind = (unsigned)(h[0] & 15);
+  return broke(c, st_error(ST_ERR_INVALID, "gloo transport: %s #%llu%s: worker %d sent its %s "
+                           "#%llu with %llu floats, this worker's count: %zu: the workers "
+                           "disagree on what the collective holds (a flag, the model or the "
+                           "data differs between them)", op_names[op],
+                           (unsigned long long)c->ops, at, j,
+                           kind < OP_SEND ? op_names[kind] : "message",
+                           (unsigned long long)(h[0] >> 4), (unsigned long long)h[1], c->cur_n));
+}
+
+static size_t piece(size_t n, size_t i, size_t chunk) {
+  return i * chunk >= n ? 0 : n - i * chunk < chunk ? n - i * chunk : chunk;
+}
+
+/* Steps with peer j: every message at most one chunk, one message each way
+ * a step (possibly empty); none when nothing goes either way. The same count
+ * on both ends of the pair (my sn is its rn). */
+static size_t steps_with(const plan *p, int j, size_t chunk) {
+  size_t a = (p->sn[j] + chunk - 1) / chunk, b = (p->rn[j] + chunk - 1) / chunk;
+  return p->sn[j] || p->rn[j] ? (a > b ? a : b) : 0;
+}
+
+/* Step i's puts, one to every peer still in the exchange, each into the
+ * half of the peer's staging area this pair's step count picks. */
+static st_status put_step(gloo_coll *c, const float *send, const plan *p, const size_t *steps,
+                          size_t i, op_kind op) {
+  char err[256];
+  size_t ch = c->chunk;
+  for (int j = 0; j < c->base.size; j++) {
+    if (j == c->base.self || i >= steps[j]) continue;
+    size_t nb = piece(p->sn[j], i, ch) * sizeof(float);
+    size_t roff = (size_t)(c->seq[j] & 1) * half_bytes(ch);
+    const float *data = nb ? send + p->soff[j] + i * ch : NULL;
+    char *o = c->out + (size_t)j * (HDR_BYTES + SMALL_BYTES);
+    memcpy(o, c->hdr, HDR_BYTES);
+    if (nb && nb <= SMALL_BYTES) memcpy(o + HDR_BYTES, data, nb);
+    int rc = st__gloo_put(c->g, j, 0, o, HDR_BYTES + (nb <= SMALL_BYTES ? nb : 0), roff, err,
+                          sizeof err);
+    if (rc == 0 && nb > SMALL_BYTES)
+      rc = st__gloo_put(c->g, j, 0, data, nb, roff + HDR_BYTES, err, sizeof err);
+    if (rc != 0) return fail(c, ST_ERR_PEER, op, j, err);
   }
-  if (s == ST_OK) s = wait_all(c, &x, op, expect);
-  close_bufs(&x);
+  return ST_OK;
+}
+
+/* Step i's takes from every peer still in the exchange, then their pieces
+ * consumed (copied out or reduced), then the step's puts waited for. */
+static st_status take_step(gloo_coll *c, float *recv, const plan *p, const size_t *steps,
+                           size_t i, op_kind op) {
+  char err[256];
+  int size = c->base.size, me = c->base.self, peer = -1;
+  size_t ch = c->chunk;
+  const float *src[ST_MAX_WORKERS];
+  for (int j = 0; j < size; j++) {
+    if (j == me || i >= steps[j]) continue;
+    const char *half = (const char *)st__gloo_stage(c->g, j) + (c->seq[j]++ & 1) * half_bytes(ch);
+    uint64_t h[2];
+    size_t n = piece(p->rn[j], i, ch);
+    int rc = st__gloo_take(c->g, j, 0, err, sizeof err); /* the header (and small data) */
+    if (rc == 0) memcpy(h, half, sizeof h);
+    if (rc == 0 && (h[0] != c->hdr[0] || h[1] != c->hdr[1])) return header_mismatch(c, j, h, op);
+    if (rc == 0 && n * sizeof(float) > SMALL_BYTES) /* the data, a put of its own */
+      rc = st__gloo_take(c->g, j, 0, err, sizeof err);
+    if (rc != 0) return fail(c, rc == ST__GLOO_TIMEOUT ? ST_ERR_TIMEOUT : ST_ERR_PEER, op, j, err);
+    src[j] = (const float *)(half + HDR_BYTES);
+    if (!p->mine && n) memcpy(recv + p->roff[j] + i * ch, src[j], n * sizeof(float));
+  }
+  size_t m = piece(p->rn[me == 0 ? 1 : 0], i, ch);
+  if (p->mine && m) {
+    src[me] = p->mine + i * ch;
+    st__sum_in_rank_order(recv + i * ch, NULL, src, size, m, p->rop);
+  }
+  int rc = st__gloo_puts_wait(c->g, &peer, err, sizeof err);
+  if (rc != 0) return fail(c, rc == ST__GLOO_TIMEOUT ? ST_ERR_TIMEOUT : ST_ERR_PEER, op, peer, err);
+  return ST_OK;
+}
+
+/* One exchange in lockstep steps: my step i+1 puts go out only after I
+ * consumed the peers' step i, so a peer's step i+2, into the half of its
+ * step i, never overwrites what I have not read (two halves suffice). */
+static st_status exchange(gloo_coll *c, const float *send, float *recv, const plan *p,
+                          op_kind op) {
+  size_t steps[ST_MAX_WORKERS] = {0}, all = 0;
+  c->hdr[0] = c->ops << 4 | (uint64_t)op;
+  c->hdr[1] = c->cur_n;
+  for (int j = 0; j < c->base.size; j++) {
+    if (j != c->base.self) steps[j] = steps_with(p, j, c->chunk);
+    all = steps[j] > all ? steps[j] : all;
+  }
+  st_status s = ST_OK;
+  for (size_t i = 0; s == ST_OK && i < all; i++) {
+    s = put_step(c, send, p, steps, i, op);
+    if (s == ST_OK) s = take_step(c, recv, p, steps, i, op);
+  }
   return s;
 }
 
@@ -210,11 +259,57 @@ static st_status shm_wait(void *ctx, uint64_t missing, int spins) {
   return ST_OK;
 }
 
-static st_status shm_done(gloo_coll *c, st_status s) {
-  if (s != ST_OK) c->broken = true;
-  return s;
+static st_status shm_done(gloo_coll *c, st_status s) { return s != ST_OK ? broke(c, s) : s; }
+
+/* One round of puts of kind 1 or 2 into buffers every peer expected
+ * (st__gloo_expect) before it sent what this answers: src[j][0, sn[j]) to
+ * every peer j, and rn[j] floats taken from it. */
+static st_status direct_round(gloo_coll *c, int kind, const float *const *src, const size_t *sn,
+                              const size_t *rn) {
+  char err[256];
+  int size = c->base.size, me = c->base.self, peer = -1, rc = 0;
+  for (int j = 0; rc == 0 && j < size; j++)
+    if (j != me && sn[j])
+      peer = j, rc = st__gloo_put(c->g, j, kind, src[j], sn[j] * sizeof(float), 0, err, sizeof err);
+  for (int j = 0; rc == 0 && j < size; j++)
+    if (j != me && rn[j]) peer = j, rc = st__gloo_take(c->g, j, kind, err, sizeof err);
+  if (rc == 0) rc = st__gloo_puts_wait(c->g, &peer, err, sizeof err);
+  if (rc != 0)
+    return fail(c, rc == ST__GLOO_TIMEOUT ? ST_ERR_TIMEOUT : ST_ERR_PEER, OP_ALL_REDUCE, peer, err);
+  return ST_OK;
 }
 
+/* What the all-reduce expects from every peer before its first message:
+ * the rest of the peer's part of my sum beyond the first chunk (kind 1,
+ * into tmp[j * rest]) and the peer's sum (kind 2, into buf). A peer sends
+ * either only after it took my first message, which goes out after this. */
+static st_status expect_parts(gloo_coll *c, float *buf, const size_t *lo, const size_t *len,
+                              size_t rest) {
+  char err[256];
+  int size = c->base.size, me = c->base.self, rc = 0, j = 0;
+  for (; rc == 0 && j < size; j++) {
+    if (j == me) continue;
+    if (rest) rc = st__gloo_expect(c->g, j, 1, c->tmp + (size_t)j * rest, rest * sizeof(float),
+                                   err, sizeof err);
+    if (rc == 0 && len[j])
+      rc = st__gloo_expect(c->g, j, 2, buf + lo[j], len[j] * sizeof(float), err, sizeof err);
+  }
+  return rc == 0 ? ST_OK : fail(c, ST_ERR_PEER, OP_ALL_REDUCE, j - 1, err);
+}
+
+static st_status reserve_tmp(gloo_coll *c, size_t n) {
+  if (n <= c->tmp_n) return ST_OK;
+  float *t = realloc(c->tmp, n * sizeof *t);
+  if (!t) return st_error(ST_ERR_NOMEM, "gloo transport: %zu floats of scratch", n);
+  c->tmp = t;
+  c->tmp_n = n;
+  return ST_OK;
+}
+
+/* Reduce-scatter, then all-gather; every worker's part summed in rank order.
+ * The first chunk of each part goes through the staging areas (no buffer
+ * of the peer's needs to exist yet); the rest of it, and the sums, straight
+ * into buffers expected before (one message each, however large). */
 static st_status gloo_all_reduce(st_collective *cc, int rank, float *buf, size_t n,
                                  st_reduce_op op) {
   (void)rank;
@@ -226,28 +321,34 @@ static st_status gloo_all_reduce(st_collective *cc, int rank, float *buf, size_t
   int size = c->base.size, me = c->base.self;
   if (size == 1 || n == 0) return ST_OK;
   if (c->shm) return shm_done(c, st__shm_all_reduce(c->shm, buf, n, op, shm_wait, c));
-  size_t lo[ST_MAX_WORKERS] = {0}, len[ST_MAX_WORKERS] = {0};
+  size_t lo[ST_MAX_WORKERS] = {0}, len[ST_MAX_WORKERS] = {0}, ch = c->chunk;
   chunks(n, size, lo, len);
-  st_status s = reserve_tmp(c, (size_t)size * len[me] + 1);
-  if (s != ST_OK) return s;
-  plan p; /* reduce-scatter: my chunk of every peer into tmp[j] */
+  size_t rest = len[me] > ch ? len[me] - ch : 0;
+  size_t sn[ST_MAX_WORKERS] = {0}, rn[ST_MAX_WORKERS] = {0};
+  st_status s = reserve_tmp(c, (size_t)size * rest);
+  if (s == ST_OK) s = expect_parts(c, buf, lo, len, rest);
+  plan p; /* the first chunks: my part of every peer, summed with mine */
   memset(&p, 0, sizeof p);
   for (int j = 0; j < size; j++) {
-    p.soff[j] = lo[j], p.sn[j] = len[j];
-    p.roff[j] = (size_t)j * len[me], p.rn[j] = len[me];
+    p.soff[j] = lo[j], p.sn[j] = len[j] < ch ? len[j] : ch;
+    p.rn[j] = len[me] - rest;
   }
-  if ((s = exchange(c, buf, n, c->tmp, (size_t)size * len[me] + 1, &p, 0, OP_ALL_REDUCE)) != ST_OK)
-    return s;
+  p.mine = buf + lo[me], p.rop = op;
+  if (s == ST_OK) s = exchange(c, buf, buf + lo[me], &p, OP_ALL_REDUCE);
   const float *src[ST_MAX_WORKERS];
-  for (int j = 0; j < size; j++) src[j] = j == me ? buf + lo[me] : c->tmp + (size_t)j * len[me];
-  st__sum_in_rank_order(buf + lo[me], NULL, src, size, len[me], op);
-  for (int j = 0; j < size; j++) { /* all-gather: my sum to every peer, theirs back */
-    p.soff[j] = lo[me], p.sn[j] = len[me];
-    p.roff[j] = lo[j], p.rn[j] = len[j];
+  for (int j = 0; j < size; j++) {
+    src[j] = buf + lo[j] + ch, sn[j] = len[j] > ch ? len[j] - ch : 0, rn[j] = rest;
   }
-  return exchange(c, buf, n, buf, n, &p, 1, OP_ALL_REDUCE);
+  if (s == ST_OK && (s = direct_round(c, 1, src, sn, rn)) == ST_OK && rest) {
+    for (int j = 0; j < size; j++) src[j] = j == me ? buf + lo[me] + ch : c->tmp + (size_t)j * rest;
+    st__sum_in_rank_order(buf + lo[me] + ch, NULL, src, size, rest, op);
+  }
+  for (int j = 0; j < size; j++) src[j] = buf + lo[me], sn[j] = len[me], rn[j] = len[j];
+  return s == ST_OK ? direct_round(c, 2, src, sn, rn) : s;
 }
 
+/* Every worker sends the root an empty message a step: the root never gets
+ * ahead of a worker's staging area. */
 static st_status gloo_broadcast(st_collective *cc, int rank, float *buf, size_t n, int root) {
   (void)rank;
   gloo_coll *c = (gloo_coll *)cc;
@@ -260,12 +361,11 @@ static st_status gloo_broadcast(st_collective *cc, int rank, float *buf, size_t 
   if (c->shm) return shm_done(c, st__shm_broadcast(c->shm, buf, n, root, shm_wait, c));
   plan p;
   memset(&p, 0, sizeof p);
-  if (me == root) {
-    for (int j = 0; j < size; j++) p.sn[j] = n;
-    return exchange(c, buf, n, NULL, 0, &p, 0, OP_BROADCAST);
+  for (int j = 0; j < size; j++) {
+    if (me == root) p.sn[j] = n;
+    else if (j == root) p.rn[j] = n;
   }
-  for (int j = 0; j < size; j++) p.rn[j] = j == root ? n : 0;
-  return exchange(c, NULL, 0, buf, n, &p, 0, OP_BROADCAST);
+  return exchange(c, buf, buf, &p, OP_BROADCAST);
 }
 
 static st_status gloo_all_gather(st_collective *cc, int rank, const float *send, size_t n,
@@ -282,11 +382,12 @@ static st_status gloo_all_gather(st_collective *cc, int rank, const float *send,
   if (n) memmove(recv + (size_t)me * n, send, n * sizeof *send);
   if (size == 1 || n == 0) return ST_OK;
   plan p;
+  memset(&p, 0, sizeof p);
   for (int j = 0; j < size; j++) {
     p.soff[j] = 0, p.sn[j] = n;
     p.roff[j] = (size_t)j * n, p.rn[j] = n;
   }
-  return exchange(c, recv + (size_t)me * n, n, recv, (size_t)size * n, &p, 0, OP_ALL_GATHER);
+  return exchange(c, recv + (size_t)me * n, recv, &p, OP_ALL_GATHER);
 }
 
 static st_status gloo_reduce_scatter(st_collective *cc, int rank, const float *send, float *recv,
@@ -298,21 +399,19 @@ static st_status gloo_reduce_scatter(st_collective *cc, int rank, const float *s
   c->cur_op = OP_REDUCE_SCATTER;
   c->cur_n = n;
   int size = c->base.size, me = c->base.self;
-  const float *src[ST_MAX_WORKERS];
-  st_status s = reserve_tmp(c, (size_t)size * n + 1);
-  if (s != ST_OK) return s;
-  if (size > 1 && n) {
-    plan p;
-    for (int j = 0; j < size; j++) {
-      p.soff[j] = (size_t)j * n, p.sn[j] = n;
-      p.roff[j] = (size_t)j * n, p.rn[j] = n;
-    }
-    s = exchange(c, send, (size_t)size * n, c->tmp, (size_t)size * n + 1, &p, 0, OP_REDUCE_SCATTER);
-    if (s != ST_OK) return s;
+  const float *src[1] = {send};
+  if (size == 1 || n == 0) {
+    if (n) st__sum_in_rank_order(recv, NULL, src, 1, n, op);
+    return ST_OK;
   }
-  for (int j = 0; j < size; j++) src[j] = j == me ? send + (size_t)me * n : c->tmp + (size_t)j * n;
-  st__sum_in_rank_order(recv, NULL, src, size, n, op);
-  return ST_OK;
+  plan p; /* part j of my send to worker j; theirs summed with mine */
+  memset(&p, 0, sizeof p);
+  for (int j = 0; j < size; j++) {
+    p.soff[j] = (size_t)j * n, p.sn[j] = n;
+    p.rn[j] = n;
+  }
+  p.mine = send + (size_t)me * n, p.rop = op;
+  return exchange(c, send, recv, &p, OP_REDUCE_SCATTER);
 }
 
 static st_status gloo_barrier(st_collective *cc, int rank) {
@@ -325,12 +424,11 @@ static st_status gloo_barrier(st_collective *cc, int rank) {
   int size = c->base.size;
   if (size == 1) return ST_OK;
   if (c->shm) return shm_done(c, st__shm_all_gather(c->shm, NULL, 0, NULL, shm_wait, c));
-  float one = 0.0f;
-  st_status s = reserve_tmp(c, (size_t)size);
-  if (s != ST_OK) return s;
+  float one = 0.0f, got[ST_MAX_WORKERS];
   plan p;
-  for (int j = 0; j < size; j++) p.soff[j] = 0, p.sn[j] = 1, p.roff[j] = (size_t)j, p.rn[j] = 1;
-  return exchange(c, &one, 1, c->tmp, (size_t)size, &p, 0, OP_BARRIER);
+  memset(&p, 0, sizeof p);
+  for (int j = 0; j < size; j++) p.sn[j] = 1, p.roff[j] = (size_t)j, p.rn[j] = 1;
+  return exchange(c, &one, got, &p, OP_BARRIER);
 }
 
 /* ---- point to point ---- */
@@ -400,15 +498,14 @@ static st_status gloo_wait(st_collective *cc, int handle) {
  * receive expects n: a mismatch is refused before its data can land (its
  * receive, posted under the slot of n, cannot pair with the other count). */
 static st_status size_mismatch(gloo_coll *c, int peer, uint64_t seq, uint64_t got, size_t n) {
-  c->broken = true;
   st__gloo_close_pairs(c->g);
   char at[48] = "";
   if (c->step) snprintf(at, sizeof at, " at step %lld", (long long)*c->step);
-  return st_error(ST_ERR_INVALID, "gloo transport: receive #%llu from worker %d%s: it sent %llu "
-                  "floats (%llu bytes), this worker expects %zu (%zu bytes): the workers disagree "
-                  "on what shapes the message (a flag or the data differs between them)",
-                  (unsigned long long)seq + 1, peer, at, (unsigned long long)got,
-                  (unsigned long long)got * 4, n, n * 4);
+  return broke(c, st_error(ST_ERR_INVALID, "gloo transport: receive #%llu from worker %d%s: it "
+                           "sent %llu floats (%llu bytes), this worker expects %zu (%zu bytes): "
+                           "the workers disagree on what shapes the message (a flag or the data "
+                           "differs between them)", (unsigned long long)seq + 1, peer, at,
+                           (unsigned long long)got, (unsigned long long)got * 4, n, n * 4));
 }
 
 static st_status gloo_recv(st_collective *cc, float *buf, size_t n, int peer) {
@@ -432,12 +529,18 @@ static st_status gloo_recv(st_collective *cc, float *buf, size_t n, int peer) {
   return s;
 }
 
+/* A transport that worked and is left without an error says farewell to
+ * its peers first (gloo_shim.h); otherwise its pairs close at once, which
+ * fails the peers still waiting on it at once. */
 static void gloo_destroy(st_collective *cc) {
   gloo_coll *c = (gloo_coll *)cc;
-  if (c->broken) st__gloo_close_pairs(c->g);
+  if (c->broken || !c->ready) st__gloo_close_pairs(c->g);
+  else if (c->g) st__gloo_farewell(c->g, c->timeout);
   for (int h = 0; h < MAX_PENDING; h++) free_pending(&c->p2p[h]);
   st__shm_close(c->shm);
   st__gloo_destroy(c->g);
+  free(c->seq);
+  free(c->out);
   free(c->tmp);
   free(c->sent);
   free(c->recvd);
@@ -556,6 +659,14 @@ static void open_shm(gloo_coll *c) {
   c->shm = st__shm_open(&setup, c->base.self, c->base.size, same);
 }
 
+/* A message into a staging area: at most 512 KiB (the all-reduce's first
+ * chunk per peer; the other collectives' steps, each a wake-up of the
+ * reader), less with many peers (the staging areas hold two each). */
+static size_t chunk_floats(int size) {
+  size_t bytes = size <= 9 ? (size_t)512 << 10 : ((size_t)4 << 20) / (size_t)(size - 1);
+  return (bytes < (64 << 10) ? 64 << 10 : bytes) / sizeof(float);
+}
+
 /* Connect a new mesh (key prefix "t<n>/"), then a barrier: every worker has
  * connected it before any uses it. */
 static st_status connect_job(gloo_coll *c, uint64_t seq) {
@@ -564,8 +675,8 @@ static st_status connect_job(gloo_coll *c, uint64_t seq) {
   st__kv_split_address(g_world.addr[rank], host, sizeof host, port, sizeof port);
   snprintf(prefix, sizeof prefix, "t%llu/", (unsigned long long)seq);
   st__gloo_store store = {(void *)g_world.addr[0], st__kv_set, st__kv_get};
-  int rc = st__gloo_connect(rank, c->base.size, host, &store, prefix, c->timeout, &c->g, err,
-                            sizeof err);
+  int rc = st__gloo_connect(rank, c->base.size, host, &store, prefix, c->timeout,
+                            2 * half_bytes(c->chunk), &c->g, err, sizeof err);
   const char *key = strstr(err, prefix); /* Gloo's key of worker N is "N" */
   int missing = key && key[strlen(prefix)] >= '0' && key[strlen(prefix)] <= '9'
                     ? atoi(key + strlen(prefix)) : -1;
@@ -597,19 +708,27 @@ st_status st__collective_gloo_create(double timeout_s, const int64_t *step, st_c
   int size = g_world.size;
   gloo_coll *c = calloc(1, sizeof *c);
   if (!c || !(c->sent = calloc((size_t)size, sizeof *c->sent)) ||
-      !(c->recvd = calloc((size_t)size, sizeof *c->recvd))) {
-    if (c) free(c->sent);
+      !(c->recvd = calloc((size_t)size, sizeof *c->recvd)) ||
+      !(c->seq = calloc((size_t)size, sizeof *c->seq)) ||
+      !(c->out = malloc((size_t)size * (HDR_BYTES + SMALL_BYTES)))) {
+    if (c) free(c->sent), free(c->recvd), free(c->seq);
     free(c);
     return st_error(ST_ERR_NOMEM, "gloo transport: out of memory");
   }
   c->base = (st_collective){.vt = &gloo_vtable, .size = size, .self = g_world.rank};
   c->timeout = timeout_s > 0 ? timeout_s : ST_DEFAULT_COLLECTIVE_TIMEOUT;
   c->step = step;
+  c->chunk = chunk_floats(size);
   st_status s = size > 1 ? connect_job(c, seq) : ST_OK;
   if (s != ST_OK) {
     gloo_destroy(&c->base);
     return s;
   }
+  c->ready = true;
   *out = &c->base;
   return ST_OK;
+}
+
+void st__collective_gloo_leave(st_collective *cc, const char *why) {
+  if (cc && why && *why) ((gloo_coll *)cc)->ready = false;
 }

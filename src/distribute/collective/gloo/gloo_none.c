@@ -19,3 +19,5 @@ st_status st__collective_gloo_create(double timeout_s, const int64_t *step, st_c
   *out = NULL;
   return not_built();
 }
+
+void st__collective_gloo_leave(st_collective *c, const char *why) { (void)c, (void)why; }

@@ -14,11 +14,21 @@
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
+#include <gloo/transport/buffer.h>
+#include <gloo/transport/pair.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 
+// Members in this order: the buffers (registered with the pairs) go before
+// the context that owns the pairs.
 struct st__gloo {
   std::shared_ptr<gloo::rendezvous::Context> ctx;
+  int rank = 0;
+  std::vector<char> stage;  // [size][stage_bytes]: what each peer put here
+  size_t stage_bytes = 0;
+  std::vector<std::unique_ptr<gloo::transport::Buffer>> in;  // [size] over stage
+  std::vector<std::unique_ptr<gloo::transport::Buffer>> direct[2];  // [kind-1][size] expected
+  std::vector<std::pair<int, std::unique_ptr<gloo::transport::Buffer>>> out;  // posted puts
 };
 
 struct st__gloo_buf {
@@ -72,12 +82,43 @@ class Store : public gloo::rendezvous::Store {
   double timeout_s_;
 };
 
+// The bound-buffer slot of `owner`'s staging area (kind 0) or expected
+// buffer (kinds 1, 2) for messages from `from`: the two ends of a pair use
+// different slots, since a send buffer leaving a pair unregisters whatever
+// buffer of its slot that side has.
+int slot_of(int kind, int owner, int from) { return 1 + 2 * kind + (owner < from ? 0 : 1); }
+
+// Register the staging areas, then meet every peer once (unbound buffers:
+// they wait for the receiver), so no put reaches an unregistered area.
+void open_stage(st__gloo &g, size_t bytes, std::chrono::milliseconds timeout) {
+  int size = g.ctx->size;
+  g.stage_bytes = bytes;
+  g.stage.assign(static_cast<size_t>(size) * bytes, 0);
+  g.in.resize(static_cast<size_t>(size));
+  g.direct[0].resize(static_cast<size_t>(size));
+  g.direct[1].resize(static_cast<size_t>(size));
+  for (int j = 0; j < size; j++)
+    if (j != g.rank)
+      g.in[j] = g.ctx->getPair(j)->createRecvBuffer(slot_of(0, g.rank, j),
+                                                    &g.stage[static_cast<size_t>(j) * bytes], bytes);
+  char one = 1;
+  std::vector<char> got(static_cast<size_t>(size));
+  auto sb = g.ctx->createUnboundBuffer(&one, 1);
+  auto rb = g.ctx->createUnboundBuffer(got.data(), got.size());
+  const uint64_t slot = uint64_t(1) << 61;
+  for (int j = 0; j < size; j++)
+    if (j != g.rank) rb->recv(j, slot, static_cast<size_t>(j), 1), sb->send(j, slot, 0, 1);
+  for (int j = 0; j < size; j++)
+    if (j != g.rank) rb->waitRecv(nullptr, timeout), sb->waitSend(nullptr, timeout);
+}
+
 }  // namespace
 
 extern "C" int st__gloo_connect(int rank, int size, const char *host, const st__gloo_store *store,
-                                const char *prefix, double timeout_s, st__gloo **out, char *err,
-                                size_t errlen) {
+                                const char *prefix, double timeout_s, size_t stage_bytes,
+                                st__gloo **out, char *err, size_t errlen) {
   *out = nullptr;
+  st__gloo *g = nullptr;
   try {
     gloo::transport::tcp::attr attr(host);
     auto dev = gloo::transport::tcp::CreateDevice(attr);
@@ -86,9 +127,15 @@ extern "C" int st__gloo_connect(int rank, int size, const char *host, const st__
     ctx->setTimeout(ms);
     Store s(*store, prefix, timeout_s);
     ctx->connectFullMesh(s, dev);
-    *out = new st__gloo{ctx};
+    g = new st__gloo;
+    g->ctx = ctx;
+    g->rank = rank;
+    if (stage_bytes) open_stage(*g, stage_bytes, ms);
+    *out = g;
     return 0;
   } catch (const std::exception &e) {
+    st__gloo_close_pairs(g);
+    st__gloo_destroy(g);
     return failed(e, err, errlen);
   }
 }
@@ -98,6 +145,91 @@ extern "C" void st__gloo_close_pairs(st__gloo *g) {
   try {
     g->ctx->closeConnections();
   } catch (...) {
+  }
+  g->out.clear();  // the pairs are closed: nothing reads or writes them any more
+  for (auto &kind : g->direct)
+    for (auto &d : kind) d.reset();
+}
+
+extern "C" void st__gloo_farewell(st__gloo *g, double timeout_s) {
+  // a buffer each way per peer: a failed pair fails only its own buffers
+  int size = g->ctx->size;
+  std::vector<char> got(static_cast<size_t>(size)), one(static_cast<size_t>(size));
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> rb(got.size()), sb(got.size());
+  const uint64_t slot = (uint64_t(1) << 61) + 1;
+  auto ms = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0));
+  for (int j = 0; j < size; j++) {
+    if (j == g->rank) continue;
+    try {
+      rb[j] = g->ctx->createUnboundBuffer(&got[j], 1);
+      sb[j] = g->ctx->createUnboundBuffer(&one[j], 1);
+      rb[j]->recv(j, slot, 0, 1);
+      sb[j]->send(j, slot, 0, 1);
+    } catch (...) {  // this peer is gone: nothing to wait for
+      rb[j].reset(), sb[j].reset();
+    }
+  }
+  for (int j = 0; j < size; j++) {
+    try {
+      if (rb[j]) rb[j]->waitRecv(nullptr, ms), sb[j]->waitSend(nullptr, ms);
+    } catch (...) {  // gone or late: the soft close that follows is all
+    }
+  }
+}
+
+extern "C" const void *st__gloo_stage(st__gloo *g, int peer) {
+  return &g->stage[static_cast<size_t>(peer) * g->stage_bytes];
+}
+
+extern "C" int st__gloo_expect(st__gloo *g, int peer, int kind, void *dst, size_t n, char *err,
+                               size_t errlen) {
+  try {
+    auto &d = g->direct[kind - 1][static_cast<size_t>(peer)];
+    d.reset();
+    d = g->ctx->getPair(peer)->createRecvBuffer(slot_of(kind, g->rank, peer), dst, n);
+    return 0;
+  } catch (const std::exception &e) {
+    return failed(e, err, errlen);
+  }
+}
+
+extern "C" int st__gloo_put(st__gloo *g, int peer, int kind, const void *src, size_t n,
+                            size_t roff, char *err, size_t errlen) {
+  try {
+    auto b = g->ctx->getPair(peer)->createSendBuffer(slot_of(kind, peer, g->rank),
+                                                     const_cast<void *>(src), n);
+    b->send(0, n, roff);
+    g->out.emplace_back(peer, std::move(b));
+    return 0;
+  } catch (const std::exception &e) {
+    return failed(e, err, errlen);
+  }
+}
+
+extern "C" int st__gloo_puts_wait(st__gloo *g, int *peer, char *err, size_t errlen) {
+  int rc = 0;
+  for (auto &p : g->out) {
+    try {
+      p.second->waitSend();
+    } catch (const std::exception &e) {
+      *peer = p.first;
+      rc = failed(e, err, errlen);
+      break;
+    }
+  }
+  if (rc != 0) st__gloo_close_pairs(g);  // a put may still be under way
+  g->out.clear();
+  return rc;
+}
+
+extern "C" int st__gloo_take(st__gloo *g, int peer, int kind, char *err, size_t errlen) {
+  try {
+    size_t j = static_cast<size_t>(peer);
+    if (!kind) g->in[j]->waitRecv();
+    if (kind) g->direct[kind - 1][j]->waitRecv(), g->direct[kind - 1][j].reset();
+    return 0;
+  } catch (const std::exception &e) {
+    return failed(e, err, errlen);
   }
 }
 

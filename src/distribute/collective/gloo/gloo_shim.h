@@ -1,8 +1,10 @@
 /* Internal: the C face of Gloo (C++) for the Gloo transport (gloo.c). Gloo
  * connects a full mesh of TCP pairs between the processes of a job once
  * every process has published its address in a key-value store (kvstore.c);
- * this shim gives C the connect, and posted sends and receives on buffers
- * with waits that time out. Every C++ exception is caught here: each call
+ * this shim gives C the connect, the collectives' channel (puts into a
+ * peer's staging area, below) and, for point to point, posted sends and
+ * receives on unbound buffers with waits that time out. Every C++ exception
+ * is caught here: each call
  * returns 0 on success, ST__GLOO_TIMEOUT when its wait ran out, or -1 with
  * the reason in err (errlen bytes, NUL-terminated). The thread that owns a
  * st__gloo makes all its calls. */
@@ -34,11 +36,51 @@ typedef struct st__gloo_buf st__gloo_buf;
 /* Connect process `rank` of `size` (its TCP device bound on host, any port)
  * to every other through store, within timeout_s; every key this connect
  * sets or gets starts with prefix (one prefix a connect, the same on every
- * process: several meshes rendezvous through one store). */
+ * process: several meshes rendezvous through one store). With stage_bytes >
+ * 0 (the same on every process) each process then registers a staging area
+ * of stage_bytes per peer and meets the others once, so that no put below
+ * ever finds its target unregistered. */
 int st__gloo_connect(int rank, int size, const char *host, const st__gloo_store *store,
-                     const char *prefix, double timeout_s, st__gloo **out, char *err,
-                     size_t errlen);
-/* Close every pair (peers waiting on this process then fail at once). */
+                     const char *prefix, double timeout_s, size_t stage_bytes, st__gloo **out,
+                     char *err, size_t errlen);
+
+/* The collectives' channel: Gloo's bound buffers (its own algorithms'
+ * kind). A put writes straight into a buffer the peer registered, with no
+ * handshake, from the calling thread where the socket takes it (Gloo's loop
+ * thread finishes the rest); the peer's loop thread reads it there and the
+ * peer's take returns. Three kinds of target: the peer's staging area (kind
+ * 0), registered at connect, and (kinds 1, 2) the buffer of that kind the
+ * peer last expected from this process. The caller keeps the flow control: a put
+ * never overwrites staging bytes the peer has not consumed (gloo.c: lockstep
+ * steps, two halves), and a put of kind 1 or 2 goes out only after the peer's
+ * expect (it answers something the peer sent after it). Waits are bounded
+ * by the connect's timeout. */
+/* Staging area for messages from peer (stage_bytes; read after a take). */
+const void *st__gloo_stage(st__gloo *g, int peer);
+/* The next put of kind (1 or 2) from peer lands in dst[0, n) (until its
+ * take). */
+int st__gloo_expect(st__gloo *g, int peer, int kind, void *dst, size_t n, char *err,
+                    size_t errlen);
+/* Post a put of src[0, n) bytes to peer: into its staging area at byte roff
+ * (kind 0) or at byte roff of the buffer of that kind it expects (1, 2);
+ * src must stay unchanged until st__gloo_puts_wait. */
+int st__gloo_put(st__gloo *g, int peer, int kind, const void *src, size_t n, size_t roff,
+                 char *err, size_t errlen);
+/* Wait until every posted put has left this process; on failure *peer =
+ * the peer of the one that failed. */
+int st__gloo_puts_wait(st__gloo *g, int *peer, char *err, size_t errlen);
+/* Wait for the next put from peer to land in its staging area (kind 0) or
+ * in the buffer of that kind expected from it (which it then forgets). */
+int st__gloo_take(st__gloo *g, int peer, int kind, char *err, size_t errlen);
+
+/* The end of a job's use of the mesh, every process in turn: a message to
+ * every peer and, up to timeout_s, one from each (errors ignored), so that
+ * no process closes while a peer still waits for what it sent last (Gloo
+ * reports a wait as failed when the peer's close follows its message too
+ * closely). */
+void st__gloo_farewell(st__gloo *g, double timeout_s);
+/* Close every pair (peers waiting on this process then fail at once) and
+ * drop the posted puts. */
 void st__gloo_close_pairs(st__gloo *g);
 void st__gloo_destroy(st__gloo *g); /* accepts NULL */
 
