@@ -277,6 +277,11 @@ st_status st_model_compile(st_model *m, const st_compile_options *o) {
   set_output_losses(&m->net, o);
   m->net.nmetrics = o->nmetrics;
   memcpy(m->net.metrics, o->metrics, sizeof m->net.metrics);
+  /* the refusals first: nothing allocated yet, so a compile after one
+   * starts afresh (the default strategy made below refuses nothing) */
+  if (m->strategy && m->strategy->net)
+    return st_error(ST_ERR_INVALID, "compile: the strategy is already bound to another model");
+  if (m->strategy && (s = check_strategy_fits(m)) != ST_OK) return s;
   if ((s = pick_backend(&m->net, m->strategy)) != ST_OK) return s;
   if (m->net.n_outputs > 1 && m->net.be->to_device)
     return st_error(ST_ERR_INVALID, "st_model_compile: a model of several outputs runs on the "
@@ -315,9 +320,6 @@ st_status st_model_compile(st_model *m, const st_compile_options *o) {
     if ((s = st_strategy_create(&so, &m->strategy)) != ST_OK) return s;
     m->owns_strategy = true;
   }
-  if (m->strategy->net)
-    return st_error(ST_ERR_INVALID, "compile: the strategy is already bound to another model");
-  if ((s = check_strategy_fits(m)) != ST_OK) return s;
   int threads = m->strategy->opts.threads;
   st_blas_init(threads);
   if ((s = m->strategy->vt->attach(m->strategy, &m->net)) != ST_OK) return s;

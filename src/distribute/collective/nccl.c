@@ -87,10 +87,16 @@ static int enter(nccl_coll *t, int rank, const char *what, st_status *s) {
   return i;
 }
 
-/* Back to IDLE; when an abort came meanwhile, this thread aborts its rank. */
+/* Back to IDLE; when an abort came meanwhile, this thread aborts its rank.
+ * An operation that failed because the abort ended a peer's communicator
+ * (NCCL's remote error) before the abort's scan reached this rank is a peer
+ * that left too (the scan ends this rank's communicator once it is IDLE). */
 static st_status leave(nccl_coll *t, int i, const char *what, st_status s) {
   int expect = BUSY;
-  if (atomic_compare_exchange_strong(&t->state[i], &expect, IDLE)) return s;
+  if (atomic_compare_exchange_strong(&t->state[i], &expect, IDLE))
+    return s != ST_OK && atomic_load(&t->aborted)
+               ? peer_left(what, t->nlocal == t->base.size ? i : t->base.self)
+               : s;
   return self_abort(t, i, what);
 }
 
