@@ -3,14 +3,13 @@
  *
  * Micro-batch k's gradient of the table is h_k (the head's, written over
  * tsum, or tgrad for k = 0) plus e_k (the lookup's: zero but on the rows of
- * the micro-batch's ids). One device's thread computes h + e over the whole
- * table, e from a zeroed table with the dy rows added in position order. The
- * fold does the same without a second table: every element of the target
- * gets + 0.0f (what the zero rows of e add: -0 becomes +0, nothing else
- * changes), then the lookup's own backward runs on a compact table of the
- * distinct ids (an Embedding of input_dim u, the ids renumbered in order of
- * first use: each row sums the same dy rows in the same order) and each
- * compact row is added to its row of the target. Then tgrad += tsum (k > 0).
+ * the micro-batch's ids). One device's thread adds e to h in place on the
+ * rows its ids read (the Embedding's dw_accumulate: each row's dy rows summed
+ * from 0 in position order, then added). The fold does the same: the
+ * lookup's own backward runs on a compact table of the distinct ids (an
+ * Embedding of input_dim u, the ids renumbered in order of first use: each
+ * row sums the same dy rows in the same order) and each compact row is added
+ * to its row of the target. Then tgrad += tsum (k > 0).
  * The stage's thread. */
 #include <stdlib.h>
 #include <string.h>
