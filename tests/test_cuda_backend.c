@@ -107,7 +107,9 @@ static void test_blas1(void) {
 /* ---- bias and activations ------------------------------------------------- */
 
 static void test_bias(void) {
-  static const int shapes[][2] = {{0, 3}, {1, 1}, {37, 19}, {256, 10}};
+  /* the last two: column sums over three and two levels of chunks (the
+   * cnn's first convolution at batch 128: 100,352 rows of 32) */
+  static const int shapes[][2] = {{0, 3}, {1, 1}, {37, 19}, {256, 10}, {100352, 32}, {4097, 3}};
   for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
     int rows = shapes[s][0], cols = shapes[s][1];
     size_t n = (size_t)rows * cols;
@@ -268,6 +270,8 @@ static void test_batchnorm(void) {
   bn_case(1, 1);
   bn_case(50, 7);
   bn_case(300, 16);
+  bn_case(4097, 5);   /* the sums over levels of chunks (kernels.cu: st__cuda_colsum) */
+  bn_case(65600, 3);
 }
 
 static void test_dropout(void) {

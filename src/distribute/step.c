@@ -46,13 +46,17 @@ st_batch st__batch_slice(const st_net *m, const st_batch *b, int parts, int i, i
 void st__replica_step(const st_net *m, st_replica *r, const st_batch *slice, int64_t global,
                       bool must_run, st_grads_ready_fn ready, void *ready_ctx,
                       st_step_stats *out) {
+  const float *kept = NULL; /* a device's outputs, read after backward */
   if (slice->size || must_run) {
     const float *pred = st__replica_forward(m, r, slice->x, slice->size, true, m->step);
-    if (m->nmetrics && slice->y && slice->size)
+    if (m->nmetrics && slice->y && slice->size &&
+        !(kept = st__replica_keep_output(m, r, pred, slice->size)))
       st__step_metrics(m, st__replica_output_host(m, r, pred, slice->size), slice->y, slice->size, out);
   }
   out->loss_sum += st__replica_loss_backward(m, r, slice->x, slice->y, slice->size, global,
                                              m->step, ready, ready_ctx);
+  if (kept)
+    st__step_metrics(m, st__replica_output_host(m, r, kept, slice->size), slice->y, slice->size, out);
   out->examples += slice->size;
 }
 

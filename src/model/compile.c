@@ -146,6 +146,7 @@ static st_status pick_backend(st_net *m, const st_strategy *strategy) {
   if (gpus) memcpy(m->replica_device, strategy->gpu_of, sizeof m->replica_device);
   st_status s = st_backend_get(gpus ? "cuda" : name && *name ? name : "cpu", &m->be);
   if (s != ST_OK) return s;
+  for (int i = 0; i < m->nlayers; i++) m->layers[i]->device_memory = !st__be_is_host(m->be);
   for (int i = 0; m->be->to_device && i < m->nlayers; i++) /* layer.h: host_loops */
     if (m->layers[i]->vt->host_loops || m->layers[i]->uses_collectives)
       return st_error(ST_ERR_INVALID, "compile: layer '%s' (%s%s) runs on host memory only: "

@@ -151,6 +151,9 @@ struct st_layer {
    * layer before gets act_grad_folded (its backward takes dy as dz). Set by
    * st_model_add. */
   bool folds_input_relu, input_relu_folded, act_grad_folded;
+  bool device_memory;           /* its model runs on a device backend (set by
+                                   compile): a layer may then prefer fewer,
+                                   larger launches to cache-sized blocks */
   bool uses_collectives;        /* forward/backward call all_reduce_sum (sync
                                    BatchNorm): every replica must run them, even
                                    on an empty slice */

@@ -131,7 +131,7 @@ void st__net_apply_example_weights(const st_net *m, st_replica *r, const float *
   for (int i = 0; i < n; i++) {
     float cw = m->sample_weights ? m->sample_weights[first + (size_t)i]
                                  : m->class_weight[st__net_example_class(m, y + (size_t)i * w)];
-    loss[i] *= cw;
+    if (loss) loss[i] *= cw;
     if (dpred) r->be->scale(r->ctx, (size_t)cols, cw, dpred + (size_t)i * (size_t)cols);
   }
 }

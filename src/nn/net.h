@@ -132,6 +132,9 @@ typedef struct st_replica {
    * copied in, and host copies of the output and the per-example losses
    * (the host reads those). NULL on host backends. */
   float *xdev, *ydev;         /* [max_batch * input], [max_batch * label width] */
+  float *outkeep;             /* [max_batch * output]: a training step's outputs
+                                 kept on the device for the metrics, read
+                                 after backward (st__replica_keep_output) */
   float *hout, *hloss;        /* host: [max_batch * output], [max_batch] */
   float *hsplit;              /* host: several inputs, one input's rows */
   /* Several outputs: outcat [max_batch, sum of outputs] (their
@@ -256,9 +259,15 @@ const float *st__replica_forward(const st_net *m, st_replica *r,
 /* out [n, outputs] (what st__replica_forward returned) in host memory:
  * out itself on host backends, a copy on device backends. */
 const float *st__replica_output_host(const st_net *m, st_replica *r, const float *out, int n);
-/* Loss on the last forward output against y, scaled by 1/global_batch, then
+/* On a device backend with a copy slot: out [n, outputs] copied (in the
+ * context's order, no wait) into r->outkeep, returned, for the metrics to
+ * read after backward (training reuses out's buffer during backward), so a
+ * step waits for the device once, at its end. NULL elsewhere: read out now. */
+const float *st__replica_keep_output(const st_net *m, st_replica *r, const float *out, int n);/* Loss on the last forward output against y, scaled by 1/global_batch, then
  * backward through every layer, writing r->grads. Returns the sum of the
- * per-example losses (unscaled). With n == 0 the gradients are zero. */
+ * per-example losses (unscaled), read after backward is under way (a device
+ * backend then runs backward while the host waits for the losses). With
+ * n == 0 the gradients are zero. */
 double st__replica_loss_backward(const st_net *m, st_replica *r,
                                  const float *x, const float *y, int n,
                                  int64_t global_batch, int64_t step,
@@ -308,7 +317,7 @@ int64_t st__net_example_class(const st_net *m, const float *y);
 /* With class weights set: every example's class in [0, n_class_weight)
  * (ST_ERR_INVALID naming the example, first + i, otherwise). OK without. */
 st_status st__net_check_classes(const st_net *m, const float *y, int n, int64_t first);
-/* Multiply loss[i] and the row dpred[i] (cols floats; may be NULL) by the
+/* Multiply loss[i] and the row dpred[i] (cols floats; either may be NULL) by the
  * class weight of example i's label, or its sample weight (y points into
  * m->sample_labels); a no-op without either. */
 void st__net_apply_example_weights(const st_net *m, st_replica *r, const float *y, int n,

@@ -23,10 +23,11 @@ static void free_buffers(st_replica *r) {
   be->free(r->ctx, r->loss_rows);
   be->free(r->ctx, r->xdev);
   be->free(r->ctx, r->ydev);
+  be->free(r->ctx, r->outkeep);
   free(r->hout);
   free(r->hloss);
   free(r->hsplit);
-  r->workspace = r->gscratch = r->loss_rows = r->xdev = r->ydev = NULL;
+  r->workspace = r->gscratch = r->loss_rows = r->xdev = r->ydev = r->outkeep = NULL;
   r->hout = r->hloss = r->hsplit = NULL;
   st__replica_outputs_free(r);
   if (r->acts) memset(r->acts, 0, (size_t)r->nnodes * sizeof *r->acts);
@@ -52,7 +53,8 @@ static st_status alloc_staging(const st_net *m, st_replica *r, int n) {
   for (int j = 0; j < m->n_inputs; j++)
     if (st_shape_size(m->inputs[j]) > mx) mx = st_shape_size(m->inputs[j]);
   if (alloc_floats(r->ctx, in, n, &r->xdev) ||
-      alloc_floats(r->ctx, st__net_label_size(m), n, &r->ydev))
+      alloc_floats(r->ctx, st__net_label_size(m), n, &r->ydev) ||
+      alloc_floats(r->ctx, out ? out : 1, n, &r->outkeep))
     return ST_ERR_NOMEM;
   r->hout = calloc(rows * (out ? out : 1), sizeof(float));
   r->hloss = calloc(rows, sizeof(float));
@@ -242,6 +244,13 @@ const float *st__replica_output_host(const st_net *m, st_replica *r, const float
   return r->hout;
 }
 
+const float *st__replica_keep_output(const st_net *m, st_replica *r, const float *out, int n) {
+  if (st__be_is_host(r->be) || !r->be->copy || !out || !r->outkeep || m->n_outputs > 1)
+    return NULL;
+  r->be->copy(r->ctx, r->outkeep, out, (size_t)n * st__net_output_size(m) * sizeof(float));
+  return r->outkeep;
+}
+
 const float *st__replica_forward(const st_net *m, st_replica *r,
                                  const float *x, int n, bool training,
                                  int64_t step) {
@@ -304,10 +313,11 @@ double st__replica_loss_backward(const st_net *m, st_replica *r,
   }
   st__net_loss(m, r->ctx, n, out, labels_on_device(m, r, y, n), 1.0f / (float)global_batch,
                r->loss_rows, dy);
-  float *rows = (float *)losses_on_host(r, n); /* the replica's own buffer */
-  st__net_apply_example_weights(m, r, y, n, cols, rows, dy);
+  st__net_apply_example_weights(m, r, y, n, cols, NULL, dy);
   st_exec e = replica_exec(m, r, x, n, false);
   st__exec_backward(m, &e, NULL, n, step, ready, ready_ctx);
+  float *rows = (float *)losses_on_host(r, n); /* the replica's own buffer */
+  st__net_apply_example_weights(m, r, y, n, cols, rows, NULL);
   double sum = 0.0;
   for (int i = 0; i < n; i++) sum += rows[i];
   return sum;

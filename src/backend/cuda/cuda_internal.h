@@ -27,9 +27,16 @@ typedef struct st__cuda_ctx {
   int device;               /* physical device index */
   cudaStream_t stream;      /* every kernel and copy of this context, in order */
   void *lt;                 /* cublasLtHandle_t */
-  void *workspace;          /* [ws_bytes] device memory for cuBLASLt */
+  void *workspace;          /* [ws_bytes] device memory for cuBLASLt, and the
+                               column sums' scratch (same stream) */
   size_t ws_bytes;
   bool tf32;                /* gemm in TF32 (opt-in) */
+  /* cuBLASLt's heuristic answers for the last shapes seen (module.c:
+   * lt_gemm): asking it per call cost more than the small gemms themselves.
+   * key: transposes, m, n, k, leading dimensions, alignments; algo: a
+   * cublasLtMatmulAlgo_t. Round-robin replacement. */
+  struct { bool used; int key[12]; uint64_t algo[8]; } algos[32];
+  int next_algo;
   st__cuda_cache *cache;    /* the device's caching allocator (shared) */
   char error[256];          /* first CUDA error seen by a void slot ("" none) */
 } st__cuda_ctx;
@@ -54,7 +61,17 @@ void st__cuda_scale(cudaStream_t s, size_t n, float alpha, float *x);
 void st__cuda_fill(cudaStream_t s, size_t n, float value, float *x);
 void st__cuda_scale_matrix(cudaStream_t s, int m, int n, float beta, float *c, int ldc);
 void st__cuda_bias_add(cudaStream_t s, int rows, int cols, const float *bias, float *y);
-void st__cuda_bias_grad(cudaStream_t s, int rows, int cols, const float *dy, float *db);
+/* Column sums of a [rows, cols] term in double, in a fixed order (levels
+ * of fixed chunks, kernels.cu): ST_CUDA_SUM_A sums a; ST_CUDA_SUM_SQDEV
+ * (a - d/rows)^2, d being a's column sums; ST_CUDA_SUM_B_XHAT
+ * b * (a - mean) * invstd (batch norm's backward). Writes out[cols]
+ * (double) or, when out_f is not NULL, out_f[cols] (float); ws[ws_doubles]
+ * is scratch on the same stream (the cuBLASLt workspace). The bias gradient
+ * is ST_CUDA_SUM_A of dy into out_f. */
+enum { ST_CUDA_SUM_A, ST_CUDA_SUM_SQDEV, ST_CUDA_SUM_B_XHAT };
+void st__cuda_colsum(cudaStream_t s, int term, int rows, int cols, const float *a,
+                     const float *b, const double *d, const float *mean, const float *invstd,
+                     double *out, float *out_f, double *ws, size_t ws_doubles);
 void st__cuda_act_forward(cudaStream_t s, int act, int rows, int cols, const float *x, float *y);
 void st__cuda_act_backward(cudaStream_t s, int act, int rows, int cols, const float *x,
                            const float *y, const float *dy, float *dx);
@@ -67,14 +84,18 @@ void st__cuda_maxpool_backward(cudaStream_t s, st_pool_geom g, const float *x,
                                const float *dy, float *dx);
 void st__cuda_avgpool_forward(cudaStream_t s, st_pool_geom g, const float *x, float *y);
 void st__cuda_avgpool_backward(cudaStream_t s, st_pool_geom g, const float *dy, float *dx);
+/* Batch norm's statistics and gradients use st__cuda_colsum with ws (as
+ * there; two [c] double rows of it hold the sums). */
 void st__cuda_bn_train(cudaStream_t s, int rows, int c, const float *x, const float *gamma,
-                       const float *beta, float eps, float *mean, float *invstd, float *y);
+                       const float *beta, float eps, float *mean, float *invstd, float *y,
+                       double *ws, size_t ws_doubles);
 void st__cuda_bn_infer(cudaStream_t s, int rows, int c, const float *x, const float *gamma,
                        const float *beta, const float *mm, const float *mv, float eps,
                        float *y);
 void st__cuda_bn_backward(cudaStream_t s, int rows, int c, const float *x,
                           const float *gamma, const float *mean, const float *invstd,
-                          const float *dy, float *dx, float *dgamma, float *dbeta);
+                          const float *dy, float *dx, float *dgamma, float *dbeta,
+                          double *ws, size_t ws_doubles);
 void st__cuda_dropout(cudaStream_t s, size_t n, float rate, uint64_t seed, uint64_t stream,
                       const float *x, float *y);
 void st__cuda_loss(cudaStream_t s, int kind, int rows, int cols, const float *pred,

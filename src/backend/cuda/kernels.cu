@@ -1,13 +1,15 @@
 /* The CUDA backend's kernels (all but gemm, which is cuBLASLt in module.c),
  * each the GPU form of the reference kernel of the same name
  * (src/backend/reference.c), with the launchers cuda_internal.h declares.
- * Determinism: no atomics anywhere; every reduction (bias and batch-norm
- * gradients, softmax and loss rows, col2im, pooling backward) is done by one
- * thread in a fixed order, gather-style, so results do not depend on
- * scheduling. Row-wise math (softmax, losses, optimizer steps) is in double
- * as in the reference. Simple one-thread-per-output kernels: correctness
- * first; the fast forms (warp reductions, fused kernels) are open points of
- * docs/GPU.md. */
+ * Determinism: no atomics anywhere; every reduction is done in a fixed
+ * order, gather-style, so results do not depend on scheduling: column sums
+ * over many rows (bias and batch-norm gradients and statistics) by levels of
+ * fixed chunks (st__cuda_colsum below), softmax and loss rows, col2im and
+ * pooling backward by one thread each. Row-wise math (softmax, losses,
+ * optimizer steps) is in double as in the reference. Every kernel is
+ * per-element code (no shared memory, barriers or warp shuffles), which the
+ * emulated runtime of tests/cuda_emu runs as plain loops; fused kernels and
+ * block reductions are open points of docs/GPU.md. */
 #include <math.h>
 #include <stdint.h>
 
@@ -45,15 +47,6 @@ extern "C" void st__cuda_scale_matrix(cudaStream_t s, int m, int n, float beta, 
 __global__ void k_bias_add(int rows, int cols, const float *bias, float *y) {
   GRID_STRIDE(i, (size_t)rows * cols) y[i] += bias[i % cols];
 }
-/* One thread per column, rows in order. */
-__global__ void k_bias_grad(int rows, int cols, const float *dy, float *db) {
-  GRID_STRIDE(j, (size_t)cols) {
-    double acc = 0.0;
-    for (int r = 0; r < rows; r++) acc += dy[(size_t)r * cols + j];
-    db[j] = (float)acc;
-  }
-}
-
 __device__ double act_scalar(int act, double x) {
   switch (act) {
     case ST_ACT_RELU: return x < 0.0 ? 0.0 : x;
@@ -119,9 +112,6 @@ __global__ void k_softmax_backward(int rows, int cols, const float *y, const flo
 extern "C" void st__cuda_bias_add(cudaStream_t s, int rows, int cols, const float *bias, float *y) {
   LAUNCH(k_bias_add, (size_t)rows * cols, s, rows, cols, bias, y);
 }
-extern "C" void st__cuda_bias_grad(cudaStream_t s, int rows, int cols, const float *dy, float *db) {
-  LAUNCH(k_bias_grad, (size_t)cols, s, rows, cols, dy, db);
-}
 extern "C" void st__cuda_act_forward(cudaStream_t s, int act, int rows, int cols, const float *x,
                                      float *y) {
   if (act == ST_ACT_SOFTMAX) LAUNCH(k_softmax_forward, (size_t)rows, s, rows, cols, x, y);
@@ -131,6 +121,90 @@ extern "C" void st__cuda_act_backward(cudaStream_t s, int act, int rows, int col
                                       const float *y, const float *dy, float *dx) {
   if (act == ST_ACT_SOFTMAX) LAUNCH(k_softmax_backward, (size_t)rows, s, rows, cols, y, dy, dx);
   else LAUNCH(k_act_backward, (size_t)rows * cols, s, act, (size_t)rows * cols, x, y, dy, dx);
+}
+
+/* ---- column sums in a fixed order ---------------------------------------- */
+
+/* Sums over the rows of a [rows, cols] term, in double, by levels: level 1
+ * sums chunks of `chunk` consecutive rows of the term (one thread per chunk
+ * and column, rows in order), each next level chunks of COLSUM_CHUNK
+ * partials of the one before, until one row is left. Many threads, each a
+ * short loop (one thread per column over 100,000 rows took milliseconds);
+ * the order depends only on the shape, so runs repeat bit for bit, and the
+ * sums differ from the reference's one-pass double sums by double rounding
+ * only. */
+#define COLSUM_CHUNK 64
+
+__device__ double colsum_term(int term, size_t i, size_t j, const float *a, const float *b,
+                              const double *d, int rows, const float *mean,
+                              const float *invstd) {
+  switch (term) {
+    case ST_CUDA_SUM_SQDEV: { /* d = the column sums of a: the mean is d / rows */
+      double v = a[i] - (rows ? d[j] / rows : 0.0);
+      return v * v;
+    }
+    case ST_CUDA_SUM_B_XHAT: return (double)b[i] * ((a[i] - (double)mean[j]) * invstd[j]);
+    default: return a[i];
+  }
+}
+__global__ void k_colsum_first(int term, int rows, int cols, int chunk, const float *a,
+                               const float *b, const double *d, const float *mean,
+                               const float *invstd, double *out, float *out_f) {
+  size_t nch = ((size_t)rows + chunk - 1) / chunk;
+  GRID_STRIDE(t, nch * (size_t)cols) {
+    size_t j = t % cols, r0 = t / cols * (size_t)chunk,
+           r1 = r0 + chunk < (size_t)rows ? r0 + chunk : (size_t)rows;
+    double acc = 0.0;
+    for (size_t r = r0; r < r1; r++) acc += colsum_term(term, r * cols + j, j, a, b, d, rows, mean, invstd);
+    if (out_f) out_f[t] = (float)acc;
+    else out[t] = acc;
+  }
+}
+__global__ void k_colsum_next(size_t rows, int cols, const double *in, double *out,
+                              float *out_f) {
+  size_t nch = (rows + COLSUM_CHUNK - 1) / COLSUM_CHUNK;
+  GRID_STRIDE(t, nch * (size_t)cols) {
+    size_t j = t % cols, r0 = t / cols * COLSUM_CHUNK,
+           r1 = r0 + COLSUM_CHUNK < rows ? r0 + COLSUM_CHUNK : rows;
+    double acc = 0.0;
+    for (size_t r = r0; r < r1; r++) acc += in[r * cols + j];
+    if (out_f) out_f[t] = (float)acc;
+    else out[t] = acc;
+  }
+}
+__global__ void k_zero_cols(int cols, double *out, float *out_f) {
+  GRID_STRIDE(j, (size_t)cols) {
+    if (out_f) out_f[j] = 0.0f;
+    else out[j] = 0.0;
+  }
+}
+extern "C" void st__cuda_colsum(cudaStream_t s, int term, int rows, int cols, const float *a,
+                                const float *b, const double *d, const float *mean,
+                                const float *invstd, double *out, float *out_f, double *ws,
+                                size_t ws_doubles) {
+  if (cols <= 0) return;
+  if (rows <= 0) { /* empty sums are 0 */
+    LAUNCH(k_zero_cols, (size_t)cols, s, cols, out, out_f);
+    return;
+  }
+  /* level 1's partials in ws[0, n1*cols), level 2's after them; the later
+   * levels alternate between the two (each smaller than the last) */
+  size_t chunk = COLSUM_CHUNK, n1 = ((size_t)rows + chunk - 1) / chunk;
+  while (n1 > 1 && (n1 + (n1 + COLSUM_CHUNK - 1) / COLSUM_CHUNK) * (size_t)cols > ws_doubles) {
+    chunk *= 2;
+    n1 = ((size_t)rows + chunk - 1) / chunk;
+  }
+  double *bufs[2] = {ws, ws + n1 * (size_t)cols};
+  bool last = n1 == 1;
+  LAUNCH(k_colsum_first, n1 * (size_t)cols, s, term, rows, cols, (int)chunk, a, b, d, mean,
+         invstd, last ? out : bufs[0], last ? out_f : NULL);
+  for (int lv = 0; !last; lv ^= 1) {
+    size_t next = (n1 + COLSUM_CHUNK - 1) / COLSUM_CHUNK;
+    last = next == 1;
+    LAUNCH(k_colsum_next, next * (size_t)cols, s, n1, cols, bufs[lv],
+           last ? out : bufs[lv ^ 1], last ? out_f : NULL);
+    n1 = next;
+  }
 }
 
 /* ---- convolution helpers -------------------------------------------------- */

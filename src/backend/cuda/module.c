@@ -237,10 +237,26 @@ static void lt_gemm(st__cuda_ctx *c, bool ta, bool tb, int m, int n, int k, floa
   for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; i++)
     s = cublasLtMatmulPreferenceSetAttribute(pref, al_attr[i], &al[i], sizeof al[i]);
   cublasLtMatmulHeuristicResult_t h;
-  int found = 0;
-  if (s == CUBLAS_STATUS_SUCCESS && (call = "cublasLtMatmulAlgoGetHeuristic", 1))
-    s = cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, &h, &found);
-  if (s == CUBLAS_STATUS_SUCCESS && found < 1) s = CUBLAS_STATUS_NOT_SUPPORTED;
+  int found = 0, key[12] = {ta, tb, m, n, k, lda, ldb, ldc, (int)al[0], (int)al[1], (int)al[2],
+                            c->tf32};
+  _Static_assert(sizeof h.algo == sizeof c->algos[0].algo, "cublasLtMatmulAlgo_t's size");
+  int hit = -1;
+  for (int i = 0; i < (int)(sizeof c->algos / sizeof c->algos[0]) && hit < 0; i++)
+    if (c->algos[i].used && !memcmp(c->algos[i].key, key, sizeof key)) hit = i;
+  if (hit >= 0) {
+    memcpy(&h.algo, c->algos[hit].algo, sizeof h.algo);
+  } else {
+    if (s == CUBLAS_STATUS_SUCCESS && (call = "cublasLtMatmulAlgoGetHeuristic", 1))
+      s = cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, &h, &found);
+    if (s == CUBLAS_STATUS_SUCCESS && found < 1) s = CUBLAS_STATUS_NOT_SUPPORTED;
+    if (s == CUBLAS_STATUS_SUCCESS) {
+      int i = c->next_algo;
+      c->next_algo = (i + 1) % (int)(sizeof c->algos / sizeof c->algos[0]);
+      c->algos[i].used = true;
+      memcpy(c->algos[i].key, key, sizeof key);
+      memcpy(c->algos[i].algo, &h.algo, sizeof h.algo);
+    }
+  }
   if (s == CUBLAS_STATUS_SUCCESS && (call = "cublasLtMatmul", 1))
     s = cublasLtMatmul(lt, op, &alpha, b, la, a, lb, &beta, cm, lc, cm, lc, &h.algo,
                        c->workspace, c->ws_bytes, c->stream);
@@ -284,7 +300,9 @@ static void cuda_bias_add(st_backend_ctx *ctx, int rows, int cols, const float *
   check_launch(CTX(ctx), "bias_add");
 }
 static void cuda_bias_grad(st_backend_ctx *ctx, int rows, int cols, const float *dy, float *db) {
-  st__cuda_bias_grad(use(ctx)->stream, rows, cols, dy, db);
+  st__cuda_ctx *c = use(ctx);
+  st__cuda_colsum(c->stream, ST_CUDA_SUM_A, rows, cols, dy, NULL, NULL, NULL, NULL, NULL, db,
+                  (double *)c->workspace, c->ws_bytes / sizeof(double));
   check_launch(CTX(ctx), "bias_grad");
 }
 static void cuda_act_forward(st_backend_ctx *ctx, st_activation act, int rows, int cols,
@@ -340,7 +358,9 @@ static void cuda_avgpool_backward(st_backend_ctx *ctx, const st_pool_geom *g, co
 static void cuda_bn_train(st_backend_ctx *ctx, int rows, int c, const float *x,
                           const float *gamma, const float *beta, float eps, float *mean,
                           float *invstd, float *y) {
-  st__cuda_bn_train(use(ctx)->stream, rows, c, x, gamma, beta, eps, mean, invstd, y);
+  st__cuda_ctx *cc = use(ctx);
+  st__cuda_bn_train(cc->stream, rows, c, x, gamma, beta, eps, mean, invstd, y,
+                    (double *)cc->workspace, cc->ws_bytes / sizeof(double));
   check_launch(CTX(ctx), "batchnorm_forward_train");
 }
 static void cuda_bn_infer(st_backend_ctx *ctx, int rows, int c, const float *x,
@@ -352,8 +372,9 @@ static void cuda_bn_infer(st_backend_ctx *ctx, int rows, int c, const float *x,
 static void cuda_bn_backward(st_backend_ctx *ctx, int rows, int c, const float *x,
                              const float *gamma, const float *mean, const float *invstd,
                              const float *dy, float *dx, float *dgamma, float *dbeta) {
-  st__cuda_bn_backward(use(ctx)->stream, rows, c, x, gamma, mean, invstd, dy, dx, dgamma,
-                       dbeta);
+  st__cuda_ctx *cc = use(ctx);
+  st__cuda_bn_backward(cc->stream, rows, c, x, gamma, mean, invstd, dy, dx, dgamma, dbeta,
+                       (double *)cc->workspace, cc->ws_bytes / sizeof(double));
   check_launch(CTX(ctx), "batchnorm_backward");
 }
 static void cuda_dropout_forward(st_backend_ctx *ctx, size_t n, float rate, uint64_t seed,

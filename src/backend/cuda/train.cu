@@ -2,8 +2,8 @@
  * Philox4x32-10 stream as src/base/rng.c, so GPU and CPU drop the same
  * elements), the losses and the optimizer updates; GPU forms of the reference
  * kernels (src/backend/reference.c), in double where the reference is. Batch
- * statistics and loss rows: one thread per channel / row, fixed order, no
- * atomics. */
+ * statistics: column sums in a fixed order (st__cuda_colsum, kernels.cu);
+ * loss rows: one thread per row; no atomics. */
 #include <math.h>
 #include <stdint.h>
 
@@ -14,23 +14,23 @@
 
 /* ---- batch normalization -------------------------------------------------- */
 
-__global__ void k_bn_train(int rows, int c, const float *x, const float *gamma,
-                           const float *beta, float eps, float *mean, float *invstd, float *y) {
+/* Training forward, after the sums S = sum x and SS = sum (x - S/rows)^2
+ * (st__cuda_colsum): the reference's formulas in double. */
+__global__ void k_bn_train_stats(int rows, int c, const double *sums, const double *sqdev,
+                                 float eps, float *mean, float *invstd) {
   GRID_STRIDE(j, (size_t)c) {
-    double s = 0.0, ss = 0.0;
-    for (int r = 0; r < rows; r++) s += x[(size_t)r * c + j];
-    double mu = rows ? s / rows : 0.0;
-    for (int r = 0; r < rows; r++) {
-      double d = x[(size_t)r * c + j] - mu;
-      ss += d * d;
-    }
-    double var = rows ? ss / rows : 0.0, is = 1.0 / sqrt(var + eps);
+    double mu = rows ? sums[j] / rows : 0.0, var = rows ? sqdev[j] / rows : 0.0;
     mean[j] = (float)mu;
-    invstd[j] = (float)is;
-    for (int r = 0; r < rows; r++) {
-      size_t i = (size_t)r * c + j;
-      y[i] = (float)(gamma[j] * ((x[i] - mu) * is) + beta[j]);
-    }
+    invstd[j] = (float)(1.0 / sqrt(var + eps));
+  }
+}
+__global__ void k_bn_train_apply(int rows, int c, const float *x, const float *gamma,
+                                 const float *beta, float eps, const double *sums,
+                                 const double *sqdev, float *y) {
+  GRID_STRIDE(i, (size_t)rows * c) {
+    size_t j = i % c;
+    double mu = sums[j] / rows, is = 1.0 / sqrt(sqdev[j] / rows + eps);
+    y[i] = (float)(gamma[j] * ((x[i] - mu) * is) + beta[j]);
   }
 }
 __global__ void k_bn_infer(int rows, int c, const float *x, const float *gamma,
@@ -42,31 +42,36 @@ __global__ void k_bn_infer(int rows, int c, const float *x, const float *gamma,
     y[i] = (float)(gamma[j] * ((x[i] - (double)mm[j]) * is) + beta[j]);
   }
 }
-__global__ void k_bn_backward(int rows, int c, const float *x, const float *gamma,
-                              const float *mean, const float *invstd, const float *dy,
-                              float *dx, float *dgamma, float *dbeta) {
+/* Backward, after sdy = sum dy and sdyx = sum dy * xhat (st__cuda_colsum). */
+__global__ void k_bn_backward_params(int c, const double *sdy, const double *sdyx,
+                                     float *dgamma, float *dbeta) {
   GRID_STRIDE(j, (size_t)c) {
-    double sdy = 0.0, sdyx = 0.0;
-    for (int r = 0; r < rows; r++) {
-      size_t i = (size_t)r * c + j;
-      sdy += dy[i];
-      sdyx += (double)dy[i] * ((x[i] - (double)mean[j]) * invstd[j]);
-    }
-    dbeta[j] = (float)sdy;
-    dgamma[j] = (float)sdyx;
-    double k = (double)gamma[j] * invstd[j] / (rows ? rows : 1);
-    for (int r = 0; r < rows; r++) {
-      size_t i = (size_t)r * c + j;
-      double xhat = (x[i] - (double)mean[j]) * invstd[j];
-      dx[i] = (float)(k * ((double)rows * dy[i] - sdy - xhat * sdyx));
-    }
+    dbeta[j] = (float)sdy[j];
+    dgamma[j] = (float)sdyx[j];
+  }
+}
+__global__ void k_bn_backward_dx(int rows, int c, const float *x, const float *gamma,
+                                 const float *mean, const float *invstd, const float *dy,
+                                 const double *sdy, const double *sdyx, float *dx) {
+  GRID_STRIDE(i, (size_t)rows * c) {
+    size_t j = i % c;
+    double k = (double)gamma[j] * invstd[j] / rows;
+    double xhat = (x[i] - (double)mean[j]) * invstd[j];
+    dx[i] = (float)(k * ((double)rows * dy[i] - sdy[j] - xhat * sdyx[j]));
   }
 }
 
+/* ws: two [c] double rows for the sums, the rest scratch for st__cuda_colsum. */
 extern "C" void st__cuda_bn_train(cudaStream_t s, int rows, int c, const float *x,
                                   const float *gamma, const float *beta, float eps, float *mean,
-                                  float *invstd, float *y) {
-  LAUNCH(k_bn_train, (size_t)c, s, rows, c, x, gamma, beta, eps, mean, invstd, y);
+                                  float *invstd, float *y, double *ws, size_t ws_doubles) {
+  double *sums = ws, *sqdev = ws + c, *scratch = ws + 2 * (size_t)c;
+  size_t left = ws_doubles - 2 * (size_t)c;
+  st__cuda_colsum(s, ST_CUDA_SUM_A, rows, c, x, NULL, NULL, NULL, NULL, sums, NULL, scratch, left);
+  st__cuda_colsum(s, ST_CUDA_SUM_SQDEV, rows, c, x, NULL, sums, NULL, NULL, sqdev, NULL, scratch,
+                  left);
+  LAUNCH(k_bn_train_stats, (size_t)c, s, rows, c, sums, sqdev, eps, mean, invstd);
+  LAUNCH(k_bn_train_apply, (size_t)rows * c, s, rows, c, x, gamma, beta, eps, sums, sqdev, y);
 }
 extern "C" void st__cuda_bn_infer(cudaStream_t s, int rows, int c, const float *x,
                                   const float *gamma, const float *beta, const float *mm,
@@ -75,8 +80,16 @@ extern "C" void st__cuda_bn_infer(cudaStream_t s, int rows, int c, const float *
 }
 extern "C" void st__cuda_bn_backward(cudaStream_t s, int rows, int c, const float *x,
                                      const float *gamma, const float *mean, const float *invstd,
-                                     const float *dy, float *dx, float *dgamma, float *dbeta) {
-  LAUNCH(k_bn_backward, (size_t)c, s, rows, c, x, gamma, mean, invstd, dy, dx, dgamma, dbeta);
+                                     const float *dy, float *dx, float *dgamma, float *dbeta,
+                                     double *ws, size_t ws_doubles) {
+  double *sdy = ws, *sdyx = ws + c, *scratch = ws + 2 * (size_t)c;
+  size_t left = ws_doubles - 2 * (size_t)c;
+  st__cuda_colsum(s, ST_CUDA_SUM_A, rows, c, dy, NULL, NULL, NULL, NULL, sdy, NULL, scratch, left);
+  st__cuda_colsum(s, ST_CUDA_SUM_B_XHAT, rows, c, x, dy, NULL, mean, invstd, sdyx, NULL, scratch,
+                  left);
+  LAUNCH(k_bn_backward_params, (size_t)c, s, c, sdy, sdyx, dgamma, dbeta);
+  LAUNCH(k_bn_backward_dx, (size_t)rows * c, s, rows, c, x, gamma, mean, invstd, dy, sdy, sdyx,
+         dx);
 }
 
 /* ---- dropout: Philox4x32-10 exactly as st_philox4x32 ---------------------- */
