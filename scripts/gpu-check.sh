@@ -35,7 +35,7 @@ logs=$out/gpu-logs.txt
 fail=0
 t_start=$(date +%s)
 say() { echo "$1" | tee -a "$report"; }
-{ echo "# gpu-check report"; echo; echo "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')"; echo; } >"$report"
+{ echo "# gpu-check report"; echo; echo "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?') (of the tree the script ran in; a --prebuilt build may be another: its strata's sha256 $(sha256sum "$b/strata" 2>/dev/null | cut -c1-12))"; echo; } >"$report"
 
 if [ $emulated = 1 ]; then
   [ -n "$prebuilt" ] || { echo "gpu-check: --emulated needs --prebuilt DIR (a build with cuda_emu/)" >&2; exit 2; }
@@ -113,8 +113,8 @@ else
   full=(--batch-size 128); sgd_n=2560; sgd_b=128; seeds="1 2 3"; cpu_n=512
 fi
 S=("$b/strata" train --data "$data" --quiet)
-# same_weights A B: max |a - b| <= 1e-5 (issue 33), the figure in the report.
-same_weights() { python3 "$root/tests/cmp_weights.py" "$1" "$2" 1e-5 --abs | sed 's/^/REPORT /'; return "${PIPESTATUS[0]}"; }
+# same_weights A B LABEL: max |a - b| <= 1e-5 (issue 33), the figure in the report.
+same_weights() { python3 "$root/tests/cmp_weights.py" "$1" "$2" 1e-5 --abs | sed "s/^/REPORT $3: /"; return "${PIPESTATUS[0]}"; }
 
 acc() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['$2'])" "$1"; }
 cnn_accuracy() { # cnn on gpu:0 trains to the CPU's test accuracy within 0.01
@@ -133,7 +133,7 @@ two_logical() {
     local A=(--model "$model" --optimizer sgd --epochs 1 --train-examples $sgd_n --batch-size $sgd_b --seed "$s")
     "${S[@]}" "${A[@]}" --devices gpu:0 --save "$tmp/one-$s.st" &&
     "${S[@]}" "${A[@]}" --strategy "$strategy" --devices gpu:0,gpu:1 --logical-gpus 2 --save "$tmp/two-$s.st" || return 1
-    same_weights "$tmp/two-$s.st" "$tmp/one-$s.st" || fails=$((fails + 1))
+    same_weights "$tmp/two-$s.st" "$tmp/one-$s.st" "$strategy x2 vs one GPU, $model, seed $s" || fails=$((fails + 1))
   done
   "${S[@]}" --model "$model" --optimizer sgd --epochs 1 --train-examples $sgd_n --batch-size $sgd_b --seed 1 \
     --strategy "$strategy" --devices gpu:0,gpu:1 --logical-gpus 2 --save "$tmp/again.st" || return 1
@@ -151,7 +151,7 @@ vs_cpu() {
              --strategy "$strategy")
     "${S[@]}" "${A[@]}" --devices gpu:0,gpu:1 --logical-gpus 2 --save "$tmp/g.st" &&
     STRATA_BACKEND=reference "${S[@]}" "${A[@]}" --devices cpu:0,cpu:1 --save "$tmp/c.st" || return 1
-    same_weights "$tmp/g.st" "$tmp/c.st" || return 1
+    same_weights "$tmp/g.st" "$tmp/c.st" "$strategy x2 GPU vs CPU reference, $model" || return 1
   done
 }
 mpi_two() { # multi_worker_mirrored, 2 processes on one GPU = mirrored on 2 logical GPUs
@@ -160,7 +160,7 @@ mpi_two() { # multi_worker_mirrored, 2 processes on one GPU = mirrored on 2 logi
   mpirun --allow-run-as-root --oversubscribe -np 2 -x LD_LIBRARY_PATH -x STRATA_CUDA_MODULE \
     "${S[@]}" "${A[@]}" --strategy multi_worker_mirrored --devices gpu:0 --save "$tmp/mw.st" || return 1
   "${S[@]}" "${A[@]}" --strategy mirrored --devices gpu:0,gpu:1 --logical-gpus 2 --save "$tmp/m2.st" || return 1
-  same_weights "$tmp/mw.st" "$tmp/m2.st"
+  same_weights "$tmp/mw.st" "$tmp/m2.st" "mpirun -np 2 vs mirrored x2, cnn"
 }
 nccl_two() { # mirrored on 2 GPUs through NCCL = on 2 logical GPUs through the host
   local gpus=2 env=()
@@ -175,7 +175,7 @@ nccl_two() { # mirrored on 2 GPUs through NCCL = on 2 logical GPUs through the h
     --save "$tmp/nccl.st" 2>"$tmp/nccl.log" || { cat "$tmp/nccl.log"; return 1; }
   grep -q "GPU replica(s): NCCL" "$tmp/nccl.log" || { echo "NCCL was not used:"; cat "$tmp/nccl.log"; return 1; }
   "${S[@]}" "${A[@]}" --strategy mirrored --devices gpu:0,gpu:1 --logical-gpus 2 --save "$tmp/l2.st" || return 1
-  same_weights "$tmp/nccl.st" "$tmp/l2.st"
+  same_weights "$tmp/nccl.st" "$tmp/l2.st" "NCCL vs host staging, cnn"
 }
 speed() { # samples/s on gpu:0, batch 128, one epoch (REPORT line; PyTorch below)
   local model=$1; shift
@@ -191,7 +191,7 @@ step "central_storage x2 on GPUs = the CPU reference backend's within 1e-5 (mlp,
 step "multi_worker_mirrored: mpirun -np 2 on one GPU = mirrored x2" 90 mpi_two
 step "mirrored on 2 GPUs through NCCL = 2 logical GPUs through the host" 120 nccl_two
 if [ $emulated = 0 ]; then
-  step "resnet20 on gpu:0 (one epoch of 2048)" 120 speed resnet20 --train-examples 2048
+  step "resnet20 on gpu:0 (one epoch of 5120)" 120 speed resnet20 --train-examples 5120
 else
   echo "| resnet20 on gpu:0 | skipped: a step takes minutes on the emulator's plain-loop gemm | 0 |" >>"$report"
 fi

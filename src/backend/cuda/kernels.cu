@@ -44,8 +44,8 @@ extern "C" void st__cuda_scale_matrix(cudaStream_t s, int m, int n, float beta, 
 
 /* ---- bias and activations ------------------------------------------------- */
 
-__global__ void k_bias_add(int rows, int cols, const float *bias, float *y) {
-  GRID_STRIDE(i, (size_t)rows * cols) y[i] += bias[i % cols];
+template <typename I> __global__ void k_bias_add(int rows, int cols, const float *bias, float *y) {
+  GRID_STRIDE_T(I, i, (I)rows * cols) y[i] += bias[i % (I)cols];
 }
 __device__ double act_scalar(int act, double x) {
   switch (act) {
@@ -110,7 +110,7 @@ __global__ void k_softmax_backward(int rows, int cols, const float *y, const flo
 }
 
 extern "C" void st__cuda_bias_add(cudaStream_t s, int rows, int cols, const float *bias, float *y) {
-  LAUNCH(k_bias_add, (size_t)rows * cols, s, rows, cols, bias, y);
+  LAUNCH_INDEX(k_bias_add, (size_t)rows * cols, (size_t)rows * cols, s, rows, cols, bias, y);
 }
 extern "C" void st__cuda_act_forward(cudaStream_t s, int act, int rows, int cols, const float *x,
                                      float *y) {
@@ -213,26 +213,25 @@ extern "C" void st__cuda_colsum(cudaStream_t s, int term, int rows, int cols, co
  * every image. col2im: dx[img][h,w,c] += the col entries that im2col read
  * from it, one thread per dx element gathering them in (oy, ox) order (no
  * scatter, no atomics). */
-__global__ void k_im2col_n(st_conv_geom g, int n, size_t per_col, size_t per_x, const float *x,
-                           float *col) {
-  size_t kc = (size_t)g.kh * g.kw * g.c;
-  GRID_STRIDE(j, per_col * (size_t)n) {
-    size_t img = j / per_col, i = j % per_col;
-    size_t row = i / kc, rest = i % kc;
+template <typename I>
+__global__ void k_im2col_n(st_conv_geom g, int n, I per_col, I per_x, const float *x, float *col) {
+  I kc = (I)g.kh * g.kw * g.c;
+  GRID_STRIDE_T(I, j, per_col * (I)n) {
+    I img = j / per_col, i = j % per_col;
+    I row = i / kc, rest = i % kc;
     int oy = (int)(row / g.ow), ox = (int)(row % g.ow);
-    int ky = (int)(rest / ((size_t)g.kw * g.c)), kx = (int)(rest / g.c % g.kw),
-        ci = (int)(rest % g.c);
+    int ky = (int)(rest / ((I)g.kw * g.c)), kx = (int)(rest / g.c % g.kw), ci = (int)(rest % g.c);
     int iy = oy * g.sh - g.pad_top + ky, ix = ox * g.sw - g.pad_left + kx;
     bool in = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
-    col[j] = in ? x[img * per_x + ((size_t)iy * g.w + ix) * g.c + ci] : 0.0f;
+    col[j] = in ? x[img * per_x + ((I)iy * g.w + ix) * g.c + ci] : 0.0f;
   }
 }
-__global__ void k_col2im_n(st_conv_geom g, int n, size_t per_col, size_t per_x, const float *col,
-                           float *dx) {
-  size_t kc = (size_t)g.kh * g.kw * g.c;
-  GRID_STRIDE(j, per_x * (size_t)n) {
-    size_t img = j / per_x, i = j % per_x;
-    const float *cimg = col + img * per_col;
+template <typename I>
+__global__ void k_col2im_n(st_conv_geom g, int n, I per_col, I per_x, const float *col, float *dx) {
+  I kc = (I)g.kh * g.kw * g.c;
+  GRID_STRIDE_T(I, j, per_x * (I)n) {
+    I img = j / per_x, i = j % per_x;
+    const float *cimg = col + (size_t)img * per_col;
     int ci = (int)(i % g.c), ix = (int)(i / g.c % g.w), iy = (int)(i / g.c / g.w);
     float acc = 0.0f;
     for (int ky = g.kh - 1; ky >= 0; ky--) {
@@ -241,8 +240,8 @@ __global__ void k_col2im_n(st_conv_geom g, int n, size_t per_col, size_t per_x, 
       for (int kx = g.kw - 1; kx >= 0; kx--) {
         int tx = ix + g.pad_left - kx;
         if (tx < 0 || tx % g.sw || tx / g.sw >= g.ow) continue;
-        size_t row = (size_t)(ty / g.sh) * g.ow + tx / g.sw;
-        acc += cimg[row * kc + ((size_t)ky * g.kw + kx) * g.c + ci];
+        I row = (I)(ty / g.sh) * g.ow + tx / g.sw;
+        acc += cimg[row * kc + ((I)ky * g.kw + kx) * g.c + ci];
       }
     }
     dx[j] += acc;
@@ -251,12 +250,14 @@ __global__ void k_col2im_n(st_conv_geom g, int n, size_t per_col, size_t per_x, 
 extern "C" void st__cuda_im2col_n(cudaStream_t s, st_conv_geom g, int n, const float *x,
                                   float *col) {
   size_t per_col = (size_t)g.oh * g.ow * g.kh * g.kw * g.c, per_x = (size_t)g.h * g.w * g.c;
-  LAUNCH(k_im2col_n, per_col * (size_t)n, s, g, n, per_col, per_x, x, col);
+  size_t most = (per_col > per_x ? per_col : per_x) * (size_t)n;
+  LAUNCH_INDEX(k_im2col_n, per_col * (size_t)n, most, s, g, n, per_col, per_x, x, col);
 }
 extern "C" void st__cuda_col2im_n(cudaStream_t s, st_conv_geom g, int n, const float *col,
                                   float *dx) {
   size_t per_col = (size_t)g.oh * g.ow * g.kh * g.kw * g.c, per_x = (size_t)g.h * g.w * g.c;
-  LAUNCH(k_col2im_n, per_x * (size_t)n, s, g, n, per_col, per_x, col, dx);
+  size_t most = (per_col > per_x ? per_col : per_x) * (size_t)n;
+  LAUNCH_INDEX(k_col2im_n, per_x * (size_t)n, most, s, g, n, per_col, per_x, col, dx);
 }
 extern "C" void st__cuda_im2col(cudaStream_t s, st_conv_geom g, const float *x, float *col) {
   st__cuda_im2col_n(s, g, 1, x, col);
@@ -267,8 +268,9 @@ extern "C" void st__cuda_col2im(cudaStream_t s, st_conv_geom g, const float *col
 
 /* ---- pooling -------------------------------------------------------------- */
 
-__device__ size_t pidx(const st_pool_geom &g, int n, int y, int x, int c) {
-  return (((size_t)n * g.h + y) * g.w + x) * g.c + c;
+template <typename I = size_t>
+__device__ I pidx(const st_pool_geom &g, int n, int y, int x, int c) {
+  return (((I)n * g.h + y) * g.w + x) * g.c + c;
 }
 __device__ void pool_window(const st_pool_geom &g, int oy, int ox, int *y0, int *y1, int *x0,
                             int *x1) {
@@ -279,14 +281,14 @@ __device__ void pool_window(const st_pool_geom &g, int oy, int ox, int *y0, int 
   *x1 = sx + g.pw > g.w ? g.w : sx + g.pw;
 }
 /* First max of a window in row-major order; the first NaN wins. */
-__device__ size_t pool_argmax(const st_pool_geom &g, const float *x, int n, int oy, int ox,
-                              int c) {
+template <typename I>
+__device__ I pool_argmax(const st_pool_geom &g, const float *x, int n, int oy, int ox, int c) {
   int y0, y1, x0, x1;
   pool_window(g, oy, ox, &y0, &y1, &x0, &x1);
-  size_t best = pidx(g, n, y0, x0, c);
+  I best = pidx<I>(g, n, y0, x0, c);
   for (int y = y0; y < y1; y++)
     for (int xx = x0; xx < x1; xx++) {
-      size_t i = pidx(g, n, y, xx, c);
+      I i = pidx<I>(g, n, y, xx, c);
       if (x[i] > x[best] || (isnan(x[i]) && !isnan(x[best]))) best = i;
     }
   return best;
@@ -300,15 +302,16 @@ __device__ void covering(int i, int pad, int p, int s, int o, int *lo, int *hi) 
   *hi = t / s + 1;
   if (*hi > o) *hi = o;
 }
-__global__ void k_maxpool_forward(st_pool_geom g, const float *x, float *y) {
-  GRID_STRIDE(o, (size_t)g.n * g.oh * g.ow * g.c) {
+template <typename I> __global__ void k_maxpool_forward(st_pool_geom g, const float *x, float *y) {
+  GRID_STRIDE_T(I, o, (I)g.n * g.oh * g.ow * g.c) {
     int c = (int)(o % g.c), ox = (int)(o / g.c % g.ow), oy = (int)(o / g.c / g.ow % g.oh),
         n = (int)(o / g.c / g.ow / g.oh);
-    y[o] = x[pool_argmax(g, x, n, oy, ox, c)];
+    y[o] = x[pool_argmax<I>(g, x, n, oy, ox, c)];
   }
 }
+template <typename I>
 __global__ void k_maxpool_backward(st_pool_geom g, const float *x, const float *dy, float *dx) {
-  GRID_STRIDE(i, (size_t)g.n * g.h * g.w * g.c) {
+  GRID_STRIDE_T(I, i, (I)g.n * g.h * g.w * g.c) {
     int c = (int)(i % g.c), ix = (int)(i / g.c % g.w), iy = (int)(i / g.c / g.w % g.h),
         n = (int)(i / g.c / g.w / g.h);
     int oy0, oy1, ox0, ox1;
@@ -318,8 +321,8 @@ __global__ void k_maxpool_backward(st_pool_geom g, const float *x, const float *
     if (!g.relu_input || x[i] > 0.0f)
       for (int oy = oy0; oy < oy1; oy++)
         for (int ox = ox0; ox < ox1; ox++)
-          if (pool_argmax(g, x, n, oy, ox, c) == i)
-            acc += dy[(((size_t)n * g.oh + oy) * g.ow + ox) * g.c + c];
+          if (pool_argmax<I>(g, x, n, oy, ox, c) == i)
+            acc += dy[(((I)n * g.oh + oy) * g.ow + ox) * g.c + c];
     dx[i] = acc;
   }
 }
@@ -355,11 +358,13 @@ __global__ void k_avgpool_backward(st_pool_geom g, const float *dy, float *dx) {
 }
 
 extern "C" void st__cuda_maxpool_forward(cudaStream_t s, st_pool_geom g, const float *x, float *y) {
-  LAUNCH(k_maxpool_forward, (size_t)g.n * g.oh * g.ow * g.c, s, g, x, y);
+  size_t nx = (size_t)g.n * g.h * g.w * g.c, ny = (size_t)g.n * g.oh * g.ow * g.c;
+  LAUNCH_INDEX(k_maxpool_forward, ny, nx > ny ? nx : ny, s, g, x, y);
 }
 extern "C" void st__cuda_maxpool_backward(cudaStream_t s, st_pool_geom g, const float *x,
                                           const float *dy, float *dx) {
-  LAUNCH(k_maxpool_backward, (size_t)g.n * g.h * g.w * g.c, s, g, x, dy, dx);
+  size_t nx = (size_t)g.n * g.h * g.w * g.c, ny = (size_t)g.n * g.oh * g.ow * g.c;
+  LAUNCH_INDEX(k_maxpool_backward, nx, nx > ny ? nx : ny, s, g, x, dy, dx);
 }
 extern "C" void st__cuda_avgpool_forward(cudaStream_t s, st_pool_geom g, const float *x, float *y) {
   LAUNCH(k_avgpool_forward, (size_t)g.n * g.oh * g.ow * g.c, s, g, x, y);
