@@ -32,18 +32,6 @@ extern "C" void st__emu_device_leave(void);
     }                              \
   } while (0)
 
-/* GRID_STRIDE with an index of type I, and LAUNCH_INDEX: a kernel template
- * over its index type, instantiated with 32-bit indices when every index it
- * forms stays below 2^31 (`most`: the largest buffer it indexes), else
- * size_t. 64-bit division and remainder cost tens of instructions on a GPU:
- * the pooling and im2col kernels do several per element. */
-#define GRID_STRIDE_T(I, i, n)                                   \
-  for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
-       i += (I)gridDim.x * blockDim.x)
-#define LAUNCH_INDEX(kernel, n, most, s, ...)                                   \
-  do {                                                                          \
-    if ((size_t)(most) < ((size_t)1 << 31)) LAUNCH(kernel<unsigned>, n, s, __VA_ARGS__); \
-    else LAUNCH(kernel<size_t>, n, s, __VA_ARGS__);                                 \
-  } while (0)
+#include "backend/cuda/launch_index.h" /* GRID_STRIDE_T, LAUNCH_INDEX over the above */
 
 #endif
