@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # GPT-2 against PyTorch (issue 31): tests/gpt_probe.c writes a small GPT's
-# initial weights (llm.c checkpoint, GPT-2's initialisation), one batch, the
-# gradients of its loss and the weights after 10 AdamW steps (torch's form,
+# initial weights (llm.c checkpoint, GPT-2's initialisation), one batch, its
+# logits, the gradients of its loss and the weights after 10 AdamW steps (torch's form,
 # weight decay 0.1; a second run with clipping to norm 0.5), for 2 layers, 2
 # heads, width 64, T 16, vocab 64, batch 4; tests/gpt_torch_check.py runs
 # gpt2_torch.py's model on the same weights and batch in float64 and checks
-# the loss, all 16 gradient tensors and each step's loss within 1e-4 relative
+# the logits, the loss, all 16 gradient tensors and each step's loss within 1e-4 relative
 # (max error over a tensor / its max magnitude), the final weights within 1e-3;
 # then strata train itself from the probe's weights on an llm.c token shard
 # (--no-shuffle, --log-every 1, --csv) against the twin on llm.c's batches
