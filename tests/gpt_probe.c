@@ -6,6 +6,7 @@
  *   OUT/init.bin     the initial weights (llm.c checkpoint)
  *   OUT/grads.bin    the gradients of the mean loss on the batch, in the
  *                    same layout (llm.c checkpoint of the gradients)
+ *   OUT/logits.f32   the initial model's logits on the batch, float32 [B, T, V]
  *   OUT/final.bin    the weights after K AdamW steps (torch form) on it
  *   stdout           "loss0 X" then "step k loss X" for each step
  * Usage: gpt_probe L H C T V B K LR WD CLIP OUTDIR */
@@ -87,6 +88,13 @@ int main(int argc, char **argv) {
   if (st_dataset_from_tensor_slices(&xt, &yt, 1.0f, true, &ds) != ST_OK ||
       st_dataset_batch(ds, B, false, &ds) != ST_OK)
     return fail("dataset");
+  st_tensor lg = {0};
+  snprintf(path, sizeof path, "%s/logits.f32", dir);
+  size_t nl = (size_t)B * (size_t)T * (size_t)g.vocab;
+  if (st_model_predict(m, ds, &lg) != ST_OK) return fail("predict");
+  f = fopen(path, "wb");
+  if (!f || fwrite(lg.data, sizeof(float), nl, f) != nl || fclose(f)) return fail(path);
+  st_tensor_destroy(&lg);
   st_callback cb = {.on_epoch_end = on_epoch};
   st_fit_options fo = st_fit_default_options();
   fo.epochs = K;

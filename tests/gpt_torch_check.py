@@ -2,7 +2,7 @@
 """The PyTorch twin of a GPT run of tests/gpt_probe.c (tests/test_gpt_torch.sh): the model of
 ../shared/peers/gpt2_torch.py (llm.c's GPT-2: pre-LN blocks, causal attention, GELU tanh MLP, tied
 head) loaded from the probe's init.bin, on the probe's batch, in float64. Checks against the probe:
-the loss, every parameter gradient (grads.bin), the K AdamW steps' losses and the final weights
+the logits (logits.f32), the loss, every parameter gradient (grads.bin), the K AdamW steps' losses and the final weights
 (final.bin). Exits 77 without PyTorch, 1 on a mismatch (naming the tensor and the error).
 Usage: gpt_torch_check.py DIR K LR WD CLIP"""
 import os, sys
@@ -38,7 +38,7 @@ B = (toks.numel() - 1) // T
 x, y = toks[:B * T].view(B, T), toks[1:B * T + 1].view(B, T)
 mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
 
-def forward(idx, tgt):  # gpt2_torch.py's forward
+def logits_of(idx):  # gpt2_torch.py's forward, to the logits
     x = wte[idx] + wpe[:T]
     for l in range(L):
         h = F.layer_norm(x, (C,), ln1w[l], ln1b[l], 1e-5)
@@ -50,8 +50,10 @@ def forward(idx, tgt):  # gpt2_torch.py's forward
         x = x + F.linear(yy, apw[l], apb[l])
         h = F.layer_norm(x, (C,), ln2w[l], ln2b[l], 1e-5)
         x = x + F.linear(F.gelu(F.linear(h, fcw[l], fcb[l]), approximate="tanh"), fpw[l], fpb[l])
-    logits = F.linear(F.layer_norm(x, (C,), lnfw, lnfb, 1e-5), wte[:V])
-    return F.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1))
+    return F.linear(F.layer_norm(x, (C,), lnfw, lnfb, 1e-5), wte[:V])
+
+def forward(idx, tgt):
+    return F.cross_entropy(logits_of(idx).reshape(-1, V), tgt.reshape(-1))
 
 probe = {}
 for line in open(os.path.join(d, "probe.txt")):
@@ -65,6 +67,11 @@ def check(what, ours, ref, tol=TOL):
         print(f"MISMATCH {what}: max |ours - torch| / max |torch| = {err:.3g} (> {tol})"); bad += 1
     return err
 
+ours = torch.from_numpy(np.fromfile(os.path.join(d, "logits.f32"), np.float32).astype(np.float64))
+with torch.no_grad():
+    ref = logits_of(x)
+e = check("logits", ours.view(B, T, V), ref)
+print(f"logits [{B}, {T}, {V}]: max |ours - torch| / max |torch| {e:.2g}")
 loss = forward(x, y)
 loss.backward()
 e = abs(probe["loss0"] - loss.item()) / abs(loss.item())

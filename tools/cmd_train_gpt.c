@@ -15,10 +15,11 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "data/dataset_impl.h"
 #include "report.h"
 
 typedef struct gpt_cfg {
-  const char *model, *preset, *text, *data, *init_from, *save_llmc, *save_hf, *save, *report;
+  const char *model, *preset, *text, *data, *init_from, *save_llmc, *save_hf, *save, *report, *csv;
   const char *backup_dir, *stage_boundaries;
   long pipeline_stages, micro_batches;
   st_pipeline_schedule schedule;
@@ -52,7 +53,7 @@ static cli_opt gpt_opts[] = {
     STR("--data", "SHARDS", data, "token shards in llm.c's format ('dir/name_*.bin', quoted; files named *_val* validate; strata tokenize makes them); default: --text, else the demo corpus (Debian's jargon-text) when installed, else a generated text"),
     STR("--text", "FILE", text, "train on the bytes of FILE (needs --vocab >= 256; default: a generated text)"),
     INT("--steps", "N", steps, 1, 1L << 40, "optimizer steps (default 200)"),
-    INT("--eval-every", "N", eval_every, 1, 1L << 40, "validation loss and a progress line every N steps (default 20)"),
+    INT("--eval-every", "N", eval_every, 1, 1L << 40, "validation loss and a progress line every N steps (default 20, or --steps when fewer; --steps must be a multiple of it)"),
     INT("--log-every", "N", log_every, 1, 1L << 40, "every N-th step's own loss (not the running mean) on a line 'step K: step_loss X - T ms' (T: the step's wall time) and in --report's \"steps\" (default off)"),
     INT("--batch-size", "B", batch, 1, 1 << 20, "global batch size in sequences (default 8)"),
     FLOAT("--lr", "X", lr, 1e-12, 1e6, "peak learning rate (default 3e-4)"),
@@ -74,6 +75,7 @@ static cli_opt gpt_opts[] = {
     STR("--backup-dir", "DIR", backup_dir, "BackupAndRestore: back up every --eval-every steps (and --backup-every N) into DIR; a run killed (even with kill -9) and started again with the same flags resumes there, to the bytes of an uninterrupted run; removed when training completes"),
     INT("--backup-every", "N", backup_every, 1, 1L << 40, "with --backup-dir: also back up every N steps"),
     STR("--report", "FILE", report, "write a JSON report of the run (per-stretch loss, token accuracy, val_loss, lr; 'strata plot' draws it)"),
+    STR("--csv", "FILE", csv, "write each --log-every step's own loss as CSV rows 'step,loss' (every step without --log-every; after a resume, the steps this run trained)"),
     STR("--save", "FILE", save, "write the trained weights as safetensors (strata's names)"),
     CLI_OPT_FLAG("--no-shuffle", gpt_cfg, no_shuffle, "token shards in llm.c's order (file after file, window after window; row b of step k = tokens [k B T + b T, ... + T])"),
     CLI_OPT_FLAG("--quiet", gpt_cfg, quiet, "no progress output"),
@@ -146,6 +148,24 @@ static bool gpt_config(const gpt_cfg *c, st_gpt_config *g) {
   return true;
 }
 
+/* --steps in stretches of --eval-every (fit's epochs: whole ones): one
+ * stretch when --eval-every is above --steps; a remainder is refused (it
+ * would train the rest of a stretch beyond --steps). */
+static bool check_stretches(gpt_cfg *c) {
+  if (c->eval_every > c->steps) c->eval_every = c->steps;
+  if (c->steps % c->eval_every == 0) return true;
+  long g = c->steps, e = c->eval_every; /* their gcd: a length that divides --steps */
+  while (e) {
+    long t = g % e;
+    g = e, e = t;
+  }
+  fprintf(stderr, "strata train: --steps %ld is not a multiple of --eval-every %ld (validation "
+          "comes after stretches of equal length: %ld steps would run); give --eval-every %ld "
+          "or --steps %ld\n", c->steps, c->eval_every,
+          (c->steps / c->eval_every + 1) * c->eval_every, g, c->steps - c->steps % c->eval_every);
+  return false;
+}
+
 static bool parse_gpt(int argc, char **argv, gpt_cfg *c, int *rc) {
   memset(c, 0, sizeof *c);
   c->steps = 200, c->eval_every = 20, c->batch = 8, c->lr = 3e-4, c->min_lr_frac = 0.1;
@@ -170,6 +190,7 @@ static bool parse_gpt(int argc, char **argv, gpt_cfg *c, int *rc) {
             "--pipeline-schedule need --strategy pipeline\n");
     return false;
   }
+  if (!check_stretches(c)) return false;
   if (c->warmup && c->warmup >= c->steps) {
     fprintf(stderr, "strata train: --warmup-steps %ld must be below --steps %ld\n", c->warmup, c->steps);
     return false;
@@ -192,7 +213,8 @@ static bool parse_gpt(int argc, char **argv, gpt_cfg *c, int *rc) {
       !cli_check_writable("train", "--save-llmc", c->save_llmc) ||
       !cli_check_writable("train", "--save-hf", c->save_hf) ||
       !cli_check_writable("train", "--save", c->save) ||
-      !cli_check_writable("train", "--report", c->report))
+      !cli_check_writable("train", "--report", c->report) ||
+      !cli_check_writable("train", "--csv", c->csv))
     return false;
   *rc = EXIT_OK;
   return true;
@@ -237,6 +259,50 @@ static st_optimizer_options gpt_optimizer(const gpt_cfg *c) {
     o.lr.alpha = (float)c->min_lr_frac;
   }
   return o;
+}
+
+/* The training data as one stream across the stretches. fit runs
+ * --eval-every steps an epoch and starts each epoch's pass over its dataset
+ * anew (st_fit_options.steps_per_epoch: the first steps of that epoch's
+ * pass), so an endless dataset would give every stretch the same first
+ * batches (unshuffled: step k + E read step k's tokens). This node's pass at
+ * epoch e is its input's pass at epoch 0 less its first e E batches: step k
+ * reads batch k of the stream (llm.c's order without --no-shuffle's
+ * shuffle; a resumed fit then skips the steps of its stretch it trained). */
+typedef struct stretch_node {
+  st_dataset base;
+  int64_t per_epoch; /* --eval-every */
+} stretch_node;
+
+static st_status stretch_iterate(st_dataset *ds, uint64_t epoch, st_iterator **out) {
+  int64_t done = 0, skip = (int64_t)epoch * ((const stretch_node *)ds)->per_epoch;
+  st_status s = st__ds_iterate(ds->input, 0, out);
+  if (s == ST_OK && skip > 0 && (s = st__iter_skip(*out, skip, &done)) != ST_OK) {
+    st_iterator_destroy(*out);
+    *out = NULL;
+  }
+  return s;
+}
+
+static st_status stretches(st_dataset *in, int64_t per_epoch, st_dataset **out);
+static st_status stretch_rebuild(const st_dataset *ds, st_dataset *in, st_dataset **out) {
+  return stretches(in, ((const stretch_node *)ds)->per_epoch, out);
+}
+static const st__ds_ops stretch_ops = {"stretches", stretch_iterate, NULL, stretch_rebuild, NULL,
+                                       NULL};
+
+/* The node over in (owned from now on, destroyed on failure). */
+static st_status stretches(st_dataset *in, int64_t per_epoch, st_dataset **out) {
+  stretch_node *n = calloc(1, sizeof *n);
+  *out = NULL;
+  if (!n) {
+    st_dataset_destroy(in);
+    return st_error(ST_ERR_NOMEM, "train: out of memory");
+  }
+  st__ds_init(&n->base, &stretch_ops, in);
+  n->per_epoch = per_epoch;
+  *out = &n->base;
+  return ST_OK;
 }
 
 /* Token shards are read from the files (--data, or the demo corpus). */
@@ -287,15 +353,32 @@ static st_status print_epoch(void *user, st_model *m, const st_epoch_logs *l) {
   return ST_OK;
 }
 
-/* --log-every: each step's own loss, recovered from fit's running mean over
- * the stretch (the stretch's batches are all full: mean_k (k + 1) -
- * mean_(k-1) k), printed and kept for the report as "[[step, loss], ...]". */
+/* A growing string. */
+typedef struct sbuf {
+  char *p;
+  size_t len, cap;
+} sbuf;
+
+static bool sbuf_add(sbuf *b, const char *s, size_t n) {
+  if (b->len + n + 2 > b->cap) { /* room for "]" and NUL */
+    size_t cap = 2 * b->cap + n + 4096;
+    char *p = realloc(b->p, cap);
+    if (!p) return false;
+    b->p = p, b->cap = cap;
+  }
+  memcpy(b->p + b->len, s, n + 1);
+  b->len += n;
+  return true;
+}
+
+/* --log-every and --csv: each step's own loss (st_batch_logs.step_loss,
+ * fit's: right on the first step after a resume too, where a mean recovered
+ * from the running means lacked the mean before it), printed and kept for
+ * the report as "[[step, loss], ...]" and for the CSV as rows. */
 typedef struct step_log {
   const gpt_cfg *c;
-  double prev_mean;
   double t_prev; /* when the previous step ended (or the stretch began) */
-  char *json;
-  size_t len, cap;
+  sbuf json, csv;
 } step_log;
 
 /* The clock restarts at each stretch so a step's time leaves out the
@@ -309,24 +392,26 @@ static st_status log_stretch_begin(void *user, st_model *m, int epoch) {
 static st_status log_step(void *user, st_model *m, const st_batch_logs *l) {
   (void)m;
   step_log *sl = user;
-  double own = l->step == 0 ? l->loss : l->loss * (double)(l->step + 1) - sl->prev_mean * (double)l->step;
-  sl->prev_mean = l->loss;
-  double now = st_now_seconds(), ms = 1000.0 * (now - sl->t_prev);
+  double own = l->step_loss, now = st_now_seconds(), ms = 1000.0 * (now - sl->t_prev);
   sl->t_prev = now;
   long long k = (long long)l->epoch * sl->c->eval_every + l->step + 1;
-  if (k % sl->c->log_every) return ST_OK;
-  if (!sl->c->quiet) printf("step %lld: step_loss %.6f - %.1f ms\n", k, own, ms);
+  const gpt_cfg *c = sl->c;
+  if (k % (c->log_every ? c->log_every : 1)) return ST_OK;
+  if (c->log_every && !c->quiet) printf("step %lld: step_loss %.6f - %.1f ms\n", k, own, ms);
   char item[64];
-  int n = snprintf(item, sizeof item, "%s[%lld, %.9g]", sl->len > 1 ? ", " : "", k, own);
-  if (sl->len + (size_t)n + 2 > sl->cap) {
-    size_t cap = 2 * sl->cap + (size_t)n + 4096;
-    char *p = realloc(sl->json, cap);
-    if (!p) return st_error(ST_ERR_NOMEM, "--log-every: out of memory");
-    sl->json = p, sl->cap = cap;
-  }
-  memcpy(sl->json + sl->len, item, (size_t)n + 1);
-  sl->len += (size_t)n;
+  int n = snprintf(item, sizeof item, "%s[%lld, %.9g]", sl->json.len > 1 ? ", " : "", k, own);
+  if (c->log_every && !sbuf_add(&sl->json, item, (size_t)n))
+    return st_error(ST_ERR_NOMEM, "--log-every: out of memory");
+  n = snprintf(item, sizeof item, "%lld,%.9g\n", k, own);
+  if (c->csv && !sbuf_add(&sl->csv, item, (size_t)n))
+    return st_error(ST_ERR_NOMEM, "--csv: out of memory");
   return ST_OK;
+}
+
+/* st_write_file_atomic's fill: the CSV's rows. */
+static int fill_csv(FILE *f, void *user) {
+  const sbuf *b = user;
+  return fputs("step,loss\n", f) < 0 || fwrite(b->p, 1, b->len, f) != b->len ? -1 : 0;
 }
 
 /* The in-memory corpus's windows: the training set (shuffled, repeated) and
@@ -342,6 +427,7 @@ static int corpus_sets(const gpt_cfg *c, const st_gpt_config *g, const float *to
   }
   st_status s = windows(tok, g->seq_len, 0, windows_n - nval, (int)c->batch, (uint64_t)c->seed,
                         true, train);
+  if (s == ST_OK) s = stretches(*train, c->eval_every, train);
   if (s == ST_OK && nval) s = windows(tok, g->seq_len, windows_n - nval, nval, (int)c->batch, 0, false, val);
   *windows_train = windows_n - nval;
   return s == ST_OK ? EXIT_OK : cli_fail("train", s);
@@ -349,9 +435,12 @@ static int corpus_sets(const gpt_cfg *c, const st_gpt_config *g, const float *to
 
 static int gpt_fit(const gpt_cfg *c, const st_gpt_config *g, st_model *m, st_dataset *train,
                    st_dataset *val, int64_t windows_train) {
-  step_log sl = {.c = c, .json = malloc(3), .len = 1, .cap = 3}; /* "[" + "]" + NUL */
-  if (!sl.json) return cli_fail("train", st_error(ST_ERR_NOMEM, "train: out of memory"));
-  memcpy(sl.json, "[", 2);
+  step_log sl = {.c = c, .json = {malloc(3), 1, 3}, .csv = {calloc(1, 1), 0, 1}}; /* "[" + "]" + NUL */
+  if (!sl.json.p || !sl.csv.p) {
+    free(sl.json.p), free(sl.csv.p);
+    return cli_fail("train", st_error(ST_ERR_NOMEM, "train: out of memory"));
+  }
+  memcpy(sl.json.p, "[", 2);
   st_callback cb[2] = {{.user = (void *)c, .on_epoch_end = c->quiet || !c->chief ? NULL : print_epoch},
                        {.user = &sl, .on_epoch_begin = log_stretch_begin, .on_batch_end = log_step}};
   st_fit_options fo = st_fit_default_options();
@@ -360,7 +449,7 @@ static int gpt_fit(const gpt_cfg *c, const st_gpt_config *g, st_model *m, st_dat
   fo.validation = val;
   fo.validation_steps = 8;
   fo.callbacks = cb;
-  fo.ncallbacks = c->log_every && c->chief ? 2 : 1;
+  fo.ncallbacks = (c->log_every || c->csv) && c->chief ? 2 : 1;
   fo.backup_dir = c->backup_dir;
   fo.backup_every_steps = c->backup_every;
   st_history h = {0};
@@ -373,10 +462,12 @@ static int gpt_fit(const gpt_cfg *c, const st_gpt_config *g, st_model *m, st_dat
                      .history = &h, .wall_seconds = st_now_seconds() - t0,
                      .pipeline = c->strategy == ST_STRATEGY_PIPELINE ? c->st : NULL};
     r.test.loss = r.test.accuracy = NAN;
-    memcpy(sl.json + sl.len, "]", 2); /* cap keeps room for it */
-    if (report_write_extra(c->report, &r, c->log_every ? "steps" : NULL, sl.json) != 0)
+    memcpy(sl.json.p + sl.json.len, "]", 2); /* cap keeps room for it */
+    if (report_write_extra(c->report, &r, c->log_every ? "steps" : NULL, sl.json.p) != 0)
       s = st_error(ST_ERR_IO, "--report %s: %s", c->report, st_last_error());
   }
+  if (s == ST_OK && c->csv && c->chief && (s = st_write_file_atomic(c->csv, fill_csv, &sl.csv)) != ST_OK)
+    s = st_error_prefix(s, "--csv: ");
   if (s == ST_OK && !c->quiet && c->chief) {
     printf("trained %lld steps on %lld windows of %d tokens", (long long)c->steps,
            (long long)windows_train, g->seq_len);
@@ -384,7 +475,7 @@ static int gpt_fit(const gpt_cfg *c, const st_gpt_config *g, st_model *m, st_dat
     printf("\n"); /* (the first 20 steps are not timed) */
   }
   st_history_destroy(&h);
-  free(sl.json);
+  free(sl.json.p), free(sl.csv.p);
   return s == ST_OK ? EXIT_OK : cli_fail("train", s);
 }
 
@@ -406,6 +497,7 @@ static int gpt_data(const gpt_cfg *c, const st_gpt_config *g, const st_strategy 
     if (rc != EXIT_OK) return rc;
     *windows_train = d->n_train * (int64_t)c->batch;
     st_status s = st_dataset_repeat(d->train, -1, &d->train);
+    if (s == ST_OK) s = stretches(d->train, c->eval_every, &d->train);
     *train = d->train, *val = d->val;
     return s == ST_OK ? EXIT_OK : cli_fail("train", s);
   }

@@ -137,6 +137,9 @@ typedef struct st_batch_logs {
   int64_t step;        /* step within the epoch, 0-based */
   int64_t steps;       /* steps per epoch; -1 unknown */
   double loss, accuracy; /* running means over the epoch so far */
+  double step_loss;      /* this step's own loss: the mean over its batch's
+                            examples (not the running mean; also right on the
+                            first step after a resume from a backup) */
 } st_batch_logs;
 
 /* A callback owns its state `user`: destroy(user) frees it (NULL when there

@@ -20,7 +20,9 @@
  * micro-batch's statistics (as GPipe) and updates its moving statistics once
  * per micro-batch. A table tied across stages (GPT's token embedding read
  * by its output head) is owned by the head's stage (pipeline.h, st_pipe_tie;
- * its gradient summed as one device's threads sum it). */
+ * its gradient summed as one device's threads sum it). With global_clipnorm
+ * the stages' updates wait for the norm of every stage's gradient, formed
+ * in one device's order (pipeline_clip.c): the same bytes. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -255,10 +257,25 @@ static void run_backward(pp_state *p, int s, int k) {
   mark_done(p, &p->bwd_done[s]);
 }
 
-/* Task: stage s's schedule for the step, then its optimizer update. */
-static void stage_task(void *arg, int s) {
+/* Stage s's optimizer update: its range, and the tied table on its dst. */
+static void apply_task(void *arg, int s) {
   pp_state *p = arg;
   st_net *m = p->m;
+  st_pipe_stage *st = p->stages[s];
+  double t0 = st_now_seconds();
+  if (st->np)
+    st__apply_range(m, st->ctx, m->params + st->poff, st->grads, m->slots, st->poff, st->np);
+  if (st->tie_dst) st__pipe_tie_apply(m, st);
+  st->busy += st_now_seconds() - t0;
+}
+
+/* global_clipnorm: the update waits for every stage's gradient (the norm). */
+static bool clipping(const st_net *m) { return m->optimizer.global_clipnorm > 0.0f; }
+
+/* Task: stage s's schedule for the step, then (without clipping) its
+ * optimizer update. */
+static void stage_task(void *arg, int s) {
+  pp_state *p = arg;
   st_pipe_stage *st = p->stages[s];
   int M = p->M;
   int warm = p->sched == ST_PIPELINE_GPIPE ? M : (p->S - s - 1 < M ? p->S - s - 1 : M);
@@ -268,11 +285,17 @@ static void stage_task(void *arg, int s) {
     run_backward(p, s, k);
   }
   if (st->tie_dst) fold_tie(p, M - 1);
-  double t0 = st_now_seconds();
-  if (st->np)
-    st__apply_range(m, st->ctx, m->params + st->poff, st->grads, m->slots, st->poff, st->np);
-  if (st->tie_dst) st__pipe_tie_apply(m, st);
-  st->busy += st_now_seconds() - t0;
+  if (!clipping(p->m)) apply_task(p, s);
+}
+
+/* Every stage's gradient clipped by their global norm (pipeline_clip.c),
+ * then the stages' updates, one thread each. */
+static st_status clip_apply(pp_state *p) {
+  st_status s = st__pipe_clip_stages(p->m, p->stages, p->S);
+  if (s != ST_OK) return s;
+  if (p->pool) st_threadpool_run(p->pool, p->S, apply_task, p);
+  else apply_task(p, 0);
+  return ST_OK;
 }
 
 static st_status pp_train_step(st_strategy *s, st_net *m, const st_batch *b,
@@ -295,10 +318,12 @@ static st_status pp_train_step(st_strategy *s, st_net *m, const st_batch *b,
   unsigned fp = st__ftz_enter();
   if (p->pool) st_threadpool_run(p->pool, p->S, stage_task, p);
   else stage_task(p, 0);
+  st_status cs = p->tie_err == ST_OK && clipping(m) ? clip_apply(p) : ST_OK;
   st__ftz_leave(fp);
   if (p->tie_err != ST_OK) /* (its message stayed with the stage's thread) */
     return st_error(p->tie_err, "pipeline stage %d: the tied table's gradient: out of memory",
                     p->tie.dst);
+  if (cs != ST_OK) return cs;
   p->step_seconds += st_now_seconds() - t0;
   st_status rs = st__pipe_replay(p->S, p->M, p->log, p->idle, p->in_flight);
   if (rs != ST_OK) return rs;

@@ -156,6 +156,34 @@ st_status st__pipe_replay(int S, int M, const int *log, double *idle, int *in_fl
 /* The net's first layer with a trainable variable (nlayers when none). */
 int st__pipe_first_trainable(const st_net *m);
 
+/* pipeline_clip.c: global_clipnorm, the norm formed in one device's order.
+ * A run of trainable floats [off, off + n) whose gradient stage `stage`
+ * holds. */
+typedef struct st_pipe_seg {
+  size_t off, n;
+  int stage;
+} st_pipe_seg;
+/* The net's trainable floats as segments (seg: S + 1 entries) in offset
+ * order, first[0..S] the stages' first layers (first[S] = nlayers);
+ * returns their count, or -1 when they do not tile [0, n_params). */
+int st__pipe_clip_segments(const st_net *m, int S, const int *first, const st_pipe_tie *tie,
+                           st_pipe_seg *seg);
+/* In one process, once every stage holds its gradients (before any
+ * update): all of them scaled by the factor of their global norm.
+ * ST_ERR_INVALID when the stages do not tile the variables. */
+st_status st__pipe_clip_stages(const st_net *m, st_pipe_stage *const *stages, int S);
+/* Across processes (P = S x D, rank = stage x D + rep): this process's
+ * stage st, after its replicas' all-reduce; every process of the job calls
+ * it at the same point of the step. The failed exchange is named. */
+struct st_collective;
+typedef struct st_pipe_clip_procs {
+  st_pipe_stage *st;
+  int S, D, rep;
+  const int *first;          /* [S + 1] */
+  struct st_collective *p2p; /* point-to-point */
+} st_pipe_clip_procs;
+st_status st__pipe_clip_across(const st_net *m, const st_pipe_clip_procs *c);
+
 /* pipeline_agree.c: every process of c has the same stage count,
  * micro-batches, schedule and stage boundaries (first_layer[1..stages-1]);
  * ST_ERR_INVALID on every process otherwise, naming the flag, the ranks and

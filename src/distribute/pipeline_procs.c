@@ -10,6 +10,7 @@
  * within --collective-timeout fails the step with ST_ERR_TIMEOUT naming both
  * stages. After the micro-batches, a stage's D replicas all-reduce (SUM, in
  * replica order) its gradients and average its non-trainable state, then
+ * (global_clipnorm: the norm passed from stage to stage, pipeline_clip.c)
  * each applies the optimizer to the stage's variables and slots.
  *
  * Memory: a process holds only its stage's share. Its variable placement
@@ -330,6 +331,9 @@ static st_status reduce_apply(procs *p, st_net *m) {
   if (s == ST_OK && p->group && st->ns)
     s = p->group->vt->all_reduce(p->group, p->group->self, m->state + st->soff, st->ns, ST_REDUCE_MEAN);
   if (s != ST_OK) return st_error_prefix(s, "pipeline stage %d (rank %d), replicas: ", p->stage, p->rank);
+  st_pipe_clip_procs clip = {st, p->S, p->D, p->rep, p->first_layer, p->p2p};
+  if (m->optimizer.global_clipnorm > 0.0f && (s = st__pipe_clip_across(m, &clip)) != ST_OK)
+    return s; /* the norm over every stage (pipeline_clip.c) */
   if (st->np)
     st__apply_range(m, st->ctx, m->params + st->poff, st->grads, m->slots, st->poff, st->np);
   st->busy += st_now_seconds() - t0;

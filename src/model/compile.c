@@ -250,16 +250,17 @@ static st_status recompile(st_model *m, const st_compile_options *o) {
 }
 
 /* Issue 31's pieces not wired into every strategy yet: a sparse loss over
- * [T, classes] outputs (st__net_loss) and global_clipnorm (st__clip_grads)
- * are refused, naming both, where the strategy's step would not honour them. */
+ * [T, classes] outputs (st__net_loss) and global_clipnorm (st__clip_grads;
+ * the pipeline's: pipeline_clip.c) are refused, naming both, where the
+ * strategy's step would not honour them. */
 static st_status check_strategy_fits(const st_model *m) {
   st_strategy_kind k = m->strategy->opts.kind;
-  bool pipe_ps = k == ST_STRATEGY_PIPELINE || k == ST_STRATEGY_PARAMETER_SERVER;
-  if (k == ST_STRATEGY_PARAMETER_SERVER && st__net_loss_positions(&m->net) > 1)
+  bool ps = k == ST_STRATEGY_PARAMETER_SERVER;
+  if (ps && st__net_loss_positions(&m->net) > 1)
     return st_error(ST_ERR_INVALID, "compile: a sparse loss over positions (output [%d, %d]) is "
                     "not supported by the %s strategy yet", (int)st__net_loss_positions(&m->net),
                     st__net_loss_cols(&m->net), st_strategy_kind_name(k));
-  if (m->net.optimizer.global_clipnorm > 0.0f && (pipe_ps || m->strategy->opts.shard_optimizer))
+  if (m->net.optimizer.global_clipnorm > 0.0f && (ps || m->strategy->opts.shard_optimizer))
     return st_error(ST_ERR_INVALID, "compile: optimizer.global_clipnorm is not supported by the "
                     "%s strategy%s yet", st_strategy_kind_name(k),
                     m->strategy->opts.shard_optimizer ? " with shard_optimizer" : "");

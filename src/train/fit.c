@@ -195,11 +195,17 @@ static st_status fit_step(st_model *m, const st_batch *b, const st__side_task *s
   fs->t_last = now;
   fs->global_step++;
   st_train_position *p = &fs->l.pos;
+  /* the step's own loss: what its batch added to the epoch's sums (p holds
+   * them before the step, restored from a backup too) */
+  double step_loss = tot->examples > p->examples
+                         ? (tot->loss_sum - p->loss_sum) / (double)(tot->examples - p->examples)
+                         : 0.0;
   p->step_in_epoch++;
   p->loss_sum = tot->loss_sum, p->examples = tot->examples;
   p->correct = tot->correct, p->metric_count = tot->metric_count;
   st_batch_logs bl = {fs->l.epoch, p->step_in_epoch - 1, fs->steps_per_epoch,
-                      tot->loss_sum / (double)tot->examples, ratio(tot->correct, tot->metric_count)};
+                      tot->loss_sum / (double)tot->examples, ratio(tot->correct, tot->metric_count),
+                      step_loss};
   if (!(bl.loss == bl.loss) || bl.loss > 1e30)
     return st_error(ST_ERR_NONFINITE, "loss became %g at epoch %d, step %lld (TerminateOnNaN)",
                     bl.loss, fs->l.epoch + 1, (long long)bl.step + 1);
