@@ -51,6 +51,12 @@ enum { MAX_PENDING = 64 };
  * most SMALL_BYTES of data the two go as one put, copied together (a put
  * more would cost the reader a wake-up), otherwise as two. */
 enum { HDR_BYTES = 2 * sizeof(uint64_t), SMALL_BYTES = 64 << 10 };
+/* A direct put (kinds 1, 2) carries at most PIECE floats: Gloo sizes a
+ * socket's send buffer to the largest message sent on it (up to twice
+ * net.core.wmem_max), and one put of megabytes then filled it in one write
+ * before the host's core read anything (16 MiB between emulated hosts in
+ * 1 MiB pieces: 2 hosts 64 -> 27 ms, 3 hosts 138 -> 64 ms; BENCHMARKS.md). */
+enum { PIECE = (1 << 20) / sizeof(float) };
 /* Point-to-point slots (uint64): P2P_SLOT | P2P_HEADER for the header |
  * count (29 bits) << 32 | message number (16 bits) << 16 | sender. */
 #define P2P_SLOT ((uint64_t)1 << 62)
@@ -309,16 +315,26 @@ static st_status shm_done(gloo_coll *c, st_status s) { return s != ST_OK ? broke
 
 /* One round of puts of kind 1 or 2 into buffers every peer expected
  * (st__gloo_expect) before it sent what this answers: src[j][0, sn[j]) to
- * every peer j, and rn[j] floats taken from it. */
+ * every peer j, and rn[j] floats taken from it; in pieces of at most
+ * PIECE floats, the peers served in turn, worker me + 1 first. */
 static st_status direct_round(gloo_coll *c, int kind, const float *const *src, const size_t *sn,
                               const size_t *rn) {
   char err[256];
   int size = c->base.size, me = c->base.self, peer = -1, rc = 0;
-  for (int j = 0; rc == 0 && j < size; j++)
-    if (j != me && sn[j])
-      peer = j, rc = st__gloo_put(c->g, j, kind, src[j], sn[j] * sizeof(float), 0, err, sizeof err);
-  for (int j = 0; rc == 0 && j < size; j++)
-    if (j != me && rn[j]) peer = j, rc = st__gloo_take(c->g, j, kind, err, sizeof err);
+  size_t pf = PIECE, most = 0;
+  for (int j = 0; j < size; j++) most = j != me && sn[j] > most ? sn[j] : most;
+  for (size_t q = 0; rc == 0 && q * pf < most; q++)
+    for (int k = 1; rc == 0 && k < size; k++) {
+      int j = (me + k) % size;
+      size_t n = piece(sn[j], q, pf);
+      if (n) peer = j, rc = st__gloo_put(c->g, j, kind, src[j] + q * pf, n * sizeof(float),
+                                         q * pf * sizeof(float), err, sizeof err);
+    }
+  for (int k = 1; rc == 0 && k < size; k++) {
+    int j = (me + size - k) % size;
+    for (size_t q = 0; rc == 0 && q * pf < rn[j]; q++)
+      peer = j, rc = st__gloo_take(c->g, j, kind, err, sizeof err);
+  }
   if (rc == 0) rc = st__gloo_puts_wait(c->g, &peer, err, sizeof err);
   if (rc != 0)
     return fail(c, rc == ST__GLOO_TIMEOUT ? ST_ERR_TIMEOUT : ST_ERR_PEER, OP_ALL_REDUCE, peer, err);
@@ -355,7 +371,7 @@ static st_status reserve_tmp(gloo_coll *c, size_t n) {
 /* Reduce-scatter, then all-gather; every worker's part summed in rank order.
  * The first chunk of each part goes through the staging areas (no buffer
  * of the peer's needs to exist yet); the rest of it, and the sums, straight
- * into buffers expected before (one message each, however large). */
+ * into buffers expected before (no staging copy, no lockstep: PIECE a put). */
 static st_status gloo_all_reduce(st_collective *cc, int rank, float *buf, size_t n,
                                  st_reduce_op op) {
   (void)rank;
@@ -390,7 +406,9 @@ static st_status gloo_all_reduce(st_collective *cc, int rank, float *buf, size_t
     st__sum_in_rank_order(buf + lo[me] + ch, NULL, src, size, rest, op);
   }
   for (int j = 0; j < size; j++) src[j] = buf + lo[me], sn[j] = len[me], rn[j] = len[j];
-  return s == ST_OK ? direct_round(c, 2, src, sn, rn) : s;
+  if (s == ST_OK) s = direct_round(c, 2, src, sn, rn);
+  st__gloo_forget(c->g);
+  return s;
 }
 
 /* Every worker sends the root an empty message a step: the root never gets
