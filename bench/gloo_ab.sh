@@ -8,8 +8,8 @@
 # e.g. bench/gloo_ab.sh 5 3 before=/tmp/old/libstrata.a after=build/libstrata.a
 # (VAR=VALUE: set in that build's processes, so one build can be run two
 # ways where it reads a setting from the environment).
-# HOSTS="2 3" (the default) picks the host counts, MIN=BYTES skips the
-# sizes below it.
+# HOSTS="2 3" (the default) picks the host counts (up to 9), MIN=BYTES
+# skips the sizes below it.
 # Needs root, ip, mpicc/mpirun, taskset; prints bench/gloo_ab_bench.c's rows
 # tagged NAME.rROUND.
 set -u
@@ -22,6 +22,14 @@ for t in ip mpicc mpirun taskset; do command -v $t >/dev/null || skip "$t not fo
 data=/dev/null
 . "$src/tests/netns_common.bash"
 netns_launch_host
+for n in ${HOSTS:-2 3}; do # more hosts than the three made: host i on core i % cores
+  while [ ${#hosts[@]} -lt "$n" ]; do
+    i=${#hosts[@]}
+    mkhost $i $net.1$i || skip "cannot create namespace/veth: $(cat "$tmp/ip.err")"
+    hosts+=($net.1$i)
+    echo "strata-$id-$i $i" >"$tmp/map.$net.1$i"
+  done
+done
 names=()
 declare -A envs
 for b in "$@"; do
