@@ -9,7 +9,7 @@
  * (bench/gloo_ab.sh). Built against a libstrata.a with MPI and Gloo:
  *   mpicc -O2 -std=c11 -Iinclude -Ibuild/include -Isrc bench/gloo_ab_bench.c \
  *       build/libstrata.a -lpthread -lm -ldl -lz -ljansson -lprotobuf-c -lzmq -lgloo -lstdc++
- * Run: mpirun -np N a.out TRIALS TAG, with STRATA_BENCH_HOSTS=h0,h1,... (the
+ * Run: mpirun -np N a.out TRIALS TAG [MIN_BYTES], with STRATA_BENCH_HOSTS=h0,h1,... (the
  * ranks' hosts; Gloo's rendezvous at port 29511 + rank). */
 #define _POSIX_C_SOURCE 200809L
 #include <mpi.h>
@@ -62,6 +62,7 @@ static st_collective *open_gloo(int rank, int size) {
 int main(int argc, char **argv) {
   int trials = argc > 1 ? atoi(argv[1]) : 5, rank, size;
   const char *tag = argc > 2 ? argv[2] : "";
+  size_t min_bytes = argc > 3 ? (size_t)atol(argv[3]) : 0; /* the sizes below: skipped */
   if (trials < 1 || trials > 64 || st__mpi_world(&rank, &size) != ST_OK) return 1;
   setenv("STRATA_MPI_SHM", "0", 1);
   st_collective *m = NULL;
@@ -70,6 +71,7 @@ int main(int argc, char **argv) {
   const size_t sizes[] = {4096, 65536, 262144, 1048576, 4194304, 16777216};
   for (int si = 0; si < 6; si++) {
     size_t bytes = sizes[si], n = bytes / 4;
+    if (bytes < min_bytes) continue;
     float *buf = malloc(bytes);
     for (size_t i = 0; i < n; i++) buf[i] = (float)(i % 7) * 0.001f;
     int iters = (int)((32u << 20) / bytes);

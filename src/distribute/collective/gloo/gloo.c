@@ -23,8 +23,10 @@
  * in the same half of the staging area, by a header with the operation's
  * number, kind and count, checked before its data is read: workers that
  * passed other counts (or called another collective) fail at once with
- * ST_ERR_INVALID naming the worker and both counts (a worker that sees the
- * peer close first fails as lost, naming its own count). The direct puts
+ * ST_ERR_INVALID naming the worker and both counts, every one of them:
+ * the first to see it closes its pairs 0.2 s late (the others read what it
+ * sent first), and a worker that sees a pair fail still finds a header of
+ * another count that landed before (close_late, step_failed). The direct puts
  * (kinds 1, 2) go to a peer only after its header of the same operation
  * was checked, so their sizes agree with the buffers it expected. Through
  * shared memory shm.c compares the counts. A point-to-point message is
@@ -35,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/split.h"
 #include "distribute/collective/collective.h"
@@ -48,6 +51,12 @@ enum { MAX_PENDING = 64 };
  * most SMALL_BYTES of data the two go as one put, copied together (a put
  * more would cost the reader a wake-up), otherwise as two. */
 enum { HDR_BYTES = 2 * sizeof(uint64_t), SMALL_BYTES = 64 << 10 };
+/* A direct put (kinds 1, 2) carries at most PIECE floats: Gloo sizes a
+ * socket's send buffer to the largest message sent on it (up to twice
+ * net.core.wmem_max), and one put of megabytes then filled it in one write
+ * before the host's core read anything (16 MiB between emulated hosts in
+ * 1 MiB pieces: 2 hosts 64 -> 27 ms, 3 hosts 138 -> 64 ms; BENCHMARKS.md). */
+enum { PIECE = (1 << 20) / sizeof(float) };
 /* Point-to-point slots (uint64): P2P_SLOT | P2P_HEADER for the header |
  * count (29 bits) << 32 | message number (16 bits) << 16 | sender. */
 #define P2P_SLOT ((uint64_t)1 << 62)
@@ -71,6 +80,7 @@ typedef struct gloo_coll {
   uint64_t hdr[2];       /* the header of the current exchange's puts */
   char *out;             /* [size][HDR_BYTES + SMALL_BYTES]: small puts, header and data */
   bool broken;
+  bool closed;           /* close_late closed the pairs */
   char first_failure[320]; /* the failure that broke it */
   bool ready;            /* connected; false again once leaving with an error */
   st__shm *shm;          /* every worker on this machine: all-reduces through it */
@@ -130,11 +140,23 @@ typedef struct plan {
 /* Bytes of a half of a staging area: a header, then at most chunk floats. */
 static size_t half_bytes(size_t chunk) { return HDR_BYTES + chunk * sizeof(float); }
 
+/* Close the pairs after a failure of a collective, a moment late: the
+ * peers first read what this worker sent them (a close resets the
+ * connection, which drops what the peer's socket holds unread), so that
+ * each of them sees a mismatch of counts for itself. */
+static void close_late(gloo_coll *c) {
+  if (c->closed) return;
+  struct timespec ts = {0, 200 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+  st__gloo_close_pairs(c->g);
+  c->closed = true;
+}
+
 /* A staged header h from peer j that is not this operation's (its number,
  * kind or count differ): the workers called the collective alike up to
  * here but not now; refused before its data is read. */
 static st_status header_mismatch(gloo_coll *c, int j, const uint64_t *h, op_kind op) {
-  st__gloo_close_pairs(c->g);
+  close_late(c);
   char at[48] = "";
   if (c->step) snprintf(at, sizeof at, " at step %lld", (long long)*c->step);
   unsigned kind = (unsigned)(h[0] & 15);
@@ -145,6 +167,37 @@ static st_status header_mismatch(gloo_coll *c, int j, const uint64_t *h, op_kind
                            (unsigned long long)c->ops, at, j,
                            kind < OP_SEND ? op_names[kind] : "message",
                            (unsigned long long)(h[0] >> 4), (unsigned long long)h[1], c->cur_n));
+}
+
+/* A header of this operation (its number and kind) with another count in
+ * a staging area (either half) of peer *who, once nothing lands there any
+ * more (the pairs closed): the peer passed another count. A header of this
+ * operation can only have come in it (numbers are not reused; the
+ * connect's barrier, number 1 as the first operation after it, differs in
+ * kind or agrees in count), and the steps before were checked. */
+static bool landed_mismatch(gloo_coll *c, int *who, uint64_t *h) {
+  for (int j = 0; j < c->base.size; j++) {
+    for (int half = 0; j != c->base.self && half < 2; half++) {
+      memcpy(h, (const char *)st__gloo_stage(c->g, j) + (size_t)half * half_bytes(c->chunk),
+             HDR_BYTES);
+      if (h[0] == c->hdr[0] && h[1] != c->hdr[1]) return *who = j, true;
+    }
+  }
+  return false;
+}
+
+/* A put or take of an exchange failed (rc from the shim): the peer left or
+ * did not come. If it left because it saw that the workers passed other
+ * counts, what it and the others sent before may have landed here (over
+ * async pairs Gloo's loop thread reads on) although the pair now fails:
+ * once the pairs are closed, a mismatch found in the staging areas is
+ * reported as such (naming the worker and both counts), else the failure. */
+static st_status step_failed(gloo_coll *c, int rc, op_kind op, int peer, const char *why) {
+  close_late(c);
+  uint64_t h[2];
+  int j = -1;
+  if (landed_mismatch(c, &j, h)) return header_mismatch(c, j, h, op);
+  return fail(c, rc == ST__GLOO_TIMEOUT ? ST_ERR_TIMEOUT : ST_ERR_PEER, op, peer, why);
 }
 
 static size_t piece(size_t n, size_t i, size_t chunk) {
@@ -177,7 +230,7 @@ static st_status put_step(gloo_coll *c, const float *send, const plan *p, const 
                           sizeof err);
     if (rc == 0 && nb > SMALL_BYTES)
       rc = st__gloo_put(c->g, j, 0, data, nb, roff + HDR_BYTES, err, sizeof err);
-    if (rc != 0) return fail(c, ST_ERR_PEER, op, j, err);
+    if (rc != 0) return step_failed(c, rc, op, j, err);
   }
   return ST_OK;
 }
@@ -200,7 +253,7 @@ static st_status take_step(gloo_coll *c, float *recv, const plan *p, const size_
     if (rc == 0 && (h[0] != c->hdr[0] || h[1] != c->hdr[1])) return header_mismatch(c, j, h, op);
     if (rc == 0 && n * sizeof(float) > SMALL_BYTES) /* the data, a put of its own */
       rc = st__gloo_take(c->g, j, 0, err, sizeof err);
-    if (rc != 0) return fail(c, rc == ST__GLOO_TIMEOUT ? ST_ERR_TIMEOUT : ST_ERR_PEER, op, j, err);
+    if (rc != 0) return step_failed(c, rc, op, j, err);
     src[j] = (const float *)(half + HDR_BYTES);
     if (!p->mine && n) memcpy(recv + p->roff[j] + i * ch, src[j], n * sizeof(float));
   }
@@ -210,8 +263,7 @@ static st_status take_step(gloo_coll *c, float *recv, const plan *p, const size_
     st__sum_in_rank_order(recv + i * ch, NULL, src, size, m, p->rop);
   }
   int rc = st__gloo_puts_wait(c->g, &peer, err, sizeof err);
-  if (rc != 0) return fail(c, rc == ST__GLOO_TIMEOUT ? ST_ERR_TIMEOUT : ST_ERR_PEER, op, peer, err);
-  return ST_OK;
+  return rc != 0 ? step_failed(c, rc, op, peer, err) : ST_OK;
 }
 
 /* One exchange in lockstep steps: my step i+1 puts go out only after I
@@ -263,16 +315,26 @@ static st_status shm_done(gloo_coll *c, st_status s) { return s != ST_OK ? broke
 
 /* One round of puts of kind 1 or 2 into buffers every peer expected
  * (st__gloo_expect) before it sent what this answers: src[j][0, sn[j]) to
- * every peer j, and rn[j] floats taken from it. */
+ * every peer j, and rn[j] floats taken from it; in pieces of at most
+ * PIECE floats, the peers served in turn, worker me + 1 first. */
 static st_status direct_round(gloo_coll *c, int kind, const float *const *src, const size_t *sn,
                               const size_t *rn) {
   char err[256];
   int size = c->base.size, me = c->base.self, peer = -1, rc = 0;
-  for (int j = 0; rc == 0 && j < size; j++)
-    if (j != me && sn[j])
-      peer = j, rc = st__gloo_put(c->g, j, kind, src[j], sn[j] * sizeof(float), 0, err, sizeof err);
-  for (int j = 0; rc == 0 && j < size; j++)
-    if (j != me && rn[j]) peer = j, rc = st__gloo_take(c->g, j, kind, err, sizeof err);
+  size_t pf = PIECE, most = 0;
+  for (int j = 0; j < size; j++) most = j != me && sn[j] > most ? sn[j] : most;
+  for (size_t q = 0; rc == 0 && q * pf < most; q++)
+    for (int k = 1; rc == 0 && k < size; k++) {
+      int j = (me + k) % size;
+      size_t n = piece(sn[j], q, pf);
+      if (n) peer = j, rc = st__gloo_put(c->g, j, kind, src[j] + q * pf, n * sizeof(float),
+                                         q * pf * sizeof(float), err, sizeof err);
+    }
+  for (int k = 1; rc == 0 && k < size; k++) {
+    int j = (me + size - k) % size;
+    for (size_t q = 0; rc == 0 && q * pf < rn[j]; q++)
+      peer = j, rc = st__gloo_take(c->g, j, kind, err, sizeof err);
+  }
   if (rc == 0) rc = st__gloo_puts_wait(c->g, &peer, err, sizeof err);
   if (rc != 0)
     return fail(c, rc == ST__GLOO_TIMEOUT ? ST_ERR_TIMEOUT : ST_ERR_PEER, OP_ALL_REDUCE, peer, err);
@@ -309,7 +371,7 @@ static st_status reserve_tmp(gloo_coll *c, size_t n) {
 /* Reduce-scatter, then all-gather; every worker's part summed in rank order.
  * The first chunk of each part goes through the staging areas (no buffer
  * of the peer's needs to exist yet); the rest of it, and the sums, straight
- * into buffers expected before (one message each, however large). */
+ * into buffers expected before (no staging copy, no lockstep: PIECE a put). */
 static st_status gloo_all_reduce(st_collective *cc, int rank, float *buf, size_t n,
                                  st_reduce_op op) {
   (void)rank;
@@ -344,7 +406,9 @@ static st_status gloo_all_reduce(st_collective *cc, int rank, float *buf, size_t
     st__sum_in_rank_order(buf + lo[me] + ch, NULL, src, size, rest, op);
   }
   for (int j = 0; j < size; j++) src[j] = buf + lo[me], sn[j] = len[me], rn[j] = len[j];
-  return s == ST_OK ? direct_round(c, 2, src, sn, rn) : s;
+  if (s == ST_OK) s = direct_round(c, 2, src, sn, rn);
+  st__gloo_forget(c->g);
+  return s;
 }
 
 /* Every worker sends the root an empty message a step: the root never gets

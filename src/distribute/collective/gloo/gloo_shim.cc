@@ -226,11 +226,16 @@ extern "C" int st__gloo_take(st__gloo *g, int peer, int kind, char *err, size_t 
   try {
     size_t j = static_cast<size_t>(peer);
     if (!kind) g->in[j]->waitRecv();
-    if (kind) g->direct[kind - 1][j]->waitRecv(), g->direct[kind - 1][j].reset();
+    if (kind) g->direct[kind - 1][j]->waitRecv();
     return 0;
   } catch (const std::exception &e) {
     return failed(e, err, errlen);
   }
+}
+
+extern "C" void st__gloo_forget(st__gloo *g) {
+  for (auto &kind : g->direct)
+    for (auto &d : kind) d.reset();
 }
 
 extern "C" void st__gloo_destroy(st__gloo *g) {

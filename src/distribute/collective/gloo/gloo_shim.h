@@ -70,8 +70,11 @@ int st__gloo_put(st__gloo *g, int peer, int kind, const void *src, size_t n, siz
  * the peer of the one that failed. */
 int st__gloo_puts_wait(st__gloo *g, int *peer, char *err, size_t errlen);
 /* Wait for the next put from peer to land in its staging area (kind 0) or
- * in the buffer of that kind expected from it (which it then forgets). */
+ * in the buffer of that kind expected from it (several puts may land in
+ * one, each taken). */
 int st__gloo_take(st__gloo *g, int peer, int kind, char *err, size_t errlen);
+/* Forget every buffer expected (kinds 1, 2): no put lands there any more. */
+void st__gloo_forget(st__gloo *g);
 
 /* The end of a job's use of the mesh, every process in turn: a message to
  * every peer and, up to timeout_s, one from each (errors ignored), so that
