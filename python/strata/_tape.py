@@ -486,6 +486,9 @@ def apply_gradients(optimizer, grads_and_vars):
     pairs = list(grads_and_vars)
     if not pairs:
         raise ValueError("apply_gradients: no gradients given")
+    from .distribute import _ps_step
+    if _ps_step.active() is not None:  # a parameter-server step's trace: recorded, not applied
+        return _ps_step.active().on_apply(optimizer, pairs)
     by_model, plain = {}, []
     for g, v in pairs:
         if isinstance(v, ModelVariable):
