@@ -12,7 +12,8 @@ backward and update must share one run (the backward reads the forward's
 activations). A Session keeps one run open across those Python statements:
 a background thread calls st_strategy_run on the model's strategy, and each
 local replica's function serves commands from the main thread (queues) until
-the session closes. The global batch is split over the local replicas as fit
+the session closes. The thread is the model's (a _Runner, kept across
+steps: a new thread per step cost more than the mlp's step under load). The global batch is split over the local replicas as fit
 splits it, so under MirroredStrategy the loop computes fit's step; the run
 ends after apply_gradients (the engine counts the step then), and before
 any other verb of the model (fit, evaluate, predict, weights, compile,
@@ -23,12 +24,46 @@ replicas' functions run on the engine's replica threads."""
 import atexit
 import queue
 import threading
+import weakref
 
 import numpy as np
 
 from . import _strata
 
 _open = {}  # id(model) -> its open Session
+_runners = {}  # id(model) -> its _Runner
+
+
+class _Runner:
+    """One thread per model running its sessions' engine runs one after the
+    other; it ends when the model is collected."""
+
+    def __init__(self, model):
+        self.jobs = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._loop, name="strata-eager-%s" % model.name, daemon=True)
+        self.thread.start()
+        key = id(model)
+        weakref.finalize(model, self._end, key)
+
+    def _loop(self):
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            job()
+            del job  # the session (and its model) must not outlive its run here
+
+    def _end(self, key):
+        if _runners.get(key) is self:
+            del _runners[key]
+        self.jobs.put(None)
+
+
+def _runner(model):
+    r = _runners.get(id(model))
+    if r is None:
+        r = _runners[id(model)] = _Runner(model)
+    return r
 
 
 class Session:
@@ -48,8 +83,8 @@ class Session:
         self.res = queue.SimpleQueue()
         self.error, self.open, self.seq, self.grad_gen = None, True, 0, 0
         self.keep = [None] * self.n  # each replica's forward input (the engine reads it in backward)
-        self.thread = threading.Thread(target=self._run, name="strata-eager-%s" % model.name, daemon=True)
-        self.thread.start()
+        self.done = threading.Event()  # set when the run has ended
+        _runner(model).jobs.put(self._run)
 
     def _run(self):
         try:
@@ -59,6 +94,7 @@ class Session:
         finally:
             self.open = False
             self.res.put(("dead", -1, None))
+            self.done.set()
 
     def _serve(self, rid, handle):
         while True:
@@ -101,10 +137,10 @@ class Session:
         return out
 
     def close(self):
-        if self.thread.is_alive():
+        if not self.done.is_set():
             for q in self.cmd:
                 q.put(None)
-            self.thread.join()
+            self.done.wait()
         self.open = False
         if _open.get(id(self.model)) is self:
             del _open[id(self.model)]

@@ -436,3 +436,30 @@ def test_gradient_through_two_models():
         e[i, j] = 1e-2
         np.testing.assert_allclose((disc_loss_at(wd[0] + e) - disc_loss_at(wd[0] - e)) / 2e-2,
                                    g_disc[0].numpy()[i, j], rtol=5e-3, atol=1e-4)
+
+
+def test_one_runner_thread_per_model_ends_with_it():
+    """The eager loop's engine runs go to one thread per model (_eager.py's
+    _Runner), kept across steps and ended when the model is collected."""
+    import gc
+    import threading
+    import time
+    x, y = _digits(64)
+    model = tf.keras.Sequential([tf.keras.layers.Dense(10, input_shape=(20,))], name="runner_probe")
+    opt = tf.keras.optimizers.SGD(0.1)
+    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    for i in range(0, 64, 16):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y[i:i + 16], model(x[i:i + 16], training=True))
+        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+
+    def runners():
+        return [t for t in threading.enumerate() if t.name == "strata-eager-runner_probe"]
+    assert len(runners()) == 1
+    del model, opt, tape, loss
+    gc.collect()
+    for _ in range(100):
+        if not runners():
+            break
+        time.sleep(0.02)
+    assert runners() == []

@@ -644,8 +644,18 @@ class Model:
     # ---- weights ----
     def _weight_layout(self):
         """[(layer, [(shape, trainable, offset into the flat vector)])] in
-        Keras's order; the engine keeps trainable variables first."""
-        shape = self._input_shape
+        Keras's order; the engine keeps trainable variables first. Kept
+        while the engine layers and the input shape stay (a GradientTape
+        step reads it several times)."""
+        key = (tuple(id(l) for l in self._engine_layers), self._input_shape)
+        memo = getattr(self, "_layout_memo", None)
+        if memo is not None and memo[0] == key:
+            return memo[1]
+        out = self._weight_layout_now()
+        self._layout_memo = (key, out)
+        return out
+
+    def _weight_layout_now(self):
         n_params = sum(int(np.prod(s)) for l in self._engine_layers
                        for s, t in l._weight_shapes(self._in_shape(l)) if t)
         p, q, out = 0, n_params, []
