@@ -310,11 +310,49 @@ static void step_task(void *arg, int i) {
   st__replica_step(p->c->m, g->reps[i], &sl, p->global_batch, false, NULL, NULL, &p->stats[i]);
 }
 
-/* reps[0]->grads += reps[1]->grads + ... in replica order, as fit's step. */
-static void sum_slices(const st_replica_context *c) {
-  st_replica_group *g = c->s->group;
-  for (int i = 1; i < g->n; i++)
-    c->m->be->axpy(c->m->be_ctx, c->m->n_params, 1.0f, g->reps[i]->grads, g->reps[0]->grads);
+/* The variables cut into one chunk per thread (16-float aligned), as fit's
+ * update is: element-wise work, the same bytes as one call. */
+typedef struct chunks {
+  st_replica_context *c;
+  size_t chunk;
+} chunks;
+
+static chunks make_chunks(st_replica_context *c) {
+  size_t n = c->m->n_params, parts = (size_t)c->s->group->n;
+  size_t per = ((n + parts - 1) / parts + 15) & ~(size_t)15;
+  return (chunks){c, per ? per : 16};
+}
+
+static size_t chunk_len(const chunks *a, int t, size_t *lo) {
+  size_t n = a->c->m->n_params;
+  *lo = (size_t)t * a->chunk;
+  return *lo >= n ? 0 : (n - *lo < a->chunk ? n - *lo : a->chunk);
+}
+
+/* reps[0]->grads += reps[1]->grads + ... in replica order, as fit's step
+ * (on the model's context, shared by the pool's threads as fit's update). */
+static void sum_task(void *arg, int t) {
+  chunks *a = arg;
+  st_net *m = a->c->m;
+  st_replica_group *g = a->c->s->group;
+  size_t lo, len = chunk_len(a, t, &lo);
+  for (int i = 1; len && i < g->n; i++)
+    m->be->axpy(m->be_ctx, len, 1.0f, g->reps[i]->grads + lo, g->reps[0]->grads + lo);
+}
+
+static void sum_slices(st_replica_context *c) {
+  chunks a = make_chunks(c);
+  st__group_run_tasks(c->s->group, c->s->group->n, sum_task, &a);
+}
+
+static void apply_task(void *arg, int t) {
+  chunks *a = arg;
+  st_net *m = a->c->m;
+  st_replica *r = a->c->s->group->reps[0];
+  size_t lo, len = chunk_len(a, t, &lo);
+  if (len)
+    st__apply_range(m, m->be_ctx, r->params + lo, r->grads + lo,
+                    st__vars_replica_slots(a->c->s, m, 0), lo, len);
 }
 
 /* The forward of every slice; their outputs side by side in c->cat. */
@@ -385,7 +423,11 @@ st_status st_replica_apply_gradients(st_replica_context *c) {
   st_status s = st_replica_all_reduce(c, ST_REDUCE_SUM, r->grads, m->n_params);
   if (s != ST_OK) return s;
   size_t lo = 0, len = m->n_params;
-  if (!c->s->mirrored_vars) {
+  if (thread_slices(c)) { /* the update in one chunk per thread, as fit's */
+    chunks a = make_chunks(c);
+    st__group_run_tasks(c->s->group, c->s->group->n, apply_task, &a);
+    len = 0;
+  } else if (!c->s->mirrored_vars) {
     size_t chunk = ((m->n_params + (size_t)c->count - 1) / (size_t)c->count + 15) & ~(size_t)15;
     lo = chunk * (size_t)c->rank;
     len = lo >= m->n_params ? 0 : (m->n_params - lo < chunk ? m->n_params - lo : chunk);
