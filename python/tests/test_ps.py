@@ -410,6 +410,16 @@ def test_scheduled_tape_step_refusals_name_what_cannot_be_replayed():
     x, y = rng.random((256, 12), dtype=np.float32), rng.integers(0, 4, 256)
     loss_object = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True,
                                                                 reduction=tf.keras.losses.Reduction.NONE)
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+
+    def dataset_fn(input_context):  # the tutorial's, through distribute_datasets_from_function
+        return tf.data.Dataset.from_tensor_slices((x, y)).shuffle(10).repeat().batch(32)
+
+    def per_worker_dataset_fn():
+        return strategy.distribute_datasets_from_function(dataset_fn)
+    for fn in (per_worker_dataset_fn, lambda: dataset_fn(None)):
+        with pytest.raises(NotImplementedError, match="a tf.data dataset .* pass \\(x, y\\) arrays"):
+            coordinator.create_per_worker_dataset(fn)
     cases = [(dict(metric=tf.keras.metrics.SparseCategoricalAccuracy()), "SparseCategoricalAccuracy.update_state"),
              (dict(scale=2.0), "a loss other than SparseCategoricalCrossentropy averaged over the batch"),
              (dict(ret="pred"), "a return value other than the step's loss")]

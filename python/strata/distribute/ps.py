@@ -419,6 +419,14 @@ class ClusterCoordinator:
         """dataset_fn: (x, y) NumPy arrays, or a function returning them.
         batch_size and epochs bound the steps that may be scheduled."""
         data = dataset_fn() if callable(dataset_fn) else dataset_fn
+        from .. import data as _data
+        from . import DistributedDataset
+        if isinstance(data, (_data.Dataset, DistributedDataset)):
+            raise NotImplementedError(
+                "create_per_worker_dataset: a tf.data dataset (the dataset_fn's, or "
+                "distribute_datasets_from_function's) is not supported by Strata's coordinator: its workers "
+                "read NumPy arrays the chief hands them; pass (x, y) arrays, or a function returning them, "
+                "with batch_size= and epochs=")
         if not isinstance(data, (tuple, list)) or len(data) != 2:
             raise ValueError("create_per_worker_dataset: expected (x, y) NumPy arrays (or a function "
                              "returning them), got %r" % (type(data),))
