@@ -31,6 +31,7 @@ import numpy as np
 from . import _strata
 
 _open = {}  # id(model) -> its open Session
+_END = object()  # a command's result that ends the replica's serve loop
 _runners = {}  # id(model) -> its _Runner
 
 
@@ -102,7 +103,10 @@ class Session:
             if fn is None:
                 return None
             try:
-                self.res.put(("ok", rid, fn(rid, handle)))
+                r = fn(rid, handle)
+                self.res.put(("ok", rid, r))
+                if r is _END:  # apply's last command: the run ends here (one hand-off fewer)
+                    return None
             except BaseException as e:  # noqa: BLE001
                 self.res.put(("err", rid, e))
                 return None  # leaving wakes the replicas waiting for this one in a collective
@@ -167,19 +171,25 @@ class Session:
         return np.concatenate(rows).reshape((len(x32),) + tuple(self.model._flat_out()[1:]))
 
     def backward(self, dy, dx_cols=0):
-        """Gradients of the variables (kept per replica) from dy [B, ...];
-        the input's gradient [B, dx_cols] when dx_cols > 0."""
+        """Gradients of the variables from dy [B, ...], read back in the same
+        hand-off: (the input's gradient [B, dx_cols] when dx_cols > 0 else
+        None, the replicas' gradients summed in replica order, flat
+        [n_params])."""
         dy = np.ascontiguousarray(np.asarray(dy, dtype=np.float32).reshape(len(dy), -1))
         parts = self._parts(len(dy))
 
         def bwd(i):
             d = np.ascontiguousarray(dy[parts[i][0]:parts[i][1]])
-            return lambda rid, h: _strata.replica_backward(h, d, dx_cols)
+            return lambda rid, h: (_strata.replica_backward(h, d, dx_cols), _strata.replica_grads(h, self.n_params))
         outs = self.do([bwd(i) for i in range(self.n)])
         self.grad_gen += 1
+        total = np.frombuffer(outs[0][1], dtype=np.float32).copy()
+        for o in outs[1:]:
+            total += np.frombuffer(o[1], dtype=np.float32)
+        dx = None
         if dx_cols:
-            return np.concatenate([np.frombuffer(b, dtype=np.float32).reshape(-1, dx_cols) for b in outs])
-        return None
+            dx = np.concatenate([np.frombuffer(o[0], dtype=np.float32).reshape(-1, dx_cols) for o in outs])
+        return dx, total
 
     def gradients(self):
         """The replicas' gradients summed (replica order), flat [n_params]."""
@@ -197,8 +207,11 @@ class Session:
 
     def apply(self):
         """Sum the replicas' gradients, apply the compiled optimizer, end the
-        run (the engine counts the step)."""
-        self.do([lambda rid, h: _strata.replica_apply(h)] * self.n)
+        run (the engine counts the step): each replica leaves right after."""
+        def last(rid, h):
+            _strata.replica_apply(h)
+            return _END
+        self.do([last] * self.n)
         self.close()
 
 
