@@ -290,7 +290,10 @@ st_status st_replica_all_reduce(st_replica_context *c, st_reduce_op op, float *b
  * a custom loop trains fit's bytes. Every replica calls them in the same
  * order (a model with synchronized BatchNormalization exchanges statistics);
  * ST_ERR_INVALID naming the argument otherwise (NULL c, local or dy with
- * examples; backward before forward; a label out of range). */
+ * examples; backward before forward; a label out of range). A one-device
+ * strategy whose fit splits batches over CPU threads runs these (and
+ * st_replica_compute_gradients) over the same per-thread slices: fit's
+ * Dropout masks and gradient bytes. */
 st_status st_replica_forward(st_replica_context *c, const st_batch *local, bool training,
                              const float **out);
 st_status st_replica_loss_gradient(st_replica_context *c, const float *y, int64_t global_batch,

@@ -41,6 +41,13 @@ const char *st_layer_class(const st_layer *l);      /* "Dense" */
 /* Per-example output shape (set once the layer is built by st_model_add). */
 st_shape st_layer_output_shape(const st_layer *l);
 size_t st_layer_param_count(const st_layer *l);     /* trainable + not */
+/* Parameter `param` of l (in the order of its weights: Dense and Conv2D's
+ * kernel 0, bias 1) draws its initial values from (seed, param) instead of
+ * the model's seed and the layer's place (Keras's initializer seed=: the
+ * same values in any model, in any place). Used when the variables are
+ * initialised (the first st_model_compile); a later call changes nothing.
+ * ST_ERR_INVALID for a NULL l or param outside [0, 8). */
+st_status st_layer_set_init_seed(st_layer *l, int param, uint64_t seed);
 /* The activation the layer applies last (Dense, Conv2D, Activation), else
  * linear: tells whether a model outputs logits or probabilities. */
 st_activation st_layer_output_activation(const st_layer *l);

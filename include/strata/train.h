@@ -35,6 +35,11 @@ st_model_options st_model_default_options(st_shape input_shape);
  * destroyed. */
 st_status st_sequential_create(const st_model_options *o, st_model **out);
 void st_model_destroy(st_model *m); /* accepts NULL; destroys its layers */
+/* The seed of m's initial weights (default: o->seed, which keys dropout
+ * too): TensorFlow's next seed for a second model of one program, its
+ * dropout masks still keyed by o->seed. Before the first st_model_compile
+ * (ST_ERR_INVALID after it, or for a NULL m). */
+st_status st_model_set_init_seed(st_model *m, uint64_t seed);
 /* Takes ownership of layer (destroyed on failure too, and when m is NULL);
  * builds it against the previous output shape; errors name the layer and
  * shapes. A layer already in a model is refused (ST_ERR_INVALID) and left to

@@ -26,6 +26,42 @@ static PyObject *py_model_create(PyObject *self, PyObject *args) {
   return st__py_model_capsule(m, strategy);
 }
 
+/* model_init_seed(model, seed): st_model_set_init_seed (before compile). */
+static PyObject *py_model_init_seed(PyObject *self, PyObject *args) {
+  PyObject *cap;
+  unsigned long long seed;
+  if (!PyArg_ParseTuple(args, "OK", &cap, &seed)) return NULL;
+  st_model *m = st__py_model_of(cap);
+  if (!m) return NULL;
+  st_status s = st_model_set_init_seed(m, seed);
+  if (s != ST_OK) return st__py_raise(s, "set_init_seed");
+  Py_RETURN_NONE;
+}
+
+/* layer_init_seed(target, param, seed): st_layer_set_init_seed on a layer
+ * handle's layer, or (a model) on the model's last layer, the one
+ * Sequential.add has just added (the binding owns no layer pointer: the
+ * model does, and it is not compiled yet). */
+static PyObject *py_layer_init_seed(PyObject *self, PyObject *args) {
+  PyObject *cap;
+  int param;
+  unsigned long long seed;
+  if (!PyArg_ParseTuple(args, "OiK", &cap, &param, &seed)) return NULL;
+  st_layer *l = NULL;
+  if (PyCapsule_IsValid(cap, ST__PY_CAP_MODEL)) {
+    st_model *m = st__py_model_of(cap);
+    if (!m) return NULL;
+    int n = st_model_layer_count(m);
+    if (n < 1) return st__py_raise(st_error(ST_ERR_INVALID, "the model has no layers"), "set_init_seed");
+    l = (st_layer *)st_model_layer(m, n - 1); /* the model's own, not yet initialised */
+  } else if (!(l = st__py_layer_of(cap))) {
+    return NULL;
+  }
+  st_status s = st_layer_set_init_seed(l, param, seed);
+  if (s != ST_OK) return st__py_raise(s, "set_init_seed");
+  Py_RETURN_NONE;
+}
+
 /* The layer a constructor made (status s) to the model (st_model_add) or to
  * a layer handle (functional.c); None or raises. */
 static PyObject *add_layer(PyObject *m, st_status s, st_layer **lp, const char *what) {
@@ -430,6 +466,9 @@ static PyObject *py_loss_is_sparse(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"model_create", py_model_create, METH_VARARGS, "model_create(input_shape, seed, strategy, name)"},
+    {"model_init_seed", py_model_init_seed, METH_VARARGS, "model_init_seed(model, seed): the initial weights' seed"},
+    {"layer_init_seed", py_layer_init_seed, METH_VARARGS,
+     "layer_init_seed(layer handle or model (its last layer), param, seed)"},
     {"add_dense", py_add_dense, METH_VARARGS, "add a Dense layer"},
     {"add_conv2d", py_add_conv2d, METH_VARARGS, "add a Conv2D layer"},
     {"add_pool2d", py_add_pool2d, METH_VARARGS, "add a MaxPooling2D / AveragePooling2D layer"},

@@ -253,19 +253,21 @@ static bool chief_stop(void *user) {
 /* The options from the call's keywords: tf_config, keys, insecure, model
  * (a Keras JSON path), data (the spec the workers get), n_train, epochs,
  * batch, seed, optimizer (the tuple of optimizers.py's _args()),
- * steps_per_execution, heartbeat_interval, coordinator_timeout, epoch_fn. */
+ * steps_per_execution, heartbeat_interval, coordinator_timeout, epoch_fn,
+ * and optionally ps_shards, ps_min_shard_bytes (the variable partitioner). */
 static int chief_options(PyObject *args, PyObject *kw, py_chief *c) {
   static char *names[] = {"tf_config", "keys", "insecure", "model", "data", "n_train", "epochs", "batch",
                           "seed", "optimizer", "steps_per_execution", "heartbeat_interval",
-                          "coordinator_timeout", "epoch_fn", NULL};
+                          "coordinator_timeout", "epoch_fn", "ps_shards", "ps_min_shard_bytes", NULL};
   const char *tf_config, *keys, *model, *data, *opt, *sched;
   int insecure, staircase, nesterov;
-  long long n_train, epochs, batch, seed, spe, decay_steps;
+  long long n_train, epochs, batch, seed, spe, decay_steps, shards = 0, min_bytes = 0;
   double hb, ct, lr, rate, alpha, mom, b1, b2, eps, rho, wd;
   PyObject *optt, *epoch_fn;
   memset(c, 0, sizeof *c);
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "szpssLLLLOLddO", names, &tf_config, &keys, &insecure, &model, &data,
-                                   &n_train, &epochs, &batch, &seed, &optt, &spe, &hb, &ct, &epoch_fn))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "szpssLLLLOLddO|LL", names, &tf_config, &keys, &insecure, &model,
+                                   &data, &n_train, &epochs, &batch, &seed, &optt, &spe, &hb, &ct, &epoch_fn,
+                                   &shards, &min_bytes))
     return -1;
   if (!PyArg_ParseTuple(optt, "s(sdLdpd)dpddddd", &opt, &sched, &lr, &decay_steps, &rate, &staircase, &alpha,
                         &mom, &nesterov, &b1, &b2, &eps, &rho, &wd))
@@ -292,6 +294,7 @@ static int chief_options(PyObject *args, PyObject *kw, py_chief *c) {
   o->insecure = insecure;
   o->n_train = n_train, o->epochs = epochs, o->batch = batch, o->seed = seed;
   o->steps_per_execution = spe;
+  o->ps_shards = shards, o->ps_min_shard_bytes = min_bytes; /* variable_partitioner */
   if (hb > 0) o->heartbeat_interval = hb;
   if (ct > 0) o->coordinator_timeout = ct;
   o->quiet = true;

@@ -12,7 +12,8 @@ backward and update must share one run (the backward reads the forward's
 activations). A Session keeps one run open across those Python statements:
 a background thread calls st_strategy_run on the model's strategy, and each
 local replica's function serves commands from the main thread (queues) until
-the session closes. The global batch is split over the local replicas as fit
+the session closes. The thread is the model's (a _Runner, kept across
+steps: a new thread per step cost more than the mlp's step under load). The global batch is split over the local replicas as fit
 splits it, so under MirroredStrategy the loop computes fit's step; the run
 ends after apply_gradients (the engine counts the step then), and before
 any other verb of the model (fit, evaluate, predict, weights, compile,
@@ -23,12 +24,47 @@ replicas' functions run on the engine's replica threads."""
 import atexit
 import queue
 import threading
+import weakref
 
 import numpy as np
 
 from . import _strata
 
 _open = {}  # id(model) -> its open Session
+_END = object()  # a command's result that ends the replica's serve loop
+_runners = {}  # id(model) -> its _Runner
+
+
+class _Runner:
+    """One thread per model running its sessions' engine runs one after the
+    other; it ends when the model is collected."""
+
+    def __init__(self, model):
+        self.jobs = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._loop, name="strata-eager-%s" % model.name, daemon=True)
+        self.thread.start()
+        key = id(model)
+        weakref.finalize(model, self._end, key)
+
+    def _loop(self):
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            job()
+            del job  # the session (and its model) must not outlive its run here
+
+    def _end(self, key):
+        if _runners.get(key) is self:
+            del _runners[key]
+        self.jobs.put(None)
+
+
+def _runner(model):
+    r = _runners.get(id(model))
+    if r is None:
+        r = _runners[id(model)] = _Runner(model)
+    return r
 
 
 class Session:
@@ -48,8 +84,8 @@ class Session:
         self.res = queue.SimpleQueue()
         self.error, self.open, self.seq, self.grad_gen = None, True, 0, 0
         self.keep = [None] * self.n  # each replica's forward input (the engine reads it in backward)
-        self.thread = threading.Thread(target=self._run, name="strata-eager-%s" % model.name, daemon=True)
-        self.thread.start()
+        self.done = threading.Event()  # set when the run has ended
+        _runner(model).jobs.put(self._run)
 
     def _run(self):
         try:
@@ -59,6 +95,7 @@ class Session:
         finally:
             self.open = False
             self.res.put(("dead", -1, None))
+            self.done.set()
 
     def _serve(self, rid, handle):
         while True:
@@ -66,7 +103,10 @@ class Session:
             if fn is None:
                 return None
             try:
-                self.res.put(("ok", rid, fn(rid, handle)))
+                r = fn(rid, handle)
+                self.res.put(("ok", rid, r))
+                if r is _END:  # apply's last command: the run ends here (one hand-off fewer)
+                    return None
             except BaseException as e:  # noqa: BLE001
                 self.res.put(("err", rid, e))
                 return None  # leaving wakes the replicas waiting for this one in a collective
@@ -101,10 +141,10 @@ class Session:
         return out
 
     def close(self):
-        if self.thread.is_alive():
+        if not self.done.is_set():
             for q in self.cmd:
                 q.put(None)
-            self.thread.join()
+            self.done.wait()
         self.open = False
         if _open.get(id(self.model)) is self:
             del _open[id(self.model)]
@@ -131,19 +171,25 @@ class Session:
         return np.concatenate(rows).reshape((len(x32),) + tuple(self.model._flat_out()[1:]))
 
     def backward(self, dy, dx_cols=0):
-        """Gradients of the variables (kept per replica) from dy [B, ...];
-        the input's gradient [B, dx_cols] when dx_cols > 0."""
+        """Gradients of the variables from dy [B, ...], read back in the same
+        hand-off: (the input's gradient [B, dx_cols] when dx_cols > 0 else
+        None, the replicas' gradients summed in replica order, flat
+        [n_params])."""
         dy = np.ascontiguousarray(np.asarray(dy, dtype=np.float32).reshape(len(dy), -1))
         parts = self._parts(len(dy))
 
         def bwd(i):
             d = np.ascontiguousarray(dy[parts[i][0]:parts[i][1]])
-            return lambda rid, h: _strata.replica_backward(h, d, dx_cols)
+            return lambda rid, h: (_strata.replica_backward(h, d, dx_cols), _strata.replica_grads(h, self.n_params))
         outs = self.do([bwd(i) for i in range(self.n)])
         self.grad_gen += 1
+        total = np.frombuffer(outs[0][1], dtype=np.float32).copy()
+        for o in outs[1:]:
+            total += np.frombuffer(o[1], dtype=np.float32)
+        dx = None
         if dx_cols:
-            return np.concatenate([np.frombuffer(b, dtype=np.float32).reshape(-1, dx_cols) for b in outs])
-        return None
+            dx = np.concatenate([np.frombuffer(o[0], dtype=np.float32).reshape(-1, dx_cols) for o in outs])
+        return dx, total
 
     def gradients(self):
         """The replicas' gradients summed (replica order), flat [n_params]."""
@@ -161,8 +207,11 @@ class Session:
 
     def apply(self):
         """Sum the replicas' gradients, apply the compiled optimizer, end the
-        run (the engine counts the step)."""
-        self.do([lambda rid, h: _strata.replica_apply(h)] * self.n)
+        run (the engine counts the step): each replica leaves right after."""
+        def last(rid, h):
+            _strata.replica_apply(h)
+            return _END
+        self.do([last] * self.n)
         self.close()
 
 

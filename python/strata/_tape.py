@@ -435,10 +435,9 @@ class _EagerGrads:
                     "take the gradient before calling the model again, or call it once on the concatenated "
                     "batch" % model.name)
             s.forward(node.x32, node.training)
-        dx = s.backward(np.asarray(dy), node.dx_cols if node.parents else 0)
+        dx, flat = s.backward(np.asarray(dy), node.dx_cols if node.parents else 0)
         if dx is not None and node.scale != 1.0:
             dx = dx * np.float32(node.scale)
-        flat = s.gradients()
         self.flat = flat if self.flat is None else self.flat + flat
         self.calls += 1
         self.mark = (s, s.grad_gen)
@@ -486,6 +485,9 @@ def apply_gradients(optimizer, grads_and_vars):
     pairs = list(grads_and_vars)
     if not pairs:
         raise ValueError("apply_gradients: no gradients given")
+    from .distribute import _ps_step
+    if _ps_step.active() is not None:  # a parameter-server step's trace: recorded, not applied
+        return _ps_step.active().on_apply(optimizer, pairs)
     by_model, plain = {}, []
     for g, v in pairs:
         if isinstance(v, ModelVariable):

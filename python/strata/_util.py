@@ -5,7 +5,7 @@ import numpy as np
 
 from . import _strata
 
-_state = {"seed": None}
+_state = {"seed": None, "models": 0}
 
 
 def global_seed():
@@ -21,6 +21,25 @@ def set_global_seed(seed):
         if seed < 0 or seed >= 2 ** 63:
             raise ValueError("seed %d is out of range [0, 2**63)" % seed)
     _state["seed"] = seed
+    _state["models"] = 0
+
+
+def next_init_seed():
+    """The seed of the initial weights of the next model built (TF's global
+    generator hands each new model the next op seeds: two models built in one
+    program differ, the same program run again gets the same weights, and
+    tf.random.set_seed starts the sequence again). The first model after a
+    seed S is set (or of a program that sets none: S = 0) gets S itself, the
+    weights `strata train --seed S` gives; model k > 0 a seed mixed from
+    (S, k). Dropout masks and fit's shuffling stay keyed by S, the step and
+    the layer (the model's seed), so a model rebuilt to restore a checkpoint
+    or a backup continues with the masks of the run that wrote it."""
+    k = _state["models"]
+    _state["models"] = k + 1
+    s = global_seed()
+    if k == 0:
+        return s
+    return int(np.random.SeedSequence([s, k]).generate_state(1, np.uint64)[0]) & (2 ** 63 - 1)
 
 
 def unsupported(where, **kwargs):

@@ -6,7 +6,7 @@ built under the strategy in scope, uncompiled.
 """
 from . import _strata
 from . import distribute as _distribute
-from ._util import global_seed
+from ._util import global_seed, next_init_seed
 from .keras.functional import Functional
 
 
@@ -15,7 +15,10 @@ def _builtin(engine_name, input_shape, sync_batchnorm):
     shape = tuple(int(d) for d in input_shape) if input_shape is not None else None
     cap, _in = _strata.builtin_model(engine_name, global_seed(), strategy._create(),
                                      bool(sync_batchnorm), shape)
+    seed = next_init_seed()
+    _strata.model_init_seed(cap, seed)
     model = Functional(_engine=True)
+    model._init_seed = seed
     return model._from_engine(strategy, cap, None, _strata.model_to_keras_json(cap))
 
 

@@ -325,6 +325,49 @@ def test_dropout_under_mirrored_matches_fit():
                                                           make().get_weights()))  # training moved them
 
 
+def test_dropout_on_one_device_matches_fit():
+    """One device (the default strategy): fit runs each batch as per-thread
+    slices on a multi-core CPU (src/distribute/one_device.c) and Dropout's
+    masks are keyed by (seed, step, layer, slice); the tape loop's model call
+    runs the same slices on the same threads (src/distribute/custom_loop.c),
+    so a model with Dropout trained by the tape gets fit's weights bytes;
+    the C API's st_replica_compute_gradients (strategy.run +
+    train_on_batch) does too."""
+    x, y = _digits(192)
+
+    def make():
+        inputs = tf.keras.Input(shape=(20,))
+        h = tf.keras.layers.Dropout(0.5)(tf.keras.layers.Dense(32, activation="relu")(inputs))
+        return tf.keras.Model(inputs, tf.keras.layers.Dense(10)(h))
+    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    tf.random.set_seed(9)
+    model = make()
+    optimizer = tf.keras.optimizers.SGD(0.1)
+    for i in range(0, 192, 64):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y[i:i + 64], model(x[i:i + 64], training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    tf.random.set_seed(9)
+    ref = make()
+    ref.compile(tf.keras.optimizers.SGD(0.1), loss_fn)
+    ref.fit(x, y, batch_size=64, shuffle=False, verbose=0)
+    for a, b in zip(model.get_weights(), ref.get_weights()):
+        np.testing.assert_allclose(a, b, atol=1e-6, rtol=0)
+    # the masks matter: without them (inference calls) the step is another one
+    tf.random.set_seed(9)
+    plain = make()
+    plain.compile(tf.keras.optimizers.SGD(0.1), loss_fn)
+    plain.train_on_batch(x[:64], y[:64])
+    tf.random.set_seed(9)
+    masked = make()
+    opt2 = tf.keras.optimizers.SGD(0.1)
+    with tf.GradientTape() as tape:
+        loss = loss_fn(y[:64], masked(x[:64], training=False))
+    opt2.apply_gradients(zip(tape.gradient(loss, masked.trainable_variables), masked.trainable_variables))
+    assert any(np.abs(a - b).max() > 1e-4 for a, b in zip(plain.get_weights(), masked.get_weights()))
+
+
 def test_gradient_through_two_models():
     """The generator's step of the DCGAN tutorial, one discriminator call:
     the discriminator's backward gives the gradient with respect to its input
@@ -393,3 +436,30 @@ def test_gradient_through_two_models():
         e[i, j] = 1e-2
         np.testing.assert_allclose((disc_loss_at(wd[0] + e) - disc_loss_at(wd[0] - e)) / 2e-2,
                                    g_disc[0].numpy()[i, j], rtol=5e-3, atol=1e-4)
+
+
+def test_one_runner_thread_per_model_ends_with_it():
+    """The eager loop's engine runs go to one thread per model (_eager.py's
+    _Runner), kept across steps and ended when the model is collected."""
+    import gc
+    import threading
+    import time
+    x, y = _digits(64)
+    model = tf.keras.Sequential([tf.keras.layers.Dense(10, input_shape=(20,))], name="runner_probe")
+    opt = tf.keras.optimizers.SGD(0.1)
+    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    for i in range(0, 64, 16):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y[i:i + 16], model(x[i:i + 16], training=True))
+        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+
+    def runners():
+        return [t for t in threading.enumerate() if t.name == "strata-eager-runner_probe"]
+    assert len(runners()) == 1
+    del model, opt, tape, loss
+    gc.collect()
+    for _ in range(100):
+        if not runners():
+            break
+        time.sleep(0.02)
+    assert runners() == []

@@ -343,3 +343,146 @@ def test_label_error_on_a_worker_is_a_value_error(fashion):
             model.fit(x[:256], bad, epochs=1, batch_size=64, verbose=0)
     finally:
         servers.reap(timeout=20, failed=True)
+
+
+def test_partitioners_are_honoured_exactly_or_refused():
+    """tf.distribute.experimental.partitioners: each trainable variable gets
+    the shard count TF's partitioner gives, through the engine's fixed-count
+    or minimum-size rule; a partition the engine cannot give is refused."""
+    P = tf.distribute.experimental.partitioners
+    from strata.distribute.partitioners import engine_options
+    shapes = [(784, 256), (256,), (256, 10), (10,)]  # 784 KiB, 1 KiB, 10 KiB, 40 B
+    assert P.FixedShardsPartitioner(2)((784, 256), tf.float32) == [2, 1]
+    assert P.FixedShardsPartitioner(3)((2,), tf.float32) == [2]
+    assert P.MinSizePartitioner(256 << 10, 2)((784, 256), tf.float32) == [2, 1]
+    assert P.MaxSizePartitioner(256 << 10)((784, 256), tf.float32) == [4, 1]
+    assert engine_options(None, shapes, 2, "fit") == (0, 0)
+    assert engine_options(P.FixedShardsPartitioner(2), shapes, 2, "fit") == (2, 0)
+    assert engine_options(P.MinSizePartitioner(), shapes, 2, "fit") == (0, 0)  # max_shards=1: none
+    shards, min_bytes = engine_options(P.MinSizePartitioner(256 << 10, max_shards=2), shapes, 2, "fit")
+    assert shards == 0 and min_bytes > 0  # the tutorial's: 2 shards of the 784 KiB kernel only
+    from strata.distribute.partitioners import _engine_counts
+    assert _engine_counts(shapes, 2, min_bytes=min_bytes) == [2, 1, 1, 1]
+    assert engine_options(P.MaxSizePartitioner(8 << 10, max_shards=2), shapes, 2, "fit")[1] > 0
+    with pytest.raises(NotImplementedError, match="MaxSizePartitioner asks for 4 shards of variable 0"):
+        engine_options(P.MaxSizePartitioner(256 << 10), shapes, 2, "fit")
+    with pytest.raises(ValueError, match="num_shards"):
+        P.FixedShardsPartitioner(0)
+    with pytest.raises(NotImplementedError, match="partitioners.Nope"):
+        P.Nope
+    c = tf.train.ClusterSpec({"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"], "ps": ["127.0.0.1:3"]})
+    r = tf.distribute.cluster_resolver.SimpleClusterResolver(c, task_type="chief", task_id=0)
+    with pytest.warns(RuntimeWarning, match="insecure"):
+        tf.distribute.experimental.ParameterServerStrategy(r, variable_partitioner=P.MinSizePartitioner(
+            min_shard_bytes=256 << 10, max_shards=1))
+    with pytest.raises(ValueError, match="variable_partitioner must be a partitioner"):
+        tf.distribute.experimental.ParameterServerStrategy(r, variable_partitioner=3)
+
+
+def _tutorial_step(strategy, model, optimizer, loss_object, metric=None, scale=1.0, ret="loss"):
+    """The parameter-server tutorial's step function (its custom-loop half)."""
+    @tf.function
+    def step_fn(iterator):
+        def replica_fn(batch_data, labels):
+            with tf.GradientTape() as tape:
+                pred = model(batch_data, training=True)
+                per_example_loss = loss_object(labels, pred)
+                loss = tf.nn.compute_average_loss(per_example_loss) * scale
+            gradients = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+            if metric is not None:
+                metric.update_state(labels, pred)
+            return loss if ret == "loss" else pred
+        batch_data, labels = next(iterator)
+        losses = strategy.run(replica_fn, args=(batch_data, labels))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
+    return step_fn
+
+
+def test_scheduled_tape_step_refusals_name_what_cannot_be_replayed():
+    """The step function is traced once on the chief before any server is
+    reached: what a C step cannot replay is refused by name."""
+    c = tf.train.ClusterSpec({"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"], "ps": ["127.0.0.1:3"]})
+    r = tf.distribute.cluster_resolver.SimpleClusterResolver(c, task_type="chief", task_id=0)
+    with pytest.warns(RuntimeWarning, match="insecure"):
+        strategy = tf.distribute.experimental.ParameterServerStrategy(r)
+    rng = np.random.default_rng(0)
+    x, y = rng.random((256, 12), dtype=np.float32), rng.integers(0, 4, 256)
+    loss_object = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+                                                                reduction=tf.keras.losses.Reduction.NONE)
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+
+    def dataset_fn(input_context):  # the tutorial's, through distribute_datasets_from_function
+        return tf.data.Dataset.from_tensor_slices((x, y)).shuffle(10).repeat().batch(32)
+
+    def per_worker_dataset_fn():
+        return strategy.distribute_datasets_from_function(dataset_fn)
+    for fn in (per_worker_dataset_fn, lambda: dataset_fn(None)):
+        with pytest.raises(NotImplementedError, match="a tf.data dataset .* pass \\(x, y\\) arrays"):
+            coordinator.create_per_worker_dataset(fn)
+    cases = [(dict(metric=tf.keras.metrics.SparseCategoricalAccuracy()), "SparseCategoricalAccuracy.update_state"),
+             (dict(scale=2.0), "a loss other than SparseCategoricalCrossentropy averaged over the batch"),
+             (dict(ret="pred"), "a return value other than the step's loss")]
+    for kw, message in cases:
+        with strategy.scope():
+            model = tf.keras.Sequential([L.Dense(16, activation="relu", input_shape=(12,)), L.Dense(4)])
+            optimizer = tf.keras.optimizers.SGD(0.1)
+        coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+        it = iter(coordinator.create_per_worker_dataset((x, y), batch_size=32, epochs=1))
+        before = model.get_weights()
+        with pytest.raises(NotImplementedError, match=message):
+            coordinator.schedule(_tutorial_step(strategy, model, optimizer, loss_object, **kw), args=(it,))
+        assert _same_weights(before, model.get_weights())  # the trace applied nothing
+
+
+def _same_weights(a, b):
+    return all(np.array_equal(p, q) for p, q in zip(a, b))
+
+
+def test_coordinator_schedules_the_tutorials_gradient_tape_step():
+    """The tutorial's custom loop on 2 workers and 2 ps with its
+    MinSizePartitioner(max_shards=NUM_PS): each scheduled step function is
+    one worker step (applied once on each ps), the RemoteValue gives the
+    step's loss, the model compiled from the step's loss and optimizer."""
+    _zmq_or_skip()
+    rng = np.random.default_rng(1)
+    x = rng.random((512, 300), dtype=np.float32)
+    y = (x[:, :10].sum(1) > 5).astype(np.int64) + (x[:, 10:20].sum(1) > 5).astype(np.int64)
+    cluster = _cluster(2, 2)
+    servers = Servers(cluster)
+    try:
+        resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(tf.train.ClusterSpec(cluster),
+                                                                        task_type="chief", task_id=0)
+        NUM_PS = 2
+        variable_partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
+            min_shard_bytes=(256 << 10), max_shards=NUM_PS)
+        with pytest.warns(RuntimeWarning, match="insecure"):
+            strategy = tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=variable_partitioner)
+        with strategy.scope():
+            model = tf.keras.Sequential([L.Dense(256, activation="relu", input_shape=(300,)), L.Dense(3)])
+            optimizer = tf.keras.optimizers.SGD(learning_rate=0.1)
+        loss_object = tf.keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True, reduction=tf.keras.losses.Reduction.NONE)
+        step_fn = _tutorial_step(strategy, model, optimizer, loss_object)
+        coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+        per_worker_iterator = iter(coordinator.create_per_worker_dataset((x, y), batch_size=32, epochs=2))
+        before = model.get_weights()[0].copy()
+        losses = []
+        for i in range(4):
+            for _ in range(8):
+                losses.append(coordinator.schedule(step_fn, args=(per_worker_iterator,)))
+            coordinator.join()
+        values = [v.fetch() for v in losses]
+        assert all(np.isfinite(v) and np.ndim(v) == 0 for v in values)
+        assert np.mean(values[-8:]) < np.mean(values[:8])  # it learned
+        assert type(model.optimizer).__name__ == "SGD" and model.loss._engine_name == \
+            "sparse_categorical_crossentropy_from_logits"
+        job = coordinator.finish()
+    except BaseException:
+        servers.reap(failed=True)
+        raise
+    codes = servers.reap()
+    assert codes == [0, 0, 0, 0], servers.output()
+    assert job["exactly_once"] and job["ps"] == 2 and job["workers"] == 2
+    assert all(p["updates_applied"] == 32 for p in job["per_ps"])
+    assert not np.array_equal(before, model.get_weights()[0])

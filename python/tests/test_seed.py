@@ -40,6 +40,7 @@ def test_global_batch_256_is_128_per_replica(fashion):
     x, y = x[:512].reshape(-1, 784).astype("float32") / 255.0, y[:512]
     weights = []
     for strategy in (tf.distribute.MirroredStrategy(), tf.distribute.OneDeviceStrategy("/cpu:0")):
+        tf.random.set_seed(0)  # the same initial weights (a second model draws the next seed)
         with strategy.scope():
             m = tf.keras.Sequential([tf.keras.Input(shape=(784,)), tf.keras.layers.Dense(10)])
         m.compile(optimizer=tf.keras.optimizers.SGD(0.1),

@@ -1,7 +1,7 @@
 """Issue 32 items 9-10 that Strata refuses, each naming the feature and the
 alternative: the parameter-server tutorial's in-process cluster (Servers
-made in the chief's process and never joined), a tf.function step with a
-GradientTape in ClusterCoordinator.schedule, tf.compat.v1's graph API."""
+made in the chief's process and never joined), a scheduled step function
+that is not a training step, tf.compat.v1's graph API."""
 import numpy as np
 import pytest
 
@@ -44,8 +44,13 @@ def test_in_process_cluster_is_refused_by_name():
     def step(iterator):
         with tf.GradientTape() as tape:
             pass
-    with pytest.raises(NotImplementedError, match="tf.function step with a GradientTape"):
+    with pytest.raises(ValueError, match="args must be \\(iterator,\\)"):
         coordinator.schedule(step, args=(None,))
+    it = iter(coordinator.create_per_worker_dataset((x, y), batch_size=4))
+    # a step function is traced once on the chief (distribute/_ps_step.py): one
+    # that is not a training step is refused by name before any server is reached
+    with pytest.raises(NotImplementedError, match="a step without next\\(iterator\\)"):
+        coordinator.schedule(step, args=(it,))
 
 
 def test_compat_v1_graph_api_is_refused():

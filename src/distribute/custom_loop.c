@@ -23,7 +23,15 @@
  * timeout, then fail with ST_ERR_PEER naming its rank. st_strategy_reduce and
  * st_strategy_reduce_tensor gather every worker's per-replica values over the
  * control transport and add them worker-major, in replica order, so every
- * worker gets the same bits. */
+ * worker gets the same bits.
+ *
+ * One device on several threads (OneDeviceStrategy on a multi-core CPU runs
+ * fit's batches as per-thread slices: one_device.c): the one replica's
+ * forward, loss gradient, backward and compute_gradients run over the same
+ * slices on the group's thread replicas and sum their gradients into
+ * replica 0 in fit's order, so a custom loop computes fit's step: the same
+ * Dropout masks (keyed by step, layer and slice), the same gradient bytes,
+ * every core busy. */
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -46,6 +54,8 @@ struct st_replica_context {
   /* st_replica_forward's batch, read by st_replica_backward (n < 0: none) */
   const float *fwd_x;
   int fwd_n;
+  float *cat;     /* thread slices: the forward's outputs [fwd_n, outputs] */
+  size_t cat_cap; /* floats allocated at cat */
 };
 
 typedef struct run_state {
@@ -107,7 +117,8 @@ st_status st_strategy_run(st_strategy *s, st_replica_fn fn, void *arg) {
   }
   int n = s->local_replicas, total = n * (s->cluster ? st__cluster_size(s->cluster) : 1);
   for (int i = 0; i < n; i++)
-    rs->ctx[i] = (st_replica_context){s, s->net, i, n, total, false, ST_OK, fn, arg, NULL, -1};
+    rs->ctx[i] = (st_replica_context){s, s->net, i, n, total, false, ST_OK, fn, arg, NULL, -1,
+                                      NULL, 0};
   if (n == 1)
     run_task(rs, 0);
   else
@@ -118,6 +129,7 @@ st_status st_strategy_run(st_strategy *s, st_replica_fn fn, void *arg) {
     st__group_sync_state(s->group, s->net);
     s->net->step++;
   }
+  for (int i = 0; i < n; i++) free(rs->ctx[i].cat);
   free(rs);
   st__strategy_leave(s);
   return st;
@@ -240,6 +252,125 @@ static st_status check_local(const st_replica_context *c, const st_batch *local,
   return ST_OK;
 }
 
+/* ---- one device on several threads (see the top comment) ---------------- */
+
+static bool thread_slices(const st_replica_context *c) {
+  return c->count == 1 && c->s->group->n > 1 && !c->s->cluster;
+}
+
+/* One pass over the thread slices of the replica's batch b. */
+typedef struct slices {
+  st_replica_context *c;
+  st_batch b;
+  bool training;         /* forward */
+  int64_t global_batch;  /* compute_gradients */
+  const float *dy;       /* backward: [b.size, outputs] */
+  float *dx;             /* backward: [b.size, input] or NULL */
+  st_step_stats stats[ST_MAX_REPLICAS]; /* compute_gradients, per slice */
+} slices;
+
+static st_status reserve_slices(const st_replica_context *c, int n) {
+  st_replica_group *g = c->s->group;
+  for (int i = 0; i < g->n; i++) {
+    int start, count;
+    st__split(n, g->n, i, &start, &count);
+    st_status s = st__replica_reserve(c->m, g->reps[i], count);
+    if (s != ST_OK) return s;
+  }
+  return ST_OK;
+}
+
+static void forward_task(void *arg, int i) {
+  slices *p = arg;
+  const st_net *m = p->c->m;
+  st_replica *r = p->c->s->group->reps[i];
+  int start;
+  st_batch sl = st__batch_slice(m, &p->b, p->c->s->group->n, i, &start);
+  if (!sl.size) return;
+  size_t outs = st__net_output_size(m);
+  const float *o = st__replica_forward(m, r, sl.x, sl.size, p->training, m->step);
+  o = st__replica_output_host(m, r, o, sl.size);
+  memcpy(p->c->cat + (size_t)start * outs, o, (size_t)sl.size * outs * sizeof(float));
+}
+
+static void backward_task(void *arg, int i) {
+  slices *p = arg;
+  const st_net *m = p->c->m;
+  int start;
+  st_batch sl = st__batch_slice(m, &p->b, p->c->s->group->n, i, &start);
+  size_t outs = st__net_output_size(m), in = st_shape_size(m->input_shape);
+  st__replica_backward_dy(m, p->c->s->group->reps[i], sl.x, p->dy + (size_t)start * outs,
+                          sl.size, m->step, p->dx ? p->dx + (size_t)start * in : NULL);
+}
+
+static void step_task(void *arg, int i) {
+  slices *p = arg;
+  st_replica_group *g = p->c->s->group;
+  st_batch sl = st__batch_slice(p->c->m, &p->b, g->n, i, NULL);
+  st__replica_step(p->c->m, g->reps[i], &sl, p->global_batch, false, NULL, NULL, &p->stats[i]);
+}
+
+/* The variables cut into one chunk per thread (16-float aligned), as fit's
+ * update is: element-wise work, the same bytes as one call. */
+typedef struct chunks {
+  st_replica_context *c;
+  size_t chunk;
+} chunks;
+
+static chunks make_chunks(st_replica_context *c) {
+  size_t n = c->m->n_params, parts = (size_t)c->s->group->n;
+  size_t per = ((n + parts - 1) / parts + 15) & ~(size_t)15;
+  return (chunks){c, per ? per : 16};
+}
+
+static size_t chunk_len(const chunks *a, int t, size_t *lo) {
+  size_t n = a->c->m->n_params;
+  *lo = (size_t)t * a->chunk;
+  return *lo >= n ? 0 : (n - *lo < a->chunk ? n - *lo : a->chunk);
+}
+
+/* reps[0]->grads += reps[1]->grads + ... in replica order, as fit's step
+ * (on the model's context, shared by the pool's threads as fit's update). */
+static void sum_task(void *arg, int t) {
+  chunks *a = arg;
+  st_net *m = a->c->m;
+  st_replica_group *g = a->c->s->group;
+  size_t lo, len = chunk_len(a, t, &lo);
+  for (int i = 1; len && i < g->n; i++)
+    m->be->axpy(m->be_ctx, len, 1.0f, g->reps[i]->grads + lo, g->reps[0]->grads + lo);
+}
+
+static void sum_slices(st_replica_context *c) {
+  chunks a = make_chunks(c);
+  st__group_run_tasks(c->s->group, c->s->group->n, sum_task, &a);
+}
+
+static void apply_task(void *arg, int t) {
+  chunks *a = arg;
+  st_net *m = a->c->m;
+  st_replica *r = a->c->s->group->reps[0];
+  size_t lo, len = chunk_len(a, t, &lo);
+  if (len)
+    st__apply_range(m, m->be_ctx, r->params + lo, r->grads + lo,
+                    st__vars_replica_slots(a->c->s, m, 0), lo, len);
+}
+
+/* The forward of every slice; their outputs side by side in c->cat. */
+static st_status forward_slices(st_replica_context *c, const st_batch *local, bool training) {
+  size_t need = (size_t)local->size * st__net_output_size(c->m);
+  if (need > c->cat_cap) {
+    float *cat = realloc(c->cat, need * sizeof *cat);
+    if (!cat)
+      return st_error(ST_ERR_NOMEM, "st_replica_forward: out of memory for %d outputs",
+                      local->size);
+    c->cat = cat;
+    c->cat_cap = need;
+  }
+  slices p = {.c = c, .b = {local->size, local->x, NULL}, .training = training};
+  st__group_run_tasks(c->s->group, c->s->group->n, forward_task, &p);
+  return ST_OK;
+}
+
 st_status st_replica_compute_gradients(st_replica_context *c, const st_batch *local,
                                        int64_t global_batch, double *loss_sum,
                                        int64_t *correct) {
@@ -253,10 +384,18 @@ st_status st_replica_compute_gradients(st_replica_context *c, const st_batch *lo
     return st_error_prefix(s, "st_replica_compute_gradients: replica %d: local batch: ",
                            c->rank);
   st_replica *r = c->s->group->reps[c->rank];
-  s = st__replica_reserve(c->m, r, local->size);
+  bool split = thread_slices(c);
+  s = split ? reserve_slices(c, local->size) : st__replica_reserve(c->m, r, local->size);
   if (s != ST_OK) return s;
   st_step_stats st = {0};
-  st__replica_step(c->m, r, local, global_batch, c->s->group->must_run, NULL, NULL, &st);
+  if (split) {
+    slices p = {.c = c, .b = *local, .global_batch = global_batch};
+    st__group_run_tasks(c->s->group, c->s->group->n, step_task, &p);
+    for (int i = 0; i < c->s->group->n; i++) st__step_stats_add(&st, &p.stats[i]);
+    sum_slices(c);
+  } else {
+    st__replica_step(c->m, r, local, global_batch, c->s->group->must_run, NULL, NULL, &st);
+  }
   if (loss_sum) *loss_sum = st.loss_sum;
   if (correct) *correct = st.correct;
   return ST_OK;
@@ -284,7 +423,11 @@ st_status st_replica_apply_gradients(st_replica_context *c) {
   st_status s = st_replica_all_reduce(c, ST_REDUCE_SUM, r->grads, m->n_params);
   if (s != ST_OK) return s;
   size_t lo = 0, len = m->n_params;
-  if (!c->s->mirrored_vars) {
+  if (thread_slices(c)) { /* the update in one chunk per thread, as fit's */
+    chunks a = make_chunks(c);
+    st__group_run_tasks(c->s->group, c->s->group->n, apply_task, &a);
+    len = 0;
+  } else if (!c->s->mirrored_vars) {
     size_t chunk = ((m->n_params + (size_t)c->count - 1) / (size_t)c->count + 15) & ~(size_t)15;
     lo = chunk * (size_t)c->rank;
     len = lo >= m->n_params ? 0 : (m->n_params - lo < chunk ? m->n_params - lo : chunk);
@@ -313,10 +456,16 @@ st_status st_replica_forward(st_replica_context *c, const st_batch *local, bool 
   st_status s = local->size ? st__net_check_inputs(c->m, local->x, local->size, 0) : ST_OK;
   if (s != ST_OK) return st_error_prefix(s, "%s: replica %d: ", fn, c->rank);
   st_replica *r = c->s->group->reps[c->rank];
-  if ((s = st__replica_reserve(c->m, r, local->size)) != ST_OK) return s;
+  bool split = thread_slices(c);
+  s = split ? reserve_slices(c, local->size) : st__replica_reserve(c->m, r, local->size);
+  if (s != ST_OK) return s;
   c->fwd_n = -1;
-  if (local->size || c->s->group->must_run)
+  if (split && local->size) {
+    if ((s = forward_slices(c, local, training)) != ST_OK) return s;
+    *out = c->cat;
+  } else if (local->size || c->s->group->must_run) {
     *out = st__replica_forward(c->m, r, local->x, local->size, training, c->m->step);
+  }
   c->fwd_x = local->x;
   c->fwd_n = local->size;
   return ST_OK;
@@ -328,6 +477,24 @@ static st_status after_forward(const st_replica_context *c, const char *fn) {
     return st_error(ST_ERR_INVALID, "%s: replica %d: no st_replica_forward before it in this "
                     "run", fn, c->rank);
   return ST_OK;
+}
+
+/* fit's loss gradient dy [n, outputs] of r's last forward (n > 0 examples)
+ * against y, scaled by 1/global_batch; returns the unscaled loss sum. */
+static double slice_loss_gradient(const st_net *m, st_replica *r, const float *y, int n,
+                                  int64_t global_batch, float *dy) {
+  double sum = 0.0;
+  if (m->n_outputs > 1) { /* each output's gradient, concatenated */
+    sum = st__replica_outputs_loss(m, r, y, n, 1.0f / (float)global_batch, true);
+    st__replica_outputs_grads_out(m, r, dy, n);
+    return sum;
+  }
+  int cols = (int)st__net_output_size(m);
+  st__net_loss(m, r->ctx, n, r->acts[m->output], y, 1.0f / (float)global_batch, r->loss_rows,
+               r->gslots[0]); /* sparse over [T, classes]: every position */
+  st__be_to_host(r->ctx, dy, r->gslots[0], (size_t)n * (size_t)cols * sizeof(float));
+  for (int i = 0; i < n; i++) sum += r->loss_rows[i];
+  return sum;
 }
 
 st_status st_replica_loss_gradient(st_replica_context *c, const float *y, int64_t global_batch,
@@ -344,17 +511,20 @@ st_status st_replica_loss_gradient(st_replica_context *c, const float *y, int64_
                     fn, (long long)global_batch, n);
   if (n && (s = st__net_check_labels(c->m, y, n, 0)) != ST_OK)
     return st_error_prefix(s, "%s: replica %d: ", fn, c->rank);
-  st_replica *r = c->s->group->reps[c->rank];
   double sum = 0.0;
-  if (n && c->m->n_outputs > 1) { /* each output's gradient, concatenated */
-    sum = st__replica_outputs_loss(c->m, r, y, n, 1.0f / (float)global_batch, true);
-    st__replica_outputs_grads_out(c->m, r, dy, n);
+  if (n && thread_slices(c)) { /* each slice on the replica that ran its forward */
+    st_replica_group *g = c->s->group;
+    st_batch b = {n, c->fwd_x, y};
+    size_t outs = st__net_output_size(c->m);
+    for (int i = 0; i < g->n; i++) {
+      int start;
+      st_batch sl = st__batch_slice(c->m, &b, g->n, i, &start);
+      if (sl.size)
+        sum += slice_loss_gradient(c->m, g->reps[i], sl.y, sl.size, global_batch,
+                                   dy + (size_t)start * outs);
+    }
   } else if (n) {
-    int cols = (int)st__net_output_size(c->m);
-    st__net_loss(c->m, r->ctx, n, r->acts[c->m->output], y, 1.0f / (float)global_batch,
-                 r->loss_rows, r->gslots[0]); /* sparse over [T, classes]: every position */
-    st__be_to_host(r->ctx, dy, r->gslots[0], (size_t)n * (size_t)cols * sizeof(float));
-    for (int i = 0; i < n; i++) sum += r->loss_rows[i];
+    sum = slice_loss_gradient(c->m, c->s->group->reps[c->rank], y, n, global_batch, dy);
   }
   if (loss_sum) *loss_sum = sum;
   return ST_OK;
@@ -370,6 +540,12 @@ st_status st_replica_backward(st_replica_context *c, const float *dy, float *dx)
   if (dx && (c->m->n_inputs > 1 || r->be->to_device))
     return st_error(ST_ERR_INVALID, "%s: dx (the input's gradient) is available for a model "
                     "of one input on a host backend", fn);
+  if (thread_slices(c)) {
+    slices p = {.c = c, .b = {c->fwd_n, c->fwd_x, NULL}, .dy = dy, .dx = dx};
+    st__group_run_tasks(c->s->group, c->s->group->n, backward_task, &p);
+    sum_slices(c);
+    return ST_OK;
+  }
   st__replica_backward_dy(c->m, r, c->fwd_x, dy, c->fwd_n, c->m->step, dx);
   return ST_OK;
 }

@@ -49,9 +49,20 @@ st_status st__model_new(const st_model_options *o, const char *name, st_model **
   }
   snprintf(m->name, sizeof m->name, "%s", o->name ? o->name : name);
   m->net.seed = o->seed;
+  m->net.init_seed = o->seed;
   m->strategy = o->strategy;
   m->holds_strategy = o->strategy != NULL;
   *out = m;
+  return ST_OK;
+}
+
+st_status st_model_set_init_seed(st_model *m, uint64_t seed) {
+  st_status s = st__model_check(m, "st_model_set_init_seed", false);
+  if (s != ST_OK) return s;
+  if (m->compiled)
+    return st_error(ST_ERR_INVALID, "st_model_set_init_seed: model '%s' is compiled: its "
+                    "weights are initialised already", m->name);
+  m->net.init_seed = seed;
   return ST_OK;
 }
 

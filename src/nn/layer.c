@@ -106,6 +106,16 @@ size_t st_layer_param_count(const st_layer *l) {
   return n;
 }
 
+st_status st_layer_set_init_seed(st_layer *l, int param, uint64_t seed) {
+  if (!l) return st_error(ST_ERR_INVALID, "st_layer_set_init_seed: l is NULL");
+  if (param < 0 || param >= ST_LAYER_MAX_PARAMS)
+    return st_error(ST_ERR_INVALID, "st_layer_set_init_seed: %s: param %d is out of range "
+                    "[0, %d)", l->name, param, ST_LAYER_MAX_PARAMS);
+  l->init_seed[param] = seed;
+  l->init_seeded |= 1u << param;
+  return ST_OK;
+}
+
 st_activation st_layer_output_activation(const st_layer *l) {
   return l ? l->out_activation : ST_ACT_LINEAR;
 }

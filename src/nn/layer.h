@@ -164,6 +164,10 @@ struct st_layer {
                                    calls get tied's w/dw, the gradients of
                                    both summed as for a shared layer. tied is
                                    called first, in the same model (borrowed) */
+  uint64_t init_seed[ST_LAYER_MAX_PARAMS]; /* bit p of init_seeded: parameter p
+                                   draws from (init_seed[p], stream p), not from
+                                   the model's init stream (st_layer_set_init_seed) */
+  unsigned init_seeded;
   void *config;                 /* layer-kind options, owned */
   bool in_model;                /* owned by a model (st_model_add): only the
                                    model frees it (st__layer_free) */

@@ -161,7 +161,9 @@ void st__net_init_layers(const st_net *m, int lo, int hi, float *params, float *
   for (int i = lo; i < hi; i++) {
     const st_layer *l = m->layers[i];
     for (int p = 0; p < l->nparams; p++) {
-      st_rng rng = st_rng_make(m->seed, st__layer_init_stream(i, p));
+      bool own = (l->init_seeded >> p) & 1u;
+      st_rng rng = own ? st_rng_make(l->init_seed[p], (uint64_t)p)
+                       : st_rng_make(m->init_seed, st__layer_init_stream(i, p));
       st__init_fill(l->params[p].init, l->params[p].shape,
                     st__var_ptr(l, p, params, state), &rng);
     }

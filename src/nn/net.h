@@ -39,7 +39,8 @@ typedef struct st_net {
    * [sum of their sizes]: an example's row holds input 0's values, then
    * input 1's, ... (what a dataset yields; the replica splits it). */
   st_shape input_shape;
-  uint64_t seed;              /* weights init and dropout RNG streams */
+  uint64_t seed;              /* dropout RNG streams (and weights init, by default) */
+  uint64_t init_seed;         /* weights init: the seed, or st_model_set_init_seed's */
   int nlayers, cap;
   st_layer **layers;          /* owned [cap], nlayers used; in the order of
                                  their first call (so variables, laid out in
@@ -329,8 +330,9 @@ st_status st__net_check_inputs(const st_net *m, const float *x, int n, int64_t f
 /* True if some layer runs collectives (every replica must then run forward and
  * backward each step, with an empty slice too). */
 bool st__net_uses_collectives(const st_net *m);
-/* Initialise params and state from the net seed (layer i, param p draws from
- * RNG stream st__layer_init_stream(i, p)), on the host. */
+/* Initialise params and state from the net's init_seed (layer i, param p
+ * draws from RNG stream st__layer_init_stream(i, p); a parameter with its own
+ * seed, st_layer_set_init_seed, from (that seed, stream p)), on the host. */
 void st__net_init_variables(const st_net *m, float *params, float *state);
 /* The same for layers [lo, hi) only (the values st__net_init_variables gives them). */
 void st__net_init_layers(const st_net *m, int lo, int hi, float *params, float *state);

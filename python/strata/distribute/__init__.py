@@ -601,7 +601,9 @@ __all__ = ["ReduceOp", "Strategy", "PerReplica", "DistributedValues", "ReplicaCo
 # ParameterServerStrategy (issue 14): python/strata/distribute/ps.py, cluster_resolver.py
 from . import cluster_resolver  # noqa: E402
 from .ps import ParameterServerStrategy, Server, ClusterCoordinator, RemoteValue  # noqa: E402
+from . import partitioners  # noqa: E402
 experimental.ParameterServerStrategy = ParameterServerStrategy
+experimental.partitioners = partitioners
 experimental.coordinator = type("coordinator", (), {"ClusterCoordinator": ClusterCoordinator, "RemoteValue": RemoteValue})
 coordinator = experimental.coordinator  # tf.distribute.coordinator (TF 2.x's non-experimental name)
 __all__ += ["ParameterServerStrategy", "Server", "cluster_resolver"]

@@ -9,9 +9,9 @@ out: the data carries the scale) and the training arrays go to the workers
 through files in `data_dir` (a temporary directory by default: the tasks
 must share the file system, as on one machine), the ps tasks apply the
 compiled optimizer, and the trained variables come back into the model.
-Every task builds the initial weights from the global seed
-(tf.random.set_seed) as the chief's model was built, not from weights set by
-hand. docs/PARAMETER_SERVER.md ("Python") lists what differs from TF."""
+Every task builds the initial weights from the seed the chief's model was
+built with (tf.random.set_seed's sequence: _util.next_init_seed), not from
+weights set by hand. docs/PARAMETER_SERVER.md ("Python") lists what differs from TF."""
 import json
 import math
 import os
@@ -24,6 +24,8 @@ import numpy as np
 from .. import _strata
 from .._util import features, global_seed, labels
 from . import Strategy, _device
+from . import partitioners as _partitioners
+from . import _ps_step
 from .cluster_resolver import ClusterResolver, ClusterSpec, SimpleClusterResolver
 
 
@@ -173,9 +175,11 @@ class ParameterServerStrategy(Strategy):
     def __init__(self, cluster_resolver=None, variable_partitioner=None, keys_dir=None, data_dir=None,
                  heartbeat_interval=0.0, coordinator_timeout=0.0):
         super().__init__()
-        if variable_partitioner is not None:
-            raise NotImplementedError("ParameterServerStrategy: variable_partitioner is not supported by Strata "
-                                      "(use `strata train --ps-shards`)")
+        if variable_partitioner is not None and not callable(variable_partitioner):
+            raise ValueError("ParameterServerStrategy: variable_partitioner must be a partitioner (e.g. "
+                             "tf.distribute.experimental.partitioners.MinSizePartitioner(...)), got %r"
+                             % (variable_partitioner,))
+        self._partitioner = variable_partitioner  # honoured exactly or refused: partitioners.py
         self._device = _device("/cpu:0")
         self._resolver = _resolver_of(cluster_resolver, "ParameterServerStrategy")
         self._keys = keys_dir or os.environ.get("STRATA_KEYS") or None
@@ -199,6 +203,8 @@ class ParameterServerStrategy(Strategy):
         return 1
 
     def run(self, fn, args=(), kwargs=None, options=None):
+        if _ps_step.active() is not None:  # a step function scheduled by ClusterCoordinator
+            return _ps_step.run_strategy(fn, args, kwargs)
         raise NotImplementedError("ParameterServerStrategy.run is not supported by Strata: use model.fit, or "
                                   "ClusterCoordinator.schedule(model.train_on_batch, args=(iterator,))")
 
@@ -241,8 +247,12 @@ class ParameterServerStrategy(Strategy):
 
     def _options(self, model, what):
         model._ensure_compiled(what)
+        shapes = [s for _l, ws in model._weight_layout() for s, t, _o in ws if t]
+        nps = len(self._resolver.cluster_spec().as_dict().get("ps", []))
+        shards, min_bytes = _partitioners.engine_options(self._partitioner, shapes, max(nps, 1), what)
         return dict(tf_config=self._chief_config(what), keys=self._keys, insecure=self._keys is None,
-                    seed=global_seed(), optimizer=model.optimizer._args(), heartbeat_interval=self._hb,
+                    ps_shards=shards, ps_min_shard_bytes=min_bytes,
+                    seed=getattr(model, "_init_seed", global_seed()), optimizer=model.optimizer._args(), heartbeat_interval=self._hb,
                     coordinator_timeout=self._ct)
 
     def _ps_fit(self, model, x, y, batch_size, epochs, verbose, callbacks, validation_split, validation_data,
@@ -325,13 +335,14 @@ class RemoteValue:
     """What ClusterCoordinator.schedule returns: fetch() waits for the step
     and gives what train_on_batch gives (loss, or [loss, accuracy])."""
 
-    def __init__(self, coordinator, handle):
+    def __init__(self, coordinator, handle, loss_only=False):
         self._coordinator, self._handle, self._value = coordinator, handle, None
+        self._loss_only = loss_only  # a traced step function returns its loss (_ps_step.py)
 
     def fetch(self):
         if self._value is None:
             loss, acc, _n, _c = _strata.ps_coordinator_fetch(self._coordinator._cap, self._handle)
-            self._value = [loss, acc] if self._coordinator._model._metric_key else loss
+            self._value = [loss, acc] if self._coordinator._model._metric_key and not self._loss_only else loss
         return self._value
 
     get = fetch
@@ -349,6 +360,9 @@ class PerWorkerIterator:
         return self
 
     def __next__(self):
+        t = _ps_step.active()
+        if t is not None:  # inside a scheduled step function's trace
+            return t.next_batch(self)
         raise TypeError("a per-worker iterator is consumed by ClusterCoordinator.schedule(model.train_on_batch, "
                         "args=(iterator,)), not on the chief")
 
@@ -399,11 +413,20 @@ class ClusterCoordinator:
         self.strategy = strategy
         self._cap = self._model = self._dataset = self._it = None
         self._files, self._values, self.last_job = None, [], None
+        self._traced = {}  # id(step function) -> (it, its model): traced once (_ps_step.py)
 
     def create_per_worker_dataset(self, dataset_fn, batch_size=32, epochs=1):
         """dataset_fn: (x, y) NumPy arrays, or a function returning them.
         batch_size and epochs bound the steps that may be scheduled."""
         data = dataset_fn() if callable(dataset_fn) else dataset_fn
+        from .. import data as _data
+        from . import DistributedDataset
+        if isinstance(data, (_data.Dataset, DistributedDataset)):
+            raise NotImplementedError(
+                "create_per_worker_dataset: a tf.data dataset (the dataset_fn's, or "
+                "distribute_datasets_from_function's) is not supported by Strata's coordinator: its workers "
+                "read NumPy arrays the chief hands them; pass (x, y) arrays, or a function returning them, "
+                "with batch_size= and epochs=")
         if not isinstance(data, (tuple, list)) or len(data) != 2:
             raise ValueError("create_per_worker_dataset: expected (x, y) NumPy arrays (or a function "
                              "returning them), got %r" % (type(data),))
@@ -428,26 +451,37 @@ class ClusterCoordinator:
                                                   batch=ds._batch, steps_per_execution=1, epoch_fn=None, **o)
 
     def schedule(self, fn, args=None, kwargs=None):
-        """Queue one training step; returns a RemoteValue."""
+        """Queue one training step; returns a RemoteValue. fn:
+        model.train_on_batch, or a step function running a GradientTape step
+        under strategy.run (traced once on the chief, then each schedule is
+        the engine's step on a worker: _ps_step.py)."""
         from ..keras.models import Sequential
         model = getattr(fn, "__self__", None)
-        if not isinstance(model, Sequential) or getattr(fn, "__func__", None) is not Sequential.train_on_batch:
-            raise NotImplementedError("ClusterCoordinator.schedule: fn must be model.train_on_batch (Strata's "
-                                      "workers run C training steps, not Python functions: a tf.function step "
-                                      "with a GradientTape is not supported there; use model.train_on_batch, "
-                                      "or model.fit in the strategy's scope)")
+        on_batch = isinstance(model, Sequential) and getattr(fn, "__func__", None) is Sequential.train_on_batch
+        if not on_batch and not callable(fn):
+            raise TypeError("ClusterCoordinator.schedule: fn %r is not callable" % (fn,))
         if kwargs or not args or len(args) != 1 or not isinstance(args[0], PerWorkerIterator) or args[0] is not self._it:
             raise ValueError("ClusterCoordinator.schedule: args must be (iterator,), the iterator of "
                              "create_per_worker_dataset")
+        traced = None if on_batch else self._traced.get(id(fn))
+        idx = None
+        if not on_batch and traced is None:
+            try:
+                model, idx = _ps_step.trace(self, fn, args, kwargs)
+            except StopIteration:
+                raise StopIteration("ClusterCoordinator.schedule: the dataset's epochs are all scheduled") from None
+            self._traced[id(fn)] = (fn, model)  # fn kept: its id stays its own
+        elif traced is not None:
+            model = traced[1]
         if self._cap is None:
             self._start(model)
         elif model is not self._model:
             raise ValueError("ClusterCoordinator.schedule: one model per coordinator")
         try:
-            idx = self._it._next_indices()
+            idx = self._it._next_indices() if idx is None else idx
         except StopIteration:
             raise StopIteration("ClusterCoordinator.schedule: the dataset's epochs are all scheduled") from None
-        v = RemoteValue(self, _strata.ps_coordinator_schedule(self._cap, idx))
+        v = RemoteValue(self, _strata.ps_coordinator_schedule(self._cap, idx), loss_only=not on_batch)
         self._values.append(v)
         return v
 

@@ -33,7 +33,10 @@ initializers = _namespace("tf.keras.initializers", "strata.keras.initializers", 
     GlorotUniform=type("GlorotUniform", (_Initializer,), {}),
     HeNormal=type("HeNormal", (_Initializer,), {}),
     Zeros=type("Zeros", (_Initializer,), {}),
-    Ones=type("Ones", (_Initializer,), {})))
+    Ones=type("Ones", (_Initializer,), {}),
+    RandomUniform=type("RandomUniform", (_Initializer,), {
+        "__init__": lambda self, minval=-0.05, maxval=0.05, seed=None: (
+            setattr(self, "minval", minval), setattr(self, "maxval", maxval), setattr(self, "seed", seed))[-1]})))
 
 
 def _act(name):

@@ -11,9 +11,10 @@ _INIT_CLASS = {"glorot_uniform": "GlorotUniform", "he_normal": "HeNormal", "zero
 
 
 def _init(name):
+    seed = getattr(name, "seed", None)  # layers._SeededInit
     if name == "random_uniform":
-        return {"class_name": "RandomUniform", "config": {"minval": -0.05, "maxval": 0.05, "seed": None}}
-    return {"class_name": _INIT_CLASS[name], "config": {"seed": None} if name in ("glorot_uniform", "he_normal") else {}}
+        return {"class_name": "RandomUniform", "config": {"minval": -0.05, "maxval": 0.05, "seed": seed}}
+    return {"class_name": _INIT_CLASS[name], "config": {"seed": seed} if name in ("glorot_uniform", "he_normal") else {}}
 
 
 def layer_config(l):

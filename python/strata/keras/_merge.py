@@ -104,6 +104,10 @@ class MultiHeadAttention(_Merge):
         self.use_bias = bool(use_bias)
         self.kernel_initializer = _init(kernel_initializer, where, "kernel_initializer")
         self.bias_initializer = _init(bias_initializer, where, "bias_initializer")
+        for arg in ("kernel_initializer", "bias_initializer"):
+            if getattr(getattr(self, arg), "seed", None) is not None:  # 4 kernels, 4 biases
+                raise NotImplementedError("%s: %s with a seed is not supported by Strata's attention (the "
+                                          "model's seed, tf.random.set_seed, seeds it)" % (where, arg))
         self.use_causal_mask = False
 
     def __call__(self, query, value, key=None, query_mask=None, value_mask=None, key_mask=None,

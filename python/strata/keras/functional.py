@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import _strata
 from .. import distribute as _distribute
-from .._util import global_seed
+from .._util import global_seed, next_init_seed
 from . import layers as _layers
 from .models import Model
 
@@ -76,6 +76,8 @@ class Functional(Model):
         cap, idx = _strata.functional_create([t._node for t in ins], [t._node for t in outs],
                                              [l._handle for l in layers], global_seed(),
                                              strategy._create(), name, False)
+        self._init_seed = next_init_seed()
+        _strata.model_init_seed(cap, self._init_seed)
         self._strategy, self._cap = strategy, cap
         strategy._register(self)
         order = sorted((i, k) for k, i in enumerate(idx) if i >= 0)
@@ -186,6 +188,8 @@ class Functional(Model):
         model = cls(_engine=True)
         strategy = model._strategy or _distribute.get_strategy()
         cap, _shape, name = _strata.model_from_keras_json(text, global_seed(), strategy._create())
+        model._init_seed = next_init_seed()
+        _strata.model_init_seed(cap, model._init_seed)
         return model._from_engine(strategy, cap, name, text)
 
     def _from_engine(self, strategy, cap, name, text):

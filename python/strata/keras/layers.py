@@ -28,10 +28,36 @@ def _activation(a, where):
     return a.lower()
 
 
+class _SeededInit(str):
+    """An initializer's engine name with the seed it was given (Keras's
+    GlorotUniform(seed=S)): the parameter draws from (S, its index), the same
+    values in any model (st_layer_set_init_seed)."""
+    seed = None
+
+
+# the parameter index (in the layer's weights) each initializer argument fills
+_INIT_PARAM = {"kernel_initializer": 0, "depthwise_initializer": 0, "embeddings_initializer": 0,
+               "initializer": 0, "bias_initializer": 1}
+
+
+def _apply_init_seeds(layer, target):
+    """Give the engine the seeds of layer's seeded initializers; target: the
+    layer's handle (functional) or the model it was just added to."""
+    from .. import _strata
+    for arg, p in _INIT_PARAM.items():
+        seed = getattr(getattr(layer, arg, None), "seed", None)
+        if seed is not None and isinstance(getattr(layer, arg), _SeededInit):
+            _strata.layer_init_seed(target, p, seed)
+
+
 def _init(i, where, arg):
+    seed = None
     if not isinstance(i, str):
         seed = getattr(i, "seed", None)
-        if seed is not None:
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, _np.integer))
+                                 or not 0 <= seed < 2 ** 63):
+            raise ValueError("%s: %s seed=%r must be an integer in [0, 2**63)" % (where, arg, seed))
+        if seed is not None and arg not in _INIT_PARAM:
             raise NotImplementedError("%s: %s with seed=%r is not supported by Strata (the model's "
                                       "seed, tf.random.set_seed, seeds every initializer)" % (where, arg, seed))
         if type(i).__name__ == "RandomUniform" and (getattr(i, "minval", -0.05), getattr(i, "maxval", 0.05)) != (-0.05, 0.05):
@@ -41,7 +67,11 @@ def _init(i, where, arg):
     if i not in _INITS:
         raise NotImplementedError("%s: %s=%r is not supported by Strata (supported: %s)"
                                   % (where, arg, i, ", ".join(sorted(set(_INITS.values())))))
-    return _INITS[i]
+    if seed is None:
+        return _INITS[i]
+    out = _SeededInit(_INITS[i])
+    out.seed = int(seed)
+    return out
 
 
 def _pair(v, where, arg):
@@ -192,6 +222,7 @@ class Layer(_EagerLayer):
             self._call_opts = opts
             h = _strata.layer_new()
             self._make(h)
+            _apply_init_seeds(self, h)
             self._handle, self._fn_in_shapes = h, shapes
         elif opts != getattr(self, "_call_opts", {}):
             raise NotImplementedError("%s: calling a layer again with other options (%r, first %r) is "

@@ -48,6 +48,9 @@ class Loss:
         (weighted) sum, divided by the batch size for 'sum_over_batch_size'
         (the default)."""
         from .. import _tape
+        from ..distribute import _ps_step
+        if _ps_step.active() is not None:  # a parameter-server step's trace
+            _ps_step.active().on_loss(self)
         pred_in = y_pred
         y_pred = np.asarray(y_pred, dtype=np.float64)
         y_true = np.asarray(y_true, dtype=np.float64)

@@ -37,6 +37,9 @@ class Metric:
     reset_states = reset_state
 
     def _accumulate(self, values, sample_weight):
+        from ..distribute import _ps_step
+        if _ps_step.active() is not None:
+            _ps_step.refuse("%s.update_state (a metric)" % type(self).__name__)
         with self._lock:
             self._add(values, sample_weight)
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import _strata
 from .. import distribute as _distribute
-from .._util import features, global_seed, labels, reject_kwargs, unsupported
+from .._util import features, global_seed, labels, next_init_seed, reject_kwargs, unsupported
 from . import _multi, _nested
 from . import callbacks as _callbacks
 from . import layers as _layers
@@ -644,8 +644,18 @@ class Model:
     # ---- weights ----
     def _weight_layout(self):
         """[(layer, [(shape, trainable, offset into the flat vector)])] in
-        Keras's order; the engine keeps trainable variables first."""
-        shape = self._input_shape
+        Keras's order; the engine keeps trainable variables first. Kept
+        while the engine layers and the input shape stay (a GradientTape
+        step reads it several times)."""
+        key = (tuple(id(l) for l in self._engine_layers), self._input_shape)
+        memo = getattr(self, "_layout_memo", None)
+        if memo is not None and memo[0] == key:
+            return memo[1]
+        out = self._weight_layout_now()
+        self._layout_memo = (key, out)
+        return out
+
+    def _weight_layout_now(self):
         n_params = sum(int(np.prod(s)) for l in self._engine_layers
                        for s, t in l._weight_shapes(self._in_shape(l)) if t)
         p, q, out = 0, n_params, []
@@ -804,6 +814,7 @@ class Sequential(Model):
             prev = self._engine_layers[-1].output_shape[1:] if self._engine_layers else self._input_shape
             layer._resolve(prev)
         layer._add(self._cap)
+        _layers._apply_init_seeds(layer, self._cap)
         info = _strata.model_layers(self._cap)[-1]
         layer.name, layer.output_shape, layer._params = info[0], (None,) + info[2], info[3]
         layer._model = self
@@ -834,6 +845,8 @@ class Sequential(Model):
         strategy = self._strategy or _distribute.get_strategy()
         self._strategy = strategy
         cap = _strata.model_create(shape, global_seed(), strategy._create(), self.name)
+        self._init_seed = next_init_seed()
+        _strata.model_init_seed(cap, self._init_seed)
         self._cap, self._input_shape = cap, shape
         strategy._register(self)
         for layer in self._layers:
@@ -849,6 +862,8 @@ class Sequential(Model):
         model = cls()
         strategy = model._strategy or _distribute.get_strategy()
         cap, shape, name = _strata.model_from_keras_json(text, global_seed(), strategy._create())
+        model._init_seed = next_init_seed()
+        _strata.model_init_seed(cap, model._init_seed)
         model._strategy, model._cap, model._input_shape, model.name = strategy, cap, tuple(shape), name
         strategy._register(model)
         infos = _strata.model_layers(cap)

@@ -28,8 +28,13 @@ def to_categorical(y, num_classes=None, dtype="float32"):
 
 
 def set_random_seed(seed):
-    """Seed Strata's weight initialisation, dropout and shuffling."""
+    """Seed Strata's weight initialisation, dropout and shuffling (the
+    sequence of _util.next_init_seed starts again), and, as Keras does,
+    Python's `random` and NumPy's global generator."""
+    import random
     set_global_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed % 2 ** 32)
 
 
 def __getattr__(name):
