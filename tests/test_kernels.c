@@ -33,16 +33,20 @@ typedef struct ctx {
 
 /* ---- contexts and buffers --------------------------------------------------- */
 
+/* Kernel threads of the contexts of the backend under test (run_backend
+ * runs the cpu backend with 1 and with 3: its pool splits the work). */
+static int g_threads;
+
 /* A context of backend be, made on first use (release() destroys it). */
-static st_backend_ctx *lazy_ctx(const st_backend *be, st_backend_ctx **slot) {
-  if (!*slot && st_backend_ctx_create(be, 0, 0, slot) != ST_OK) {
+static st_backend_ctx *lazy_ctx(const st_backend *be, int threads, st_backend_ctx **slot) {
+  if (!*slot && st_backend_ctx_create(be, 0, threads, slot) != ST_OK) {
     fprintf(stderr, "test_kernels: %s: %s\n", be->name, st_last_error());
     exit(1);
   }
   return *slot;
 }
-static st_backend_ctx *be_ctx(ctx *c) { return lazy_ctx(c->be, &c->made_be); }
-static st_backend_ctx *ref_ctx(ctx *c) { return lazy_ctx(c->ref, &c->made_ref); }
+static st_backend_ctx *be_ctx(ctx *c) { return lazy_ctx(c->be, g_threads, &c->made_be); }
+static st_backend_ctx *ref_ctx(ctx *c) { return lazy_ctx(c->ref, 0, &c->made_ref); }
 
 static float *host_alloc(ctx *c, size_t n) {
   float *p = malloc(sizeof(float) * (n ? n : 1));
@@ -238,6 +242,7 @@ static void case_act_forward(ctx *c) {
   for (int a = 0; a < ST_ACT_COUNT; a++) {
     act_forward_one(c, (st_activation)a, 7, 13);
     act_forward_one(c, (st_activation)a, 3, 1);
+    act_forward_one(c, (st_activation)a, 301, 300); /* several ranges: split over threads */
     release(c);
   }
 }
@@ -266,6 +271,7 @@ static void case_act_backward(ctx *c) {
   for (int a = 0; a < ST_ACT_COUNT; a++) {
     act_backward_one(c, (st_activation)a, 7, 13);
     act_backward_one(c, (st_activation)a, 3, 1);
+    act_backward_one(c, (st_activation)a, 301, 300);
     release(c);
   }
 }
@@ -479,7 +485,8 @@ static void bn_one(ctx *c, int rows, int ch) {
 }
 
 static void case_batchnorm(ctx *c) {
-  static const int shapes[][2] = {{1, 3}, {50, 3}, {50, 300}, {7, 1}};
+  /* the last two: enough rows for the cpu backend to split them over threads */
+  static const int shapes[][2] = {{1, 3}, {50, 3}, {50, 300}, {7, 1}, {4099, 16}, {2001, 20}};
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
     bn_one(c, shapes[s][0], shapes[s][1]);
     release(c);
@@ -675,15 +682,16 @@ static const struct {
 static const char *const k_backends[] = {"cpu", "cuda"};
 
 static void run_backend(const st_backend *be) {
+  int threads = g_threads ? g_threads : 1;
   for (size_t i = 0; i < sizeof k_cases / sizeof k_cases[0]; i++) {
     ctx c = {.be = be, .ref = st_backend_reference(), .ok = true};
     c.rng = st_rng_make(42, i);
     k_cases[i].run(&c);
     release(&c);
-    printf("%s: %-20s %s (worst error %.3g of tolerance)%s%s\n", be->name,
+    printf("%s x%d: %-20s %s (worst error %.3g of tolerance)%s%s\n", be->name, threads,
            k_cases[i].name, c.ok ? "ok" : "MISMATCH", c.worst,
            c.ok ? "" : ": ", c.note);
-    CHECK_MSG(c.ok, "%s: %s: %s", be->name, k_cases[i].name, c.note);
+    CHECK_MSG(c.ok, "%s x%d: %s: %s", be->name, threads, k_cases[i].name, c.note);
   }
 }
 
@@ -698,7 +706,90 @@ static void test_backends(void) {
     }
     CHECK_OK(s);
     if (s == ST_OK) run_backend(be);
+    if (s == ST_OK && !strcmp(be->name, "cpu")) { /* again with a 3-thread context */
+      g_threads = 3;
+      run_backend(be);
+      g_threads = 0;
+    }
   }
+}
+
+/* ---- the same bytes for any thread count --------------------------------------- */
+
+/* Runs the kernels that split their work on ctx over resnet20-sized inputs
+ * and appends every output to out (the caller compares two contexts'). */
+static size_t threaded_outputs(st_backend_ctx *ctx, const float *in, float *out) {
+  const st_backend *be = ctx->be;
+  size_t o = 0;
+  static const struct { int h, c, f, k, s, n; } cv[] = {
+      {28, 16, 16, 3, 1, 5}, {14, 16, 32, 3, 2, 4}, {7, 64, 64, 3, 1, 3}, {14, 32, 64, 1, 2, 3}};
+  for (size_t i = 0; i < sizeof cv / sizeof cv[0]; i++) {
+    st_conv_geom g = conv_geom(cv[i].h, cv[i].h, cv[i].c, cv[i].k, cv[i].k, cv[i].s, cv[i].s, true);
+    size_t P = (size_t)g.oh * g.ow, K = (size_t)g.kh * g.kw * g.c, X = (size_t)g.h * g.w * g.c;
+    int n = cv[i].n, f = cv[i].f;
+    float *ws = malloc(sizeof(float) * st__conv_direct_ws_floats(&g, n, f));
+    if (!ws) exit(1);
+    if (!st__be_conv_direct_forward(ctx, &g, n, f, in, in + 1, out + o, ws)) {
+      free(ws); /* a CPU without AVX-512: the layer lowers these itself */
+      break;
+    }
+    o += n * P * f;
+    memcpy(out + o, in, sizeof(float) * K * f); /* accumulate onto it */
+    st__be_conv_direct_dw(ctx, &g, n, f, in + 3, in + 5, true, out + o, ws);
+    o += K * f;
+    if (st__be_conv_direct_dx(ctx, &g, n, f, in + 7, in + 11, out + o, ws)) o += n * X;
+    free(ws);
+  }
+  static const int bn[][2] = {{50176, 16}, {3136, 64}, {4001, 20}};
+  for (size_t i = 0; i < sizeof bn / sizeof bn[0]; i++) {
+    int rows = bn[i][0], ch = bn[i][1];
+    size_t n = (size_t)rows * ch;
+    float *mean = out + o, *inv = mean + ch, *y = inv + ch;
+    be->batchnorm_forward_train(ctx, rows, ch, in, in + 3, in + 5, 1e-3f, mean, inv, y);
+    o += 2 * (size_t)ch + n;
+    be->batchnorm_backward(ctx, rows, ch, in, in + 3, mean, inv, in + 9, out + o, out + o + n,
+                           out + o + n + ch);
+    o += n + 2 * (size_t)ch;
+  }
+  /* a gemm large enough to be split by rows (the stride-2 input gradient's) */
+  be->gemm(ctx, false, true, 1764, 144, 32, 1.0f, in, 32, in + 7, 32, 0.0f, out + o, 144);
+  o += 1764 * 144;
+  be->act_forward(ctx, ST_ACT_RELU, 1000, 803, in, out + o);
+  be->act_backward(ctx, ST_ACT_RELU, 1000, 803, NULL, in + 1, in + 2, out + o + 803000);
+  memcpy(out + o + 2 * 803000, in + 3, sizeof(float) * 803000);
+  be->axpy(ctx, 803000, 0.5f, in, out + o + 2 * 803000);
+  return o + 3 * 803000;
+}
+
+static void test_threads_same_bytes(void) {
+  const size_t nin = 1u << 20, nout = 8u << 20;
+  float *in = malloc(sizeof(float) * nin), *a = calloc(nout, sizeof(float));
+  float *b = calloc(nout, sizeof(float));
+  CHECK_MSG(in && a && b, "out of memory");
+  if (!in || !a || !b) return;
+  st_rng rng = st_rng_make(7, 0);
+  for (size_t i = 0; i < nin; i++) in[i] = 2.0f * st_rng_uniform(&rng) - 1.0f;
+  st_backend_ctx *one = NULL, *three = NULL;
+  CHECK_OK(st_backend_ctx_create(st_backend_cpu(), 0, 1, &one));
+  CHECK_OK(st_backend_ctx_create(st_backend_cpu(), 0, 1, &three));
+  CHECK_OK(st__be_set_threads(three, 3)); /* as one_device sets its replica's */
+  if (one && three) {
+    size_t na = threaded_outputs(one, in, a), nb = threaded_outputs(three, in, b);
+    CHECK_MSG(na == nb && na <= nout, "outputs %zu and %zu floats", na, nb);
+    size_t first = na;
+    for (size_t i = 0; i < na && i < nb; i++)
+      if (memcmp(a + i, b + i, sizeof(float)) != 0) {
+        first = i;
+        break;
+      }
+    printf("cpu: 1 and 3 kernel threads, %zu output floats: %s\n", na,
+           first == na ? "the same bytes" : "DIFFER");
+    CHECK_MSG(first == na, "1 and 3 threads differ at float %zu: %.9g vs %.9g", first,
+              (double)a[first], (double)b[first]);
+  }
+  st_backend_ctx_destroy(one);
+  st_backend_ctx_destroy(three);
+  free(in), free(a), free(b);
 }
 /* the baseline build of the hand-dispatched kernels, where AVX-512 hid it */
 static void test_baseline_maxpool(void) {
@@ -713,6 +804,7 @@ static void test_baseline_maxpool(void) {
   CHECK_MSG(c.ok, "cpu baseline kernels: maxpool: %s", c.note);
   fflush(stdout);
 }
-static const check_case cases[] = {CHECK_CASE(test_backends), CHECK_CASE(test_baseline_maxpool)};
+static const check_case cases[] = {CHECK_CASE(test_backends), CHECK_CASE(test_baseline_maxpool),
+                                   CHECK_CASE(test_threads_same_bytes)};
 
 int main(int argc, char **argv) { return CHECK_MAIN(argc, argv, cases); }

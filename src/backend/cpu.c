@@ -12,36 +12,104 @@
 
 #include "backend/blas.h"
 #include "backend/cpu.h"
+#include "base/fpenv.h"
 
 /* ---- memory --------------------------------------------------------------- */
 
-/* A context's state: the kernel choices (st__cpu_state). The OpenBLAS thread
- * count is not here: OpenBLAS has one per process (st_blas_set_threads), and
- * its loading (blas.c) is process-wide by nature. */
+/* A context's state: the kernel choices and the kernel threads
+ * (st__cpu_state). The OpenBLAS thread count is not here: OpenBLAS has one per
+ * process (st_blas_set_threads), and its loading (blas.c) is process-wide by
+ * nature. */
+static st_status make_pool(st__cpu_state *cs, int device_index, int threads) {
+  st__cpu_pool_destroy(cs->pool);
+  cs->pool = NULL;
+  if (threads <= 1) return ST_OK;
+  (void)device_index; /* st__cpu_pool_create's message names the pool's size */
+  return st__cpu_pool_create(threads - 1, &cs->pool);
+}
+
 static st_status cpu_ctx_create(int device_index, int threads, void **impl) {
   st__cpu_state *cs = calloc(1, sizeof *cs);
   if (!cs)
     return st_error(ST_ERR_NOMEM, "cpu:%d: out of memory for a backend context", device_index);
+  atomic_flag_clear(&cs->busy);
+  st_status s = make_pool(cs, device_index, threads);
+  if (s != ST_OK) {
+    free(cs);
+    return s;
+  }
   *impl = cs;
   return ST_OK;
 }
-static void cpu_ctx_destroy(void *impl) { free(impl); }
+static void cpu_ctx_destroy(void *impl) {
+  st__cpu_state *cs = impl;
+  if (cs) st__cpu_pool_destroy(cs->pool);
+  free(impl);
+}
+static st_status cpu_ctx_set_threads(st_backend_ctx *ctx, int threads) {
+  return make_pool(ctx->impl, ctx->device_index, threads);
+}
+
+void st__cpu_parallel(st_backend_ctx *ctx, int ntasks, void (*fn)(void *arg, int task),
+                      void *arg) {
+  st__cpu_state *cs = ctx ? ctx->impl : NULL;
+  if (ntasks > 1 && cs && cs->pool &&
+      !atomic_flag_test_and_set_explicit(&cs->busy, memory_order_acquire)) {
+    unsigned fp = st__ftz_enter();
+    st__cpu_pool_run(cs->pool, ntasks, fn, arg);
+    st__ftz_leave(fp);
+    atomic_flag_clear_explicit(&cs->busy, memory_order_release);
+    return;
+  }
+  for (int t = 0; t < ntasks; t++) fn(arg, t);
+}
+
+int st__cpu_threads(const st_backend_ctx *ctx) {
+  const st__cpu_state *cs = ctx ? ctx->impl : NULL;
+  return cs && cs->pool ? 1 + st__cpu_pool_workers(cs->pool) : 1;
+}
 
 static void *cpu_alloc(st_backend_ctx *ctx, size_t bytes) { return st_alloc(bytes); }
 static void cpu_free(st_backend_ctx *ctx, void *p) { st_free(p); }
 
 /* ---- BLAS-like ------------------------------------------------------------ */
 
+/* On a context with kernel threads (one_device's replica: OpenBLAS is then
+ * single-threaded, so that its idle threads do not spin beside the pool's) a
+ * large gemm is split into blocks of GEMM_ROWS rows of C, one task each (a
+ * fixed split: the same blocks for any thread count). */
+#define GEMM_ROWS 256
+#define GEMM_SPLIT_MIN ((double)(1 << 22)) /* m*n*k */
+typedef struct gemm_job {
+  bool ta, tb;
+  int m, n, k, lda, ldb, ldc;
+  float alpha, beta;
+  const float *a, *b;
+  float *c;
+} gemm_job;
+
+static void gemm_task(void *arg, int t) {
+  const gemm_job *j = arg;
+  int r0 = t * GEMM_ROWS, rows = j->m - r0 < GEMM_ROWS ? j->m - r0 : GEMM_ROWS;
+  const float *a = j->ta ? j->a + r0 : j->a + (size_t)r0 * j->lda; /* rows r0.. of op(A) */
+  st__sgemm(j->ta, j->tb, rows, j->n, j->k, j->alpha, a, j->lda, j->b, j->ldb, j->beta,
+            j->c + (size_t)r0 * j->ldc, j->ldc);
+}
+
 /* st__sgemm loads OpenBLAS on first use (st_blas_init's pthread_once). */
 static void cpu_gemm(st_backend_ctx *ctx, bool trans_a, bool trans_b, int m, int n, int k,
                      float alpha, const float *a, int lda, const float *b,
                      int ldb, float beta, float *c, int ldc) {
+  if (m >= 2 * GEMM_ROWS && (double)m * n * k >= GEMM_SPLIT_MIN && st__cpu_threads(ctx) > 1) {
+    gemm_job j = {trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, a, b, c};
+    st__cpu_parallel(ctx, (m + GEMM_ROWS - 1) / GEMM_ROWS, gemm_task, &j);
+    return;
+  }
   st__sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 ST__SIMD_CLONES
-static void cpu_axpy(st_backend_ctx *ctx, size_t n, float alpha, const float *restrict x,
-                     float *restrict y) {
+static void axpy_range(size_t n, float alpha, const float *restrict x, float *restrict y) {
   for (size_t i = 0; i < n; i++) y[i] += alpha * x[i];
 }
 
@@ -153,14 +221,6 @@ static void act_elementwise(st_activation act, size_t n, const float *x,
   }
 }
 
-static void cpu_act_forward(st_backend_ctx *ctx, st_activation act, int rows, int cols,
-                            const float *x, float *y) {
-  if (act == ST_ACT_SOFTMAX)
-    softmax_rows(rows, cols, x, y);
-  else
-    act_elementwise(act, (size_t)rows * cols, x, y);
-}
-
 /* dx = y * (dy - sum(dy*y)) per row (dx == dy allowed). */
 static void softmax_backward(int rows, int cols, const float *y,
                              const float *dy, float *dx) {
@@ -185,14 +245,12 @@ static void gelu_tanh_backward(size_t n, const float *x, const float *dy, float 
   }
 }
 
-/* dx = dy * act'(.) from y (the GELUs from x); dx == dy allowed. */
+/* dx = dy * act'(.) over n floats from y (the GELUs from x), not softmax;
+ * dx == dy allowed. */
 ST__SIMD_CLONES
-static void cpu_act_backward(st_backend_ctx *ctx, st_activation act, int rows, int cols,
-                             const float *x, const float *y, const float *dy,
-                             float *dx) {
-  size_t n = (size_t)rows * cols;
+static void act_backward_ew(st_activation act, size_t n, const float *x, const float *y,
+                            const float *dy, float *dx) {
   switch (act) {
-    case ST_ACT_SOFTMAX: softmax_backward(rows, cols, y, dy, dx); break;
     case ST_ACT_GELU: st__cpu_gelu_backward(n, x, dy, dx); break; /* cpu_gelu.c */
     case ST_ACT_GELU_TANH: gelu_tanh_backward(n, x, dy, dx); break;
     case ST_ACT_RELU6:
@@ -229,12 +287,75 @@ static void cpu_act_backward(st_backend_ctx *ctx, st_activation act, int rows, i
   }
 }
 
+/* ---- elementwise kernels over the context's threads ---------------------- */
+
+/* Split into ranges of EW_CHUNK floats (a multiple of 16: whole vectors) when
+ * the context has threads and there are at least two ranges; every element
+ * is computed as on one thread, so the bytes are the same. */
+#define EW_CHUNK ((size_t)1 << 15)
+typedef enum { EW_AXPY, EW_ACT, EW_ACT_BACKWARD } ew_kind;
+typedef struct ew_job {
+  ew_kind kind;
+  st_activation act;
+  float alpha;
+  size_t n;
+  const float *x, *y, *dy; /* inputs (x, y may be NULL: act backward) */
+  float *out;
+} ew_job;
+
+static void ew_range(const ew_job *j, size_t off, size_t n) {
+  const float *x = j->x ? j->x + off : NULL;
+  switch (j->kind) {
+    case EW_AXPY: axpy_range(n, j->alpha, x, j->out + off); break;
+    case EW_ACT: act_elementwise(j->act, n, x, j->out + off); break;
+    default:
+      act_backward_ew(j->act, n, x, j->y ? j->y + off : NULL, j->dy + off, j->out + off);
+      break;
+  }
+}
+
+static void ew_task(void *arg, int t) {
+  const ew_job *j = arg;
+  size_t off = (size_t)t * EW_CHUNK;
+  ew_range(j, off, j->n - off < EW_CHUNK ? j->n - off : EW_CHUNK);
+}
+
+static void ew_run(st_backend_ctx *ctx, const ew_job *j) {
+  size_t tasks = (j->n + EW_CHUNK - 1) / EW_CHUNK;
+  if (tasks < 2 || tasks > (size_t)1 << 30 || st__cpu_threads(ctx) < 2)
+    ew_range(j, 0, j->n);
+  else
+    st__cpu_parallel(ctx, (int)tasks, ew_task, (void *)j);
+}
+
+static void cpu_axpy(st_backend_ctx *ctx, size_t n, float alpha, const float *x, float *y) {
+  ew_run(ctx, &(ew_job){.kind = EW_AXPY, .alpha = alpha, .n = n, .x = x, .out = y});
+}
+
+static void cpu_act_forward(st_backend_ctx *ctx, st_activation act, int rows, int cols,
+                            const float *x, float *y) {
+  if (act == ST_ACT_SOFTMAX)
+    softmax_rows(rows, cols, x, y);
+  else
+    ew_run(ctx, &(ew_job){.kind = EW_ACT, .act = act, .n = (size_t)rows * cols, .x = x, .out = y});
+}
+
+static void cpu_act_backward(st_backend_ctx *ctx, st_activation act, int rows, int cols,
+                             const float *x, const float *y, const float *dy, float *dx) {
+  if (act == ST_ACT_SOFTMAX)
+    softmax_backward(rows, cols, y, dy, dx);
+  else
+    ew_run(ctx, &(ew_job){.kind = EW_ACT_BACKWARD, .act = act, .n = (size_t)rows * cols,
+                          .x = x, .y = y, .dy = dy, .out = dx});
+}
+
 /* ---- the table ------------------------------------------------------------ */
 
 static const st_backend cpu_backend = {
     .name = "cpu",
     .ctx_create = cpu_ctx_create,
     .ctx_destroy = cpu_ctx_destroy,
+    .ctx_set_threads = cpu_ctx_set_threads,
     /* to_device, to_host, synchronize: NULL (host memory, memcpy; kernels
      * are synchronous). */
     .conv_direct_forward = st__cpu_conv_direct_forward,

@@ -6,6 +6,8 @@
 #ifndef STRATA_SRC_BACKEND_CPU_H
 #define STRATA_SRC_BACKEND_CPU_H
 
+#include <stdatomic.h>
+
 #include "backend/impl.h"
 
 /* The cpu*.c kernels are compiled at -O3 when optimising: GCC's -O2 uses the
@@ -31,12 +33,39 @@
 #define ST__SIMD_CLONES
 #endif
 
-/* A cpu context's own state (st_backend_ctx.impl), set at its creation. */
+/* The kernel threads' fork-join pool (cpu_pool.c): `workers` threads plus
+ * the caller's. A run returns when its ntasks tasks are done; it does not
+ * wait for workers that have not started (a loaded machine). Owner thread
+ * only, one run at a time. */
+typedef struct st__cpu_pool st__cpu_pool;
+st_status st__cpu_pool_create(int workers, st__cpu_pool **out);
+void st__cpu_pool_destroy(st__cpu_pool *p); /* accepts NULL; joins the workers */
+int st__cpu_pool_workers(const st__cpu_pool *p);
+void st__cpu_pool_run(st__cpu_pool *p, int ntasks, void (*fn)(void *arg, int task), void *arg);
+
+/* A cpu context's own state (st_backend_ctx.impl), set at its creation (the
+ * pool also by ctx_set_threads, on the owner's thread between kernel calls). */
 typedef struct st__cpu_state {
   /* Run the kernels dispatched by hand (2x2 max pooling) in their baseline
    * build even where the CPU has AVX-512 (tests set it). */
   bool baseline_kernels;
+  /* threads-1 workers for the kernels that split their work (direct
+   * convolution, batch normalization, elementwise passes), or NULL: every
+   * kernel on the calling thread. */
+  st__cpu_pool *pool;
+  atomic_flag busy; /* set while a kernel runs its tasks on the pool */
 } st__cpu_state;
+
+/* Runs fn(arg, t) for t in [0, ntasks), on the context's pool and the
+ * calling thread (with flush-to-zero for the duration, as the pool's threads
+ * have it), or all on the calling thread when the context has no pool or its
+ * pool is busy (another thread sharing the context, or a nested call). The
+ * kernels that use it split their work so that every output is computed by
+ * one task in a fixed order: the same bytes for any thread count. */
+void st__cpu_parallel(st_backend_ctx *ctx, int ntasks, void (*fn)(void *arg, int task),
+                      void *arg);
+/* Threads st__cpu_parallel may use on ctx (1 without a pool). */
+int st__cpu_threads(const st_backend_ctx *ctx);
 
 /* Channels processed per chunk by kernels that keep per-channel state on the
  * stack (pooling argmax, batchnorm sums). */

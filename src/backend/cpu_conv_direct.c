@@ -14,7 +14,10 @@
  * slots return false and the layer uses im2col + gemm (the reference's
  * lowering, and the only one the cnn's biased convolutions use). The sums run
  * in a fixed order (tap, channel; cells in order for dw): the same bytes for
- * any thread count. Any thread, disjoint buffers. */
+ * any thread count. On a context with threads (st__cpu_parallel) forward and
+ * dx split the block by image (each task pads its image and computes its
+ * cells), dw by (tap, channel tile) after the images are padded. Any thread,
+ * disjoint buffers. */
 #include <string.h>
 
 #include "backend/cpu.h"
@@ -77,23 +80,28 @@ static DIRECT_TARGET void fwd_tile(const int T, const int NV, const float *const
     for (int v = 0; v < NV; v++) _mm512_storeu_ps(y + (size_t)t * NV * 16 + 16 * v, acc[t][v]);
 }
 
-/* Every output cell of the padded block xp, T at a time. */
+/* Output cells p .. p+T-1 of the padded block xp (T a constant). */
+static DIRECT_TARGET void fwd_at(const int T, const int NV, const st_conv_geom *g,
+                                 const float *xp, int hp, int wp, const int *off, int taps,
+                                 const float *w, float *y, size_t p) {
+  const float *a[8];
+  for (int t = 0; t < T; t++) a[t] = cell_base(g, xp, hp, wp, p + t);
+  fwd_tile(T, NV, a, off, taps, g->c, w, y + p * NV * 16);
+}
+
+/* Every output cell of the padded block xp, T at a time, the rest in tiles
+ * of 4, 2 and 1 (a cell's sums run in the same order in any tile). */
 static DIRECT_TARGET void fwd_cells(const int T, const int NV, const st_conv_geom *g, int n,
                                     const float *xp, const float *w, float *y) {
   const int hp = st__conv_padded_rows(g), wp = st__conv_padded_cols(g), taps = g->kh * g->kw;
   int off[64]; /* taps <= 64: direct_usable */
   for (int q = 0; q < taps; q++) off[q] = ((q / g->kw) * wp + q % g->kw) * g->c;
   const size_t cells = (size_t)n * g->oh * g->ow;
-  const float *a[8];
   size_t p = 0;
-  for (; p + T <= cells; p += T) {
-    for (int t = 0; t < T; t++) a[t] = cell_base(g, xp, hp, wp, p + t);
-    fwd_tile(T, NV, a, off, taps, g->c, w, y + p * NV * 16);
-  }
-  for (; p < cells; p++) {
-    a[0] = cell_base(g, xp, hp, wp, p);
-    fwd_tile(1, NV, a, off, taps, g->c, w, y + p * NV * 16);
-  }
+  for (; p + T <= cells; p += T) fwd_at(T, NV, g, xp, hp, wp, off, taps, w, y, p);
+  if (p + 4 <= cells) fwd_at(4, NV, g, xp, hp, wp, off, taps, w, y, p), p += 4;
+  if (p + 2 <= cells) fwd_at(2, NV, g, xp, hp, wp, off, taps, w, y, p), p += 2;
+  for (; p < cells; p++) fwd_at(1, NV, g, xp, hp, wp, off, taps, w, y, p);
 }
 
 __attribute__((target("avx512f,fma"))) static void direct_forward(const st_conv_geom *g, int n,
@@ -137,29 +145,29 @@ static DIRECT_TARGET void dw_tile(const int CI, const int NV, const st_conv_geom
     }
 }
 
-static DIRECT_TARGET void dw_taps(const int CI, const int NV, const st_conv_geom *g, int n,
-                                  const float *xp, const float *dy, bool accumulate, float *dw) {
-  const int wp = st__conv_padded_cols(g), c = g->c;
-  for (int q = 0; q < g->kh * g->kw; q++) {
-    const int o = ((q / g->kw) * wp + q % g->kw) * c;
-    float *dq = dw + (size_t)q * c * NV * 16;
-    int ci = 0;
-    for (; ci + CI <= c; ci += CI)
-      dw_tile(CI, NV, g, n, xp, o + ci, dy, accumulate, dq + (size_t)ci * NV * 16);
-    for (; ci < c; ci++)
-      dw_tile(1, NV, g, n, xp, o + ci, dy, accumulate, dq + (size_t)ci * NV * 16);
-  }
-}
+/* Channels of a kernel-gradient tile: CI(f) channels, or 1 (the tail). Every
+ * dw float is one sum over the cells in order whatever the tile: the tile
+ * sizes may follow the thread count without changing a bit. */
+static int dw_wide(int f, int threads) { return f == 16 ? (threads > 1 ? 8 : 16) : f == 32 ? 8 : 4; }
 
-__attribute__((target("avx512f,fma"))) static void direct_dw(const st_conv_geom *g, int n, int f,
-                                                              const float *xp, const float *dy,
-                                                              bool accumulate, float *dw) {
-  if (f == 16)
-    dw_taps(16, 1, g, n, xp, dy, accumulate, dw);
+/* One tile of `ci_n` (dw_wide(f) or 1) channels at tap offset o. */
+__attribute__((target("avx512f,fma"))) static void direct_dw_tile(
+    const st_conv_geom *g, int n, int f, int ci_n, const float *xp, int o, const float *dy,
+    bool accumulate, float *dw) {
+  if (f == 16 && ci_n == 16)
+    dw_tile(16, 1, g, n, xp, o, dy, accumulate, dw);
+  else if (f == 16 && ci_n == 8)
+    dw_tile(8, 1, g, n, xp, o, dy, accumulate, dw);
+  else if (f == 16)
+    dw_tile(1, 1, g, n, xp, o, dy, accumulate, dw);
+  else if (f == 32 && ci_n == 8)
+    dw_tile(8, 2, g, n, xp, o, dy, accumulate, dw);
   else if (f == 32)
-    dw_taps(8, 2, g, n, xp, dy, accumulate, dw);
+    dw_tile(1, 2, g, n, xp, o, dy, accumulate, dw);
+  else if (ci_n == 4)
+    dw_tile(4, 4, g, n, xp, o, dy, accumulate, dw);
   else
-    dw_taps(4, 4, g, n, xp, dy, accumulate, dw);
+    dw_tile(1, 4, g, n, xp, o, dy, accumulate, dw);
 }
 
 #else /* no AVX-512 build: the slots decline */
@@ -172,18 +180,71 @@ static void direct_forward(const st_conv_geom *g, int n, int f, const float *xp,
                            float *y) {
   (void)g, (void)n, (void)f, (void)xp, (void)w, (void)y;
 }
-static void direct_dw(const st_conv_geom *g, int n, int f, const float *xp, const float *dy,
-                      bool accumulate, float *dw) {
-  (void)g, (void)n, (void)f, (void)xp, (void)dy, (void)accumulate, (void)dw;
+static int dw_wide(int f, int threads) {
+  (void)f, (void)threads;
+  return 1;
+}
+static void direct_dw_tile(const st_conv_geom *g, int n, int f, int ci_n, const float *xp, int o,
+                           const float *dy, bool accumulate, float *dw) {
+  (void)g, (void)n, (void)f, (void)ci_n, (void)xp, (void)o, (void)dy, (void)accumulate, (void)dw;
 }
 
 #endif
 
+/* Floats of padded input and dy per sub-block of the kernel gradient. */
+#define DW_BUDGET_FLOATS ((size_t)64 << 10)
+
+/* One call's work, shared read-only by its tasks (st__cpu_parallel). */
+typedef struct conv_job {
+  const st_conv_geom *g; /* the convolution run (dx: the transposed one) */
+  int n, f;              /* images, filters (dx: the input's channels) */
+  const float *x;        /* [n, h, w, c] images (dx: dy) */
+  const float *w;        /* [taps*c, f] kernel (dx: flipped and transposed) */
+  float *xp;             /* [n, hp, wp, c] the padded images (the workspace) */
+  float *y;              /* forward: [n*oh*ow, f] */
+  const float *dy;       /* dw: [n*oh*ow, f] */
+  bool accumulate;       /* dw: add to dw */
+  float *dw;             /* dw: [taps*c, f] */
+  int wide, per_tap;     /* dw: channels per tile, tiles per tap */
+} conv_job;
+
+static size_t image_floats(const st_conv_geom *g) { return (size_t)g->h * g->w * g->c; }
+static size_t padded_floats(const st_conv_geom *g) {
+  return (size_t)st__conv_padded_rows(g) * st__conv_padded_cols(g) * g->c;
+}
+
+/* Task i: pad image i. */
+static void pad_task(void *arg, int i) {
+  const conv_job *j = arg;
+  pad_block(j->g, 1, j->x + (size_t)i * image_floats(j->g), j->xp + (size_t)i * padded_floats(j->g));
+}
+
+/* Task i: pad image i and compute its output cells. */
+static void fwd_task(void *arg, int i) {
+  const conv_job *j = arg;
+  const st_conv_geom *g = j->g;
+  float *xp = j->xp + (size_t)i * padded_floats(g);
+  pad_block(g, 1, j->x + (size_t)i * image_floats(g), xp);
+  direct_forward(g, 1, j->f, xp, j->w, j->y + (size_t)i * g->oh * g->ow * j->f);
+}
+
+/* Task t: tile k = t % per_tap of tap q = t / per_tap (full tiles of `wide`
+ * channels first, then the channels left, one each). */
+static void dw_task(void *arg, int t) {
+  const conv_job *j = arg;
+  const st_conv_geom *g = j->g;
+  int q = t / j->per_tap, k = t % j->per_tap, full = g->c / j->wide;
+  int ci = k < full ? k * j->wide : full * j->wide + (k - full), ci_n = k < full ? j->wide : 1;
+  int o = ((q / g->kw) * st__conv_padded_cols(g) + q % g->kw) * g->c + ci;
+  float *dq = j->dw + ((size_t)q * g->c + (size_t)ci) * j->f;
+  direct_dw_tile(g, j->n, j->f, ci_n, j->xp, o, j->dy, j->accumulate, dq);
+}
+
 bool st__cpu_conv_direct_forward(st_backend_ctx *ctx, const st_conv_geom *g, int n, int f,
                                  const float *x, const float *w, float *y, float *ws) {
   if (!direct_usable(ctx, g, f)) return false;
-  pad_block(g, n, x, ws);
-  direct_forward(g, n, f, ws, w, y);
+  conv_job j = {.g = g, .n = n, .f = f, .x = x, .w = w, .xp = ws, .y = y};
+  st__cpu_parallel(ctx, n, fwd_task, &j);
   return true;
 }
 
@@ -191,8 +252,22 @@ bool st__cpu_conv_direct_dw(st_backend_ctx *ctx, const st_conv_geom *g, int n, i
                             const float *x, const float *dy, bool accumulate, float *dw,
                             float *ws) {
   if (!direct_usable(ctx, g, f)) return false;
-  pad_block(g, n, x, ws);
-  direct_dw(g, n, f, ws, dy, accumulate, dw);
+  conv_job j = {.g = g, .n = n, .f = f, .x = x, .xp = ws, .dy = dy, .accumulate = accumulate,
+                .dw = dw, .wide = dw_wide(f, st__cpu_threads(ctx))};
+  j.per_tap = g->c / j.wide + g->c % j.wide;
+  st__cpu_parallel(ctx, n, pad_task, &j);
+  /* sub-blocks whose padded images and dy stay in a core's L2 while every
+   * tap's tiles sweep them (f = 16 is bound by their loads otherwise); a
+   * fixed size, so the sums do not depend on the thread count */
+  const size_t P = (size_t)g->oh * g->ow, per_image = padded_floats(g) + P * (size_t)f;
+  const int sub = per_image < DW_BUDGET_FLOATS ? (int)(DW_BUDGET_FLOATS / per_image) : 1;
+  for (int i0 = 0; i0 < n; i0 += sub) {
+    j.n = n - i0 < sub ? n - i0 : sub;
+    j.xp = ws + (size_t)i0 * padded_floats(g);
+    j.dy = dy + (size_t)i0 * P * f;
+    j.accumulate = accumulate || i0 > 0;
+    st__cpu_parallel(ctx, g->kh * g->kw * j.per_tap, dw_task, &j);
+  }
   return true;
 }
 
@@ -212,8 +287,8 @@ bool st__cpu_conv_direct_dx(st_backend_ctx *ctx, const st_conv_geom *g, int n, i
         for (int fi = 0; fi < f; fi++) dst[(size_t)fi * c + ci] = src[(size_t)ci * f + fi];
     }
   st_conv_geom t = st__conv_transposed_geom(g, f);
-  float *dyp = ws + (size_t)kh * kw * c * f;
-  pad_block(&t, n, dy, dyp);
-  direct_forward(&t, n, c, dyp, wf, dx);
+  conv_job j = {.g = &t, .n = n, .f = c, .x = dy, .w = wf, .xp = ws + (size_t)kh * kw * c * f,
+                .y = dx};
+  st__cpu_parallel(ctx, n, fwd_task, &j);
   return true;
 }

@@ -1,6 +1,8 @@
 /* Fast CPU kernels for training: batch normalization (per-channel sums in
- * double, vectorised over channel chunks; AVX-512/AVX2 clones, the same
- * sums in the same order as the baseline's), dropout (one Philox block per 4
+ * double over 16 fixed parts of the rows, added in part order, vectorised
+ * over channel chunks with AVX-512/AVX2 clones; the parts are the tasks
+ * split over the context's threads: the same bytes for any thread count),
+ * dropout (one Philox block per 4
  * elements), the fused softmax + sparse cross-entropy loss (other loss kinds
  * use the reference kernels: they are rare and cheap) and one-pass optimizer
  * updates. Any thread, disjoint buffers. */
@@ -41,38 +43,6 @@ BN_AI void bn_ssd_g(int rows, int c, const float *x, const double *m, double *ou
   for (int j = 0; j < BN_G; j++) out[j] = a[j];
 }
 
-/* Channels [c0, c0+nc) of x[rows, c]: mean and 1/sqrt(biased var + eps). */
-static inline __attribute__((always_inline)) void bn_stats(int rows, int c, int c0, int nc, const float *x,
-                     float eps, float *mean, float *invstd) {
-  double s[ST__CPU_CHUNK], ss[ST__CPU_CHUNK];
-  for (int j = 0; j < nc; j++) s[j] = ss[j] = 0.0;
-  if (nc % BN_G == 0) {
-    for (int g = 0; g < nc; g += BN_G) bn_sum_g(rows, c, x + c0 + g, s + g);
-  } else {
-    for (int r = 0; r < rows; r++) {
-      const float *restrict xr = x + (size_t)r * c + c0;
-      for (int j = 0; j < nc; j++) s[j] += xr[j];
-    }
-  }
-  for (int j = 0; j < nc; j++) s[j] = rows ? s[j] / rows : 0.0;
-  if (nc % BN_G == 0) {
-    for (int g = 0; g < nc; g += BN_G) bn_ssd_g(rows, c, x + c0 + g, s + g, ss + g);
-  } else {
-    for (int r = 0; r < rows; r++) {
-      const float *restrict xr = x + (size_t)r * c + c0;
-      for (int j = 0; j < nc; j++) {
-        double d = xr[j] - s[j];
-        ss[j] += d * d;
-      }
-    }
-  }
-  for (int j = 0; j < nc; j++) {
-    double var = rows ? ss[j] / rows : 0.0;
-    mean[j] = (float)s[j];
-    invstd[j] = (float)(1.0 / sqrt(var + eps));
-  }
-}
-
 /* Channels [c0, c0+nc) of y = (x - mean) * scl + beta over x[rows, c]. */
 static inline __attribute__((always_inline)) void bn_apply(int rows, int c, int c0, int nc, const float *x,
                      const float *restrict mean, const float *restrict scl,
@@ -84,16 +54,102 @@ static inline __attribute__((always_inline)) void bn_apply(int rows, int c, int 
   }
 }
 
+/* The rows are summed in BN_PARTS fixed parts, whose double sums are then
+ * added in part order: the parts are the tasks that run on the context's
+ * threads (st__cpu_parallel), and the result does not depend on how many
+ * there are. Below BN_SPLIT_MIN floats the parts run on the calling thread. */
+#define BN_PARTS 16
+#define BN_SPLIT_MIN 32768
+
+/* One call's channel chunk [c0, c0+nc), shared read-only by its tasks. */
+typedef struct bn_job {
+  int rows, c, c0, nc;
+  const float *x, *dy;            /* [rows, c] */
+  const double *m;                /* bn_sum_task: NULL (sums) or the means [nc] (squares) */
+  const float *mean, *scl, *beta; /* apply: [nc] at c0 */
+  const float *is, *k, *sb, *sg;  /* backward: [nc] at c0 */
+  float *y, *dx;                  /* [rows, c] */
+  double (*p1)[ST__CPU_CHUNK], (*p2)[ST__CPU_CHUNK]; /* [BN_PARTS] partial sums */
+} bn_job;
+
+static inline int bn_part_row(int rows, int p) { return (int)((int64_t)rows * p / BN_PARTS); }
+
+/* Part p: p1[p][j] = sum over its rows of x (m NULL) or of (x - m[j])^2. */
 ST__SIMD_CLONES
+static void bn_sum_task(void *arg, int p) {
+  const bn_job *j = arg;
+  int r0 = bn_part_row(j->rows, p), n = bn_part_row(j->rows, p + 1) - r0, nc = j->nc;
+  const float *x = j->x + (size_t)r0 * j->c + j->c0;
+  double *restrict out = j->p1[p];
+  if (nc % BN_G == 0) {
+    for (int g = 0; g < nc; g += BN_G)
+      if (j->m)
+        bn_ssd_g(n, j->c, x + g, j->m + g, out + g);
+      else
+        bn_sum_g(n, j->c, x + g, out + g);
+    return;
+  }
+  for (int i = 0; i < nc; i++) out[i] = 0.0;
+  for (int r = 0; r < n; r++) {
+    const float *restrict xr = x + (size_t)r * j->c;
+    if (j->m)
+      for (int i = 0; i < nc; i++) {
+        double d = xr[i] - j->m[i];
+        out[i] += d * d;
+      }
+    else
+      for (int i = 0; i < nc; i++) out[i] += xr[i];
+  }
+}
+
+/* Part p: y = (x - mean) * scl + beta over its rows. */
+ST__SIMD_CLONES
+static void bn_apply_task(void *arg, int p) {
+  const bn_job *j = arg;
+  int r0 = bn_part_row(j->rows, p), n = bn_part_row(j->rows, p + 1) - r0;
+  size_t o = (size_t)r0 * j->c;
+  bn_apply(n, j->c, j->c0, j->nc, j->x + o, j->mean, j->scl, j->beta, j->y + o);
+}
+
+static void bn_run(st_backend_ctx *ctx, bn_job *j, void (*task)(void *, int)) {
+  if ((size_t)j->rows * (size_t)j->nc < BN_SPLIT_MIN)
+    for (int p = 0; p < BN_PARTS; p++) task(j, p);
+  else
+    st__cpu_parallel(ctx, BN_PARTS, task, j);
+}
+
+/* out[i] = sum over the parts of part[p][i], in part order. */
+static void bn_combine(int nc, double (*part)[ST__CPU_CHUNK], double *out) {
+  for (int i = 0; i < nc; i++) {
+    double s = 0.0;
+    for (int p = 0; p < BN_PARTS; p++) s += part[p][i];
+    out[i] = s;
+  }
+}
+
 void st__cpu_bn_train(st_backend_ctx *ctx, int rows, int c, const float *x, const float *gamma,
                       const float *beta, float eps, float *mean, float *invstd,
                       float *y) {
+  double part[BN_PARTS][ST__CPU_CHUNK], s[ST__CPU_CHUNK], ss[ST__CPU_CHUNK];
   float scl[ST__CPU_CHUNK];
+  bn_job j = {.rows = rows, .c = c, .x = x, .y = y, .p1 = part, .scl = scl};
   for (int c0 = 0; c0 < c; c0 += ST__CPU_CHUNK) {
     int nc = c - c0 < ST__CPU_CHUNK ? c - c0 : ST__CPU_CHUNK;
-    bn_stats(rows, c, c0, nc, x, eps, mean + c0, invstd + c0);
-    for (int j = 0; j < nc; j++) scl[j] = gamma[c0 + j] * invstd[c0 + j];
-    bn_apply(rows, c, c0, nc, x, mean + c0, scl, beta + c0, y);
+    j.c0 = c0, j.nc = nc, j.m = NULL;
+    bn_run(ctx, &j, bn_sum_task);
+    bn_combine(nc, part, s);
+    for (int i = 0; i < nc; i++) s[i] = rows ? s[i] / rows : 0.0;
+    j.m = s;
+    bn_run(ctx, &j, bn_sum_task);
+    bn_combine(nc, part, ss);
+    for (int i = 0; i < nc; i++) {
+      double var = rows ? ss[i] / rows : 0.0;
+      mean[c0 + i] = (float)s[i];
+      invstd[c0 + i] = (float)(1.0 / sqrt(var + eps));
+      scl[i] = gamma[c0 + i] * invstd[c0 + i];
+    }
+    j.mean = mean + c0, j.beta = beta + c0;
+    bn_run(ctx, &j, bn_apply_task);
   }
 }
 
@@ -110,49 +166,66 @@ void st__cpu_bn_infer(st_backend_ctx *ctx, int rows, int c, const float *x, cons
   }
 }
 
-/* Channels [c0, c0+nc): dbeta = sum dy, dgamma = sum dy*xhat, then
- * dx = gamma*invstd/N * (N*dy - dbeta - xhat*dgamma). */
-static inline __attribute__((always_inline)) void bn_backward_chunk(int rows, int c, int c0, int nc,
-                              const float *x, const float *gamma,
-                              const float *mean, const float *invstd,
-                              const float *dy, float *dx, float *dgamma,
-                              float *dbeta) {
-  double sdy[ST__CPU_CHUNK], sdyx[ST__CPU_CHUNK];
-  float k[ST__CPU_CHUNK], sb[ST__CPU_CHUNK], sg[ST__CPU_CHUNK];
-  const float *restrict mu = mean + c0, *restrict is = invstd + c0;
-  for (int j = 0; j < nc; j++) sdy[j] = sdyx[j] = 0.0;
-  for (int r = 0; r < rows; r++) {
-    const float *restrict xr = x + (size_t)r * c + c0, *restrict d = dy + (size_t)r * c + c0;
-    for (int j = 0; j < nc; j++) {
-      sdy[j] += d[j];
-      sdyx[j] += (double)d[j] * ((xr[j] - mu[j]) * is[j]);
-    }
-  }
-  for (int j = 0; j < nc; j++) {
-    dbeta[c0 + j] = sb[j] = (float)sdy[j];
-    dgamma[c0 + j] = sg[j] = (float)sdyx[j];
-    k[j] = gamma[c0 + j] * is[j] / (float)(rows ? rows : 1);
-  }
-  const float n = (float)rows;
-  for (int r = 0; r < rows; r++) {
-    const float *restrict xr = x + (size_t)r * c + c0, *restrict d = dy + (size_t)r * c + c0;
-    float *restrict o = dx + (size_t)r * c + c0;
-    for (int j = 0; j < nc; j++) {
-      float xhat = (xr[j] - mu[j]) * is[j];
-      o[j] = k[j] * (n * d[j] - sb[j] - xhat * sg[j]);
+/* Part p: p1[p][j] = sum dy, p2[p][j] = sum dy * xhat over its rows. */
+ST__SIMD_CLONES
+static void bn_dsum_task(void *arg, int p) {
+  const bn_job *j = arg;
+  int r0 = bn_part_row(j->rows, p), n = bn_part_row(j->rows, p + 1) - r0, nc = j->nc;
+  size_t o = (size_t)r0 * j->c + j->c0;
+  const float *x = j->x + o, *dy = j->dy + o, *restrict mu = j->mean, *restrict is = j->is;
+  double *restrict sdy = j->p1[p], *restrict sdyx = j->p2[p];
+  for (int i = 0; i < nc; i++) sdy[i] = sdyx[i] = 0.0;
+  for (int r = 0; r < n; r++) {
+    const float *restrict xr = x + (size_t)r * j->c, *restrict d = dy + (size_t)r * j->c;
+    for (int i = 0; i < nc; i++) {
+      sdy[i] += d[i];
+      sdyx[i] += (double)d[i] * ((xr[i] - mu[i]) * is[i]);
     }
   }
 }
 
+/* Part p: dx = k * (N*dy - dbeta - xhat*dgamma) over its rows. */
 ST__SIMD_CLONES
+static void bn_dx_task(void *arg, int p) {
+  const bn_job *j = arg;
+  int r0 = bn_part_row(j->rows, p), n = bn_part_row(j->rows, p + 1) - r0, nc = j->nc;
+  const float *restrict mu = j->mean, *restrict is = j->is, *restrict k = j->k;
+  const float *restrict sb = j->sb, *restrict sg = j->sg;
+  const float rows = (float)j->rows;
+  for (int r = r0; r < r0 + n; r++) {
+    size_t o = (size_t)r * j->c + j->c0;
+    const float *restrict xr = j->x + o, *restrict d = j->dy + o;
+    float *restrict dx = j->dx + o;
+    for (int i = 0; i < nc; i++) {
+      float xhat = (xr[i] - mu[i]) * is[i];
+      dx[i] = k[i] * (rows * d[i] - sb[i] - xhat * sg[i]);
+    }
+  }
+}
+
+/* Per channel chunk: dbeta = sum dy, dgamma = sum dy*xhat, then
+ * dx = gamma*invstd/N * (N*dy - dbeta - xhat*dgamma). */
 void st__cpu_bn_backward(st_backend_ctx *ctx, int rows, int c, const float *x, const float *gamma,
                          const float *mean, const float *invstd,
                          const float *dy, float *dx, float *dgamma,
                          float *dbeta) {
+  double p1[BN_PARTS][ST__CPU_CHUNK], p2[BN_PARTS][ST__CPU_CHUNK];
+  double sdy[ST__CPU_CHUNK], sdyx[ST__CPU_CHUNK];
+  float k[ST__CPU_CHUNK], sb[ST__CPU_CHUNK], sg[ST__CPU_CHUNK];
+  bn_job j = {.rows = rows, .c = c, .x = x, .dy = dy, .dx = dx, .p1 = p1, .p2 = p2,
+              .k = k, .sb = sb, .sg = sg};
   for (int c0 = 0; c0 < c; c0 += ST__CPU_CHUNK) {
     int nc = c - c0 < ST__CPU_CHUNK ? c - c0 : ST__CPU_CHUNK;
-    bn_backward_chunk(rows, c, c0, nc, x, gamma, mean, invstd, dy, dx, dgamma,
-                      dbeta);
+    j.c0 = c0, j.nc = nc, j.mean = mean + c0, j.is = invstd + c0;
+    bn_run(ctx, &j, bn_dsum_task);
+    bn_combine(nc, p1, sdy);
+    bn_combine(nc, p2, sdyx);
+    for (int i = 0; i < nc; i++) {
+      dbeta[c0 + i] = sb[i] = (float)sdy[i];
+      dgamma[c0 + i] = sg[i] = (float)sdyx[i];
+      k[i] = gamma[c0 + i] * invstd[c0 + i] / (float)(rows ? rows : 1);
+    }
+    bn_run(ctx, &j, bn_dx_task);
   }
 }
 

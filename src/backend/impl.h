@@ -80,6 +80,11 @@ struct st_backend {
   st_status (*ctx_create)(int device_index, int threads, void **impl);
   /* optional: NULL = nothing to free. Receives what ctx_create made. */
   void (*ctx_destroy)(void *impl);
+  /* optional: NULL = the context's kernels keep the threads they have. Lets
+   * them use up to `threads` threads, the caller's included (cpu: a pool of
+   * threads - 1 workers; 0 or 1: none). The owner's thread, between kernel
+   * calls. Through st__be_set_threads (which also sets ctx->threads). */
+  st_status (*ctx_set_threads)(st_backend_ctx *ctx, int threads);
 
   /* ---- memory transfers (optional) ---- */
   /* optional: NULL falls back to memcpy (host-memory backends). */
@@ -256,6 +261,11 @@ static inline void st__be_to_host(st_backend_ctx *ctx, void *host_dst,
     ctx->be->to_host(ctx, host_dst, src, bytes);
   else if (bytes && host_dst != src)
     memcpy(host_dst, src, bytes);
+}
+static inline st_status st__be_set_threads(st_backend_ctx *ctx, int threads) {
+  st_status s = ctx->be->ctx_set_threads ? ctx->be->ctx_set_threads(ctx, threads) : ST_OK;
+  if (s == ST_OK) ctx->threads = threads;
+  return s;
 }
 static inline void st__be_synchronize(st_backend_ctx *ctx) {
   if (ctx->be->synchronize) ctx->be->synchronize(ctx);

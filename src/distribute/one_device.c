@@ -5,8 +5,11 @@
  * elementwise kernels too; the update equals the whole-batch gradient up to
  * float rounding and is bit-identical from run to run for a given thread
  * count. Models with non-trainable state (BatchNormalization) run whole
- * batches on one thread with a multi-threaded BLAS instead, so batch
- * statistics are those of the whole batch. */
+ * batches on one replica instead, so batch statistics are those of the whole
+ * batch; its backend context gets the threads (the cpu backend splits the
+ * direct convolution, batch normalization and elementwise kernels over
+ * them, and large gemms by rows on a single-threaded BLAS: the same bytes
+ * for any count). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +38,16 @@ static st_status od_attach(st_strategy *s, st_net *m) {
   st_status st = st__group_create(m, n, false, ST_CROSS_ALL_REDUCE, NULL, &g);
   if (st != ST_OK) return st;
   st__group_set_blas_threads(n, s->opts.threads);
+  /* one replica (whole batches): its context's kernels get the threads
+   * (the cpu backend's pool; a no-op elsewhere) */
+  int kt = s->opts.threads > 0 ? s->opts.threads : st__cpu_count();
+  if (n == 1 && !s->on_gpus && kt > 1 && (st = st__be_set_threads(g->reps[0]->ctx, kt)) == ST_OK &&
+      st__be_is_host(m->be))
+    st_blas_set_threads(1); /* the cpu backend splits large gemms over its own threads */
+  if (st != ST_OK) {
+    st__group_destroy(g);
+    return st;
+  }
   s->impl = g;
   s->group = g;
   s->net = m;

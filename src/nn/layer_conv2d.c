@@ -8,7 +8,10 @@
  * fixed column and output budgets (see below), so the gemm is large; bias and
  * activation are applied per block while it is in cache. Backward, per block: dz = dy * act'(.), re-unroll the block,
  * dkernel += col^T . dz, then reuse the same buffer for dcol = dz . kernel^T
- * and scatter it into dx with be->col2im.
+ * and scatter it into dx with be->col2im. Without a bias the backend's
+ * direct convolution may take a block instead (blocks then sized by the
+ * output budget alone: direct_block_images); where it declines, the block
+ * is lowered as above, nb images at a time.
  *
  * Conv1D (Keras "Conv1D") is the same machinery on [steps, c] viewed as an
  * image of height 1: kernel [k, cin, filters] is [1, k, cin, filters] in
@@ -107,6 +110,17 @@ static int block_images(const st_layer *l, int batch) {
  * convolutions (the cnn's) keep the gemm's bytes. */
 static bool may_go_direct(const conv_config *cf) { return !cf->o.use_bias; }
 
+/* Images per block of the direct convolution: no columns to fit, only the
+ * output budget (so that a block is enough work to split over the backend's
+ * threads: 20 images of 28x28x16). Not a function of the thread count: the
+ * kernel gradient's sums per block, so the bytes, do not depend on it. */
+static int direct_block_images(const st_layer *l, int batch) {
+  conv_sizes s = sizes_of(l->config);
+  size_t nb = OUT_BUDGET_FLOATS / (s.P * s.F);
+  if (nb < 1) nb = 1;
+  return nb < (size_t)batch ? (int)nb : batch;
+}
+
 /* Workspace: col[nb*P, K], then dz[batch*P, F] when the activation is not
  * linear (used when dy is read-only), then one block's dbias[F], then (no
  * bias) the direct convolution's scratch for nb images. */
@@ -117,7 +131,8 @@ static size_t conv_workspace(const st_layer *l, int batch) {
   size_t n = (size_t)nb * s.P * s.K;
   if (cf->o.activation != ST_ACT_LINEAR) n += (size_t)batch * s.P * s.F;
   n += s.F;
-  if (may_go_direct(cf)) n += st__conv_direct_ws_floats(&cf->g, nb, (int)s.F);
+  if (may_go_direct(cf))
+    n += st__conv_direct_ws_floats(&cf->g, direct_block_images(l, batch), (int)s.F);
   return n;
 }
 
@@ -128,7 +143,7 @@ static float *direct_ws(const st_layer *l, const st_layer_args *c) {
   if (!may_go_direct(cf)) return NULL;
   conv_sizes s = sizes_of(cf);
   return c->workspace + conv_workspace(l, c->batch) -
-         st__conv_direct_ws_floats(&cf->g, block_images(l, c->batch), (int)s.F);
+         st__conv_direct_ws_floats(&cf->g, direct_block_images(l, c->batch), (int)s.F);
 }
 
 /* col[cnt*P, K] = im2col of images b0 .. b0+cnt-1 of x. */
@@ -138,25 +153,36 @@ static void unroll_block(const conv_config *cf, const st_layer_args *c, int b0,
   st__be_im2col_n(c->ctx, &cf->g, cnt, c->x + (size_t)b0 * s.X, col);
 }
 
+/* z rows of images b0 .. b0+cnt-1 by im2col + gemm, nb images at a time. */
+static void forward_gemm(const st_layer *l, st_layer_args *c, int b0, int cnt, float *z) {
+  const conv_config *cf = l->config;
+  conv_sizes s = sizes_of(cf);
+  int nb = block_images(l, c->batch);
+  for (int i = b0; i < b0 + cnt; i += nb) {
+    int k = b0 + cnt - i < nb ? b0 + cnt - i : nb;
+    unroll_block(cf, c, i, k, c->workspace);
+    c->be->gemm(c->ctx, false, false, (int)(k * s.P), (int)s.F, (int)s.K, 1.0f, c->workspace,
+                (int)s.K, c->w[KERNEL], (int)s.F, 0.0f, z + (size_t)i * s.P * s.F, (int)s.F);
+  }
+}
+
+/* Blocks of nb images (direct_block_images when the layer may go direct):
+ * the convolution (direct, or im2col + gemm), then bias and activation while
+ * the block is still in cache. */
 static void conv_forward(const st_layer *l, st_layer_args *c) {
   const conv_config *cf = l->config;
   const st_backend *be = c->be;
   conv_sizes s = sizes_of(cf);
   st_activation act = cf->o.activation;
   float *z = st_activation_needs_input(act) ? c->cache : c->y; /* [b*P, F] */
-  float *col = c->workspace; /* [nb*P, K] */
   float *dws = direct_ws(l, c);
-  int nb = block_images(l, c->batch);
+  int nb = dws ? direct_block_images(l, c->batch) : block_images(l, c->batch);
   for (int b0 = 0; b0 < c->batch; b0 += nb) {
     int cnt = c->batch - b0 < nb ? c->batch - b0 : nb, rows = (int)(cnt * s.P);
     size_t off = (size_t)b0 * s.P * s.F; /* block start in z and y */
     if (!dws || !st__be_conv_direct_forward(c->ctx, &cf->g, cnt, (int)s.F,
-                                            c->x + (size_t)b0 * s.X, c->w[KERNEL], z + off, dws)) {
-      unroll_block(cf, c, b0, cnt, col);
-      be->gemm(c->ctx, false, false, rows, (int)s.F, (int)s.K, 1.0f, col, (int)s.K,
-               c->w[KERNEL], (int)s.F, 0.0f, z + off, (int)s.F);
-    }
-    /* bias and activation while the block is still in cache */
+                                            c->x + (size_t)b0 * s.X, c->w[KERNEL], z + off, dws))
+      forward_gemm(l, c, b0, cnt, z);
     if (cf->o.use_bias) be->bias_add(c->ctx, rows, (int)s.F, c->w[BIAS], z + off);
     if (act != ST_ACT_LINEAR)
       be->act_forward(c->ctx, act, rows, (int)s.F, z + off, c->y + off);
@@ -188,32 +214,52 @@ static void conv_dz_block(const st_layer *l, st_layer_args *c, int b0,
 }
 
 /* dx for images b0 .. b0+cnt-1 from dz: direct (dws not NULL, when the
- * backend takes it), else using col[cnt*P, K] as dcol. */
-static void conv_dx_block(const conv_config *cf, st_layer_args *c, int b0,
-                          int cnt, const float *dz, float *col, float *dws) {
+ * backend takes it), else nb images at a time with the workspace's columns
+ * as dcol. */
+static void conv_dx_block(const st_layer *l, st_layer_args *c, int b0, int cnt,
+                          const float *dz, float *dws) {
+  const conv_config *cf = l->config;
   const st_backend *be = c->be;
   conv_sizes s = sizes_of(cf);
   if (dws && st__be_conv_direct_dx(c->ctx, &cf->g, cnt, (int)s.F, dz + (size_t)b0 * s.P * s.F,
                                    c->w[KERNEL], c->dx + (size_t)b0 * s.X, dws))
     return;
-  be->gemm(c->ctx, false, true, (int)(cnt * s.P), (int)s.K, (int)s.F, 1.0f,
-           dz + (size_t)b0 * s.P * s.F, (int)s.F, c->w[KERNEL], (int)s.F, 0.0f,
-           col, (int)s.K);
-  float *dx = c->dx + (size_t)b0 * s.X; /* [cnt, h, w, c] */
-  be->fill(c->ctx, (size_t)cnt * s.X, 0.0f, dx);
-  st__be_col2im_n(c->ctx, &cf->g, cnt, col, dx);
+  float *col = c->workspace; /* [nb*P, K] */
+  int nb = block_images(l, c->batch);
+  for (int i = b0; i < b0 + cnt; i += nb) {
+    int k = b0 + cnt - i < nb ? b0 + cnt - i : nb;
+    be->gemm(c->ctx, false, true, (int)(k * s.P), (int)s.K, (int)s.F, 1.0f,
+             dz + (size_t)i * s.P * s.F, (int)s.F, c->w[KERNEL], (int)s.F, 0.0f, col, (int)s.K);
+    float *dx = c->dx + (size_t)i * s.X; /* [k, h, w, c] */
+    be->fill(c->ctx, (size_t)k * s.X, 0.0f, dx);
+    st__be_col2im_n(c->ctx, &cf->g, k, col, dx);
+  }
 }
 
-/* Per block: dz, dkernel (+)= col^T . dz, dbias (+)= column sums of dz
- * (while the block is in cache), dx. */
+/* dkernel (+)= col^T . dz for images b0 .. b0+cnt-1, nb images at a time
+ * (the first block of the batch overwrites). */
+static void dw_gemm(const st_layer *l, st_layer_args *c, int b0, int cnt, const float *dz) {
+  const conv_config *cf = l->config;
+  conv_sizes s = sizes_of(cf);
+  int nb = block_images(l, c->batch);
+  for (int i = b0; i < b0 + cnt; i += nb) {
+    int k = b0 + cnt - i < nb ? b0 + cnt - i : nb;
+    unroll_block(cf, c, i, k, c->workspace);
+    c->be->gemm(c->ctx, true, false, (int)s.K, (int)s.F, (int)(k * s.P), 1.0f, c->workspace,
+                (int)s.K, dz + (size_t)i * s.P * s.F, (int)s.F, i == 0 ? 0.0f : 1.0f,
+                c->dw[KERNEL], (int)s.F);
+  }
+}
+
+/* Per block (as forward's): dz, dkernel (+)= col^T . dz, dbias (+)= column
+ * sums of dz (while the block is in cache), dx. */
 static void conv_backward(const st_layer *l, st_layer_args *c) {
   const conv_config *cf = l->config;
   const st_backend *be = c->be;
   conv_sizes s = sizes_of(cf);
   float *dz = conv_dz_buffer(l, c); /* [batch*P, F] */
-  float *col = c->workspace;        /* [nb*P, K] */
   float *dws = direct_ws(l, c);
-  int nb = block_images(l, c->batch);
+  int nb = dws ? direct_block_images(l, c->batch) : block_images(l, c->batch);
   float *dbias_block = c->workspace + conv_workspace(l, c->batch) - s.F;
   if (c->batch == 0) {
     be->fill(c->ctx, s.K * s.F, 0.0f, c->dw[KERNEL]);
@@ -224,17 +270,13 @@ static void conv_backward(const st_layer *l, st_layer_args *c) {
     const float *dzb = dz + (size_t)b0 * s.P * s.F;
     conv_dz_block(l, c, b0, cnt, dz);
     if (!dws || !st__be_conv_direct_dw(c->ctx, &cf->g, cnt, (int)s.F, c->x + (size_t)b0 * s.X,
-                                       dzb, b0 > 0, c->dw[KERNEL], dws)) {
-      unroll_block(cf, c, b0, cnt, col);
-      be->gemm(c->ctx, true, false, (int)s.K, (int)s.F, (int)(cnt * s.P), 1.0f, col,
-               (int)s.K, dzb, (int)s.F, b0 == 0 ? 0.0f : 1.0f, c->dw[KERNEL],
-               (int)s.F);
-    }
+                                       dzb, b0 > 0, c->dw[KERNEL], dws))
+      dw_gemm(l, c, b0, cnt, dz);
     if (cf->o.use_bias) {
       be->bias_grad(c->ctx, (int)(cnt * s.P), (int)s.F, dzb, b0 == 0 ? c->dw[BIAS] : dbias_block);
       if (b0 > 0) be->axpy(c->ctx, s.F, 1.0f, dbias_block, c->dw[BIAS]);
     }
-    if (c->dx) conv_dx_block(cf, c, b0, cnt, dz, col, dws);
+    if (c->dx) conv_dx_block(l, c, b0, cnt, dz, dws);
   }
 }
 
