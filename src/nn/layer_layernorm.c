@@ -107,6 +107,9 @@ static void ln_backward(const st_layer *l, st_layer_args *c) {
   }
 }
 
+/* Backward reads the input (with the cached mean and 1/std), not the output. */
+static bool ln_backward_reads(const st_layer *l, bool output) { return !output; }
+
 static void ln_options(const st_layer *l, st_layer_options *out) {
   out->layernorm = ((const ln_config *)l->config)->o;
   out->layernorm.name = NULL;
@@ -120,6 +123,7 @@ static const st_layer_vtable ln_vtable = {
     .backward = ln_backward,
     .get_options = ln_options,
     .host_loops = true,
+    .backward_reads = ln_backward_reads,
 };
 
 st_layernorm_options st_layernorm_default_options(void) {

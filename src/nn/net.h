@@ -121,6 +121,8 @@ typedef struct st_replica {
   float **tslots;             /* [n_tslots]: shared outputs [max_batch * slot floats];
                                  acts[k] points into one when tslot_of[k] >= 0 */
   int *tslot_of;              /* [nnodes] */
+  bool *remat_of;             /* [nnodes]: st__net_rematerialized */
+  float *remat;               /* [max_batch * st__net_remat_floats] (NULL: none) */
   float *workspace;           /* max over layers of workspace_floats(max_batch) */
   int n_gslots;               /* st__net_grad_slots */
   float **gslots;             /* gradient slots [max_batch * max activation size] */
@@ -164,6 +166,10 @@ typedef struct st_exec {
   float **acts;               /* [hi - lo]: node k's output is acts[k - lo] */
   float **caches;             /* [hi - lo] */
   float *workspace;
+  const bool *remat_of;       /* [hi - lo]: node output rebuilt into remat
+                                 before a backward reads it (its buffer is
+                                 shared); NULL: every output has its own */
+  float *remat;
   float **gslots;             /* st__net_grad_slots(m, lo, hi) buffers of
                                  n * st__net_max_activation floats */
   float *gscratch;            /* [max layer trainable floats]: needed when a
@@ -399,7 +405,14 @@ st_status st__net_infer_offsets(const st_net *m, size_t *off, size_t *total);
  * (memplan_train.c). ST_ERR_NOMEM. */
 st_status st__net_transient_slots(const st_net *m, int *slot_of, int *nslots,
                                   size_t *slot_floats);
-/* *floats = per example, the own buffers plus the slots. ST_ERR_NOMEM. */
+/* Node output t shares a slot and is rebuilt by its producer (layer.h
+ * rematerialize) before a backward that reads it; st__net_remat_floats: the
+ * largest such output per example (0: none), the scratch they are rebuilt
+ * into (memplan_train.c). */
+bool st__net_rematerialized(const st_net *m, int t);
+size_t st__net_remat_floats(const st_net *m);
+/* *floats = per example, the own buffers, the slots and the rebuild
+ * scratch. ST_ERR_NOMEM. */
 st_status st__net_train_activation_floats(const st_net *m, size_t *floats);
 /* The figures for net m at batch size `batch` into *out (zeroed first);
  * ST_ERR_INVALID for a NULL m, batch < 1 or a net without nodes. */

@@ -13,6 +13,8 @@ static void free_buffers(st_replica *r) {
   for (int i = 0; r->acts && i < r->nnodes; i++)
     if (!r->tslot_of || r->tslot_of[i] < 0) be->free(r->ctx, r->acts[i]);
   for (int i = 0; r->tslots && i < r->n_tslots; i++) be->free(r->ctx, r->tslots[i]);
+  be->free(r->ctx, r->remat);
+  r->remat = NULL;
   free(r->tslots);
   r->tslots = NULL, r->n_tslots = 0;
   for (int i = 0; r->caches && i < r->nnodes; i++) be->free(r->ctx, r->caches[i]);
@@ -72,9 +74,12 @@ static st_status alloc_transient(const st_net *m, st_replica *r, int n) {
   r->n_tslots = ns;
   for (int s = 0; s < ns; s++)
     if (alloc_floats(r->ctx, floats, n, &r->tslots[s])) return ST_ERR_NOMEM;
-  for (int k = 0; k < m->nnodes; k++)
+  for (int k = 0; k < m->nnodes; k++) {
     if (r->tslot_of[k] >= 0) r->acts[k] = r->tslots[r->tslot_of[k]];
-  return ST_OK;
+    r->remat_of[k] = st__net_rematerialized(m, k);
+  }
+  size_t rf = st__net_remat_floats(m);
+  return rf && alloc_floats(r->ctx, rf, n, &r->remat) ? ST_ERR_NOMEM : ST_OK;
 }
 
 static st_status alloc_buffers(const st_net *m, st_replica *r, int n) {
@@ -140,7 +145,8 @@ st_status st__replica_create(const st_net *m, const st_backend *be, int index,
   r->caches = calloc((size_t)m->nnodes + 1, sizeof *r->caches);
   r->gslots = calloc((size_t)r->n_gslots + 1, sizeof *r->gslots);
   r->tslot_of = malloc(((size_t)m->nnodes + 1) * sizeof *r->tslot_of);
-  if (!r->acts || !r->caches || !r->gslots || !r->tslot_of) goto fail;
+  r->remat_of = calloc((size_t)m->nnodes + 1, sizeof *r->remat_of);
+  if (!r->acts || !r->caches || !r->gslots || !r->tslot_of || !r->remat_of) goto fail;
   for (int k = 0; k < m->nnodes; k++) r->tslot_of[k] = -1;
   r->owns_vars = params == NULL;
   if (r->owns_vars) {
@@ -174,6 +180,7 @@ void st__replica_destroy(st_replica *r) {
   free(r->caches);
   free(r->gslots);
   free(r->tslot_of);
+  free(r->remat_of);
   st_backend_ctx_destroy(r->ctx);
   free(r);
 }
@@ -205,6 +212,7 @@ static st_exec replica_exec(const st_net *m, st_replica *r, const float *x, int 
   e.ctx = r->ctx;
   e.lo = 0, e.hi = m->nnodes;
   e.acts = r->acts, e.caches = r->caches, e.workspace = r->workspace;
+  e.remat_of = r->remat_of, e.remat = r->remat;
   e.gslots = r->gslots, e.gscratch = r->gscratch;
   e.params = r->params, e.state = r->state, e.grads = r->grads;
   e.stream_key = (uint64_t)r->index;
