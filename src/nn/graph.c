@@ -224,9 +224,10 @@ static float *grad_home(const walk *w, int t) {
   return w->e->ext_dx[find_ext(w->e, t)];
 }
 
-/* Node k's inputs that share a slot and whose producer rebuilds them
- * (e->remat_of), rebuilt into e->remat when k's backward reads its input
- * (memplan_train.c: then k takes one input). */
+/* Node k's input that shares a slot and whose producer rebuilds it
+ * (e->remat_of), rebuilt into e->remat when k's backward reads its inputs
+ * (memplan_train.c: k takes no other such tensor; it may take that one
+ * twice). */
 static void rebuild_inputs(const walk *w, int k, st_layer_args *c, int64_t step) {
   const st_net *m = w->m;
   const st_exec *e = w->e;
@@ -235,10 +236,14 @@ static void rebuild_inputs(const walk *w, int k, st_layer_args *c, int64_t step)
   for (int j = 0; j < d->n_in; j++) {
     int t = d->in[j];
     if (t < e->lo || t >= e->hi || !e->remat_of[t - e->lo]) continue;
-    const st_layer *p = m->layers[m->nodes[t].layer];
-    st_layer_args pc = node_args(m, e, t, w->n, true, step);
-    pc.y = e->remat;
-    p->vt->rematerialize(p, &pc);
+    bool done = false;
+    for (int i = 0; i < j; i++) done |= d->in[i] == t;
+    if (!done) {
+      const st_layer *p = m->layers[m->nodes[t].layer];
+      st_layer_args pc = node_args(m, e, t, w->n, true, step);
+      pc.y = e->remat;
+      p->vt->rematerialize(p, &pc);
+    }
     c->xs[j] = e->remat;
   }
   c->x = c->xs[0];

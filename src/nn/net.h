@@ -122,7 +122,8 @@ typedef struct st_replica {
                                  acts[k] points into one when tslot_of[k] >= 0 */
   int *tslot_of;              /* [nnodes] */
   bool *remat_of;             /* [nnodes]: st__net_rematerialized */
-  float *remat;               /* [max_batch * st__net_remat_floats] (NULL: none) */
+  float *remat;               /* where they are rebuilt: the largest of tslots
+                                 (NULL: none) */
   float *workspace;           /* max over layers of workspace_floats(max_batch) */
   int n_gslots;               /* st__net_grad_slots */
   float **gslots;             /* gradient slots [max_batch * max activation size] */
@@ -169,7 +170,7 @@ typedef struct st_exec {
   const bool *remat_of;       /* [hi - lo]: node output rebuilt into remat
                                  before a backward reads it (its buffer is
                                  shared); NULL: every output has its own */
-  float *remat;
+  float *remat;               /* [n * st__net_remat_floats] at least */
   float **gslots;             /* st__net_grad_slots(m, lo, hi) buffers of
                                  n * st__net_max_activation floats */
   float *gscratch;            /* [max layer trainable floats]: needed when a
@@ -401,18 +402,19 @@ typedef struct st_memplan {
 st_status st__net_infer_offsets(const st_net *m, size_t *off, size_t *total);
 /* Training: slot_of[k] (nnodes) = the shared slot holding node k's output,
  * or -1 for a buffer of its own (an output some backward reads, or a model
- * output); *nslots slots of *slot_floats floats per example
- * (memplan_train.c). ST_ERR_NOMEM. */
+ * output); *nslots slots, slot s of sizes[s] (nnodes) floats per example
+ * (memplan_train.c; st__net_transient_slots: *slot_floats = the largest).
+ * ST_ERR_NOMEM. */
+st_status st__net_transient_sizes(const st_net *m, int *slot_of, int *nslots, size_t *sizes);
 st_status st__net_transient_slots(const st_net *m, int *slot_of, int *nslots,
                                   size_t *slot_floats);
 /* Node output t shares a slot and is rebuilt by its producer (layer.h
  * rematerialize) before a backward that reads it; st__net_remat_floats: the
- * largest such output per example (0: none), the scratch they are rebuilt
- * into (memplan_train.c). */
+ * largest such output per example (0: none; the replica rebuilds them in
+ * its first slot) (memplan_train.c). */
 bool st__net_rematerialized(const st_net *m, int t);
 size_t st__net_remat_floats(const st_net *m);
-/* *floats = per example, the own buffers, the slots and the rebuild
- * scratch. ST_ERR_NOMEM. */
+/* *floats = per example, the own buffers plus the slots. ST_ERR_NOMEM. */
 st_status st__net_train_activation_floats(const st_net *m, size_t *floats);
 /* The figures for net m at batch size `batch` into *out (zeroed first);
  * ST_ERR_INVALID for a NULL m, batch < 1 or a net without nodes. */

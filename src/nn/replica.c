@@ -13,8 +13,7 @@ static void free_buffers(st_replica *r) {
   for (int i = 0; r->acts && i < r->nnodes; i++)
     if (!r->tslot_of || r->tslot_of[i] < 0) be->free(r->ctx, r->acts[i]);
   for (int i = 0; r->tslots && i < r->n_tslots; i++) be->free(r->ctx, r->tslots[i]);
-  be->free(r->ctx, r->remat);
-  r->remat = NULL;
+  r->remat = NULL; /* one of the slots */
   free(r->tslots);
   r->tslots = NULL, r->n_tslots = 0;
   for (int i = 0; r->caches && i < r->nnodes; i++) be->free(r->ctx, r->caches[i]);
@@ -66,20 +65,29 @@ static st_status alloc_staging(const st_net *m, st_replica *r, int n) {
 
 /* The shared slots of the outputs no backward reads (memplan_train.c). */
 static st_status alloc_transient(const st_net *m, st_replica *r, int n) {
-  size_t floats;
-  int ns;
-  if (st__net_transient_slots(m, r->tslot_of, &ns, &floats) != ST_OK) return ST_ERR_NOMEM;
-  r->tslots = calloc((size_t)ns + 1, sizeof *r->tslots);
-  if (!r->tslots) return ST_ERR_NOMEM;
+  int ns, big = 0;
+  size_t *sizes = malloc(((size_t)m->nnodes + 1) * sizeof *sizes);
+  r->tslots = calloc((size_t)m->nnodes + 1, sizeof *r->tslots);
+  if (!sizes || !r->tslots || st__net_transient_sizes(m, r->tslot_of, &ns, sizes) != ST_OK) {
+    free(sizes);
+    return ST_ERR_NOMEM;
+  }
   r->n_tslots = ns;
-  for (int s = 0; s < ns; s++)
-    if (alloc_floats(r->ctx, floats, n, &r->tslots[s])) return ST_ERR_NOMEM;
+  st_status s = ST_OK;
+  for (int i = 0; i < ns && s == ST_OK; i++) {
+    s = alloc_floats(r->ctx, sizes[i], n, &r->tslots[i]);
+    if (sizes[i] > sizes[big]) big = i;
+  }
+  free(sizes);
+  if (s != ST_OK) return ST_ERR_NOMEM;
   for (int k = 0; k < m->nnodes; k++) {
     if (r->tslot_of[k] >= 0) r->acts[k] = r->tslots[r->tslot_of[k]];
     r->remat_of[k] = st__net_rematerialized(m, k);
   }
-  size_t rf = st__net_remat_floats(m);
-  return rf && alloc_floats(r->ctx, rf, n, &r->remat) ? ST_ERR_NOMEM : ST_OK;
+  /* the rebuilt outputs are among the slots' tensors, so the largest slot
+   * holds each; in backward no slot holds anything read */
+  r->remat = st__net_remat_floats(m) && ns ? r->tslots[big] : NULL;
+  return ST_OK;
 }
 
 static st_status alloc_buffers(const st_net *m, st_replica *r, int n) {
