@@ -379,9 +379,9 @@ static void test_mha_fast_vs_reference(void) {
   st_shape vq[2] = {(st_shape){2, {4, 6}}, (st_shape){2, {7, 5}}}; /* Tq < Tv */
   st_shape qvk[3] = {(st_shape){2, {7, 8}}, (st_shape){2, {5, 6}}, (st_shape){2, {5, 3}}};
   st_shape self[3] = {(st_shape){2, {6, 8}}, (st_shape){2, {6, 8}}, (st_shape){2, {6, 8}}};
-  st_shape lq[2] = {(st_shape){2, {200, 8}}, (st_shape){2, {180, 6}}};
-  st_shape lself[3] = {(st_shape){2, {200, 8}}, (st_shape){2, {200, 8}},
-                       (st_shape){2, {200, 8}}};
+  st_shape lq[2] = {(st_shape){2, {100, 8}}, (st_shape){2, {90, 6}}};
+  st_shape lself[3] = {(st_shape){2, {100, 8}}, (st_shape){2, {100, 8}},
+                       (st_shape){2, {100, 8}}};
   for (int b = 0; b < 2; b++) {
     be = both[b];
     fast_vs_ref("ref qv", mha(2, 4, 0, 0, true, false, 0), qv, 2, 3, false, false);
@@ -390,7 +390,7 @@ static void test_mha_fast_vs_reference(void) {
     fast_vs_ref("ref qvk no bias", mha(3, 4, 2, 0, false, false, 0), qvk, 3, 2, false, false);
     fast_vs_ref("ref self causal", mha(2, 4, 0, 0, true, true, 0), self, 3, 2, true, false);
     fast_vs_ref("ref self 2 inputs", mha(2, 4, 0, 0, true, false, 0), self, 2, 2, true, true);
-    /* 200 rows per example: backward runs chunks of 2 examples (3 = 2 + 1) */
+    /* 100 rows per example: backward runs chunks of 2 examples (3 = 2 + 1) */
     fast_vs_ref("ref long qv causal", mha(2, 4, 0, 0, true, true, 0), lq, 2, 3, false, false);
     fast_vs_ref("ref long self", mha(2, 4, 0, 0, true, false, 0), lself, 3, 3, true, false);
   }
@@ -422,7 +422,7 @@ static void fused_dropout(int t) {
 
 static void test_mha_fused_dropout(void) {
   fused_dropout(5);
-  fused_dropout(200); /* in chunks of 2 examples */
+  fused_dropout(100); /* in chunks of 2 examples */
 }
 
 /* Parameters below 4 keep the init stream of every model made before

@@ -335,6 +335,9 @@ static int run_backward(const st_net *m, st_exec *e, float *dy, int n, int64_t s
     if (w.gslot[i] >= 0) slot_put(&w, w.gslot[i]);
     if (ready && m->layers[layer]->first_node == k) ready(ready_ctx, layer);
   }
+  if (!e->gslots && e->slot_high) /* counting: what each slot held */
+    for (int s = 0; s < w.nslots; s++)
+      if (w.high[s] > e->slot_high[s]) e->slot_high[s] = w.high[s];
   free(mem);
   return w.nslots;
 }
@@ -345,18 +348,23 @@ void st__exec_backward(const st_net *m, st_exec *e, float *dy, int n, int64_t st
   run_backward(m, e, dy, n, step, ready, ready_ctx);
 }
 
-int st__net_grad_slots(const st_net *m, int lo, int hi) {
-  if (hi <= lo) return 0;
+/* The counting pass over [lo, hi): of the tensors from before lo, those
+ * that are not model inputs j >= needed need their gradient (needed
+ * ST_NET_MAX_IO: all, the worst case); the slots' high-water marks maxed
+ * into high (NULL: not asked). */
+static int count_slots(const st_net *m, int lo, int hi, int needed, size_t *high) {
   st_exec e;
   memset(&e, 0, sizeof e);
   e.lo = lo, e.hi = hi;
-  /* worst case: every tensor from before lo needs its gradient */
+  e.slot_high = high;
   for (int k = lo; k < hi; k++)
     for (int j = 0; j < m->nodes[k].n_in; j++) {
       int t = m->nodes[k].in[j];
       if ((t < lo || t >= hi) && find_ext(&e, t) < 0 && e.n_ext < ST_NET_MAX_IO) {
         e.ext_id[e.n_ext] = t;
-        e.ext_dx[e.n_ext++] = (float *)&e;
+        bool need = true;
+        for (int i = needed; i < m->n_inputs; i++) need &= t != st__net_input_tensor(i);
+        e.ext_dx[e.n_ext++] = need ? (float *)&e : NULL;
       }
     }
   if (lo == 0 && hi == m->nnodes && m->n_outputs > 1) { /* the replica's seeds */
@@ -364,6 +372,24 @@ int st__net_grad_slots(const st_net *m, int lo, int hi) {
     for (int j = 0; j < m->n_outputs; j++) e.seed_id[j] = m->outputs[j];
   }
   return run_backward(m, &e, NULL, 0, 0, NULL, NULL);
+}
+
+int st__net_grad_slots(const st_net *m, int lo, int hi) {
+  if (hi <= lo) return 0;
+  int n = 0; /* the replica: none, input 0's (st__replica_backward_dy) or all */
+  for (int needed = 0; needed <= 2; needed++) {
+    int c = count_slots(m, lo, hi, needed < 2 ? needed : ST_NET_MAX_IO, NULL);
+    n = c > n ? c : n;
+  }
+  return n;
+}
+
+void st__net_grad_slot_floats(const st_net *m, size_t *floats) {
+  int n = st__net_grad_slots(m, 0, m->nnodes);
+  for (int s = 0; s < n; s++) floats[s] = 0;
+  if (!n) return;
+  for (int needed = 0; needed <= 2; needed++)
+    count_slots(m, 0, m->nnodes, needed < 2 ? needed : ST_NET_MAX_IO, floats);
 }
 
 /* ---- cuts (pipeline stages) --------------------------------------------- */

@@ -99,10 +99,11 @@ static st_status mha_build(st_layer *l) {
 }
 
 /* Examples per chunk of backward (and of forward's output projection): the
- * workspace holds O, dO, dQ, dKp and dV for one chunk of ~512 rows, not for
- * the batch (the GEMMs over a chunk's rows are as fast). */
+ * workspace holds O, dO, dQ, dKp and dV for one chunk of ~256 rows, not for
+ * the batch (the GEMMs over a chunk's rows are nearly as fast; at d_model
+ * 256 the chunk's workspace fits one 2 MiB page). */
 static int chunk_examples(const st__mha_config *m, int batch) {
-  int t = m->tq > m->tv ? m->tq : m->tv, n = 512 / (t > 0 ? t : 1);
+  int t = m->tq > m->tv ? m->tq : m->tv, n = 256 / (t > 0 ? t : 1);
   n = n < 1 ? 1 : n;
   return batch < n ? (batch > 0 ? batch : 1) : n;
 }

@@ -172,7 +172,10 @@ typedef struct st_exec {
                                  shared); NULL: every output has its own */
   float *remat;               /* [n * st__net_remat_floats] at least */
   float **gslots;             /* st__net_grad_slots(m, lo, hi) buffers of
-                                 n * st__net_max_activation floats */
+                                 n * st__net_max_activation floats (a
+                                 replica's: st__net_grad_slot_floats) */
+  size_t *slot_high;          /* counting only (gslots NULL): each slot's
+                                 largest tensor per example, maxed in */
   float *gscratch;            /* [max layer trainable floats]: needed when a
                                  layer is called twice, or accumulate */
   float *params, *state;      /* the variables the layers read */
@@ -216,6 +219,11 @@ void st__exec_backward(const st_net *m, st_exec *e, float *dy, int n, int64_t st
 /* Gradient buffers (e->gslots) the backward pass of nodes [lo, hi) needs at
  * most, dy's slot 0 included (two for a chain). */
 int st__net_grad_slots(const st_net *m, int lo, int hi);
+/* floats[s] (s < st__net_grad_slots over every node) = per example, the
+ * largest gradient slot s holds in a replica's backward (the model's input
+ * gradient asked for or not): the choice of slot depends only on the graph
+ * and that, so a slot of that size always suffices (graph.c). */
+void st__net_grad_slot_floats(const st_net *m, size_t *floats);
 /* The largest trainable floats of one layer of [lo, hi) (gscratch's size). */
 size_t st__net_max_layer_params(const st_net *m, int lo, int hi);
 /* True for Sequential's shape: node i calls layer i on node i-1's output. */

@@ -102,9 +102,15 @@ static st_status alloc_buffers(const st_net *m, st_replica *r, int n) {
     size_t w = l->vt->workspace_floats ? l->vt->workspace_floats(l, n) : 0;
     if (w > ws) ws = w;
   }
-  size_t mx = st__net_max_activation(m);
+  size_t *gf = calloc((size_t)r->n_gslots + 1, sizeof *gf);
+  if (!gf) return ST_ERR_NOMEM;
+  st__net_grad_slot_floats(m, gf); /* each slot sized for what it holds */
   for (int i = 0; i < r->n_gslots; i++)
-    if (alloc_floats(ctx, mx, n, &r->gslots[i])) return ST_ERR_NOMEM;
+    if (alloc_floats(ctx, gf[i], n, &r->gslots[i])) {
+      free(gf);
+      return ST_ERR_NOMEM;
+    }
+  free(gf);
   for (int j = 0; m->n_inputs > 1 && j < m->n_inputs; j++)
     if (alloc_floats(ctx, st_shape_size(m->inputs[j]), n, &r->inbuf[j])) return ST_ERR_NOMEM;
   if (st__net_shares_layers(m) &&
