@@ -392,8 +392,8 @@ typedef struct st_memplan {
                                     shared slots for the others (memplan_train.c) */
   size_t cache_floats;           /* the layers' forward caches (BN's x-hat, ...) */
   int grad_slots;                /* st__net_grad_slots over every node */
-  size_t grad_floats;            /* the executor's gradient buffers: grad_slots
-                                    x batch x st__net_max_activation */
+  size_t grad_floats;            /* the replica's gradient buffers: batch x
+                                    the slots' sizes (st__net_grad_slot_floats) */
   size_t grad_per_tensor_floats; /* one gradient buffer per tensor instead */
   size_t inference_peak_floats;  /* forward only, each activation (inputs
                                     included) freed after its last reader in
