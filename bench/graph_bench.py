@@ -148,7 +148,7 @@ def main():
         if rs:
             x = rs[0]
             print("%s activation memory at batch %d (one replica): all activations %.2f MiB, layer caches "
-                  "%.2f MiB, gradient buffers %d x max = %.2f MiB (one per tensor: %.2f MiB), inference "
+                  "%.2f MiB, gradient buffers %d slots = %.2f MiB (one per tensor: %.2f MiB), inference "
                   "peak with liveness %.2f MiB" % (m, x["batch"], x["activations_mib"], x["caches_mib"],
                                                     x["grad_slots"], x["grad_buffers_mib"],
                                                     x["grad_per_tensor_mib"], x["inference_peak_mib"]))

@@ -379,6 +379,9 @@ static void test_mha_fast_vs_reference(void) {
   st_shape vq[2] = {(st_shape){2, {4, 6}}, (st_shape){2, {7, 5}}}; /* Tq < Tv */
   st_shape qvk[3] = {(st_shape){2, {7, 8}}, (st_shape){2, {5, 6}}, (st_shape){2, {5, 3}}};
   st_shape self[3] = {(st_shape){2, {6, 8}}, (st_shape){2, {6, 8}}, (st_shape){2, {6, 8}}};
+  st_shape lq[2] = {(st_shape){2, {100, 8}}, (st_shape){2, {90, 6}}};
+  st_shape lself[3] = {(st_shape){2, {100, 8}}, (st_shape){2, {100, 8}},
+                       (st_shape){2, {100, 8}}};
   for (int b = 0; b < 2; b++) {
     be = both[b];
     fast_vs_ref("ref qv", mha(2, 4, 0, 0, true, false, 0), qv, 2, 3, false, false);
@@ -387,14 +390,17 @@ static void test_mha_fast_vs_reference(void) {
     fast_vs_ref("ref qvk no bias", mha(3, 4, 2, 0, false, false, 0), qvk, 3, 2, false, false);
     fast_vs_ref("ref self causal", mha(2, 4, 0, 0, true, true, 0), self, 3, 2, true, false);
     fast_vs_ref("ref self 2 inputs", mha(2, 4, 0, 0, true, false, 0), self, 2, 2, true, true);
+    /* 100 rows per example: backward runs chunks of 2 examples (3 = 2 + 1) */
+    fast_vs_ref("ref long qv causal", mha(2, 4, 0, 0, true, true, 0), lq, 2, 3, false, false);
+    fast_vs_ref("ref long self", mha(2, 4, 0, 0, true, false, 0), lself, 3, 3, true, false);
   }
   be = st_backend_reference();
 }
 
 /* Self-attention with dropout: the fused path (one buffer for the three
  * inputs) against the unfused one (three copies of it), same mask. */
-static void test_mha_fused_dropout(void) {
-  st_shape self[3] = {(st_shape){2, {5, 6}}, (st_shape){2, {5, 6}}, (st_shape){2, {5, 6}}};
+static void fused_dropout(int t) {
+  st_shape self[3] = {(st_shape){2, {t, 6}}, (st_shape){2, {t, 6}}, (st_shape){2, {t, 6}}};
   mh a, b;
   if (!mh_init(&a, mha(2, 3, 0, 0, true, true, 0.3f), self, 3, 3, 5)) return;
   if (!mh_init(&b, mha(2, 3, 0, 0, true, true, 0.3f), self, 3, 3, 5)) return;
@@ -412,6 +418,11 @@ static void test_mha_fused_dropout(void) {
     CHECK_MSG(rel(a.dw[p], b.dw[p], st_shape_size(a.l->params[p].shape)) < 1e-5, "d%s",
               a.l->params[p].name);
   mh_free(&a), mh_free(&b);
+}
+
+static void test_mha_fused_dropout(void) {
+  fused_dropout(5);
+  fused_dropout(100); /* in chunks of 2 examples */
 }
 
 /* Parameters below 4 keep the init stream of every model made before

@@ -29,4 +29,16 @@ static inline int st__mha_key_input(const st_layer *l) { return l->n_inputs > 2 
 void st__mha_forward_reference(const st_layer *l, st_layer_args *c);
 void st__mha_backward_reference(const st_layer *l, st_layer_args *c);
 
+/* The softmax of one (example, head) block of scores p [rows, cols] in place
+ * (layer_attention_softmax.c: host loops; causal: row i keeps columns j <= i
+ * when i + 1 < cols, the others 0). forward writes each row's max and 1/sum
+ * to stats [rows, 2]; recompute turns the same scores into the same P from
+ * them; backward turns dp (dL/dP, or dL/dPd when pd, the dropped-out P, is
+ * given: kept entries scaled by keep_scale) into dS = P (dP - rowsum(dP P))
+ * in place. */
+void st__mha_softmax_forward(int rows, int cols, bool causal, float *p, float *stats);
+void st__mha_softmax_recompute(int rows, int cols, bool causal, const float *stats, float *p);
+void st__mha_softmax_backward(int rows, int cols, const float *p, const float *pd,
+                              float keep_scale, float *dp);
+
 #endif

@@ -140,12 +140,37 @@ typedef struct walk {
   bool *ext_written;     /* [n_ext] */
   bool *layer_done;      /* [nlayers]: a call of the layer wrote its gradients */
   int nslots, *free_slots, nfree, used, peak;
+  size_t *high;          /* [slots]: the most floats per example a slot held */
 } walk;
 
-static int slot_get(walk *w) {
-  int s = w->nfree ? w->free_slots[--w->nfree] : w->nslots++;
+/* A slot for a gradient of `need` floats per example: of the free slots the
+ * one that held the fewest floats at least that many, else the one that held
+ * the most (a new slot when none is free). Every slot can hold the largest
+ * tensor; the choice keeps the large gradients in the same slots, so the
+ * others' pages (2 MiB huge pages) are never touched beyond what they hold:
+ * the peak memory of backward, not its values (which slot holds a gradient
+ * changes no sum's order). */
+static int slot_get(walk *w, size_t need) {
+  int s, best = -1;
+  for (int i = 0; i < w->nfree; i++) {
+    size_t h = w->high[w->free_slots[i]], hb = best < 0 ? 0 : w->high[w->free_slots[best]];
+    bool fits = h >= need, best_fits = best >= 0 && hb >= need;
+    if (best < 0 || (fits && (!best_fits || h < hb)) || (!fits && !best_fits && h > hb)) best = i;
+  }
+  if (best >= 0) {
+    s = w->free_slots[best];
+    w->free_slots[best] = w->free_slots[--w->nfree];
+  } else {
+    s = w->nslots++;
+    w->high[s] = 0;
+  }
+  if (need > w->high[s]) w->high[s] = need;
   if (++w->used > w->peak) w->peak = w->used;
   return s;
+}
+
+static size_t tensor_floats(const walk *w, int t) {
+  return st_shape_size(st__net_tensor_shape(w->m, t));
 }
 static void slot_put(walk *w, int s) {
   w->free_slots[w->nfree++] = s;
@@ -178,7 +203,7 @@ static float *grad_target(walk *w, int t, int *tmp) {
   if (t >= e->lo && t < e->hi) {
     int i = t - e->lo;
     if (w->gslot[i] < 0 && !w->gbuf[i]) {
-      w->gslot[i] = slot_get(w);
+      w->gslot[i] = slot_get(w, tensor_floats(w, t));
       w->gbuf[i] = slot_buf(w, w->gslot[i]);
       if (!e->gslots) w->gbuf[i] = (float *)w; /* counting: any non-NULL mark */
       return w->gbuf[i];
@@ -190,13 +215,38 @@ static float *grad_target(walk *w, int t, int *tmp) {
       return e->ext_dx[i];
     }
   }
-  *tmp = slot_get(w);
+  *tmp = slot_get(w, tensor_floats(w, t));
   return slot_buf(w, *tmp);
 }
 
 static float *grad_home(const walk *w, int t) {
   if (t >= w->e->lo && t < w->e->hi) return w->gbuf[t - w->e->lo];
   return w->e->ext_dx[find_ext(w->e, t)];
+}
+
+/* Node k's input that shares a slot and whose producer rebuilds it
+ * (e->remat_of), rebuilt into e->remat when k's backward reads its inputs
+ * (memplan_train.c: k takes no other such tensor; it may take that one
+ * twice). */
+static void rebuild_inputs(const walk *w, int k, st_layer_args *c, int64_t step) {
+  const st_net *m = w->m;
+  const st_exec *e = w->e;
+  const st_net_node *d = &m->nodes[k];
+  if (!e->remat_of || !st__layer_backward_reads(m->layers[d->layer], false)) return;
+  for (int j = 0; j < d->n_in; j++) {
+    int t = d->in[j];
+    if (t < e->lo || t >= e->hi || !e->remat_of[t - e->lo]) continue;
+    bool done = false;
+    for (int i = 0; i < j; i++) done |= d->in[i] == t;
+    if (!done) {
+      const st_layer *p = m->layers[m->nodes[t].layer];
+      st_layer_args pc = node_args(m, e, t, w->n, true, step);
+      pc.y = e->remat;
+      p->vt->rematerialize(p, &pc);
+    }
+    c->xs[j] = e->remat;
+  }
+  c->x = c->xs[0];
 }
 
 /* Backward of node k (its output's gradient in gbuf). */
@@ -227,6 +277,7 @@ static void node_backward(walk *w, int k, int64_t step) {
     c.dy_writable = true;
     for (int j = 0; j < d->n_in; j++) c.dxs[j] = dxs[j];
     c.dx = dxs[0];
+    rebuild_inputs(w, k, &c, step);
     l->vt->backward(l, &c);
     if (scratch) e->be->axpy(e->ctx, nt, 1.0f, e->gscratch, e->grads + (base - e->grads_base));
     for (int j = 0; j < d->n_in; j++)
@@ -244,13 +295,15 @@ static int run_backward(const st_net *m, st_exec *e, float *dy, int n, int64_t s
                         st_grads_ready_fn ready, void *ready_ctx) {
   int len = e->hi - e->lo, extra = len + ST_LAYER_MAX_INPUTS + 1;
   walk w = {.m = m, .e = e, .n = n};
-  /* one block: gbuf [len], gslot [len], free_slots [extra], then the flags
+  /* one block: high [extra], gbuf [len], gslot [len], free_slots [extra], then the flags
    * needs [len], ext_written [ST_NET_MAX_IO], layer_done [nlayers] */
   size_t ints = (size_t)len + (size_t)extra, flags = (size_t)len + ST_NET_MAX_IO +
                                                       (size_t)m->nlayers + 1;
-  char *mem = calloc(1, (size_t)len * sizeof(float *) + ints * sizeof(int) + flags);
+  char *mem = calloc(1, (size_t)extra * sizeof(size_t) + (size_t)len * sizeof(float *) +
+                            ints * sizeof(int) + flags);
   ST_ASSERT(mem);
-  w.gbuf = (float **)mem;
+  w.high = (size_t *)mem;
+  w.gbuf = (float **)(w.high + extra);
   w.gslot = (int *)(w.gbuf + len);
   w.free_slots = w.gslot + len;
   w.needs = (bool *)(w.free_slots + extra);
@@ -263,7 +316,7 @@ static int run_backward(const st_net *m, st_exec *e, float *dy, int n, int64_t s
   } else { /* dy is in slot 0 (or counting); several seeds in slots 0.. */
     for (int j = 0; j < (e->n_seed ? e->n_seed : 1); j++) {
       int i = e->n_seed ? e->seed_id[j] - e->lo : len - 1;
-      w.gslot[i] = slot_get(&w); /* j: the free list is empty so far */
+      w.gslot[i] = slot_get(&w, tensor_floats(&w, e->n_seed ? e->seed_id[j] : e->hi - 1));
       w.gbuf[i] = e->gslots ? e->gslots[w.gslot[i]] : (float *)&w;
     }
   }
@@ -271,7 +324,7 @@ static int run_backward(const st_net *m, st_exec *e, float *dy, int n, int64_t s
     int i = k - e->lo, layer = m->nodes[k].layer;
     if (w.needs[i]) {
       if (!w.gbuf[i]) { /* read by no node: a zero gradient */
-        w.gslot[i] = slot_get(&w);
+        w.gslot[i] = slot_get(&w, tensor_floats(&w, k));
         w.gbuf[i] = e->gslots ? slot_buf(&w, w.gslot[i]) : (float *)&w;
         if (e->gslots)
           e->be->fill(e->ctx, (size_t)n * st_shape_size(st__net_tensor_shape(m, k)), 0.0f,
@@ -282,6 +335,9 @@ static int run_backward(const st_net *m, st_exec *e, float *dy, int n, int64_t s
     if (w.gslot[i] >= 0) slot_put(&w, w.gslot[i]);
     if (ready && m->layers[layer]->first_node == k) ready(ready_ctx, layer);
   }
+  if (!e->gslots && e->slot_high) /* counting: what each slot held */
+    for (int s = 0; s < w.nslots; s++)
+      if (w.high[s] > e->slot_high[s]) e->slot_high[s] = w.high[s];
   free(mem);
   return w.nslots;
 }
@@ -292,18 +348,23 @@ void st__exec_backward(const st_net *m, st_exec *e, float *dy, int n, int64_t st
   run_backward(m, e, dy, n, step, ready, ready_ctx);
 }
 
-int st__net_grad_slots(const st_net *m, int lo, int hi) {
-  if (hi <= lo) return 0;
+/* The counting pass over [lo, hi): of the tensors from before lo, those
+ * that are not model inputs j >= needed need their gradient (needed
+ * ST_NET_MAX_IO: all, the worst case); the slots' high-water marks maxed
+ * into high (NULL: not asked). */
+static int count_slots(const st_net *m, int lo, int hi, int needed, size_t *high) {
   st_exec e;
   memset(&e, 0, sizeof e);
   e.lo = lo, e.hi = hi;
-  /* worst case: every tensor from before lo needs its gradient */
+  e.slot_high = high;
   for (int k = lo; k < hi; k++)
     for (int j = 0; j < m->nodes[k].n_in; j++) {
       int t = m->nodes[k].in[j];
       if ((t < lo || t >= hi) && find_ext(&e, t) < 0 && e.n_ext < ST_NET_MAX_IO) {
         e.ext_id[e.n_ext] = t;
-        e.ext_dx[e.n_ext++] = (float *)&e;
+        bool need = true;
+        for (int i = needed; i < m->n_inputs; i++) need &= t != st__net_input_tensor(i);
+        e.ext_dx[e.n_ext++] = need ? (float *)&e : NULL;
       }
     }
   if (lo == 0 && hi == m->nnodes && m->n_outputs > 1) { /* the replica's seeds */
@@ -311,6 +372,24 @@ int st__net_grad_slots(const st_net *m, int lo, int hi) {
     for (int j = 0; j < m->n_outputs; j++) e.seed_id[j] = m->outputs[j];
   }
   return run_backward(m, &e, NULL, 0, 0, NULL, NULL);
+}
+
+int st__net_grad_slots(const st_net *m, int lo, int hi) {
+  if (hi <= lo) return 0;
+  int n = 0; /* the replica: none, input 0's (st__replica_backward_dy) or all */
+  for (int needed = 0; needed <= 2; needed++) {
+    int c = count_slots(m, lo, hi, needed < 2 ? needed : ST_NET_MAX_IO, NULL);
+    n = c > n ? c : n;
+  }
+  return n;
+}
+
+void st__net_grad_slot_floats(const st_net *m, size_t *floats) {
+  int n = st__net_grad_slots(m, 0, m->nnodes);
+  for (int s = 0; s < n; s++) floats[s] = 0;
+  if (!n) return;
+  for (int needed = 0; needed <= 2; needed++)
+    count_slots(m, 0, m->nnodes, needed < 2 ? needed : ST_NET_MAX_IO, floats);
 }
 
 /* ---- cuts (pipeline stages) --------------------------------------------- */

@@ -128,6 +128,15 @@ typedef struct st_layer_vtable {
    * executor need not give it a scratch copy of the gradients and add that
    * (Embedding: a sparse gradient, a few rows of a large table). */
   bool accumulates_dw;
+  /* Recompute a training call's output c->y from what backward keeps (its
+   * cache, c->x, c->w), bit for bit, when that is cheap (Dense with GELU:
+   * y = gelu(z), z in the cache); c NULL: only say whether l can. NULL
+   * slot, or false: it cannot. An output its producer can rebuild and whose
+   * producer's backward does not read it gets no buffer of its own in
+   * training: it shares the transient slots (memplan_train.c) and the
+   * executor rebuilds it into a scratch buffer before each backward that
+   * reads it (graph.c). */
+  bool (*rematerialize)(const st_layer *l, st_layer_args *c);
 } st_layer_vtable;
 
 struct st_layer {

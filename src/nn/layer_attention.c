@@ -7,19 +7,26 @@
  *   y = O Wo + bo [Tq, out]
  * The projections are GEMMs over [batch*T, d] rows (one fused GEMM for
  * self-attention: the three inputs one buffer), the scores and the weighted
- * sums GEMMs per (example, head), the softmax in place (the backend's softmax
- * activation; the causal mask is a block of 0/-inf the score GEMM adds to),
- * dropout the backend's: every step goes through the backend table, so the
- * layer runs on any backend. The plain-loop reference is
- * src/nn/attention_ref.c.
+ * sums GEMMs per (example, head) through the backend table; the softmax of
+ * each (example, head) block right after its score GEMM, while it is in
+ * cache, in host loops (layer_attention_softmax.c: the causal mask a column
+ * limit), dropout the backend's. Backward recomputes each block's P from Q
+ * and Kp (the score GEMM again and one pass with the rows' max and 1/sum
+ * kept by forward) and O from P and V, instead of keeping P [batch, H, Tq,
+ * Tv] and O (a third of the activation memory of a transformer block);
+ * with dropout P is kept (its mask is drawn over the whole batch at once).
+ * The plain-loop reference is src/nn/attention_ref.c.
  *
  * cache [batch * cache_per_example], one block per tensor, batch-major:
  *   Q [batch, Tq, H*K] | Kp [batch, Tv, H*K] | V [batch, Tv, H*V]
- *   | P [batch, H, Tq, Tv] (softmax, before dropout) | O [batch, Tq, H*V]
- * workspace: dO [batch, Tq, H*V] | dQ [batch, Tq, H*K] | dKp [batch, Tv, H*K]
- *   | dV [batch, Tv, H*V] | dP [batch, H, Tq, Tv] | Pd [batch, H, Tq, Tv]
- *   (Pd, the dropped-out P, only with dropout) | mask [Tq, Tv] (causal only)
- *   | bcat (self-attention shapes only: see bufs). */
+ *   | stats [batch, H, Tq, 2] (each score row's max and 1/sum)
+ *   | P [batch, H, Tq, Tv] (softmax, before dropout: dropout > 0 only)
+ * workspace: O [chunk, Tq, H*V] | dO [chunk, Tq, H*V] | dQ [chunk, Tq, H*K]
+ *   | dKp [chunk, Tv, H*K] | dV [chunk, Tv, H*V] | pb [Tq, Tv] (one block's
+ *   P) | dpb [Tq, Tv] (its dP, then dS) | Pd [batch, H, Tq, Tv] (the
+ *   dropped-out P, dropout > 0 only) | bcat [2*H*K + H*V] (see bufs); chunk
+ *   = chunk_examples: forward's output projection and backward run a chunk
+ *   of examples at a time, the weights' gradients summed over the chunks. */
 #include <math.h>
 #include <stdio.h>
 
@@ -64,6 +71,10 @@ static void add_params(st_layer *l, st__mha_config *m) {
     m->ob = st__layer_add_param(l, "attention_output/bias", st_shape1(m->out), o->bias_init, true);
 }
 
+/* P is kept for backward (in the cache) only with dropout: its mask is drawn
+ * over the whole batch at once. */
+static bool keeps_p(const st__mha_config *m) { return m->o.dropout > 0.0f; }
+
 static st_status mha_build(st_layer *l) {
   st__mha_config *m = l->config;
   const st_shape *s = l->in_shapes;
@@ -81,20 +92,29 @@ static st_status mha_build(st_layer *l) {
   m->fusable = m->tq == m->tv && m->dq == m->dv && m->dk == m->dq;
   add_params(l, m);
   l->out_shape = shape2(m->tq, m->out);
-  int hk = m->heads * m->kd, hv = m->heads * m->vd;
-  l->cache_per_example = (size_t)m->tq * hk + (size_t)m->tv * hk + (size_t)m->tv * hv +
-                         (size_t)m->heads * m->tq * m->tv + (size_t)m->tq * hv;
+  size_t hk = (size_t)m->heads * m->kd, hv = (size_t)m->heads * m->vd;
+  l->cache_per_example = m->tq * hk + m->tv * hk + m->tv * hv + (size_t)m->heads * m->tq * 2 +
+                         (keeps_p(m) ? (size_t)m->heads * m->tq * m->tv : 0);
   return ST_OK;
+}
+
+/* Examples per chunk of backward (and of forward's output projection): the
+ * workspace holds O, dO, dQ, dKp and dV for one chunk of ~256 rows, not for
+ * the batch (the GEMMs over a chunk's rows are nearly as fast; at d_model
+ * 256 the chunk's workspace fits one 2 MiB page). */
+static int chunk_examples(const st__mha_config *m, int batch) {
+  int t = m->tq > m->tv ? m->tq : m->tv, n = 256 / (t > 0 ? t : 1);
+  n = n < 1 ? 1 : n;
+  return batch < n ? (batch > 0 ? batch : 1) : n;
 }
 
 static size_t mha_workspace(const st_layer *l, int batch) {
   const st__mha_config *m = l->config;
   size_t hk = (size_t)m->heads * m->kd, hv = (size_t)m->heads * m->vd;
-  size_t p = (size_t)m->heads * m->tq * m->tv;
-  size_t per = m->tq * hv + m->tq * hk + m->tv * hk + m->tv * hv + p;
-  size_t w = (size_t)2 * hk + hv; /* fused: bcat [w] */
-  return (size_t)batch * (per + (m->o.dropout > 0.0f ? p : 0)) +
-         (m->o.use_causal_mask ? (size_t)m->tq * m->tv : 0) + (m->fusable ? w : 0);
+  size_t tt = (size_t)m->tq * m->tv, p = (size_t)m->heads * tt;
+  size_t per = 2 * m->tq * hv + m->tq * hk + m->tv * hk + m->tv * hv;
+  return (size_t)chunk_examples(m, batch) * per + 2 * tt +
+         (keeps_p(m) ? (size_t)batch * p : 0) + 2 * hk + hv;
 }
 
 /* Pointers into the cache and workspace (see the file comment). Self-
@@ -102,15 +122,17 @@ static size_t mha_workspace(const st_layer *l, int batch) {
  * block [batch*T, 2*H*K + H*V] (row stride ldq = ldk = ldv), dQ, dKp, dV the
  * same (each projection's GEMM writes its columns of the block in place, so
  * the weights are never copied); otherwise three blocks of strides H*K, H*K,
- * H*V. */
+ * H*V. The workspace's O, dO, dQ, dKp, dV hold one chunk of examples
+ * (chunk_examples); shift() moves the others to a chunk's first example. */
 typedef struct bufs {
   bool fused;
   int ldq, ldk, ldv;             /* row strides of q, k, v and of dq, dk, dv */
-  float *q, *k, *v, *p, *o;      /* cache */
-  float *dO, *dq, *dk, *dv, *dp; /* workspace (backward) */
-  float *pd;                     /* dropped-out P (== p without dropout) */
-  float *mask;                   /* causal: [Tq, Tv], 0 or -inf (forward) */
-  float *bcat;                   /* fused: [ldq] the three biases side by side */
+  float *q, *k, *v, *st, *p;     /* cache (p: NULL without dropout) */
+  float *o, *pb, *dpb;           /* workspace (forward and backward) */
+  float *dO, *dq, *dk, *dv;      /* workspace (backward) */
+  float *pd;                     /* dropped-out P (NULL: no dropout in this call) */
+  float *bcat;                   /* [2*H*K + H*V]: the biases side by side (fused),
+                                    a bias gradient */
 } bufs;
 
 /* The inputs are one buffer (query == value (== key)) of one shape. */
@@ -122,23 +144,51 @@ static bool is_self(const st_layer *l, const st_layer_args *c) {
 static bufs carve(const st_layer *l, const st_layer_args *c, bool dropout) {
   const st__mha_config *m = l->config;
   size_t b = (size_t)c->batch, hk = (size_t)m->heads * m->kd, hv = (size_t)m->heads * m->vd;
-  size_t np = b * m->heads * m->tq * m->tv;
+  size_t tt = (size_t)m->tq * m->tv, np = b * m->heads * tt;
+  size_t ch = (size_t)chunk_examples(m, c->batch);
   bufs u;
   u.fused = is_self(l, c);
   u.ldq = u.ldk = (int)(u.fused ? 2 * hk + hv : hk);
   u.ldv = (int)(u.fused ? 2 * hk + hv : hv);
   u.q = c->cache, u.k = u.fused ? u.q + hk : u.q + b * m->tq * hk;
   u.v = u.fused ? u.q + 2 * hk : u.k + b * m->tv * hk;
-  u.p = c->cache + b * (m->tq * hk + m->tv * hk + m->tv * hv), u.o = u.p + np;
-  u.dO = c->workspace, u.dq = u.dO + b * m->tq * hv;
-  u.dk = u.fused ? u.dq + hk : u.dq + b * m->tq * hk;
-  u.dv = u.fused ? u.dq + 2 * hk : u.dk + b * m->tv * hk;
-  u.dp = u.dq + b * (m->tq * hk + m->tv * hk + m->tv * hv);
-  u.pd = dropout ? u.dp + np : u.p;
-  u.mask = c->workspace + b * (m->tq * hv + m->tq * hk + m->tv * hk + m->tv * hv) + np +
-           (m->o.dropout > 0.0f ? np : 0);
-  u.bcat = u.mask + (m->o.use_causal_mask ? (size_t)m->tq * m->tv : 0);
+  u.st = c->cache + b * (m->tq * hk + m->tv * hk + m->tv * hv);
+  u.p = keeps_p(m) ? u.st + b * m->heads * m->tq * 2 : NULL;
+  u.o = c->workspace, u.dO = u.o + ch * m->tq * hv, u.dq = u.dO + ch * m->tq * hv;
+  u.dk = u.fused ? u.dq + hk : u.dq + ch * m->tq * hk;
+  u.dv = u.fused ? u.dq + 2 * hk : u.dk + ch * m->tv * hk;
+  u.pb = u.dq + ch * (m->tq * hk + m->tv * hk + m->tv * hv), u.dpb = u.pb + tt;
+  float *pd = u.dpb + tt;
+  u.pd = dropout ? pd : NULL;
+  u.bcat = pd + (keeps_p(m) ? np : 0);
   return u;
+}
+
+/* u with its batch tensors (cache, Pd) starting at example b0. */
+static bufs shift(const st__mha_config *m, const bufs *u, int b0) {
+  bufs s = *u;
+  size_t b = (size_t)b0, pb = b * m->heads * m->tq * m->tv;
+  s.q += b * m->tq * u->ldq, s.k += b * m->tv * u->ldk, s.v += b * m->tv * u->ldv;
+  s.st += b * m->heads * m->tq * 2;
+  if (s.p) s.p += pb;
+  if (s.pd) s.pd += pb;
+  return s;
+}
+
+/* c for examples [b0, b0 + nb) of the call: inputs, their gradients, dy, y. */
+static st_layer_args chunk_args(const st_layer *l, const st_layer_args *c, int b0, int nb) {
+  st_layer_args s = *c;
+  s.batch = nb;
+  for (int j = 0; j < l->n_inputs; j++) {
+    size_t in = (size_t)b0 * st_shape_size(l->in_shapes[j]);
+    s.xs[j] = c->xs[j] + in;
+    if (c->dxs[j]) s.dxs[j] = c->dxs[j] + in;
+  }
+  size_t out = (size_t)b0 * st_shape_size(l->out_shape);
+  if (c->dy) s.dy = c->dy + out;
+  if (c->y) s.y = c->y + out;
+  s.x = s.xs[0], s.dx = s.dxs[0];
+  return s;
 }
 
 /* dst[rows, ld_dst] columns [0, n) = src[rows, ld_src] columns [0, n): one
@@ -161,28 +211,26 @@ static void project(const st_layer_args *c, int rows, int d, int n, const float 
   if (bias) c->be->bias_add(c->ctx, rows, n, bias, y);
 }
 
-/* Scores s [batch*H, Tq, Tv] = scale Q_bh Kp_bh^T per (example, head), plus
- * the causal mask when asked (-inf where key j > query i: each block starts
- * as a copy of the mask and the GEMM adds to it). */
-static void scores(const st__mha_config *m, const st_layer_args *c, const bufs *u) {
-  const st_backend *be = c->be;
-  size_t tt = (size_t)m->tq * m->tv;
-  bool causal = m->o.use_causal_mask;
-  if (causal) {
-    be->fill(c->ctx, tt, 0.0f, u->mask);
-    for (int i = 0; i < m->tq && i + 1 < m->tv; i++)
-      be->fill(c->ctx, (size_t)(m->tv - i - 1), -INFINITY, u->mask + (size_t)i * m->tv + i + 1);
-  }
-  float scale = 1.0f / sqrtf((float)m->kd);
-  for (int b = 0; b < c->batch; b++)
-    for (int h = 0; h < m->heads; h++) {
-      float *s = u->p + ((size_t)b * m->heads + h) * tt;
-      if (causal) be->act_forward(c->ctx, ST_ACT_LINEAR, 1, (int)tt, u->mask, s);
-      be->gemm(c->ctx, false, true, m->tq, m->tv, m->kd, scale,
-               u->q + (size_t)b * m->tq * u->ldq + h * m->kd, u->ldq,
-               u->k + (size_t)b * m->tv * u->ldk + h * m->kd, u->ldk, causal ? 1.0f : 0.0f, s,
-               m->tv);
-    }
+/* One (example, head) block: s [Tq, Tv] = Q_bh Kp_bh^T / sqrt(K). */
+static void block_scores(const st__mha_config *m, const st_layer_args *c, const bufs *u, int b,
+                         int h, float *s) {
+  c->be->gemm(c->ctx, false, true, m->tq, m->tv, m->kd, 1.0f / sqrtf((float)m->kd),
+              u->q + (size_t)b * m->tq * u->ldq + h * m->kd, u->ldq,
+              u->k + (size_t)b * m->tv * u->ldk + h * m->kd, u->ldk, 0.0f, s, m->tv);
+}
+
+/* O_bh [Tq, V] (columns of O [Tq, H*V]) = pd [Tq, Tv] V_bh. */
+static void block_weighted_sum(const st__mha_config *m, const st_layer_args *c, const bufs *u,
+                               int b, int h, const float *pd) {
+  int hv = m->heads * m->vd;
+  c->be->gemm(c->ctx, false, false, m->tq, m->vd, m->tv, 1.0f, pd, m->tv,
+              u->v + (size_t)b * m->tv * u->ldv + h * m->vd, u->ldv, 0.0f,
+              u->o + (size_t)b * m->tq * hv + h * m->vd, hv);
+}
+
+/* Row statistics of block (b, h): stats [Tq, 2]. */
+static float *block_stats(const st__mha_config *m, const bufs *u, int b, int h) {
+  return u->st + ((size_t)b * m->heads + h) * m->tq * 2;
 }
 
 #define PARAM(c, i) ((i) >= 0 ? (c)->w[i] : NULL)
@@ -204,9 +252,32 @@ static void fused_project(const st__mha_config *m, const st_layer_args *c, const
   be->bias_add(c->ctx, rows, u->ldq, u->bcat, u->q);
 }
 
+/* Host loops only (layer.h host_loops): on a device backend the outputs
+ * are NaN. */
+static bool on_host(const st_layer *l, st_layer_args *c, bool backward) {
+  if (st__args_host(c)) return true;
+  if (!backward) {
+    c->be->fill(c->ctx, (size_t)c->batch * st_shape_size(l->out_shape), NAN, c->y);
+    return false;
+  }
+  for (int p = 0; p < l->nparams; p++)
+    c->be->fill(c->ctx, st_shape_size(l->params[p].shape), NAN, c->dw[p]);
+  for (int j = 0; j < l->n_inputs; j++)
+    if (c->dxs[j])
+      c->be->fill(c->ctx, (size_t)c->batch * st_shape_size(l->in_shapes[j]), NAN, c->dxs[j]);
+  return false;
+}
+
+/* P of block (b, h) into p (the scores, then their softmax in place). */
+static void block_softmax(const st__mha_config *m, const st_layer_args *c, const bufs *u, int b,
+                          int h, float *p) {
+  block_scores(m, c, u, b, h, p);
+  st__mha_softmax_forward(m->tq, m->tv, m->o.use_causal_mask, p, block_stats(m, u, b, h));
+}
+
 static void mha_forward(const st_layer *l, st_layer_args *c) {
   const st__mha_config *m = l->config;
-  if (c->batch == 0) return;
+  if (c->batch == 0 || !on_host(l, c, false)) return;
   const st_backend *be = c->be;
   int hk = m->heads * m->kd, hv = m->heads * m->vd, B = c->batch;
   bool dr = drops(m, c);
@@ -220,65 +291,79 @@ static void mha_forward(const st_layer *l, st_layer_args *c) {
     project(c, B * m->tv, m->dv, hv, c->xs[1], c->w[m->vk], PARAM(c, m->vb), u.v);
   }
   size_t tt = (size_t)m->tq * m->tv;
-  scores(m, c, &u);
-  /* softmax in place (x == y allowed); masked entries get exp(-inf) = 0 */
-  be->act_forward(c->ctx, ST_ACT_SOFTMAX, B * m->heads * m->tq, m->tv, u.p, u.p);
-  if (dr)
+  if (dr) { /* every P kept, then one dropout mask over the batch */
+    for (int b = 0; b < B; b++)
+      for (int h = 0; h < m->heads; h++)
+        block_softmax(m, c, &u, b, h, u.p + ((size_t)b * m->heads + h) * tt);
     be->dropout_forward(c->ctx, (size_t)B * m->heads * tt, m->o.dropout, c->seed, c->stream,
                         u.p, u.pd);
-  for (int b = 0; b < B; b++)
-    for (int h = 0; h < m->heads; h++) /* O_bh = Pd_bh V_bh [Tq, V] */
-      be->gemm(c->ctx, false, false, m->tq, m->vd, m->tv, 1.0f,
-               u.pd + ((size_t)b * m->heads + h) * tt, m->tv,
-               u.v + (size_t)b * m->tv * u.ldv + h * m->vd, u.ldv, 0.0f,
-               u.o + (size_t)b * m->tq * hv + h * m->vd, hv);
-  project(c, B * m->tq, hv, m->out, u.o, c->w[m->ok], PARAM(c, m->ob), c->y);
+  }
+  int ch = chunk_examples(m, B);
+  for (int b0 = 0; b0 < B; b0 += ch) { /* O of a chunk, then its rows of y */
+    int nb = B - b0 < ch ? B - b0 : ch;
+    bufs s = shift(m, &u, b0);
+    for (int b = 0; b < nb; b++)
+      for (int h = 0; h < m->heads; h++) {
+        size_t blk = ((size_t)b * m->heads + h) * tt;
+        float *p = s.p ? s.p + blk : s.pb;
+        if (!dr) block_softmax(m, c, &s, b, h, p);
+        block_weighted_sum(m, c, &s, b, h, dr ? s.pd + blk : p);
+      }
+    project(c, nb * m->tq, hv, m->out, s.o, c->w[m->ok], PARAM(c, m->ob),
+            c->y + (size_t)b0 * m->tq * m->out);
+  }
 }
 
-/* Gradients of one projection y = x W + b given dy [rows, n]: dW, db, and
- * dx (accumulated when `accumulate`: the key defaulting to the value). */
+/* Gradients of one projection y = x W + b given dy [rows, n]: dW, db
+ * (added to them when `add`: a later chunk; db through tmp [n]), and dx
+ * (accumulated when `accumulate`: the key defaulting to the value). */
 static void project_backward(const st_layer_args *c, int rows, int d, int n, const float *x,
-                             const float *dy, int wi, int bi, float *dx, bool accumulate) {
+                             const float *dy, int wi, int bi, float *dx, bool accumulate,
+                             bool add, float *tmp) {
   const st_backend *be = c->be;
-  be->gemm(c->ctx, true, false, d, n, rows, 1.0f, x, d, dy, n, 0.0f, c->dw[wi], n);
-  if (bi >= 0) be->bias_grad(c->ctx, rows, n, dy, c->dw[bi]);
+  be->gemm(c->ctx, true, false, d, n, rows, 1.0f, x, d, dy, n, add ? 1.0f : 0.0f, c->dw[wi], n);
+  if (bi >= 0) {
+    be->bias_grad(c->ctx, rows, n, dy, add ? tmp : c->dw[bi]);
+    if (add) be->axpy(c->ctx, (size_t)n, 1.0f, tmp, c->dw[bi]);
+  }
   if (dx)
     be->gemm(c->ctx, false, true, rows, d, n, 1.0f, dy, n, c->w[wi], n,
              accumulate ? 1.0f : 0.0f, dx, d);
 }
 
-/* dV, dP (through dropout and softmax: dS in dp), then dQ and dKp. */
-static void attention_backward(const st__mha_config *m, st_layer_args *c, bufs u, bool dr) {
+/* Per (example, head): P (kept, or recomputed from the scores), O_bh = Pd
+ * V_bh again (for dWo), dV_bh = Pd^T dO_bh, dPd = dO_bh V_bh^T, dS (through
+ * dropout and softmax, in dpb), dQ_bh = dS Kp_bh / sqrt(K), dKp_bh = dS^T
+ * Q_bh / sqrt(K). */
+static void attention_backward(const st__mha_config *m, st_layer_args *c, const bufs *u) {
   const st_backend *be = c->be;
-  int hv = m->heads * m->vd, B = c->batch;
+  int hv = m->heads * m->vd;
   size_t tt = (size_t)m->tq * m->tv;
-  for (int b = 0; b < B; b++)
-    for (int h = 0; h < m->heads; h++) {
-      const float *pd = u.pd + ((size_t)b * m->heads + h) * tt;
-      const float *dO = u.dO + (size_t)b * m->tq * hv + h * m->vd;
-      /* dV_bh [Tv, V] = Pd_bh^T dO_bh; dPd_bh [Tq, Tv] = dO_bh V_bh^T */
-      be->gemm(c->ctx, true, false, m->tv, m->vd, m->tq, 1.0f, pd, m->tv, dO, hv, 0.0f,
-               u.dv + (size_t)b * m->tv * u.ldv + h * m->vd, u.ldv);
-      be->gemm(c->ctx, false, true, m->tq, m->tv, m->vd, 1.0f, dO, hv,
-               u.v + (size_t)b * m->tv * u.ldv + h * m->vd, u.ldv, 0.0f,
-               u.dp + ((size_t)b * m->heads + h) * tt, m->tv);
-    }
-  if (dr)
-    be->dropout_backward(c->ctx, (size_t)B * m->heads * tt, m->o.dropout, c->seed, c->stream,
-                         u.dp, u.dp);
-  /* dS = P * (dPd' - rowsum(dPd' * P)) in place (masked entries: P = 0) */
-  be->act_backward(c->ctx, ST_ACT_SOFTMAX, B * m->heads * m->tq, m->tv, NULL, u.p, u.dp, u.dp);
   float scale = 1.0f / sqrtf((float)m->kd);
-  for (int b = 0; b < B; b++)
+  for (int b = 0; b < c->batch; b++)
     for (int h = 0; h < m->heads; h++) {
-      const float *ds = u.dp + ((size_t)b * m->heads + h) * tt;
-      /* dQ_bh [Tq, K] = scale dS Kp_bh; dKp_bh [Tv, K] = scale dS^T Q_bh */
-      be->gemm(c->ctx, false, false, m->tq, m->kd, m->tv, scale, ds, m->tv,
-               u.k + (size_t)b * m->tv * u.ldk + h * m->kd, u.ldk, 0.0f,
-               u.dq + (size_t)b * m->tq * u.ldq + h * m->kd, u.ldq);
-      be->gemm(c->ctx, true, false, m->tv, m->kd, m->tq, scale, ds, m->tv,
-               u.q + (size_t)b * m->tq * u.ldq + h * m->kd, u.ldq, 0.0f,
-               u.dk + (size_t)b * m->tv * u.ldk + h * m->kd, u.ldk);
+      size_t blk = ((size_t)b * m->heads + h) * tt;
+      const float *p = u->p ? u->p + blk : u->pb, *pd = u->pd ? u->pd + blk : p;
+      const float *dO = u->dO + (size_t)b * m->tq * hv + h * m->vd;
+      const float *v = u->v + (size_t)b * m->tv * u->ldv + h * m->vd;
+      if (!u->p) {
+        block_scores(m, c, u, b, h, u->pb);
+        st__mha_softmax_recompute(m->tq, m->tv, m->o.use_causal_mask, block_stats(m, u, b, h),
+                                  u->pb);
+      }
+      block_weighted_sum(m, c, u, b, h, pd);
+      be->gemm(c->ctx, true, false, m->tv, m->vd, m->tq, 1.0f, pd, m->tv, dO, hv, 0.0f,
+               u->dv + (size_t)b * m->tv * u->ldv + h * m->vd, u->ldv);
+      be->gemm(c->ctx, false, true, m->tq, m->tv, m->vd, 1.0f, dO, hv, v, u->ldv, 0.0f, u->dpb,
+               m->tv);
+      st__mha_softmax_backward(m->tq, m->tv, p, u->pd ? pd : NULL,
+                               u->pd ? 1.0f / (1.0f - m->o.dropout) : 1.0f, u->dpb);
+      be->gemm(c->ctx, false, false, m->tq, m->kd, m->tv, scale, u->dpb, m->tv,
+               u->k + (size_t)b * m->tv * u->ldk + h * m->kd, u->ldk, 0.0f,
+               u->dq + (size_t)b * m->tq * u->ldq + h * m->kd, u->ldq);
+      be->gemm(c->ctx, true, false, m->tv, m->kd, m->tq, scale, u->dpb, m->tv,
+               u->q + (size_t)b * m->tq * u->ldq + h * m->kd, u->ldq, 0.0f,
+               u->dk + (size_t)b * m->tv * u->ldk + h * m->kd, u->ldk);
     }
 }
 
@@ -316,24 +401,26 @@ static void fused_input_grads(const st_layer *l, st_layer_args *c, const bufs *u
 }
 
 /* Fused backward of the three projections from [dQ dKp dV] (u->dq, stride
- * ldq): each kernel's gradient by its own GEMM over its columns, the biases'
- * in one pass, then the inputs' (fused_input_grads). key/bias's gradient is
- * 0 (see mha_backward). */
-static void fused_backward(const st_layer *l, st_layer_args *c, const bufs *u) {
+ * ldq): each kernel's gradient by its own GEMM over its columns (added to
+ * dW when `add`: a later chunk), the biases' in one pass, then the inputs'
+ * (fused_input_grads). key/bias's gradient is 0 (see mha_backward). */
+static void fused_backward(const st_layer *l, st_layer_args *c, const bufs *u, bool add) {
   const st__mha_config *m = l->config;
   const st_backend *be = c->be;
   int hk = m->heads * m->kd, hv = m->heads * m->vd, rows = c->batch * m->tq, w = u->ldq;
-  be->gemm(c->ctx, true, false, m->dq, hk, rows, 1.0f, c->xs[0], m->dq, u->dq, w, 0.0f,
+  float beta = add ? 1.0f : 0.0f;
+  be->gemm(c->ctx, true, false, m->dq, hk, rows, 1.0f, c->xs[0], m->dq, u->dq, w, beta,
            c->dw[m->qk], hk);
-  be->gemm(c->ctx, true, false, m->dq, hk, rows, 1.0f, c->xs[0], m->dq, u->dk, w, 0.0f,
+  be->gemm(c->ctx, true, false, m->dq, hk, rows, 1.0f, c->xs[0], m->dq, u->dk, w, beta,
            c->dw[m->kk], hk);
-  be->gemm(c->ctx, true, false, m->dq, hv, rows, 1.0f, c->xs[0], m->dq, u->dv, w, 0.0f,
+  be->gemm(c->ctx, true, false, m->dq, hv, rows, 1.0f, c->xs[0], m->dq, u->dv, w, beta,
            c->dw[m->vk], hv);
   if (m->o.use_bias) {
     be->bias_grad(c->ctx, rows, w, u->dq, u->bcat);
-    copy_cols(c, 1, hk, u->bcat, w, c->dw[m->qb], hk);
-    be->fill(c->ctx, (size_t)hk, 0.0f, c->dw[m->kb]);
-    copy_cols(c, 1, hv, u->bcat + 2 * hk, w, c->dw[m->vb], hv);
+    if (!add) be->fill(c->ctx, (size_t)hk, 0.0f, c->dw[m->qb]);
+    if (!add) be->fill(c->ctx, (size_t)hv, 0.0f, c->dw[m->vb]);
+    be->axpy(c->ctx, (size_t)hk, 1.0f, u->bcat, c->dw[m->qb]);
+    be->axpy(c->ctx, (size_t)hv, 1.0f, u->bcat + 2 * hk, c->dw[m->vb]);
   }
   fused_input_grads(l, c, u);
 }
@@ -343,32 +430,61 @@ static void zero_grads(const st_layer *l, st_layer_args *c) {
     c->be->fill(c->ctx, st_shape_size(l->params[p].shape), 0.0f, c->dw[p]);
 }
 
+/* Backward of examples [b0, b0 + c->batch) of the call (c: chunk_args; u:
+ * shifted to b0); the weights' gradients added to those of the chunks
+ * before (add). */
+static void chunk_backward(const st_layer *l, st_layer_args *c, const bufs *u, bool add) {
+  const st__mha_config *m = l->config;
+  const st_backend *be = c->be;
+  int hk = m->heads * m->kd, hv = m->heads * m->vd, rq = c->batch * m->tq;
+  int rv = c->batch * m->tv, ki = st__mha_key_input(l);
+  /* dO = dy Wo^T; dWo = O^T dy once attention_backward has rebuilt O */
+  be->gemm(c->ctx, false, true, rq, hv, m->out, 1.0f, c->dy, m->out, c->w[m->ok], m->out, 0.0f,
+           u->dO, hv);
+  attention_backward(m, c, u);
+  be->gemm(c->ctx, true, false, hv, m->out, rq, 1.0f, u->o, hv, c->dy, m->out,
+           add ? 1.0f : 0.0f, c->dw[m->ok], m->out);
+  if (u->fused) {
+    fused_backward(l, c, u, add);
+    return;
+  }
+  project_backward(c, rq, m->dq, hk, c->xs[0], u->dq, m->qk, m->qb, c->dxs[0], false, add,
+                   u->bcat);
+  project_backward(c, rv, m->dv, hv, c->xs[1], u->dv, m->vk, m->vb, c->dxs[1], false, add,
+                   u->bcat);
+  project_backward(c, rv, m->dk, hk, c->xs[ki], u->dk, m->kk, -1, c->dxs[ki], ki == 1, add,
+                   u->bcat);
+}
+
 static void mha_backward(const st_layer *l, st_layer_args *c) {
   const st__mha_config *m = l->config;
   if (c->batch == 0) {
     zero_grads(l, c);
     return;
   }
-  int hk = m->heads * m->kd, hv = m->heads * m->vd, B = c->batch, ki = st__mha_key_input(l);
+  if (!on_host(l, c, true)) return;
+  const st_backend *be = c->be;
+  int B = c->batch, ch = chunk_examples(m, B);
   bool dr = drops(m, c);
   bufs u = carve(l, c, dr);
   if (dr)
-    c->be->dropout_forward(c->ctx, (size_t)B * m->heads * m->tq * m->tv, m->o.dropout,
-                           c->seed, c->stream, u.p, u.pd);
-  project_backward(c, B * m->tq, hv, m->out, u.o, c->dy, m->ok, m->ob, u.dO, false);
-  attention_backward(m, c, u, dr);
-  if (u.fused) {
-    fused_backward(l, c, &u);
-    return;
+    be->dropout_forward(c->ctx, (size_t)B * m->heads * m->tq * m->tv, m->o.dropout, c->seed,
+                        c->stream, u.p, u.pd);
+  if (m->ob >= 0) be->bias_grad(c->ctx, B * m->tq, m->out, c->dy, c->dw[m->ob]);
+  for (int b0 = 0; b0 < B; b0 += ch) {
+    st_layer_args cc = chunk_args(l, c, b0, B - b0 < ch ? B - b0 : ch);
+    bufs s = shift(m, &u, b0);
+    chunk_backward(l, &cc, &s, b0 > 0);
   }
-  project_backward(c, B * m->tq, m->dq, hk, c->xs[0], u.dq, m->qk, m->qb, c->dxs[0], false);
-  project_backward(c, B * m->tv, m->dv, hv, c->xs[1], u.dv, m->vk, m->vb, c->dxs[1], false);
-  project_backward(c, B * m->tv, m->dk, hk, c->xs[ki], u.dk, m->kk, -1, c->dxs[ki], ki == 1);
   /* key/bias: adding one vector to every key adds one constant to each row of
    * scores, which softmax ignores: its gradient is exactly 0 (summed, dKp's
    * rows give rounding noise only) */
-  if (m->kb >= 0) c->be->fill(c->ctx, (size_t)hk, 0.0f, c->dw[m->kb]);
+  if (m->kb >= 0) be->fill(c->ctx, (size_t)m->heads * m->kd, 0.0f, c->dw[m->kb]);
 }
+
+/* Backward reads the inputs (the projections' kernel gradients), not the
+ * output. */
+static bool mha_backward_reads(const st_layer *l, bool output) { return !output; }
 
 static void mha_options(const st_layer *l, st_layer_options *out) {
   out->mha = ((const st__mha_config *)l->config)->o;
@@ -385,6 +501,7 @@ static const st_layer_vtable mha_vtable = {
     .backward = mha_backward,
     .get_options = mha_options,
     .host_loops = true,
+    .backward_reads = mha_backward_reads,
 };
 
 st_mha_options st_multi_head_attention_default_options(int num_heads, int key_dim) {

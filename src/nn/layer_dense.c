@@ -80,6 +80,25 @@ static void dense_backward(const st_layer *l, st_layer_args *c) {
              units, 0.0f, c->dx, in);
 }
 
+/* Backward reads the input (the kernel's gradient) and the output only for
+ * an activation whose derivative comes from it (not linear, not the GELUs,
+ * whose derivatives come from z in the cache): a linear Dense's output may
+ * share a buffer in training (memplan_train.c). */
+static bool dense_backward_reads(const st_layer *l, bool output) {
+  if (!output) return true;
+  st_activation act = st__layer_grad_act(l, ((const st_dense_options *)l->config)->activation);
+  return act != ST_ACT_LINEAR && !st_activation_needs_input(act);
+}
+
+/* y = act(z) again from the cache (the forward's call: the same bits), for
+ * the GELUs, whose output is then not kept for backward (layer.h). */
+static bool dense_rematerialize(const st_layer *l, st_layer_args *c) {
+  const st_dense_options *o = l->config;
+  if (!st_activation_needs_input(o->activation)) return false;
+  if (c) c->be->act_forward(c->ctx, o->activation, c->batch * rows(l), o->units, c->cache, c->y);
+  return true;
+}
+
 static void dense_options(const st_layer *l, st_layer_options *out) {
   out->dense = *(const st_dense_options *)l->config;
   out->dense.name = NULL;
@@ -93,6 +112,8 @@ static const st_layer_vtable dense_vtable = {
     .forward = dense_forward,
     .backward = dense_backward,
     .get_options = dense_options,
+    .backward_reads = dense_backward_reads,
+    .rematerialize = dense_rematerialize,
 };
 
 st_dense_options st_dense_default_options(int units) {

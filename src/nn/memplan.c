@@ -97,7 +97,15 @@ st_status st__net_memplan(const st_net *m, int batch, st_memplan *out) {
   out->activation_floats = n * acts;
   out->cache_floats = n * caches;
   out->grad_slots = st__net_grad_slots(m, 0, m->nnodes);
-  out->grad_floats = n * (size_t)out->grad_slots * st__net_max_activation(m);
+  size_t *gf = calloc((size_t)out->grad_slots + 1, sizeof *gf), gsum = 0;
+  if (!gf) {
+    free(last);
+    return st_error(ST_ERR_NOMEM, "st__net_memplan: out of memory");
+  }
+  st__net_grad_slot_floats(m, gf); /* the replica's slots, each its own size */
+  for (int s = 0; s < out->grad_slots; s++) gsum += gf[s];
+  free(gf);
+  out->grad_floats = n * gsum;
   out->grad_per_tensor_floats = n * acts;
   out->inference_peak_floats = n * inference_peak(m, last);
   free(last);

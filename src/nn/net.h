@@ -122,6 +122,9 @@ typedef struct st_replica {
   float **tslots;             /* [n_tslots]: shared outputs [max_batch * slot floats];
                                  acts[k] points into one when tslot_of[k] >= 0 */
   int *tslot_of;              /* [nnodes] */
+  bool *remat_of;             /* [nnodes]: st__net_rematerialized */
+  float *remat;               /* where they are rebuilt: the largest of tslots
+                                 (NULL: none) */
   float *workspace;           /* max over layers of workspace_floats(max_batch) */
   int n_gslots;               /* st__net_grad_slots */
   float **gslots;             /* gradient slots [max_batch * max activation size] */
@@ -165,8 +168,15 @@ typedef struct st_exec {
   float **acts;               /* [hi - lo]: node k's output is acts[k - lo] */
   float **caches;             /* [hi - lo] */
   float *workspace;
+  const bool *remat_of;       /* [hi - lo]: node output rebuilt into remat
+                                 before a backward reads it (its buffer is
+                                 shared); NULL: every output has its own */
+  float *remat;               /* [n * st__net_remat_floats] at least */
   float **gslots;             /* st__net_grad_slots(m, lo, hi) buffers of
-                                 n * st__net_max_activation floats */
+                                 n * st__net_max_activation floats (a
+                                 replica's: st__net_grad_slot_floats) */
+  size_t *slot_high;          /* counting only (gslots NULL): each slot's
+                                 largest tensor per example, maxed in */
   float *gscratch;            /* [max layer trainable floats]: needed when a
                                  layer is called twice, or accumulate */
   float *params, *state;      /* the variables the layers read */
@@ -210,6 +220,11 @@ void st__exec_backward(const st_net *m, st_exec *e, float *dy, int n, int64_t st
 /* Gradient buffers (e->gslots) the backward pass of nodes [lo, hi) needs at
  * most, dy's slot 0 included (two for a chain). */
 int st__net_grad_slots(const st_net *m, int lo, int hi);
+/* floats[s] (s < st__net_grad_slots over every node) = per example, the
+ * largest gradient slot s holds in a replica's backward (the model's input
+ * gradient asked for or not): the choice of slot depends only on the graph
+ * and that, so a slot of that size always suffices (graph.c). */
+void st__net_grad_slot_floats(const st_net *m, size_t *floats);
 /* The largest trainable floats of one layer of [lo, hi) (gscratch's size). */
 size_t st__net_max_layer_params(const st_net *m, int lo, int hi);
 /* True for Sequential's shape: node i calls layer i on node i-1's output. */
@@ -379,8 +394,8 @@ typedef struct st_memplan {
                                     shared slots for the others (memplan_train.c) */
   size_t cache_floats;           /* the layers' forward caches (BN's x-hat, ...) */
   int grad_slots;                /* st__net_grad_slots over every node */
-  size_t grad_floats;            /* the executor's gradient buffers: grad_slots
-                                    x batch x st__net_max_activation */
+  size_t grad_floats;            /* the replica's gradient buffers: batch x
+                                    the slots' sizes (st__net_grad_slot_floats) */
   size_t grad_per_tensor_floats; /* one gradient buffer per tensor instead */
   size_t inference_peak_floats;  /* forward only, each activation (inputs
                                     included) freed after its last reader in
@@ -397,10 +412,18 @@ typedef struct st_memplan {
 st_status st__net_infer_offsets(const st_net *m, size_t *off, size_t *total);
 /* Training: slot_of[k] (nnodes) = the shared slot holding node k's output,
  * or -1 for a buffer of its own (an output some backward reads, or a model
- * output); *nslots slots of *slot_floats floats per example
- * (memplan_train.c). ST_ERR_NOMEM. */
+ * output); *nslots slots, slot s of sizes[s] (nnodes) floats per example
+ * (memplan_train.c; st__net_transient_slots: *slot_floats = the largest).
+ * ST_ERR_NOMEM. */
+st_status st__net_transient_sizes(const st_net *m, int *slot_of, int *nslots, size_t *sizes);
 st_status st__net_transient_slots(const st_net *m, int *slot_of, int *nslots,
                                   size_t *slot_floats);
+/* Node output t shares a slot and is rebuilt by its producer (layer.h
+ * rematerialize) before a backward that reads it; st__net_remat_floats: the
+ * largest such output per example (0: none; the replica rebuilds them in
+ * its first slot) (memplan_train.c). */
+bool st__net_rematerialized(const st_net *m, int t);
+size_t st__net_remat_floats(const st_net *m);
 /* *floats = per example, the own buffers plus the slots. ST_ERR_NOMEM. */
 st_status st__net_train_activation_floats(const st_net *m, size_t *floats);
 /* The figures for net m at batch size `batch` into *out (zeroed first);

@@ -13,6 +13,7 @@ static void free_buffers(st_replica *r) {
   for (int i = 0; r->acts && i < r->nnodes; i++)
     if (!r->tslot_of || r->tslot_of[i] < 0) be->free(r->ctx, r->acts[i]);
   for (int i = 0; r->tslots && i < r->n_tslots; i++) be->free(r->ctx, r->tslots[i]);
+  r->remat = NULL; /* one of the slots */
   free(r->tslots);
   r->tslots = NULL, r->n_tslots = 0;
   for (int i = 0; r->caches && i < r->nnodes; i++) be->free(r->ctx, r->caches[i]);
@@ -64,16 +65,28 @@ static st_status alloc_staging(const st_net *m, st_replica *r, int n) {
 
 /* The shared slots of the outputs no backward reads (memplan_train.c). */
 static st_status alloc_transient(const st_net *m, st_replica *r, int n) {
-  size_t floats;
-  int ns;
-  if (st__net_transient_slots(m, r->tslot_of, &ns, &floats) != ST_OK) return ST_ERR_NOMEM;
-  r->tslots = calloc((size_t)ns + 1, sizeof *r->tslots);
-  if (!r->tslots) return ST_ERR_NOMEM;
+  int ns, big = 0;
+  size_t *sizes = malloc(((size_t)m->nnodes + 1) * sizeof *sizes);
+  r->tslots = calloc((size_t)m->nnodes + 1, sizeof *r->tslots);
+  if (!sizes || !r->tslots || st__net_transient_sizes(m, r->tslot_of, &ns, sizes) != ST_OK) {
+    free(sizes);
+    return ST_ERR_NOMEM;
+  }
   r->n_tslots = ns;
-  for (int s = 0; s < ns; s++)
-    if (alloc_floats(r->ctx, floats, n, &r->tslots[s])) return ST_ERR_NOMEM;
-  for (int k = 0; k < m->nnodes; k++)
+  st_status s = ST_OK;
+  for (int i = 0; i < ns && s == ST_OK; i++) {
+    s = alloc_floats(r->ctx, sizes[i], n, &r->tslots[i]);
+    if (sizes[i] > sizes[big]) big = i;
+  }
+  free(sizes);
+  if (s != ST_OK) return ST_ERR_NOMEM;
+  for (int k = 0; k < m->nnodes; k++) {
     if (r->tslot_of[k] >= 0) r->acts[k] = r->tslots[r->tslot_of[k]];
+    r->remat_of[k] = st__net_rematerialized(m, k);
+  }
+  /* the rebuilt outputs are among the slots' tensors, so the largest slot
+   * holds each; in backward no slot holds anything read */
+  r->remat = st__net_remat_floats(m) && ns ? r->tslots[big] : NULL;
   return ST_OK;
 }
 
@@ -89,9 +102,15 @@ static st_status alloc_buffers(const st_net *m, st_replica *r, int n) {
     size_t w = l->vt->workspace_floats ? l->vt->workspace_floats(l, n) : 0;
     if (w > ws) ws = w;
   }
-  size_t mx = st__net_max_activation(m);
+  size_t *gf = calloc((size_t)r->n_gslots + 1, sizeof *gf);
+  if (!gf) return ST_ERR_NOMEM;
+  st__net_grad_slot_floats(m, gf); /* each slot sized for what it holds */
   for (int i = 0; i < r->n_gslots; i++)
-    if (alloc_floats(ctx, mx, n, &r->gslots[i])) return ST_ERR_NOMEM;
+    if (alloc_floats(ctx, gf[i], n, &r->gslots[i])) {
+      free(gf);
+      return ST_ERR_NOMEM;
+    }
+  free(gf);
   for (int j = 0; m->n_inputs > 1 && j < m->n_inputs; j++)
     if (alloc_floats(ctx, st_shape_size(m->inputs[j]), n, &r->inbuf[j])) return ST_ERR_NOMEM;
   if (st__net_shares_layers(m) &&
@@ -140,7 +159,8 @@ st_status st__replica_create(const st_net *m, const st_backend *be, int index,
   r->caches = calloc((size_t)m->nnodes + 1, sizeof *r->caches);
   r->gslots = calloc((size_t)r->n_gslots + 1, sizeof *r->gslots);
   r->tslot_of = malloc(((size_t)m->nnodes + 1) * sizeof *r->tslot_of);
-  if (!r->acts || !r->caches || !r->gslots || !r->tslot_of) goto fail;
+  r->remat_of = calloc((size_t)m->nnodes + 1, sizeof *r->remat_of);
+  if (!r->acts || !r->caches || !r->gslots || !r->tslot_of || !r->remat_of) goto fail;
   for (int k = 0; k < m->nnodes; k++) r->tslot_of[k] = -1;
   r->owns_vars = params == NULL;
   if (r->owns_vars) {
@@ -174,6 +194,7 @@ void st__replica_destroy(st_replica *r) {
   free(r->caches);
   free(r->gslots);
   free(r->tslot_of);
+  free(r->remat_of);
   st_backend_ctx_destroy(r->ctx);
   free(r);
 }
@@ -205,6 +226,7 @@ static st_exec replica_exec(const st_net *m, st_replica *r, const float *x, int 
   e.ctx = r->ctx;
   e.lo = 0, e.hi = m->nnodes;
   e.acts = r->acts, e.caches = r->caches, e.workspace = r->workspace;
+  e.remat_of = r->remat_of, e.remat = r->remat;
   e.gslots = r->gslots, e.gscratch = r->gscratch;
   e.params = r->params, e.state = r->state, e.grads = r->grads;
   e.stream_key = (uint64_t)r->index;
