@@ -16,41 +16,22 @@ TOL = 1e-4   # the loss, every gradient, each step's loss (the issue's acceptanc
 WTOL = 1e-3  # weights after K steps: Adam's m / sqrt(v) turns float32 rounding of tiny
              # gradients into whole lr-sized steps, so the float32 run drifts from the float64 twin
 
+from gpt_torch_model import load_llmc, logits  # noqa: E402 (after the skip)
+
+
 def load(name):
-    raw = np.fromfile(os.path.join(d, name), np.int32, 256)
-    magic, ver, maxT, V, L, NH, C, Vp = (int(x) for x in raw[:8])
-    assert magic == 20240326 and ver == 3, (name, magic, ver)
-    flat = np.fromfile(os.path.join(d, name), np.float32, offset=1024).astype(np.float64)
-    shapes = [(Vp, C), (maxT, C), (L, C), (L, C), (L, 3 * C, C), (L, 3 * C), (L, C, C), (L, C), (L, C), (L, C),
-              (L, 4 * C, C), (L, 4 * C), (L, C, 4 * C), (L, C), (C,), (C,)]
-    out, o = [], 0
-    for s in shapes:
-        n = int(np.prod(s)); out.append(torch.from_numpy(flat[o:o + n].reshape(s).copy())); o += n
-    assert o == flat.size, (name, o, flat.size)
-    return (maxT, V, L, NH, C, Vp), out
+    return load_llmc(os.path.join(d, name))
 
 (maxT, V, L, NH, C, Vp), init = load("init.bin")
 P = [torch.nn.Parameter(t.clone()) for t in init]
-wte, wpe, ln1w, ln1b, qkvw, qkvb, apw, apb, ln2w, ln2b, fcw, fcb, fpw, fpb, lnfw, lnfb = P
 toks = torch.from_numpy(np.fromfile(os.path.join(d, "tokens.i32"), np.int32).astype(np.int64))
 T = maxT
 B = (toks.numel() - 1) // T
 x, y = toks[:B * T].view(B, T), toks[1:B * T + 1].view(B, T)
-mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+cfg = (maxT, V, L, NH, C, Vp)
 
 def logits_of(idx):  # gpt2_torch.py's forward, to the logits
-    x = wte[idx] + wpe[:T]
-    for l in range(L):
-        h = F.layer_norm(x, (C,), ln1w[l], ln1b[l], 1e-5)
-        q, k, v = F.linear(h, qkvw[l], qkvb[l]).split(C, dim=2)
-        q, k, v = (t.view(B, T, NH, C // NH).transpose(1, 2) for t in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) / np.sqrt(C // NH)
-        att = att.masked_fill(~mask, float("-inf")).softmax(-1)
-        yy = (att @ v).transpose(1, 2).reshape(B, T, C)
-        x = x + F.linear(yy, apw[l], apb[l])
-        h = F.layer_norm(x, (C,), ln2w[l], ln2b[l], 1e-5)
-        x = x + F.linear(F.gelu(F.linear(h, fcw[l], fcb[l]), approximate="tanh"), fpw[l], fpb[l])
-    return F.linear(F.layer_norm(x, (C,), lnfw, lnfb, 1e-5), wte[:V])
+    return logits(P, cfg, idx)
 
 def forward(idx, tgt):
     return F.cross_entropy(logits_of(idx).reshape(-1, V), tgt.reshape(-1))

@@ -13,32 +13,14 @@ try:
 except ImportError as e:
     print(f"skip: {e} (apt-get install python3-torch)"); sys.exit(77)
 ckpt, shard, csv, B, lr, wd = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6])
-raw = np.fromfile(ckpt, np.int32, 256)
-magic, ver, maxT, V, L, NH, C, Vp = (int(x) for x in raw[:8])
-flat = np.fromfile(ckpt, np.float32, offset=1024).astype(np.float64)
-shapes = [(Vp, C), (maxT, C), (L, C), (L, C), (L, 3 * C, C), (L, 3 * C), (L, C, C), (L, C), (L, C), (L, C),
-          (L, 4 * C, C), (L, 4 * C), (L, C, 4 * C), (L, C), (C,), (C,)]
-P, o = [], 0
-for s in shapes:
-    n = int(np.prod(s)); P.append(torch.nn.Parameter(torch.from_numpy(flat[o:o + n].reshape(s).copy()))); o += n
-wte, wpe, ln1w, ln1b, qkvw, qkvb, apw, apb, ln2w, ln2b, fcw, fcb, fpw, fpb, lnfw, lnfb = P
+from gpt_torch_model import load_llmc, logits  # noqa: E402 (after the skip)
+cfg, init = load_llmc(ckpt)
+maxT, V, L, NH, C, Vp = cfg
+P = [torch.nn.Parameter(t) for t in init]
 T = maxT
-mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
 
-def forward(idx, tgt):  # gpt2_torch.py's forward
-    x = wte[idx] + wpe[:T]
-    for l in range(L):
-        h = F.layer_norm(x, (C,), ln1w[l], ln1b[l], 1e-5)
-        q, k, v = F.linear(h, qkvw[l], qkvb[l]).split(C, dim=2)
-        q, k, v = (t.view(B, T, NH, C // NH).transpose(1, 2) for t in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) / np.sqrt(C // NH)
-        att = att.masked_fill(~mask, float("-inf")).softmax(-1)
-        yy = (att @ v).transpose(1, 2).reshape(B, T, C)
-        x = x + F.linear(yy, apw[l], apb[l])
-        h = F.layer_norm(x, (C,), ln2w[l], ln2b[l], 1e-5)
-        x = x + F.linear(F.gelu(F.linear(h, fcw[l], fcb[l]), approximate="tanh"), fpw[l], fpb[l])
-    logits = F.linear(F.layer_norm(x, (C,), lnfw, lnfb, 1e-5), wte[:V])
-    return F.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1))
+def forward(idx, tgt):  # gpt2_torch.py's forward and loss
+    return F.cross_entropy(logits(P, cfg, idx).reshape(-1, V), tgt.reshape(-1))
 
 hdr = np.fromfile(shard, np.int32, 256)
 assert hdr[0] == 20240520 and hdr[1] == 1, (shard, hdr[:3])
