@@ -1,7 +1,7 @@
 /* The Gloo transport: the processes of a job launched the TensorFlow way (one
  * process per worker, each with its TF_CONFIG; no mpirun) joined by Gloo's
- * TCP pairs (gloo_shim.cc) after a rendezvous through worker 0's key-value
- * store (kvstore.c). Every collective is built from puts between every pair
+ * TCP pairs (gloo_shim.cc: two meshes, one per direction of the puts) after
+ * a rendezvous through worker 0's key-value store (kvstore.c). Every collective is built from puts between every pair
  * into buffers the receiver registered once (a staging area per peer) or
  * before it could be sent (the all-reduce's all-gather, straight into the
  * result): no ready-to-receive handshake per message, which on one core per

@@ -37,9 +37,11 @@ typedef struct st__gloo_buf st__gloo_buf;
  * to every other through store, within timeout_s; every key this connect
  * sets or gets starts with prefix (one prefix a connect, the same on every
  * process: several meshes rendezvous through one store). With stage_bytes >
- * 0 (the same on every process) each process then registers a staging area
- * of stage_bytes per peer and meets the others once, so that no put below
- * ever finds its target unregistered. */
+ * 0 (the same on every process) it connects a second mesh (prefix + "up/"):
+ * puts from a higher rank to a lower one go on it, so that each socket
+ * carries puts one way only (gloo_shim.cc says why); then each process
+ * registers a staging area of stage_bytes per peer and meets the others
+ * once, so that no put below ever finds its target unregistered. */
 int st__gloo_connect(int rank, int size, const char *host, const st__gloo_store *store,
                      const char *prefix, double timeout_s, size_t stage_bytes, st__gloo **out,
                      char *err, size_t errlen);
