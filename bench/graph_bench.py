@@ -13,6 +13,14 @@ of the child, from wait4), then Strata's best configuration over PyTorch's
 best (ratios of medians) and Strata's activation memory report
 (src/nn/memplan.c).
 
+Roofline: each model's training FLOPs per sample (the matrix products only:
+forward, weight gradients and input gradients, counted from the layer
+shapes by model_flops below; element-wise work is not counted) turn
+samples/s into GFLOP/s, set against the machine's sgemm peak measured in the
+same run (bench/sgemm_bench.c, 512^3 on every core, once per repetition,
+the best of them: noise only lowers it): "of peak" in the table, and what
+1.5x PyTorch's best would need.
+
 Usage: /usr/bin/python3 bench/graph_bench.py [--reps 3] [--models resnet20,transformer]
          [--opt sgd|adam] [--json raw.jsonl] [--quick] [--before OLD/build/graph_bench]
 --before adds the Strata configurations of an older build to the same
@@ -38,6 +46,53 @@ STRATA = {"strata 1 device, 2 threads": ["--threads", "2"],
 TORCH = {"torch 1 thread": (["--threads", "1"], {}),
          "torch 2 threads": (["--threads", "2"], {}),
          "torch 2 threads, OMP passive": (["--threads", "2"], {"OMP_WAIT_POLICY": "passive"})}
+
+
+def conv_macs(hw, cin, cout, k, stride=1):
+    """Multiply-adds of a 'same'-padded k x k convolution on an hw x hw input."""
+    out = -(-hw // stride)
+    return out * out * cout * cin * k * k
+
+
+def model_flops(model):
+    """Training FLOPs of one sample: 2 x (forward + weight-gradient + input-
+    gradient multiply-adds); the model input gets no gradient."""
+    if model == "resnet20":  # bench/graph_bench.c: st_builtin_model_create("resnet20"), 28x28x1
+        fwd, first = conv_macs(28, 1, 16, 3), conv_macs(28, 1, 16, 3)
+        hw, cin = 28, 16
+        for stage, cout in enumerate((16, 32, 64)):
+            for block in range(3):
+                stride = 2 if stage and not block else 1
+                fwd += conv_macs(hw, cin, cout, 3, stride)
+                if stride == 2:
+                    fwd += conv_macs(hw, cin, cout, 1, 2)  # the projection shortcut
+                    hw = -(-hw // 2)
+                fwd += conv_macs(hw, cout, cout, 3)
+                cin = cout
+        fwd += 64 * 10
+        return 2 * (3 * fwd - first)
+    # the transformer of bench/graph_bench.c: 4 blocks, seq 128, d_model 256, 4 heads, ff 1024
+    t, d, ff, layers = 128, 256, 1024, 4
+    block = 4 * t * d * d + 2 * t * t * d + 2 * t * d * ff  # Q,K,V,O; scores and P.V; the FFN
+    fwd = layers * block + d * 10
+    return 2 * (3 * fwd - 3 * t * d * d)  # no input gradient of the first Q, K, V
+
+
+def sgemm_peak(bench):
+    """GFLOP/s of bench/sgemm_bench.c's 512^3 sgemm on every core (built
+    against the libstrata.a beside the graph_bench binary), or None."""
+    lib = os.path.join(os.path.dirname(bench), "libstrata.a")
+    exe = os.path.join(os.path.dirname(bench), "sgemm_bench_peak")
+    if not os.access(exe, os.X_OK) and subprocess.run(
+            ["gcc", "-O2", "-std=c11", "-I" + os.path.join(REPO, "include"), "-I" + os.path.join(REPO, "src"),
+             os.path.join(REPO, "bench", "sgemm_bench.c"), lib, "-ldl", "-lm", "-lpthread", "-lz", "-ljansson",
+             "-o", exe], capture_output=True).returncode:
+        return None
+    out = subprocess.run([exe, "fix", str(os.cpu_count())], capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        if "512^3" in line:
+            return float(line.split()[-2])
+    return None
 
 
 def run_rss(cmd, env_extra, timeout):
@@ -83,6 +138,7 @@ def main():
     ap.add_argument("--json", metavar="FILE", help="append one JSON line per run")
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--before", metavar="GRAPH_BENCH", help="an older build's graph_bench, run too")
+    ap.add_argument("--no-peak", action="store_true", help="skip the sgemm peak measurement")
     a = ap.parse_args()
     reps = 1 if a.quick else a.reps
     if not os.access(a.bench, os.X_OK):
@@ -96,7 +152,12 @@ def main():
     ok = True
     with open("/proc/loadavg") as f:
         load0 = f.read().split()[:3]
+    peaks = []
     for r in range(reps):
+        pk = None if a.no_peak else sgemm_peak(a.bench)
+        if pk:
+            peaks.append(pk)
+            print("rep %d sgemm 512^3 on %d threads: %.1f GFLOP/s" % (r + 1, os.cpu_count(), pk), flush=True)
         for m in models:
             common = SIZES[m] + ["--opt", a.opt]
             jobs = [(k, [a.bench, "--model", m] + common + v, {}) for k, v in STRATA.items()]
@@ -120,8 +181,11 @@ def main():
     with open("/proc/loadavg") as f:
         load1 = f.read().split()[:3]
     print("\nload average before %s, after %s (%d CPUs)" % (" ".join(load0), " ".join(load1), os.cpu_count()))
-    print("\n| model | configuration | samples/s | peak RSS MiB | runs |")
-    print("|---|---|---|---|---|")
+    peak = max(peaks) if peaks else None
+    if peak:
+        print("sgemm peak (512^3, %d threads, best of %d): %.1f GFLOP/s" % (os.cpu_count(), len(peaks), peak))
+    print("\n| model | configuration | samples/s | GFLOP/s | of peak | peak RSS MiB | runs |")
+    print("|---|---|---|---|---|---|---|")
     best = {}
     for m in models:
         before = ["before: " + k for k in STRATA] if a.before else []
@@ -129,7 +193,10 @@ def main():
             rs = runs.get((m, key), [])
             sps = [x["samples_per_sec"] for x in rs]
             rss = [x["peak_rss_mib"] for x in rs]
-            print("| %s | %s | %s | %s | %d/%d |" % (m, key, med(sps), med(rss), len(rs), reps))
+            gf = statistics.median(sps) * model_flops(m) / 1e9 if sps else None
+            print("| %s | %s | %s | %s | %s | %s | %d/%d |" % (
+                m, key, med(sps), "%.1f" % gf if gf else "-",
+                "%.0f%%" % (100 * gf / peak) if gf and peak else "-", med(rss), len(rs), reps))
             if sps and not key.startswith("before"):
                 side = "strata" if key.startswith("strata") else "torch"
                 cur = best.get((m, side))
@@ -144,6 +211,10 @@ def main():
                   "peak RSS %.2fx (target <= 0.33x: %s)" % (
                       m, s[0], t[0], s[1] / t[1], "holds" if s[1] / t[1] >= 1.5 else "does not hold",
                       s[2] / t[2], "holds" if s[2] / t[2] <= 1 / 3 else "does not hold"))
+            need = 1.5 * t[1] * model_flops(m) / 1e9
+            print("%s: %.3f GFLOP a training sample; 1.5x PyTorch's best = %.1f samples/s = %.1f GFLOP/s%s" % (
+                m, model_flops(m) / 1e9, 1.5 * t[1], need,
+                " = %.0f%% of the sgemm peak" % (100 * need / peak) if peak else ""))
         rs = runs.get((m, "strata 1 device, 2 threads"), []) or runs.get((m, "strata mirrored, 2 replicas"), [])
         if rs:
             x = rs[0]
