@@ -119,6 +119,8 @@ static void load_once(void) {
     return;
   }
   g_status = ST_OK;
+  /* the cap from the first use on, not only where st_blas_init is called */
+  if (STRATA_BLAS_MAX_THREADS > 0 && g_set_threads) g_set_threads(STRATA_BLAS_MAX_THREADS);
   check_core(wanted, env);
   st_log(ST_LOG_DEBUG, "OpenBLAS loaded: core %s, config %s",
          g_corename ? g_corename() : "?", g_config ? g_config() : "?");
