@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "data/dataset_impl.h"
 #include "report.h"
 
 typedef struct gpt_cfg {
@@ -261,50 +260,6 @@ static st_optimizer_options gpt_optimizer(const gpt_cfg *c) {
   return o;
 }
 
-/* The training data as one stream across the stretches. fit runs
- * --eval-every steps an epoch and starts each epoch's pass over its dataset
- * anew (st_fit_options.steps_per_epoch: the first steps of that epoch's
- * pass), so an endless dataset would give every stretch the same first
- * batches (unshuffled: step k + E read step k's tokens). This node's pass at
- * epoch e is its input's pass at epoch 0 less its first e E batches: step k
- * reads batch k of the stream (llm.c's order without --no-shuffle's
- * shuffle; a resumed fit then skips the steps of its stretch it trained). */
-typedef struct stretch_node {
-  st_dataset base;
-  int64_t per_epoch; /* --eval-every */
-} stretch_node;
-
-static st_status stretch_iterate(st_dataset *ds, uint64_t epoch, st_iterator **out) {
-  int64_t done = 0, skip = (int64_t)epoch * ((const stretch_node *)ds)->per_epoch;
-  st_status s = st__ds_iterate(ds->input, 0, out);
-  if (s == ST_OK && skip > 0 && (s = st__iter_skip(*out, skip, &done)) != ST_OK) {
-    st_iterator_destroy(*out);
-    *out = NULL;
-  }
-  return s;
-}
-
-static st_status stretches(st_dataset *in, int64_t per_epoch, st_dataset **out);
-static st_status stretch_rebuild(const st_dataset *ds, st_dataset *in, st_dataset **out) {
-  return stretches(in, ((const stretch_node *)ds)->per_epoch, out);
-}
-static const st__ds_ops stretch_ops = {"stretches", stretch_iterate, NULL, stretch_rebuild, NULL,
-                                       NULL};
-
-/* The node over in (owned from now on, destroyed on failure). */
-static st_status stretches(st_dataset *in, int64_t per_epoch, st_dataset **out) {
-  stretch_node *n = calloc(1, sizeof *n);
-  *out = NULL;
-  if (!n) {
-    st_dataset_destroy(in);
-    return st_error(ST_ERR_NOMEM, "train: out of memory");
-  }
-  st__ds_init(&n->base, &stretch_ops, in);
-  n->per_epoch = per_epoch;
-  *out = &n->base;
-  return ST_OK;
-}
-
 /* Token shards are read from the files (--data, or the demo corpus). */
 static bool reads_shards(const gpt_cfg *c) {
   return c->data || (!c->text && access(CLI_GPT_DEMO_CORPUS, R_OK) == 0);
@@ -427,7 +382,6 @@ static int corpus_sets(const gpt_cfg *c, const st_gpt_config *g, const float *to
   }
   st_status s = windows(tok, g->seq_len, 0, windows_n - nval, (int)c->batch, (uint64_t)c->seed,
                         true, train);
-  if (s == ST_OK) s = stretches(*train, c->eval_every, train);
   if (s == ST_OK && nval) s = windows(tok, g->seq_len, windows_n - nval, nval, (int)c->batch, 0, false, val);
   *windows_train = windows_n - nval;
   return s == ST_OK ? EXIT_OK : cli_fail("train", s);
@@ -445,7 +399,8 @@ static int gpt_fit(const gpt_cfg *c, const st_gpt_config *g, st_model *m, st_dat
                        {.user = &sl, .on_epoch_begin = log_stretch_begin, .on_batch_end = log_step}};
   st_fit_options fo = st_fit_default_options();
   fo.epochs = (int)((c->steps + c->eval_every - 1) / c->eval_every);
-  fo.steps_per_epoch = c->eval_every;
+  fo.steps_per_epoch = c->eval_every; /* the endless set: one stream across the stretches
+                                         (step k reads batch k; a resume drops those trained) */
   fo.validation = val;
   fo.validation_steps = 8;
   fo.callbacks = cb;
@@ -497,7 +452,6 @@ static int gpt_data(const gpt_cfg *c, const st_gpt_config *g, const st_strategy 
     if (rc != EXIT_OK) return rc;
     *windows_train = d->n_train * (int64_t)c->batch;
     st_status s = st_dataset_repeat(d->train, -1, &d->train);
-    if (s == ST_OK) s = stretches(d->train, c->eval_every, &d->train);
     *train = d->train, *val = d->val;
     return s == ST_OK ? EXIT_OK : cli_fail("train", s);
   }

@@ -242,14 +242,23 @@ typedef struct st_fit_options {
    * nor the pipeline strategy; a non-finite weight is ST_ERR_INVALID naming
    * the example). Validation data has no weight column. */
   bool sample_weight_column;
-  /* Keras's steps_per_epoch and validation_steps (0 = a whole pass): each
-   * epoch trains on the first steps_per_epoch batches of that epoch's pass
-   * over `train` (st_dataset_iterate_epoch; fewer when the pass ends first),
-   * and validation evaluates the first validation_steps batches. A dataset of
-   * infinite cardinality (st_dataset_repeat with -1) needs them: fit refuses
-   * it otherwise ("st_model_fit: the training dataset is infinite ...: set
-   * o->steps_per_epoch"), before any step. Unknown cardinality (-2: TFRecord
-   * files, ...) runs until the pass ends. Negative values are refused. */
+  /* Keras's steps_per_epoch and validation_steps (0 = a whole pass). On a
+   * dataset of infinite cardinality (st_dataset_repeat with -1) fit keeps one
+   * iterator across the epochs, as Keras does: epoch e trains on batches
+   * [e spe, (e + 1) spe) of one pass (that of epoch 0: a shuffle under the
+   * repeat reshuffles each repetition), so every batch of the stream is
+   * trained once; a resumed run (backup_dir) starts that pass again and
+   * drops the batches its backup says were trained. Any other dataset is
+   * iterated anew each epoch (st_dataset_iterate_epoch: that epoch's
+   * shuffle) and an epoch trains on the first steps_per_epoch batches of its
+   * pass (fewer when the pass ends first; Keras would go on through a
+   * finite dataset whose size differs from steps_per_epoch and stop training
+   * when it ends). Validation evaluates the first validation_steps batches
+   * of a new pass each time (as Keras). An infinite dataset needs them: fit
+   * refuses it otherwise ("st_model_fit: the training dataset is infinite
+   * ...: set o->steps_per_epoch"), before any step. Unknown cardinality (-2:
+   * TFRecord files, ...) runs until the pass ends. Negative values are
+   * refused. */
   int64_t steps_per_epoch;
   int64_t validation_steps;
 } st_fit_options;
@@ -268,6 +277,11 @@ st_fit_options st_fit_default_options(void);
  * (height, width, channels); a flat input [k] takes flat data [k] only
  * (reshape the tensor given to st_dataset_from_tensor_slices). The same rule
  * holds for evaluate and predict.
+ * An infinite dataset (st_dataset_repeat with -1) with o->steps_per_epoch n
+ * is one stream across the epochs, as Keras keeps its iterator: epoch e
+ * trains on its batches [e n, (e + 1) n), a resumed run drops those its
+ * backup trained; other datasets start a new pass each epoch
+ * (st_fit_options.steps_per_epoch).
  * Checked before the first step (ST_ERR_INVALID): the sparse labels of
  * in-memory data (from_tensor_slices, through take/skip/shard, shuffle,
  * batch, prefetch and repeat; not map: those are checked per batch), naming

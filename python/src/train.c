@@ -148,8 +148,10 @@ static PyObject *py_model_fit(PyObject *self, PyObject *args) {
   long long backup_every = 0;
   PyObject *vepochs = Py_None, *cweights = Py_None;
   int sw_column = 0;
-  if (!PyArg_ParseTuple(args, "OOiOOii|zLOOp", &mcap, &tcap, &epochs, &vcap, &obj, &batch_every,
-                        &offset, &backup, &backup_every, &vepochs, &cweights, &sw_column))
+  long long steps_per_epoch = 0; /* an endless train: one stream across the epochs (as Keras) */
+  if (!PyArg_ParseTuple(args, "OOiOOii|zLOOpL", &mcap, &tcap, &epochs, &vcap, &obj, &batch_every,
+                        &offset, &backup, &backup_every, &vepochs, &cweights, &sw_column,
+                        &steps_per_epoch))
     return NULL;
   st_model *m = st__py_model_of(mcap);
   st_dataset *train = m ? st__py_dataset_of(tcap) : NULL;
@@ -159,6 +161,7 @@ static PyObject *py_model_fit(PyObject *self, PyObject *args) {
   fit_lists fl = {0};
   if (fit_lists_parse(vepochs, cweights, &fl, &o)) return NULL;
   o.sample_weight_column = sw_column != 0;
+  o.steps_per_epoch = steps_per_epoch;
   if (vcap != Py_None && !(o.validation = st__py_dataset_of(vcap))) return NULL;
   py_fit_cb c = {obj, batch_every, offset, NULL, NULL, NULL};
   st_callback cb = {&c, cb_epoch_begin, cb_batch_end, cb_epoch_end, NULL};

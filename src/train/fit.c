@@ -15,6 +15,7 @@
 #include "model/model.h"
 #include "data/holdout.h"
 #include "data/autoshard.h"
+#include "data/dataset_impl.h"
 #include "data/labels.h"
 #include "io/checkpoint.h"
 #include "train/callbacks_impl.h"
@@ -171,6 +172,7 @@ typedef struct fit_state {
   int64_t steps_per_epoch, global_step;
   double t_last;
   st_dataset *train;     /* the epochs' data */
+  struct lookahead *stream; /* an endless dataset's one pass across the epochs */
 } fit_state;
 
 static double ratio(int64_t a, int64_t b) { return b ? (double)a / (double)b : 0.0; }
@@ -292,18 +294,44 @@ static st_status split_sample_weights(st_model *m, fit_state *fs, st_batch *b, i
   return ST_OK;
 }
 
-/* One pass over the epoch's batches, skipping those a restored checkpoint
- * had already trained on; stops early when asked to (st_request_stop). */
+/* The epoch's batches. An endless dataset (cardinality -1) with
+ * steps_per_epoch is one stream across the epochs, as Keras keeps its
+ * iterator: epoch e trains on batches [e spe, (e + 1) spe) of the pass of
+ * epoch 0. The first epoch this fit runs starts that pass and drops the
+ * batches its position says were trained (a resumed run: e spe + step,
+ * the same on every worker); later epochs go on where the last stopped.
+ * Any other dataset is iterated anew each epoch (that epoch's shuffle),
+ * *skip: the steps a restored position trained. *la: fs->stream or local. */
+static st_status pass_source(st_dataset *ds, fit_state *fs, lookahead *local, lookahead **la,
+                             int64_t *skip) {
+  int64_t spe = fs->o->steps_per_epoch, done = 0;
+  *skip = fs->l.pos.step_in_epoch;
+  if (spe <= 0 || st_dataset_cardinality(ds) != -1) {
+    *la = local;
+    return st_dataset_iterate_epoch(ds, (uint64_t)fs->l.epoch, &local->it);
+  }
+  *la = fs->stream;
+  if (fs->stream) return *skip = 0, ST_OK; /* goes on where the last epoch stopped */
+  if (!(*la = fs->stream = calloc(1, sizeof **la)))
+    return st_error(ST_ERR_NOMEM, "fit: out of memory");
+  st_status s = st_dataset_iterate_epoch(ds, 0, &fs->stream->it);
+  if (s == ST_OK) s = st__iter_skip(fs->stream->it, fs->l.pos.epoch * spe + *skip, &done);
+  *skip = 0; /* a shorter stream ends the epoch at its first read */
+  return s;
+}
+
+/* The epoch's steps, skipping those a restored checkpoint had already
+ * trained on; stops early when asked to (st_request_stop). */
 static st_status train_pass(st_model *m, st_dataset *ds, fit_state *fs, st_step_stats *tot) {
-  st_iterator *it = NULL;
-  st_status s = st_dataset_iterate_epoch(ds, (uint64_t)fs->l.epoch, &it);
-  lookahead la = {.it = it};
+  lookahead local = {0}, *la = NULL;
+  int64_t skip = 0;
+  st_status s = pass_source(ds, fs, &local, &la, &skip);
   int64_t limit = fs->o->steps_per_epoch; /* 0: the whole pass */
-  for (int64_t skip = fs->l.pos.step_in_epoch; s == ST_OK;) {
+  while (s == ST_OK) {
     st_batch b;
     bool end = false, go = false;
     if (limit > 0 && fs->l.pos.step_in_epoch >= limit) end = true; /* the epoch's steps */
-    else if ((s = next_batch(&la, &b, &end)) != ST_OK) break;
+    else if ((s = next_batch(la, &b, &end)) != ST_OK) break;
     if (skip > 0 && !end) { /* every worker skips the same (checked at start) */
       skip--;
       continue;
@@ -324,9 +352,9 @@ static st_status train_pass(st_model *m, st_dataset *ds, fit_state *fs, st_step_
         (s = check_labels(m, &b, tot->examples)) != ST_OK ||
         (s = st__net_check_classes(&m->net, b.y, b.size, tot->examples)) != ST_OK)
       break;
-    s = fit_step(m, &b, &(st__side_task){take_next, &la}, tot, fs);
+    s = fit_step(m, &b, &(st__side_task){take_next, la}, tot, fs);
   }
-  st_iterator_destroy(it);
+  st_iterator_destroy(local.it);
   return s;
 }
 
@@ -562,6 +590,8 @@ static st_status fit_checked(st_model *m, st_dataset *train, st_fit_options *o,
   m->net.sample_weights = m->net.sample_labels = NULL;
   free(fs.sw_labels);
   free(fs.sw_weights);
+  if (fs.stream) st_iterator_destroy(fs.stream->it);
+  free(fs.stream);
   st_status hs = st__fit_copy_history(&fs.l, out);
   keep_position(m, &fs.l.pos);
   if (s == ST_OK && o->backup_dir && st__strategy_is_chief(m->strategy))

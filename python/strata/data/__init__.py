@@ -576,10 +576,14 @@ def yields_weights(ds):
     return isinstance(ds._source, tuple) and len(ds._source) == 3
 
 
-def engine_pipeline(ds, scale, sparse, where, steps=None, need_labels=True, epoch=0, weights=False):
+def engine_pipeline(ds, scale, sparse, where, steps=None, need_labels=True, epoch=0, weights=False,
+                    endless=False):
     """(dataset handle, batch size) of the C pipeline that yields what ds
     yields, for fit / evaluate / predict (weights: fit's (x, y, w) source,
-    w appended to each example's labels)."""
+    w appended to each example's labels). steps: the first `steps` batches,
+    except with endless (fit's steps_per_epoch) where an infinite pipeline
+    stays whole: the engine's fit reads it as one stream across the epochs
+    (Keras's one iterator); a pipeline run in Python is cut to `steps`."""
     if weights:
         if any(op[0] not in _ENGINE_OPS for op in ds._ops):
             raise NotImplementedError("%s: a dataset of (x, y, sample_weight) through %s is not "
@@ -590,7 +594,7 @@ def engine_pipeline(ds, scale, sparse, where, steps=None, need_labels=True, epoc
         x = features(x, where + ": x")
         y = labels(y, sparse, where + ": y")
         h = _strata.dataset_from_arrays(x, with_weights(y, w, len(x), where), scale)
-        return _engine_ops(ds, h, where, steps)
+        return _engine_ops(ds, h, where, steps, endless)
     traced = None
     if any(op[0] == "map" for op in ds._ops) or isinstance(ds._source, _TFRecord):
         traced = _traced_source(ds, scale, sparse, where, need_labels)
@@ -606,7 +610,7 @@ def engine_pipeline(ds, scale, sparse, where, steps=None, need_labels=True, epoc
         x = features(x, where + ": x")
         y = labels(y, sparse, where + ": y") if y is not None and need_labels else None
         h = _strata.dataset_from_arrays(x, y, scale)
-    return _engine_ops(ds, h, where, steps)
+    return _engine_ops(ds, h, where, steps, endless)
 
 
 def with_weights(y, w, n, where):
@@ -627,7 +631,7 @@ def with_weights(y, w, n, where):
     return np.ascontiguousarray(np.concatenate([y.astype(np.float32).reshape(n, -1), w.reshape(n, 1)], axis=1))
 
 
-def _engine_ops(ds, h, where, steps):
+def _engine_ops(ds, h, where, steps, endless=False):
     batch = 0
     for op in ds._ops:
         k = op[0]
@@ -650,9 +654,9 @@ def _engine_ops(ds, h, where, steps):
             _strata.dataset_transform(h, "shard", op[1], op[2])
     if not batch:
         raise ValueError("%s: the dataset is not batched (call .batch(n) before giving it to Keras)" % where)
-    if steps is not None:
-        _strata.dataset_transform(h, "take", int(steps))
-    if _strata.dataset_cardinality(h) == -1:
+    if steps is not None and not (endless and _strata.dataset_cardinality(h) == -1):
+        _strata.dataset_transform(h, "take", int(steps))  # fit keeps an endless one whole
+    if _strata.dataset_cardinality(h) == -1 and not (endless and steps is not None):
         raise ValueError("%s: the dataset is infinite (repeat()); give steps_per_epoch / steps" % where)
     return h, batch
 
@@ -752,13 +756,32 @@ def _feature_spec(s):
     return (o[1], o[2], tuple(s.shape))
 
 
-def _materialized(ds, scale, sparse, where, steps, need_labels, epoch=0):
+class Stream:
+    """fit's steps_per_epoch over an endless dataset run in Python: one
+    iterator across the epochs (Keras's), epoch e its batches
+    [e steps, (e + 1) steps) as an engine dataset (next_epoch). A shuffle
+    under the repeat takes the epoch's order for the repetitions that start
+    in it."""
+
+    def __init__(self, ds, scale, sparse, where, steps, need_labels, epoch):
+        self._args = (ds, scale, sparse, where, int(steps), need_labels)
+        self._epoch = epoch
+        self._it = ds.as_numpy_iterator()  # its generators start on the first read
+
+    def next_epoch(self):
+        ds, scale, sparse, where, steps, need_labels = self._args
+        self._epoch += 1
+        return _materialized(ds, scale, sparse, where, steps, need_labels, self._epoch - 1, self._it)
+
+
+def _materialized(ds, scale, sparse, where, steps, need_labels, epoch=0, stream=None):
     xs, ys, batch = [], [], 0
     if steps is None and int(ds.cardinality()) == -1:
         raise ValueError("%s: the dataset is infinite (repeat()); give steps_per_epoch / steps" % where)
     saved, ds._epoch = ds._epoch, epoch  # the shuffle order of that epoch (read as it runs)
     try:
-        elems = list(itertools.islice(ds.as_numpy_iterator(), None if steps is None else int(steps)))
+        src = ds.as_numpy_iterator() if stream is None else stream
+        elems = list(itertools.islice(src, None if steps is None else int(steps)))
     finally:
         ds._epoch = saved
     for elem in elems:

@@ -240,7 +240,7 @@ class Model:
 
     # ---- data ----
     def _arrays(self, x, y, batch, where, shuffle=False, steps=None, labelled=True, epoch=0,
-                weights=None):
+                weights=None, endless=False):
         """(engine dataset, batch) for arrays or a tf.data.Dataset; weights:
         fit's sample_weight (an array, or True for a dataset of (x, y, w)),
         appended to the labels."""
@@ -259,7 +259,7 @@ class Model:
                 first = next(iter(x.as_numpy_iterator()))
                 self._build(np.shape(first[0] if isinstance(first, tuple) else first)[1:])
             return _data.engine_pipeline(x, self._scale, sparse, where, steps, labelled, epoch,
-                                         weights is True)
+                                         weights is True, endless)
         if isinstance(x, dict):
             raise NotImplementedError("%s: dict inputs are not supported by Strata" % where)
         xa = features(x, where + ": x")
@@ -353,7 +353,11 @@ class Model:
             x, y, validation_data = xa[:split], ya[:split], (xa[split:], ya[split:])
         validate = _validation_epochs(validation_freq)
         train, batch = self._arrays(x, y, batch_size, "fit", bool(shuffle), steps_per_epoch,
-                                    epoch=int(initial_epoch), weights=weighted)
+                                    epoch=int(initial_epoch), weights=weighted, endless=True)
+        # an endless dataset stays whole: the engine reads it as one stream
+        # across the epochs, epoch e its batches [e n, (e + 1) n) (Keras)
+        stream = int(steps_per_epoch) if steps_per_epoch is not None and \
+            _strata.dataset_cardinality(train) == -1 else 0
         self._ensure_compiled("fit")
         _check_class_keys("fit", cweights, self._flat_out())
         val = None
@@ -381,7 +385,7 @@ class Model:
         if verbose:
             cbs.insert(0, _callbacks.ProgbarLogger(verbose=verbose))
         cbs.append(history)
-        steps = int(_strata.dataset_cardinality(train))
+        steps = stream or int(_strata.dataset_cardinality(train))
         params = {"verbose": verbose, "epochs": epochs, "steps": steps if steps >= 0 else None}
         for cb in cbs:
             cb.set_model(self)
@@ -396,12 +400,22 @@ class Model:
         n = max(epochs - initial_epoch, 0)
         if isinstance(x, _distribute.DistributedDataset):
             x = x._dataset
-        if n > 1 and isinstance(x, _data.Dataset) and _data.python_epochs(x):
+        pystream = None
+        if n > 1 and not stream and steps_per_epoch is not None and isinstance(x, _data.Dataset) \
+                and int(x.cardinality()) == -1:
+            # an endless pipeline run in Python: one iterator across the
+            # epochs (Keras's), each epoch its next steps_per_epoch batches
+            pystream = _data.Stream(x, self._scale, getattr(self, "_sparse", False), "fit",
+                                    steps_per_epoch, True, int(initial_epoch))
+            train, _ = pystream.next_epoch()
+        if n > 1 and isinstance(x, _data.Dataset) and (pystream or _data.python_epochs(x)):
             # a Python map over a reshuffled dataset: run it again for every
             # epoch (its new order), one engine epoch at a time
             self._stop, rates = False, []
             for e in range(initial_epoch, epochs):
-                if e > initial_epoch:
+                if e > initial_epoch and pystream:
+                    train, _ = pystream.next_epoch()
+                elif e > initial_epoch:
                     train, _ = self._arrays(x, None, None, "fit", steps=steps_per_epoch, epoch=e,
                                             weights=weighted)
                 _logs, sps = _strata.model_fit(self._cap, train, 1, val if validate(e + 1) else None,
@@ -421,7 +435,7 @@ class Model:
             use_val = val if (every_epoch and n) or listed else None
             _logs, sps = _strata.model_fit(self._cap, train, n, use_val, driver, every,
                                            initial_epoch, *backup, listed, cweights,
-                                           weighted is not None)
+                                           weighted is not None, stream)
         history.samples_per_sec = sps  # the engine's, training only, first 20 steps excluded
         self._fit_calls = getattr(self, "_fit_calls", 0) + 1
         for cb in cbs:
