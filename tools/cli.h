@@ -187,6 +187,19 @@ int cli_set_shuffle_buffer(const char *cmd, cli_data *d, long long n);
  * name kept; mo.name ignored) into *model (cmd_summary.c). */
 st_status cli_create_model(const char *name, st_model_options mo, st_model **model);
 
+/* tools/memcheck.c: before training, the estimate of its memory
+ * (st_model_check_training_memory: what is still to allocate, the estimate
+ * less the weights compile allocated) against what this process can have:
+ * above it, "strata CMD: the model needs about X GiB for training at batch
+ * B<what> (activations ..., weights+gradients+OPT slots ...); this machine
+ * has Y GiB available besides the weights (MemAvailable): <fix> ..." and
+ * EXIT_USAGE; above 80% of it a warning on stderr; EXIT_OK otherwise, and always when the
+ * environment sets STRATA_NO_MEMORY_CHECK=1. what (may be "") follows the
+ * batch ("x seq 2048"), opt names the optimizer ("adamw"), fix the flags
+ * that lower the estimate. */
+int cli_check_memory(const char *cmd, const st_model *m, int64_t batch, const char *what,
+                     const char *opt, const char *fix);
+
 int cmd_train(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_evaluate(int argc, char **argv);

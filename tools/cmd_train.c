@@ -702,6 +702,11 @@ static int run_train(const train_cfg *c) {
   if (rc == EXIT_OK && (chief = st_strategy_is_chief(strategy)) &&
       (s = lock_dirs(c, strategy, &locks)) != ST_OK)
     rc = train_fail(s);
+  if (rc == EXIT_OK)
+    rc = cli_check_memory("train", model, d.n_train > 0 && d.n_train < c->batch ? d.n_train : c->batch,
+                          "", st_optimizer_name(c->opt.kind),
+                          "lower --batch-size, or split the model over processes with "
+                          "--strategy pipeline under mpirun");
   if (rc == EXIT_OK) rc = fit(c, chief, model, strategy, &d, &ta, &h);
   if (rc == EXIT_OK) rc = finish_train(c, chief, model, strategy, &h, &d, t0);
   if (rc == EXIT_OK && chief) clean_stale(c, started);

@@ -290,12 +290,26 @@ static st_status gpt_model(const gpt_cfg *c, const st_gpt_config *g, st_strategy
   co.loss = ST_LOSS_SPARSE_CE_LOGITS;
   co.optimizer = gpt_optimizer(c);
   if (s == ST_OK) s = st_model_compile(*m, &co);
+  return s;
+}
+
+/* The weights: --init-from's file, else the seed's (after the memory check:
+ * the model's buffers are not touched before it). */
+static st_status gpt_weights(const gpt_cfg *c, const st_gpt_config *g, st_model *m) {
   size_t n = c->init_from ? strlen(c->init_from) : 0;
   bool hf = n > 12 && !strcmp(c->init_from + n - 12, ".safetensors");
-  if (s == ST_OK) s = !c->init_from ? st_gpt_init_weights(*m, (uint64_t)c->seed)
-                      : hf ? st_gpt_load_hf(*m, g, c->init_from)
-                           : st_gpt_load_llmc(*m, g, c->init_from);
-  return s;
+  return !c->init_from ? st_gpt_init_weights(m, (uint64_t)c->seed)
+         : hf ? st_gpt_load_hf(m, g, c->init_from)
+              : st_gpt_load_llmc(m, g, c->init_from);
+}
+
+/* Refuse a run that cannot fit (exit 2: tools/memcheck.c). */
+static int gpt_memory(const gpt_cfg *c, const st_gpt_config *g, const st_model *m) {
+  char what[48];
+  snprintf(what, sizeof what, " x seq %d", g->seq_len);
+  return cli_check_memory("train", m, c->batch, what, "AdamW",
+                          "lower --batch-size or --seq-len, or split the model over processes "
+                          "with --strategy pipeline under mpirun");
 }
 
 static st_status print_epoch(void *user, st_model *m, const st_epoch_logs *l) {
@@ -502,7 +516,9 @@ int cmd_train_gpt(int argc, char **argv) {
   rc = gpt_data(&c, &g, st, &d, &train, &val, &windows_train);
   if (rc == EXIT_OK) {
     s = gpt_model(&c, &g, st, &m);
-    rc = s == ST_OK ? gpt_fit(&c, &g, m, train, val, windows_train) : cli_fail("train", s);
+    rc = s == ST_OK ? gpt_memory(&c, &g, m) : cli_fail("train", s);
+    if (rc == EXIT_OK && (s = gpt_weights(&c, &g, m)) != ST_OK) rc = cli_fail("train", s);
+    if (rc == EXIT_OK) rc = gpt_fit(&c, &g, m, train, val, windows_train);
   }
   if (rc == EXIT_OK) rc = gpt_save(&c, &g, st, m);
   st_model_destroy(m);

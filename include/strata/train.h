@@ -292,6 +292,50 @@ st_fit_options st_fit_default_options(void);
 st_status st_model_fit(st_model *m, st_dataset *train, st_fit_options *o,
                        st_history *out);
 
+/* Training memory of a compiled model, estimated (src/train/memory.c says
+ * the formula): what its variables, optimizer slots and gradients and, for
+ * a global batch of `batch` examples, its replicas' (or pipeline stages')
+ * buffers take in this process. In bytes. */
+typedef struct st_memory_estimate {
+  int64_t batch;             /* the global batch asked for */
+  int replicas;              /* replicas in this process (pipeline: its stages) */
+  int64_t replica_batch;     /* examples a replica holds (pipeline: a micro-batch) */
+  int optimizer_slots;       /* per trainable float (Adam: 2) */
+  uint64_t weight_bytes;     /* weights, state, optimizer slots, gradients
+                                (every replica's copies) */
+  uint64_t activation_bytes; /* activations, layer caches, gradient buffers,
+                                workspace and loss rows of every replica */
+  uint64_t input_bytes;      /* the batch being trained (features and labels) */
+  uint64_t total_bytes;      /* the three together */
+  bool device;               /* trained on a GPU: the buffers are device memory */
+} st_memory_estimate;
+/* The estimate for m (compiled) at global batch `batch` (>= 1) into *out;
+ * allocates nothing of the sort. ST_ERR_INVALID for a NULL or uncompiled m,
+ * a NULL out or batch < 1. Caller's thread. */
+st_status st_memory_estimate_training(const st_model *m, int64_t batch, st_memory_estimate *out);
+/* The memory this process can still have, in bytes: MemAvailable
+ * (/proc/meminfo) lowered to what a cgroup v2 memory.max or a set RLIMIT_AS
+ * (ulimit -v) or RLIMIT_DATA leaves; *source (source may be NULL) names the
+ * smallest ("MemAvailable", "the cgroup's memory.max", "ulimit -v
+ * (RLIMIT_AS)", "RLIMIT_DATA"). ST_ERR_IO when none can be read. Any
+ * thread. */
+st_status st_memory_available(uint64_t *bytes, const char **source);
+/* Training m at global batch `batch` fits in the memory this process can
+ * have: ST_OK, or ST_ERR_NOMEM "the model needs about X GiB for training at
+ * batch B (activations A GiB, weights+gradients+optimizer slots W GiB, input
+ * batches I GiB); this process has Y GiB available besides the weights
+ * (MemAvailable)" when what training has still to allocate, the estimate
+ * less its weights (compile allocated them, so they are already out of what
+ * is available), exceeds st_memory_available. ST_OK without comparing when
+ * the model trains on a GPU or the available memory cannot be read. est and
+ * available may be NULL: they receive the estimate and the bytes available
+ * (0: not read). Errors of st_memory_estimate_training otherwise. Allocates
+ * nothing of the sort, so call it before st_model_fit: Linux overcommits
+ * and a batch that does not fit is otherwise ended by the OOM killer once
+ * its pages are touched. Caller's thread. */
+st_status st_model_check_training_memory(const st_model *m, int64_t batch,
+                                         st_memory_estimate *est, uint64_t *available);
+
 typedef struct st_eval_result {
   double loss, accuracy;
   int64_t examples;

@@ -431,3 +431,21 @@ const st_strategy_vtable st__pipeline_vtable = {
     .train_step = pp_train_step,
     .eval_step = pp_eval_step,
 };
+
+void st__pipeline_plan_bytes(const st_strategy *s, const st_net *m, int64_t batch,
+                             uint64_t *fixed, uint64_t *acts, int *stages, int *cap) {
+  *fixed = *acts = 0;
+  if (s->cluster) {
+    *stages = 1;
+    st__pipeline_procs_plan_bytes(s, m, batch, fixed, acts, cap);
+    return;
+  }
+  const pp_state *p = s->impl;
+  *stages = p->S;
+  *cap = (int)((batch + p->M - 1) / p->M); /* the largest slice st__split gives */
+  for (int i = 0; i < p->S; i++) {
+    size_t f, a;
+    st__pipe_stage_plan_bytes(m, p->stages[i], *cap, &f, &a);
+    *fixed += f, *acts += a;
+  }
+}

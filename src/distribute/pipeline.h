@@ -96,6 +96,21 @@ st_status st__pipe_stage_create(const st_net *m, int index, int lo, int hi, int 
 void st__pipe_stage_destroy(const st_net *m, st_pipe_stage *st); /* accepts NULL */
 /* Grow the slot buffers to hold cap examples each (no-op when they do). */
 st_status st__pipe_stage_reserve(const st_net *m, st_pipe_stage *st, int cap);
+/* What the stage holds once reserved for micro-batches of cap examples, in
+ * bytes, counted without allocating (what buffer_bytes then says): *fixed its
+ * variables, optimizer slots and gradients, *acts the slot buffers
+ * (activations, caches, received gradients), gradient slots and workspace. */
+void st__pipe_stage_plan_bytes(const st_net *m, const st_pipe_stage *st, int cap, size_t *fixed,
+                               size_t *acts);
+/* The pipeline strategy s attached to m training global batches of `batch`:
+ * the stages of this process together (pipeline.c; across processes its one
+ * stage, pipeline_procs.c), as st__pipe_stage_plan_bytes with the
+ * micro-batch's examples as cap; *stages the stages counted, *cap that
+ * micro-batch size. */
+void st__pipeline_plan_bytes(const st_strategy *s, const st_net *m, int64_t batch,
+                             uint64_t *fixed, uint64_t *acts, int *stages, int *cap);
+void st__pipeline_procs_plan_bytes(const st_strategy *s, const st_net *m, int64_t batch,
+                                   uint64_t *fixed, uint64_t *acts, int *cap);
 /* The stage's output for the micro-batch in slot `slot`: [n, out of nhi-1]. */
 static inline float *st__pipe_stage_out(const st_pipe_stage *st, int slot) {
   return st->acts[(size_t)slot * (size_t)(st->nhi - st->nlo) + (size_t)(st->nhi - st->nlo - 1)];

@@ -732,3 +732,15 @@ st_status st__pipeline_procs_stats(const st_strategy *s, int i, st_pipeline_stag
   *out = p->table[i];
   return ST_OK;
 }
+
+/* This process's stage: its replica's share of the batch (st__split over
+ * the D replicas of a stage) in M micro-batches. */
+void st__pipeline_procs_plan_bytes(const st_strategy *s, const st_net *m, int64_t batch,
+                                   uint64_t *fixed, uint64_t *acts, int *cap) {
+  const procs *p = s->impl;
+  int64_t mine = (batch + p->D - 1) / p->D;
+  *cap = (int)((mine + p->M - 1) / p->M);
+  size_t f, a;
+  st__pipe_stage_plan_bytes(m, p->st, *cap, &f, &a);
+  *fixed = f, *acts = a;
+}

@@ -441,3 +441,27 @@ int st__pipe_first_trainable(const st_net *m) {
       if (m->layers[i]->params[q].trainable) return i;
   return m->nlayers;
 }
+
+void st__pipe_stage_plan_bytes(const st_net *m, const st_pipe_stage *st, int cap, size_t *fixed,
+                               size_t *acts) {
+  size_t c = (size_t)(cap > 0 ? cap : 1), per = 0, mx = st__pipe_stage_in_size(m, st), ws = 1;
+  for (int k = st->nlo; k < st->nhi; k++) { /* alloc_slots' buffers, counted */
+    const st_layer *l = m->layers[m->nodes[k].layer];
+    per += st_shape_size(l->out_shape) + l->cache_per_example;
+    size_t w = l->vt->workspace_floats ? l->vt->workspace_floats(l, (int)c) : 0;
+    if (w > ws) ws = w;
+    if (st_shape_size(l->out_shape) > mx) mx = st_shape_size(l->out_shape);
+  }
+  size_t in = st__pipe_stage_in_size(m, st), dy = st->tie.layer >= 0 ? st->tie.dy : 0;
+  per += (st->recv ? st__pipe_stage_out_size(m, st) : 0) + (st->in ? 2 * in : 0) +
+         (st->tdy ? dy : 0);
+  size_t f = (size_t)st->nslots * per * c + (size_t)st->n_gslots * mx * c + ws +
+             c * st__net_loss_positions(m);
+  if (st->tie_dst) {
+    size_t ids = st_shape_size(m->layers[st->tie.layer]->in_shape) * c;
+    f += ids * 2 + dy * c * (st->in ? 2 : 1); /* trow, tids, tcompact (and tdyin) */
+  }
+  size_t dw = largest_layer(m, st->lo, st->hi, skip_layer(st));
+  *fixed = fixed_bytes(m, st) + ((st->np ? st->np : 1) + (dw ? dw : 1)) * sizeof(float);
+  *acts = f * sizeof(float);
+}

@@ -125,3 +125,26 @@ st_status st__net_memplan(const st_net *m, int batch, st_memplan *out) {
   out->infer_cache_floats = n * cmax;
   return ST_OK;
 }
+
+/* What alloc_buffers (replica.c) and st__replica_create allocate on a host
+ * backend, counted instead of allocated. */
+st_status st__replica_plan_floats(const st_net *m, int n, size_t *fixed, size_t *batch) {
+  *fixed = *batch = 0;
+  if (!m || n < 1 || m->nnodes < 1)
+    return st_error(ST_ERR_INVALID, "st__replica_plan_floats: %s",
+                    !m ? "no net" : n < 1 ? "batch < 1" : "net without nodes");
+  st_memplan p;
+  st_status s = st__net_memplan(m, n, &p);
+  if (s != ST_OK) return s;
+  size_t ws = 1, in = 0;
+  for (int k = 0; k < m->nnodes; k++) {
+    const st_layer *l = m->layers[m->nodes[k].layer];
+    size_t w = l->vt->workspace_floats ? l->vt->workspace_floats(l, n) : 0;
+    if (w > ws) ws = w;
+  }
+  for (int j = 0; m->n_inputs > 1 && j < m->n_inputs; j++) in += st_shape_size(m->inputs[j]);
+  *fixed = m->n_params + (st__net_shares_layers(m) ? st__net_max_layer_params(m, 0, m->nnodes) : 0);
+  *batch = p.train_activation_floats + p.cache_floats + p.grad_floats + ws +
+           (size_t)n * (in + st__net_loss_positions(m));
+  return ST_OK;
+}

@@ -429,5 +429,14 @@ st_status st__net_train_activation_floats(const st_net *m, size_t *floats);
 /* The figures for net m at batch size `batch` into *out (zeroed first);
  * ST_ERR_INVALID for a NULL m, batch < 1 or a net without nodes. */
 st_status st__net_memplan(const st_net *m, int batch, st_memplan *out);
+/* What a replica training batches of n examples allocates on a host
+ * backend (replica.c: st__replica_create, st__replica_reserve), counted
+ * without allocating, in floats: *fixed its gradients [n_params] (and the
+ * scratch of a shared layer's gradient), *batch the activations (own
+ * buffers and transient slots), caches, gradient slots, the largest layer
+ * workspace, the loss rows and the split inputs of several. Its variables
+ * (borrowed or copied: the strategy's choice) are not counted. ST_ERR_INVALID
+ * as st__net_memplan; ST_ERR_NOMEM. */
+st_status st__replica_plan_floats(const st_net *m, int n, size_t *fixed, size_t *batch);
 
 #endif
