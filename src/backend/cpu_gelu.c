@@ -7,7 +7,9 @@
  * (Numerical Recipes' erfcc, Chebyshev fit: fractional error < 1.2e-7 for
  * every z >= 0, so Phi has no cancellation for negative x), and exp by
  * Cody-Waite reduction to [-ln2/2, ln2/2], Cephes's expf polynomial and the
- * exponent put in by integer bits: no branches, no calls. The reference is
+ * exponent put in by integer bits: no branches, no calls (the polynomials
+ * by fused multiply-adds, __builtin_fmaf: ~25% fewer instructions than
+ * separate multiplies and adds, the same bits in every build). The reference is
  * the reference backend's double erf (tests/test_gelu_fast.c compares them
  * on a dense grid and the special values). Any thread; disjoint buffers. */
 #include <stdint.h>
@@ -35,20 +37,20 @@ static inline float neg_half_square(float x, float *lo) {
 
 /* erfc(z) for z = |x|/sqrt 2 (z = +inf: 0), and e^(-z^2) through *g. */
 static inline float erfc_pos(float x, float z, float *g) {
-  float t = 1.0f / (1.0f + 0.5f * z);
+  float t = 1.0f / __builtin_fmaf(0.5f, z, 1.0f);
   float p = 0.17087277f;
-  p = p * t - 0.82215223f;
-  p = p * t + 1.48851587f;
-  p = p * t - 1.13520398f;
-  p = p * t + 0.27886807f;
-  p = p * t - 0.18628806f;
-  p = p * t + 0.09678418f;
-  p = p * t + 0.37409196f;
-  p = p * t + 1.00002368f;
-  p = p * t - 1.26551223f;
+  p = __builtin_fmaf(p, t, -0.82215223f);
+  p = __builtin_fmaf(p, t, 1.48851587f);
+  p = __builtin_fmaf(p, t, -1.13520398f);
+  p = __builtin_fmaf(p, t, 0.27886807f);
+  p = __builtin_fmaf(p, t, -0.18628806f);
+  p = __builtin_fmaf(p, t, 0.09678418f);
+  p = __builtin_fmaf(p, t, 0.37409196f);
+  p = __builtin_fmaf(p, t, 1.00002368f);
+  p = __builtin_fmaf(p, t, -1.26551223f);
   float lo, hi = neg_half_square(x, &lo);
-  *g = exp_vec(hi, lo);
-  return t * exp_vec(hi, lo + p);
+  *g = exp_vec_fma(hi, lo);
+  return t * exp_vec_fma(hi, lo + p);
 }
 
 /* Phi(x), the standard normal CDF, and (through *pdf) phi(x). */
