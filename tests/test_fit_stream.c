@@ -228,13 +228,5 @@ static const check_case cases[] = {
 
 int main(int argc, char **argv) {
   make_data();
-  CHECK(mkdtemp(root) != NULL);
-  int rc = CHECK_MAIN(argc, argv, cases);
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", root);
-  if (system(cmd) != 0) {
-    fprintf(stderr, "could not remove %s\n", root);
-    rc = rc ? rc : 1;
-  }
-  return rc;
+  return CHECK_MAIN_TMPDIR(argc, argv, cases, root);
 }
