@@ -197,23 +197,4 @@ static inline int check_main(int argc, char **argv, const check_case *cases, int
   for (int a = 1; a < argc; a++) check_find_(cases, n, argv[a])->fn();
   return check_report();
 }
-
-/* check_main inside a fresh directory: root, a mkdtemp template (made by
- * the macro, where mkdtemp is declared), is removed with what the cases
- * left in it; a directory that cannot be made or removed fails the run. */
-#define CHECK_MAIN_TMPDIR(argc, argv, cases, root) \
-  check_main_tmpdir_(argc, argv, cases, (int)(sizeof(cases) / sizeof *(cases)), root, \
-                     mkdtemp(root) != NULL)
-static inline int check_main_tmpdir_(int argc, char **argv, const check_case *cases, int n,
-                                     const char *root, int made) {
-  CHECK(made);
-  int rc = check_main(argc, argv, cases, n);
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", root);
-  if (system(cmd) != 0) {
-    fprintf(stderr, "could not remove %s\n", root);
-    rc = rc ? rc : 1;
-  }
-  return rc;
-}
 #endif

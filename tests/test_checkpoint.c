@@ -12,12 +12,12 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "tmpdir.h"
 #include "model/model.h"
 #include "strata/strata.h"
 
 enum { N = 200, D = 6, C = 4 };
 static float X[N * D], Y[N];
-static char root[] = "/tmp/strata_ckpt_XXXXXX";
 
 static void make_data(void) {
   st_rng r = st_rng_make(5, 0);
@@ -113,7 +113,7 @@ static void test_preempt(st_strategy_kind kind) {
   int64_t at[] = {1, 13, 26};
   for (int i = 0; i < 3; i++) {
     char dir[256];
-    snprintf(dir, sizeof dir, "%s/preempt%d", root, i);
+    snprintf(dir, sizeof dir, "%s/preempt%d", g_dir, i);
     st_model *a = model(kind);
     st_history h1, h2;
     CHECK(fit_ex(a, dir, 4, at[i], true, &h1) == ST_ERR_STOPPED);
@@ -149,7 +149,7 @@ static void test_resume(st_strategy_kind kind) {
   int64_t crashes[] = {1, 5, 13, 14, 20, 26, 27, 38};
   for (int i = 0; i < 8; i++) {
     char dir[256];
-    snprintf(dir, sizeof dir, "%s/backup%d", root, i);
+    snprintf(dir, sizeof dir, "%s/backup%d", g_dir, i);
     st_model *a = model(kind);
     st_history h1, h2;
     CHECK(fit(a, dir, 4, crashes[i], &h1) == ST_ERR_INTERNAL);
@@ -183,7 +183,7 @@ static int count_ckpts(const char *dir) {
 
 static void test_roundtrip_and_keep(void) {
   char dir[256];
-  snprintf(dir, sizeof dir, "%s/rt", root);
+  snprintf(dir, sizeof dir, "%s/rt", g_dir);
   st_model *m = model(ST_STRATEGY_ONE_DEVICE);
   st_history h;
   CHECK_OK(fit(m, NULL, 0, 0, &h));
@@ -209,7 +209,7 @@ static void test_roundtrip_and_keep(void) {
 
 static void test_interrupted_writes(void) {
   char dir[256];
-  snprintf(dir, sizeof dir, "%s/crash", root);
+  snprintf(dir, sizeof dir, "%s/crash", g_dir);
   st_model *m = model(ST_STRATEGY_ONE_DEVICE);
   st_history h;
   CHECK_OK(fit(m, NULL, 0, 0, &h));
@@ -257,7 +257,7 @@ static void flip_bit(const char *path, size_t byte, int bit) {
 /* One flipped bit anywhere in a checkpoint: restore fails, model untouched. */
 static void test_corruption(void) {
   char dir[256], ck[512];
-  snprintf(dir, sizeof dir, "%s/flip", root);
+  snprintf(dir, sizeof dir, "%s/flip", g_dir);
   st_model *m = model(ST_STRATEGY_ONE_DEVICE);
   st_history h;
   CHECK_OK(fit(m, NULL, 0, 0, &h));
@@ -329,7 +329,7 @@ static void test_corruption(void) {
  * keeps the last finite state. */
 static void test_nan_stops(void) {
   char dir[256];
-  snprintf(dir, sizeof dir, "%s/nan", root);
+  snprintf(dir, sizeof dir, "%s/nan", g_dir);
   st_model *m = model(ST_STRATEGY_ONE_DEVICE);
   CHECK_OK(st_model_set_learning_rate(m, 1e30));
   st_history h;
@@ -359,5 +359,8 @@ static const check_case cases[] = {
 
 int main(int argc, char **argv) {
   make_data();
-  return CHECK_MAIN_TMPDIR(argc, argv, cases, root);
+  CHECK(tmpdir_make("strata_ckpt"));
+  int rc = CHECK_MAIN(argc, argv, cases);
+  tmpdir_remove();
+  return rc;
 }

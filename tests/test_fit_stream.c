@@ -13,13 +13,13 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "tmpdir.h"
 #include "model/model.h"
 #include "strata/strata.h"
 
 enum { NB = 8, B = 4, D = 2, N = NB * B, MAXSEEN = 64 };
 static float X[N * D], Y[N];   /* x 0, label of row i: its batch + 1 */
 static float XR[N * D], YR[N]; /* random regression data */
-static char root[] = "/tmp/strata_stream_XXXXXX";
 
 static void make_data(void) {
   st_rng r = st_rng_make(11, 0);
@@ -191,7 +191,7 @@ static void stream_resume(st_strategy_kind kind) {
                                                   {14, false}, {5, true}, {7, true}, {12, true}};
   for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
     char dir[256];
-    snprintf(dir, sizeof dir, "%s/%s%d", root, st_strategy_kind_name(kind), i);
+    snprintf(dir, sizeof dir, "%s/%s%d", g_dir, st_strategy_kind_name(kind), i);
     st_dataset *ds = data(true, true, false);
     st_model *a = model(kind, 0.05f);
     recorder r = {.at = cases[i].at, .preempt = cases[i].preempt};
@@ -228,5 +228,8 @@ static const check_case cases[] = {
 
 int main(int argc, char **argv) {
   make_data();
-  return CHECK_MAIN_TMPDIR(argc, argv, cases, root);
+  CHECK(tmpdir_make("strata_stream"));
+  int rc = CHECK_MAIN(argc, argv, cases);
+  tmpdir_remove();
+  return rc;
 }
