@@ -7,23 +7,12 @@ batch 128 and end with the same weights bytes."""
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 
 import numpy as np
 import pytest
 
-from conftest import FASHION
-
-
-def _port():
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+from conftest import FASHION, run_tf_config_workers
 
 
 def test_multi_worker_keras_tutorial_with_tf_config():
@@ -34,25 +23,11 @@ def test_multi_worker_keras_tutorial_with_tf_config():
         pytest.skip("neither MNIST nor Fashion-MNIST is installed")
     outdir = tempfile.mkdtemp()
     worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mw_keras_tutorial.py")
-    cluster = {"worker": ["127.0.0.1:%d" % _port(), "127.0.0.1:%d" % _port()]}
-    procs = []
     try:
-        for i in range(2):
-            env = dict(os.environ, STRATA_MW_OUT=outdir, STRATA_MNIST_DIR=mnist,
-                       TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}}))
-            procs.append(subprocess.Popen([sys.executable, worker], env=env, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, text=True))
-        results = [p.communicate(timeout=300) for p in procs]
-        if any(p.returncode for p in procs) and any("not built" in e for _, e in results):
-            pytest.skip("this build has no Gloo transport")
-        for p, (_, err) in zip(procs, results):
-            assert p.returncode == 0, err[-4000:]
+        run_tf_config_workers(worker, outdir, timeout=300, env={"STRATA_MNIST_DIR": mnist})
         w = [np.load(os.path.join(outdir, "worker%d.npy" % i)) for i in range(2)]
         info = [json.load(open(os.path.join(outdir, "worker%d.json" % i))) for i in range(2)]
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
         shutil.rmtree(outdir)
     assert [i["replicas"] for i in info] == [2, 2]
     assert info[0]["history"] == info[1]["history"]

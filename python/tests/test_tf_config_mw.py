@@ -3,52 +3,26 @@ Python processes, each with only its TF_CONFIG (no mpirun), train one model
 together through the Gloo transport; both see 2 replicas in sync and end
 with the same weights bytes, which are those of one process training the
 same model under MirroredStrategy with 2 replicas (the same global batch)."""
-import json
 import os
 import shutil
-import socket
-import subprocess
-import sys
 import tempfile
 
 import numpy as np
-import pytest
 
 import strata as tf
-
-
-def _port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+from conftest import run_tf_config_workers
 
 
 def test_two_tf_config_workers_give_mirrored_bytes():
     outdir = tempfile.mkdtemp()
     worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tfc_worker.py")
-    cluster = {"worker": ["127.0.0.1:%d" % _port(), "127.0.0.1:%d" % _port()]}
-    procs = []
     try:
-        for i in range(2):
-            env = dict(os.environ, STRATA_MW_OUT=outdir,
-                       TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}}))
-            procs.append(subprocess.Popen([sys.executable, worker], env=env, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, text=True))
-        results = [p.communicate(timeout=120) for p in procs]
-        if any(p.returncode for p in procs) and any("not built" in e for _, e in results):
-            pytest.skip("this build has no Gloo transport")
-        for p, (_, err) in zip(procs, results):
-            assert p.returncode == 0, err[-4000:]
+        run_tf_config_workers(worker, outdir)
         w = [np.load(os.path.join(outdir, "worker%d.npy" % i)) for i in range(2)]
         for i in range(2):
             with open(os.path.join(outdir, "worker%d.txt" % i)) as f:
                 assert f.read() == "replicas 2\n"
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
         shutil.rmtree(outdir)
     assert w[0].tobytes() == w[1].tobytes()
     s = tf.distribute.MirroredStrategy(["cpu:0", "cpu:1"])
