@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "fork_workers.h"
 #include "free_port.h"
 #include "distribute/collective/collective.h"
 
@@ -47,7 +48,8 @@ static char g_addr[W][32];
 static const char *g_addrs[W];
 
 /* Worker `rank` of case k: writes "<status> kept=<0|1>: <message>" into fd. */
-static void worker(const count_case *k, int rank, int fd) {
+static void worker(const void *arg, int rank, int fd) {
+  const count_case *k = arg;
   alarm(60); /* a hang ends by this signal: the parent sees it */
   char out[MSG];
   st_collective *c = NULL;
@@ -80,25 +82,9 @@ static void run_case(const count_case *k, char got[W][MSG], int rc[W]) {
     snprintf(g_addr[r], sizeof g_addr[r], "127.0.0.1:%d", r == 0 ? free_port() : r + 1);
     g_addrs[r] = g_addr[r];
   }
-  int fds[W][2];
-  pid_t pid[W];
-  for (int r = 0; r < W; r++) {
-    if (pipe(fds[r]) != 0) _exit(1);
-    if ((pid[r] = fork()) == 0) {
-      close(fds[r][0]);
-      worker(k, r, fds[r][1]);
-    }
-    close(fds[r][1]);
-  }
-  for (int r = 0; r < W; r++) {
-    ssize_t len = read(fds[r][0], got[r], MSG - 1);
-    got[r][len > 0 ? len : 0] = '\0';
-    close(fds[r][0]);
-    int st = 0;
-    waitpid(pid[r], &st, 0);
-    rc[r] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  fork_workers(W, worker, k, &got[0][0], MSG, rc);
+  for (int r = 0; r < W; r++)
     printf("# %s: worker %d (exit %d): %s\n", k->name, r, rc[r], got[r]);
-  }
 }
 
 /* What worker r must say: the worker it names and both counts, in the

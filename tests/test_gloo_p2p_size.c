@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "fork_workers.h"
 #include "free_port.h"
 #include "distribute/collective/collective.h"
 
@@ -54,7 +55,8 @@ static const char *g_addrs[2];
 
 /* Worker `rank` of case k: writes "<status> <flags> <seconds>: <message>"
  * into the pipe fd. */
-static void worker(int k, int rank, int fd) {
+static void worker(const void *arg, int rank, int fd) {
+  int k = *(const int *)arg;
   alarm(60);
   char out[MSG];
   st_collective *c = NULL;
@@ -97,24 +99,7 @@ static void run_case(int k, char got[2][MSG], int rc[2]) {
     snprintf(g_addr[r], sizeof g_addr[r], "127.0.0.1:%d", r == 0 ? free_port() : 2);
     g_addrs[r] = g_addr[r];
   }
-  int fds[2][2];
-  pid_t pid[2];
-  for (int r = 0; r < 2; r++) {
-    if (pipe(fds[r]) != 0) _exit(1);
-    if ((pid[r] = fork()) == 0) {
-      close(fds[r][0]);
-      worker(k, r, fds[r][1]);
-    }
-    close(fds[r][1]);
-  }
-  for (int r = 0; r < 2; r++) {
-    ssize_t len = read(fds[r][0], got[r], MSG - 1);
-    got[r][len > 0 ? len : 0] = '\0';
-    close(fds[r][0]);
-    int st = 0;
-    waitpid(pid[r], &st, 0);
-    rc[r] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  }
+  fork_workers(2, worker, &k, &got[0][0], MSG, rc);
   printf("# %s: worker 0: %s\n# %s: worker 1: %s\n", g_names[k], got[0], g_names[k], got[1]);
 }
 
