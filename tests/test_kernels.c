@@ -381,11 +381,7 @@ static void case_conv_direct(ctx *c) {
     full += direct_one(c, (size_t)s);
     release(c);
   }
-  bool must = !strcmp(c->be->name, "cpu") && __builtin_cpu_supports("avx512f") &&
-              __builtin_cpu_supports("fma");
-#ifdef __SANITIZE_THREAD__
-  must = false; /* cpu_conv_direct.c builds no AVX-512 kernels under TSan: the slots decline */
-#endif
+  bool must = !strcmp(c->be->name, "cpu") && st__cpu_conv_direct_built();
   if (must && full != cases && c->ok) {
     c->ok = false;
     snprintf(c->note, sizeof c->note, "cpu took %d of %d direct geometries", full, cases);

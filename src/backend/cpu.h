@@ -73,6 +73,10 @@ int st__cpu_threads(const st_backend_ctx *ctx);
 
 void st__cpu_im2col(st_backend_ctx *ctx, const st_conv_geom *g, const float *x, float *col);
 void st__cpu_col2im(st_backend_ctx *ctx, const st_conv_geom *g, const float *col, float *dx);
+/* True when this build has the direct convolution's AVX-512 kernels (not
+ * under ThreadSanitizer) and the CPU runs them: the conv_direct slots then
+ * take the geometries they handle. */
+bool st__cpu_conv_direct_built(void);
 bool st__cpu_conv_direct_forward(st_backend_ctx *ctx, const st_conv_geom *g, int n, int f,
                                  const float *x, const float *w, float *y, float *ws);
 bool st__cpu_conv_direct_dw(st_backend_ctx *ctx, const st_conv_geom *g, int n, int f,

@@ -44,10 +44,14 @@ static void pad_block(const st_conv_geom *g, int n, const float *x, float *xp) {
 
 #define DIRECT_TARGET __attribute__((target("avx512f,fma"), always_inline)) inline
 
+bool st__cpu_conv_direct_built(void) {
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+}
+
 static bool direct_usable(st_backend_ctx *ctx, const st_conv_geom *g, int f) {
   const st__cpu_state *cs = ctx->impl;
   return g->kh * g->kw <= 64 && (f == 16 || f == 32 || f == 64) && !(cs && cs->baseline_kernels) &&
-         __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+         st__cpu_conv_direct_built();
 }
 
 /* Start of output cell p's window in the padded block (tap (0, 0), channel 0). */
@@ -171,6 +175,8 @@ __attribute__((target("avx512f,fma"))) static void direct_dw_tile(
 }
 
 #else /* no AVX-512 build: the slots decline */
+
+bool st__cpu_conv_direct_built(void) { return false; }
 
 static bool direct_usable(st_backend_ctx *ctx, const st_conv_geom *g, int f) {
   (void)ctx, (void)g, (void)f;
